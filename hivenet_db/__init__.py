@@ -1,0 +1,35 @@
+"""hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency inside PostgreSQL."""
+
+from hivenet_db.errors import (
+    DuplicateClaim,
+    DuplicateInterfaceSerial,
+    HivenetError,
+    InvalidInput,
+    RequestMismatch,
+    SequenceExhausted,
+    SerialOutsideWindow,
+    StaleAttempt,
+    StepAlreadySucceeded,
+    StepInProgress,
+    UnknownScope,
+)
+from hivenet_db.serial import Serial, parse_serial
+from hivenet_db.serials import AsyncSerialRepository, SerialRepository
+
+__all__ = [
+    "AsyncSerialRepository",
+    "DuplicateClaim",
+    "DuplicateInterfaceSerial",
+    "HivenetError",
+    "InvalidInput",
+    "RequestMismatch",
+    "SequenceExhausted",
+    "Serial",
+    "SerialOutsideWindow",
+    "SerialRepository",
+    "StaleAttempt",
+    "StepAlreadySucceeded",
+    "StepInProgress",
+    "UnknownScope",
+    "parse_serial",
+]

@@ -1,0 +1,30 @@
+"""Run one statement on the caller's Connection or Session (sync or async), never committing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from sqlalchemy import Connection, Row, TextClause
+from sqlalchemy.orm import Session
+
+from hivenet_db.errors import translated
+
+if TYPE_CHECKING:  # asyncio support needs greenlet: the optional extra "async"
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+SyncDB: TypeAlias = "Connection | Session"
+AsyncDB: TypeAlias = "AsyncConnection | AsyncSession"
+
+
+def rows(db: SyncDB, statement: TextClause, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
+    with translated():
+        return db.execute(statement, params).all()
+
+
+async def rows_async(
+    db: AsyncDB, statement: TextClause, params: Mapping[str, Any]
+) -> Sequence[Row[Any]]:
+    with translated():
+        result = await db.execute(statement, params)
+        return result.all()

@@ -1,0 +1,208 @@
+"""A local PostgreSQL server that hivenet-db initialises, starts and reuses on its own.
+
+Used by the command when no database URL is given and by the test suite. PostgreSQL refuses
+to run as root, so when we are root the server runs as an unprivileged user (``postgres`` by
+default, ``HIVENET_EMBEDDED_USER`` to change it) and its directory belongs to that user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SUPERUSER = "postgres"
+_BIN_NAMES = ("initdb", "pg_ctl", "postgres")
+_USUAL_ROOTS = ("/usr/lib/postgresql", "/usr/local/pgsql", "/opt/homebrew/opt", "/usr/pgsql")
+
+
+class EmbeddedError(RuntimeError):
+    """The local server cannot be found, initialised or started; the message says what to do."""
+
+
+def _candidate_bin_dirs() -> Iterator[Path]:
+    if env := os.environ.get("HIVENET_PG_BINDIR"):
+        yield Path(env)
+    if found := shutil.which("pg_ctl"):
+        yield Path(found).resolve().parent
+    if pg_config := shutil.which("pg_config"):
+        with contextlib.suppress(OSError, subprocess.CalledProcessError):
+            out = subprocess.run(
+                [pg_config, "--bindir"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+            yield Path(out)
+    for root in _USUAL_ROOTS:
+        # Newest major version first: /usr/lib/postgresql/16/bin before .../15/bin.
+        for bindir in sorted(Path(root).glob("*/bin"), reverse=True):
+            yield bindir
+        yield Path(root) / "bin"
+
+
+def find_bin_dir() -> Path:
+    """The directory holding initdb, pg_ctl and postgres, or EmbeddedError saying what to do."""
+    for bindir in _candidate_bin_dirs():
+        if all((bindir / name).is_file() for name in _BIN_NAMES):
+            return bindir
+    raise EmbeddedError(
+        "no PostgreSQL server binaries (initdb, pg_ctl, postgres) found on PATH, via pg_config "
+        "or in /usr/lib/postgresql/*/bin. Install them (Debian/Ubuntu: "
+        "`apt-get install postgresql`; macOS: `brew install postgresql`), set HIVENET_PG_BINDIR, "
+        "or pass --url / HIVENET_DATABASE_URL to use an existing database."
+    )
+
+
+def default_data_root() -> Path:
+    """Per-user home of the embedded server. Root's home is closed to the server's user."""
+    if os.environ.get("HIVENET_EMBEDDED_DIR"):
+        return Path(os.environ["HIVENET_EMBEDDED_DIR"])
+    if os.geteuid() == 0:
+        return Path("/var/lib/hivenet-db/embedded")
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "hivenet-db" / "embedded"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class EmbeddedPostgres:
+    """One server in ``root`` (data in ``root/data``, log in ``root/server.log``).
+
+    ``fsync`` off makes throwaway test servers faster; crash tests and the command keep it on.
+    """
+
+    root: Path = field(default_factory=default_data_root)
+    fsync: bool = True
+    progress: Callable[[str], None] = lambda _msg: None
+    os_user: str | None = None
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        if self.os_user is None and os.geteuid() == 0:
+            self.os_user = os.environ.get("HIVENET_EMBEDDED_USER", "postgres")
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "server.log"
+
+    @property
+    def initialized(self) -> bool:
+        return (self.data_dir / "PG_VERSION").is_file()
+
+    @property
+    def port(self) -> int:
+        for line in (self.data_dir / "postgresql.auto.conf").read_text().splitlines():
+            if line.startswith("port"):
+                return int(line.split("=", 1)[1].strip().strip("'"))
+        raise EmbeddedError(f"no port configured in {self.data_dir}")
+
+    def url(self, dbname: str = "postgres") -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
+
+    def _run(self, *args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = [str(find_bin_dir() / str(args[0])), *map(str, args[1:])]
+        kwargs: dict[str, object] = {}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env["LC_ALL"] = "C"
+        if self.os_user:
+            entry = pwd.getpwnam(self.os_user)
+            kwargs = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+            env["HOME"] = entry.pw_dir
+        result = subprocess.run(
+            cmd, capture_output=True, text=True, env=env, cwd="/", check=False, **kwargs
+        )  # type: ignore[call-overload]
+        if check and result.returncode != 0:
+            raise EmbeddedError(
+                f"{' '.join(cmd)} failed ({result.returncode}): "
+                f"{(result.stderr or result.stdout).strip()}"
+            )
+        return result
+
+    def _prepare_root(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.os_user:
+            entry = pwd.getpwnam(self.os_user)
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+            # Every parent must be traversable by the server's user.
+            for parent in self.root.parents:
+                if parent.stat().st_mode & 0o001 == 0:
+                    raise EmbeddedError(
+                        f"{parent} is not accessible to user {self.os_user!r}, which runs the "
+                        f"server; choose another directory with HIVENET_EMBEDDED_DIR"
+                    )
+        os.chmod(self.root, 0o700)
+
+    def init(self) -> None:
+        """initdb with trust authentication on loopback only, on a free port."""
+        self._prepare_root()
+        self.progress(f"initialising a local PostgreSQL in {self.data_dir} (first use only)")
+        self._run(
+            "initdb", "-D", self.data_dir, "-U", SUPERUSER, "--auth=trust",
+            "-E", "UTF8", "--no-locale", "--no-sync",
+        )
+        settings = {
+            "port": str(_free_port()),
+            "listen_addresses": "'127.0.0.1'",
+            "unix_socket_directories": f"'{self.data_dir}'",
+            "fsync": "on" if self.fsync else "off",
+            "synchronous_commit": "on" if self.fsync else "off",
+            "full_page_writes": "on" if self.fsync else "off",
+            "max_connections": "200",
+            "shared_buffers": "256MB",
+            "max_locks_per_transaction": "256",
+        }
+        with (self.data_dir / "postgresql.auto.conf").open("a") as conf:
+            for name, value in settings.items():
+                conf.write(f"{name} = {value}\n")
+
+    @property
+    def running(self) -> bool:
+        return self.initialized and self._run("pg_ctl", "status", "-D", self.data_dir,
+                                              check=False).returncode == 0
+
+    def start(self) -> None:
+        """Start the server (initialising it first if needed) and wait until it accepts."""
+        if not self.initialized:
+            self.init()
+        if self.running:
+            return
+        self.progress(f"starting the local PostgreSQL on 127.0.0.1:{self.port}")
+        self._run("pg_ctl", "start", "-w", "-t", "120", "-D", self.data_dir, "-l", self.log_file)
+
+    def stop(self, mode: str = "fast") -> None:
+        if self.running:
+            self._run("pg_ctl", "stop", "-w", "-m", mode, "-D", self.data_dir)
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster, as a crash would; the next start runs crash recovery."""
+        pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, 9)
+        for _ in range(200):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        # Orphaned backends keep the shared memory until they notice the postmaster is gone.
+        for _ in range(200):
+            if self._run("pg_ctl", "status", "-D", self.data_dir, check=False).returncode != 0:
+                return
+            time.sleep(0.05)
+
+    def remove(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)

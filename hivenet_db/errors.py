@@ -1,0 +1,113 @@
+"""SQLSTATE → exception: every error the SQL layer raises maps to one class here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from sqlalchemy.exc import DBAPIError
+
+
+class HivenetError(Exception):
+    """Base of every hivenet-db error; ``sqlstate`` is the SQLSTATE the database raised."""
+
+    sqlstate: str = ""
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if sqlstate:
+            self.sqlstate = sqlstate
+
+
+class InvalidInput(HivenetError):
+    """HN001: a field of wrong length, charset or range; an unknown format name."""
+
+    sqlstate = "HN001"
+
+
+class UnknownScope(HivenetError):
+    """HN002: system or module not registered while the registry is enforced."""
+
+    sqlstate = "HN002"
+
+
+class SequenceExhausted(HivenetError):
+    """HN010: every serial of the current period is used."""
+
+    sqlstate = "HN010"
+
+
+class DuplicateInterfaceSerial(HivenetError):
+    """HN020: the interface serial is already recorded."""
+
+    sqlstate = "HN020"
+
+
+class SerialOutsideWindow(HivenetError):
+    """HN021: the interface serial's timestamp is outside the duplicate-check window."""
+
+    sqlstate = "HN021"
+
+
+class StepInProgress(HivenetError):
+    """HN030: the step is ``processing`` (the standard's unknown state)."""
+
+    sqlstate = "HN030"
+
+
+class StepAlreadySucceeded(HivenetError):
+    """HN031: the step succeeded and its policy is to reject repeats."""
+
+    sqlstate = "HN031"
+
+
+class RequestMismatch(HivenetError):
+    """HN032: the same serial or key came with a different request."""
+
+    sqlstate = "HN032"
+
+
+class StaleAttempt(HivenetError):
+    """HN033: finishing an attempt that is not the current one."""
+
+    sqlstate = "HN033"
+
+
+class DuplicateClaim(HivenetError):
+    """HN040: the generic claim is already taken."""
+
+    sqlstate = "HN040"
+
+
+BY_SQLSTATE: dict[str, type[HivenetError]] = {
+    cls.sqlstate: cls
+    for cls in (InvalidInput, UnknownScope, SequenceExhausted, DuplicateInterfaceSerial,
+                SerialOutsideWindow, StepInProgress, StepAlreadySucceeded, RequestMismatch,
+                StaleAttempt, DuplicateClaim)
+}
+
+
+def from_database(error: BaseException) -> HivenetError | None:
+    """The typed error for a psycopg or SQLAlchemy error raised by hivenet SQL, else None."""
+    if isinstance(error, DBAPIError):
+        error = error.orig  # type: ignore[assignment]
+    if not isinstance(error, psycopg.Error) or error.diag.sqlstate is None:
+        return None
+    cls = BY_SQLSTATE.get(error.diag.sqlstate)
+    if cls is None:
+        return None
+    return cls(error.diag.message_primary or str(error), error.diag.sqlstate)
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    """Re-raise hivenet SQLSTATEs as their exception class (the original is the cause)."""
+    try:
+        yield
+    except (DBAPIError, psycopg.Error) as error:
+        typed = from_database(error)
+        if typed is None:
+            raise
+        raise typed from error

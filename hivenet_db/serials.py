@@ -1,0 +1,79 @@
+"""Allocation repository: serials issued inside the caller's transaction (never committed here).
+
+Each call is one round trip: the database allocates and parses in the same statement.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import text
+
+from hivenet_db._execute import AsyncDB, SyncDB, rows, rows_async
+from hivenet_db.serial import Serial
+
+_ALLOCATE = text(
+    "SELECT s, hivenet.parse_serial(s, :format) "
+    "FROM hivenet.next_serials(:format, CAST(:fields AS jsonb), :count) WITH ORDINALITY AS t(s, i) "
+    "ORDER BY i"
+)
+
+
+def _params(format: str, count: int, fields: dict[str, Any]) -> dict[str, Any]:
+    return {"format": format, "count": count, "fields": json.dumps(fields)}
+
+
+def _serials(result: Any) -> list[Serial]:
+    return [Serial(value, parsed) for value, parsed in result]
+
+
+class SerialRepository:
+    """Serials for the caller's SQLAlchemy ``Connection`` or ``Session``.
+
+    Raises ``InvalidInput`` (HN001), ``UnknownScope`` (HN002) or ``SequenceExhausted`` (HN010).
+    The caller's transaction decides: numbers of a rolled-back transaction become gaps.
+    """
+
+    def __init__(self, db: SyncDB) -> None:
+        self.db = db
+
+    def next(self, format: str, **fields: str) -> Serial:
+        return self.next_many(format, 1, **fields)[0]
+
+    def next_many(self, format: str, n: int, **fields: str) -> list[Serial]:
+        return _serials(rows(self.db, _ALLOCATE, _params(format, n, fields)))
+
+    def next_unified(self, system: str, module: str, instance: str) -> Serial:
+        return self.next("unified", system=system, module=module, instance=instance)
+
+    def next_system(self, system: str, module: str, instance: str) -> Serial:
+        return self.next("system", system=system, module=module, instance=instance)
+
+    def next_interface(self, system: str, module: str, instance: str, target: str) -> Serial:
+        return self.next("interface", system=system, module=module, instance=instance,
+                         target=target)
+
+
+class AsyncSerialRepository:
+    """``SerialRepository`` for an ``AsyncConnection`` or ``AsyncSession``."""
+
+    def __init__(self, db: AsyncDB) -> None:
+        self.db = db
+
+    async def next(self, format: str, **fields: str) -> Serial:
+        return (await self.next_many(format, 1, **fields))[0]
+
+    async def next_many(self, format: str, n: int, **fields: str) -> list[Serial]:
+        return _serials(await rows_async(self.db, _ALLOCATE, _params(format, n, fields)))
+
+    async def next_unified(self, system: str, module: str, instance: str) -> Serial:
+        return await self.next("unified", system=system, module=module, instance=instance)
+
+    async def next_system(self, system: str, module: str, instance: str) -> Serial:
+        return await self.next("system", system=system, module=module, instance=instance)
+
+    async def next_interface(self, system: str, module: str, instance: str,
+                             target: str) -> Serial:
+        return await self.next("interface", system=system, module=module, instance=instance,
+                               target=target)

@@ -1,0 +1,276 @@
+-- Allocation: one PostgreSQL sequence per counter scope, holding period * stride + seq.
+--
+-- Fast path: one nextval(). When the value's period is older than the clock's, the first
+-- caller to notice moves the sequence forward (setval) under a short, namespaced session-level
+-- advisory lock that is released before returning: nobody ever waits for another transaction
+-- to commit. When the value's period is newer (the clock went back), issuing continues in the
+-- sequence's period, so serials never go backwards. Sequences are not transactional, so
+-- numbers taken by a transaction that rolls back are gaps, never reissued.
+
+CREATE EXTENSION IF NOT EXISTS dblink SCHEMA hivenet;
+
+CREATE TABLE hivenet.scope (
+    format        text NOT NULL REFERENCES hivenet.format,
+    scope         text NOT NULL,
+    fields        jsonb NOT NULL,
+    sequence_name text NOT NULL UNIQUE,
+    created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (format, scope)
+);
+COMMENT ON TABLE hivenet.scope IS 'one row per counter scope (format + field values) ever used';
+
+-- Advisory lock namespace of the period reset: (this key, sequence oid) never collides with
+-- an application's single-bigint advisory locks, and is constant across servers.
+CREATE FUNCTION hivenet._reset_lock_space() RETURNS integer
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210101 $$;
+
+CREATE FUNCTION hivenet._scope_sequence_name(p_format text, p_scope text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN octet_length(p_format || p_scope) <= 58
+                THEN 'seq_' || p_format || '_' || p_scope
+                ELSE 'seq_' || left(p_format, 26) || '_' || md5(p_scope) END
+$$;
+
+-- Runs in its own transaction through the loopback connection (see _scope_sequence): creates
+-- the scope's sequence if missing and returns its oid. Safe to race.
+CREATE FUNCTION hivenet._create_scope(p_format text, p_scope text, p_fields jsonb) RETURNS oid
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_name text := hivenet._scope_sequence_name(p_format, p_scope);
+BEGIN
+    BEGIN
+        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
+                       v_name);
+    EXCEPTION WHEN unique_violation OR duplicate_table THEN
+        NULL; -- a concurrent first use created it
+    END;
+    INSERT INTO hivenet.scope (format, scope, fields, sequence_name)
+    VALUES (p_format, p_scope, p_fields, v_name) ON CONFLICT DO NOTHING;
+    -- A catalog query, not a name lookup, so a sequence committed by a racer is seen.
+    RETURN (SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = 'hivenet' AND c.relname = v_name);
+END $$;
+
+CREATE FUNCTION hivenet._conninfo_value(p_value text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT '''' || replace(replace(p_value, '\', '\\'), '''', '\''') || ''''
+$$;
+
+-- The loopback connection string: the setting loopback_dsn, or this server's own socket and
+-- port as the current user (the schema owner inside the SECURITY DEFINER caller).
+CREATE FUNCTION hivenet._loopback_dsn() RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(nullif(hivenet._setting_value('loopback_dsn'), ''), format(
+        'dbname=%s user=%s port=%s host=%s application_name=hivenet_scope',
+        hivenet._conninfo_value(current_database()),
+        hivenet._conninfo_value(current_user),
+        current_setting('port'),
+        hivenet._conninfo_value(coalesce(
+            nullif(trim(split_part(current_setting('unix_socket_directories'), ',', 1)), ''),
+            '127.0.0.1'))))
+$$;
+
+-- The sequence of a counter scope, created on first use in a committed transaction of its own
+-- (through dblink): created inside the caller's transaction, it would vanish with a rollback
+-- and start over, handing out the same serials again (SPEC §2, guarantee 2).
+CREATE FUNCTION hivenet._scope_sequence(p_format text, p_scope text, p_fields jsonb)
+RETURNS regclass
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_seq regclass := to_regclass(
+        'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, p_scope)));
+    v_dblink_schema text;
+    v_oid oid;
+BEGIN
+    IF v_seq IS NOT NULL THEN
+        RETURN v_seq;
+    END IF;
+    SELECT n.nspname INTO v_dblink_schema
+    FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'dblink';
+    EXECUTE format('SELECT oid FROM %I.dblink($1, $2) AS t(oid oid)', v_dblink_schema)
+        INTO v_oid
+        USING hivenet._loopback_dsn(),
+              format('SELECT hivenet._create_scope(%L, %L, %L)', p_format, p_scope, p_fields);
+    -- Using the oid (not the name) makes nextval lock the relation, which refreshes this
+    -- session's catalog caches.
+    RETURN v_oid::regclass;
+END $$;
+
+-- Slow path, under the scope's advisory lock: move the sequence to period p_period when it is
+-- still in an older one, and past an exhausted period (borrowing formats only; others get
+-- HN010). Returns a fresh sequence value that is in or after p_period and not exhausted.
+CREATE FUNCTION hivenet._advance(p_seq regclass, p_format hivenet.format, p_period bigint)
+RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_value bigint;
+    v_period bigint;
+BEGIN
+    PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
+    BEGIN
+        v_value := nextval(p_seq);
+        IF v_value / p_format.stride < p_period THEN
+            PERFORM setval(p_seq, p_period * p_format.stride, true);
+            v_value := nextval(p_seq);
+        END IF;
+        v_period := v_value / p_format.stride;
+        IF v_value % p_format.stride NOT BETWEEN 1 AND p_format.capacity THEN
+            IF NOT p_format.borrow_next_period THEN
+                -- Park the counter just past capacity so failing calls never spill over.
+                PERFORM setval(p_seq, v_period * p_format.stride + p_format.capacity, true);
+                RAISE EXCEPTION USING ERRCODE = 'HN010',
+                    MESSAGE = format('format %s: all %s serials of scope %L for the period '
+                                     'starting %s are used', p_format.name, p_format.capacity,
+                                     (SELECT scope FROM hivenet.scope
+                                      WHERE sequence_name = p_seq::text),
+                                     hivenet._period_start(v_period, p_format.reset));
+            END IF;
+            PERFORM setval(p_seq, (v_period + 1) * p_format.stride, true);
+            v_value := nextval(p_seq);
+        END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+    RETURN v_value;
+END $$;
+
+-- HN001 unless p_value is a valid value of field segment p_seg of format p_format.
+CREATE FUNCTION hivenet._check_field(p_format text, p_seg jsonb, p_value text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_problem text := hivenet._field_problem(p_seg, p_value);
+BEGIN
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: field %s %s', p_format, p_seg ->> 'field', v_problem);
+    END IF;
+END $$;
+
+-- The core of every next_* function: p_count serials of format p_format for fields p_fields.
+-- Raises HN001 (bad format, field or count), HN002 (registry), HN010 (period exhausted).
+-- Never waits for another transaction; may wait a moment for another allocation's period
+-- reset (the advisory lock is held for one setval, never until commit).
+CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_count integer)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_format hivenet.format;
+    v_seg jsonb;
+    v_value text;
+    v_scope text := '';
+    v_parts text[] := '{}';  -- field values and literals; the to_char pattern of time parts
+    v_kinds "char"[] := '{}';  -- f(ixed), t(ime), s(eq) per segment
+    v_seq regclass;
+    v_local timestamp;
+    v_period bigint;
+    v_raw bigint;
+    v_print timestamp;
+    v_serial text;
+    v_out text[] := '{}';
+BEGIN
+    IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('count %s must be from 1 to 1000000', coalesce(p_count::text, 'NULL'));
+    END IF;
+    SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('unknown format %L', p_format);
+    END IF;
+    IF jsonb_typeof(p_fields) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: fields must be a JSON object, not %s', p_format,
+                             coalesce(p_fields::text, 'NULL'));
+    END IF;
+    SELECT k INTO v_value FROM jsonb_object_keys(p_fields) AS k
+    WHERE k <> ALL (v_format.field_names) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s has no field %L (fields: %s)', p_format, v_value,
+                             array_to_string(v_format.field_names, ', '));
+    END IF;
+    FOR v_seg IN SELECT jsonb_array_elements(v_format.segments) LOOP
+        IF v_seg ? 'field' THEN
+            v_value := p_fields ->> (v_seg ->> 'field');
+            PERFORM hivenet._check_field(p_format, v_seg, v_value);
+            v_scope := v_scope || v_value;
+            v_parts := v_parts || v_value;
+            v_kinds := v_kinds || 'f'::"char";
+        ELSIF v_seg ? 'literal' THEN
+            v_parts := v_parts || (v_seg ->> 'literal');
+            v_kinds := v_kinds || 'f'::"char";
+        ELSIF v_seg ? 'time' THEN
+            v_parts := v_parts || (v_seg ->> 'to_char');
+            v_kinds := v_kinds || 't'::"char";
+        ELSE
+            v_parts := v_parts || NULL::text;
+            v_kinds := v_kinds || 's'::"char";
+        END IF;
+    END LOOP;
+    PERFORM hivenet._check_registry(p_fields);
+
+    v_seq := hivenet._scope_sequence(p_format, v_scope, p_fields);
+    v_local := hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone');
+    v_period := hivenet._period_index(v_local, v_format.reset);
+    FOR i IN 1 .. p_count LOOP
+        v_raw := nextval(v_seq);
+        IF v_raw / v_format.stride < v_period
+           OR v_raw % v_format.stride NOT BETWEEN 1 AND v_format.capacity THEN
+            v_raw := hivenet._advance(v_seq, v_format, v_period);
+        END IF;
+        -- A newer period than the clock's (clock went back, or borrowed): print its start.
+        v_print := CASE WHEN v_raw / v_format.stride = v_period THEN v_local
+                        ELSE hivenet._period_start(v_raw / v_format.stride, v_format.reset) END;
+        v_serial := '';
+        FOR j IN 1 .. array_length(v_kinds, 1) LOOP
+            v_serial := v_serial || CASE v_kinds[j]
+                WHEN 'f' THEN v_parts[j]
+                WHEN 't' THEN to_char(v_print, v_parts[j])
+                ELSE lpad((v_raw % v_format.stride)::text, v_format.seq_width, '0') END;
+        END LOOP;
+        v_out := v_out || v_serial;
+    END LOOP;
+    RETURN v_out;
+END $$;
+
+-- hivenet.next_serial(format, fields) → text: one serial of any format, fields by name,
+--   e.g. next_serial('unified', '{"system":"C0001","module":"A01","instance":"01"}').
+--   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
+CREATE FUNCTION hivenet.next_serial(p_format text, p_fields jsonb) RETURNS text
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT (hivenet._allocate(p_format, p_fields, 1))[1]
+$$;
+
+-- hivenet.next_serials(format, fields, n) → setof text: n serials in one call (bulk work),
+--   in increasing order. HN001 unless 1 <= n <= 1000000.
+CREATE FUNCTION hivenet.next_serials(p_format text, p_fields jsonb, p_n integer)
+RETURNS SETOF text
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT unnest(hivenet._allocate(p_format, p_fields, p_n))
+$$;
+
+-- hivenet.next_unified_serial(system, module, instance) → text (28 characters)
+CREATE FUNCTION hivenet.next_unified_serial(p_system text, p_module text, p_instance text)
+RETURNS text
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT (hivenet._allocate('unified', jsonb_build_object(
+        'system', p_system, 'module', p_module, 'instance', p_instance), 1))[1]
+$$;
+
+-- hivenet.next_system_serial(system, module, instance) → text (30 characters)
+CREATE FUNCTION hivenet.next_system_serial(p_system text, p_module text, p_instance text)
+RETURNS text
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT (hivenet._allocate('system', jsonb_build_object(
+        'system', p_system, 'module', p_module, 'instance', p_instance), 1))[1]
+$$;
+
+-- hivenet.next_interface_serial(system, module, instance, target) → text (39 characters)
+CREATE FUNCTION hivenet.next_interface_serial(p_system text, p_module text, p_instance text,
+    p_target text) RETURNS text
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT (hivenet._allocate('interface', jsonb_build_object(
+        'system', p_system, 'module', p_module, 'instance', p_instance, 'target', p_target), 1))[1]
+$$;

@@ -1,0 +1,2 @@
+-- claims: filled in by its issue.
+SELECT 1;

@@ -1,0 +1,26 @@
+-- hivenet.now(): the one clock of the schema.
+--   Returns the wall clock (clock_timestamp(), so long transactions still see time pass), or
+--   the session's `hivenet.fake_now` when the setting allow_fake_clock is true.
+--   Raises HN001 when hivenet.fake_now is set but fake clocks are not allowed here, or when it
+--   is no timestamptz: a production clock is never moved by a session (SPEC §8).
+--   Never blocks. VOLATILE: it reads the clock.
+CREATE FUNCTION hivenet.now() RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_fake text := current_setting('hivenet.fake_now', true);
+BEGIN
+    IF v_fake IS NULL OR v_fake = '' THEN
+        RETURN clock_timestamp();
+    END IF;
+    IF NOT hivenet._setting_value('allow_fake_clock')::boolean THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('hivenet.fake_now is set to %L but this database does not allow a '
+                             'fake clock (setting allow_fake_clock)', v_fake);
+    END IF;
+    BEGIN
+        RETURN v_fake::timestamptz;
+    EXCEPTION WHEN data_exception THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('hivenet.fake_now %L is not a timestamptz', v_fake);
+    END;
+END $$;

@@ -1,0 +1,2 @@
+-- dedup: filled in by its issue.
+SELECT 1;

@@ -1,0 +1,322 @@
+-- Serial formats: a declarative layout (segments) per format, checked when defined.
+--
+-- A segment is one JSON object:
+--   {"field": "system", "width": 5, "charset": "alnum"}    value given by the caller; optional
+--                                                         "min"/"max" for digit fields
+--   {"literal": "HN"}                                      fixed text
+--   {"time": "YYYYMMDD"}                                   date/time in the business time zone
+--   {"seq": 10, "reset": "day"}                            counter, zero-padded, reset per period
+-- The counter scope is the concatenation of the field values: two scopes never share a counter.
+
+-- Time patterns a format may use: to_char pattern, width, and the finest unit they show.
+CREATE FUNCTION hivenet._time_pattern(p_pattern text,
+    OUT to_char_pattern text, OUT width integer, OUT resolution text)
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT t.p, t.w, t.r
+    FROM (VALUES
+        ('YYYY', 'YYYY', 4, 'year'),
+        ('YYYYMM', 'YYYYMM', 6, 'month'),
+        ('YYMMDD', 'YYMMDD', 6, 'day'),
+        ('YYYYMMDD', 'YYYYMMDD', 8, 'day'),
+        ('YYYYMMDDHH', 'YYYYMMDDHH24', 10, 'hour'),
+        ('YYYYMMDDHHMI', 'YYYYMMDDHH24MI', 12, 'minute'),
+        ('YYMMDDHHMISS', 'YYMMDDHH24MISS', 12, 'second'),
+        ('yyMMddHHmmss', 'YYMMDDHH24MISS', 12, 'second'),
+        ('YYYYMMDDHHMISS', 'YYYYMMDDHH24MISS', 14, 'second')
+    ) AS t(name, p, w, r)
+    WHERE t.name = p_pattern
+$$;
+
+-- Rank of a reset period or time resolution: a time field can tell periods apart only when
+-- its resolution ranks at or below the reset period.
+CREATE FUNCTION hivenet._unit_rank(p_unit text) RETURNS integer
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT array_position(ARRAY['second', 'minute', 'hour', 'day', 'month', 'year', 'never'],
+                          p_unit)
+$$;
+
+-- Period index of a business-local time: 1 for the first period starting 2000-01-01.
+-- Stored in the counter's sequence as period * stride + seq (see allocate.sql).
+CREATE FUNCTION hivenet._period_index(p_local timestamp, p_reset text) RETURNS bigint
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT 1 + CASE p_reset
+        WHEN 'day' THEN (p_local::date - date '2000-01-01')::bigint
+        WHEN 'second' THEN floor(extract(epoch FROM p_local - timestamp '2000-01-01'))::bigint
+        WHEN 'minute' THEN floor(extract(epoch FROM p_local - timestamp '2000-01-01') / 60)::bigint
+        WHEN 'hour' THEN floor(extract(epoch FROM p_local - timestamp '2000-01-01') / 3600)::bigint
+        WHEN 'month' THEN (extract(year FROM p_local)::bigint - 2000) * 12
+                          + extract(month FROM p_local)::bigint - 1
+        WHEN 'year' THEN extract(year FROM p_local)::bigint - 2000
+        ELSE 0
+    END
+$$;
+
+-- Business-local start of period p_index (inverse of _period_index).
+CREATE FUNCTION hivenet._period_start(p_index bigint, p_reset text) RETURNS timestamp
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT timestamp '2000-01-01' + CASE p_reset
+        WHEN 'day' THEN (p_index - 1) * interval '1 day'
+        WHEN 'second' THEN (p_index - 1) * interval '1 second'
+        WHEN 'minute' THEN (p_index - 1) * interval '1 minute'
+        WHEN 'hour' THEN (p_index - 1) * interval '1 hour'
+        WHEN 'month' THEN (p_index - 1) * interval '1 month'
+        WHEN 'year' THEN (p_index - 1) * interval '1 year'
+        ELSE interval '0'
+    END
+$$;
+
+-- Largest period index a format must hold (periods until 2200), so period * stride fits a bigint.
+CREATE FUNCTION hivenet._max_period_index(p_reset text) RETURNS bigint
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT hivenet._period_index(timestamp '2200-01-01', p_reset)
+$$;
+
+CREATE TABLE hivenet.format (
+    name               text PRIMARY KEY,
+    segments           jsonb NOT NULL,
+    length             integer NOT NULL,
+    field_names        text[] NOT NULL,
+    seq_width          integer NOT NULL,
+    reset              text NOT NULL,
+    capacity           bigint NOT NULL,   -- serials per period per scope: 10^seq_width - 1
+    stride             bigint NOT NULL,   -- sequence value = period index * stride + seq
+    borrow_next_period boolean NOT NULL,
+    builtin            boolean NOT NULL DEFAULT false,
+    description        text
+);
+COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
+
+-- Reject a format definition with HN001 naming the format and the offending part.
+CREATE FUNCTION hivenet._format_error(p_name text, p_message text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'HN001',
+        MESSAGE = format('format %L: %s', p_name, p_message);
+END $$;
+
+-- The normalised format row for a definition, or HN001 naming what is wrong.
+-- Field segments get a "regex" so allocation checks them with one match.
+CREATE FUNCTION hivenet._compile_format(p_name text, p_segments jsonb,
+    p_borrow_next_period boolean, p_description text) RETURNS hivenet.format
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_row hivenet.format;
+    v_segments jsonb := '[]';
+    v_seg jsonb;
+    v_kind text;
+    v_width integer;
+    v_charset text;
+    v_time record;
+    v_finest text := 'never';
+    v_headroom bigint;
+BEGIN
+    IF p_name IS NULL OR p_name !~ '^[a-z][a-z0-9_]{0,30}$' THEN
+        PERFORM hivenet._format_error(p_name, 'name must match [a-z][a-z0-9_]{0,30}');
+    END IF;
+    IF jsonb_typeof(p_segments) IS DISTINCT FROM 'array' OR jsonb_array_length(p_segments) = 0 THEN
+        PERFORM hivenet._format_error(p_name, 'segments must be a non-empty JSON array');
+    END IF;
+    v_row.name := p_name;
+    v_row.length := 0;
+    v_row.field_names := '{}';
+    FOR v_seg IN SELECT jsonb_array_elements(p_segments) LOOP
+        IF jsonb_typeof(v_seg) <> 'object' THEN
+            PERFORM hivenet._format_error(p_name, format('segment %s is not an object', v_seg));
+        END IF;
+        SELECT k INTO v_kind FROM jsonb_object_keys(v_seg) AS k
+        WHERE k IN ('field', 'literal', 'time', 'seq');
+        IF v_kind IS NULL
+           OR (SELECT count(*) FROM jsonb_object_keys(v_seg) AS k
+               WHERE k IN ('field', 'literal', 'time', 'seq')) <> 1 THEN
+            PERFORM hivenet._format_error(p_name, format(
+                'segment %s needs exactly one of field, literal, time, seq', v_seg));
+        END IF;
+        CASE v_kind
+        WHEN 'field' THEN
+            v_width := CASE WHEN jsonb_typeof(v_seg -> 'width') = 'number'
+                            THEN (v_seg ->> 'width')::numeric::integer END;
+            v_charset := coalesce(v_seg ->> 'charset', 'alnum');
+            IF (v_seg ->> 'field') !~ '^[a-z][a-z0-9_]{0,30}$'
+               OR (v_seg ->> 'field') IN ('format', 'date', 'datetime', 'seq')
+               OR (v_seg ->> 'field') = ANY (v_row.field_names) THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field name %s must be a new name matching [a-z][a-z0-9_]{0,30} '
+                    '(not format, date, datetime or seq)', v_seg -> 'field'));
+            END IF;
+            IF v_width IS NULL OR v_width NOT BETWEEN 1 AND 40 THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: width must be 1 to 40', v_seg -> 'field'));
+            END IF;
+            IF v_charset NOT IN ('digit', 'alnum', 'upper_alnum', 'alpha') THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: charset must be digit, alnum, upper_alnum or alpha',
+                    v_seg -> 'field'));
+            END IF;
+            IF (v_seg ? 'min' OR v_seg ? 'max') AND (v_charset <> 'digit'
+                OR coalesce(jsonb_typeof(v_seg -> 'min'), 'number') <> 'number'
+                OR coalesce(jsonb_typeof(v_seg -> 'max'), 'number') <> 'number') THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: min and max are numbers, for digit fields only', v_seg -> 'field'));
+            END IF;
+            v_row.field_names := v_row.field_names || (v_seg ->> 'field');
+            v_segments := v_segments || jsonb_build_array(v_seg || jsonb_build_object(
+                'width', v_width, 'charset', v_charset,
+                'regex', format('^%s{%s}$', CASE v_charset
+                    WHEN 'digit' THEN '[0-9]' WHEN 'alnum' THEN '[0-9A-Za-z]'
+                    WHEN 'upper_alnum' THEN '[0-9A-Z]' ELSE '[A-Za-z]' END, v_width)));
+        WHEN 'literal' THEN
+            IF jsonb_typeof(v_seg -> 'literal') <> 'string'
+               OR (v_seg ->> 'literal') !~ '^[0-9A-Za-z_-]{1,40}$' THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'literal %s must be 1 to 40 characters of [0-9A-Za-z_-]', v_seg -> 'literal'));
+            END IF;
+            v_width := length(v_seg ->> 'literal');
+            v_segments := v_segments || jsonb_build_array(v_seg);
+        WHEN 'time' THEN
+            SELECT * INTO v_time FROM hivenet._time_pattern(v_seg ->> 'time');
+            IF v_time.width IS NULL THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'unknown time pattern %s (known: YYYY, YYYYMM, YYMMDD, YYYYMMDD, YYYYMMDDHH, '
+                    'YYYYMMDDHHMI, YYMMDDHHMISS, yyMMddHHmmss, YYYYMMDDHHMISS)', v_seg -> 'time'));
+            END IF;
+            v_width := v_time.width;
+            IF hivenet._unit_rank(v_time.resolution) < hivenet._unit_rank(v_finest) THEN
+                v_finest := v_time.resolution;
+            END IF;
+            v_segments := v_segments || jsonb_build_array(
+                v_seg || jsonb_build_object('to_char', v_time.to_char_pattern,
+                                            'width', v_time.width,
+                                            'resolution', v_time.resolution));
+        ELSE -- seq
+            IF v_row.seq_width IS NOT NULL THEN
+                PERFORM hivenet._format_error(p_name, 'a format has exactly one seq segment');
+            END IF;
+            v_width := CASE WHEN jsonb_typeof(v_seg -> 'seq') = 'number'
+                            THEN (v_seg ->> 'seq')::numeric::integer END;
+            v_row.reset := coalesce(v_seg ->> 'reset', 'day');
+            IF v_width IS NULL OR v_width NOT BETWEEN 1 AND 17 THEN
+                PERFORM hivenet._format_error(p_name, 'seq width must be 1 to 17');
+            END IF;
+            IF hivenet._unit_rank(v_row.reset) IS NULL THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'reset %s must be second, minute, hour, day, month, year or never',
+                    v_seg -> 'reset'));
+            END IF;
+            v_row.seq_width := v_width;
+            v_segments := v_segments || jsonb_build_array(jsonb_build_object(
+                'seq', v_width, 'reset', v_row.reset));
+        END CASE;
+        v_row.length := v_row.length + v_width;
+    END LOOP;
+    IF v_row.seq_width IS NULL THEN
+        PERFORM hivenet._format_error(p_name, 'a format needs one seq segment');
+    END IF;
+    IF v_row.length > 64 THEN
+        PERFORM hivenet._format_error(p_name, format('total length %s exceeds 64', v_row.length));
+    END IF;
+    -- Serials of two periods must differ in their printed time, or a reset would repeat them.
+    IF hivenet._unit_rank(v_finest) > hivenet._unit_rank(v_row.reset) THEN
+        PERFORM hivenet._format_error(p_name, format(
+            'seq resets every %s but the time fields only show the %s: serials of two periods '
+            'would collide', v_row.reset, v_finest));
+    END IF;
+    v_row.capacity := (10::numeric ^ v_row.seq_width)::bigint - 1;
+    -- Largest power of ten that keeps period * stride inside a bigint; at least 10x capacity,
+    -- so calls that keep failing after exhaustion never spill into the next period.
+    v_headroom := floor(log(9.2e18 / (hivenet._max_period_index(v_row.reset) + 1)))::bigint;
+    IF v_headroom < v_row.seq_width + 1 THEN
+        PERFORM hivenet._format_error(p_name, format(
+            'seq width %s is too wide for a counter that resets every %s (at most %s digits)',
+            v_row.seq_width, v_row.reset, v_headroom - 1));
+    END IF;
+    v_row.stride := (10::numeric ^ v_headroom)::bigint;
+    v_row.segments := v_segments;
+    v_row.borrow_next_period := coalesce(p_borrow_next_period, false);
+    v_row.builtin := false;
+    v_row.description := p_description;
+    RETURN v_row;
+END $$;
+
+-- hivenet.define_format(name, segments, borrow_next_period, description) → void
+--   Defines a custom format. Raises HN001 for an invalid definition, and when the name is
+--   taken by a different definition (redefining would break uniqueness of issued serials).
+--   Defining the same format again is a no-op. Takes a row lock on the new name only.
+CREATE FUNCTION hivenet.define_format(p_name text, p_segments jsonb,
+    p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_new hivenet.format := hivenet._compile_format(p_name, p_segments, p_borrow_next_period,
+                                                    p_description);
+    v_old hivenet.format;
+BEGIN
+    INSERT INTO hivenet.format VALUES (v_new.*) ON CONFLICT (name) DO NOTHING;
+    IF NOT FOUND THEN
+        SELECT * INTO v_old FROM hivenet.format WHERE name = p_name;
+        IF v_old.segments <> v_new.segments
+           OR v_old.borrow_next_period <> v_new.borrow_next_period THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('format %L is already defined differently', p_name);
+        END IF;
+    END IF;
+END $$;
+
+-- The built-in formats of the HiveNet Sequence Standards (seed 000) and seeds 001 and 004.
+DO $$
+DECLARE
+    v_scope constant jsonb := '[{"field": "system", "width": 5, "charset": "alnum"},
+                                {"field": "module", "width": 3, "charset": "alnum"},
+                                {"field": "instance", "width": 2, "charset": "digit", "min": 1}]';
+    v_merchant constant jsonb := '[{"field": "merchant", "width": 12, "charset": "digit"}]';
+    v_row hivenet.format;
+    v_def record;
+BEGIN
+    FOR v_def IN SELECT * FROM (VALUES
+        ('unified', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 10, "reset": "day"}]',
+         'unified serial (统一流水号): one business transaction across all systems'),
+        ('system', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 12, "reset": "day"}]',
+         'system serial (系统流水号): one processing step; retries reuse it'),
+        ('interface', v_scope || '[{"field": "target", "width": 5, "charset": "alnum"},
+                                   {"time": "YYYYMMDDHHMISS"}, {"seq": 10, "reset": "day"}]',
+         'interface serial (接口流水号): one interface call'),
+        ('id_service', v_merchant || '[{"time": "YYYYMMDD"},
+                                       {"field": "shard", "width": 2, "charset": "digit"},
+                                       {"seq": 6, "reset": "day"}]',
+         'unified ID service: merchant + date + shard + daily sequence'),
+        ('merchant_trade', v_merchant || '[{"time": "YYYYMMDDHHMISS"}, {"seq": 6, "reset": "day"}]',
+         'merchant trade number: merchant + date-time + daily sequence'),
+        ('per_second', '[{"time": "yyMMddHHmmss"}, {"seq": 5, "reset": "second"}]',
+         'time-based serial: yyMMddHHmmss + per-second sequence')
+    ) AS d(name, segments, description)
+    LOOP
+        v_row := hivenet._compile_format(v_def.name, v_def.segments::jsonb, false,
+                                         v_def.description);
+        v_row.builtin := true;
+        INSERT INTO hivenet.format VALUES (v_row.*);
+    END LOOP;
+END $$;
+
+-- What is wrong with p_value as a value of field segment p_seg, or NULL when it is valid.
+CREATE FUNCTION hivenet._field_problem(p_seg jsonb, p_value text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_value IS NULL THEN
+        RETURN 'is missing';
+    END IF;
+    -- octet_length: full-width and other non-ASCII characters never pass.
+    IF p_value !~ (p_seg ->> 'regex') OR octet_length(p_value) <> (p_seg ->> 'width')::integer
+    THEN
+        RETURN format('%L must be %s %s characters', p_value, p_seg ->> 'width',
+                      p_seg ->> 'charset');
+    END IF;
+    -- Nested IF: the cast is safe only once the value is known to be digits.
+    IF p_seg ->> 'charset' = 'digit' AND (p_seg ? 'min' OR p_seg ? 'max') THEN
+        IF p_value::numeric NOT BETWEEN coalesce((p_seg ->> 'min')::numeric, 0)
+                                    AND coalesce((p_seg ->> 'max')::numeric, p_value::numeric)
+        THEN
+            RETURN format('%L must be from %s to %s', p_value,
+                          lpad(coalesce(p_seg ->> 'min', '0'), length(p_value), '0'),
+                          coalesce(p_seg ->> 'max', repeat('9', length(p_value))));
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;

@@ -1,0 +1,2 @@
+-- reporting: filled in by its issue.
+SELECT 1;

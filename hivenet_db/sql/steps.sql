@@ -1,0 +1,2 @@
+-- steps: filled in by its issue.
+SELECT 1;

@@ -1,0 +1,1 @@
+"""Alembic migrations of schema ``hivenet`` (packaged as ``hivenet_db.migrations``)."""

@@ -1,0 +1,36 @@
+"""Alembic environment of hivenet-db.
+
+Standalone (``hivenet-db migrate`` or ``alembic -c <this package>/alembic.ini``) the version
+table is ``hivenet_alembic_version``, so it never collides with the application's own
+``alembic_version``. Included as the ``hivenet`` branch of an application's tree, the
+application's env.py runs these revisions and this file is not used.
+"""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from hivenet_db.dburl import from_env, sqlalchemy_url
+
+VERSION_TABLE = "hivenet_alembic_version"
+
+config = context.config
+url = (config.attributes.get("url") or context.get_x_argument(as_dictionary=True).get("url")
+       or from_env(config.get_main_option("sqlalchemy.url")))
+if not url:
+    raise SystemExit("no database URL: pass -x url=... or set HIVENET_DATABASE_URL")
+
+connection = config.attributes.get("connection")
+if connection is not None:
+    context.configure(connection=connection, version_table=VERSION_TABLE,
+                      transactional_ddl=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
+    with engine.connect() as conn:
+        context.configure(connection=conn, version_table=VERSION_TABLE, transactional_ddl=True)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()

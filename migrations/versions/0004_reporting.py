@@ -1,0 +1,23 @@
+"""Reporting views.
+
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-11-21
+"""
+
+from alembic import op
+
+from hivenet_db.schema import apply_parts
+
+revision = "0004"
+down_revision = "0003"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    apply_parts(op.get_bind(), "reporting")
+
+
+def downgrade() -> None:
+    pass

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+
+pytest_plugins = ["hivenet_db.testing"]
+
+
+@pytest.fixture
+def connect(hivenet_url: str) -> Iterator[Callable[..., psycopg.Connection]]:
+    """Open extra raw connections to the test's database (closed after the test)."""
+    opened: list[psycopg.Connection] = []
+
+    def _connect(autocommit: bool = True) -> psycopg.Connection:
+        conn = psycopg.connect(hivenet_url, autocommit=autocommit)
+        opened.append(conn)
+        return conn
+
+    yield _connect
+    for conn in opened:
+        conn.close()
+
+
+@pytest.fixture
+def db(connect: Callable[..., psycopg.Connection]) -> psycopg.Connection:
+    """An autocommit psycopg connection to the test's database."""
+    return connect()
+
+
+@pytest.fixture
+def fake_clock(db: psycopg.Connection) -> Callable[[psycopg.Connection, str], None]:
+    """Allow the fake clock in this database; returns set(conn, timestamptz literal)."""
+    db.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'allow_fake_clock'")
+
+    def _set(conn: psycopg.Connection, when: str) -> None:
+        conn.execute("SELECT set_config('hivenet.fake_now', %s, false)", (when,))
+
+    return _set
