@@ -40,8 +40,7 @@ def _candidate_bin_dirs() -> Iterator[Path]:
             yield Path(out)
     for root in _USUAL_ROOTS:
         # Newest major version first: /usr/lib/postgresql/16/bin before .../15/bin.
-        for bindir in sorted(Path(root).glob("*/bin"), reverse=True):
-            yield bindir
+        yield from sorted(Path(root).glob("*/bin"), reverse=True)
         yield Path(root) / "bin"
 
 

@@ -29,7 +29,8 @@ class Serial(str):
         serial = super().__new__(cls, value)
         serial.format = parsed["format"]
         serial.seq = int(parsed["seq"])
-        serial.datetime = dt.datetime.fromisoformat(parsed["datetime"]) if "datetime" in parsed else None
+        serial.datetime = (dt.datetime.fromisoformat(parsed["datetime"])
+                           if "datetime" in parsed else None)
         serial.date = (dt.date.fromisoformat(parsed["date"]) if "date" in parsed
                        else serial.datetime.date() if serial.datetime else None)
         serial.fields = {k: v for k, v in parsed.items()

@@ -9,10 +9,14 @@
 
 CREATE EXTENSION IF NOT EXISTS dblink SCHEMA hivenet;
 
+-- No foreign key to hivenet.format: scopes are created in a transaction of their own, which
+-- cannot see a format defined in the caller's still-open transaction. `definition` tells
+-- leftovers of a rolled-back definition apart (define_format drops them).
 CREATE TABLE hivenet.scope (
-    format        text NOT NULL REFERENCES hivenet.format,
+    format        text NOT NULL,
     scope         text NOT NULL,
     fields        jsonb NOT NULL,
+    definition    text NOT NULL,   -- md5 of the format's segments
     sequence_name text NOT NULL UNIQUE,
     created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (format, scope)
@@ -33,7 +37,8 @@ $$;
 
 -- Runs in its own transaction through the loopback connection (see _scope_sequence): creates
 -- the scope's sequence if missing and returns its oid. Safe to race.
-CREATE FUNCTION hivenet._create_scope(p_format text, p_scope text, p_fields jsonb) RETURNS oid
+CREATE FUNCTION hivenet._create_scope(p_format text, p_scope text, p_fields jsonb,
+    p_definition text) RETURNS oid
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_name text := hivenet._scope_sequence_name(p_format, p_scope);
@@ -44,8 +49,8 @@ BEGIN
     EXCEPTION WHEN unique_violation OR duplicate_table THEN
         NULL; -- a concurrent first use created it
     END;
-    INSERT INTO hivenet.scope (format, scope, fields, sequence_name)
-    VALUES (p_format, p_scope, p_fields, v_name) ON CONFLICT DO NOTHING;
+    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
+    VALUES (p_format, p_scope, p_fields, p_definition, v_name) ON CONFLICT DO NOTHING;
     -- A catalog query, not a name lookup, so a sequence committed by a racer is seen.
     RETURN (SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE n.nspname = 'hivenet' AND c.relname = v_name);
@@ -73,12 +78,12 @@ $$;
 -- The sequence of a counter scope, created on first use in a committed transaction of its own
 -- (through dblink): created inside the caller's transaction, it would vanish with a rollback
 -- and start over, handing out the same serials again (SPEC §2, guarantee 2).
-CREATE FUNCTION hivenet._scope_sequence(p_format text, p_scope text, p_fields jsonb)
+CREATE FUNCTION hivenet._scope_sequence(p_format hivenet.format, p_scope text, p_fields jsonb)
 RETURNS regclass
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_seq regclass := to_regclass(
-        'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, p_scope)));
+        'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format.name, p_scope)));
     v_dblink_schema text;
     v_oid oid;
 BEGIN
@@ -90,7 +95,8 @@ BEGIN
     EXECUTE format('SELECT oid FROM %I.dblink($1, $2) AS t(oid oid)', v_dblink_schema)
         INTO v_oid
         USING hivenet._loopback_dsn(),
-              format('SELECT hivenet._create_scope(%L, %L, %L)', p_format, p_scope, p_fields);
+              format('SELECT hivenet._create_scope(%L, %L, %L, %L)', p_format.name, p_scope,
+                     p_fields, md5(p_format.segments::text));
     -- Using the oid (not the name) makes nextval lock the relation, which refreshes this
     -- session's catalog caches.
     RETURN v_oid::regclass;
@@ -211,7 +217,7 @@ BEGIN
     END LOOP;
     PERFORM hivenet._check_registry(p_fields);
 
-    v_seq := hivenet._scope_sequence(p_format, v_scope, p_fields);
+    v_seq := hivenet._scope_sequence(v_format, v_scope, p_fields);
     v_local := hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone');
     v_period := hivenet._period_index(v_local, v_format.reset);
     FOR i IN 1 .. p_count LOOP

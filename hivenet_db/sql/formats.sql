@@ -240,7 +240,11 @@ END $$;
 -- hivenet.define_format(name, segments, borrow_next_period, description) → void
 --   Defines a custom format. Raises HN001 for an invalid definition, and when the name is
 --   taken by a different definition (redefining would break uniqueness of issued serials).
---   Defining the same format again is a no-op. Takes a row lock on the new name only.
+--   Defining the same format again is a no-op. Counters left by an earlier definition of the
+--   name that was rolled back start over when they do not fit this one: every serial they
+--   issued belonged to that rolled-back transaction. (setval, not DROP: the counter may be
+--   recreated through the loopback connection, which would wait on our uncommitted DROP.)
+--   Never delete rows of hivenet.format by hand. Takes a row lock on the new name only.
 CREATE FUNCTION hivenet.define_format(p_name text, p_segments jsonb,
     p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -248,9 +252,18 @@ DECLARE
     v_new hivenet.format := hivenet._compile_format(p_name, p_segments, p_borrow_next_period,
                                                     p_description);
     v_old hivenet.format;
+    v_leftover text;
 BEGIN
     INSERT INTO hivenet.format VALUES (v_new.*) ON CONFLICT (name) DO NOTHING;
-    IF NOT FOUND THEN
+    IF FOUND THEN
+        FOR v_leftover IN
+            UPDATE hivenet.scope SET definition = md5(v_new.segments::text)
+            WHERE format = p_name AND definition <> md5(v_new.segments::text)
+            RETURNING sequence_name
+        LOOP
+            PERFORM setval(('hivenet.' || quote_ident(v_leftover))::regclass, 0, true);
+        END LOOP;
+    ELSE
         SELECT * INTO v_old FROM hivenet.format WHERE name = p_name;
         IF v_old.segments <> v_new.segments
            OR v_old.borrow_next_period <> v_new.borrow_next_period THEN
