@@ -264,7 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             say(f"hivenet-db bench: unknown scenario {', '.join(unknown)} "
                 f"(known: {', '.join(available)})")
             return 2
-        chosen = [available[n] for n in args.scenario] if args.scenario else list(available.values())
+        chosen = ([available[n] for n in args.scenario] if args.scenario
+                  else list(available.values()))
         results = _run_all(args, chosen, say)
     except (BenchError, EmbeddedError) as exc:
         say(f"hivenet-db bench: {exc}")
