@@ -24,14 +24,14 @@ COMMENT ON TABLE hivenet.scope IS 'one row per counter scope (format + field val
 CREATE FUNCTION hivenet._reset_lock_space() RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210101 $$;
 
--- plpgsql, not sql: on the hot path (see _period_index in formats.sql).
+-- On every allocation: inlined, a SQL-standard body without SET (see _period_index).
 CREATE FUNCTION hivenet._scope_sequence_name(p_format text, p_scope text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN CASE WHEN octet_length(p_format || p_scope) <= 58
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT CASE WHEN octet_length(p_format || p_scope) <= 58
                 THEN 'seq_' || p_format || '_' || p_scope
                 ELSE 'seq_' || left(p_format, 26) || '_' || md5(p_scope) END;
-END $$;
+END;
 
 -- Runs in its own transaction through the loopback connection (see _scope_sequence): creates
 -- the scope's sequence if missing and returns its oid. Safe to race.
@@ -97,13 +97,15 @@ END $$;
 -- Slow path, under the scope's advisory lock: move the sequence to period p_period when it is
 -- still in an older one, and past an exhausted period (borrowing formats only; others get
 -- HN010). Returns a fresh sequence value that is in or after p_period and not exhausted.
-CREATE FUNCTION hivenet._advance(p_seq regclass, p_format hivenet.format, p_period bigint)
+CREATE FUNCTION hivenet._advance(p_seq regclass, p_format_name text, p_period bigint)
 RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    p_format hivenet.format;
     v_value bigint;
     v_period bigint;
 BEGIN
+    SELECT * INTO p_format FROM hivenet.format WHERE name = p_format_name;
     PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
     BEGIN
         v_value := nextval(p_seq);
@@ -148,12 +150,14 @@ END $$;
 
 -- HN001 naming the first field of p_values (in p_format's field order) that is invalid.
 -- Called only when allocation's one-match check failed; builds the precise message.
-CREATE FUNCTION hivenet._field_error(p_format hivenet.format, p_values text[]) RETURNS void
+CREATE FUNCTION hivenet._field_error(p_format_name text, p_values text[]) RETURNS void
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    p_format hivenet.format;
     v_seg jsonb;
     v_index integer := 0;
 BEGIN
+    SELECT * INTO p_format FROM hivenet.format WHERE name = p_format_name;
     FOR v_seg IN SELECT s FROM jsonb_array_elements(p_format.segments) AS s WHERE s ? 'field'
     LOOP
         v_index := v_index + 1;
@@ -177,8 +181,20 @@ CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[]
     p_count integer) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_format hivenet.format;
-    v_read record;
+    -- Only the format's columns the hot path needs (a whole row with its segments costs more).
+    v_field_names text[];
+    v_field_pattern text;
+    v_field_min numeric[];
+    v_field_max numeric[];
+    v_bounded_fields integer[];
+    v_head text;
+    v_tail text;
+    v_reset text;
+    v_stride bigint;
+    v_capacity bigint;
+    v_seq_width integer;
+    v_time_zone text;
+    v_enforce_registry boolean;
     v_values text[] := p_values;
     v_name text;
     v_field integer;
@@ -186,8 +202,6 @@ DECLARE
     v_seq regclass;
     v_local timestamp;
     v_period bigint;
-    v_head text;
-    v_tail text;
     v_raw bigint;
     v_print timestamp;
     v_out text[] := '{}';
@@ -198,46 +212,50 @@ BEGIN
     END IF;
     -- One query for the format and the two settings (read from the table here, since one
     -- _setting_value call per setting would cost a query each).
-    SELECT f AS format, (SELECT value FROM hivenet.setting WHERE name = 'time_zone') AS time_zone,
-           (SELECT value FROM hivenet.setting WHERE name = 'enforce_registry')::boolean AS enforce
-    INTO v_read FROM hivenet.format f WHERE f.name = p_format;
+    SELECT f.field_names, f.field_pattern, f.field_min, f.field_max, f.bounded_fields,
+           f.head_pattern, f.tail_pattern, f.reset, f.stride, f.capacity, f.seq_width,
+           (SELECT value FROM hivenet.setting WHERE name = 'time_zone'),
+           (SELECT value FROM hivenet.setting WHERE name = 'enforce_registry')::boolean
+    INTO v_field_names, v_field_pattern, v_field_min, v_field_max, v_bounded_fields,
+         v_head, v_tail, v_reset, v_stride, v_capacity, v_seq_width,
+         v_time_zone, v_enforce_registry
+    FROM hivenet.format f WHERE f.name = p_format;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('unknown format %L', p_format);
     END IF;
-    v_format := v_read.format;
     IF v_values IS NULL THEN
         IF jsonb_typeof(p_fields) IS DISTINCT FROM 'object' THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('format %s: fields must be a JSON object, not %s', p_format,
                                  coalesce(p_fields::text, 'NULL'));
         END IF;
-        IF p_fields - v_format.field_names <> '{}'::jsonb THEN
+        IF p_fields - v_field_names <> '{}'::jsonb THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('format %s has no field %L (fields: %s)', p_format,
-                                 (SELECT k FROM jsonb_object_keys(p_fields - v_format.field_names)
-                                  AS k LIMIT 1),
-                                 array_to_string(v_format.field_names, ', '));
+                                 (SELECT k FROM jsonb_object_keys(p_fields - v_field_names) AS k
+                                  LIMIT 1),
+                                 array_to_string(v_field_names, ', '));
         END IF;
         v_values := '{}';
-        FOREACH v_name IN ARRAY v_format.field_names LOOP
+        FOREACH v_name IN ARRAY v_field_names LOOP
             v_values := v_values || (p_fields ->> v_name);
         END LOOP;
     END IF;
-    IF array_to_string(v_values, ' ', '?') !~ v_format.field_pattern THEN
-        PERFORM hivenet._field_error(v_format, v_values);
+    IF array_to_string(v_values, ' ', '?') !~ v_field_pattern THEN
+        PERFORM hivenet._field_error(p_format, v_values);
     END IF;
-    IF v_format.bounded_fields <> '{}' THEN
+    IF v_bounded_fields <> '{}' THEN
         -- Digits only (the pattern matched), so the casts are safe.
-        FOREACH v_field IN ARRAY v_format.bounded_fields LOOP
-            IF v_values[v_field]::numeric < v_format.field_min[v_field]
-               OR v_values[v_field]::numeric > v_format.field_max[v_field] THEN
-                PERFORM hivenet._field_error(v_format, v_values);
+        FOREACH v_field IN ARRAY v_bounded_fields LOOP
+            IF v_values[v_field]::numeric < v_field_min[v_field]
+               OR v_values[v_field]::numeric > v_field_max[v_field] THEN
+                PERFORM hivenet._field_error(p_format, v_values);
             END IF;
         END LOOP;
     END IF;
-    IF v_read.enforce THEN
-        PERFORM hivenet._check_registry(jsonb_object(v_format.field_names, v_values));
+    IF v_enforce_registry THEN
+        PERFORM hivenet._check_registry(jsonb_object(v_field_names, v_values));
     END IF;
 
     v_scope := array_to_string(v_values, '');
@@ -245,24 +263,23 @@ BEGIN
         'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
     IF v_seq IS NULL THEN
         v_seq := hivenet._new_scope_sequence(p_format, v_scope,
-                                             jsonb_object(v_format.field_names, v_values));
+                                             jsonb_object(v_field_names, v_values));
     END IF;
-    v_local := hivenet.now() AT TIME ZONE v_read.time_zone;
-    v_period := hivenet._period_index(v_local, v_format.reset);
-    v_head := format(v_format.head_pattern, VARIADIC v_values);
-    v_tail := format(v_format.tail_pattern, VARIADIC v_values);
+    v_local := hivenet.now() AT TIME ZONE v_time_zone;
+    v_period := hivenet._period_index(v_local, v_reset);
+    v_head := format(v_head, VARIADIC v_values);
+    v_tail := format(v_tail, VARIADIC v_values);
     FOR i IN 1 .. p_count LOOP
         v_raw := nextval(v_seq);
-        IF v_raw / v_format.stride < v_period
-           OR v_raw % v_format.stride NOT BETWEEN 1 AND v_format.capacity THEN
-            v_raw := hivenet._advance(v_seq, v_format, v_period);
+        IF v_raw / v_stride < v_period OR v_raw % v_stride NOT BETWEEN 1 AND v_capacity THEN
+            v_raw := hivenet._advance(v_seq, p_format, v_period);
         END IF;
         -- A newer period than the clock's (clock went back, or borrowed): print its start.
-        v_print := CASE WHEN v_raw / v_format.stride = v_period THEN v_local
-                        ELSE hivenet._period_start(v_raw / v_format.stride, v_format.reset) END;
+        v_print := CASE WHEN v_raw / v_stride = v_period THEN v_local
+                        ELSE hivenet._period_start(v_raw / v_stride, v_reset) END;
         -- concat, not ||: to_char of an empty pattern is NULL.
         v_out := v_out || concat(to_char(v_print, v_head),
-                                 lpad((v_raw % v_format.stride)::text, v_format.seq_width, '0'),
+                                 lpad((v_raw % v_stride)::text, v_seq_width, '0'),
                                  to_char(v_print, v_tail));
     END LOOP;
     RETURN v_out;
