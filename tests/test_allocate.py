@@ -69,7 +69,7 @@ def test_business_time_zone_not_session_zone(db: psycopg.Connection,
     (("C0001", "A01", "1"), "field instance '1' must be 2 digit characters"),
     (("C0001", "A01", None), "field instance is missing"),
     (("C 001", "A01", "01"), "field system 'C 001' must be 5 alnum"),
-    (("C000１", "A01", "01"), "field system 'C000１' must be 5 alnum"),  # full-width digit
+    (("C000\uff11", "A01", "01"), "field system 'C000\uff11' must be 5 alnum"),  # full-width 1
 ])
 def test_bad_fields_name_the_field(db: psycopg.Connection, args: tuple[str | None, ...],
                                    needle: str) -> None:
