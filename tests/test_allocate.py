@@ -221,3 +221,78 @@ def test_parallel_allocations_are_unique(connect: Connect, fake_clock: FakeClock
     assert len(set(everything)) == threads * per_thread
     for r in results:
         assert r == sorted(r)  # monotonic as each connection saw it
+
+
+def test_setting_change_reaches_sessions_that_already_allocated(
+        connect: Connect, fake_clock: FakeClock) -> None:
+    """Settings are generated constants in allocation's cached plans: a change must reach a
+    session that has used them already, when (and only when) the change commits."""
+    worker, admin = connect(), connect(autocommit=False)
+    fake_clock(worker, "2026-03-01 20:00:00+00")
+    assert unified(worker)[10:18] == "20260301"
+    admin.execute("UPDATE hivenet.setting SET value = 'Asia/Shanghai' WHERE name = 'time_zone'")
+    assert unified(worker)[10:18] == "20260301"  # not committed yet
+    admin.commit()
+    assert unified(worker)[10:18] == "20260302"
+    admin.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'enforce_registry'")
+    admin.commit()
+    state, _ = sqlstate_of(worker, "SELECT hivenet.next_unified_serial('C0001','A01','01')")
+    assert state == "HN002"
+
+
+def test_format_defined_elsewhere_is_usable_at_once(connect: Connect) -> None:
+    a, b = connect(), connect()
+    unified(a)
+    b.execute("""SELECT hivenet.define_format('plain', '[{"seq": 4, "reset": "never"}]')""")
+    assert one(a, "SELECT hivenet.next_serial('plain', '{}')") == "0001"
+
+
+def test_format_missing_from_the_constants_is_read_from_its_table(db: psycopg.Connection) -> None:
+    # As after a define_format whose rewrite of the constants lost to a concurrent one.
+    db.execute("""SELECT hivenet.define_format('plain', '[{"seq": 4, "reset": "never"}]')""")
+    db.execute("ALTER TABLE hivenet.format DISABLE TRIGGER format_compile")
+    db.execute("""SELECT hivenet.define_format('plain2', '[{"seq": 3, "reset": "never"}]')""")
+    assert one(db, "SELECT hivenet._format_constant('plain2')") is None
+    assert one(db, "SELECT hivenet.next_serial('plain2', '{}')") == "001"
+
+
+def test_settings_change_needs_read_committed(connect: Connect) -> None:
+    conn = connect(autocommit=False)
+    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    with pytest.raises(psycopg.Error) as info:
+        conn.execute("UPDATE hivenet.setting SET value = 'UTC' WHERE name = 'time_zone'")
+    assert info.value.sqlstate == "HN001" and "READ COMMITTED" in str(info.value)
+    conn.rollback()
+    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # new formats: allowed
+    conn.execute("""SELECT hivenet.define_format('plain', '[{"seq": 4, "reset": "never"}]')""")
+    conn.commit()
+
+
+def test_concurrent_define_format_waits_instead_of_failing(connect: Connect) -> None:
+    """Two transactions defining formats: the second waits for the first (the rewrite of the
+    constants is serialised), then both formats work."""
+    first, second, watcher = connect(autocommit=False), connect(autocommit=False), connect()
+    first.execute("""SELECT hivenet.define_format('one', '[{"seq": 4, "reset": "never"}]')""")
+    pid = one(second, "SELECT pg_backend_pid()")
+    done = threading.Event()
+
+    def define_second() -> None:
+        second.execute("""SELECT hivenet.define_format('two', '[{"seq": 5, "reset": "never"}]')""")
+        second.commit()
+        done.set()
+
+    t = threading.Thread(target=define_second)
+    t.start()
+    for _ in range(500):
+        if one(watcher, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+               pid) == "Lock":
+            break
+        threading.Event().wait(0.01)
+    else:
+        pytest.fail("the second define_format never waited")
+    assert not done.is_set()
+    first.commit()
+    t.join(10)
+    assert done.is_set()
+    assert one(watcher, "SELECT hivenet.next_serial('one', '{}')") == "0001"
+    assert one(watcher, "SELECT hivenet.next_serial('two', '{}')") == "00001"

@@ -181,20 +181,11 @@ CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[]
     p_count integer) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    -- Only the format's columns the hot path needs (a whole row with its segments costs more).
-    v_field_names text[];
-    v_field_pattern text;
-    v_field_min numeric[];
-    v_field_max numeric[];
-    v_bounded_fields integer[];
+    -- Settings and format from generated constants (settings.sql): no query on the hot path.
+    v_time_zone text := hivenet._setting_constant('time_zone');
+    v_format hivenet.format := hivenet._format_constant(p_format);
     v_head text;
     v_tail text;
-    v_reset text;
-    v_stride bigint;
-    v_capacity bigint;
-    v_seq_width integer;
-    v_time_zone text;
-    v_enforce_registry boolean;
     v_values text[] := p_values;
     v_name text;
     v_field integer;
@@ -210,19 +201,13 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('count %s must be from 1 to 1000000', coalesce(p_count::text, 'NULL'));
     END IF;
-    -- One query for the format and the two settings (read from the table here, since one
-    -- _setting_value call per setting would cost a query each).
-    SELECT f.field_names, f.field_pattern, f.field_min, f.field_max, f.bounded_fields,
-           f.head_pattern, f.tail_pattern, f.reset, f.stride, f.capacity, f.seq_width,
-           (SELECT value FROM hivenet.setting WHERE name = 'time_zone'),
-           (SELECT value FROM hivenet.setting WHERE name = 'enforce_registry')::boolean
-    INTO v_field_names, v_field_pattern, v_field_min, v_field_max, v_bounded_fields,
-         v_head, v_tail, v_reset, v_stride, v_capacity, v_seq_width,
-         v_time_zone, v_enforce_registry
-    FROM hivenet.format f WHERE f.name = p_format;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('unknown format %L', p_format);
+    IF v_format.name IS NULL THEN
+        -- Not in the constants: defined by a transaction whose rewrite was superseded.
+        SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('unknown format %L', p_format);
+        END IF;
     END IF;
     IF v_values IS NULL THEN
         IF jsonb_typeof(p_fields) IS DISTINCT FROM 'object' THEN
@@ -230,32 +215,32 @@ BEGIN
                 MESSAGE = format('format %s: fields must be a JSON object, not %s', p_format,
                                  coalesce(p_fields::text, 'NULL'));
         END IF;
-        IF p_fields - v_field_names <> '{}'::jsonb THEN
+        IF p_fields - v_format.field_names <> '{}'::jsonb THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('format %s has no field %L (fields: %s)', p_format,
-                                 (SELECT k FROM jsonb_object_keys(p_fields - v_field_names) AS k
-                                  LIMIT 1),
-                                 array_to_string(v_field_names, ', '));
+                                 (SELECT k FROM jsonb_object_keys(
+                                      p_fields - v_format.field_names) AS k LIMIT 1),
+                                 array_to_string(v_format.field_names, ', '));
         END IF;
         v_values := '{}';
-        FOREACH v_name IN ARRAY v_field_names LOOP
+        FOREACH v_name IN ARRAY v_format.field_names LOOP
             v_values := v_values || (p_fields ->> v_name);
         END LOOP;
     END IF;
-    IF array_to_string(v_values, ' ', '?') !~ v_field_pattern THEN
+    IF array_to_string(v_values, ' ', '?') !~ v_format.field_pattern THEN
         PERFORM hivenet._field_error(p_format, v_values);
     END IF;
-    IF v_bounded_fields <> '{}' THEN
+    IF v_format.bounded_fields <> '{}' THEN
         -- Digits only (the pattern matched), so the casts are safe.
-        FOREACH v_field IN ARRAY v_bounded_fields LOOP
-            IF v_values[v_field]::numeric < v_field_min[v_field]
-               OR v_values[v_field]::numeric > v_field_max[v_field] THEN
+        FOREACH v_field IN ARRAY v_format.bounded_fields LOOP
+            IF v_values[v_field]::numeric < v_format.field_min[v_field]
+               OR v_values[v_field]::numeric > v_format.field_max[v_field] THEN
                 PERFORM hivenet._field_error(p_format, v_values);
             END IF;
         END LOOP;
     END IF;
-    IF v_enforce_registry THEN
-        PERFORM hivenet._check_registry(jsonb_object(v_field_names, v_values));
+    IF hivenet._setting_constant('enforce_registry')::boolean THEN
+        PERFORM hivenet._check_registry(jsonb_object(v_format.field_names, v_values));
     END IF;
 
     v_scope := array_to_string(v_values, '');
@@ -263,23 +248,24 @@ BEGIN
         'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
     IF v_seq IS NULL THEN
         v_seq := hivenet._new_scope_sequence(p_format, v_scope,
-                                             jsonb_object(v_field_names, v_values));
+                                             jsonb_object(v_format.field_names, v_values));
     END IF;
     v_local := hivenet.now() AT TIME ZONE v_time_zone;
-    v_period := hivenet._period_index(v_local, v_reset);
-    v_head := format(v_head, VARIADIC v_values);
-    v_tail := format(v_tail, VARIADIC v_values);
+    v_period := hivenet._period_index(v_local, v_format.reset);
+    v_head := format(v_format.head_pattern, VARIADIC v_values);
+    v_tail := format(v_format.tail_pattern, VARIADIC v_values);
     FOR i IN 1 .. p_count LOOP
         v_raw := nextval(v_seq);
-        IF v_raw / v_stride < v_period OR v_raw % v_stride NOT BETWEEN 1 AND v_capacity THEN
+        IF v_raw / v_format.stride < v_period
+           OR v_raw % v_format.stride NOT BETWEEN 1 AND v_format.capacity THEN
             v_raw := hivenet._advance(v_seq, p_format, v_period);
         END IF;
         -- A newer period than the clock's (clock went back, or borrowed): print its start.
-        v_print := CASE WHEN v_raw / v_stride = v_period THEN v_local
-                        ELSE hivenet._period_start(v_raw / v_stride, v_reset) END;
+        v_print := CASE WHEN v_raw / v_format.stride = v_period THEN v_local
+                        ELSE hivenet._period_start(v_raw / v_format.stride, v_format.reset) END;
         -- concat, not ||: to_char of an empty pattern is NULL.
         v_out := v_out || concat(to_char(v_print, v_head),
-                                 lpad((v_raw % v_stride)::text, v_seq_width, '0'),
+                                 lpad((v_raw % v_format.stride)::text, v_format.seq_width, '0'),
                                  to_char(v_print, v_tail));
     END LOOP;
     RETURN v_out;

@@ -99,6 +99,33 @@ CREATE TABLE hivenet.format (
 );
 COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
 
+-- The row of format p_name, as a constant written by a trigger (see _setting_constant in
+-- settings.sql), or NULL when it is not there yet (read the table then). Inlined; never reads
+-- a table; never blocks.
+CREATE FUNCTION hivenet._format_constant(p_name text) RETURNS hivenet.format
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::hivenet.format;
+END;
+
+-- Trigger: rewrite _format_constant from the table.
+CREATE FUNCTION hivenet._compile_formats() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._lock_constants('hivenet.format', TG_OP);
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION hivenet._format_constant(p_name text) RETURNS hivenet.format '
+        'LANGUAGE sql STABLE BEGIN ATOMIC SELECT CASE p_name %s ELSE NULL::hivenet.format END; '
+        'END',
+        (SELECT coalesce(string_agg(format('WHEN %L THEN %L::hivenet.format', f.name, f::text),
+                                    ' ' ORDER BY f.name), 'WHEN NULL THEN NULL')
+         FROM hivenet.format f));
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER format_compile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
+    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_formats();
+
 -- Reject a format definition with HN001 naming the format and the offending part.
 CREATE FUNCTION hivenet._format_error(p_name text, p_message text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -273,7 +300,8 @@ END $$;
 -- hivenet.define_format(name, segments, borrow_next_period, description) → void
 --   Defines a custom format. Raises HN001 for an invalid definition, and when the name is
 --   taken by a different definition (redefining would break uniqueness of issued serials).
---   Defining the same format again is a no-op. Takes a row lock on the new name only.
+--   Defining the same format again is a no-op. Takes a row lock on the new name, and a new
+--   format waits for another transaction defining one (or changing a setting) to commit.
 CREATE FUNCTION hivenet.define_format(p_name text, p_segments jsonb,
     p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
