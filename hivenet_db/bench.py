@@ -18,14 +18,17 @@ Run as ``hivenet-db bench`` or ``python -m hivenet_db.bench``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,6 +45,7 @@ MAX_THREADS = 2
 
 _TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.MULTILINE)
 _FAILED = re.compile(r"^number of failed transactions: (\d+)", re.MULTILINE)
+_DONE = re.compile(r"^number of transactions actually processed: (\d+)", re.MULTILINE)
 
 
 class BenchError(RuntimeError):
@@ -78,6 +82,11 @@ class Result:
     seconds: int
     baseline_tps: list[float] = field(default_factory=list)
     candidate_tps: list[float] = field(default_factory=list)
+    # CPU seconds of the server (all its processes) and pgbench per transaction, in
+    # microseconds: unlike tps, barely moved by other work on a shared machine. Only with the
+    # runner's own server on Linux (it reads /proc); empty otherwise.
+    baseline_cpu_us: list[float] = field(default_factory=list)
+    candidate_cpu_us: list[float] = field(default_factory=list)
 
     @property
     def baseline_median(self) -> float:
@@ -91,10 +100,19 @@ class Result:
     def ratio(self) -> float:
         return self.candidate_median / self.baseline_median
 
+    @property
+    def cpu_ratio(self) -> float | None:
+        """Baseline CPU per transaction / candidate's: the tps ratio a CPU-bound run tends to."""
+        if not self.baseline_cpu_us or not self.candidate_cpu_us:
+            return None
+        return statistics.median(self.baseline_cpu_us) / statistics.median(self.candidate_cpu_us)
+
     def as_json(self) -> dict[str, object]:
+        cpu = self.cpu_ratio
         return {**asdict(self), "baseline_median": round(self.baseline_median, 1),
                 "candidate_median": round(self.candidate_median, 1),
-                "ratio": round(self.ratio, 3)}
+                "ratio": round(self.ratio, 3),
+                "cpu_ratio": None if cpu is None else round(cpu, 3)}
 
 
 def default_scenarios_dir() -> Path:
@@ -178,27 +196,64 @@ def run_setup(url: str, scenario: Scenario) -> None:
               "-f", str(scenario.setup)])
 
 
+class CpuMeter:
+    """CPU seconds used by a local server's processes (live ones and those already ended)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _stat(self, pid: int | str) -> list[str]:
+        # Fields after the command name: utime stime cutime cstime are 11..14 from here.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+    def seconds(self) -> float:
+        ticks = sum(int(x) for x in self._stat(self.postmaster)[11:15])
+        children = Path(f"/proc/{self.postmaster}/task/{self.postmaster}/children")
+        for pid in children.read_text().split():
+            # A process that ended meanwhile is counted in the postmaster's cutime once reaped.
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                ticks += sum(int(x) for x in self._stat(pid)[11:13])
+        return ticks / self.tick
+
+
 def pgbench(url: str, script: Path, clients: int, seconds: int | None = None,
-            transactions: int | None = None) -> float:
-    """One pgbench run of ``script``: for ``seconds``, or ``transactions`` per client."""
+            transactions: int | None = None, meter: CpuMeter | None = None
+            ) -> tuple[float, float | None]:
+    """One pgbench run of ``script`` (for ``seconds``, or ``transactions`` per client): tps,
+    and with a ``meter`` the CPU microseconds per transaction of server and pgbench."""
     length = ["-T", str(seconds)] if transactions is None else ["-t", str(transactions)]
-    return parse_tps(_run([_tool("pgbench"), "-n", "-c", str(clients),
-                           "-j", str(min(MAX_THREADS, clients)), *length,
-                           "-f", str(script), url]))
+    before = meter.seconds() if meter else 0.0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    output = _run([_tool("pgbench"), "-n", "-c", str(clients),
+                   "-j", str(min(MAX_THREADS, clients)), *length, "-f", str(script), url])
+    tps = parse_tps(output)
+    done = _DONE.search(output)
+    if meter is None or not done or int(done.group(1)) == 0:
+        return tps, None
+    time.sleep(0.3)  # let the postmaster reap the ended backends into its cutime
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    return tps, (meter.seconds() - before + client) / int(done.group(1)) * 1e6
 
 
 def run_scenario(url: str, scenario: Scenario, rounds: int, clients: int | None,
-                 seconds: int | None, say: Callable[[str], None]) -> Result:
+                 seconds: int | None, say: Callable[[str], None],
+                 meter: CpuMeter | None = None) -> Result:
     result = Result(scenario=scenario.name, description=scenario.description,
                     clients=clients or scenario.clients, seconds=seconds or scenario.seconds)
     run_setup(url, scenario)
     for i in range(rounds):
-        order = [("baseline", scenario.baseline, result.baseline_tps),
-                 ("candidate", scenario.candidate, result.candidate_tps)]
-        for kind, script, sink in order if i % 2 == 0 else reversed(order):
-            tps = pgbench(url, script, result.clients, seconds=result.seconds)
-            sink.append(tps)
-            say(f"  {scenario.name} round {i + 1}/{rounds} {kind:<9} {tps:10.1f} tps")
+        order = [("baseline", scenario.baseline, result.baseline_tps, result.baseline_cpu_us),
+                 ("candidate", scenario.candidate, result.candidate_tps,
+                  result.candidate_cpu_us)]
+        for kind, script, tps_sink, cpu_sink in order if i % 2 == 0 else reversed(order):
+            tps, cpu = pgbench(url, script, result.clients, seconds=result.seconds, meter=meter)
+            tps_sink.append(tps)
+            if cpu is not None:
+                cpu_sink.append(cpu)
+            say(f"  {scenario.name} round {i + 1}/{rounds} {kind:<9} {tps:10.1f} tps"
+                + ("" if cpu is None else f"  {cpu:8.1f} cpu us/tx"))
     return result
 
 
@@ -210,9 +265,10 @@ def check_scenario(url: str, scenario: Scenario) -> None:
 
 
 def format_table(results: Sequence[Result]) -> str:
-    header = ("scenario", "clients", "baseline tps", "candidate tps", "ratio")
+    header = ("scenario", "clients", "baseline tps", "candidate tps", "ratio", "cpu ratio")
     rows = [(r.scenario, str(r.clients), f"{r.baseline_median:.1f}", f"{r.candidate_median:.1f}",
-             f"{r.ratio:.3f}") for r in results]
+             f"{r.ratio:.3f}", "-" if r.cpu_ratio is None else f"{r.cpu_ratio:.3f}")
+            for r in results]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                        for i, (c, w) in enumerate(zip(row, widths, strict=True)))
@@ -281,13 +337,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_all(args: argparse.Namespace, chosen: list[Scenario],
              say: Callable[[str], None]) -> list[Result]:
-    def one(url: str, scenario: Scenario) -> Result | None:
+    def one(url: str, scenario: Scenario, meter: CpuMeter | None = None) -> Result | None:
         if args.check:
             say(f"checking {scenario.name}")
             check_scenario(url, scenario)
             return None
         say(f"{scenario.name}: {scenario.description}")
-        return run_scenario(url, scenario, args.rounds, args.clients, args.seconds, say)
+        return run_scenario(url, scenario, args.rounds, args.clients, args.seconds, say, meter)
 
     if args.url:
         url = libpq_url(args.url)
@@ -299,13 +355,14 @@ def _run_all(args: argparse.Namespace, chosen: list[Scenario],
     server = EmbeddedPostgres(root=root / "pg", fsync=True, progress=say)
     try:
         server.start()
+        meter = CpuMeter(server.data_dir) if Path("/proc/self/stat").exists() else None
         results = []
         for scenario in chosen:
             dbname = "bench_" + scenario.name
             _run([_tool("psql"), "-X", "-q", "-d", server.url(), "-c",
                   f'CREATE DATABASE "{dbname}"'])
             migrate.upgrade(server.url(dbname))
-            if (r := one(server.url(dbname), scenario)) is not None:
+            if (r := one(server.url(dbname), scenario, meter)) is not None:
                 results.append(r)
         return results
     finally:

@@ -92,3 +92,20 @@ def test_every_shipped_scenario_runs(hivenet_url: str) -> None:
     """Setup and both scripts of every scenario in bench/scenarios run (3 transactions)."""
     assert bench.main(["--scenarios-dir", str(SCENARIOS), "--url", hivenet_url,
                        "--check"]) == 0
+
+
+def test_cpu_ratio_is_of_medians() -> None:
+    r = bench.Result("s", "", 1, 1, [1.0], [1.0], baseline_cpu_us=[40.0, 50.0, 60.0],
+                     candidate_cpu_us=[100.0, 90.0, 80.0])
+    assert r.cpu_ratio == 50.0 / 90.0
+    assert bench.Result("s", "", 1, 1, [1.0], [1.0]).cpu_ratio is None
+
+
+def test_cpu_per_transaction_of_a_local_server(hivenet_server: object, hivenet_url: str,
+                                               tmp_path: Path) -> None:
+    meter = bench.CpuMeter(hivenet_server.data_dir)  # type: ignore[attr-defined]
+    script = tmp_path / "work.sql"
+    script.write_text("SELECT count(*) FROM generate_series(1, 20000);\n")
+    tps, cpu = bench.pgbench(hivenet_url, script, clients=2, transactions=100, meter=meter)
+    assert tps > 0 and cpu is not None and cpu > 0
+    assert bench.pgbench(hivenet_url, script, clients=1, transactions=1)[1] is None
