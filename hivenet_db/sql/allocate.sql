@@ -11,7 +11,7 @@ CREATE EXTENSION IF NOT EXISTS dblink SCHEMA hivenet;
 
 -- No foreign key to hivenet.format: scopes are created in a transaction of their own, which
 -- cannot see a format defined in the caller's still-open transaction. `definition` tells
--- leftovers of a rolled-back definition apart (define_format drops them).
+-- leftovers of a rolled-back definition apart (define_format restarts them).
 CREATE TABLE hivenet.scope (
     format        text NOT NULL,
     scope         text NOT NULL,
@@ -28,12 +28,14 @@ COMMENT ON TABLE hivenet.scope IS 'one row per counter scope (format + field val
 CREATE FUNCTION hivenet._reset_lock_space() RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210101 $$;
 
+-- On every allocation: inlined, a SQL-standard body without SET (see _period_index).
 CREATE FUNCTION hivenet._scope_sequence_name(p_format text, p_scope text) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
     SELECT CASE WHEN octet_length(p_format || p_scope) <= 58
                 THEN 'seq_' || p_format || '_' || p_scope
-                ELSE 'seq_' || left(p_format, 26) || '_' || md5(p_scope) END
-$$;
+                ELSE 'seq_' || left(p_format, 26) || '_' || md5(p_scope) END;
+END;
 
 -- Runs in its own transaction through the loopback connection (see _scope_sequence): creates
 -- the scope's sequence if missing and returns its oid. Safe to race.
@@ -75,28 +77,25 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
             '127.0.0.1'))))
 $$;
 
--- The sequence of a counter scope, created on first use in a committed transaction of its own
--- (through dblink): created inside the caller's transaction, it would vanish with a rollback
--- and start over, handing out the same serials again (SPEC §2, guarantee 2).
-CREATE FUNCTION hivenet._scope_sequence(p_format hivenet.format, p_scope text, p_fields jsonb)
-RETURNS regclass
+-- The sequence of a counter scope that has none yet (first use), created in a committed
+-- transaction of its own (through dblink): created inside the caller's transaction, it would
+-- vanish with a rollback and start over, handing out the same serials again (SPEC §2,
+-- guarantee 2). The loopback session gives up after lock_timeout rather than wait forever on
+-- a lock the caller's own transaction holds (a wait no deadlock detector can see).
+CREATE FUNCTION hivenet._new_scope_sequence(p_format text, p_scope text, p_fields jsonb,
+    p_definition text) RETURNS regclass
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_seq regclass := to_regclass(
-        'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format.name, p_scope)));
     v_dblink_schema text;
     v_oid oid;
 BEGIN
-    IF v_seq IS NOT NULL THEN
-        RETURN v_seq;
-    END IF;
     SELECT n.nspname INTO v_dblink_schema
     FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'dblink';
     EXECUTE format('SELECT oid FROM %I.dblink($1, $2) AS t(oid oid)', v_dblink_schema)
         INTO v_oid
         USING hivenet._loopback_dsn(),
-              format('SELECT hivenet._create_scope(%L, %L, %L, %L)', p_format.name, p_scope,
-                     p_fields, md5(p_format.segments::text));
+              format('SET lock_timeout = ''10s''; SELECT hivenet._create_scope(%L, %L, %L, %L)',
+                     p_format, p_scope, p_fields, p_definition);
     -- Using the oid (not the name) makes nextval lock the relation, which refreshes this
     -- session's catalog caches.
     RETURN v_oid::regclass;
@@ -105,13 +104,15 @@ END $$;
 -- Slow path, under the scope's advisory lock: move the sequence to period p_period when it is
 -- still in an older one, and past an exhausted period (borrowing formats only; others get
 -- HN010). Returns a fresh sequence value that is in or after p_period and not exhausted.
-CREATE FUNCTION hivenet._advance(p_seq regclass, p_format hivenet.format, p_period bigint)
+CREATE FUNCTION hivenet._advance(p_seq regclass, p_format_name text, p_period bigint)
 RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    p_format hivenet.format;
     v_value bigint;
     v_period bigint;
 BEGIN
+    SELECT * INTO p_format FROM hivenet.format WHERE name = p_format_name;
     PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
     BEGIN
         v_value := nextval(p_seq);
@@ -154,89 +155,126 @@ BEGIN
     END IF;
 END $$;
 
--- The core of every next_* function: p_count serials of format p_format for fields p_fields.
+-- HN001 naming the first field of p_values (in p_format's field order) that is invalid.
+-- Called only when allocation's one-match check failed; builds the precise message.
+CREATE FUNCTION hivenet._field_error(p_format_name text, p_values text[]) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    p_format hivenet.format;
+    v_seg jsonb;
+    v_index integer := 0;
+BEGIN
+    SELECT * INTO p_format FROM hivenet.format WHERE name = p_format_name;
+    FOR v_seg IN SELECT s FROM jsonb_array_elements(p_format.segments) AS s WHERE s ? 'field'
+    LOOP
+        v_index := v_index + 1;
+        PERFORM hivenet._check_field(p_format.name, v_seg, p_values[v_index]);
+    END LOOP;
+    RAISE EXCEPTION USING ERRCODE = 'HN001',
+        MESSAGE = format('format %s takes %s field values (%s), not %s', p_format.name,
+                         cardinality(p_format.field_names),
+                         array_to_string(p_format.field_names, ', '), cardinality(p_values));
+END $$;
+
+-- The core of every next_* function: p_count serials of format p_format, the field values
+-- given by name in p_fields (a JSON object), or, when p_values is not NULL, in p_values in the
+-- format's field order (the next_<kind>_serial functions: no JSON on their path).
 -- Raises HN001 (bad format, field or count), HN002 (registry), HN010 (period exhausted).
 -- Never waits for another transaction; may wait a moment for another allocation's period
 -- reset (the advisory lock is held for one setval, never until commit).
-CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_count integer)
-RETURNS text[]
+-- The hot path is short on purpose (docs/benchmarks.md): one query, one regex match, no loop
+-- over segments; the slow paths (bad input, first use of a scope, period reset) are helpers.
+CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[],
+    p_count integer) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_format hivenet.format;
-    v_seg jsonb;
-    v_value text;
-    v_scope text := '';
-    v_parts text[] := '{}';  -- field values and literals; the to_char pattern of time parts
-    v_kinds "char"[] := '{}';  -- f(ixed), t(ime), s(eq) per segment
+    -- Settings and format from generated constants (settings.sql): no query on the hot path.
+    v_time_zone text := hivenet._setting_constant('time_zone');
+    v_format hivenet.format := hivenet._format_constant(p_format);
+    v_head text;
+    v_tail text;
+    v_values text[] := p_values;
+    v_name text;
+    v_field integer;
+    v_scope text;
     v_seq regclass;
     v_local timestamp;
     v_period bigint;
     v_raw bigint;
     v_print timestamp;
-    v_serial text;
     v_out text[] := '{}';
 BEGIN
     IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('count %s must be from 1 to 1000000', coalesce(p_count::text, 'NULL'));
     END IF;
-    SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('unknown format %L', p_format);
-    END IF;
-    IF jsonb_typeof(p_fields) IS DISTINCT FROM 'object' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('format %s: fields must be a JSON object, not %s', p_format,
-                             coalesce(p_fields::text, 'NULL'));
-    END IF;
-    SELECT k INTO v_value FROM jsonb_object_keys(p_fields) AS k
-    WHERE k <> ALL (v_format.field_names) LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('format %s has no field %L (fields: %s)', p_format, v_value,
-                             array_to_string(v_format.field_names, ', '));
-    END IF;
-    FOR v_seg IN SELECT jsonb_array_elements(v_format.segments) LOOP
-        IF v_seg ? 'field' THEN
-            v_value := p_fields ->> (v_seg ->> 'field');
-            PERFORM hivenet._check_field(p_format, v_seg, v_value);
-            v_scope := v_scope || v_value;
-            v_parts := v_parts || v_value;
-            v_kinds := v_kinds || 'f'::"char";
-        ELSIF v_seg ? 'literal' THEN
-            v_parts := v_parts || (v_seg ->> 'literal');
-            v_kinds := v_kinds || 'f'::"char";
-        ELSIF v_seg ? 'time' THEN
-            v_parts := v_parts || (v_seg ->> 'to_char');
-            v_kinds := v_kinds || 't'::"char";
-        ELSE
-            v_parts := v_parts || NULL::text;
-            v_kinds := v_kinds || 's'::"char";
+    IF v_format.name IS NULL THEN
+        -- Not in the constants: defined by a transaction whose rewrite was superseded.
+        SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('unknown format %L', p_format);
         END IF;
-    END LOOP;
-    PERFORM hivenet._check_registry(p_fields);
+    END IF;
+    IF v_values IS NULL THEN
+        IF jsonb_typeof(p_fields) IS DISTINCT FROM 'object' THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('format %s: fields must be a JSON object, not %s', p_format,
+                                 coalesce(p_fields::text, 'NULL'));
+        END IF;
+        IF p_fields - v_format.field_names <> '{}'::jsonb THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('format %s has no field %L (fields: %s)', p_format,
+                                 (SELECT k FROM jsonb_object_keys(
+                                      p_fields - v_format.field_names) AS k LIMIT 1),
+                                 array_to_string(v_format.field_names, ', '));
+        END IF;
+        v_values := '{}';
+        FOREACH v_name IN ARRAY v_format.field_names LOOP
+            v_values := v_values || (p_fields ->> v_name);
+        END LOOP;
+    END IF;
+    IF array_to_string(v_values, ' ', '?') !~ v_format.field_pattern THEN
+        PERFORM hivenet._field_error(p_format, v_values);
+    END IF;
+    IF v_format.bounded_fields <> '{}' THEN
+        -- Digits only (the pattern matched), so the casts are safe.
+        FOREACH v_field IN ARRAY v_format.bounded_fields LOOP
+            IF v_values[v_field]::numeric < v_format.field_min[v_field]
+               OR v_values[v_field]::numeric > v_format.field_max[v_field] THEN
+                PERFORM hivenet._field_error(p_format, v_values);
+            END IF;
+        END LOOP;
+    END IF;
+    IF hivenet._setting_constant('enforce_registry')::boolean THEN
+        PERFORM hivenet._check_registry(jsonb_object(v_format.field_names, v_values));
+    END IF;
 
-    v_seq := hivenet._scope_sequence(v_format, v_scope, p_fields);
-    v_local := hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone');
+    v_scope := array_to_string(v_values, '');
+    v_seq := to_regclass(
+        'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
+    IF v_seq IS NULL THEN
+        v_seq := hivenet._new_scope_sequence(p_format, v_scope,
+                                             jsonb_object(v_format.field_names, v_values),
+                                             md5(v_format.segments::text));
+    END IF;
+    v_local := hivenet.now() AT TIME ZONE v_time_zone;
     v_period := hivenet._period_index(v_local, v_format.reset);
+    v_head := format(v_format.head_pattern, VARIADIC v_values);
+    v_tail := format(v_format.tail_pattern, VARIADIC v_values);
     FOR i IN 1 .. p_count LOOP
         v_raw := nextval(v_seq);
         IF v_raw / v_format.stride < v_period
            OR v_raw % v_format.stride NOT BETWEEN 1 AND v_format.capacity THEN
-            v_raw := hivenet._advance(v_seq, v_format, v_period);
+            v_raw := hivenet._advance(v_seq, p_format, v_period);
         END IF;
         -- A newer period than the clock's (clock went back, or borrowed): print its start.
         v_print := CASE WHEN v_raw / v_format.stride = v_period THEN v_local
                         ELSE hivenet._period_start(v_raw / v_format.stride, v_format.reset) END;
-        v_serial := '';
-        FOR j IN 1 .. array_length(v_kinds, 1) LOOP
-            v_serial := v_serial || CASE v_kinds[j]
-                WHEN 'f' THEN v_parts[j]
-                WHEN 't' THEN to_char(v_print, v_parts[j])
-                ELSE lpad((v_raw % v_format.stride)::text, v_format.seq_width, '0') END;
-        END LOOP;
-        v_out := v_out || v_serial;
+        -- concat, not ||: to_char of an empty pattern is NULL.
+        v_out := v_out || concat(to_char(v_print, v_head),
+                                 lpad((v_raw % v_format.stride)::text, v_format.seq_width, '0'),
+                                 to_char(v_print, v_tail));
     END LOOP;
     RETURN v_out;
 END $$;
@@ -245,38 +283,46 @@ END $$;
 --   e.g. next_serial('unified', '{"system":"C0001","module":"A01","instance":"01"}').
 --   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
 CREATE FUNCTION hivenet.next_serial(p_format text, p_fields jsonb) RETURNS text
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT (hivenet._allocate(p_format, p_fields, 1))[1]
-$$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (hivenet._allocate(p_format, p_fields, NULL, 1))[1];
+END $$;
 
 -- hivenet.next_serials(format, fields, n) → setof text: n serials in one call (bulk work),
 --   in increasing order. HN001 unless 1 <= n <= 1000000.
 CREATE FUNCTION hivenet.next_serials(p_format text, p_fields jsonb, p_n integer)
 RETURNS SETOF text
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT unnest(hivenet._allocate(p_format, p_fields, p_n))
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT unnest(hivenet._allocate(p_format, p_fields, NULL, p_n))
 $$;
+
+-- The next_<kind>_serial functions are plpgsql, not sql: a SET search_path sql function is
+-- never inlined and runs through the SQL function executor, which costs more than the call.
 
 -- hivenet.next_unified_serial(system, module, instance) → text (28 characters)
+--   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
 CREATE FUNCTION hivenet.next_unified_serial(p_system text, p_module text, p_instance text)
 RETURNS text
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT (hivenet._allocate('unified', jsonb_build_object(
-        'system', p_system, 'module', p_module, 'instance', p_instance), 1))[1]
-$$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (hivenet._allocate('unified', NULL, ARRAY[p_system, p_module, p_instance], 1))[1];
+END $$;
 
 -- hivenet.next_system_serial(system, module, instance) → text (30 characters)
+--   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
 CREATE FUNCTION hivenet.next_system_serial(p_system text, p_module text, p_instance text)
 RETURNS text
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT (hivenet._allocate('system', jsonb_build_object(
-        'system', p_system, 'module', p_module, 'instance', p_instance), 1))[1]
-$$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (hivenet._allocate('system', NULL, ARRAY[p_system, p_module, p_instance], 1))[1];
+END $$;
 
 -- hivenet.next_interface_serial(system, module, instance, target) → text (39 characters)
+--   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
 CREATE FUNCTION hivenet.next_interface_serial(p_system text, p_module text, p_instance text,
     p_target text) RETURNS text
-LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT (hivenet._allocate('interface', jsonb_build_object(
-        'system', p_system, 'module', p_module, 'instance', p_instance, 'target', p_target), 1))[1]
-$$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (hivenet._allocate('interface', NULL,
+                              ARRAY[p_system, p_module, p_instance, p_target], 1))[1];
+END $$;

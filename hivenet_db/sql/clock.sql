@@ -1,17 +1,11 @@
--- hivenet.now(): the one clock of the schema.
---   Returns the wall clock (clock_timestamp(), so long transactions still see time pass), or
---   the session's `hivenet.fake_now` when the setting allow_fake_clock is true.
---   Raises HN001 when hivenet.fake_now is set but fake clocks are not allowed here, or when it
---   is no timestamptz: a production clock is never moved by a session (SPEC §8).
---   Never blocks. VOLATILE: it reads the clock.
-CREATE FUNCTION hivenet.now() RETURNS timestamptz
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+-- The fake clock of hivenet.now(): the session's hivenet.fake_now as a timestamptz.
+--   Raises HN001 when fake clocks are not allowed in this database (setting
+--   allow_fake_clock), or when the value is no timestamptz. Never blocks.
+CREATE FUNCTION hivenet._fake_now() RETURNS timestamptz
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_fake text := current_setting('hivenet.fake_now', true);
 BEGIN
-    IF v_fake IS NULL OR v_fake = '' THEN
-        RETURN clock_timestamp();
-    END IF;
     IF NOT hivenet._setting_value('allow_fake_clock')::boolean THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('hivenet.fake_now is set to %L but this database does not allow a '
@@ -24,3 +18,19 @@ BEGIN
             MESSAGE = format('hivenet.fake_now %L is not a timestamptz', v_fake);
     END;
 END $$;
+
+-- hivenet.now(): the one clock of the schema.
+--   Returns the wall clock (clock_timestamp(), so long transactions still see time pass), or
+--   the session's `hivenet.fake_now` when the setting allow_fake_clock is true.
+--   Raises HN001 when hivenet.fake_now is set but fake clocks are not allowed here, or when it
+--   is no timestamptz: a production clock is never moved by a session (SPEC §8).
+--   Never blocks. VOLATILE: it reads the clock.
+--   Called on every allocation, so it is inlined into its caller: a SQL-standard body (bound
+--   to its functions when created, so no search path can redirect it) without SET, which
+--   would forbid inlining (see _period_index in formats.sql).
+CREATE FUNCTION hivenet.now() RETURNS timestamptz
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT CASE WHEN coalesce(current_setting('hivenet.fake_now', true), '') = ''
+                THEN clock_timestamp() ELSE hivenet._fake_now() END;
+END;

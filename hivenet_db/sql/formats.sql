@@ -37,8 +37,14 @@ $$;
 
 -- Period index of a business-local time: 1 for the first period starting 2000-01-01.
 -- Stored in the counter's sequence as period * stride + seq (see allocate.sql).
+-- On every allocation, so it is inlined into its caller: a SQL-standard body (BEGIN ATOMIC)
+-- without SET. The SET search_path convention is not needed here: such a body is parsed and
+-- bound to its functions and operators when created, so no search path can change it later,
+-- and a SET clause would forbid inlining (a call with SET costs ~1.5 us, measured in
+-- docs/benchmarks.md).
 CREATE FUNCTION hivenet._period_index(p_local timestamp, p_reset text) RETURNS bigint
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
     SELECT 1 + CASE p_reset
         WHEN 'day' THEN (p_local::date - date '2000-01-01')::bigint
         WHEN 'second' THEN floor(extract(epoch FROM p_local - timestamp '2000-01-01'))::bigint
@@ -48,8 +54,8 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
                           + extract(month FROM p_local)::bigint - 1
         WHEN 'year' THEN extract(year FROM p_local)::bigint - 2000
         ELSE 0
-    END
-$$;
+    END;
+END;
 
 -- Business-local start of period p_index (inverse of _period_index).
 CREATE FUNCTION hivenet._period_start(p_index bigint, p_reset text) RETURNS timestamp
@@ -82,9 +88,43 @@ CREATE TABLE hivenet.format (
     stride             bigint NOT NULL,   -- sequence value = period index * stride + seq
     borrow_next_period boolean NOT NULL,
     builtin            boolean NOT NULL DEFAULT false,
-    description        text
+    description        text,
+    -- Compiled from segments by _compile_format, so allocation does no per-segment work:
+    field_pattern      text NOT NULL,     -- matches array_to_string(field values, ' ', '?')
+    field_min          numeric[] NOT NULL,  -- per field, NULL when unbounded (digit fields)
+    field_max          numeric[] NOT NULL,
+    bounded_fields     integer[] NOT NULL,  -- the fields with a min or max
+    head_pattern       text NOT NULL,     -- to_char pattern of the segments before the seq,
+    tail_pattern       text NOT NULL      --   and after it; field n is format() arg %n$s
 );
 COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
+
+-- The row of format p_name, as a constant written by a trigger (see _setting_constant in
+-- settings.sql), or NULL when it is not there yet (read the table then). Inlined; never reads
+-- a table; never blocks.
+CREATE FUNCTION hivenet._format_constant(p_name text) RETURNS hivenet.format
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::hivenet.format;
+END;
+
+-- Trigger: rewrite _format_constant from the table.
+CREATE FUNCTION hivenet._compile_formats() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._lock_constants('hivenet.format', TG_OP);
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION hivenet._format_constant(p_name text) RETURNS hivenet.format '
+        'LANGUAGE sql STABLE BEGIN ATOMIC SELECT CASE p_name %s ELSE NULL::hivenet.format END; '
+        'END',
+        (SELECT coalesce(string_agg(format('WHEN %L THEN %L::hivenet.format', f.name, f::text),
+                                    ' ' ORDER BY f.name), 'WHEN NULL THEN NULL')
+         FROM hivenet.format f));
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER format_compile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
+    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_formats();
 
 -- Reject a format definition with HN001 naming the format and the offending part.
 CREATE FUNCTION hivenet._format_error(p_name text, p_message text) RETURNS void
@@ -109,6 +149,8 @@ DECLARE
     v_time record;
     v_finest text := 'never';
     v_headroom bigint;
+    v_regexes text[] := '{}';
+    v_pattern text := '';  -- to_char pattern of the segments read so far
 BEGIN
     IF p_name IS NULL OR p_name !~ '^[a-z][a-z0-9_]{0,30}$' THEN
         PERFORM hivenet._format_error(p_name, 'name must match [a-z][a-z0-9_]{0,30}');
@@ -119,6 +161,8 @@ BEGIN
     v_row.name := p_name;
     v_row.length := 0;
     v_row.field_names := '{}';
+    v_row.field_min := '{}';
+    v_row.field_max := '{}';
     FOR v_seg IN SELECT jsonb_array_elements(p_segments) LOOP
         IF jsonb_typeof(v_seg) <> 'object' THEN
             PERFORM hivenet._format_error(p_name, format('segment %s is not an object', v_seg));
@@ -159,11 +203,16 @@ BEGIN
                     'field %s: min and max are numbers, for digit fields only', v_seg -> 'field'));
             END IF;
             v_row.field_names := v_row.field_names || (v_seg ->> 'field');
+            v_row.field_min := v_row.field_min || (v_seg ->> 'min')::numeric;
+            v_row.field_max := v_row.field_max || (v_seg ->> 'max')::numeric;
+            v_regexes := v_regexes || format('%s{%s}', CASE v_charset
+                    WHEN 'digit' THEN '[0-9]' WHEN 'alnum' THEN '[0-9A-Za-z]'
+                    WHEN 'upper_alnum' THEN '[0-9A-Z]' ELSE '[A-Za-z]' END, v_width);
             v_segments := v_segments || jsonb_build_array(v_seg || jsonb_build_object(
                 'width', v_width, 'charset', v_charset,
-                'regex', format('^%s{%s}$', CASE v_charset
-                    WHEN 'digit' THEN '[0-9]' WHEN 'alnum' THEN '[0-9A-Za-z]'
-                    WHEN 'upper_alnum' THEN '[0-9A-Z]' ELSE '[A-Za-z]' END, v_width)));
+                'regex', '^' || v_regexes[cardinality(v_regexes)] || '$'));
+            -- Field values and literals are [0-9A-Za-z_-]: safe inside a quoted to_char text.
+            v_pattern := v_pattern || format('"%%%s$s"', cardinality(v_regexes));
         WHEN 'literal' THEN
             IF jsonb_typeof(v_seg -> 'literal') <> 'string'
                OR (v_seg ->> 'literal') !~ '^[0-9A-Za-z_-]{1,40}$' THEN
@@ -172,6 +221,7 @@ BEGIN
             END IF;
             v_width := length(v_seg ->> 'literal');
             v_segments := v_segments || jsonb_build_array(v_seg);
+            v_pattern := v_pattern || format('"%s"', v_seg ->> 'literal');
         WHEN 'time' THEN
             SELECT * INTO v_time FROM hivenet._time_pattern(v_seg ->> 'time');
             IF v_time.width IS NULL THEN
@@ -187,6 +237,7 @@ BEGIN
                 v_seg || jsonb_build_object('to_char', v_time.to_char_pattern,
                                             'width', v_time.width,
                                             'resolution', v_time.resolution));
+            v_pattern := v_pattern || v_time.to_char_pattern;
         ELSE -- seq
             IF v_row.seq_width IS NOT NULL THEN
                 PERFORM hivenet._format_error(p_name, 'a format has exactly one seq segment');
@@ -203,6 +254,8 @@ BEGIN
                     v_seg -> 'reset'));
             END IF;
             v_row.seq_width := v_width;
+            v_row.head_pattern := v_pattern;
+            v_pattern := '';
             v_segments := v_segments || jsonb_build_array(jsonb_build_object(
                 'seq', v_width, 'reset', v_row.reset));
         END CASE;
@@ -230,6 +283,13 @@ BEGIN
             v_row.seq_width, v_row.reset, v_headroom - 1));
     END IF;
     v_row.stride := (10::numeric ^ v_headroom)::bigint;
+    -- Space is in no charset and '?' stands for a missing value, so a match proves every value
+    -- is present and valid (one regex match per allocation instead of one per field).
+    v_row.field_pattern := '^' || array_to_string(v_regexes, ' ') || '$';
+    v_row.bounded_fields := ARRAY(
+        SELECT i FROM generate_subscripts(v_row.field_names, 1) AS i
+        WHERE v_row.field_min[i] IS NOT NULL OR v_row.field_max[i] IS NOT NULL);
+    v_row.tail_pattern := v_pattern;
     v_row.segments := v_segments;
     v_row.borrow_next_period := coalesce(p_borrow_next_period, false);
     v_row.builtin := false;
@@ -244,7 +304,8 @@ END $$;
 --   name that was rolled back start over when they do not fit this one: every serial they
 --   issued belonged to that rolled-back transaction. (setval, not DROP: the counter may be
 --   recreated through the loopback connection, which would wait on our uncommitted DROP.)
---   Never delete rows of hivenet.format by hand. Takes a row lock on the new name only.
+--   Never delete rows of hivenet.format by hand. Takes a row lock on the new name, and a new
+--   format waits for another transaction defining one (or changing a setting) to commit.
 CREATE FUNCTION hivenet.define_format(p_name text, p_segments jsonb,
     p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

@@ -1,0 +1,8 @@
+"""``python bench/run.py [options]``: the benchmark runner (hivenet_db/bench.py), by its path."""
+
+import sys
+
+from hivenet_db.bench import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+-- A business table the 5 ms transaction writes to.
+CREATE TABLE IF NOT EXISTS public.bench_order (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    serial  text,
+    created timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+SELECT hivenet.next_unified_serial('C0001', 'A01', '01');

@@ -1,0 +1,374 @@
+"""Benchmark runner: pgbench scenarios comparing our functions with a raw-PostgreSQL baseline.
+
+A scenario is a folder ``bench/scenarios/<name>/`` holding pgbench custom scripts
+``baseline.sql`` and ``candidate.sql``, optionally ``setup.sql`` (a psql script run once on the
+freshly migrated database) and ``params.json`` (``{"clients": 16, "seconds": 10,
+"description": "..."}``). Each round runs baseline and candidate back to back (the order
+alternates between rounds, so neither always gets the warmer machine), and the result is the
+median tps of each and their ratio (candidate / baseline): shared machines are noisy, so only
+ratios measured in the same run mean anything.
+
+Without ``--url`` a throwaway PostgreSQL with fsync on is started, and every scenario gets a
+fresh database migrated to head. With ``--url`` the given database is migrated (a no-op when
+at head) and every scenario's setup runs on it, so setups must be safe to run again.
+
+Run as ``hivenet-db bench`` or ``python -m hivenet_db.bench``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hivenet_db import migrate
+from hivenet_db.dburl import libpq_url
+from hivenet_db.embedded import EmbeddedError, EmbeddedPostgres, find_bin_dir
+
+DEFAULT_CLIENTS = 16
+DEFAULT_SECONDS = 10
+DEFAULT_ROUNDS = 3
+# pgbench's worker threads; the team's convention (-j 2) fits the 2-core machines.
+MAX_THREADS = 2
+
+_TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.MULTILINE)
+_FAILED = re.compile(r"^number of failed transactions: (\d+)", re.MULTILINE)
+_DONE = re.compile(r"^number of transactions actually processed: (\d+)", re.MULTILINE)
+
+
+class BenchError(RuntimeError):
+    """A scenario is malformed or pgbench / psql failed; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    folder: Path
+    clients: int = DEFAULT_CLIENTS
+    seconds: int = DEFAULT_SECONDS
+    description: str = ""
+
+    @property
+    def baseline(self) -> Path:
+        return self.folder / "baseline.sql"
+
+    @property
+    def candidate(self) -> Path:
+        return self.folder / "candidate.sql"
+
+    @property
+    def setup(self) -> Path | None:
+        path = self.folder / "setup.sql"
+        return path if path.is_file() else None
+
+
+@dataclass
+class Result:
+    scenario: str
+    description: str
+    clients: int
+    seconds: int
+    baseline_tps: list[float] = field(default_factory=list)
+    candidate_tps: list[float] = field(default_factory=list)
+    # CPU seconds of the server (all its processes) and pgbench per transaction, in
+    # microseconds: unlike tps, barely moved by other work on a shared machine. Only with the
+    # runner's own server on Linux (it reads /proc); empty otherwise.
+    baseline_cpu_us: list[float] = field(default_factory=list)
+    candidate_cpu_us: list[float] = field(default_factory=list)
+
+    @property
+    def baseline_median(self) -> float:
+        return statistics.median(self.baseline_tps)
+
+    @property
+    def candidate_median(self) -> float:
+        return statistics.median(self.candidate_tps)
+
+    @property
+    def ratio(self) -> float:
+        return self.candidate_median / self.baseline_median
+
+    @property
+    def cpu_ratio(self) -> float | None:
+        """Baseline CPU per transaction / candidate's: the tps ratio a CPU-bound run tends to."""
+        if not self.baseline_cpu_us or not self.candidate_cpu_us:
+            return None
+        return statistics.median(self.baseline_cpu_us) / statistics.median(self.candidate_cpu_us)
+
+    def as_json(self) -> dict[str, object]:
+        cpu = self.cpu_ratio
+        return {**asdict(self), "baseline_median": round(self.baseline_median, 1),
+                "candidate_median": round(self.candidate_median, 1),
+                "ratio": round(self.ratio, 3),
+                "cpu_ratio": None if cpu is None else round(cpu, 3)}
+
+
+def default_scenarios_dir() -> Path:
+    """``bench/scenarios`` of the current directory, else of the source tree of this module."""
+    here = Path.cwd() / "bench" / "scenarios"
+    if here.is_dir():
+        return here
+    return Path(__file__).resolve().parents[1] / "bench" / "scenarios"
+
+
+def load_scenario(folder: Path) -> Scenario:
+    """The scenario in ``folder``, or BenchError naming what is missing or malformed."""
+    for script in ("baseline.sql", "candidate.sql"):
+        if not (folder / script).is_file():
+            raise BenchError(f"scenario {folder.name}: {folder / script} is missing")
+    params: dict[str, object] = {}
+    params_file = folder / "params.json"
+    if params_file.is_file():
+        try:
+            params = json.loads(params_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise BenchError(f"scenario {folder.name}: {params_file} is not JSON: {exc}") from exc
+        unknown = set(params) - {"clients", "seconds", "description"}
+        if not isinstance(params, dict) or unknown:
+            raise BenchError(f"scenario {folder.name}: {params_file} may only hold clients, "
+                             f"seconds and description (found {sorted(unknown)})")
+    clients, seconds = params.get("clients", DEFAULT_CLIENTS), params.get("seconds",
+                                                                          DEFAULT_SECONDS)
+    if not isinstance(clients, int) or not isinstance(seconds, int) or clients < 1 or seconds < 1:
+        raise BenchError(f"scenario {folder.name}: clients and seconds must be positive integers")
+    return Scenario(name=folder.name, folder=folder, clients=clients, seconds=seconds,
+                    description=str(params.get("description", "")))
+
+
+def discover(root: Path) -> dict[str, Scenario]:
+    """Every scenario folder under ``root``, by name (sorted)."""
+    if not root.is_dir():
+        raise BenchError(f"no scenarios folder {root}")
+    return {d.name: load_scenario(d) for d in sorted(root.iterdir())
+            if d.is_dir() and not d.name.startswith((".", "_"))}
+
+
+def parse_tps(output: str) -> float:
+    """The tps pgbench reports, or BenchError when it reports failed transactions or no tps."""
+    failed = _FAILED.search(output)
+    if failed and int(failed.group(1)) > 0:
+        raise BenchError(f"pgbench reported {failed.group(1)} failed transactions:\n{output}")
+    match = _TPS.search(output)
+    if not match:
+        raise BenchError(f"no tps in pgbench output:\n{output}")
+    return float(match.group(1))
+
+
+def _tool(name: str) -> str:
+    """A PostgreSQL client program: next to the server binaries, else on PATH."""
+    try:
+        candidate = find_bin_dir() / name
+        if candidate.is_file():
+            return str(candidate)
+    except EmbeddedError:
+        pass
+    found = shutil.which(name)
+    if not found:
+        raise BenchError(f"{name} not found: install the PostgreSQL client programs")
+    return found
+
+
+def _run(cmd: list[str]) -> str:
+    # PG* variables of the caller must not redirect the run to another server.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise BenchError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                         f"{proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout + proc.stderr
+
+
+def run_setup(url: str, scenario: Scenario) -> None:
+    if scenario.setup is not None:
+        _run([_tool("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url,
+              "-f", str(scenario.setup)])
+
+
+class CpuMeter:
+    """CPU seconds used by a local server's processes (live ones and those already ended)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _stat(self, pid: int | str) -> list[str]:
+        # Fields after the command name: utime stime cutime cstime are 11..14 from here.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+    def seconds(self) -> float:
+        ticks = sum(int(x) for x in self._stat(self.postmaster)[11:15])
+        children = Path(f"/proc/{self.postmaster}/task/{self.postmaster}/children")
+        for pid in children.read_text().split():
+            # A process that ended meanwhile is counted in the postmaster's cutime once reaped.
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                ticks += sum(int(x) for x in self._stat(pid)[11:13])
+        return ticks / self.tick
+
+
+def pgbench(url: str, script: Path, clients: int, seconds: int | None = None,
+            transactions: int | None = None, meter: CpuMeter | None = None
+            ) -> tuple[float, float | None]:
+    """One pgbench run of ``script`` (for ``seconds``, or ``transactions`` per client): tps,
+    and with a ``meter`` the CPU microseconds per transaction of server and pgbench."""
+    length = ["-T", str(seconds)] if transactions is None else ["-t", str(transactions)]
+    before = meter.seconds() if meter else 0.0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    output = _run([_tool("pgbench"), "-n", "-c", str(clients),
+                   "-j", str(min(MAX_THREADS, clients)), *length, "-f", str(script), url])
+    tps = parse_tps(output)
+    done = _DONE.search(output)
+    if meter is None or not done or int(done.group(1)) == 0:
+        return tps, None
+    time.sleep(0.3)  # let the postmaster reap the ended backends into its cutime
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    return tps, (meter.seconds() - before + client) / int(done.group(1)) * 1e6
+
+
+def run_scenario(url: str, scenario: Scenario, rounds: int, clients: int | None,
+                 seconds: int | None, say: Callable[[str], None],
+                 meter: CpuMeter | None = None) -> Result:
+    result = Result(scenario=scenario.name, description=scenario.description,
+                    clients=clients or scenario.clients, seconds=seconds or scenario.seconds)
+    run_setup(url, scenario)
+    for i in range(rounds):
+        order = [("baseline", scenario.baseline, result.baseline_tps, result.baseline_cpu_us),
+                 ("candidate", scenario.candidate, result.candidate_tps,
+                  result.candidate_cpu_us)]
+        for kind, script, tps_sink, cpu_sink in order if i % 2 == 0 else reversed(order):
+            tps, cpu = pgbench(url, script, result.clients, seconds=result.seconds, meter=meter)
+            tps_sink.append(tps)
+            if cpu is not None:
+                cpu_sink.append(cpu)
+            say(f"  {scenario.name} round {i + 1}/{rounds} {kind:<9} {tps:10.1f} tps"
+                + ("" if cpu is None else f"  {cpu:8.1f} cpu us/tx"))
+    return result
+
+
+def check_scenario(url: str, scenario: Scenario) -> None:
+    """Run the setup and each script a few times on one client: the scripts work."""
+    run_setup(url, scenario)
+    for script in (scenario.baseline, scenario.candidate):
+        pgbench(url, script, clients=1, transactions=3)
+
+
+def format_table(results: Sequence[Result]) -> str:
+    header = ("scenario", "clients", "baseline tps", "candidate tps", "ratio", "cpu ratio")
+    rows = [(r.scenario, str(r.clients), f"{r.baseline_median:.1f}", f"{r.candidate_median:.1f}",
+             f"{r.ratio:.3f}", "-" if r.cpu_ratio is None else f"{r.cpu_ratio:.3f}")
+            for r in results]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+             for row in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="hivenet-db bench",
+        description="Run pgbench scenarios (bench/scenarios/<name>/) and compare each "
+                    "candidate with its baseline: median tps of several rounds and the ratio.")
+    p.add_argument("--scenario", action="append", metavar="NAME",
+                   help="run this scenario (repeatable); default: all")
+    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+                   help=f"baseline/candidate pairs per scenario (default {DEFAULT_ROUNDS})")
+    p.add_argument("--seconds", type=int, help="length of one pgbench run (default: params.json)")
+    p.add_argument("--clients", type=int, help="pgbench clients (default: params.json)")
+    p.add_argument("--url", help="use this existing database instead of a throwaway server")
+    p.add_argument("--scenarios-dir", type=Path, default=None,
+                   help="folder of scenario folders (default: ./bench/scenarios)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    p.add_argument("--check", action="store_true",
+                   help="only check that each scenario's setup and scripts run (3 transactions)")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.rounds < 1 or (args.seconds is not None and args.seconds < 1) \
+            or (args.clients is not None and args.clients < 1):
+        print("hivenet-db bench: --rounds, --seconds and --clients must be positive",
+              file=sys.stderr)
+        return 2
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    try:
+        available = discover(args.scenarios_dir or default_scenarios_dir())
+        if args.list:
+            for s in available.values():
+                print(f"{s.name:<24} {s.clients:>3} clients {s.seconds:>3} s  {s.description}")
+            return 0
+        unknown = [n for n in args.scenario or [] if n not in available]
+        if unknown:
+            say(f"hivenet-db bench: unknown scenario {', '.join(unknown)} "
+                f"(known: {', '.join(available)})")
+            return 2
+        chosen = ([available[n] for n in args.scenario] if args.scenario
+                  else list(available.values()))
+        results = _run_all(args, chosen, say)
+    except (BenchError, EmbeddedError) as exc:
+        say(f"hivenet-db bench: {exc}")
+        return 1
+    if args.check:
+        say(f"{len(chosen)} scenario(s) ok")
+    elif args.json:
+        print(json.dumps([r.as_json() for r in results], indent=2))
+    else:
+        print(format_table(results))
+    return 0
+
+
+def _run_all(args: argparse.Namespace, chosen: list[Scenario],
+             say: Callable[[str], None]) -> list[Result]:
+    def one(url: str, scenario: Scenario, meter: CpuMeter | None = None) -> Result | None:
+        if args.check:
+            say(f"checking {scenario.name}")
+            check_scenario(url, scenario)
+            return None
+        say(f"{scenario.name}: {scenario.description}")
+        return run_scenario(url, scenario, args.rounds, args.clients, args.seconds, say, meter)
+
+    if args.url:
+        url = libpq_url(args.url)
+        migrate.upgrade(url)
+        return [r for s in chosen if (r := one(url, s)) is not None]
+
+    root = Path(tempfile.mkdtemp(prefix="hivenet-bench-"))
+    os.chmod(root, 0o755)  # the server's unprivileged user must reach its directory
+    server = EmbeddedPostgres(root=root / "pg", fsync=True, progress=say)
+    try:
+        server.start()
+        meter = CpuMeter(server.data_dir) if Path("/proc/self/stat").exists() else None
+        results = []
+        for scenario in chosen:
+            dbname = "bench_" + scenario.name
+            _run([_tool("psql"), "-X", "-q", "-d", server.url(), "-c",
+                  f'CREATE DATABASE "{dbname}"'])
+            migrate.upgrade(server.url(dbname))
+            if (r := one(server.url(dbname), scenario, meter)) is not None:
+                results.append(r)
+        return results
+    finally:
+        server.remove()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

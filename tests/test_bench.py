@@ -1,0 +1,111 @@
+"""The benchmark runner (hivenet_db/bench.py): scenario folders, pgbench output, a real run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hivenet_db import bench
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "bench" / "scenarios"
+
+
+def make_scenario(root: Path, name: str, params: dict[str, object] | None = None,
+                  setup: str | None = None) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "baseline.sql").write_text("SELECT 1;\n")
+    (folder / "candidate.sql").write_text("SELECT hivenet.now();\n")
+    if params is not None:
+        (folder / "params.json").write_text(json.dumps(params))
+    if setup is not None:
+        (folder / "setup.sql").write_text(setup)
+    return folder
+
+
+def test_discover_reads_folders_and_params(tmp_path: Path) -> None:
+    make_scenario(tmp_path, "b_two", {"clients": 4, "seconds": 2, "description": "two"})
+    make_scenario(tmp_path, "a_one")
+    (tmp_path / "_shared").mkdir()  # helper folders are not scenarios
+    found = bench.discover(tmp_path)
+    assert list(found) == ["a_one", "b_two"]
+    assert (found["a_one"].clients, found["a_one"].seconds) == (16, 10)
+    assert (found["b_two"].clients, found["b_two"].seconds, found["b_two"].description) == \
+        (4, 2, "two")
+    assert found["a_one"].setup is None
+
+
+@pytest.mark.parametrize("params", [{"clients": 0}, {"seconds": "10"}, {"colour": "red"}])
+def test_bad_params_are_named(tmp_path: Path, params: dict[str, object]) -> None:
+    make_scenario(tmp_path, "bad", params)
+    with pytest.raises(bench.BenchError, match="scenario bad"):
+        bench.discover(tmp_path)
+
+
+def test_missing_script_is_named(tmp_path: Path) -> None:
+    (make_scenario(tmp_path, "half") / "candidate.sql").unlink()
+    with pytest.raises(bench.BenchError, match=r"half: .*candidate\.sql is missing"):
+        bench.discover(tmp_path)
+
+
+def test_parse_tps() -> None:
+    out = ("number of failed transactions: 0 (0.000%)\nlatency average = 0.3 ms\n"
+           "tps = 1234.567 (without initial connection time)\n")
+    assert bench.parse_tps(out) == 1234.567
+    with pytest.raises(bench.BenchError, match="2 failed"):
+        bench.parse_tps(out.replace("transactions: 0", "transactions: 2"))
+    with pytest.raises(bench.BenchError, match="no tps"):
+        bench.parse_tps("pgbench: error")
+
+
+def test_ratio_is_of_medians() -> None:
+    r = bench.Result("s", "", 1, 1, baseline_tps=[100.0, 300.0, 200.0],
+                     candidate_tps=[50.0, 150.0, 500.0])
+    assert (r.baseline_median, r.candidate_median, r.ratio) == (200.0, 150.0, 0.75)
+    table = bench.format_table([r])
+    assert "200.0" in table and "0.750" in table
+
+
+def test_unknown_scenario_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_scenario(tmp_path, "only")
+    assert bench.main(["--scenarios-dir", str(tmp_path), "--scenario", "nope"]) == 2
+    assert "unknown scenario nope" in capsys.readouterr().err
+
+
+def test_run_against_a_url(tmp_path: Path, hivenet_url: str,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    make_scenario(tmp_path, "tiny", {"clients": 2, "seconds": 1},
+                  setup="CREATE TABLE IF NOT EXISTS bench_probe (x int);\n")
+    code = bench.main(["--scenarios-dir", str(tmp_path), "--url", hivenet_url,
+                       "--rounds", "1", "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    (result,) = json.loads(out.out)
+    assert result["scenario"] == "tiny" and result["clients"] == 2
+    assert result["baseline_median"] > 0 and result["candidate_median"] > 0
+    assert "tiny round 1/1 baseline" in out.err
+
+
+def test_every_shipped_scenario_runs(hivenet_url: str) -> None:
+    """Setup and both scripts of every scenario in bench/scenarios run (3 transactions)."""
+    assert bench.main(["--scenarios-dir", str(SCENARIOS), "--url", hivenet_url,
+                       "--check"]) == 0
+
+
+def test_cpu_ratio_is_of_medians() -> None:
+    r = bench.Result("s", "", 1, 1, [1.0], [1.0], baseline_cpu_us=[40.0, 50.0, 60.0],
+                     candidate_cpu_us=[100.0, 90.0, 80.0])
+    assert r.cpu_ratio == 50.0 / 90.0
+    assert bench.Result("s", "", 1, 1, [1.0], [1.0]).cpu_ratio is None
+
+
+def test_cpu_per_transaction_of_a_local_server(hivenet_server: object, hivenet_url: str,
+                                               tmp_path: Path) -> None:
+    meter = bench.CpuMeter(hivenet_server.data_dir)  # type: ignore[attr-defined]
+    script = tmp_path / "work.sql"
+    script.write_text("SELECT count(*) FROM generate_series(1, 20000);\n")
+    tps, cpu = bench.pgbench(hivenet_url, script, clients=2, transactions=100, meter=meter)
+    assert tps > 0 and cpu is not None and cpu > 0
+    assert bench.pgbench(hivenet_url, script, clients=1, transactions=1)[1] is None
