@@ -93,32 +93,6 @@ BEGIN
     EXECUTE format('LOCK TABLE hivenet.%I IN ROW EXCLUSIVE MODE', v_name);
 END $$;
 
--- The business-local time printed in interface serial p_serial, or NULL when p_serial is no
--- valid interface serial (layout of formats.sql 'interface'; parse_serial says what is wrong).
--- A regular expression and date arithmetic instead of parse_serial: this is on the path of
--- every incoming call, and must not need an exception block.
-CREATE FUNCTION hivenet._interface_serial_time(p_serial text) RETURNS timestamp
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_day date;
-BEGIN
-    IF p_serial IS NULL OR p_serial !~ ('^[0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[0-9A-Za-z]{5}'
-            '[1-9][0-9]{3}(0[1-9]|1[0-2])(0[1-9]|[12][0-9]|3[01])([01][0-9]|2[0-3])[0-5][0-9]'
-            '[0-5][0-9][0-9]{10}$')
-       OR right(p_serial, 10) = '0000000000' THEN
-        RETURN NULL;
-    END IF;
-    -- Day 31 of a 30-day month rolls over into the next month: not a real date.
-    v_day := make_date(substr(p_serial, 16, 4)::integer, substr(p_serial, 20, 2)::integer, 1)
-             + (substr(p_serial, 22, 2)::integer - 1);
-    IF extract(day FROM v_day) <> substr(p_serial, 22, 2)::integer THEN
-        RETURN NULL;
-    END IF;
-    RETURN v_day + make_interval(hours => substr(p_serial, 24, 2)::integer,
-                                 mins => substr(p_serial, 26, 2)::integer,
-                                 secs => substr(p_serial, 28, 2)::integer);
-END $$;
-
 -- HN001 naming p_serial, with parse_serial's diagnosis when it has one.
 CREATE FUNCTION hivenet._reject_serial(p_serial text, p_format text) RETURNS void
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -149,23 +123,41 @@ CREATE FUNCTION hivenet.claim_interface_serial(p_serial text, p_unified_serial t
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := hivenet.now();
-    v_local timestamp := hivenet._interface_serial_time(p_serial);
-    v_day date := v_local::date;
+    v_valid boolean;
+    v_local timestamp;
+    v_day date;
     v_at timestamptz;
     v_window interval;
     v_tolerance interval;
     v_recorded timestamptz;
 BEGIN
-    IF v_local IS NULL THEN
+    -- This runs on every incoming call: the layout of formats.sql 'interface' as one regular
+    -- expression, helpers inlined (every call of a function with SET search_path costs), and
+    -- parse_serial only to explain a rejection.
+    v_valid := p_serial ~ ('^[0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[0-9A-Za-z]{5}[1-9][0-9]{3}'
+                           '(0[1-9]|1[0-2])(0[1-9]|[12][0-9]|3[01])([01][0-9]|2[0-3])[0-5][0-9]'
+                           '[0-5][0-9][0-9]{10}$')
+               AND right(p_serial, 10) <> '0000000000';
+    IF v_valid AND substr(p_serial, 22, 2) > '28' THEN
+        -- Day 29 to 31 must exist in that month: otherwise make_date rolls over.
+        v_valid := extract(day FROM make_date(substr(p_serial, 16, 4)::integer,
+                                              substr(p_serial, 20, 2)::integer, 1)
+                                    + (substr(p_serial, 22, 2)::integer - 1))
+                   = substr(p_serial, 22, 2)::integer;
+    END IF;
+    IF NOT coalesce(v_valid, false) THEN
         PERFORM hivenet._reject_serial(p_serial, 'interface');
     END IF;
-    IF p_unified_serial IS NOT NULL AND p_unified_serial !~ '^[0-9A-Za-z]{10}[0-9]{18}$' THEN
+    IF p_unified_serial !~ '^[0-9A-Za-z]{10}[0-9]{18}$' THEN
         PERFORM hivenet._reject_serial(p_unified_serial, 'unified');
     END IF;
-    IF p_system_serial IS NOT NULL AND p_system_serial !~ '^[0-9A-Za-z]{10}[0-9]{20}$' THEN
+    IF p_system_serial !~ '^[0-9A-Za-z]{10}[0-9]{20}$' THEN
         PERFORM hivenet._reject_serial(p_system_serial, 'system');
     END IF;
-    -- One query for the three settings: this runs on every incoming call.
+    v_local := make_timestamp(substr(p_serial, 16, 4)::integer, substr(p_serial, 20, 2)::integer,
+                              substr(p_serial, 22, 2)::integer, substr(p_serial, 24, 2)::integer,
+                              substr(p_serial, 26, 2)::integer, substr(p_serial, 28, 2)::integer);
+    v_day := v_local::date;
     SELECT max(s.value) FILTER (WHERE s.name = 'interface_window')::interval,
            max(s.value) FILTER (WHERE s.name = 'interface_future_tolerance')::interval,
            v_local AT TIME ZONE max(s.value) FILTER (WHERE s.name = 'time_zone')
@@ -185,7 +177,10 @@ BEGIN
             MESSAGE = format('interface serial %s is being claimed by another transaction '
                              'in progress (nowait)', p_serial);
     END IF;
-    PERFORM hivenet._ensure_interface_partition(v_day);
+    -- The name of _interface_partition_name(v_day), spelled out to save a call.
+    IF to_regclass('hivenet.interface_call_' || substr(p_serial, 16, 8)) IS NULL THEN
+        PERFORM hivenet._ensure_interface_partition(v_day);
+    END IF;
     INSERT INTO hivenet.interface_call
         (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
     VALUES (p_serial, v_day, p_unified_serial, p_system_serial, v_now)

@@ -25,7 +25,7 @@ def downgrade() -> None:
                "CASCADE")
     op.execute("DROP FUNCTION hivenet._interface_lock_space, hivenet._interface_partition_name, "
                "hivenet._create_interface_partition, hivenet._ensure_interface_partition, "
-               "hivenet._interface_serial_time, hivenet._reject_serial, "
+               "hivenet._reject_serial, "
                "hivenet.claim_interface_serial, hivenet.call_chain, "
                "hivenet._drop_interface_partition, hivenet._maintain_interface_calls, "
                "hivenet._claim_lock_space, hivenet.claim, hivenet.set_claim_expiry, "
