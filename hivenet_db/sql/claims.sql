@@ -67,7 +67,7 @@ BEGIN
     FROM hivenet.claim_namespace n WHERE n.namespace = p_namespace;
     INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
     VALUES (p_namespace, p_key, v_now, v_expires)
-    ON CONFLICT DO NOTHING;
+    ON CONFLICT (namespace, key) DO NOTHING;
     IF FOUND THEN
         RETURN;
     END IF;

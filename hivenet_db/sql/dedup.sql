@@ -134,10 +134,10 @@ BEGIN
     -- This runs on every incoming call: the layout of formats.sql 'interface' as one regular
     -- expression, helpers inlined (every call of a function with SET search_path costs), and
     -- parse_serial only to explain a rejection.
-    v_valid := p_serial ~ ('^[0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[0-9A-Za-z]{5}[1-9][0-9]{3}'
+    v_valid := p_serial ~ ('^[0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[0-9A-Za-z]{5}[0-9]{4}'
                            '(0[1-9]|1[0-2])(0[1-9]|[12][0-9]|3[01])([01][0-9]|2[0-3])[0-5][0-9]'
                            '[0-5][0-9][0-9]{10}$')
-               AND right(p_serial, 10) <> '0000000000';
+               AND substr(p_serial, 16, 4) <> '0000' AND right(p_serial, 10) <> '0000000000';
     IF v_valid AND substr(p_serial, 22, 2) > '28' THEN
         -- Day 29 to 31 must exist in that month: otherwise make_date rolls over.
         v_valid := extract(day FROM make_date(substr(p_serial, 16, 4)::integer,
@@ -184,7 +184,7 @@ BEGIN
     INSERT INTO hivenet.interface_call
         (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
     VALUES (p_serial, v_day, p_unified_serial, p_system_serial, v_now)
-    ON CONFLICT DO NOTHING;
+    ON CONFLICT (interface_serial, serial_day) DO NOTHING;
     IF NOT FOUND THEN
         SELECT c.recorded_at INTO v_recorded FROM hivenet.interface_call c
         WHERE c.serial_day = v_day AND c.interface_serial = p_serial;
