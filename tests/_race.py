@@ -44,7 +44,3 @@ def wait_until_blocked(db: psycopg.Connection, pid: int, timeout: float = 10.0) 
         time.sleep(0.005)
     raise AssertionError(f"backend {pid} never waited for a lock")
 
-
-def sqlstate(result: object) -> str | None:
-    """The SQLSTATE of a psycopg error, else None."""
-    return result.sqlstate if isinstance(result, psycopg.Error) else None

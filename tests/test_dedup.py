@@ -25,7 +25,7 @@ from hivenet_db import (
 )
 from hivenet_db.dburl import sqlalchemy_url
 from hivenet_db.propagation import unified_serial_context
-from tests._race import race, sqlstate, wait_until_blocked
+from tests._race import race, wait_until_blocked
 
 NOW = "2031-03-01 12:00:00+00"
 UNIFIED = "C0001A0101203103010000000001"
@@ -98,7 +98,7 @@ def test_other_serials_of_the_same_second_are_not_duplicates(clocked: psycopg.Co
     iserial(source="C0001A0100"),                 # instance 00
     iserial(source="C0001A01-1"),                 # not a digit
     iserial(target="T000_"),                      # target charset
-    iserial(source="C０001A0101")[:39],           # full-width digit
+    iserial(source="C\uff10001A0101")[:39],      # full-width digit
     iserial(when="20310230115900"),               # 30 February
     iserial(when="20300229115900"),               # 29 February of a common year
     iserial(when="20310431115900"),               # 31 April
@@ -128,7 +128,8 @@ def test_leap_day_is_a_date(db: psycopg.Connection, fake_clock: SetClock) -> Non
 _CHARS = st.sampled_from("0123456789AZaz0_ ")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_validation_agrees_with_parse_serial(clocked: psycopg.Connection, data: st.DataObject
                                              ) -> None:
@@ -224,9 +225,9 @@ def _blocked_claim(conn: psycopg.Connection, serial: str,
 
 
 @pytest.mark.parametrize(("winner_commits", "expected"), [(True, "HN020"), (False, None)])
-def test_concurrent_claim_waits_for_the_winner(clocked_conns: Callable[[int], list[psycopg.Connection]],
-                                               winner_commits: bool, expected: str | None
-                                               ) -> None:
+def test_concurrent_claim_waits_for_the_winner(
+        clocked_conns: Callable[[int], list[psycopg.Connection]], winner_commits: bool,
+        expected: str | None) -> None:
     winner, loser, observer = clocked_conns(3)
     serial = iserial()
     out: dict[str, str | None] = {}
