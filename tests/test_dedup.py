@@ -375,9 +375,12 @@ def test_new_day_after_a_claim_in_the_same_transaction(clocked: psycopg.Connecti
 def test_concurrent_first_claims_of_a_day(clocked_conns: Callable[[int], list[psycopg.Connection]]
                                           ) -> None:
     conns = clocked_conns(6)
-    outcomes = race(conns, lambda i, conn: claim_state(conn, iserial(seq=i + 1)))
-    assert outcomes == [None] * 6
-    assert partitions(conns[0]).count("interface_call_20310301") == 1
+    for when in ("20310228120000", "20310301000000"):  # two new days, two races
+        outcomes = race(conns, lambda i, conn, when=when: claim_state(
+            conn, iserial(when=when, seq=i + 1)))
+        assert outcomes == [None] * 6, (when, outcomes)
+    assert [p for p in partitions(conns[0]) if p.startswith("interface_call_2031")] == [
+        "interface_call_20310228", "interface_call_20310301"]
 
 
 def test_maintain_creates_coming_days_and_drops_past_retention(clocked: psycopg.Connection,
