@@ -308,6 +308,16 @@ def test_unified_serial_is_recorded_never_checked(clocked: psycopg.Connection) -
     assert rows[1][1] is None
 
 
+def test_serial_time_ignores_the_session_time_zone(clocked: psycopg.Connection,
+                                                   fake_clock: SetClock) -> None:
+    # 02:30 on 9 March 2031 does not exist in New York (DST starts): still 02:30 here.
+    fake_clock(clocked, "2031-03-09 02:31:00+00")
+    claim(clocked, iserial(when="20310309023000"), UNIFIED)
+    clocked.execute("SET TimeZone = 'America/New_York'")
+    assert str(clocked.execute("SELECT serial_time FROM hivenet.call_chain(%s)", (UNIFIED,)
+                               ).fetchone()[0]) == "2031-03-09 02:30:00"
+
+
 def test_call_chain_is_in_recorded_order(clocked: psycopg.Connection, fake_clock: SetClock
                                          ) -> None:
     # Recorded later, issued earlier: the chain follows the recording.

@@ -214,7 +214,9 @@ SELECT c.interface_serial,
        substr(c.interface_serial, 9, 2) AS source_instance,
        substr(c.interface_serial, 11, 5) AS target_system,
        c.serial_day,
-       to_timestamp(substr(c.interface_serial, 16, 14), 'YYYYMMDDHH24MISS')::timestamp
+       -- ISO basic 'YYYYMMDDTHHMISS' to timestamp: no session time zone involved (to_timestamp
+       -- would shift a local time that the session's zone skips at a DST change).
+       (substr(c.interface_serial, 16, 8) || 'T' || substr(c.interface_serial, 24, 6))::timestamp
            AS serial_time,
        c.recorded_at
 FROM hivenet.interface_call c;
