@@ -167,12 +167,13 @@ BEGIN
                               substr(p_serial, 22, 2)::integer, substr(p_serial, 24, 2)::integer,
                               substr(p_serial, 26, 2)::integer, substr(p_serial, 28, 2)::integer);
     v_day := v_local::date;
+    -- One scan of the (one-page) settings table, no index: measured cheaper per transaction
+    -- than three key lookups, which open the index too.
     SELECT max(s.value) FILTER (WHERE s.name = 'interface_window')::interval,
            max(s.value) FILTER (WHERE s.name = 'interface_future_tolerance')::interval,
            v_local AT TIME ZONE max(s.value) FILTER (WHERE s.name = 'time_zone')
       INTO v_window, v_tolerance, v_at
-      FROM hivenet.setting s
-     WHERE s.name IN ('interface_window', 'interface_future_tolerance', 'time_zone');
+      FROM hivenet.setting s;
     IF v_at < v_now - v_window OR v_at > v_now + v_tolerance THEN
         RAISE EXCEPTION USING ERRCODE = 'HN021',
             MESSAGE = format('interface serial %s was issued at %s, outside the duplicate-check '
@@ -193,7 +194,9 @@ BEGIN
     INSERT INTO hivenet.interface_call
         (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
     VALUES (p_serial, v_day, p_unified_serial, p_system_serial, v_now)
-    ON CONFLICT (interface_serial, serial_day) DO NOTHING;
+    -- No conflict target: the primary key is the only unique index, and a target makes every
+    -- insert look up which index of the partition matches it in the catalog (measured).
+    ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         SELECT c.recorded_at INTO v_recorded FROM hivenet.interface_call c
         WHERE c.serial_day = v_day AND c.interface_serial = p_serial;

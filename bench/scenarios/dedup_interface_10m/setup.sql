@@ -3,8 +3,7 @@
 -- scenario's ratio next to dedup_interface's shows what the recorded volume costs.
 CREATE TABLE IF NOT EXISTS public.bench_raw_key (k text PRIMARY KEY);
 -- 10 million calls recorded 8 ms apart over the last 23 hours (the partitions of yesterday and
--- today),
--- with the serial prefixes the candidate uses and unified serials, so both indexes are big.
+-- today), with the serial prefixes the candidate uses and unified serials: both indexes are big.
 -- Skipped when already there (setups may run again on the same database).
 DO $$
 BEGIN
