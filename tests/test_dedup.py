@@ -259,6 +259,17 @@ def test_nowait_claim_fails_at_once(clocked_conns: Callable[[int], list[psycopg.
     claim(loser, serial, nowait=True)
 
 
+def test_repeatable_read_sees_a_later_duplicate_as_serialization_failure(
+        clocked_conns: Callable[[int], list[psycopg.Connection]]) -> None:
+    first, late = clocked_conns(2)
+    late.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    late.execute("SELECT 1")  # the snapshot is taken
+    claim(first, iserial())
+    assert claim_state(late, iserial()) == "40001"
+    late.execute("ROLLBACK")
+    assert claim_state(late, iserial()) == "HN020"
+
+
 @pytest.mark.parametrize("nowait", [False, True])
 def test_exactly_one_winner_over_many_trials(
         clocked_conns: Callable[[int], list[psycopg.Connection]], nowait: bool) -> None:
