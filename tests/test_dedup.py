@@ -393,6 +393,18 @@ def test_new_day_after_a_claim_in_the_same_transaction(clocked: psycopg.Connecti
     assert recorded(clocked, iserial(when="20310301000001")) == 1
 
 
+def test_new_day_created_by_another_session_during_this_transaction(
+        clocked_conns: Callable[[int], list[psycopg.Connection]]) -> None:
+    # This transaction holds its lock on the parent from an earlier claim while another
+    # session attaches the next day: its view of the partitions must follow.
+    mine, other = clocked_conns(2)
+    with mine.transaction():
+        claim(mine, iserial(when="20310228235959"))
+        claim(other, iserial(when="20310301000001"))  # creates the day's partition
+        claim(mine, iserial(when="20310301000002"))
+    assert recorded(other, iserial(when="20310301000002")) == 1
+
+
 def test_concurrent_first_claims_of_a_day(clocked_conns: Callable[[int], list[psycopg.Connection]]
                                           ) -> None:
     conns = clocked_conns(6)
