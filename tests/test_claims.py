@@ -192,6 +192,7 @@ def test_python_claims(hivenet_engine: Engine) -> None:
 
 
 def test_python_async_claims(hivenet_url: str) -> None:
+    pytest.importorskip("greenlet", reason="the async extra (sqlalchemy[asyncio]) is not installed")
     async def main() -> None:
         engine = create_async_engine(sqlalchemy_url(hivenet_url))
         try:

@@ -536,6 +536,7 @@ def test_python_interface_dedup(sa_conn: object) -> None:
 
 
 def test_python_async_interface_dedup(hivenet_url: str, fake_clock: SetClock) -> None:
+    pytest.importorskip("greenlet", reason="the async extra (sqlalchemy[asyncio]) is not installed")
     async def main() -> None:
         engine = create_async_engine(sqlalchemy_url(hivenet_url))
         try:
