@@ -1,5 +1,12 @@
 """hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency inside PostgreSQL."""
 
+from hivenet_db.dedup import (
+    AsyncClaimRepository,
+    AsyncInterfaceDedup,
+    Call,
+    ClaimRepository,
+    InterfaceDedup,
+)
 from hivenet_db.errors import (
     DuplicateClaim,
     DuplicateInterfaceSerial,
@@ -17,10 +24,15 @@ from hivenet_db.serial import Serial, parse_serial
 from hivenet_db.serials import AsyncSerialRepository, SerialRepository
 
 __all__ = [
+    "AsyncClaimRepository",
+    "AsyncInterfaceDedup",
     "AsyncSerialRepository",
+    "Call",
+    "ClaimRepository",
     "DuplicateClaim",
     "DuplicateInterfaceSerial",
     "HivenetError",
+    "InterfaceDedup",
     "InvalidInput",
     "RequestMismatch",
     "SequenceExhausted",

@@ -20,4 +20,14 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    pass
+    # Dropping the tables takes their partitions and views along; functions go by name.
+    op.execute("DROP TABLE hivenet.interface_call, hivenet.claim_record, hivenet.claim_namespace "
+               "CASCADE")
+    op.execute("DROP FUNCTION hivenet._interface_lock_space, hivenet._interface_partition_name, "
+               "hivenet._create_interface_partition, hivenet._ensure_interface_partition, "
+               "hivenet._reject_serial, "
+               "hivenet.claim_interface_serial, hivenet.call_chain, "
+               "hivenet._drop_interface_partition, hivenet._maintain_interface_calls, "
+               "hivenet._claim_lock_space, hivenet.claim, hivenet.set_claim_expiry, "
+               "hivenet._maintain_claims")
+    op.execute("DELETE FROM hivenet.setting WHERE name LIKE 'interface%'")

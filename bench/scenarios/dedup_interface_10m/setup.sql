@@ -1,0 +1,25 @@
+-- Raw baseline: an empty table with nothing but a unique 39-character key (as in
+-- dedup_interface): the candidate runs with 10 million calls already recorded, so this
+-- scenario's ratio next to dedup_interface's shows what the recorded volume costs.
+CREATE TABLE IF NOT EXISTS public.bench_raw_key (k text PRIMARY KEY);
+-- 10 million calls recorded 8 ms apart over the last 23 hours (the partitions of yesterday and
+-- today), with the serial prefixes the candidate uses and unified serials: both indexes are big.
+-- Skipped when already there (setups may run again on the same database).
+DO $$
+BEGIN
+    IF (SELECT count(*) FROM hivenet.interface_call) < 10000000 THEN
+        INSERT INTO hivenet.interface_call
+            (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
+        SELECT 'C0001A01' || lpad((g % 16 + 1)::text, 2, '0') || 'T0001'
+                   || to_char(t, 'YYYYMMDDHH24MISS') || lpad(g::text, 10, '0'),
+               t::date,
+               'C0001A0101' || to_char(t, 'YYYYMMDD') || lpad((g / 4)::text, 10, '0'),
+               NULL, t AT TIME ZONE 'UTC'
+        FROM (SELECT g, (now() AT TIME ZONE 'UTC') - interval '23 hours'
+                        + g * interval '8 milliseconds' AS t
+              FROM generate_series(1, 10000000) g) s
+        ON CONFLICT DO NOTHING;
+    END IF;
+END $$;
+VACUUM ANALYZE hivenet.interface_call;
+CHECKPOINT;

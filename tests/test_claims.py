@@ -1,0 +1,242 @@
+"""Generic idempotency claims (SPEC §5): hivenet.claim, expiry, maintain, Python."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import random
+import threading
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from hivenet_db import AsyncClaimRepository, ClaimRepository, DuplicateClaim, InvalidInput
+from hivenet_db.dburl import sqlalchemy_url
+from tests._race import race, wait_until_blocked
+
+NOW = "2031-03-01 12:00:00+00"
+SetClock = Callable[[psycopg.Connection, str], None]
+
+
+def claim_state(conn: psycopg.Connection, namespace: str | None, key: str | None,
+                nowait: bool = False) -> str | None:
+    """None when the claim was taken, else the SQLSTATE raised."""
+    try:
+        conn.execute("SELECT hivenet.claim(%s, %s, %s)", (namespace, key, nowait))
+    except psycopg.Error as error:
+        return error.sqlstate
+    return None
+
+
+def taken(db: psycopg.Connection, namespace: str, key: str) -> int:
+    return db.execute("SELECT count(*) FROM hivenet.claim_record WHERE namespace = %s "
+                      "AND key = %s", (namespace, key)).fetchone()[0]
+
+
+def test_claim_once(db: psycopg.Connection) -> None:
+    assert claim_state(db, "inventory.purchase_input_finished", "PO-1") is None
+    with pytest.raises(psycopg.Error) as raised:
+        db.execute("SELECT hivenet.claim('inventory.purchase_input_finished', 'PO-1')")
+    assert raised.value.sqlstate == "HN040"
+    assert "PO-1" in raised.value.diag.message_primary
+    # Keys are per namespace.
+    assert claim_state(db, "queue.orders", "PO-1") is None
+    assert claim_state(db, "inventory.purchase_input_finished", "PO-2") is None
+
+
+@pytest.mark.parametrize(("namespace", "key"), [
+    (None, "k"), ("", "k"), ("n" * 201, "k"), ("n", None), ("n", ""), ("n", "k" * 1001),
+])
+def test_invalid_claims(db: psycopg.Connection, namespace: str | None, key: str | None) -> None:
+    assert claim_state(db, namespace, key) == "HN001"
+
+
+def test_longest_key_is_accepted(db: psycopg.Connection) -> None:
+    assert claim_state(db, "n" * 200, "k" * 1000) is None
+
+
+def test_rolled_back_claim_is_free_again(db: psycopg.Connection) -> None:
+    with db.transaction() as tx:
+        assert claim_state(db, "queue.orders", "m-1") is None
+        raise psycopg.Rollback(tx)
+    assert taken(db, "queue.orders", "m-1") == 0
+    assert claim_state(db, "queue.orders", "m-1") is None
+
+
+def test_expiry(db: psycopg.Connection, fake_clock: SetClock) -> None:
+    fake_clock(db, NOW)
+    db.execute("SELECT hivenet.set_claim_expiry('queue.orders', '1 hour')")
+    assert claim_state(db, "queue.orders", "m-1") is None
+    assert claim_state(db, "forever", "m-1") is None
+    fake_clock(db, "2031-03-01 12:59:59+00")
+    assert claim_state(db, "queue.orders", "m-1") == "HN040"
+    fake_clock(db, "2031-03-01 13:00:00+00")
+    # Expired: free again even before maintain() purged it, and taken anew for an hour.
+    assert claim_state(db, "queue.orders", "m-1") is None
+    assert claim_state(db, "queue.orders", "m-1") == "HN040"
+    fake_clock(db, "2031-03-01 14:00:00+00")
+    db.execute("SELECT hivenet.maintain()")
+    assert taken(db, "queue.orders", "m-1") == 0
+    assert taken(db, "forever", "m-1") == 1
+    fake_clock(db, "2040-01-01 00:00:00+00")
+    assert claim_state(db, "forever", "m-1") == "HN040"
+    # Changing the expiry applies to claims taken afterwards; NULL: never again.
+    db.execute("SELECT hivenet.set_claim_expiry('queue.orders', NULL)")
+    assert claim_state(db, "queue.orders", "m-2") is None
+    assert db.execute("SELECT expires_at FROM hivenet.claim_record WHERE key = 'm-2'"
+                      ).fetchone()[0] is None
+
+
+@pytest.mark.parametrize("expiry", ["0", "-1 hour"])
+def test_expiry_must_be_positive(db: psycopg.Connection, expiry: str) -> None:
+    with pytest.raises(psycopg.Error) as raised:
+        db.execute("SELECT hivenet.set_claim_expiry('queue.orders', %s::interval)", (expiry,))
+    assert raised.value.sqlstate == "HN001"
+
+
+def test_expired_claim_taken_over_by_one_of_two(connect: Callable[..., psycopg.Connection],
+                                                fake_clock: SetClock) -> None:
+    conns = [connect() for _ in range(3)]
+    for conn in conns:
+        fake_clock(conn, NOW)
+    conns[0].execute("SELECT hivenet.set_claim_expiry('q', '1 minute')")
+    assert claim_state(conns[0], "q", "m") is None
+    for conn in conns:
+        fake_clock(conn, "2031-03-01 12:05:00+00")
+
+    def attempt(_i: int, conn: psycopg.Connection) -> str | None:
+        with conn.transaction():
+            return claim_state(conn, "q", "m")
+
+    outcomes = race(conns, attempt)
+    assert sorted(outcomes, key=str) == sorted([None, "HN040", "HN040"], key=str)
+
+
+@pytest.mark.parametrize(("winner_commits", "expected"), [(True, "HN040"), (False, None)])
+def test_concurrent_claim_waits_for_the_winner(connect: Callable[..., psycopg.Connection],
+                                               winner_commits: bool, expected: str | None
+                                               ) -> None:
+    winner, loser, observer = connect(), connect(), connect()
+    out: dict[str, str | None] = {}
+    with winner.transaction() as tx:
+        assert claim_state(winner, "q", "m") is None
+        thread = threading.Thread(target=lambda: out.update(state=claim_state(loser, "q", "m")))
+        thread.start()
+        wait_until_blocked(observer, loser.info.backend_pid)
+        assert out == {}
+        if not winner_commits:
+            raise psycopg.Rollback(tx)
+    thread.join(10)
+    assert out == {"state": expected}
+    assert taken(observer, "q", "m") == 1
+
+
+def test_nowait_claim_fails_at_once(connect: Callable[..., psycopg.Connection]) -> None:
+    winner, loser = connect(), connect()
+    with winner.transaction() as tx:
+        assert claim_state(winner, "q", "m") is None
+        loser.execute("SET lock_timeout = '5s'")  # a wait would fail with 55P03, not HN040
+        assert claim_state(loser, "q", "m", nowait=True) == "HN040"
+        assert claim_state(loser, "q", "other", nowait=True) is None
+        raise psycopg.Rollback(tx)
+    assert claim_state(loser, "q", "m", nowait=True) is None
+
+
+@pytest.mark.parametrize("nowait", [False, True])
+def test_exactly_one_winner_over_many_trials(connect: Callable[..., psycopg.Connection],
+                                             nowait: bool) -> None:
+    conns = [connect() for _ in range(6)]
+    rng = random.Random(5)
+    for trial in range(40):
+        key = f"m-{trial}"
+        rolls_back = {i for i in range(len(conns)) if not nowait and rng.random() < 0.4}
+
+        def attempt(i: int, conn: psycopg.Connection, key: str = key,
+                    rolls_back: set[int] = rolls_back) -> str:
+            with conn.transaction() as tx:
+                state = claim_state(conn, "q", key, nowait=nowait)
+                if state is not None:
+                    return state
+                if i in rolls_back:
+                    raise psycopg.Rollback(tx)
+            return "rolled back" if i in rolls_back else "committed"
+
+        outcomes = race(conns, attempt)
+        assert set(outcomes) <= {"committed", "rolled back", "HN040"}, outcomes
+        committed = outcomes.count("committed")
+        assert taken(conns[0], "q", key) == committed
+        assert committed == (1 if len(rolls_back) < len(conns) else 0), (outcomes, rolls_back)
+        if nowait:
+            assert outcomes.count("HN040") == len(conns) - 1
+
+
+# --- Python ------------------------------------------------------------------------------
+
+def test_python_claims(hivenet_engine: Engine) -> None:
+    with hivenet_engine.connect() as conn:
+        claims = ClaimRepository(conn)
+        claims.set_expiry("queue.orders", dt.timedelta(minutes=10))
+        claims.claim("queue.orders", "m-1")
+        with pytest.raises(DuplicateClaim) as raised:
+            claims.claim("queue.orders", "m-1", nowait=True)
+        assert raised.value.sqlstate == "HN040"
+        conn.rollback()
+        claims.claim("queue.orders", "m-1")
+        conn.commit()
+        with pytest.raises(InvalidInput):
+            claims.claim("", "m-1")
+
+
+def test_python_async_claims(hivenet_url: str) -> None:
+    pytest.importorskip("greenlet", reason="the async extra (sqlalchemy[asyncio]) is not installed")
+    async def main() -> None:
+        engine = create_async_engine(sqlalchemy_url(hivenet_url))
+        try:
+            async with engine.connect() as conn:
+                claims = AsyncClaimRepository(conn)
+                await claims.set_expiry("q", None)
+                await claims.claim("q", "m")
+                with pytest.raises(DuplicateClaim):
+                    await claims.claim("q", "m")
+        finally:
+            await engine.dispose()
+    asyncio.run(main())
+
+
+# --- the exactly-once consumer of docs/dedup.md ------------------------------------------
+
+@pytest.fixture
+def shop(hivenet_engine: Engine) -> Iterator[Engine]:
+    with hivenet_engine.begin() as conn:
+        conn.execute(text("CREATE TABLE stock (sku text PRIMARY KEY, quantity int NOT NULL)"))
+        conn.execute(text("INSERT INTO stock VALUES ('apple', 10)"))
+    yield hivenet_engine
+
+
+def handle(conn: Connection, message_id: str, body: str) -> None:
+    """As in docs/dedup.md: the claim and the effect commit together, or neither does."""
+    order = json.loads(body)
+    try:
+        with conn.begin():
+            ClaimRepository(conn).claim("queue.orders", message_id)
+            conn.execute(text("UPDATE stock SET quantity = quantity - :n WHERE sku = :sku"),
+                         {"n": order["quantity"], "sku": order["sku"]})
+            if order.get("fail"):
+                raise RuntimeError("crash between effect and acknowledgement")
+    except DuplicateClaim:
+        pass  # delivered before and processed: acknowledge, do nothing
+
+
+def test_exactly_once_consumption_of_redelivered_messages(shop: Engine) -> None:
+    with shop.connect() as conn:
+        handle(conn, "m-1", '{"sku": "apple", "quantity": 3}')
+        handle(conn, "m-1", '{"sku": "apple", "quantity": 3}')  # redelivered
+        with pytest.raises(RuntimeError):
+            handle(conn, "m-2", '{"sku": "apple", "quantity": 2, "fail": true}')
+        handle(conn, "m-2", '{"sku": "apple", "quantity": 2}')  # redelivered after the crash
+        handle(conn, "m-2", '{"sku": "apple", "quantity": 2}')
+        assert conn.execute(text("SELECT quantity FROM stock")).scalar() == 5
