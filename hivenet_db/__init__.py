@@ -15,9 +15,11 @@ from hivenet_db.errors import (
 )
 from hivenet_db.serial import Serial, parse_serial
 from hivenet_db.serials import AsyncSerialRepository, SerialRepository
+from hivenet_db.steps import AsyncStepRepository, StepRepository, StepRun, StepStart
 
 __all__ = [
     "AsyncSerialRepository",
+    "AsyncStepRepository",
     "DuplicateClaim",
     "DuplicateInterfaceSerial",
     "HivenetError",
@@ -30,6 +32,9 @@ __all__ = [
     "StaleAttempt",
     "StepAlreadySucceeded",
     "StepInProgress",
+    "StepRepository",
+    "StepRun",
+    "StepStart",
     "UnknownScope",
     "parse_serial",
 ]
