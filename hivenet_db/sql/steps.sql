@@ -66,7 +66,7 @@ CREATE FUNCTION hivenet._surely_standard_serial(p_serial text, p_seq_width integ
 RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    RETURN octet_length(p_serial) = 18 + p_seq_width
+    RETURN p_serial IS NOT NULL AND octet_length(p_serial) = 18 + p_seq_width
        AND p_serial ~ ('^[0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[1-9][0-9]{3}(0[1-9]|1[0-2])'
                        '(0[1-9]|[12][0-9]|3[01])[0-9]+$')
        AND substr(p_serial, 19) !~ '^0+$'
