@@ -56,24 +56,45 @@ BEGIN
     RETURN coalesce(p_lease, hivenet._setting_value('step_lease')::interval);
 END $$;
 
--- True only for a valid serial of the standard with a seq of p_seq_width digits (system 12,
--- unified 10): alnum system and module, instance 01-99, a real date YYYYMMDD from year 1000,
--- seq not 0. One regex and some arithmetic: a fraction of parse_serial's general walk over a
--- format's segments. False means "ask parse_serial", which gives the verdict and the
+-- True only when p_system_serial is a valid system serial and p_unified_serial is NULL or a
+-- valid unified serial: alnum system and module, instance 01-99, a real date YYYYMMDD from
+-- year 1000, seq (12 or 10 digits) not 0. A regex and integer arithmetic, in one call for
+-- both serials: a fraction of parse_serial's general walk over a format's segments, on
+-- begin_step's hot path. False means "ask parse_serial", which gives the verdict and the
 -- message, so the accepted set stays exactly parse_serial's (tests/test_steps.py checks
 -- that whatever this accepts, parse_serial accepts too).
-CREATE FUNCTION hivenet._surely_standard_serial(p_serial text, p_seq_width integer)
+CREATE FUNCTION hivenet._surely_step_serials(p_system_serial text, p_unified_serial text)
 RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_serial text;
+    v_year integer;
+    v_month integer;
+    v_day integer;
 BEGIN
-    RETURN p_serial IS NOT NULL AND octet_length(p_serial) = 18 + p_seq_width
-       AND p_serial ~ ('^[0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[1-9][0-9]{3}(0[1-9]|1[0-2])'
-                       '(0[1-9]|[12][0-9]|3[01])[0-9]+$')
-       AND substr(p_serial, 19) !~ '^0+$'
-       -- the day exists in that month (the regex lets 31 through in every month)
-       AND substr(p_serial, 17, 2)::integer <= extract(day FROM
-               make_date(substr(p_serial, 11, 4)::integer, substr(p_serial, 15, 2)::integer, 1)
-               + interval '1 month - 1 day');
+    IF p_system_serial IS NULL OR octet_length(p_system_serial) <> 30
+       OR octet_length(p_unified_serial) <> 28 THEN
+        RETURN false;
+    END IF;
+    FOREACH v_serial IN ARRAY ARRAY[p_system_serial, p_unified_serial] LOOP
+        CONTINUE WHEN v_serial IS NULL;
+        IF v_serial !~ '^[0-9A-Za-z]{8}[0-9]+$' THEN
+            RETURN false;
+        END IF;
+        v_year := substr(v_serial, 11, 4)::integer;
+        v_month := substr(v_serial, 15, 2)::integer;
+        v_day := substr(v_serial, 17, 2)::integer;
+        -- Integer arithmetic, not date functions: cheaper, and no exception to catch.
+        IF substr(v_serial, 9, 2) = '00' OR substr(v_serial, 19) ~ '^0+$'
+           OR v_year < 1000 OR v_month NOT BETWEEN 1 AND 12 OR v_day < 1
+           OR v_day > (CASE WHEN v_month = 2  -- days in the month (Gregorian)
+                            THEN 28 + (v_year % 4 = 0
+                                       AND (v_year % 100 <> 0 OR v_year % 400 = 0))::integer
+                            ELSE 30 + (v_month + v_month / 8) % 2 END) THEN
+            RETURN false;
+        END IF;
+    END LOOP;
+    RETURN true;
 END $$;
 
 -- hivenet.begin_step(system_serial, request default null, on_success default 'replay',
@@ -124,12 +145,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('lease %s is not positive or nowait is NULL', p_lease);
     END IF;
-    IF NOT hivenet._surely_standard_serial(p_system_serial, 12) THEN
+    IF NOT hivenet._surely_step_serials(p_system_serial, p_unified_serial) THEN
         PERFORM hivenet.parse_serial(p_system_serial, 'system');
-    END IF;
-    IF p_unified_serial IS NOT NULL AND NOT hivenet._surely_standard_serial(p_unified_serial, 10)
-    THEN
-        PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
+        IF p_unified_serial IS NOT NULL THEN
+            PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
+        END IF;
     END IF;
     -- Optimistic: most steps are new, so insert the attempt first; a conflict (after waiting
     -- for an uncommitted one) means there is a committed attempt to look at.
@@ -140,7 +160,9 @@ BEGIN
                 p_lease, hivenet.now())
         ON CONFLICT DO NOTHING;
         IF FOUND THEN
-            RETURN QUERY SELECT 'started'::text, v_attempt, NULL::jsonb;
+            outcome := 'started';  -- OUT columns and RETURN NEXT: no query to run
+            attempt := v_attempt;
+            RETURN NEXT;
             RETURN;
         END IF;
         SELECT * INTO v_last FROM hivenet.step_attempt a
@@ -164,7 +186,10 @@ BEGIN
                     MESSAGE = format('step %s already succeeded (attempt %s at %s)',
                                      p_system_serial, v_last.attempt, v_last.finished_at);
             END IF;
-            RETURN QUERY SELECT 'replayed'::text, v_last.attempt, v_last.response;
+            outcome := 'replayed';
+            attempt := v_last.attempt;
+            response := v_last.response;
+            RETURN NEXT;
             RETURN;
         ELSE
             v_attempt := v_last.attempt + 1;  -- the latest failed: proceed
@@ -226,7 +251,8 @@ BEGIN
             MESSAGE = format('step %s attempt %s: succeeded is NULL', p_system_serial, p_attempt);
     END IF;
     UPDATE hivenet.step_attempt a
-    SET state = CASE WHEN p_succeeded THEN 'success' ELSE 'failed' END::hivenet.step_state,
+    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
+                     ELSE 'failed'::hivenet.step_state END,
         finished_at = hivenet.now(),
         response = CASE WHEN p_succeeded THEN p_response END,
         error = CASE WHEN NOT p_succeeded THEN p_response END
