@@ -56,47 +56,6 @@ BEGIN
     RETURN coalesce(p_lease, hivenet._setting_value('step_lease')::interval);
 END $$;
 
--- True only when p_system_serial is a valid system serial and p_unified_serial is NULL or a
--- valid unified serial: alnum system and module, instance 01-99, a real date YYYYMMDD from
--- year 1000, seq (12 or 10 digits) not 0. A regex and integer arithmetic, in one call for
--- both serials: a fraction of parse_serial's general walk over a format's segments, on
--- begin_step's hot path. False means "ask parse_serial", which gives the verdict and the
--- message, so the accepted set stays exactly parse_serial's (tests/test_steps.py checks
--- that whatever this accepts, parse_serial accepts too).
-CREATE FUNCTION hivenet._surely_step_serials(p_system_serial text, p_unified_serial text)
-RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_serial text;
-    v_year integer;
-    v_month integer;
-    v_day integer;
-BEGIN
-    IF p_system_serial IS NULL OR octet_length(p_system_serial) <> 30
-       OR octet_length(p_unified_serial) <> 28 THEN
-        RETURN false;
-    END IF;
-    FOREACH v_serial IN ARRAY ARRAY[p_system_serial, p_unified_serial] LOOP
-        CONTINUE WHEN v_serial IS NULL;
-        IF v_serial !~ '^[0-9A-Za-z]{8}[0-9]+$' THEN
-            RETURN false;
-        END IF;
-        v_year := substr(v_serial, 11, 4)::integer;
-        v_month := substr(v_serial, 15, 2)::integer;
-        v_day := substr(v_serial, 17, 2)::integer;
-        -- Integer arithmetic, not date functions: cheaper, and no exception to catch.
-        IF substr(v_serial, 9, 2) = '00' OR substr(v_serial, 19) ~ '^0+$'
-           OR v_year < 1000 OR v_month NOT BETWEEN 1 AND 12 OR v_day < 1
-           OR v_day > (CASE WHEN v_month = 2  -- days in the month (Gregorian)
-                            THEN 28 + (v_year % 4 = 0
-                                       AND (v_year % 100 <> 0 OR v_year % 400 = 0))::integer
-                            ELSE 30 + (v_month + v_month / 8) % 2 END) THEN
-            RETURN false;
-        END IF;
-    END LOOP;
-    RETURN true;
-END $$;
-
 -- hivenet.begin_step(system_serial, request default null, on_success default 'replay',
 --                    unified_serial default null, lease default null, nowait default false)
 --   → table(outcome text, attempt int, response jsonb), exactly one row.
@@ -128,6 +87,14 @@ CREATE FUNCTION hivenet.begin_step(
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    -- Matches only valid system (30) and unified (28) serials: alnum system and module,
+    -- instance 01-99, year from 1000, a day that exists in its month (29 February is left to
+    -- parse_serial), seq not 0. What it does not match goes to parse_serial, which decides
+    -- and names the problem, so the accepted set is exactly parse_serial's (a test checks
+    -- it) at a fraction of the cost of its general walk over the format's segments.
+    c_serial constant text := '^[0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[1-9][0-9]{3}'
+        '((0[13578]|1[02])(0[1-9]|[12][0-9]|3[01])|(0[469]|11)(0[1-9]|[12][0-9]|30)'
+        '|02(0[1-9]|1[0-9]|2[0-8]))(?!0+$)[0-9]{10}([0-9]{2})?$';
     v_fingerprint bytea := sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8'));
     v_attempt integer := 1;
     v_last hivenet.step_attempt;
@@ -145,11 +112,12 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('lease %s is not positive or nowait is NULL', p_lease);
     END IF;
-    IF NOT hivenet._surely_step_serials(p_system_serial, p_unified_serial) THEN
+    -- The common case costs one regex match; the rest is parse_serial's to judge.
+    IF coalesce(octet_length(p_system_serial) <> 30 OR p_system_serial !~ c_serial, true) THEN
         PERFORM hivenet.parse_serial(p_system_serial, 'system');
-        IF p_unified_serial IS NOT NULL THEN
-            PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
-        END IF;
+    END IF;
+    IF octet_length(p_unified_serial) <> 28 OR p_unified_serial !~ c_serial THEN
+        PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
     END IF;
     -- Optimistic: most steps are new, so insert the attempt first; a conflict (after waiting
     -- for an uncommitted one) means there is a committed attempt to look at.

@@ -24,6 +24,6 @@ def downgrade() -> None:
     op.execute("DROP TABLE hivenet.step_attempt CASCADE")
     op.execute("DROP FUNCTION hivenet.begin_step, hivenet._begin_step_nowait, hivenet.finish_step, "
                "hivenet.resolve_step, hivenet._raise_stale_attempt, hivenet._step_lease, "
-               "hivenet._surely_step_serials, hivenet._maintain_steps")
+               "hivenet._maintain_steps")
     op.execute("DROP TYPE hivenet.step_state")
     op.execute("DELETE FROM hivenet.setting WHERE name IN ('step_lease', 'step_retention')")
