@@ -340,6 +340,31 @@ def test_nowait_fails_at_once_and_leaves_lock_timeout_alone(connect: Connect) ->
         begin(second, serial, nowait=True)
 
 
+def test_a_waiting_duplicate_in_repeatable_read_gets_a_serialization_failure(
+        connect: Connect) -> None:
+    first, second, observer = connect(autocommit=False), connect(autocommit=False), connect()
+    serial = new_serial(observer)
+    begin(first, serial)
+    second.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    waiter = Background(lambda: begin(second, serial))
+    wait_until_lock_wait(observer, second.info.backend_pid)
+    finish(first, serial, 1, True, {"ok": True})
+    first.commit()
+    with sqlstate("40001"):  # documented: retry the transaction, which then replays
+        waiter.result()
+    second.rollback()
+    assert begin(second, serial)[0] == "replayed"
+
+
+def test_finishing_is_a_hot_update(connect: Connect) -> None:
+    conn = connect(autocommit=False)
+    serial = new_serial(conn)
+    finish(conn, serial, begin(conn, serial)[1], True, {"ok": True})
+    hot = conn.execute("SELECT pg_stat_get_xact_tuples_hot_updated("
+                       "'hivenet.step_attempt'::regclass)").fetchone()[0]
+    assert hot == 1
+
+
 def test_exactly_once_under_16_parallel_duplicates(connect: Connect) -> None:
     """16 connections start the same step together; only `started` applies the effect.
 
