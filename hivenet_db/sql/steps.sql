@@ -87,40 +87,50 @@ CREATE FUNCTION hivenet.begin_step(
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    -- With the right length, matches only valid system (30) and unified (28) serials:
-    -- alnum system and module, instance 01-99, year from 1000, a day that exists in its
-    -- month (29 February is left to parse_serial); with the last 10 digits not all 0 (a
-    -- lookahead costs more than the rest of the match) the seq is not 0 either. Whatever
-    -- fails this goes to parse_serial, which decides and names the problem: the accepted
-    -- set is exactly parse_serial's (a test checks it) at a fraction of its cost.
-    c_serial constant text := '^[0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[1-9][0-9]{3}'
-        '((0[13578]|1[02])(0[1-9]|[12][0-9]|3[01])|(0[469]|11)(0[1-9]|[12][0-9]|30)'
-        '|02(0[1-9]|1[0-9]|2[0-8]))[0-9]{10}([0-9]{2})?$';
     v_fingerprint bytea := sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8'));
     v_attempt integer := 1;
     v_last hivenet.step_attempt;
 BEGIN
-    IF p_nowait THEN
-        RETURN QUERY SELECT * FROM hivenet._begin_step_nowait(
-            p_system_serial, p_request, p_on_success, p_unified_serial, p_lease);
-        RETURN;
-    END IF;
-    IF p_on_success IS NULL OR p_on_success NOT IN ('replay', 'reject') THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('on_success %L is neither ''replay'' nor ''reject''', p_on_success);
-    END IF;
-    IF p_lease <= interval '0' OR p_nowait IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('lease %s is not positive or nowait is NULL', p_lease);
-    END IF;
-    -- The common case costs one regex match; the rest is parse_serial's to judge.
-    IF coalesce(octet_length(p_system_serial) <> 30 OR p_system_serial !~ c_serial
-                OR right(p_system_serial, 10) = '0000000000', true) THEN
+    -- The common case is decided by one expression: plpgsql prepares every expression once
+    -- per transaction, a good part of this function's cost. The regex matches the system
+    -- serial followed by the unified serial, if any, only when both are valid (alnum system
+    -- and module, instance 01-99, year from 1000, a day that exists in its month; 29 February
+    -- is left to parse_serial); the last 10 digits not all 0 mean seq is not 0 (a lookahead
+    -- costs more than the rest of the match). Whatever fails this takes the slow path, where
+    -- parse_serial decides and names the problem: the accepted set is exactly parse_serial's
+    -- (a test checks it), at a fraction of its cost.
+    IF NOT coalesce(
+        p_on_success IN ('replay', 'reject') AND NOT p_nowait
+        AND (p_lease IS NULL OR p_lease > interval '0')
+        AND octet_length(p_system_serial) = 30
+        AND right(p_system_serial, 10) <> '0000000000'
+        AND coalesce(right(p_unified_serial, 10), '') <> '0000000000'
+        AND p_system_serial || coalesce(p_unified_serial, '') ~ (
+            '^[0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[1-9][0-9]{3}'
+            '((0[13578]|1[02])(0[1-9]|[12][0-9]|3[01])|(0[469]|11)(0[1-9]|[12][0-9]|30)'
+            '|02(0[1-9]|1[0-9]|2[0-8]))[0-9]{12}'
+            '([0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[1-9][0-9]{3}'
+            '((0[13578]|1[02])(0[1-9]|[12][0-9]|3[01])|(0[469]|11)(0[1-9]|[12][0-9]|30)'
+            '|02(0[1-9]|1[0-9]|2[0-8]))[0-9]{10})?$'),
+        false) THEN
+        IF p_nowait THEN
+            RETURN QUERY SELECT * FROM hivenet._begin_step_nowait(
+                p_system_serial, p_request, p_on_success, p_unified_serial, p_lease);
+            RETURN;
+        END IF;
+        IF p_on_success IS NULL OR p_on_success NOT IN ('replay', 'reject') THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('on_success %L is neither ''replay'' nor ''reject''',
+                                 p_on_success);
+        END IF;
+        IF p_lease <= interval '0' OR p_nowait IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('lease %s is not positive or nowait is NULL', p_lease);
+        END IF;
         PERFORM hivenet.parse_serial(p_system_serial, 'system');
-    END IF;
-    IF octet_length(p_unified_serial) <> 28 OR p_unified_serial !~ c_serial
-       OR right(p_unified_serial, 10) = '0000000000' THEN
-        PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
+        IF p_unified_serial IS NOT NULL THEN
+            PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
+        END IF;
     END IF;
     -- Optimistic: most steps are new, so insert the attempt first; a conflict (after waiting
     -- for an uncommitted one) means there is a committed attempt to look at.
@@ -217,10 +227,6 @@ CREATE FUNCTION hivenet.finish_step(
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF p_succeeded IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('step %s attempt %s: succeeded is NULL', p_system_serial, p_attempt);
-    END IF;
     UPDATE hivenet.step_attempt a
     SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
                      ELSE 'failed'::hivenet.step_state END,
@@ -228,8 +234,13 @@ BEGIN
         response = CASE WHEN p_succeeded THEN p_response END,
         error = CASE WHEN NOT p_succeeded THEN p_response END
     WHERE a.system_serial = p_system_serial AND a.attempt = p_attempt
-      AND a.state = 'processing';
-    IF NOT FOUND THEN
+      AND a.state = 'processing' AND p_succeeded IS NOT NULL;
+    IF NOT FOUND THEN  -- the checks stay off the hot path
+        IF p_succeeded IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('step %s attempt %s: succeeded is NULL', p_system_serial,
+                                 p_attempt);
+        END IF;
         PERFORM hivenet._raise_stale_attempt(p_system_serial, p_attempt);
     END IF;
 END $$;
