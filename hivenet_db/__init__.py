@@ -22,11 +22,13 @@ from hivenet_db.errors import (
 )
 from hivenet_db.serial import Serial, parse_serial
 from hivenet_db.serials import AsyncSerialRepository, SerialRepository
+from hivenet_db.steps import AsyncStepRepository, StepRepository, StepRun, StepStart
 
 __all__ = [
     "AsyncClaimRepository",
     "AsyncInterfaceDedup",
     "AsyncSerialRepository",
+    "AsyncStepRepository",
     "Call",
     "ClaimRepository",
     "DuplicateClaim",
@@ -42,6 +44,9 @@ __all__ = [
     "StaleAttempt",
     "StepAlreadySucceeded",
     "StepInProgress",
+    "StepRepository",
+    "StepRun",
+    "StepStart",
     "UnknownScope",
     "parse_serial",
 ]

@@ -20,4 +20,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    pass
+    # The views depend on the table and go with it.
+    op.execute("DROP TABLE hivenet.step_attempt CASCADE")
+    op.execute("DROP FUNCTION hivenet.begin_step, hivenet._begin_step_nowait, hivenet.finish_step, "
+               "hivenet.resolve_step, hivenet._raise_stale_attempt, hivenet._step_lease, "
+               "hivenet._maintain_steps")
+    op.execute("DROP TYPE hivenet.step_state")
+    op.execute("DELETE FROM hivenet.setting WHERE name IN ('step_lease', 'step_retention')")

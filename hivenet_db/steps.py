@@ -1,0 +1,235 @@
+"""System-serial step state machine: guard a processing step so it runs at most once.
+
+The rules live in SQL (``hivenet.begin_step`` / ``finish_step`` / ``resolve_step``); this module
+calls them on the caller's ``Connection`` or ``Session`` and never commits. The common case::
+
+    with StepRepository(conn).step(system_serial, request) as step:
+        if step.started:
+            step.response = transfer(request)   # runs once; a retry gets the same response
+    return step.response
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+from sqlalchemy import text
+
+from hivenet_db._execute import AsyncDB, SyncDB, rows, rows_async
+from hivenet_db.propagation import current_unified_serial
+
+Outcome = Literal["started", "replayed"]
+OnSuccess = Literal["replay", "reject"]
+
+_BEGIN = text(
+    "SELECT outcome, attempt, response FROM hivenet.begin_step("
+    ":serial, CAST(:request AS jsonb), :on_success, :unified, :lease, :nowait)"
+)
+_FINISH = text(
+    "SELECT hivenet.finish_step(:serial, :attempt, :succeeded, CAST(:response AS jsonb))"
+)
+_RESOLVE = text(
+    "SELECT hivenet.resolve_step(:serial, :attempt, :succeeded, :note, CAST(:response AS jsonb))"
+)
+
+
+@dataclass(frozen=True)
+class StepStart:
+    """What ``begin`` found: ``started`` (run the step, then finish ``attempt``) or
+    ``replayed`` (it already succeeded; ``response`` is the stored original)."""
+
+    outcome: Outcome
+    attempt: int
+    response: Any = None
+
+    @property
+    def started(self) -> bool:
+        return self.outcome == "started"
+
+    @property
+    def replayed(self) -> bool:
+        return self.outcome == "replayed"
+
+
+@dataclass
+class StepRun:
+    """The step inside ``StepRepository.step``: set ``response`` when ``started``; when
+    ``replayed`` it already holds the original response."""
+
+    system_serial: str
+    start: StepStart
+    response: Any = None
+
+    @property
+    def started(self) -> bool:
+        return self.start.started
+
+    @property
+    def replayed(self) -> bool:
+        return self.start.replayed
+
+    @property
+    def attempt(self) -> int:
+        return self.start.attempt
+
+    @classmethod
+    def of(cls, system_serial: str, start: StepStart) -> StepRun:
+        return cls(system_serial, start, start.response)
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _begin_params(system_serial: str, request: Any, on_success: OnSuccess,
+                  unified_serial: str | None, lease: timedelta | None,
+                  nowait: bool) -> dict[str, Any]:
+    return {"serial": system_serial, "request": _json(request), "on_success": on_success,
+            "unified": unified_serial if unified_serial is not None else current_unified_serial(),
+            "lease": lease, "nowait": nowait}
+
+
+def _finish_params(system_serial: str, attempt: int, succeeded: bool,
+                   response: Any) -> dict[str, Any]:
+    return {"serial": system_serial, "attempt": attempt, "succeeded": succeeded,
+            "response": _json(response)}
+
+
+def _start(result: Any) -> StepStart:
+    outcome, attempt, response = result[0]
+    return StepStart(outcome, attempt, response)
+
+
+def error_report(error: BaseException) -> dict[str, str]:
+    """What a failed step records as its error: the exception's type and message."""
+    return {"type": type(error).__name__, "message": str(error)}
+
+
+def _note_unrecorded(error: BaseException, failure: BaseException) -> None:
+    # The body's error is what the caller must see; say why no failure was recorded (usually
+    # an aborted transaction, whose rollback removes the attempt anyway).
+    error.add_note(f"hivenet: the step's failure was not recorded: {failure!r}")
+
+
+class StepRepository:
+    """Step state machine on the caller's SQLAlchemy ``Connection`` or ``Session``.
+
+    ``begin`` raises ``StepInProgress`` (HN030), ``StepAlreadySucceeded`` (HN031),
+    ``RequestMismatch`` (HN032) or ``InvalidInput`` (HN001); ``finish`` and ``resolve`` raise
+    ``StaleAttempt`` (HN033). Nothing is committed here: the caller's transaction decides.
+    """
+
+    def __init__(self, db: SyncDB) -> None:
+        self.db = db
+
+    def begin(self, system_serial: str, request: Any = None, *,
+              on_success: OnSuccess = "replay", unified_serial: str | None = None,
+              lease: timedelta | None = None, nowait: bool = False) -> StepStart:
+        """Receive the step; the unified serial defaults to ``current_unified_serial()``."""
+        return _start(rows(self.db, _BEGIN, _begin_params(
+            system_serial, request, on_success, unified_serial, lease, nowait)))
+
+    def finish(self, system_serial: str, attempt: int, succeeded: bool,
+               response: Any = None) -> None:
+        """End ``attempt``: success with the response to replay, or failure with the error."""
+        rows(self.db, _FINISH, _finish_params(system_serial, attempt, succeeded, response))
+
+    def resolve(self, system_serial: str, attempt: int, succeeded: bool, note: str,
+                response: Any = None) -> None:
+        """Operator: record the real outcome of a stuck ``processing`` attempt."""
+        params = _finish_params(system_serial, attempt, succeeded, response) | {"note": note}
+        rows(self.db, _RESOLVE, params)
+
+    @contextmanager
+    def step(self, system_serial: str, request: Any = None, *,
+             on_success: OnSuccess = "replay", unified_serial: str | None = None,
+             lease: timedelta | None = None, nowait: bool = False) -> Iterator[StepRun]:
+        """Begin the step, run the body, finish it: success with ``run.response``, or failure
+        with ``error_report(exception)`` and the exception re-raised. When replayed the body
+        must do nothing (check ``run.started``); nothing is recorded. Only ``Exception``s
+        are recorded: an interrupt or cancellation leaves the transaction to its rollback."""
+        run = StepRun.of(system_serial, self.begin(
+            system_serial, request, on_success=on_success, unified_serial=unified_serial,
+            lease=lease, nowait=nowait))
+        try:
+            yield run
+        except Exception as error:
+            if run.started:
+                try:
+                    self.finish(system_serial, run.attempt, False, error_report(error))
+                except Exception as failure:
+                    _note_unrecorded(error, failure)
+            raise
+        if run.started:
+            self.finish(system_serial, run.attempt, True, run.response)
+
+    def run(self, system_serial: str, request: Any, body: Callable[[], Any], *,
+            on_success: OnSuccess = "replay", unified_serial: str | None = None,
+            lease: timedelta | None = None, nowait: bool = False) -> Any:
+        """``step`` for a callable: call ``body()`` once if the step starts, return its
+        response, or the original response when the step is replayed."""
+        with self.step(system_serial, request, on_success=on_success,
+                       unified_serial=unified_serial, lease=lease, nowait=nowait) as run:
+            if run.started:
+                run.response = body()
+        return run.response
+
+
+class AsyncStepRepository:
+    """``StepRepository`` for an ``AsyncConnection`` or ``AsyncSession``."""
+
+    def __init__(self, db: AsyncDB) -> None:
+        self.db = db
+
+    async def begin(self, system_serial: str, request: Any = None, *,
+                    on_success: OnSuccess = "replay", unified_serial: str | None = None,
+                    lease: timedelta | None = None, nowait: bool = False) -> StepStart:
+        return _start(await rows_async(self.db, _BEGIN, _begin_params(
+            system_serial, request, on_success, unified_serial, lease, nowait)))
+
+    async def finish(self, system_serial: str, attempt: int, succeeded: bool,
+                     response: Any = None) -> None:
+        await rows_async(self.db, _FINISH,
+                         _finish_params(system_serial, attempt, succeeded, response))
+
+    async def resolve(self, system_serial: str, attempt: int, succeeded: bool, note: str,
+                      response: Any = None) -> None:
+        params = _finish_params(system_serial, attempt, succeeded, response) | {"note": note}
+        await rows_async(self.db, _RESOLVE, params)
+
+    @asynccontextmanager
+    async def step(self, system_serial: str, request: Any = None, *,
+                   on_success: OnSuccess = "replay", unified_serial: str | None = None,
+                   lease: timedelta | None = None,
+                   nowait: bool = False) -> AsyncIterator[StepRun]:
+        run = StepRun.of(system_serial, await self.begin(
+            system_serial, request, on_success=on_success, unified_serial=unified_serial,
+            lease=lease, nowait=nowait))
+        try:
+            yield run
+        except Exception as error:
+            if run.started:
+                try:
+                    await self.finish(system_serial, run.attempt, False, error_report(error))
+                except Exception as failure:
+                    _note_unrecorded(error, failure)
+            raise
+        if run.started:
+            await self.finish(system_serial, run.attempt, True, run.response)
+
+    async def run(self, system_serial: str, request: Any, body: Callable[[], Awaitable[Any]],
+                  *, on_success: OnSuccess = "replay", unified_serial: str | None = None,
+                  lease: timedelta | None = None, nowait: bool = False) -> Any:
+        async with self.step(system_serial, request, on_success=on_success,
+                             unified_serial=unified_serial, lease=lease, nowait=nowait) as run:
+            if run.started:
+                run.response = await body()
+        return run.response
+
+
+__all__ = ["AsyncStepRepository", "StepRepository", "StepRun", "StepStart", "error_report"]
