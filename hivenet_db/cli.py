@@ -266,16 +266,9 @@ def cmd_maintain(args: argparse.Namespace, out: Output) -> None:
 def cmd_demo(args: argparse.Namespace, out: Output) -> None:
     from hivenet_db import demo
 
-    url = from_env(args.url)
-    if url:
-        out.note(f"running the demo in {_redacted(url)} (it commits its rows there)")
-        demo.run(libpq_url(url), as_json=out.as_json)
-        return
-    # A fresh database per run on the embedded server, so the demo can be replayed.
-    server = EmbeddedPostgres(progress=out.note)
-    embedded_url(out)  # first use: initialise, start, migrate the default database
-    server.drop_database(demo.DATABASE)
-    url = embedded_url(out, demo.DATABASE)
+    url = database_url(args, out)
+    if args.url or from_env(None):
+        out.note(f"running the demo in {_redacted(url)}: it commits its rows there")
     demo.run(url, as_json=out.as_json)
 
 
@@ -388,8 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("demo", cmd_demo, "replay the standard's two examples end to end",
         "Replay the HiveNet Sequence Standards' examples: a transaction crossing three "
         "systems, then a failed step retried with the same system serial; shows a duplicate "
-        "call rejected, a retry replayed and the call chain. On the embedded server it uses "
-        "a fresh database `hivenet_demo` each run.")
+        "call rejected, a retry replayed and the call chain. Its rows stay in the database, "
+        "so `hivenet-db report` shows them afterwards.")
 
     p = add("bench", cmd_bench, "run the benchmarks (arguments go to the benchmark runner)")
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="benchmark options")

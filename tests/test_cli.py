@@ -194,12 +194,35 @@ def test_embedded_default_initialises_once_and_is_managed(embedded_dir: Path) ->
     assert int(third.stdout[-11:]) > int(second.stdout[-11:])
 
 
-def test_demo(run: Run, db: psycopg.Connection) -> None:
-    needed = ("hivenet.begin_step", "hivenet.claim_interface_serial", "hivenet.call_chain")
+def _demo_needs(db: psycopg.Connection) -> None:
+    needed = ("hivenet.begin_step", "hivenet.finish_step", "hivenet.claim_interface_serial",
+              "hivenet.call_chain")
     missing = [name for name in needed
                if db.execute("SELECT to_regproc(%s)", (name,)).fetchone()[0] is None]
     if missing:
         pytest.skip(f"demo needs {', '.join(missing)} (dedup and steps issues)")
-    out = run("demo").stdout
-    for expected in ("DuplicateInterfaceSerial", "replayed", "call chain"):
-        assert expected in out
+
+
+def check_demo_events(events: list[dict[str, object]]) -> None:
+    """What the standard's examples must show, whatever the wording."""
+    outcomes = [(e.get("outcome"), e.get("attempt")) for e in events if "outcome" in e]
+    assert ("started", 2) in outcomes  # the failed step ran again under its system serial
+    assert any(o == "replayed" for o, _ in outcomes)  # a succeeded step was replayed
+    assert [e["error"] for e in events if "error" in e] == ["DuplicateInterfaceSerial"]
+    chains = [e["rows"] for e in events if "rows" in e]
+    # Example 1: channel->hub, three hub->core calls, the resent call; example 2: one retry more.
+    assert [len(c) for c in chains] == [5, 5]  # type: ignore[arg-type]
+
+
+def test_demo(run: Run, db: psycopg.Connection) -> None:
+    _demo_needs(db)
+    check_demo_events(json.loads(run("demo", "--json").stdout))
+    text = run("demo").stdout
+    assert "Example 1" in text and "Example 2" in text and "call chain" in text
+
+
+def test_demo_on_the_embedded_default(embedded_dir: Path, db: psycopg.Connection) -> None:
+    _demo_needs(db)
+    result = _run("demo", "--json", env={"HIVENET_EMBEDDED_DIR": str(embedded_dir)})
+    assert result.returncode == 0, result.stderr
+    check_demo_events(json.loads(result.stdout))
