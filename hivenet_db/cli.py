@@ -24,7 +24,6 @@ import psycopg
 from sqlalchemy import Connection, Engine, create_engine, pool, text
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
-from hivenet_db import migrate
 from hivenet_db.dburl import ENV_VAR, from_env, libpq_url, sqlalchemy_url
 from hivenet_db.embedded import DEFAULT_DATABASE, EmbeddedError, EmbeddedPostgres
 from hivenet_db.errors import HivenetError, from_database
@@ -114,9 +113,9 @@ def embedded_url(out: Output, dbname: str = DEFAULT_DATABASE) -> str:
         first = not server.initialized
         server.start()
         url = server.ensure_database(dbname)
-        if migrate.current(url) != _head():
+        if _migrate().current(url) != _head():
             out.note(f"migrating schema hivenet in {dbname}")
-            migrate.upgrade(url)
+            _migrate().upgrade(url)
     if first:
         out.note(f"local PostgreSQL ready in {time.monotonic() - started:.1f}s "
                  f"(data in {server.root}; `{PROG} embedded stop` stops it)")
@@ -131,6 +130,13 @@ def _head() -> str:
     head = ScriptDirectory.from_config(_config("")).get_current_head()
     assert head is not None
     return head
+
+
+def _migrate() -> Any:
+    """hivenet_db.migrate, imported when needed: alembic is slow to import for a command."""
+    from hivenet_db import migrate
+
+    return migrate
 
 
 def database_url(args: argparse.Namespace, out: Output) -> str:
@@ -171,15 +177,14 @@ def _dicts(conn: Connection, query: str, params: dict[str, Any] | None = None
 
 def cmd_migrate(args: argparse.Namespace, out: Output) -> None:
     url = database_url(args, out)
-    migrate.upgrade(url, args.revision)
-    out.rows([{"database": _redacted(url), "revision": migrate.current(url)}])
+    _migrate().upgrade(url, args.revision)
+    out.rows([{"database": _redacted(url), "revision": _migrate().current(url)}])
 
 
 def cmd_downgrade(args: argparse.Namespace, out: Output) -> None:
-    url = from_env(args.url)
-    url = libpq_url(url) if url else embedded_url(out)
-    migrate.downgrade(url, args.revision)
-    out.rows([{"database": _redacted(url), "revision": migrate.current(url)}])
+    url = database_url(args, out)
+    _migrate().downgrade(url, args.revision)
+    out.rows([{"database": _redacted(url), "revision": _migrate().current(url)}])
 
 
 def cmd_sql(args: argparse.Namespace, out: Output) -> None:

@@ -226,3 +226,39 @@ def test_demo_on_the_embedded_default(embedded_dir: Path, db: psycopg.Connection
     result = _run("demo", "--json", env={"HIVENET_EMBEDDED_DIR": str(embedded_dir)})
     assert result.returncode == 0, result.stderr
     check_demo_events(json.loads(result.stdout))
+
+
+def test_alembic_branch_in_an_application_tree(hivenet_url: str, tmp_path: Path,
+                                               db: psycopg.Connection) -> None:
+    """docs/guide.md: an application's own alembic tree includes the packaged revisions."""
+    from hivenet_db import migrate
+    from hivenet_db.dburl import sqlalchemy_url
+
+    migrate.downgrade(hivenet_url, "base")  # this database now belongs to the app's tree
+    alembic = str(COMMAND.with_name("alembic"))
+    subprocess.run([alembic, "init", "migrations"], cwd=tmp_path, check=True,
+                   capture_output=True)
+    ini = tmp_path / "alembic.ini"
+    ini.write_text(ini.read_text()
+                   .replace("path_separator = os", "path_separator = space")
+                   .replace("# version_locations = %(here)s/bar:%(here)s/bat:%(here)s/alembic/"
+                            "versions", "version_locations = %(here)s/migrations/versions "
+                            "hivenet_db.migrations:versions")
+                   .replace("sqlalchemy.url = driver://user:pass@localhost/dbname",
+                            f"sqlalchemy.url = {sqlalchemy_url(hivenet_url)}"))
+
+    def alembic_(*args: str) -> str:
+        result = subprocess.run([alembic, *args], cwd=tmp_path, capture_output=True, text=True,
+                                check=False)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    alembic_("revision", "-m", "app", "--head", "base", "--branch-label", "app",
+             "--version-path", "migrations/versions", "--rev-id", "a001")
+    alembic_("upgrade", "heads")
+    assert sorted(r[0] for r in db.execute("SELECT version_num FROM alembic_version")) == \
+        ["0004", "a001"]
+    assert len(db.execute("SELECT hivenet.next_system_serial('C0001','A01','01')")
+               .fetchone()[0]) == 30
+    alembic_("downgrade", "hivenet@base")
+    assert db.execute("SELECT to_regnamespace('hivenet')").fetchone() == (None,)
