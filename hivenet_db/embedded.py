@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import os
 import pwd
 import shutil
@@ -27,6 +28,7 @@ SUPERUSER = "postgres"
 DEFAULT_DATABASE = "hivenet"  # the database the command uses on the embedded server
 _BIN_NAMES = ("initdb", "pg_ctl", "postgres")
 _USUAL_ROOTS = ("/usr/lib/postgresql", "/usr/local/pgsql", "/opt/homebrew/opt", "/usr/pgsql")
+_USUAL_GLOBS = ("/usr/pgsql-*/bin",)  # RHEL / PGDG packages: /usr/pgsql-16/bin
 
 
 class EmbeddedError(RuntimeError):
@@ -48,6 +50,8 @@ def _candidate_bin_dirs() -> Iterator[Path]:
         # Newest major version first: /usr/lib/postgresql/16/bin before .../15/bin.
         yield from sorted(Path(root).glob("*/bin"), reverse=True)
         yield Path(root) / "bin"
+    for pattern in _USUAL_GLOBS:
+        yield from sorted((Path(p) for p in glob.glob(pattern)), reverse=True)
 
 
 def find_bin_dir() -> Path:

@@ -149,6 +149,7 @@ def test_bench_without_the_benchmark_module() -> None:
 
 def test_no_postgresql_binaries_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(embedded, "_USUAL_ROOTS", ())
+    monkeypatch.setattr(embedded, "_USUAL_GLOBS", ())
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("HIVENET_PG_BINDIR", raising=False)
     with pytest.raises(embedded.EmbeddedError) as error:
