@@ -274,7 +274,10 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> None:
     url = database_url(args, out)
     if args.url or from_env(None):
         out.note(f"running the demo in {_redacted(url)}: it commits its rows there")
-    demo.run(url, as_json=out.as_json)
+    try:
+        demo.run(url, as_json=out.as_json)
+    except demo.Unavailable as error:
+        raise CommandError(str(error)) from None
 
 
 def cmd_bench(args: argparse.Namespace, out: Output) -> None:

@@ -54,6 +54,14 @@ HUB = System("P0001", "B01", "01", "payment hub")
 CORE = System("K0001", "C01", "01", "core banking")
 
 
+NEEDS = ("hivenet.claim_interface_serial", "hivenet.call_chain", "hivenet.begin_step",
+         "hivenet.finish_step")
+
+
+class Unavailable(Exception):
+    """This database lacks functions the demo calls (an older schema)."""
+
+
 class BusinessFailure(Exception):
     """The provider's own work failed (here: a posting the core cannot do right now)."""
 
@@ -204,6 +212,12 @@ def run(url: str, as_json: bool = False) -> list[dict[str, Any]]:
     out = Narrator(as_json)
     engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
     try:
+        with engine.connect() as conn:
+            missing = [name for name in NEEDS if conn.execute(
+                text("SELECT to_regproc(:n)"), {"n": name}).scalar() is None]
+        if missing:
+            raise Unavailable(f"the demo needs {', '.join(missing)}, which this database does "
+                              f"not have: run `hivenet-db migrate` with a version that has them")
         demo = Demo(engine, out)
         out.title("Example 1: a normal transaction across three systems")
         out.say("demo", f"{CHANNEL.system} {CHANNEL.name} -> {HUB.system} {HUB.name} -> "

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from hivenet_db import cli, embedded
+from hivenet_db import cli, demo, embedded
 from hivenet_db.embedded import EmbeddedPostgres
 
 COMMAND = Path(sys.executable).with_name("hivenet-db")
@@ -196,9 +196,7 @@ def test_embedded_default_initialises_once_and_is_managed(embedded_dir: Path) ->
 
 
 def _demo_needs(db: psycopg.Connection) -> None:
-    needed = ("hivenet.begin_step", "hivenet.finish_step", "hivenet.claim_interface_serial",
-              "hivenet.call_chain")
-    missing = [name for name in needed
+    missing = [name for name in demo.NEEDS
                if db.execute("SELECT to_regproc(%s)", (name,)).fetchone()[0] is None]
     if missing:
         pytest.skip(f"demo needs {', '.join(missing)} (dedup and steps issues)")
@@ -213,6 +211,13 @@ def check_demo_events(events: list[dict[str, object]]) -> None:
     chains = [e["rows"] for e in events if "rows" in e]
     # Example 1: channel->hub, three hub->core calls, the resent call; example 2: one retry more.
     assert [len(c) for c in chains] == [5, 5]  # type: ignore[arg-type]
+
+
+def test_demo_says_what_is_missing(run: Run, db: psycopg.Connection) -> None:
+    db.execute("DROP FUNCTION IF EXISTS hivenet.call_chain")
+    result = run("demo", rc=2)
+    assert "the demo needs" in result.stderr and "hivenet.call_chain," in result.stderr
+    assert result.stdout == ""
 
 
 def test_demo(run: Run, db: psycopg.Connection) -> None:
