@@ -243,16 +243,18 @@ def report_sections(conn: Connection, unified: str | None, limit: int
                 conn, "SELECT * FROM hivenet.call_chain(:u)", {"u": unified})
         else:
             sections[f"call chain of {unified}"] = "(hivenet.call_chain is not installed)"
-    views = (
+    views = (  # title, view, columns, order
         ("usage and headroom of the current period", "hivenet.scope_usage",
-         "ORDER BY remaining, format, scope"),
-        ("interface calls per day", "hivenet.interface_calls_per_day", ""),
-        ("steps per state", "hivenet.step_states", ""),
-        ("stuck steps", "hivenet.stuck_steps", ""),
+         "format, scope, period_start, issued, capacity, remaining, used_percent",
+         "ORDER BY used_percent DESC, format, scope"),
+        ("interface calls per day", "hivenet.interface_calls_per_day", "*", ""),
+        ("steps per state", "hivenet.step_states", "*", ""),
+        ("stuck steps", "hivenet.stuck_steps", "*", ""),
     )
-    for title, view, order in views:
+    for title, view, columns, order in views:
         if _exists(conn, "relation", view):
-            sections[title] = _dicts(conn, f"SELECT * FROM {view} {order} LIMIT :n", {"n": limit})
+            sections[title] = _dicts(conn, f"SELECT {columns} FROM {view} {order} LIMIT :n",
+                                     {"n": limit})
     return sections
 
 
