@@ -14,6 +14,7 @@ import datetime as dt
 import decimal
 import importlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -290,11 +291,9 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> None:
             raise
         raise CommandError("the benchmark module hivenet_db.bench is not installed in this "
                            "version; see docs/benchmarks.md") from None
-    argv = list(args.bench_args)
-    url = from_env(args.url)
-    if url and "--url" not in argv:
-        argv = ["--url", url, *argv]
-    code = bench.main(argv)
+    if args.url:  # the benchmark runner reads the URL like every command: from the environment
+        os.environ[ENV_VAR] = args.url
+    code = bench.main(list(args.bench_args))
     if code:
         raise SystemExit(code)
 
