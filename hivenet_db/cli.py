@@ -106,15 +106,16 @@ class Output:
 # ---------------------------------------------------------------- database
 
 
-def embedded_url(out: Output, dbname: str = DEFAULT_DATABASE) -> str:
-    """URL of database ``dbname`` on the embedded server: initialised, started, migrated."""
+def embedded_url(out: Output, dbname: str = DEFAULT_DATABASE, to_head: bool = True) -> str:
+    """URL of database ``dbname`` on the embedded server: initialised, started and (unless
+    ``to_head`` is false: migrate and downgrade choose their revision) migrated to head."""
     started = time.monotonic()
     server = EmbeddedPostgres(progress=out.note)
     with server.lock():
         first = not server.initialized
         server.start()
         url = server.ensure_database(dbname)
-        if _migrate().current(url) != _head():
+        if to_head and _migrate().current(url) != _head():
             out.note(f"migrating schema hivenet in {dbname}")
             _migrate().upgrade(url)
     if first:
@@ -140,9 +141,9 @@ def _migrate() -> Any:
     return migrate
 
 
-def database_url(args: argparse.Namespace, out: Output) -> str:
+def database_url(args: argparse.Namespace, out: Output, to_head: bool = True) -> str:
     url = from_env(getattr(args, "url", None))
-    return libpq_url(url) if url else embedded_url(out)
+    return libpq_url(url) if url else embedded_url(out, to_head=to_head)
 
 
 @contextmanager
@@ -176,16 +177,25 @@ def _dicts(conn: Connection, query: str, params: dict[str, Any] | None = None
 # ---------------------------------------------------------------- commands
 
 
-def cmd_migrate(args: argparse.Namespace, out: Output) -> None:
-    url = database_url(args, out)
-    _migrate().upgrade(url, args.revision)
+def _alembic(action: str, args: argparse.Namespace, out: Output) -> None:
+    """Run migrate's upgrade or downgrade to ``args.revision``; alembic's refusals (unknown
+    revision, not an ancestor) become a one-line message."""
+    from alembic.util import CommandError as AlembicError
+
+    url = database_url(args, out, to_head=False)
+    try:
+        getattr(_migrate(), action)(url, args.revision)
+    except AlembicError as error:
+        raise CommandError(f"{action} to {args.revision!r}: {error}") from None
     out.rows([{"database": _redacted(url), "revision": _migrate().current(url)}])
+
+
+def cmd_migrate(args: argparse.Namespace, out: Output) -> None:
+    _alembic("upgrade", args, out)
 
 
 def cmd_downgrade(args: argparse.Namespace, out: Output) -> None:
-    url = database_url(args, out)
-    _migrate().downgrade(url, args.revision)
-    out.rows([{"database": _redacted(url), "revision": _migrate().current(url)}])
+    _alembic("downgrade", args, out)
 
 
 def cmd_sql(args: argparse.Namespace, out: Output) -> None:

@@ -119,6 +119,7 @@ def test_migrate_and_downgrade(run: Run) -> None:
     assert json.loads(run("downgrade", "0001", "--json").stdout)[0]["revision"] == "0001"
     assert json.loads(run("migrate", "--json").stdout)[0]["revision"] == "0004"
     assert "0004" in run("migrate").stdout  # at head already: nothing to do
+    assert "Can't locate revision" in run("downgrade", "9999", rc=2).stderr
     run("downgrade", "base")
     result = run("next", "unified", *SCOPE, rc=2)
     assert "hivenet-db migrate" in result.stderr

@@ -162,3 +162,24 @@ def test_serials_issued_by_the_database_cross_a_real_http_call(
         with urllib.request.urlopen(request, timeout=10) as response:
             seen = json.loads(response.read())
     assert seen == {"bound": unified, "interface": interface}
+
+
+def test_repositories_record_the_bound_unified_serial(hivenet_engine: Engine) -> None:
+    """Requirement: repositories record the current unified serial when given none."""
+    dedup = pytest.importorskip("hivenet_db.dedup", reason="interface dedup not merged yet")
+    steps = pytest.importorskip("hivenet_db.steps", reason="steps not merged yet")
+    with hivenet_engine.begin() as conn:
+        repo = SerialRepository(conn)
+        unified = repo.next_unified("C0001", "A01", "01")
+        system = repo.next_system("P0001", "B01", "01")
+        interface = repo.next_interface("P0001", "B01", "01", "K0001")
+    with hivenet_engine.begin() as conn, unified_serial_context(unified):
+        dedup.InterfaceDedup(conn).claim(interface, system_serial=system)
+        steps.StepRepository(conn).begin(system, {"amount": 1})
+    with hivenet_engine.begin() as conn:
+        (call,) = dedup.InterfaceDedup(conn).call_chain(unified)
+        assert (call.interface_serial, call.system_serial) == (interface, system)
+        recorded = conn.exec_driver_sql(
+            "SELECT unified_serial FROM hivenet.step_attempt WHERE system_serial = %(s)s",
+            {"s": system}).scalar()
+    assert recorded == unified
