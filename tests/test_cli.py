@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -269,3 +270,25 @@ def test_alembic_branch_in_an_application_tree(hivenet_url: str, tmp_path: Path,
                .fetchone()[0]) == 30
     alembic_("downgrade", "hivenet@base")
     assert db.execute("SELECT to_regnamespace('hivenet')").fetchone() == (None,)
+
+
+def test_two_commands_at_once_share_one_new_embedded_server(embedded_dir: Path) -> None:
+    """First use is serialised by a file lock: one initdb, both commands succeed."""
+    env = {**{k: v for k, v in os.environ.items() if k != "HIVENET_DATABASE_URL"},
+           "HIVENET_EMBEDDED_DIR": str(embedded_dir)}
+    barrier = threading.Barrier(2)
+    results: list[subprocess.CompletedProcess[str]] = []
+
+    def one() -> None:
+        barrier.wait()
+        results.append(subprocess.run([str(COMMAND), "next", "unified", *SCOPE], env=env,
+                                      capture_output=True, text=True, timeout=180, check=False))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    assert sum("initialising" in r.stderr for r in results) == 1
+    assert len({r.stdout for r in results}) == 2
