@@ -8,6 +8,8 @@ default, ``HIVENET_EMBEDDED_USER`` to change it) and its directory belongs to th
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import glob
 import os
 import pwd
 import shutil
@@ -17,10 +19,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
 
 SUPERUSER = "postgres"
+DEFAULT_DATABASE = "hivenet"  # the database the command uses on the embedded server
 _BIN_NAMES = ("initdb", "pg_ctl", "postgres")
 _USUAL_ROOTS = ("/usr/lib/postgresql", "/usr/local/pgsql", "/opt/homebrew/opt", "/usr/pgsql")
+_USUAL_GLOBS = ("/usr/pgsql-*/bin",)  # RHEL / PGDG packages: /usr/pgsql-16/bin
 
 
 class EmbeddedError(RuntimeError):
@@ -42,6 +50,8 @@ def _candidate_bin_dirs() -> Iterator[Path]:
         # Newest major version first: /usr/lib/postgresql/16/bin before .../15/bin.
         yield from sorted(Path(root).glob("*/bin"), reverse=True)
         yield Path(root) / "bin"
+    for pattern in _USUAL_GLOBS:
+        yield from sorted((Path(p) for p in glob.glob(pattern)), reverse=True)
 
 
 def find_bin_dir() -> Path:
@@ -90,6 +100,18 @@ class EmbeddedPostgres:
         if self.os_user is None and os.geteuid() == 0:
             self.os_user = os.environ.get("HIVENET_EMBEDDED_USER", "postgres")
 
+    def _os_account(self) -> pwd.struct_passwd:
+        assert self.os_user is not None
+        try:
+            return pwd.getpwnam(self.os_user)
+        except KeyError:
+            raise EmbeddedError(
+                f"PostgreSQL refuses to run as root and the user {self.os_user!r} that should run "
+                f"the local server does not exist: create it (`useradd --system --create-home "
+                f"{self.os_user}`), set HIVENET_EMBEDDED_USER to another unprivileged user, or "
+                f"pass --url / HIVENET_DATABASE_URL to use an existing database."
+            ) from None
+
     @property
     def data_dir(self) -> Path:
         return self.root / "data"
@@ -118,7 +140,7 @@ class EmbeddedPostgres:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env["LC_ALL"] = "C"
         if self.os_user:
-            entry = pwd.getpwnam(self.os_user)
+            entry = self._os_account()
             kwargs = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
             env["HOME"] = entry.pw_dir
         result = subprocess.run(
@@ -134,7 +156,7 @@ class EmbeddedPostgres:
     def _prepare_root(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         if self.os_user:
-            entry = pwd.getpwnam(self.os_user)
+            entry = self._os_account()
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
             # Every parent must be traversable by the server's user.
             for parent in self.root.parents:
@@ -180,7 +202,66 @@ class EmbeddedPostgres:
         if self.running:
             return
         self.progress(f"starting the local PostgreSQL on 127.0.0.1:{self.port}")
-        self._run("pg_ctl", "start", "-w", "-t", "120", "-D", self.data_dir, "-l", self.log_file)
+        result = self._run("pg_ctl", "start", "-w", "-t", "120", "-D", self.data_dir,
+                           "-l", self.log_file, check=False)
+        if result.returncode != 0:
+            raise EmbeddedError(
+                f"the local PostgreSQL in {self.data_dir} did not start "
+                f"({(result.stderr or result.stdout).strip()}); last lines of {self.log_file}:\n"
+                f"{self.log_tail()}"
+            )
+
+    def log_tail(self, lines: int = 10) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Serialise first use between processes (two commands started at once on a new
+        machine would both run initdb). The lock file sits beside the server's directory."""
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        with (self.root.parent / f".{self.root.name}.lock").open("a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def ensure_database(self, dbname: str) -> str:
+        """Create database ``dbname`` if missing (server running); returns its URL."""
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            found = conn.execute("SELECT FROM pg_database WHERE datname = %s", (dbname,))
+            if found.fetchone() is None:
+                self.progress(f"creating database {dbname}")
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+        return self.url(dbname)
+
+    def drop_database(self, dbname: str) -> None:
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(dbname)))
+
+    def status(self) -> dict[str, Any]:
+        """What ``hivenet-db embedded status`` shows; never starts anything."""
+        info: dict[str, Any] = {
+            "directory": str(self.root), "initialized": self.initialized,
+            "running": False, "port": None, "url": None,
+            "server_user": self.os_user or pwd.getpwuid(os.geteuid()).pw_name,
+            "log": str(self.log_file),
+        }
+        try:
+            info["binaries"] = str(find_bin_dir())
+        except EmbeddedError as error:
+            info["binaries"] = None
+            info["problem"] = str(error)
+            return info
+        if self.initialized:
+            info["port"] = self.port
+            info["running"] = self.running
+            info["url"] = self.url(DEFAULT_DATABASE)
+        return info
 
     def stop(self, mode: str = "fast") -> None:
         if self.running:

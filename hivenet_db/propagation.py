@@ -1,16 +1,41 @@
-"""The unified serial of the current business transaction, carried in a context variable.
+"""The serials of the current business transaction, carried across calls (seed 003, 2.5).
 
-Set it once where a request enters (from its headers, or a new serial at the channel);
-repositories that record a unified serial use it when the caller passes none.
+The unified serial (统一流水号) is created once at the channel and travels with every call of
+the transaction: in a context variable inside a process, in headers between processes.
+
+- HTTP: ``X-Hivenet-Unified-Serial`` (plus the call's ``X-Hivenet-System-Serial`` and
+  ``X-Hivenet-Interface-Serial``); gRPC metadata uses the same names in lower case;
+  message headers (Kafka, AMQP, ...) carry the same keys with UTF-8 ``bytes`` values.
+- Where a request enters: ``with bind_from_headers(request.headers): ...``.
+- Where a call leaves: ``headers.update(outgoing_headers(system_serial=s, interface_serial=i))``.
+- Repositories that record a unified serial use :func:`resolve_unified_serial`, so the bound
+  one is recorded whenever the caller passes none.
+
+Values are checked only for what a header can carry safely (1 to 64 characters of
+``[0-9A-Za-z_-]``, so no header injection); the database checks the serial itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from hivenet_db.errors import InvalidInput
+
+UNIFIED_HEADER = "X-Hivenet-Unified-Serial"
+SYSTEM_HEADER = "X-Hivenet-System-Serial"
+INTERFACE_HEADER = "X-Hivenet-Interface-Serial"
 
 _unified_serial: ContextVar[str | None] = ContextVar("hivenet_unified_serial", default=None)
+_SAFE = re.compile(r"[0-9A-Za-z_-]{1,64}")
+
+HeaderValue: TypeAlias = "str | bytes"
+# A mapping (HTTP frameworks, dict) or (name, value) pairs (Kafka headers, gRPC metadata).
+Headers: TypeAlias = "Mapping[str, HeaderValue] | Iterable[tuple[str, HeaderValue]]"
 
 
 def current_unified_serial() -> str | None:
@@ -21,8 +46,88 @@ def current_unified_serial() -> str | None:
 @contextmanager
 def unified_serial_context(serial: str | None) -> Iterator[None]:
     """Bind ``serial`` as the current unified serial inside the ``with`` block."""
-    token = _unified_serial.set(serial)
+    token = _unified_serial.set(None if serial is None else _checked(UNIFIED_HEADER, serial))
     try:
         yield
     finally:
         _unified_serial.reset(token)
+
+
+def resolve_unified_serial(explicit: str | None) -> str | None:
+    """The unified serial to record: the one the caller passed, else the bound one."""
+    return explicit if explicit is not None else _unified_serial.get()
+
+
+@dataclass(frozen=True)
+class CallSerials:
+    """The serials an incoming call carries (each None when absent)."""
+
+    unified_serial: str | None = None
+    system_serial: str | None = None
+    interface_serial: str | None = None
+
+
+def _checked(name: str, value: HeaderValue) -> str:
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    text = text.strip()
+    if not _SAFE.fullmatch(text):
+        raise InvalidInput(f"header {name}: {text[:80]!r} is no serial "
+                           f"(1 to 64 characters of [0-9A-Za-z_-])", "HN001")
+    return text
+
+
+def _pairs(headers: Headers) -> Iterator[tuple[str, HeaderValue]]:
+    if isinstance(headers, Mapping):
+        yield from headers.items()
+    else:
+        yield from headers
+
+
+def read_headers(headers: Headers) -> CallSerials:
+    """The serials in HTTP headers, gRPC metadata or message headers (names case-insensitive).
+
+    Raises ``InvalidInput`` when a hivenet header holds something that is no serial.
+    """
+    wanted = {UNIFIED_HEADER.lower(): "unified_serial", SYSTEM_HEADER.lower(): "system_serial",
+              INTERFACE_HEADER.lower(): "interface_serial"}
+    found: dict[str, str] = {}
+    for name, value in _pairs(headers):
+        if (key := wanted.get(name.lower())) is not None and key not in found:
+            found[key] = _checked(name, value)
+    return CallSerials(**found)
+
+
+def outgoing_headers(unified_serial: str | None = None, *, system_serial: str | None = None,
+                     interface_serial: str | None = None) -> dict[str, str]:
+    """HTTP headers for an outgoing call: the unified serial (default: the bound one) and the
+    call's system and interface serials, each only when known."""
+    values = {UNIFIED_HEADER: resolve_unified_serial(unified_serial),
+              SYSTEM_HEADER: system_serial, INTERFACE_HEADER: interface_serial}
+    return {name: _checked(name, value) for name, value in values.items() if value is not None}
+
+
+def outgoing_message_headers(unified_serial: str | None = None, *,
+                             system_serial: str | None = None,
+                             interface_serial: str | None = None) -> list[tuple[str, bytes]]:
+    """The same as :func:`outgoing_headers`, as message headers: ``(name, utf-8 bytes)``
+    pairs, the shape Kafka clients take."""
+    return [(name, value.encode()) for name, value in outgoing_headers(
+        unified_serial, system_serial=system_serial, interface_serial=interface_serial).items()]
+
+
+def outgoing_grpc_metadata(unified_serial: str | None = None, *,
+                           system_serial: str | None = None,
+                           interface_serial: str | None = None) -> list[tuple[str, str]]:
+    """The same as :func:`outgoing_headers`, as gRPC metadata (keys must be lower case)."""
+    return [(name.lower(), value) for name, value in outgoing_headers(
+        unified_serial, system_serial=system_serial, interface_serial=interface_serial).items()]
+
+
+@contextmanager
+def bind_from_headers(headers: Headers) -> Iterator[CallSerials]:
+    """Where a call enters: bind its unified serial for the ``with`` block and give all its
+    serials. A call without one keeps the unified serial already bound (None at a channel,
+    which then creates one and binds it with :func:`unified_serial_context`)."""
+    serials = read_headers(headers)
+    with unified_serial_context(resolve_unified_serial(serials.unified_serial)):
+        yield serials

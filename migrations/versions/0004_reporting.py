@@ -20,4 +20,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    pass
+    op.execute("DROP VIEW hivenet.scope_usage; DROP FUNCTION hivenet._scope_counter_value(text); "
+               "DROP FUNCTION hivenet._reporting_local_now()")

@@ -1,0 +1,245 @@
+"""``hivenet-db demo``: the two examples of the HiveNet Sequence Standards, replayed for real.
+
+Three systems share one database here (in production each has its own): the channel
+C0001 (mobile banking) sends a transfer to the payment hub P0001, which makes three calls to
+the core banking system K0001 (remittance message, internal account posting, customer
+posting), each a step with its own system serial and each call with its own interface serial.
+
+1. A normal transaction: the unified serial is created at the channel and travels in the
+   headers of every call; each provider checks the interface serial (duplicate check) and the
+   system serial (step state) before working.
+2. A step that fails and is retried with the same system serial (and a new interface serial).
+
+Then the same call sent twice is rejected, a step sent again after it succeeded is replayed
+with its stored response, and the call chain of the unified serial is listed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, pool, text
+
+from hivenet_db._execute import rows
+from hivenet_db.dburl import sqlalchemy_url
+from hivenet_db.errors import HivenetError
+from hivenet_db.propagation import (
+    bind_from_headers,
+    current_unified_serial,
+    outgoing_headers,
+    unified_serial_context,
+)
+from hivenet_db.serials import SerialRepository
+
+_CLAIM = text("SELECT hivenet.claim_interface_serial(:serial, :unified, :system)")
+_BEGIN = text("SELECT outcome, attempt, response FROM hivenet.begin_step("
+              ":system, CAST(:request AS jsonb), 'replay', :unified)")
+_FINISH = text("SELECT hivenet.finish_step(:system, :attempt, :ok, CAST(:response AS jsonb))")
+_CHAIN = text("SELECT * FROM hivenet.call_chain(:unified)")
+
+
+@dataclass(frozen=True)
+class System:
+    system: str
+    module: str
+    instance: str
+    name: str
+
+
+CHANNEL = System("C0001", "A01", "01", "mobile banking (channel)")
+HUB = System("P0001", "B01", "01", "payment hub")
+CORE = System("K0001", "C01", "01", "core banking")
+
+
+NEEDS = ("hivenet.claim_interface_serial", "hivenet.call_chain", "hivenet.begin_step",
+         "hivenet.finish_step")
+
+
+class Unavailable(Exception):
+    """This database lacks functions the demo calls (an older schema)."""
+
+
+class BusinessFailure(Exception):
+    """The provider's own work failed (here: a posting the core cannot do right now)."""
+
+
+class Narrator:
+    """Prints what happens so a person can follow; with JSON, collects events instead."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.events: list[dict[str, Any]] = []
+
+    def title(self, line: str) -> None:
+        self.events.append({"title": line})
+        if not self.as_json:
+            print(f"\n=== {line}")
+
+    def say(self, who: str, what: str, **data: Any) -> None:
+        self.events.append({"who": who, "what": what, **data})
+        if not self.as_json:
+            print(f"  [{who}] {what}")
+
+    def table(self, rows_: list[dict[str, Any]]) -> None:
+        from hivenet_db.cli import format_table
+
+        self.events.append({"rows": rows_})
+        if not self.as_json:
+            print("\n".join("    " + line for line in format_table(rows_).splitlines()))
+
+
+class Demo:
+    def __init__(self, engine: Engine, out: Narrator) -> None:
+        self.engine = engine
+        self.out = out
+
+    def issue(self, caller: System, kind: str, target: System | None = None) -> str:
+        """A serial committed before it leaves the caller (it is sent to another system)."""
+        with self.engine.begin() as conn:
+            repo = SerialRepository(conn)
+            if kind == "unified":
+                return repo.next_unified(caller.system, caller.module, caller.instance)
+            if kind == "system":
+                return repo.next_system(caller.system, caller.module, caller.instance)
+            assert target is not None
+            return repo.next_interface(caller.system, caller.module, caller.instance,
+                                       target.system)
+
+    def call(self, caller: System, provider: System, step: str, system_serial: str,
+             request: dict[str, Any], work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """One interface call: a new interface serial, the serials in the headers, and the
+        provider's two checks before its work (SPEC §3 and §4)."""
+        interface = self.issue(caller, "interface", provider)
+        headers = outgoing_headers(system_serial=system_serial, interface_serial=interface)
+        self.out.say(f"{caller.system} -> {provider.system}",
+                     f"call {step!r}: interface serial {interface}, system serial "
+                     f"{system_serial}, unified serial in the headers",
+                     interface_serial=interface, system_serial=system_serial)
+        return self.provide(provider, headers, request, work)
+
+    def provide(self, provider: System, headers: dict[str, str], request: dict[str, Any],
+                work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The provider side: record the call, then begin the step, in one transaction
+        (committed: the step is `processing` while the work runs); finish it afterwards."""
+        who = provider.system
+        with bind_from_headers(headers) as call, self.engine.begin() as conn:
+            unified = current_unified_serial()
+            rows(conn, _CLAIM, {"serial": call.interface_serial, "unified": unified,
+                                "system": call.system_serial})
+            self.out.say(who, "duplicate check: interface serial not seen before, recorded")
+            ((outcome, attempt, response),) = rows(conn, _BEGIN, {
+                "system": call.system_serial, "request": json.dumps(request),
+                "unified": unified})
+        if outcome == "replayed":
+            self.out.say(who, f"system serial {call.system_serial} already succeeded: "
+                              f"replayed the stored response {json.dumps(response)}",
+                         outcome=outcome)
+            return dict(response or {})
+        self.out.say(who, f"step check: system serial {call.system_serial} -> attempt "
+                          f"{attempt} started", outcome=outcome, attempt=attempt)
+        try:
+            result = work()
+        except BusinessFailure as failure:
+            with self.engine.begin() as conn:
+                rows(conn, _FINISH, {"system": call.system_serial, "attempt": attempt,
+                                     "ok": False, "response": json.dumps({"error": str(failure)})})
+            self.out.say(who, f"attempt {attempt} FAILED ({failure}): step recorded as failed")
+            raise
+        with self.engine.begin() as conn:
+            rows(conn, _FINISH, {"system": call.system_serial, "attempt": attempt, "ok": True,
+                                 "response": json.dumps(result)})
+        self.out.say(who, f"attempt {attempt} succeeded: {json.dumps(result)}")
+        return result
+
+    def transfer(self, amount: int, fail_internal_posting_once: bool) -> tuple[str, dict[str, str]]:
+        """The channel's transaction; returns its unified serial and the hub's step serials."""
+        unified = self.issue(CHANNEL, "unified")
+        self.out.say(CHANNEL.system, f"new transaction: unified serial {unified}",
+                     unified_serial=unified)
+        steps: dict[str, str] = {}
+        failures = [fail_internal_posting_once]
+
+        def core_posting(name: str) -> Callable[[], dict[str, Any]]:
+            def work() -> dict[str, Any]:
+                if name == "internal account posting" and failures[0]:
+                    failures[0] = False
+                    raise BusinessFailure("core timeout while posting")
+                return {"status": "ok", "posting": name, "amount": amount}
+            return work
+
+        def hub_work() -> dict[str, Any]:
+            for name in ("remittance message", "internal account posting", "customer posting"):
+                steps[name] = self.issue(HUB, "system")
+                request = {"step": name, "amount": amount}
+                try:
+                    self.call(HUB, CORE, name, steps[name], request, core_posting(name))
+                except BusinessFailure:
+                    self.out.say(HUB.system, f"retrying {name!r} with the SAME system serial "
+                                             f"{steps[name]} and a new interface serial")
+                    self.call(HUB, CORE, name, steps[name], request, core_posting(name))
+            return {"status": "transferred", "amount": amount}
+
+        with unified_serial_context(unified):
+            channel_step = self.issue(CHANNEL, "system")
+            self.call(CHANNEL, HUB, "transfer", channel_step, {"transfer": amount}, hub_work)
+        return unified, steps
+
+    def duplicates(self, unified: str, steps: dict[str, str]) -> None:
+        step = steps["customer posting"]
+        request = {"step": "customer posting", "amount": 100}
+        with unified_serial_context(unified):
+            # The network delivers the very same call twice: same interface serial.
+            interface = self.issue(HUB, "interface", CORE)
+            headers = outgoing_headers(system_serial=step, interface_serial=interface)
+            self.out.say(f"{HUB.system} -> {CORE.system}", "a new call for the customer "
+                         "posting (the hub never got the answer), sent twice by the network")
+            self.provide(CORE, headers, request, lambda: {"status": "posted again?!"})
+            try:
+                self.provide(CORE, headers, request, lambda: {"status": "posted again?!"})
+            except HivenetError as error:
+                self.out.say(CORE.system, f"rejected at once: {type(error).__name__} "
+                                          f"({error.sqlstate}): {error.message}",
+                             error=type(error).__name__)
+            else:
+                raise AssertionError("the duplicate call was not rejected")
+
+
+def run(url: str, as_json: bool = False) -> list[dict[str, Any]]:
+    """Run the demo against ``url`` (migrated to head); returns the events it printed."""
+    out = Narrator(as_json)
+    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            missing = [name for name in NEEDS if conn.execute(
+                text("SELECT to_regproc(:n)"), {"n": name}).scalar() is None]
+        if missing:
+            raise Unavailable(f"the demo needs {', '.join(missing)}, which this database does "
+                              f"not have: run `hivenet-db migrate` with a version that has them")
+        demo = Demo(engine, out)
+        out.title("Example 1: a normal transaction across three systems")
+        out.say("demo", f"{CHANNEL.system} {CHANNEL.name} -> {HUB.system} {HUB.name} -> "
+                        f"{CORE.system} {CORE.name}")
+        first, first_steps = demo.transfer(100, fail_internal_posting_once=False)
+        out.title("Example 2: a step fails and is retried with the same system serial")
+        second, _ = demo.transfer(250, fail_internal_posting_once=True)
+        out.title("A duplicate call is rejected, a retried step is replayed")
+        demo.duplicates(first, first_steps)
+        for title, unified in (("example 1", first), ("example 2", second)):
+            out.title(f"The call chain of {title}: unified serial {unified}")
+            with engine.connect() as conn:
+                out.table([dict(r._mapping) for r in rows(conn, _CHAIN, {"unified": unified})])
+        out.title("What happened")
+        out.say("demo", "every provider recorded each interface serial: the resent call was "
+                        "rejected before any work")
+        out.say("demo", "every step kept its state under its system serial: the failed posting "
+                        "ran again under the same serial, the succeeded one was replayed, "
+                        "nothing ran twice")
+        out.say("demo", f"see it again: hivenet-db report --unified {second}")
+    finally:
+        engine.dispose()
+    if as_json:
+        print(json.dumps(out.events, ensure_ascii=False, indent=2, default=str))
+    return out.events

@@ -1,0 +1,294 @@
+"""The ``hivenet-db`` command, run as a subprocess against the test's real database."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from hivenet_db import cli, demo, embedded
+from hivenet_db.embedded import EmbeddedPostgres
+
+COMMAND = Path(sys.executable).with_name("hivenet-db")
+SCOPE = ["--system", "C0001", "--module", "A01", "--instance", "01"]
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k != "HIVENET_DATABASE_URL"}
+    return subprocess.run([str(COMMAND), *args], capture_output=True, text=True,
+                          env={**base, **(env or {})}, timeout=180, check=False)
+
+
+@pytest.fixture
+def run(hivenet_url: str) -> Run:
+    """Run the command on the test's database (``--url``); asserts the exit status."""
+
+    def _go(*args: str, rc: int = 0) -> subprocess.CompletedProcess[str]:
+        result = _run(*args, "--url", hivenet_url)
+        assert result.returncode == rc, result.stderr
+        return result
+
+    return _go
+
+
+def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = cli.build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert {"migrate", "downgrade", "sql", "next", "parse", "report", "maintain", "demo",
+            "bench", "embedded"} <= set(commands)
+    for name in commands:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main([name, "--help"])
+        assert exit_.value.code == 0
+        assert f"usage: hivenet-db {name}" in capsys.readouterr().out
+    result = _run("--help")
+    assert result.returncode == 0 and "hivenet-db demo" in result.stdout
+
+
+def test_next_prints_committed_serials(run: Run, db: psycopg.Connection) -> None:
+    out = run("next", "unified", *SCOPE, "--count", "3").stdout.split()
+    assert len(out) == 3 and all(len(s) == 28 and s.startswith("C0001A0101") for s in out)
+    seqs = [int(s[-10:]) for s in out]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 3
+    # Committed before printing: another session sees the scope's counter moved past them.
+    assert db.execute('SELECT last_value FROM hivenet."seq_unified_C0001A0101"').fetchone()[0] \
+        % 10**10 == seqs[-1]
+
+
+def test_next_json_and_interface_target(run: Run) -> None:
+    (row,) = json.loads(run("--json", "next", "interface", *SCOPE, "--target", "B0001").stdout)
+    assert row["format"] == "interface" and row["target"] == "B0001"
+    assert len(row["serial"]) == 39 and row["seq"] >= 1 and "datetime" in row
+    assert list(row)[:6] == ["serial", "format", "system", "module", "instance", "target"]
+
+
+def test_next_custom_format_with_field_option(run: Run, db: psycopg.Connection) -> None:
+    db.execute("""SELECT hivenet.define_format('branch_slip', '[{"literal": "BR"},
+        {"field": "branch", "width": 4, "charset": "digit"}, {"time": "YYYYMMDD"},
+        {"seq": 6, "reset": "day"}]')""")
+    (row,) = json.loads(run("next", "branch_slip", "--field", "branch=0042", "--json").stdout)
+    assert row["serial"].startswith("BR0042") and row["branch"] == "0042" and row["seq"] == 1
+
+
+def test_next_rejects_bad_fields_with_the_database_message(run: Run) -> None:
+    result = run("next", "interface", *SCOPE, rc=1)  # no --target
+    assert "HN001 InvalidInput" in result.stderr and "target" in result.stderr
+    result = run("next", "unified", "--system", "C001", "--module", "A01", "--instance", "01",
+                 rc=1)
+    assert "'C001'" in result.stderr and result.stdout == ""
+    assert "NAME=VALUE" in run("next", "unified", "--field", "oops", rc=2).stderr
+
+
+def test_parse_shows_fields_or_a_clear_error(run: Run) -> None:
+    table = run("parse", "C0001A0101201507100123456789").stdout
+    assert "unified" in table and "2015-07-10" in table and "123456789" in table
+    parsed = json.loads(run("parse", "C0001A0101201507100123456789", "--json").stdout)
+    assert parsed == {"serial": "C0001A0101201507100123456789", "format": "unified",
+                      "system": "C0001", "module": "A01", "instance": "01",
+                      "date": "2015-07-10", "seq": 123456789}
+    result = run("parse", "C0001A01012015071001234567", rc=1)
+    assert "HN001" in result.stderr and "C0001A01012015071001234567" in result.stderr
+
+
+def test_sql_builds_the_schema_without_alembic(hivenet_server: EmbeddedPostgres) -> None:
+    script = _run("sql").stdout
+    assert script.startswith("-- hivenet_db/sql/settings.sql")
+    dbname = "hivenet_plain_sql"
+    url = hivenet_server.ensure_database(dbname)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(script)  # type: ignore[call-overload]
+            serial = conn.execute(
+                "SELECT hivenet.next_unified_serial('C0001','A01','01')").fetchone()[0]
+        assert len(serial) == 28
+    finally:
+        hivenet_server.drop_database(dbname)
+
+
+def test_migrate_and_downgrade(run: Run) -> None:
+    assert json.loads(run("downgrade", "0001", "--json").stdout)[0]["revision"] == "0001"
+    assert json.loads(run("migrate", "--json").stdout)[0]["revision"] == cli._head()
+    assert cli._head() in run("migrate").stdout  # at head already: nothing to do
+    assert "Can't locate revision" in run("downgrade", "9999", rc=2).stderr
+    run("downgrade", "base")
+    result = run("next", "unified", *SCOPE, rc=2)
+    assert "hivenet-db migrate" in result.stderr
+
+
+def test_maintain_and_report(run: Run) -> None:
+    assert "done" in run("maintain").stdout
+    run("next", "system", *SCOPE, "--count", "2")
+    sections = json.loads(run("report", "--json").stdout)
+    (usage,) = sections["usage and headroom of the current period"]
+    assert usage["format"] == "system" and usage["issued"] == 2
+    assert "usage and headroom" in run("report").stdout
+
+
+def test_unreachable_database_is_an_environment_error() -> None:
+    result = _run("next", "unified", *SCOPE, "--url", "postgresql://nobody@127.0.0.1:1/x")
+    assert result.returncode == 2 and "cannot use the database" in result.stderr
+
+
+def test_bench_without_the_benchmark_module() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("hivenet_db.bench") is not None:
+        pytest.skip("hivenet_db.bench is installed: tests/test_bench.py covers it")
+    result = _run("bench")
+    assert result.returncode == 2 and "hivenet_db.bench is not installed" in result.stderr
+
+
+def test_no_postgresql_binaries_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(embedded, "_USUAL_ROOTS", ())
+    monkeypatch.setattr(embedded, "_USUAL_GLOBS", ())
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("HIVENET_PG_BINDIR", raising=False)
+    with pytest.raises(embedded.EmbeddedError) as error:
+        embedded.find_bin_dir()
+    assert "apt-get install postgresql" in str(error.value) and "--url" in str(error.value)
+
+
+@pytest.fixture
+def embedded_dir() -> Iterator[Path]:
+    """HIVENET_EMBEDDED_DIR for one test; its server is stopped and removed afterwards."""
+    # Not tmp_path: pytest makes its base directory 0700, closed to the server's user.
+    parent = Path(tempfile.mkdtemp(prefix="hivenet-embedded-"))
+    os.chmod(parent, 0o755)  # the server's user (postgres, as we are root) must reach it
+    for ancestor in parent.parents:
+        if ancestor.stat().st_mode & 0o001 == 0:
+            pytest.skip(f"{ancestor} is closed to the server's user")
+    root = parent / "pg"
+    try:
+        yield root
+    finally:
+        EmbeddedPostgres(root=root).remove()
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_embedded_default_initialises_once_and_is_managed(embedded_dir: Path) -> None:
+    env = {"HIVENET_EMBEDDED_DIR": str(embedded_dir)}
+    first = _run("next", "unified", *SCOPE, env=env)
+    assert first.returncode == 0, first.stderr
+    assert "initialising a local PostgreSQL" in first.stderr
+    assert "migrating schema hivenet" in first.stderr
+    second = _run("next", "unified", *SCOPE, env=env)
+    assert second.returncode == 0 and second.stderr == ""  # reused: no progress, no migration
+    assert int(second.stdout[-11:]) == int(first.stdout[-11:]) + 1
+
+    status = json.loads(_run("embedded", "status", "--json", env=env).stdout)
+    assert status["running"] is True and status["url"].endswith("/hivenet")
+    assert _run("embedded", "stop", env=env).returncode == 0
+    assert json.loads(_run("embedded", "status", "--json", env=env).stdout)["running"] is False
+
+    # Started again on demand, with its data.
+    third = _run("next", "unified", *SCOPE, env=env)
+    assert third.returncode == 0 and "starting the local PostgreSQL" in third.stderr
+    assert int(third.stdout[-11:]) > int(second.stdout[-11:])
+
+
+def _demo_needs(db: psycopg.Connection) -> None:
+    missing = [name for name in demo.NEEDS
+               if db.execute("SELECT to_regproc(%s)", (name,)).fetchone()[0] is None]
+    if missing:
+        pytest.skip(f"demo needs {', '.join(missing)} (dedup and steps issues)")
+
+
+def check_demo_events(events: list[dict[str, object]]) -> None:
+    """What the standard's examples must show, whatever the wording."""
+    outcomes = [(e.get("outcome"), e.get("attempt")) for e in events if "outcome" in e]
+    assert ("started", 2) in outcomes  # the failed step ran again under its system serial
+    assert any(o == "replayed" for o, _ in outcomes)  # a succeeded step was replayed
+    assert [e["error"] for e in events if "error" in e] == ["DuplicateInterfaceSerial"]
+    chains = [e["rows"] for e in events if "rows" in e]
+    # Example 1: channel->hub, three hub->core calls, the resent call; example 2: one retry more.
+    assert [len(c) for c in chains] == [5, 5]  # type: ignore[arg-type]
+
+
+def test_demo_says_what_is_missing(run: Run, db: psycopg.Connection) -> None:
+    db.execute("DROP FUNCTION IF EXISTS hivenet.call_chain")
+    result = run("demo", rc=2)
+    assert "the demo needs" in result.stderr and "hivenet.call_chain," in result.stderr
+    assert result.stdout == ""
+
+
+def test_demo(run: Run, db: psycopg.Connection) -> None:
+    _demo_needs(db)
+    check_demo_events(json.loads(run("demo", "--json").stdout))
+    text = run("demo").stdout
+    assert "Example 1" in text and "Example 2" in text and "call chain" in text
+
+
+def test_demo_on_the_embedded_default(embedded_dir: Path, db: psycopg.Connection) -> None:
+    _demo_needs(db)
+    result = _run("demo", "--json", env={"HIVENET_EMBEDDED_DIR": str(embedded_dir)})
+    assert result.returncode == 0, result.stderr
+    check_demo_events(json.loads(result.stdout))
+
+
+def test_alembic_branch_in_an_application_tree(hivenet_url: str, tmp_path: Path,
+                                               db: psycopg.Connection) -> None:
+    """docs/guide.md: an application's own alembic tree includes the packaged revisions."""
+    from hivenet_db import migrate
+    from hivenet_db.dburl import sqlalchemy_url
+
+    migrate.downgrade(hivenet_url, "base")  # this database now belongs to the app's tree
+    alembic = str(COMMAND.with_name("alembic"))
+    subprocess.run([alembic, "init", "migrations"], cwd=tmp_path, check=True,
+                   capture_output=True)
+    ini = tmp_path / "alembic.ini"
+    ini.write_text(ini.read_text()
+                   .replace("path_separator = os", "path_separator = space")
+                   .replace("# version_locations = %(here)s/bar:%(here)s/bat:%(here)s/alembic/"
+                            "versions", "version_locations = %(here)s/migrations/versions "
+                            "hivenet_db.migrations:versions")
+                   .replace("sqlalchemy.url = driver://user:pass@localhost/dbname",
+                            f"sqlalchemy.url = {sqlalchemy_url(hivenet_url)}"))
+
+    def alembic_(*args: str) -> str:
+        result = subprocess.run([alembic, *args], cwd=tmp_path, capture_output=True, text=True,
+                                check=False)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    alembic_("revision", "-m", "app", "--head", "base", "--branch-label", "app",
+             "--version-path", "migrations/versions", "--rev-id", "a001")
+    alembic_("upgrade", "heads")
+    assert sorted(r[0] for r in db.execute("SELECT version_num FROM alembic_version")) == \
+        sorted([cli._head(), "a001"])
+    assert len(db.execute("SELECT hivenet.next_system_serial('C0001','A01','01')")
+               .fetchone()[0]) == 30
+    alembic_("downgrade", "hivenet@base")
+    assert db.execute("SELECT to_regnamespace('hivenet')").fetchone() == (None,)
+
+
+def test_two_commands_at_once_share_one_new_embedded_server(embedded_dir: Path) -> None:
+    """First use is serialised by a file lock: one initdb, both commands succeed."""
+    env = {**{k: v for k, v in os.environ.items() if k != "HIVENET_DATABASE_URL"},
+           "HIVENET_EMBEDDED_DIR": str(embedded_dir)}
+    barrier = threading.Barrier(2)
+    results: list[subprocess.CompletedProcess[str]] = []
+
+    def one() -> None:
+        barrier.wait()
+        results.append(subprocess.run([str(COMMAND), "next", "unified", *SCOPE], env=env,
+                                      capture_output=True, text=True, timeout=180, check=False))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    assert sum("initialising" in r.stderr for r in results) == 1
+    assert len({r.stdout for r in results}) == 2

@@ -1,0 +1,111 @@
+"""Reporting view hivenet.scope_usage: per-scope period, issued, capacity and headroom."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from hivenet_db import migrate
+from hivenet_db.errors import SequenceExhausted, translated
+
+SetClock = Callable[[psycopg.Connection, str], None]
+UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01') FROM generate_series(1, %s)"
+
+
+def usage(conn: psycopg.Connection, format: str = "unified") -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        (row,) = cur.execute("SELECT * FROM hivenet.scope_usage WHERE format = %s",
+                             (format,)).fetchall()
+    return row
+
+
+def test_issued_and_headroom_of_the_current_period(db: psycopg.Connection,
+                                                   fake_clock: SetClock) -> None:
+    fake_clock(db, "2026-03-01 10:00:00+00")
+    db.execute(UNIFIED, (5,))
+    row = usage(db)
+    assert row["scope"] == "C0001A0101"
+    assert row["fields"] == {"system": "C0001", "module": "A01", "instance": "01"}
+    assert row["reset"] == "day" and row["period_start"] == dt.datetime(2026, 3, 1)
+    assert (row["issued"], row["capacity"], row["remaining"]) == (5, 9_999_999_999, 9_999_999_994)
+    assert row["last_period_start"] == dt.datetime(2026, 3, 1)
+
+    # A new day: nothing issued yet in its period, full headroom, until the first serial.
+    fake_clock(db, "2026-03-02 00:00:01+00")
+    row = usage(db)
+    assert (row["period_start"], row["issued"], row["remaining"]) == (
+        dt.datetime(2026, 3, 2), 0, 9_999_999_999)
+    assert row["last_period_start"] == dt.datetime(2026, 3, 1)
+    db.execute(UNIFIED, (1,))
+    assert usage(db)["issued"] == 1
+
+
+def test_business_time_zone_decides_the_period(db: psycopg.Connection,
+                                               fake_clock: SetClock) -> None:
+    db.execute("UPDATE hivenet.setting SET value = 'Asia/Shanghai' WHERE name = 'time_zone'")
+    fake_clock(db, "2026-03-01 17:00:00+00")  # already 2026-03-02 01:00 in Shanghai
+    db.execute(UNIFIED, (2,))
+    row = usage(db)
+    assert (row["period_start"], row["issued"]) == (dt.datetime(2026, 3, 2), 2)
+
+
+def test_clock_going_back_keeps_the_latest_period(db: psycopg.Connection,
+                                                  fake_clock: SetClock) -> None:
+    fake_clock(db, "2026-03-02 09:00:00+00")
+    db.execute(UNIFIED, (3,))
+    fake_clock(db, "2026-03-01 23:59:00+00")
+    row = usage(db)
+    # Issuing continues in 2026-03-02 (guarantee 3): that is the period whose headroom counts.
+    assert (row["period_start"], row["issued"]) == (dt.datetime(2026, 3, 2), 3)
+
+
+def test_exhausted_scope_has_no_headroom(db: psycopg.Connection) -> None:
+    db.execute("""SELECT hivenet.define_format('tiny', '[{"field": "desk", "width": 2,
+        "charset": "digit"}, {"time": "YYYYMMDD"}, {"seq": 2, "reset": "day"}]')""")
+    db.execute("""SELECT hivenet.next_serials('tiny', '{"desk": "07"}', 99)""")
+    row = usage(db, "tiny")
+    assert (row["issued"], row["capacity"], row["remaining"]) == (99, 99, 0)
+    assert row["used_percent"] == 100
+    for _ in range(3):  # failing calls move the counter past capacity for a moment
+        with pytest.raises(SequenceExhausted), translated():
+            db.execute("""SELECT hivenet.next_serial('tiny', '{"desk": "07"}')""")
+    assert usage(db, "tiny")["issued"] == 99
+
+
+def test_scope_used_for_the_first_time_in_a_rolled_back_transaction(
+        connect: Callable[..., psycopg.Connection], db: psycopg.Connection) -> None:
+    conn = connect(autocommit=False)
+    conn.execute(UNIFIED, (4,))
+    conn.rollback()
+    # The scope and its counter were committed on their own: the gap counts as issued.
+    assert usage(db)["issued"] == 4
+
+
+def test_reporting_role_needs_only_select_on_the_view(db: psycopg.Connection) -> None:
+    db.execute(UNIFIED, (2,))
+    db.execute("CREATE ROLE hivenet_reporter_test")
+    try:
+        db.execute("GRANT USAGE ON SCHEMA hivenet TO hivenet_reporter_test")
+        db.execute("GRANT SELECT ON hivenet.scope_usage TO hivenet_reporter_test")
+        db.execute("SET ROLE hivenet_reporter_test")
+        assert usage(db)["issued"] == 2
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            db.execute('SELECT last_value FROM hivenet."seq_unified_C0001A0101"')
+    finally:
+        db.execute("RESET ROLE")
+        db.execute("DROP OWNED BY hivenet_reporter_test")
+        db.execute("DROP ROLE hivenet_reporter_test")
+
+
+def test_downgrade_drops_what_0004_created(hivenet_url: str, db: psycopg.Connection) -> None:
+    migrate.downgrade(hivenet_url, "0003")
+    assert db.execute("SELECT to_regclass('hivenet.scope_usage'), "
+                      "to_regproc('hivenet._scope_counter_value'), "
+                      "to_regproc('hivenet._reporting_local_now')").fetchone() == (None,) * 3
+    migrate.upgrade(hivenet_url)
+    assert db.execute("SELECT count(*) FROM hivenet.scope_usage").fetchone() == (0,)
