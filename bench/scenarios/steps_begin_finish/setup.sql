@@ -1,5 +1,5 @@
 -- Baseline of issue 4: a bare step row, inserted (ON CONFLICT DO NOTHING) then updated.
-CREATE TABLE bench_step (
+CREATE TABLE IF NOT EXISTS bench_step (
     system_serial text PRIMARY KEY,
     attempt       integer NOT NULL,
     state         text NOT NULL,
@@ -9,4 +9,4 @@ CREATE TABLE bench_step (
     response      jsonb
 );
 -- A fresh system serial per transaction in both scripts (random ones would collide).
-CREATE SEQUENCE bench_step_n;
+CREATE SEQUENCE IF NOT EXISTS bench_step_n;
