@@ -77,6 +77,14 @@ def default_data_root() -> Path:
     return Path(base) / "hivenet-db" / "embedded"
 
 
+def _parent_pid(proc: Path) -> int | None:
+    try:
+        # /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces.
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -268,16 +276,14 @@ class EmbeddedPostgres:
             self._run("pg_ctl", "stop", "-w", "-m", mode, "-D", self.data_dir)
 
     def kill(self) -> None:
-        """SIGKILL the postmaster, as a crash would; the next start runs crash recovery."""
+        """SIGKILL the postmaster and every backend at once, as a crash of the whole server
+        would; the next start runs crash recovery."""
         pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
-        os.kill(pid, 9)
-        for _ in range(200):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
-        # Orphaned backends keep the shared memory until they notice the postmaster is gone.
+        children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                    and _parent_pid(p) == pid]
+        for victim in (pid, *children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, 9)
         for _ in range(200):
             if self._run("pg_ctl", "status", "-D", self.data_dir, check=False).returncode != 0:
                 return

@@ -9,7 +9,7 @@ from sqlalchemy import Connection
 # The full current schema, in dependency order. Alembic revisions apply these same files
 # (each revision names its own); tests/test_migrations.py proves the two never drift.
 PARTS: tuple[str, ...] = (
-    "settings", "clock", "formats", "registry", "allocate", "parse", "maintain",  # 0001
+    "settings", "clock", "formats", "registry", "loopback", "allocate", "parse", "maintain",  # 0001
     "dedup", "claims",  # 0002
     "steps",  # 0003
     "reporting",  # 0004

@@ -19,6 +19,11 @@ _ALLOCATE = text(
     "ORDER BY i"
 )
 
+_ALLOCATE_DURABLE = text(
+    "SELECT s, hivenet.parse_serial(s, :format) "
+    "FROM hivenet.next_serial_durable(:format, CAST(:fields AS jsonb)) AS s"
+)
+
 
 def _params(format: str, count: int, fields: dict[str, Any]) -> dict[str, Any]:
     return {"format": format, "count": count, "fields": json.dumps(fields)}
@@ -44,6 +49,10 @@ class SerialRepository:
     def next_many(self, format: str, n: int, **fields: str) -> list[Serial]:
         return _serials(rows(self.db, _ALLOCATE, _params(format, n, fields)))
 
+    def next_durable(self, format: str, **fields: str) -> Serial:
+        """A serial committed before it is returned: safe to send out before your commit."""
+        return _serials(rows(self.db, _ALLOCATE_DURABLE, _params(format, 1, fields)))[0]
+
     def next_unified(self, system: str, module: str, instance: str) -> Serial:
         return self.next("unified", system=system, module=module, instance=instance)
 
@@ -66,6 +75,11 @@ class AsyncSerialRepository:
 
     async def next_many(self, format: str, n: int, **fields: str) -> list[Serial]:
         return _serials(await rows_async(self.db, _ALLOCATE, _params(format, n, fields)))
+
+    async def next_durable(self, format: str, **fields: str) -> Serial:
+        """A serial committed before it is returned: safe to send out before your commit."""
+        return _serials(await rows_async(self.db, _ALLOCATE_DURABLE,
+                                         _params(format, 1, fields)))[0]
 
     async def next_unified(self, system: str, module: str, instance: str) -> Serial:
         return await self.next("unified", system=system, module=module, instance=instance)

@@ -75,3 +75,12 @@ def test_parse_serial(hivenet_engine):
         assert parsed.seq == 123456789 and parsed.date == dt.date(2015, 7, 10)
         with pytest.raises(InvalidInput, match="XYZ"):
             parse_serial(conn, "XYZ")
+
+
+def test_durable_serial_is_committed_before_it_is_returned(hivenet_engine):
+    with hivenet_engine.connect() as conn:
+        durable = SerialRepository(conn).next_durable(
+            "unified", system="C0001", module="A01", instance="01")
+        conn.rollback()  # the caller's rollback cannot take it back
+        after = SerialRepository(conn).next_unified("C0001", "A01", "01")
+    assert durable.format == "unified" and after.seq == durable.seq + 1

@@ -7,8 +7,6 @@
 -- sequence's period, so serials never go backwards. Sequences are not transactional, so
 -- numbers taken by a transaction that rolls back are gaps, never reissued.
 
-CREATE EXTENSION IF NOT EXISTS dblink SCHEMA hivenet;
-
 -- No foreign key to hivenet.format: scopes are created in a transaction of their own, which
 -- cannot see a format defined in the caller's still-open transaction. `definition` tells
 -- leftovers of a rolled-back definition apart (define_format restarts them).
@@ -58,47 +56,18 @@ BEGIN
             WHERE n.nspname = 'hivenet' AND c.relname = v_name);
 END $$;
 
-CREATE FUNCTION hivenet._conninfo_value(p_value text) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT '''' || replace(replace(p_value, '\', '\\'), '''', '\''') || ''''
-$$;
-
--- The loopback connection string: the setting loopback_dsn, or this server's own socket and
--- port as the current user (the schema owner inside the SECURITY DEFINER caller).
-CREATE FUNCTION hivenet._loopback_dsn() RETURNS text
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT coalesce(nullif(hivenet._setting_value('loopback_dsn'), ''), format(
-        'dbname=%s user=%s port=%s host=%s application_name=hivenet_scope',
-        hivenet._conninfo_value(current_database()),
-        hivenet._conninfo_value(current_user),
-        current_setting('port'),
-        hivenet._conninfo_value(coalesce(
-            nullif(trim(split_part(current_setting('unix_socket_directories'), ',', 1)), ''),
-            '127.0.0.1'))))
-$$;
-
 -- The sequence of a counter scope that has none yet (first use), created in a committed
 -- transaction of its own (through dblink): created inside the caller's transaction, it would
 -- vanish with a rollback and start over, handing out the same serials again (SPEC §2,
--- guarantee 2). The loopback session gives up after lock_timeout rather than wait forever on
--- a lock the caller's own transaction holds (a wait no deadlock detector can see).
+-- guarantee 2).
 CREATE FUNCTION hivenet._new_scope_sequence(p_format text, p_scope text, p_fields jsonb,
     p_definition text) RETURNS regclass
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_dblink_schema text;
-    v_oid oid;
 BEGIN
-    SELECT n.nspname INTO v_dblink_schema
-    FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'dblink';
-    EXECUTE format('SELECT oid FROM %I.dblink($1, $2) AS t(oid oid)', v_dblink_schema)
-        INTO v_oid
-        USING hivenet._loopback_dsn(),
-              format('SET lock_timeout = ''10s''; SELECT hivenet._create_scope(%L, %L, %L, %L)',
-                     p_format, p_scope, p_fields, p_definition);
     -- Using the oid (not the name) makes nextval lock the relation, which refreshes this
     -- session's catalog caches.
-    RETURN v_oid::regclass;
+    RETURN hivenet._loopback(format('SELECT hivenet._create_scope(%L, %L, %L, %L)',
+                                    p_format, p_scope, p_fields, p_definition))::oid::regclass;
 END $$;
 
 -- Slow path, under the scope's advisory lock: move the sequence to period p_period when it is
@@ -325,4 +294,18 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 BEGIN
     RETURN (hivenet._allocate('interface', NULL,
                               ARRAY[p_system, p_module, p_instance, p_target], 1))[1];
+END $$;
+
+-- hivenet.next_serial_durable(format, fields) → text
+--   Like next_serial, but the serial is allocated and committed in a transaction of its own
+--   (the session's loopback connection) before it is returned. PostgreSQL can hand out again,
+--   after a crash, sequence values taken by a transaction that never committed; a serial from
+--   here cannot come back, so it may leave the database (be sent to a remote system) before
+--   the caller's transaction commits (SPEC §6). Costs one loopback round trip.
+--   HN001 / HN002 / HN010 as next_serial. Never waits for another transaction.
+CREATE FUNCTION hivenet.next_serial_durable(p_format text, p_fields jsonb) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN hivenet._loopback_committed(format('SELECT hivenet.next_serial(%L, %L)',
+                                              p_format, p_fields));
 END $$;

@@ -78,16 +78,11 @@ CREATE FUNCTION hivenet._ensure_interface_partition(p_day date) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_name text := hivenet._interface_partition_name(p_day);
-    v_dblink_schema text;
 BEGIN
     IF to_regclass('hivenet.' || quote_ident(v_name)) IS NOT NULL THEN
         RETURN;
     END IF;
-    SELECT n.nspname INTO v_dblink_schema
-    FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'dblink';
-    EXECUTE format('SELECT 1 FROM %I.dblink($1, $2) AS t(created boolean)', v_dblink_schema)
-        USING hivenet._loopback_dsn(),
-              format('SELECT hivenet._create_interface_partition(%L)', p_day);
+    PERFORM hivenet._loopback(format('SELECT hivenet._create_interface_partition(%L)', p_day));
     -- Locking the new partition makes this session read the invalidation of the parent's
     -- partition list, so the INSERT that follows routes into it.
     EXECUTE format('LOCK TABLE hivenet.%I IN ROW EXCLUSIVE MODE', v_name);

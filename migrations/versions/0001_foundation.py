@@ -16,8 +16,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    apply_parts(op.get_bind(), "settings", "clock", "formats", "registry", "allocate", "parse",
-                "maintain")
+    apply_parts(op.get_bind(), "settings", "clock", "formats", "registry", "loopback",
+                "allocate", "parse", "maintain")
 
 
 def downgrade() -> None:
