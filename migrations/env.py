@@ -1,7 +1,7 @@
 """Alembic environment of hivenet-db.
 
-Standalone (``hivenet-db migrate`` or ``alembic -c <this package>/alembic.ini``) the version
-table is ``hivenet_alembic_version``, so it never collides with the application's own
+Standalone (``hivenet-db migrate``, or ``hivenet_db.migrate.upgrade(url)``) the version table
+is ``hivenet_alembic_version``, so it never collides with the application's own
 ``alembic_version``. Included as the ``hivenet`` branch of an application's tree, the
 application's env.py runs these revisions and this file is not used.
 """

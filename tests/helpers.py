@@ -1,9 +1,11 @@
-"""Small helpers shared by the tests: run callables in parallel on their own connections."""
+"""Helpers shared by the tests: real connections in threads started by a barrier, and
+waiting for a real lock wait (pg_stat_activity) instead of sleeping."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -43,3 +45,37 @@ def scalar(conn: psycopg.Connection, sql: str, params: Any = None) -> Any:
 
 def sqlstate_of(error: BaseException) -> str | None:
     return getattr(getattr(error, "diag", None), "sqlstate", None)
+
+
+def race(conns: Sequence[psycopg.Connection],
+         action: Callable[[int, psycopg.Connection], T]) -> list[T | BaseException]:
+    """Run action(i, conns[i]) in one thread per connection, all released together."""
+    barrier = threading.Barrier(len(conns))
+    results: list[T | BaseException] = [RuntimeError("did not finish")] * len(conns)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = action(i, conns[i])
+        except BaseException as error:
+            results[i] = error
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(conns))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return results
+
+
+def wait_until_blocked(db: psycopg.Connection, pid: int, timeout: float = 10.0) -> None:
+    """Return once backend pid waits for a lock (pg_stat_activity), never by sleeping blind."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = db.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                         (pid,)).fetchone()
+        if row is not None and row[0] == "Lock":
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"backend {pid} never waited for a lock")
+

@@ -10,6 +10,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from hivenet_db import errors
+from tests.helpers import wait_until_blocked
 
 Connect = Callable[..., psycopg.Connection]
 FakeClock = Callable[[psycopg.Connection, str], None]
@@ -283,13 +284,7 @@ def test_concurrent_define_format_waits_instead_of_failing(connect: Connect) -> 
 
     t = threading.Thread(target=define_second)
     t.start()
-    for _ in range(500):
-        if one(watcher, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
-               pid) == "Lock":
-            break
-        threading.Event().wait(0.01)
-    else:
-        pytest.fail("the second define_format never waited")
+    wait_until_blocked(watcher, pid)
     assert not done.is_set()
     first.commit()
     t.join(10)

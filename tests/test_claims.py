@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from hivenet_db import AsyncClaimRepository, ClaimRepository, DuplicateClaim, InvalidInput
 from hivenet_db.dburl import sqlalchemy_url
-from tests._race import race, wait_until_blocked
+from tests.helpers import race, wait_until_blocked
 
 NOW = "2031-03-01 12:00:00+00"
 SetClock = Callable[[psycopg.Connection, str], None]

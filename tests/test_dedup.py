@@ -25,7 +25,7 @@ from hivenet_db import (
 )
 from hivenet_db.dburl import sqlalchemy_url
 from hivenet_db.propagation import unified_serial_context
-from tests._race import race, wait_until_blocked
+from tests.helpers import race, wait_until_blocked
 
 NOW = "2031-03-01 12:00:00+00"
 UNIFIED = "C0001A0101203103010000000001"

@@ -6,7 +6,6 @@ import asyncio
 import hashlib
 import random
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +27,7 @@ from hivenet_db import (
     StepStart,
 )
 from hivenet_db.propagation import unified_serial_context
+from tests.helpers import wait_until_blocked
 
 Connect = Callable[..., psycopg.Connection]
 REQUEST = {"from": "6222020000000001", "to": "6222020000000002", "amount": "100.00"}
@@ -66,18 +66,6 @@ def sqlstate(code: str) -> Iterator[None]:
     with pytest.raises(psycopg.Error) as caught:
         yield
     assert caught.value.sqlstate == code, caught.value
-
-
-def wait_until_lock_wait(db: psycopg.Connection, pid: int) -> None:
-    """Return once backend ``pid`` waits for a lock (a real wait, not a sleep)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        waiting = db.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity "
-                             "WHERE pid = %s", (pid,)).fetchone()
-        if waiting and waiting[0]:
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"backend {pid} never waited for a lock")
 
 
 class Background:
@@ -312,7 +300,7 @@ def test_a_concurrent_duplicate_waits_then_sees_the_outcome(
     serial = new_serial(observer)
     assert begin(first, serial) == ("started", 1, None)
     waiter = Background(lambda: begin(second, serial, on_success=policy))
-    wait_until_lock_wait(observer, second.info.backend_pid)
+    wait_until_blocked(observer, second.info.backend_pid)
     if first_ends == "rollback":
         first.rollback()
     else:
@@ -347,7 +335,7 @@ def test_a_waiting_duplicate_in_repeatable_read_gets_a_serialization_failure(
     begin(first, serial)
     second.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     waiter = Background(lambda: begin(second, serial))
-    wait_until_lock_wait(observer, second.info.backend_pid)
+    wait_until_blocked(observer, second.info.backend_pid)
     finish(first, serial, 1, True, {"ok": True})
     first.commit()
     with sqlstate("40001"):  # documented: retry the transaction, which then replays
