@@ -16,6 +16,7 @@ with its stored response, and the call chain of the unified serial is listed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,22 +24,12 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, pool, text
 
-from hivenet_db._execute import rows
 from hivenet_db.dburl import sqlalchemy_url
+from hivenet_db.dedup import InterfaceDedup
 from hivenet_db.errors import HivenetError
-from hivenet_db.propagation import (
-    bind_from_headers,
-    current_unified_serial,
-    outgoing_headers,
-    unified_serial_context,
-)
+from hivenet_db.propagation import bind_from_headers, outgoing_headers, unified_serial_context
 from hivenet_db.serials import SerialRepository
-
-_CLAIM = text("SELECT hivenet.claim_interface_serial(:serial, :unified, :system)")
-_BEGIN = text("SELECT outcome, attempt, response FROM hivenet.begin_step("
-              ":system, CAST(:request AS jsonb), 'replay', :unified)")
-_FINISH = text("SELECT hivenet.finish_step(:system, :attempt, :ok, CAST(:response AS jsonb))")
-_CHAIN = text("SELECT * FROM hivenet.call_chain(:unified)")
+from hivenet_db.steps import StepRepository
 
 
 @dataclass(frozen=True)
@@ -125,33 +116,31 @@ class Demo:
         """The provider side: record the call, then begin the step, in one transaction
         (committed: the step is `processing` while the work runs); finish it afterwards."""
         who = provider.system
+        # The unified serial comes from the headers (bound in the context), not an argument.
         with bind_from_headers(headers) as call, self.engine.begin() as conn:
-            unified = current_unified_serial()
-            rows(conn, _CLAIM, {"serial": call.interface_serial, "unified": unified,
-                                "system": call.system_serial})
+            InterfaceDedup(conn).claim(call.interface_serial, system_serial=call.system_serial)
             self.out.say(who, "duplicate check: interface serial not seen before, recorded")
-            ((outcome, attempt, response),) = rows(conn, _BEGIN, {
-                "system": call.system_serial, "request": json.dumps(request),
-                "unified": unified})
-        if outcome == "replayed":
+            start = StepRepository(conn).begin(call.system_serial, request)
+        if start.replayed:
             self.out.say(who, f"system serial {call.system_serial} already succeeded: "
-                              f"replayed the stored response {json.dumps(response)}",
-                         outcome=outcome)
-            return dict(response or {})
+                              f"replayed the stored response {json.dumps(start.response)}",
+                         outcome=start.outcome)
+            return dict(start.response or {})
         self.out.say(who, f"step check: system serial {call.system_serial} -> attempt "
-                          f"{attempt} started", outcome=outcome, attempt=attempt)
+                          f"{start.attempt} started", outcome=start.outcome,
+                     attempt=start.attempt)
         try:
             result = work()
         except BusinessFailure as failure:
             with self.engine.begin() as conn:
-                rows(conn, _FINISH, {"system": call.system_serial, "attempt": attempt,
-                                     "ok": False, "response": json.dumps({"error": str(failure)})})
-            self.out.say(who, f"attempt {attempt} FAILED ({failure}): step recorded as failed")
+                StepRepository(conn).finish(call.system_serial, start.attempt, False,
+                                            {"error": str(failure)})
+            self.out.say(who, f"attempt {start.attempt} FAILED ({failure}): step recorded as "
+                              "failed")
             raise
         with self.engine.begin() as conn:
-            rows(conn, _FINISH, {"system": call.system_serial, "attempt": attempt, "ok": True,
-                                 "response": json.dumps(result)})
-        self.out.say(who, f"attempt {attempt} succeeded: {json.dumps(result)}")
+            StepRepository(conn).finish(call.system_serial, start.attempt, True, result)
+        self.out.say(who, f"attempt {start.attempt} succeeded: {json.dumps(result)}")
         return result
 
     def transfer(self, amount: int, fail_internal_posting_once: bool) -> tuple[str, dict[str, str]]:
@@ -230,7 +219,7 @@ def run(url: str, as_json: bool = False) -> list[dict[str, Any]]:
         for title, unified in (("example 1", first), ("example 2", second)):
             out.title(f"The call chain of {title}: unified serial {unified}")
             with engine.connect() as conn:
-                out.table([dict(r._mapping) for r in rows(conn, _CHAIN, {"unified": unified})])
+                out.table([dataclasses.asdict(c) for c in InterfaceDedup(conn).call_chain(unified)])
         out.title("What happened")
         out.say("demo", "every provider recorded each interface serial: the resent call was "
                         "rejected before any work")
