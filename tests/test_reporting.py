@@ -109,3 +109,26 @@ def test_downgrade_drops_what_0004_created(hivenet_url: str, db: psycopg.Connect
                       "to_regproc('hivenet._reporting_local_now')").fetchone() == (None,) * 3
     migrate.upgrade(hivenet_url)
     assert db.execute("SELECT count(*) FROM hivenet.scope_usage").fetchone() == (0,)
+
+
+def test_the_documented_reporting_grants_read_every_view(db: psycopg.Connection) -> None:
+    """docs/reporting.md's grants are enough for every view and the call chain."""
+    db.execute(UNIFIED, (2,))
+    db.execute("SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001', '{}', "
+               "'replay', NULL, '1 microsecond')")  # processing, soon past its lease: stuck
+    db.execute("CREATE ROLE hivenet_reporting_test")
+    try:
+        db.execute("GRANT USAGE ON SCHEMA hivenet TO hivenet_reporting_test")
+        db.execute("GRANT SELECT ON hivenet.scope_usage, hivenet.interface_calls_per_day, "
+                   "hivenet.step_states, hivenet.stuck_steps TO hivenet_reporting_test")
+        db.execute("GRANT EXECUTE ON FUNCTION hivenet.call_chain(text) "
+                   "TO hivenet_reporting_test")
+        db.execute("SET ROLE hivenet_reporting_test")
+        for view in ("scope_usage", "interface_calls_per_day", "step_states", "stuck_steps"):
+            assert db.execute(f"SELECT * FROM hivenet.{view}").fetchall() or view in (
+                "interface_calls_per_day",), view
+        db.execute("SELECT * FROM hivenet.call_chain('C0001A0101202611210000000001')").fetchall()
+    finally:
+        db.execute("RESET ROLE")
+        db.execute("DROP OWNED BY hivenet_reporting_test")
+        db.execute("DROP ROLE hivenet_reporting_test")

@@ -35,8 +35,8 @@ BEGIN ATOMIC
                 ELSE 'seq_' || left(p_format, 26) || '_' || md5(p_scope) END;
 END;
 
--- Runs in its own transaction through the loopback connection (see _scope_sequence): creates
--- the scope's sequence if missing and returns its oid. Safe to race.
+-- Runs in its own transaction through the loopback connection (see _new_scope_sequence):
+-- creates the scope's sequence if missing and returns its oid. Safe to race.
 CREATE FUNCTION hivenet._create_scope(p_format text, p_scope text, p_fields jsonb,
     p_definition text) RETURNS oid
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
