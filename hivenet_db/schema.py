@@ -13,6 +13,7 @@ PARTS: tuple[str, ...] = (
     "dedup", "claims",  # 0002
     "steps",  # 0003
     "reporting",  # 0004
+    "privileges",  # 0005
 )
 
 

@@ -68,7 +68,7 @@ def test_upgrade_twice_is_a_no_op_and_downgrade_removes_everything(empty_db):
 def test_every_revision_can_go_down_and_up_again(empty_db):
     migrate.upgrade(empty_db)
     head = migrate.current(empty_db)
-    revisions = ["0001", "0002", "0003"]
+    revisions = ["0001", "0002", "0003", "0004"]
     for revision in reversed(revisions):
         migrate.downgrade(empty_db, revision)
         assert migrate.current(empty_db) == revision

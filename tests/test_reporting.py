@@ -114,8 +114,10 @@ def test_downgrade_drops_what_0004_created(hivenet_url: str, db: psycopg.Connect
 def test_the_documented_reporting_grants_read_every_view(db: psycopg.Connection) -> None:
     """docs/reporting.md's grants are enough for every view and the call chain."""
     db.execute(UNIFIED, (2,))
+    # Processing steps: one past its own lease, one under the default lease (the setting).
     db.execute("SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001', '{}', "
-               "'replay', NULL, '1 microsecond')")  # processing, soon past its lease: stuck
+               "'replay', NULL, '1 microsecond')")
+    db.execute("SELECT * FROM hivenet.begin_step('C0001A010120261121000000000002', '{}')")
     db.execute("CREATE ROLE hivenet_reporting_test")
     try:
         db.execute("GRANT USAGE ON SCHEMA hivenet TO hivenet_reporting_test")

@@ -71,12 +71,14 @@ CREATE FUNCTION hivenet._compile_settings() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM hivenet._lock_constants('hivenet.setting', TG_OP);
+    -- Not loopback_dsn: it may hold a password, and function bodies are readable by every
+    -- role (pg_proc). It is read from the table, on the slow path only.
     EXECUTE format(
         'CREATE OR REPLACE FUNCTION hivenet._setting_constant(p_name text) RETURNS text '
         'LANGUAGE sql STABLE BEGIN ATOMIC SELECT CASE p_name %s ELSE NULL::text END; END',
         (SELECT coalesce(string_agg(format('WHEN %L THEN %L', name, value), ' ' ORDER BY name),
                          'WHEN NULL THEN NULL')
-         FROM hivenet.setting));
+         FROM hivenet.setting WHERE name <> 'loopback_dsn'));
     RETURN NULL;
 END $$;
 

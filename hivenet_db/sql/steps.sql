@@ -49,9 +49,10 @@ INSERT INTO hivenet.setting (name, value, kind, description) VALUES
 -- Helpers are plpgsql, not sql: a sql function with SET search_path is never inlined and on
 -- PostgreSQL 15 is planned again at every call (about 10x the cost on the hot path).
 
--- The lease in force of an attempt.
+-- The lease in force of an attempt. SECURITY DEFINER: view stuck_steps calls it as its reader,
+-- who may not read hivenet.setting.
 CREATE FUNCTION hivenet._step_lease(p_lease interval) RETURNS interval
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RETURN coalesce(p_lease, hivenet._setting_value('step_lease')::interval);
 END $$;
