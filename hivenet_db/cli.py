@@ -22,10 +22,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, Engine, create_engine, pool, text
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
-from hivenet_db.dburl import ENV_VAR, from_env, libpq_url, sqlalchemy_url
+from hivenet_db.dburl import ENV_VAR, engine_for, from_env, libpq_url
 from hivenet_db.embedded import DEFAULT_DATABASE, EmbeddedError, EmbeddedPostgres
 from hivenet_db.errors import HivenetError, from_database
 from hivenet_db.schema import full_schema_sql
@@ -144,15 +144,6 @@ def _migrate() -> Any:
 def database_url(args: argparse.Namespace, out: Output, to_head: bool = True) -> str:
     url = from_env(getattr(args, "url", None))
     return libpq_url(url) if url else embedded_url(out, to_head=to_head)
-
-
-@contextmanager
-def engine_for(url: str) -> Iterator[Engine]:
-    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 @contextmanager

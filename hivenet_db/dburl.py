@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine, create_engine, pool
 
 ENV_VAR = "HIVENET_DATABASE_URL"
 
@@ -26,3 +30,13 @@ def libpq_url(url: str) -> str:
     if sep and scheme.startswith("postgresql+"):
         return "postgresql://" + rest
     return url
+
+
+@contextmanager
+def engine_for(url: str) -> Iterator[Engine]:
+    """A short-lived engine for one command or migration: no pool, disposed on exit."""
+    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
+    try:
+        yield engine
+    finally:
+        engine.dispose()

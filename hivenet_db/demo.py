@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, pool, text
+from sqlalchemy import Engine, text
 
-from hivenet_db.dburl import sqlalchemy_url
+from hivenet_db.dburl import engine_for
 from hivenet_db.dedup import InterfaceDedup
 from hivenet_db.errors import HivenetError
 from hivenet_db.propagation import bind_from_headers, outgoing_headers, unified_serial_context
@@ -199,8 +199,7 @@ class Demo:
 def run(url: str, as_json: bool = False) -> list[dict[str, Any]]:
     """Run the demo against ``url`` (migrated to head); returns the events it printed."""
     out = Narrator(as_json)
-    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
-    try:
+    with engine_for(url) as engine:
         with engine.connect() as conn:
             missing = [name for name in NEEDS if conn.execute(
                 text("SELECT to_regproc(:n)"), {"n": name}).scalar() is None]
@@ -227,8 +226,6 @@ def run(url: str, as_json: bool = False) -> list[dict[str, Any]]:
                         "ran again under the same serial, the succeeded one was replayed, "
                         "nothing ran twice")
         out.say("demo", f"see it again: hivenet-db report --unified {second}")
-    finally:
-        engine.dispose()
     if as_json:
         print(json.dumps(out.events, ensure_ascii=False, indent=2, default=str))
     return out.events

@@ -9,11 +9,9 @@ application's env.py runs these revisions and this file is not used.
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine, pool
 
-from hivenet_db.dburl import from_env, sqlalchemy_url
-
-VERSION_TABLE = "hivenet_alembic_version"
+from hivenet_db.dburl import engine_for, from_env
+from hivenet_db.migrate import VERSION_TABLE
 
 config = context.config
 url = (config.attributes.get("url") or context.get_x_argument(as_dictionary=True).get("url")
@@ -21,16 +19,7 @@ url = (config.attributes.get("url") or context.get_x_argument(as_dictionary=True
 if not url:
     raise SystemExit("no database URL: pass -x url=... or set HIVENET_DATABASE_URL")
 
-connection = config.attributes.get("connection")
-if connection is not None:
-    context.configure(connection=connection, version_table=VERSION_TABLE,
-                      transactional_ddl=True)
+with engine_for(url) as engine, engine.connect() as conn:
+    context.configure(connection=conn, version_table=VERSION_TABLE, transactional_ddl=True)
     with context.begin_transaction():
         context.run_migrations()
-else:
-    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
-    with engine.connect() as conn:
-        context.configure(connection=conn, version_table=VERSION_TABLE, transactional_ddl=True)
-        with context.begin_transaction():
-            context.run_migrations()
-    engine.dispose()
