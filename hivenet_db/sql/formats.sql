@@ -112,13 +112,10 @@ END;
 CREATE FUNCTION hivenet._compile_formats() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM hivenet._lock_constants('hivenet.format', TG_OP);
-    EXECUTE format(
-        'CREATE OR REPLACE FUNCTION hivenet._format_constant(p_name text) RETURNS hivenet.format '
-        'LANGUAGE sql STABLE BEGIN ATOMIC SELECT CASE p_name %s ELSE NULL::hivenet.format END; '
-        'END',
-        (SELECT coalesce(string_agg(format('WHEN %L THEN %L::hivenet.format', f.name, f::text),
-                                    ' ' ORDER BY f.name), 'WHEN NULL THEN NULL')
+    PERFORM hivenet._rewrite_constants('hivenet.format', TG_OP, 'hivenet._format_constant',
+        'hivenet.format',
+        (SELECT string_agg(format('WHEN %L THEN %L::hivenet.format', f.name, f::text), ' '
+                           ORDER BY f.name)
          FROM hivenet.format f));
     RETURN NULL;
 END $$;

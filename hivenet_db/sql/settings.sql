@@ -57,6 +57,19 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hivenet._constants_lock_space(), 0);
 END $$;
 
+-- Rewrite generated-constant function p_function(p_name text) RETURNS p_type so that it maps
+-- each name to its value: p_cases is the body of a CASE on p_name ('WHEN ... THEN ...', or
+-- NULL when the table is empty). Called by the triggers of p_table after a change p_op.
+CREATE FUNCTION hivenet._rewrite_constants(p_table text, p_op text, p_function text,
+    p_type text, p_cases text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._lock_constants(p_table, p_op);
+    EXECUTE format('CREATE OR REPLACE FUNCTION %s(p_name text) RETURNS %s LANGUAGE sql STABLE '
+                   'BEGIN ATOMIC SELECT CASE p_name %s ELSE NULL::%2$s END; END',
+                   p_function, p_type, coalesce(p_cases, 'WHEN NULL THEN NULL'));
+END $$;
+
 -- The value of setting p_name, as a constant written by a trigger (NULL when unknown). A SQL-
 -- standard body without SET (bound when created, so no search path can redirect it): inlined,
 -- and folded to a constant when the name is one. Never reads a table; never blocks.
@@ -70,15 +83,11 @@ END;
 CREATE FUNCTION hivenet._compile_settings() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM hivenet._lock_constants('hivenet.setting', TG_OP);
     -- Not loopback_dsn: it may hold a password, and function bodies are readable by every
     -- role (pg_proc). It is read from the table, on the slow path only.
-    EXECUTE format(
-        'CREATE OR REPLACE FUNCTION hivenet._setting_constant(p_name text) RETURNS text '
-        'LANGUAGE sql STABLE BEGIN ATOMIC SELECT CASE p_name %s ELSE NULL::text END; END',
-        (SELECT coalesce(string_agg(format('WHEN %L THEN %L', name, value), ' ' ORDER BY name),
-                         'WHEN NULL THEN NULL')
-         FROM hivenet.setting WHERE name <> 'loopback_dsn'));
+    PERFORM hivenet._rewrite_constants('hivenet.setting', TG_OP, 'hivenet._setting_constant',
+        'text', (SELECT string_agg(format('WHEN %L THEN %L', name, value), ' ' ORDER BY name)
+                 FROM hivenet.setting WHERE name <> 'loopback_dsn'));
     RETURN NULL;
 END $$;
 
