@@ -73,15 +73,13 @@ END $$;
 -- Slow path, under the scope's advisory lock: move the sequence to period p_period when it is
 -- still in an older one, and past an exhausted period (borrowing formats only; others get
 -- HN010). Returns a fresh sequence value that is in or after p_period and not exhausted.
-CREATE FUNCTION hivenet._advance(p_seq regclass, p_format_name text, p_period bigint)
+CREATE FUNCTION hivenet._advance(p_seq regclass, p_format hivenet.format, p_period bigint)
 RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    p_format hivenet.format;
     v_value bigint;
     v_period bigint;
 BEGIN
-    SELECT * INTO p_format FROM hivenet.format WHERE name = p_format_name;
     PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
     BEGIN
         v_value := nextval(p_seq);
@@ -112,32 +110,23 @@ BEGIN
     RETURN v_value;
 END $$;
 
--- HN001 unless p_value is a valid value of field segment p_seg of format p_format.
-CREATE FUNCTION hivenet._check_field(p_format text, p_seg jsonb, p_value text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_problem text := hivenet._field_problem(p_seg, p_value);
-BEGIN
-    IF v_problem IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('format %s: field %s %s', p_format, p_seg ->> 'field', v_problem);
-    END IF;
-END $$;
-
 -- HN001 naming the first field of p_values (in p_format's field order) that is invalid.
 -- Called only when allocation's one-match check failed; builds the precise message.
-CREATE FUNCTION hivenet._field_error(p_format_name text, p_values text[]) RETURNS void
+CREATE FUNCTION hivenet._field_error(p_format hivenet.format, p_values text[]) RETURNS void
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    p_format hivenet.format;
     v_seg jsonb;
     v_index integer := 0;
+    v_problem text;
 BEGIN
-    SELECT * INTO p_format FROM hivenet.format WHERE name = p_format_name;
     FOR v_seg IN SELECT s FROM jsonb_array_elements(p_format.segments) AS s WHERE s ? 'field'
     LOOP
         v_index := v_index + 1;
-        PERFORM hivenet._check_field(p_format.name, v_seg, p_values[v_index]);
+        v_problem := hivenet._field_problem(v_seg, p_values[v_index]);
+        IF v_problem IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format(
+                'format %s: field %s %s', p_format.name, v_seg ->> 'field', v_problem);
+        END IF;
     END LOOP;
     RAISE EXCEPTION USING ERRCODE = 'HN001',
         MESSAGE = format('format %s takes %s field values (%s), not %s', p_format.name,
@@ -204,14 +193,14 @@ BEGIN
         END LOOP;
     END IF;
     IF array_to_string(v_values, ' ', '?') !~ v_format.field_pattern THEN
-        PERFORM hivenet._field_error(p_format, v_values);
+        PERFORM hivenet._field_error(v_format, v_values);
     END IF;
     IF v_format.bounded_fields <> '{}' THEN
         -- Digits only (the pattern matched), so the casts are safe.
         FOREACH v_field IN ARRAY v_format.bounded_fields LOOP
             IF v_values[v_field]::numeric < v_format.field_min[v_field]
                OR v_values[v_field]::numeric > v_format.field_max[v_field] THEN
-                PERFORM hivenet._field_error(p_format, v_values);
+                PERFORM hivenet._field_error(v_format, v_values);
             END IF;
         END LOOP;
     END IF;
@@ -235,7 +224,7 @@ BEGIN
         v_raw := nextval(v_seq);
         IF v_raw / v_format.stride < v_period
            OR v_raw % v_format.stride NOT BETWEEN 1 AND v_format.capacity THEN
-            v_raw := hivenet._advance(v_seq, p_format, v_period);
+            v_raw := hivenet._advance(v_seq, v_format, v_period);
         END IF;
         -- A newer period than the clock's (clock went back, or borrowed): print its start.
         v_print := CASE WHEN v_raw / v_format.stride = v_period THEN v_local

@@ -51,15 +51,13 @@ BEGIN
         SET description = coalesce(EXCLUDED.description, registered_module.description);
 END $$;
 
--- HN002 when enforcement is on and a system, target system or module in p_fields is unknown.
+-- HN002 when a system, target system or module in p_fields is unknown. The caller calls it
+-- only when the setting enforce_registry is true.
 CREATE FUNCTION hivenet._check_registry(p_fields jsonb) RETURNS void
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_system text;
 BEGIN
-    IF NOT hivenet._setting_value('enforce_registry')::boolean THEN
-        RETURN;
-    END IF;
     FOR v_system IN SELECT p_fields ->> k FROM unnest(ARRAY['system', 'target']) AS k
                     WHERE p_fields ? k LOOP
         IF NOT EXISTS (SELECT FROM hivenet.registered_system WHERE system = v_system) THEN
