@@ -79,3 +79,16 @@ def wait_until_blocked(db: psycopg.Connection, pid: int, timeout: float = 10.0) 
         time.sleep(0.005)
     raise AssertionError(f"backend {pid} never waited for a lock")
 
+
+
+def claim_and_end(conn: psycopg.Connection, claim: Callable[[], str | None],
+                  roll_back: bool) -> str:
+    """Claim in a transaction of its own, then commit or roll it back. Returns the claim's
+    refusal (its SQLSTATE), "committed" or "rolled back"."""
+    with conn.transaction() as tx:
+        refused = claim()
+        if refused is not None:
+            return refused
+        if roll_back:
+            raise psycopg.Rollback(tx)
+    return "rolled back" if roll_back else "committed"

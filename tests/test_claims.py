@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from hivenet_db import AsyncClaimRepository, ClaimRepository, DuplicateClaim, InvalidInput
 from hivenet_db.dburl import sqlalchemy_url
-from tests.helpers import race, wait_until_blocked
+from tests.helpers import claim_and_end, race, wait_until_blocked
 
 NOW = "2031-03-01 12:00:00+00"
 SetClock = Callable[[psycopg.Connection, str], None]
@@ -157,13 +157,8 @@ def test_exactly_one_winner_over_many_trials(connect: Callable[..., psycopg.Conn
 
         def attempt(i: int, conn: psycopg.Connection, key: str = key,
                     rolls_back: set[int] = rolls_back) -> str:
-            with conn.transaction() as tx:
-                state = claim_state(conn, "q", key, nowait=nowait)
-                if state is not None:
-                    return state
-                if i in rolls_back:
-                    raise psycopg.Rollback(tx)
-            return "rolled back" if i in rolls_back else "committed"
+            return claim_and_end(conn, lambda: claim_state(conn, "q", key, nowait=nowait),
+                                 i in rolls_back)
 
         outcomes = race(conns, attempt)
         assert set(outcomes) <= {"committed", "rolled back", "HN040"}, outcomes

@@ -25,7 +25,7 @@ from hivenet_db import (
 )
 from hivenet_db.dburl import sqlalchemy_url
 from hivenet_db.propagation import unified_serial_context
-from tests.helpers import race, wait_until_blocked
+from tests.helpers import claim_and_end, race, wait_until_blocked
 
 NOW = "2031-03-01 12:00:00+00"
 UNIFIED = "C0001A0101203103010000000001"
@@ -283,13 +283,8 @@ def test_exactly_one_winner_over_many_trials(
 
         def attempt(i: int, conn: psycopg.Connection, serial: str = serial,
                     rolls_back: set[int] = rolls_back) -> str:
-            with conn.transaction() as tx:
-                state = claim_state(conn, serial, nowait=nowait)
-                if state is not None:
-                    return state
-                if i in rolls_back:
-                    raise psycopg.Rollback(tx)
-            return "rolled back" if i in rolls_back else "committed"
+            return claim_and_end(conn, lambda: claim_state(conn, serial, nowait=nowait),
+                                 i in rolls_back)
 
         outcomes = race(conns, attempt)
         assert set(outcomes) <= {"committed", "rolled back", "HN020"}, outcomes
