@@ -1,0 +1,91 @@
+-- Bootstrap: what needs more rights than the schema owner has, done once per database by
+-- `hivenet-db bootstrap --owner ROLE`, run by a superuser or a managed server's administrator
+-- (CREATEROLE, and owner of the database or holding its rights WITH GRANT OPTION). NOT part
+-- of schema hivenet: no migration applies this file, and it leaves nothing behind but the
+-- roles and grants below.
+--
+-- This file only defines two temporary functions (pg_temp, gone with the session), so that
+-- the command passes the owner as a parameter and gets back one row per action. Identifiers
+-- are quoted with format('%I'). No password is ever set, stored or shown here: the owner and
+-- the login roles are created, with their passwords, by the administrator.
+
+-- One step: run p_statement when p_needed; the row to report either way.
+CREATE FUNCTION pg_temp._hivenet_step(p_statement text, p_needed boolean)
+RETURNS TABLE (statement text, outcome text)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_needed THEN
+        EXECUTE p_statement;
+    END IF;
+    RETURN QUERY SELECT p_statement, CASE WHEN p_needed THEN 'ran' ELSE 'already done' END;
+END $$;
+
+-- Makes sure that
+--   * roles hivenet_app (application API) and hivenet_admin (maintain, settings, formats,
+--     registry) exist, NOLOGIN: the migration grants to them when they exist, it never
+--     creates roles (the owner may not);
+--   * p_owner can create schema hivenet in the current database (CREATE ON DATABASE), and the
+--     version table hivenet_alembic_version, which `hivenet-db migrate` keeps in schema
+--     public (PostgreSQL 15 no longer lets every role create there);
+--   * p_owner holds both roles WITH ADMIN OPTION, so it grants them to login roles itself;
+--   * when schema hivenet was installed before the roles existed, they get their grants now.
+-- Returns one row per step, in order: the statement and its outcome, 'ran', 'already done',
+-- or 'for the owner' (a step the current user may not take: the owner runs the statement).
+-- Raises undefined_object (42704) when p_owner does not exist, invalid_parameter_value
+-- (22023) when p_owner is one of the two roles. Runs in the caller's transaction.
+CREATE FUNCTION pg_temp.hivenet_bootstrap(p_owner text)
+RETURNS TABLE (statement text, outcome text)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_role text;
+    v_owner oid := to_regrole(quote_ident(p_owner));
+    v_needed boolean;
+BEGIN
+    IF v_owner IS NULL THEN
+        RAISE EXCEPTION 'role % does not exist', quote_ident(p_owner)
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('create it first: CREATE ROLE %I LOGIN PASSWORD ''...''',
+                                p_owner);
+    END IF;
+    IF p_owner IN ('hivenet_app', 'hivenet_admin') THEN
+        RAISE EXCEPTION 'the owner must be a role of its own, not %', p_owner
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    FOREACH v_role IN ARRAY ARRAY['hivenet_app', 'hivenet_admin'] LOOP
+        RETURN QUERY SELECT * FROM pg_temp._hivenet_step(
+            format('CREATE ROLE %I NOLOGIN', v_role), to_regrole(v_role) IS NULL);
+    END LOOP;
+
+    -- Any way of holding these will do (directly, through a role, as owner).
+    RETURN QUERY SELECT * FROM pg_temp._hivenet_step(
+        format('GRANT CREATE ON DATABASE %I TO %I', current_database(), p_owner),
+        NOT has_database_privilege(v_owner, current_database(), 'CREATE'));
+    IF to_regnamespace('public') IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM pg_temp._hivenet_step(
+            format('GRANT CREATE ON SCHEMA public TO %I', p_owner),
+            NOT has_schema_privilege(v_owner, 'public', 'CREATE'));
+    END IF;
+
+    -- Only a direct membership with admin option lets the owner grant the role.
+    FOREACH v_role IN ARRAY ARRAY['hivenet_app', 'hivenet_admin'] LOOP
+        RETURN QUERY SELECT * FROM pg_temp._hivenet_step(
+            format('GRANT %I TO %I WITH ADMIN OPTION', v_role, p_owner),
+            NOT EXISTS (SELECT FROM pg_auth_members m
+                        WHERE m.roleid = to_regrole(v_role) AND m.member = v_owner
+                          AND m.admin_option));
+    END LOOP;
+
+    -- The schema grants to whichever of the roles exist when it is installed (revision 0006).
+    -- USAGE on the schema, its first grant to each role, tells whether that was after this.
+    IF to_regprocedure('hivenet._grant_roles()') IS NOT NULL THEN
+        v_needed := NOT (has_schema_privilege('hivenet_app', 'hivenet', 'USAGE')
+                         AND has_schema_privilege('hivenet_admin', 'hivenet', 'USAGE'));
+        IF v_needed AND NOT has_function_privilege('hivenet._grant_roles()', 'EXECUTE') THEN
+            RETURN QUERY SELECT 'SELECT hivenet._grant_roles()', 'for the owner';
+        ELSE
+            RETURN QUERY SELECT * FROM pg_temp._hivenet_step('SELECT hivenet._grant_roles()',
+                                                             v_needed);
+        END IF;
+    END IF;
+END $$;
