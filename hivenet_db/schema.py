@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 
 # The full current schema, in dependency order.
 PARTS: tuple[str, ...] = (
-    "settings", "clock", "formats", "registry", "loopback", "allocate", "parse", "maintain",
+    "settings", "clock", "formats", "registry", "allocate", "parse", "maintain",
     "dedup", "claims", "steps", "reporting", "privileges",
 )
 
