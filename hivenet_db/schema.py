@@ -1,19 +1,22 @@
-"""The packaged SQL of schema ``hivenet``: one file per concern, applied in this order."""
+"""The packaged SQL of schema ``hivenet``: one file per concern, applied in this order.
+
+Two sources, one result. ``hivenet_db/sql/*.sql`` is the current schema, for reading and for
+fresh installs without alembic (``hivenet-db sql``). Each alembic revision carries its own
+frozen ``.sql`` file beside it (migrations/versions/), the change it made when it was written;
+tests/test_migrations.py proves that replaying the revisions gives exactly this schema.
+"""
 
 from __future__ import annotations
 
 from importlib.resources import files
+from pathlib import Path
 
 from sqlalchemy import Connection
 
-# The full current schema, in dependency order. Alembic revisions apply these same files
-# (each revision names its own); tests/test_migrations.py proves the two never drift.
+# The full current schema, in dependency order.
 PARTS: tuple[str, ...] = (
-    "settings", "clock", "formats", "registry", "loopback", "allocate", "parse", "maintain",  # 0001
-    "dedup", "claims",  # 0002
-    "steps",  # 0003
-    "reporting",  # 0004
-    "privileges",  # 0005
+    "settings", "clock", "formats", "registry", "allocate", "parse", "maintain",
+    "dedup", "claims", "steps", "reporting", "privileges",
 )
 
 
@@ -34,6 +37,7 @@ def execute_script(conn: Connection, sql: str) -> None:
     conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
 
 
-def apply_parts(conn: Connection, *names: str) -> None:
-    for name in names:
-        execute_script(conn, part_sql(name))
+def apply_revision_sql(conn: Connection, revision_file: str, suffix: str = ".sql") -> None:
+    """Run the frozen SQL beside an alembic revision (``0006_x.py`` → ``0006_x.sql``, or
+    ``0006_x.downgrade.sql`` with that suffix) on the migration's connection."""
+    execute_script(conn, Path(revision_file).with_suffix(suffix).read_text(encoding="utf-8"))

@@ -1,6 +1,7 @@
 """Allocation repository: serials issued inside the caller's transaction (never committed here).
 
-Each call is one round trip: the database allocates and parses in the same statement.
+Each call is one round trip: the database allocates and parses in the same statement. The one
+exception, ``next_durable``, commits on a connection of its own, as its name says.
 """
 
 from __future__ import annotations
@@ -10,7 +11,14 @@ from typing import Any
 
 from sqlalchemy import text
 
-from hivenet_db._execute import AsyncDB, SyncDB, rows, rows_async
+from hivenet_db._execute import (
+    AsyncDB,
+    SyncDB,
+    async_engine_of,
+    engine_of,
+    rows,
+    rows_async,
+)
 from hivenet_db.serial import Serial
 
 _ALLOCATE = text(
@@ -19,10 +27,9 @@ _ALLOCATE = text(
     "ORDER BY i"
 )
 
-_ALLOCATE_DURABLE = text(
-    "SELECT s, hivenet.parse_serial(s, :format) "
-    "FROM hivenet.next_serial_durable(:format, CAST(:fields AS jsonb)) AS s"
-)
+# On by default, but a server or role may turn it off: the serial must be on disk when the
+# commit returns. SET LOCAL: nothing stays on the session (poolers hand it to someone else).
+_SYNCHRONOUS_COMMIT = text("SET LOCAL synchronous_commit = on")
 
 
 def _params(format: str, count: int, fields: dict[str, Any]) -> dict[str, Any]:
@@ -50,8 +57,16 @@ class SerialRepository:
         return _serials(rows(self.db, _ALLOCATE, _params(format, n, fields)))
 
     def next_durable(self, format: str, **fields: str) -> Serial:
-        """A serial committed before it is returned: safe to send out before your commit."""
-        return _serials(rows(self.db, _ALLOCATE_DURABLE, _params(format, 1, fields)))[0]
+        """A serial committed before it is returned: safe to send out before your commit.
+
+        Allocated and committed in a transaction of its own, on another connection from the
+        same engine (so it costs a connection and a commit, and stays issued whatever your
+        transaction does). After a crash PostgreSQL may hand out again a value taken by a
+        transaction that never committed; never this one (SPEC §6).
+        """
+        with engine_of(self.db).begin() as own:
+            own.execute(_SYNCHRONOUS_COMMIT)
+            return _serials(rows(own, _ALLOCATE, _params(format, 1, fields)))[0]
 
     def next_unified(self, system: str, module: str, instance: str) -> Serial:
         return self.next("unified", system=system, module=module, instance=instance)
@@ -77,9 +92,10 @@ class AsyncSerialRepository:
         return _serials(await rows_async(self.db, _ALLOCATE, _params(format, n, fields)))
 
     async def next_durable(self, format: str, **fields: str) -> Serial:
-        """A serial committed before it is returned: safe to send out before your commit."""
-        return _serials(await rows_async(self.db, _ALLOCATE_DURABLE,
-                                         _params(format, 1, fields)))[0]
+        """``SerialRepository.next_durable``: committed on a connection of its own."""
+        async with async_engine_of(self.db).begin() as own:
+            await own.execute(_SYNCHRONOUS_COMMIT)
+            return _serials(await rows_async(own, _ALLOCATE, _params(format, 1, fields)))[0]
 
     async def next_unified(self, system: str, module: str, instance: str) -> Serial:
         return await self.next("unified", system=system, module=module, instance=instance)

@@ -25,7 +25,7 @@ from hivenet_db import (
 )
 from hivenet_db.dburl import sqlalchemy_url
 from hivenet_db.propagation import unified_serial_context
-from tests.helpers import claim_and_end, race, wait_until_blocked
+from tests.helpers import claim_and_end, race, scalar, wait_until_blocked
 
 NOW = "2031-03-01 12:00:00+00"
 UNIFIED = "C0001A0101203103010000000001"
@@ -369,35 +369,49 @@ def partitions(db: psycopg.Connection) -> list[str]:
         "WHERE i.inhparent = 'hivenet.interface_call'::regclass ORDER BY 1")]
 
 
-def test_missing_partition_is_created_and_outlives_a_rollback(clocked: psycopg.Connection
+def test_a_day_without_partition_goes_to_the_default_partition(clocked: psycopg.Connection
                                                                ) -> None:
+    """A claim never creates a table (DDL in the caller's transaction would make every other
+    caller of the day wait, and vanish with a rollback): the default partition takes it, and
+    the check stays exact there."""
     assert "interface_call_20310301" not in partitions(clocked)
     with clocked.transaction() as tx:
         claim(clocked, iserial())
         raise psycopg.Rollback(tx)
-    assert "interface_call_20310301" in partitions(clocked)
     assert recorded(clocked, iserial()) == 0
+    claim(clocked, iserial())
+    assert claim_state(clocked, iserial()) == "HN020"
+    assert scalar(clocked, "SELECT count(*) FROM hivenet.interface_call_default") == 1
+    # maintain() leaves that day in the default partition (ATTACH would refuse) and
+    # creates the others.
+    clocked.execute("SELECT hivenet.maintain()")
+    assert "interface_call_20310301" not in partitions(clocked)
+    assert "interface_call_20310302" in partitions(clocked)
+    assert claim_state(clocked, iserial()) == "HN020"
 
 
 def test_new_day_after_a_claim_in_the_same_transaction(clocked: psycopg.Connection) -> None:
-    # The transaction already holds a lock on the parent table when the new day's
-    # partition is created by another session: ATTACH must not wait for it.
     with clocked.transaction():
         claim(clocked, iserial(when="20310228235959"))
         claim(clocked, iserial(when="20310301000001"))
     assert recorded(clocked, iserial(when="20310301000001")) == 1
 
 
-def test_new_day_created_by_another_session_during_this_transaction(
+def test_new_day_created_by_maintain_during_this_transaction(
         clocked_conns: Callable[[int], list[psycopg.Connection]]) -> None:
-    # This transaction holds its lock on the parent from an earlier claim while another
-    # session attaches the next day: its view of the partitions must follow.
+    # This transaction holds its lock on the parent from an earlier claim while maintain()
+    # attaches the next days: ATTACH must not wait for it, and its view of the partitions
+    # must follow.
     mine, other = clocked_conns(2)
+    other.execute("SELECT hivenet.maintain()")
+    other.execute("DROP TABLE hivenet.interface_call_20310301")  # empty: made again below
     with mine.transaction():
         claim(mine, iserial(when="20310228235959"))
-        claim(other, iserial(when="20310301000001"))  # creates the day's partition
-        claim(mine, iserial(when="20310301000002"))
-    assert recorded(other, iserial(when="20310301000002")) == 1
+        other.execute("SELECT hivenet.maintain()")
+        claim(mine, iserial(when="20310301000001"))
+    assert "interface_call_20310301" in partitions(other)
+    assert recorded(other, iserial(when="20310301000001")) == 1
+    assert scalar(other, "SELECT count(*) FROM hivenet.interface_call_20310301") == 1
 
 
 def test_concurrent_first_claims_of_a_day(clocked_conns: Callable[[int], list[psycopg.Connection]]
@@ -407,8 +421,8 @@ def test_concurrent_first_claims_of_a_day(clocked_conns: Callable[[int], list[ps
         outcomes = race(conns, lambda i, conn, when=when: claim_state(
             conn, iserial(when=when, seq=i + 1)))
         assert outcomes == [None] * 6, (when, outcomes)
-    assert [p for p in partitions(conns[0]) if p.startswith("interface_call_2031")] == [
-        "interface_call_20310228", "interface_call_20310301"]
+    assert scalar(conns[0], "SELECT count(*) FROM hivenet.interface_call_default") == 12
+    assert [p for p in partitions(conns[0]) if p.startswith("interface_call_2031")] == []
 
 
 def test_maintain_creates_coming_days_and_drops_past_retention(clocked: psycopg.Connection,
@@ -440,6 +454,7 @@ def test_retention_never_undercuts_the_window(clocked: psycopg.Connection, fake_
 def test_maintain_skips_a_drop_while_claims_are_in_flight(
         clocked_conns: Callable[[int], list[psycopg.Connection]], fake_clock: SetClock) -> None:
     claimer, admin = clocked_conns(2)
+    admin.execute("SELECT hivenet.maintain()")  # the day's partition, before its first claim
     claim(admin, iserial())
     fake_clock(admin, "2031-03-20 12:00:00+00")
     with claimer.transaction():

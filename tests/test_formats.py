@@ -67,9 +67,13 @@ def test_batch_is_ordered_and_unique(db):
 
 
 def test_scopes_never_share_numbers(db):
-    a = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
-    b = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '02')")
-    c = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A02', '01')")
+    scopes = [("C0001", "A01", "01"), ("C0001", "A01", "02"), ("C0001", "A02", "01")]
+    for system, module, instance in scopes:
+        db.execute("SELECT hivenet.prepare_scope('unified', jsonb_build_object('system', "
+                   "%s::text, 'module', %s::text, 'instance', %s::text))",
+                   (system, module, instance))
+    a, b, c = (scalar(db, "SELECT hivenet.next_unified_serial(%s, %s, %s)", scope)
+               for scope in scopes)
     assert a[-10:] == b[-10:] == c[-10:] == "0000000001"  # own counters, different prefixes
     assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE format = 'unified'") == 3
 
@@ -110,4 +114,7 @@ def test_format_defined_in_the_callers_transaction(connect):
                     {"seq": 5, "reset": "never"}]')""")
     assert scalar(conn, "SELECT hivenet.next_serial('batch', '{}')") == "B00001"
     conn.commit()
+    conn.execute("SELECT hivenet.maintain()")  # gives the scope its own counter
+    conn.commit()
     assert scalar(conn, "SELECT count(*) FROM hivenet.scope WHERE format = 'batch'") == 1
+    assert scalar(conn, "SELECT hivenet.next_serial('batch', '{}')") == "B00002"

@@ -1,4 +1,6 @@
-"""Alembic migrations: equal to the full schema file, idempotent, and fully reversible."""
+"""Alembic migrations are history: every revision carries its own frozen SQL, replaying them
+gives exactly the schema files, a database installed at any earlier revision upgrades to the
+same catalog as a fresh install (its data still behaving), and each step can go down and up."""
 
 from __future__ import annotations
 
@@ -8,43 +10,130 @@ import subprocess
 
 import psycopg
 import pytest
+from alembic.script import ScriptDirectory
 
 from hivenet_db import migrate
 from hivenet_db.embedded import find_bin_dir
 from hivenet_db.schema import full_schema_sql
+from tests.helpers import scalar
+
+REVISIONS = [script.revision for script in reversed(list(
+    ScriptDirectory.from_config(migrate._config("")).walk_revisions()))]
 
 
 @pytest.fixture
-def empty_db(hivenet_server):
-    """A database with nothing of hivenet in it."""
-    name = "hivenet_empty"
+def new_db(hivenet_server):
+    """Makes empty databases (nothing of hivenet in them); all dropped after the test."""
+    made: list[str] = []
+
+    def _make() -> str:
+        name = f"hivenet_empty_{len(made)}"
+        with psycopg.connect(hivenet_server.url(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {name}")
+        made.append(name)
+        return hivenet_server.url(name)
+
+    yield _make
     with psycopg.connect(hivenet_server.url(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {name}")
-    yield hivenet_server.url(name)
-    with psycopg.connect(hivenet_server.url(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        for name in made:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-def _schema_dump(url: str) -> str:
+@pytest.fixture
+def empty_db(new_db):
+    return new_db()
+
+
+def _catalog(url: str) -> list[str]:
+    """Schema hivenet as pg_dump sees it (tables, columns, constraints, indexes, functions
+    with their bodies, security and settings, views, triggers, grants), one entry per object,
+    sorted; plus the rows of the settings and formats, which the schema defines. Counter
+    sequences of scopes are data (made by use), so they are left out."""
     dump = subprocess.run(
-        [find_bin_dir() / "pg_dump", "--schema-only", "--schema=hivenet", "--no-owner",
-         "--no-privileges", url], capture_output=True, text=True, check=True).stdout
-    lines = [line for line in dump.splitlines()
-             if line.strip()
-             # \restrict lines carry a random key; SET lines are session settings.
-             and not line.startswith(("--", "SET ", "SELECT pg_catalog.", "\\"))]
-    return "\n".join(lines)
+        [find_bin_dir() / "pg_dump", "--schema-only", "--schema=hivenet", url],
+        capture_output=True, text=True, check=True).stdout
+    entries = re.split(r"^--\n-- Name: ", dump, flags=re.M)[1:]
+    kept = []
+    for entry in entries:
+        if re.match(r'"?seq_', entry):
+            continue
+        lines = [line for line in entry.splitlines() if line.strip()
+                 and not line.startswith(("--", "SET ", "SELECT pg_catalog.", "\\"))]
+        kept.append(entry.splitlines()[0] + "\n" + "\n".join(lines))
+    with psycopg.connect(url) as conn:
+        for table in ("hivenet.setting", "hivenet.format"):
+            kept += [f"{table}: {row}" for row in conn.execute(
+                f"SELECT to_jsonb(t) FROM {table} t ORDER BY 1::text")]
+    return sorted(kept)
 
 
-def test_migrated_schema_equals_the_full_schema_file(hivenet_url, empty_db):
+def _assert_same_catalog(url: str, expected_url: str, what: str) -> None:
+    got, expected = _catalog(url), _catalog(expected_url)
+    assert got == expected, "\n".join(difflib.unified_diff(
+        expected, got, "fresh install", what, lineterm=""))
+
+
+def test_replaying_the_revisions_gives_the_schema_files(hivenet_url, empty_db):
+    """Fails when a .sql file of hivenet_db/sql changed without a new revision that carries
+    the change (or a revision changed without the file): see CONTRIBUTING.md."""
     # hivenet_url was migrated by alembic; empty_db gets the one-file schema.
     with psycopg.connect(empty_db, autocommit=False) as conn:
         conn.execute(full_schema_sql())
-    migrated, from_file = _schema_dump(hivenet_url), _schema_dump(empty_db)
-    assert "CREATE FUNCTION hivenet.next_unified_serial" in migrated
-    assert migrated == from_file, "\n".join(difflib.unified_diff(
-        migrated.splitlines(), from_file.splitlines(), "alembic", "schema file", lineterm=""))
+    assert any("next_unified_serial" in entry for entry in _catalog(hivenet_url))
+    _assert_same_catalog(empty_db, hivenet_url, "hivenet_db/sql files")
+
+
+UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"
+INTERFACE = "SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'B0001')"
+SYSTEM = "SELECT hivenet.next_system_serial('C0001', 'A01', '01')"
+
+
+def _use(url: str, revision: str) -> dict[str, str]:
+    """Serials, an interface claim and a finished step, as far as revision has them."""
+    made: dict[str, str] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        made["unified"] = max(scalar(conn, UNIFIED) for _ in range(3))
+        if revision >= "0002":
+            made["interface"] = scalar(conn, INTERFACE)
+            conn.execute("SELECT hivenet.claim_interface_serial(%s)", (made["interface"],))
+        if revision >= "0003":
+            made["system"] = scalar(conn, SYSTEM)
+            attempt = scalar(conn, "SELECT attempt FROM hivenet.begin_step(%s, '{\"a\": 1}')",
+                             (made["system"],))
+            conn.execute("SELECT hivenet.finish_step(%s, %s, true, '{\"ok\": true}')",
+                         (made["system"], attempt))
+    return made
+
+
+# The revision that brought each kind of record (a downgrade below it drops its table).
+SINCE = {"unified": "0001", "interface": "0002", "system": "0003"}
+
+
+def _still_behaves(url: str, made: dict[str, str], kept_since: str = REVISIONS[-1]) -> None:
+    made = {kind: value for kind, value in made.items() if SINCE[kind] <= kept_since}
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert scalar(conn, UNIFIED) > made["unified"], "a serial was issued again"
+        if "interface" in made:
+            with pytest.raises(psycopg.Error) as refused:
+                conn.execute("SELECT hivenet.claim_interface_serial(%s)", (made["interface"],))
+            assert refused.value.sqlstate == "HN020"
+        if "system" in made:
+            row = conn.execute("SELECT outcome, response FROM hivenet.begin_step(%s, "
+                               "'{\"a\": 1}')", (made["system"],)).fetchone()
+            assert row == ("replayed", {"ok": True})
+
+
+@pytest.mark.parametrize("revision", REVISIONS[:-1])
+def test_a_database_at_an_earlier_revision_upgrades_to_a_fresh_install(
+        revision, hivenet_url, new_db):
+    old = new_db()
+    migrate.upgrade(old, revision)
+    made = _use(old, revision)
+    migrate.upgrade(old)
+    assert migrate.current(old) == REVISIONS[-1]
+    _assert_same_catalog(old, hivenet_url, f"installed at {revision}, upgraded")
+    _still_behaves(old, made)
 
 
 def test_upgrade_twice_is_a_no_op_and_downgrade_removes_everything(empty_db):
@@ -65,15 +154,19 @@ def test_upgrade_twice_is_a_no_op_and_downgrade_removes_everything(empty_db):
     assert leftovers == []
 
 
-def test_every_revision_can_go_down_and_up_again(empty_db):
-    migrate.upgrade(empty_db)
-    head = migrate.current(empty_db)
-    revisions = ["0001", "0002", "0003", "0004"]
-    for revision in reversed(revisions):
-        migrate.downgrade(empty_db, revision)
-        assert migrate.current(empty_db) == revision
-    migrate.upgrade(empty_db)
-    assert migrate.current(empty_db) == head
+@pytest.mark.parametrize("revision", REVISIONS[:-1])
+def test_each_revision_goes_down_one_step_and_up_again(revision, hivenet_url, new_db):
+    """From the revision after ``revision``, with data: down to ``revision``, then back up to
+    head gives the fresh catalog again."""
+    db = new_db()
+    following = REVISIONS[REVISIONS.index(revision) + 1]
+    migrate.upgrade(db, following)
+    made = _use(db, following)
+    migrate.downgrade(db, revision)
+    assert migrate.current(db) == revision
+    migrate.upgrade(db)
+    _assert_same_catalog(db, hivenet_url, f"down to {revision} and up again")
+    _still_behaves(db, made, kept_since=revision)
 
 
 def test_sql_files_have_no_bare_raise():

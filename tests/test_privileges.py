@@ -34,8 +34,6 @@ def test_the_application_api_works_with_usage_only(app):
         app, "SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'D0001')")
     assert scalar(app, """SELECT count(*) FROM hivenet.next_serials('id_service',
                           '{"merchant": "123456789012", "shard": "01"}', 3)""") == 3
-    assert scalar(app, """SELECT hivenet.next_serial_durable('unified',
-                          '{"system": "C0001", "module": "A01", "instance": "02"}')""")
     assert scalar(app, "SELECT hivenet.parse_serial(%s)", (unified,))["format"] == "unified"
     app.execute("SELECT hivenet.claim_interface_serial(%s, %s, %s)", (interface, unified, system))
     assert scalar(app, "SELECT count(*) FROM hivenet.call_chain(%s)", (unified,)) == 1
@@ -46,8 +44,9 @@ def test_the_application_api_works_with_usage_only(app):
 
 
 @pytest.mark.parametrize("sql", [
-    "SELECT hivenet._loopback('SELECT 1')",
-    "SELECT hivenet._create_scope('unified', 'X', '{}', 'x')",
+    """SELECT hivenet._promote_scope(f, 'X', '{}') FROM hivenet.format f LIMIT 1""",
+    """SELECT hivenet.prepare_scope('unified', '{"system": "C0001", "module": "A01",
+       "instance": "09"}')""",
     "SELECT hivenet._allocate('unified', NULL, ARRAY['C0001', 'A01', '01'], 1)",
     "SELECT hivenet.define_format('mine', '[{\"seq\": 3, \"reset\": \"never\"}]')",
     "SELECT hivenet.register_system('C0001')",
@@ -72,21 +71,47 @@ def test_no_new_function_is_public_by_accident(db):
     assert {name.split("(")[0] for name in public} == {
         "hivenet.now", "hivenet._fake_now", "hivenet.next_unified_serial",
         "hivenet.next_system_serial", "hivenet.next_interface_serial", "hivenet.next_serial",
-        "hivenet.next_serials", "hivenet.next_serial_durable", "hivenet.parse_serial",
+        "hivenet.next_serials", "hivenet.parse_serial",
         "hivenet.claim_interface_serial", "hivenet.call_chain", "hivenet.claim",
         "hivenet.begin_step", "hivenet.finish_step", "hivenet._step_lease",
         "hivenet._period_index", "hivenet._period_start", "hivenet._scope_counter_value",
         "hivenet._reporting_local_now"}
 
 
-def test_a_loopback_password_is_not_readable_from_the_catalog(db):
-    """Function bodies are public (pg_proc): the generated settings constant must not carry
-    loopback_dsn, which may hold a password."""
-    db.execute("UPDATE hivenet.setting SET value = 'password=s3cret' WHERE name = 'loopback_dsn'")
+def test_the_application_role_cannot_reach_superuser_through_a_connection(app, db):
+    """Issue 9, part 0: durable allocation used to leave a dblink connection logged in as the
+    schema owner in the caller's session, and dblink was executable by PUBLIC in schema
+    hivenet. Both statements of the report must fail, and no role may appear."""
+    for sql in ["""SELECT hivenet.next_serial_durable('unified',
+                   '{"system": "C0001", "module": "A01", "instance": "01"}')""",
+                "SELECT hivenet.dblink_exec('hivenet_loopback', 'CREATE ROLE pwned SUPERUSER')",
+                "SELECT hivenet.dblink('host=127.0.0.1', 'SELECT 1')"]:
+        with pytest.raises(psycopg.errors.UndefinedFunction):
+            app.execute(sql)
+    assert scalar(db, "SELECT count(*) FROM pg_roles WHERE rolname = 'pwned'") == 0
+
+
+def test_no_function_the_application_can_run_opens_a_connection(app):
+    """No connecting extension in the database, no dblink-like function the role may run in
+    any schema it can use, and no function of ours that it may run mentions one."""
+    assert scalar(app, """SELECT count(*) FROM pg_extension
+                          WHERE extname IN ('dblink', 'postgres_fdw')""") == 0
+    connecting = app.execute("""
+        SELECT p.oid::regprocedure::text FROM pg_proc p
+        WHERE has_function_privilege(p.oid, 'EXECUTE')
+          AND has_schema_privilege(p.pronamespace, 'USAGE')
+          AND (p.proname ~ '^dblink' OR p.pronamespace = 'hivenet'::regnamespace
+               AND p.prosrc ~* 'dblink|_connect|loopback')""").fetchall()
+    assert connecting == []
+
+
+def test_no_setting_holds_a_connection_string(db):
+    names = {r[0] for r in db.execute("SELECT name FROM hivenet.setting")}
+    assert "loopback_dsn" not in names
     bodies = " ".join(r[0] for r in db.execute(
         "SELECT pg_get_functiondef(p.oid) FROM pg_proc p "
         "WHERE p.pronamespace = 'hivenet'::regnamespace AND p.prokind = 'f'"))
-    assert "s3cret" not in bodies
+    assert "password" not in bodies and "dblink" not in bodies
 
 
 def test_the_documented_operator_grants_suffice(db):
@@ -96,8 +121,8 @@ def test_the_documented_operator_grants_suffice(db):
         db.execute("""GRANT EXECUTE ON FUNCTION hivenet.maintain(),
             hivenet.resolve_step(text, integer, boolean, text, jsonb),
             hivenet.define_format(text, jsonb, boolean, text), hivenet.register_system(text, text),
-            hivenet.register_module(text, text, text), hivenet.set_claim_expiry(text, interval)
-            TO hivenet_ops_test""")
+            hivenet.register_module(text, text, text), hivenet.set_claim_expiry(text, interval),
+            hivenet.prepare_scope(text, jsonb) TO hivenet_ops_test""")
         db.execute("GRANT SELECT, UPDATE ON hivenet.setting TO hivenet_ops_test")
         db.execute("SET ROLE hivenet_ops_test")
         db.execute("SELECT hivenet.maintain()")

@@ -1,4 +1,5 @@
-"""Reporting view hivenet.scope_usage: per-scope period, issued, capacity and headroom."""
+"""Reporting view hivenet.scope_usage: per-scope period, issued, capacity and headroom (of
+scopes with a counter of their own, and of each format's cold counter of new scopes)."""
 
 from __future__ import annotations
 
@@ -15,18 +16,33 @@ from hivenet_db.errors import SequenceExhausted, translated
 
 SetClock = Callable[[psycopg.Connection, str], None]
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01') FROM generate_series(1, %s)"
+NEW_SCOPES = "(new scopes)"
 
 
-def usage(conn: psycopg.Connection, format: str = "unified") -> dict[str, Any]:
+def prepare(db: psycopg.Connection) -> None:
+    """Give the scopes these tests use counters of their own (at the clock's time, since a
+    counter never goes back to an earlier period) so that seq starts at 1."""
+    db.execute("""SELECT hivenet.define_format('tiny', '[{"field": "desk", "width": 2,
+        "charset": "digit"}, {"time": "YYYYMMDD"}, {"seq": 2, "reset": "day"}]')""")
+    for format, fields in (("unified", '{"system": "C0001", "module": "A01", "instance": "01"}'),
+                           ("tiny", '{"desk": "07"}')):
+        db.execute("SELECT hivenet.prepare_scope(%s, %s)", (format, fields))
+
+
+def usage(conn: psycopg.Connection, format: str = "unified",
+          scope_kind: str = "own") -> dict[str, Any]:
+    """The row of format's one scope with its own counter, or of its cold counter."""
+    cold = "=" if scope_kind == "cold" else "<>"
     with conn.cursor(row_factory=dict_row) as cur:
-        (row,) = cur.execute("SELECT * FROM hivenet.scope_usage WHERE format = %s",
-                             (format,)).fetchall()
+        (row,) = cur.execute(f"SELECT * FROM hivenet.scope_usage WHERE format = %s "
+                             f"AND scope {cold} %s", (format, NEW_SCOPES)).fetchall()
     return row
 
 
 def test_issued_and_headroom_of_the_current_period(db: psycopg.Connection,
                                                    fake_clock: SetClock) -> None:
     fake_clock(db, "2026-03-01 10:00:00+00")
+    prepare(db)
     db.execute(UNIFIED, (5,))
     row = usage(db)
     assert row["scope"] == "C0001A0101"
@@ -49,6 +65,7 @@ def test_business_time_zone_decides_the_period(db: psycopg.Connection,
                                                fake_clock: SetClock) -> None:
     db.execute("UPDATE hivenet.setting SET value = 'Asia/Shanghai' WHERE name = 'time_zone'")
     fake_clock(db, "2026-03-01 17:00:00+00")  # already 2026-03-02 01:00 in Shanghai
+    prepare(db)
     db.execute(UNIFIED, (2,))
     row = usage(db)
     assert (row["period_start"], row["issued"]) == (dt.datetime(2026, 3, 2), 2)
@@ -57,6 +74,7 @@ def test_business_time_zone_decides_the_period(db: psycopg.Connection,
 def test_clock_going_back_keeps_the_latest_period(db: psycopg.Connection,
                                                   fake_clock: SetClock) -> None:
     fake_clock(db, "2026-03-02 09:00:00+00")
+    prepare(db)
     db.execute(UNIFIED, (3,))
     fake_clock(db, "2026-03-01 23:59:00+00")
     row = usage(db)
@@ -65,8 +83,7 @@ def test_clock_going_back_keeps_the_latest_period(db: psycopg.Connection,
 
 
 def test_exhausted_scope_has_no_headroom(db: psycopg.Connection) -> None:
-    db.execute("""SELECT hivenet.define_format('tiny', '[{"field": "desk", "width": 2,
-        "charset": "digit"}, {"time": "YYYYMMDD"}, {"seq": 2, "reset": "day"}]')""")
+    prepare(db)
     db.execute("""SELECT hivenet.next_serials('tiny', '{"desk": "07"}', 99)""")
     row = usage(db, "tiny")
     assert (row["issued"], row["capacity"], row["remaining"]) == (99, 99, 0)
@@ -77,16 +94,19 @@ def test_exhausted_scope_has_no_headroom(db: psycopg.Connection) -> None:
     assert usage(db, "tiny")["issued"] == 99
 
 
-def test_scope_used_for_the_first_time_in_a_rolled_back_transaction(
+def test_new_scopes_used_in_a_rolled_back_transaction_count_in_the_cold_counter(
         connect: Callable[..., psycopg.Connection], db: psycopg.Connection) -> None:
     conn = connect(autocommit=False)
-    conn.execute(UNIFIED, (4,))
+    conn.execute("SELECT hivenet.next_system_serial('C0001', 'A01', '02') "
+                 "FROM generate_series(1, 4)")
     conn.rollback()
-    # The scope and its counter were committed on their own: the gap counts as issued.
-    assert usage(db)["issued"] == 4
+    # The cold counter is not transactional: the gap counts as issued, for every new scope.
+    row = usage(db, "system", "cold")
+    assert (row["fields"], row["issued"]) == ({}, 4)
 
 
 def test_reporting_role_needs_only_select_on_the_view(db: psycopg.Connection) -> None:
+    prepare(db)
     db.execute(UNIFIED, (2,))
     db.execute("CREATE ROLE hivenet_reporter_test")
     try:
@@ -103,16 +123,19 @@ def test_reporting_role_needs_only_select_on_the_view(db: psycopg.Connection) ->
 
 
 def test_downgrade_drops_what_0004_created(hivenet_url: str, db: psycopg.Connection) -> None:
+    prepare(db)
     migrate.downgrade(hivenet_url, "0003")
     assert db.execute("SELECT to_regclass('hivenet.scope_usage'), "
                       "to_regproc('hivenet._scope_counter_value'), "
                       "to_regproc('hivenet._reporting_local_now')").fetchone() == (None,) * 3
     migrate.upgrade(hivenet_url)
-    assert db.execute("SELECT count(*) FROM hivenet.scope_usage").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM hivenet.scope_usage WHERE scope <> %s",
+                      (NEW_SCOPES,)).fetchone() == (2,)  # the two prepared scopes
 
 
 def test_the_documented_reporting_grants_read_every_view(db: psycopg.Connection) -> None:
     """docs/reporting.md's grants are enough for every view and the call chain."""
+    prepare(db)
     db.execute(UNIFIED, (2,))
     # Processing steps: one past its own lease, one under the default lease (the setting).
     db.execute("SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001', '{}', "

@@ -6,6 +6,14 @@
 -- to commit. When the value's period is newer (the clock went back), issuing continues in the
 -- sequence's period, so serials never go backwards. Sequences are not transactional, so
 -- numbers taken by a transaction that rolls back are gaps, never reissued.
+--
+-- A scope's own sequence is created by hivenet.maintain() (or prepare_scope), in a transaction
+-- of the owner's, never in the caller's: created there, it would vanish with a rollback and
+-- start over (reissuing serials), and make every other first user wait for the commit. Until
+-- then a new scope draws from its format's shared cold counter (hivenet.cold_<format>, made
+-- when the format is defined): unique and increasing, but its first serials do not start at 1.
+-- A scope is promoted under the format's cold lock (below), so no allocation can take a cold
+-- value after its own sequence has started.
 
 -- No foreign key to hivenet.format: scopes are created in a transaction of their own, which
 -- cannot see a format defined in the caller's still-open transaction. `definition` tells
@@ -21,10 +29,26 @@ CREATE TABLE hivenet.scope (
 );
 COMMENT ON TABLE hivenet.scope IS 'one row per counter scope (format + field values) ever used';
 
+-- Scopes that drew from a cold counter, for maintain() to promote. No unique key: two first
+-- users of one scope must not wait for each other's commit; maintain() reads and deletes.
+CREATE TABLE hivenet.scope_pending (
+    format text NOT NULL,
+    scope  text NOT NULL,
+    fields jsonb NOT NULL
+);
+COMMENT ON TABLE hivenet.scope_pending IS
+    'new counter scopes waiting for their own sequence (hivenet.maintain() creates it)';
+
 -- Advisory lock namespace of the period reset: (this key, sequence oid) never collides with
 -- an application's single-bigint advisory locks, and is constant across servers.
 CREATE FUNCTION hivenet._reset_lock_space() RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210101 $$;
+
+-- Advisory lock namespace of cold counters: (this key, hashtext(format)). Allocations from a
+-- cold counter hold it shared for the allocation only; promoting a scope holds it exclusive
+-- until the promotion commits.
+CREATE FUNCTION hivenet._cold_lock_space() RETURNS integer
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210103 $$;
 
 -- On every allocation: inlined, a SQL-standard body without SET (see _period_index).
 CREATE FUNCTION hivenet._scope_sequence_name(p_format text, p_scope text) RETURNS text
@@ -35,46 +59,120 @@ BEGIN ATOMIC
                 ELSE 'seq_' || left(p_format, 26) || '_' || md5(p_scope) END;
 END;
 
--- Runs in its own transaction through the loopback connection (see _new_scope_sequence):
--- creates the scope's sequence if missing and returns its oid. Safe to race.
-CREATE FUNCTION hivenet._create_scope(p_format text, p_scope text, p_fields jsonb,
-    p_definition text) RETURNS oid
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+CREATE FUNCTION hivenet._cold_sequence_name(p_format text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 'cold_' || p_format $$;
+
+-- Trigger: every format gets its cold counter in the transaction that defines it.
+CREATE FUNCTION hivenet._create_cold_counter() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
+                   hivenet._cold_sequence_name(NEW.name));
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER format_cold_counter AFTER INSERT ON hivenet.format
+    FOR EACH ROW EXECUTE FUNCTION hivenet._create_cold_counter();
+
+-- The formats defined before the trigger (formats.sql) get theirs here.
+DO $$
 DECLARE
-    v_name text := hivenet._scope_sequence_name(p_format, p_scope);
+    v_name text;
+BEGIN
+    FOR v_name IN SELECT name FROM hivenet.format ORDER BY name LOOP
+        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
+                       hivenet._cold_sequence_name(v_name));
+    END LOOP;
+END $$;
+
+-- Sequence p_name of schema hivenet, or NULL, as committed right now. to_regclass alone can
+-- answer from a cache that is only refreshed when the session next locks a relation (a
+-- sequence created since, even by a committed transaction, stays invisible, in any isolation
+-- level). LOCK on the name refreshes it; it then fails either way (no such relation, or a
+-- sequence cannot be locked), and the error is what we expect. Off the hot path only.
+CREATE FUNCTION hivenet._committed_sequence(p_name text) RETURNS regclass
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     BEGIN
-        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
-                       v_name);
-    EXCEPTION WHEN unique_violation OR duplicate_table THEN
-        NULL; -- a concurrent first use created it
+        EXECUTE format('LOCK TABLE hivenet.%I IN ACCESS SHARE MODE', p_name);
+    EXCEPTION WHEN undefined_table OR wrong_object_type THEN
+        NULL;
     END;
-    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
-    VALUES (p_format, p_scope, p_fields, p_definition, v_name) ON CONFLICT DO NOTHING;
-    -- A catalog query, not a name lookup, so a sequence committed by a racer is seen.
-    RETURN (SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE n.nspname = 'hivenet' AND c.relname = v_name);
+    RETURN to_regclass('hivenet.' || quote_ident(p_name));
 END $$;
 
--- The sequence of a counter scope that has none yet (first use), created in a committed
--- transaction of its own (through dblink): created inside the caller's transaction, it would
--- vanish with a rollback and start over, handing out the same serials again (SPEC §2,
--- guarantee 2).
-CREATE FUNCTION hivenet._new_scope_sequence(p_format text, p_scope text, p_fields jsonb,
-    p_definition text) RETURNS regclass
+-- Gives scope p_scope of format p_format its own sequence, continuing after every value its
+-- cold counter has issued (and no earlier than the clock's period), and records the scope.
+-- Commits with the caller, who must be the owner's maintain() or prepare_scope(): holds the
+-- format's cold lock exclusive until then, so cold allocations of the format wait for that
+-- commit (a short transaction) and then see the new sequence. Safe to run twice.
+CREATE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb)
+RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
+    v_seq regclass;
 BEGIN
-    -- Using the oid (not the name) makes nextval lock the relation, which refreshes this
-    -- session's catalog caches.
-    RETURN hivenet._loopback(format('SELECT hivenet._create_scope(%L, %L, %L, %L)',
-                                    p_format, p_scope, p_fields, p_definition))::oid::regclass;
+    PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
+    IF to_regclass('hivenet.' || quote_ident(v_name)) IS NOT NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
+    v_seq := ('hivenet.' || quote_ident(v_name))::regclass;
+    PERFORM setval(v_seq, greatest(
+        pg_sequence_last_value(
+            ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass),
+        hivenet._period_index(hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
+                              p_format.reset) * p_format.stride,
+        0), true);
+    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
+    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), v_name)
+    ON CONFLICT DO NOTHING;
 END $$;
 
--- Slow path, under the scope's advisory lock: move the sequence to period p_period when it is
--- still in an older one, and past an exhausted period (borrowing formats only; others get
--- HN010). Returns a fresh sequence value that is in or after p_period and not exhausted.
-CREATE FUNCTION hivenet._advance(p_seq regclass, p_format hivenet.format, p_period bigint)
-RETURNS bigint
+-- hivenet.prepare_scope(format, fields) → void (administrators)
+--   Gives the counter scope of fields its own sequence now, so that its serials start at 1
+--   from the first (maintain() does the same for every scope that has been used). Commits
+--   with the caller's transaction: run it in a short one of its own, since allocations of
+--   new scopes of the format wait for it. HN001 for an unknown format or bad field values.
+CREATE FUNCTION hivenet.prepare_scope(p_format text, p_fields jsonb) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_format hivenet.format;
+    v_values text[];
+BEGIN
+    SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format('unknown format %L', p_format);
+    END IF;
+    v_values := hivenet._field_values(v_format, p_fields);
+    PERFORM hivenet._check_fields(v_format, v_values);
+    PERFORM hivenet._promote_scope(v_format, array_to_string(v_values, ''),
+                                   jsonb_object(v_format.field_names, v_values));
+END $$;
+
+-- Part of maintain(): promotes every scope that drew from a cold counter.
+CREATE FUNCTION hivenet._maintain_scopes() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_pending record;
+BEGIN
+    FOR v_pending IN
+        WITH taken AS (DELETE FROM hivenet.scope_pending RETURNING *)
+        SELECT DISTINCT ON (t.format, t.scope) f AS format_row, t.scope, t.fields
+        FROM taken t JOIN hivenet.format f ON f.name = t.format
+        ORDER BY t.format, t.scope
+    LOOP
+        PERFORM hivenet._promote_scope(v_pending.format_row, v_pending.scope, v_pending.fields);
+    END LOOP;
+END $$;
+
+-- Slow path, under the counter's advisory lock: move sequence p_seq (the counter of p_scope,
+-- a name for messages) to period p_period when it is still in an older one, and past an
+-- exhausted period (borrowing formats only; others get HN010 naming the format, the scope, the
+-- period and the capacity). Returns a fresh value in or after p_period and not exhausted.
+CREATE FUNCTION hivenet._advance(p_seq regclass, p_format hivenet.format, p_period bigint,
+    p_scope text) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_value bigint;
@@ -93,11 +191,9 @@ BEGIN
                 -- Park the counter just past capacity so failing calls never spill over.
                 PERFORM setval(p_seq, v_period * p_format.stride + p_format.capacity, true);
                 RAISE EXCEPTION USING ERRCODE = 'HN010',
-                    MESSAGE = format('format %s: all %s serials of scope %L for the period '
+                    MESSAGE = format('format %s: all %s serials of %s for the period '
                                      'starting %s are used', p_format.name, p_format.capacity,
-                                     (SELECT scope FROM hivenet.scope
-                                      WHERE sequence_name = p_seq::text),
-                                     hivenet._period_start(v_period, p_format.reset));
+                                     p_scope, hivenet._period_start(v_period, p_format.reset));
             END IF;
             PERFORM setval(p_seq, (v_period + 1) * p_format.stride, true);
             v_value := nextval(p_seq);
@@ -110,9 +206,9 @@ BEGIN
     RETURN v_value;
 END $$;
 
--- HN001 naming the first field of p_values (in p_format's field order) that is invalid.
--- Called only when allocation's one-match check failed; builds the precise message.
-CREATE FUNCTION hivenet._field_error(p_format hivenet.format, p_values text[]) RETURNS void
+-- HN001 naming the first field of p_values (in p_format's field order) that is invalid, or
+-- saying how many values the format takes; returns when every value is valid.
+CREATE FUNCTION hivenet._check_fields(p_format hivenet.format, p_values text[]) RETURNS void
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_seg jsonb;
@@ -128,10 +224,102 @@ BEGIN
                 'format %s: field %s %s', p_format.name, v_seg ->> 'field', v_problem);
         END IF;
     END LOOP;
-    RAISE EXCEPTION USING ERRCODE = 'HN001',
-        MESSAGE = format('format %s takes %s field values (%s), not %s', p_format.name,
-                         cardinality(p_format.field_names),
-                         array_to_string(p_format.field_names, ', '), cardinality(p_values));
+    IF cardinality(p_values) <> cardinality(p_format.field_names) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s takes %s field values (%s), not %s', p_format.name,
+                             cardinality(p_format.field_names),
+                             array_to_string(p_format.field_names, ', '), cardinality(p_values));
+    END IF;
+END $$;
+
+-- The values of p_fields (a JSON object of field name → value) in p_format's field order.
+-- HN001 when p_fields is no object or names a field the format does not have.
+CREATE FUNCTION hivenet._field_values(p_format hivenet.format, p_fields jsonb) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF jsonb_typeof(p_fields) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: fields must be a JSON object, not %s', p_format.name,
+                             coalesce(left(p_fields::text, 100), 'NULL'));
+    END IF;
+    IF p_fields - p_format.field_names <> '{}'::jsonb THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s has no field %L (fields: %s)', p_format.name,
+                             (SELECT left(k, 100) FROM jsonb_object_keys(
+                                  p_fields - p_format.field_names) AS k LIMIT 1),
+                             array_to_string(p_format.field_names, ', '));
+    END IF;
+    RETURN ARRAY(SELECT p_fields ->> n FROM unnest(p_format.field_names) WITH ORDINALITY AS f(n, i)
+                 ORDER BY i);
+END $$;
+
+-- p_count serials of format p_format for field values p_values from counter p_seq (the
+-- scope's own sequence, or the format's cold counter; p_scope names it in messages), printed
+-- at the clock's time in the business time zone. HN010 when the period is exhausted.
+CREATE FUNCTION hivenet._issue(p_seq regclass, p_format hivenet.format, p_values text[],
+    p_count integer, p_scope text) RETURNS text[]
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_local timestamp := hivenet.now() AT TIME ZONE hivenet._setting_constant('time_zone');
+    v_period bigint := hivenet._period_index(v_local, p_format.reset);
+    v_head text := format(p_format.head_pattern, VARIADIC p_values);
+    v_tail text := format(p_format.tail_pattern, VARIADIC p_values);
+    v_raw bigint;
+    v_print timestamp;
+    v_out text[] := '{}';
+BEGIN
+    FOR i IN 1 .. p_count LOOP
+        v_raw := nextval(p_seq);
+        IF v_raw / p_format.stride < v_period
+           OR v_raw % p_format.stride NOT BETWEEN 1 AND p_format.capacity THEN
+            v_raw := hivenet._advance(p_seq, p_format, v_period, p_scope);
+        END IF;
+        -- A newer period than the clock's (clock went back, or borrowed): print its start.
+        v_print := CASE WHEN v_raw / p_format.stride = v_period THEN v_local
+                        ELSE hivenet._period_start(v_raw / p_format.stride, p_format.reset) END;
+        -- concat, not ||: to_char of an empty pattern is NULL.
+        v_out := v_out || concat(to_char(v_print, v_head),
+                                 lpad((v_raw % p_format.stride)::text, p_format.seq_width, '0'),
+                                 to_char(v_print, v_tail));
+    END LOOP;
+    RETURN v_out;
+END $$;
+
+-- _issue for scope p_scope that has no sequence of its own yet (as far as this session's
+-- catalog cache knows): from its own sequence if one was committed since, else from the
+-- format's cold counter, recording the scope for maintain(). Holds the format's cold lock
+-- shared while it looks and draws (never until commit), so a promotion that commits in
+-- between is either seen here or waited for. Never waits for another caller's commit.
+CREATE FUNCTION hivenet._issue_cold(p_format hivenet.format, p_values text[], p_count integer)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_scope text := array_to_string(p_values, '');
+    v_key integer := hashtext(p_format.name);
+    v_seq regclass;
+    v_out text[];
+BEGIN
+    PERFORM pg_advisory_lock_shared(hivenet._cold_lock_space(), v_key);
+    BEGIN
+        v_seq := hivenet._committed_sequence(hivenet._scope_sequence_name(p_format.name, v_scope));
+        IF v_seq IS NULL THEN
+            v_out := hivenet._issue(
+                ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass,
+                p_format, p_values, p_count,
+                format('new scopes (among them %L, sharing the format''s cold counter until '
+                       'hivenet.maintain() gives each its own)', v_scope));
+            INSERT INTO hivenet.scope_pending (format, scope, fields)
+            VALUES (p_format.name, v_scope, jsonb_object(p_format.field_names, p_values));
+        END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
+    IF v_seq IS NOT NULL THEN
+        RETURN hivenet._issue(v_seq, p_format, p_values, p_count, format('scope %L', v_scope));
+    END IF;
+    RETURN v_out;
 END $$;
 
 -- The core of every next_* function: p_count serials of format p_format, the field values
@@ -139,28 +327,20 @@ END $$;
 -- format's field order (the next_<kind>_serial functions: no JSON on their path).
 -- Raises HN001 (bad format, field or count), HN002 (registry), HN010 (period exhausted).
 -- Never waits for another transaction; may wait a moment for another allocation's period
--- reset (the advisory lock is held for one setval, never until commit).
+-- reset (the advisory lock is held for one setval, never until commit), and a new scope's
+-- allocation waits for a maintain() that is promoting scopes of the format to commit.
 -- The hot path is short on purpose (docs/benchmarks.md): one query, one regex match, no loop
--- over segments; the slow paths (bad input, first use of a scope, period reset) are helpers.
+-- over segments; the slow paths (bad input, a new scope, period reset) are helpers.
 CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[],
     p_count integer) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     -- Settings and format from generated constants (settings.sql): no query on the hot path.
-    v_time_zone text := hivenet._setting_constant('time_zone');
     v_format hivenet.format := hivenet._format_constant(p_format);
-    v_head text;
-    v_tail text;
     v_values text[] := p_values;
-    v_name text;
     v_field integer;
     v_scope text;
     v_seq regclass;
-    v_local timestamp;
-    v_period bigint;
-    v_raw bigint;
-    v_print timestamp;
-    v_out text[] := '{}';
 BEGIN
     IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
@@ -171,70 +351,34 @@ BEGIN
         SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('unknown format %L', p_format);
+                MESSAGE = format('unknown format %L', left(p_format, 100));
         END IF;
     END IF;
     IF v_values IS NULL THEN
-        IF jsonb_typeof(p_fields) IS DISTINCT FROM 'object' THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('format %s: fields must be a JSON object, not %s', p_format,
-                                 coalesce(p_fields::text, 'NULL'));
-        END IF;
-        IF p_fields - v_format.field_names <> '{}'::jsonb THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('format %s has no field %L (fields: %s)', p_format,
-                                 (SELECT k FROM jsonb_object_keys(
-                                      p_fields - v_format.field_names) AS k LIMIT 1),
-                                 array_to_string(v_format.field_names, ', '));
-        END IF;
-        v_values := '{}';
-        FOREACH v_name IN ARRAY v_format.field_names LOOP
-            v_values := v_values || (p_fields ->> v_name);
-        END LOOP;
+        v_values := hivenet._field_values(v_format, p_fields);
     END IF;
     IF array_to_string(v_values, ' ', '?') !~ v_format.field_pattern THEN
-        PERFORM hivenet._field_error(v_format, v_values);
+        PERFORM hivenet._check_fields(v_format, v_values);
     END IF;
     IF v_format.bounded_fields <> '{}' THEN
         -- Digits only (the pattern matched), so the casts are safe.
         FOREACH v_field IN ARRAY v_format.bounded_fields LOOP
             IF v_values[v_field]::numeric < v_format.field_min[v_field]
                OR v_values[v_field]::numeric > v_format.field_max[v_field] THEN
-                PERFORM hivenet._field_error(v_format, v_values);
+                PERFORM hivenet._check_fields(v_format, v_values);
             END IF;
         END LOOP;
     END IF;
     IF hivenet._setting_constant('enforce_registry')::boolean THEN
         PERFORM hivenet._check_registry(jsonb_object(v_format.field_names, v_values));
     END IF;
-
     v_scope := array_to_string(v_values, '');
     v_seq := to_regclass(
         'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
     IF v_seq IS NULL THEN
-        v_seq := hivenet._new_scope_sequence(p_format, v_scope,
-                                             jsonb_object(v_format.field_names, v_values),
-                                             md5(v_format.segments::text));
+        RETURN hivenet._issue_cold(v_format, v_values, p_count);
     END IF;
-    v_local := hivenet.now() AT TIME ZONE v_time_zone;
-    v_period := hivenet._period_index(v_local, v_format.reset);
-    v_head := format(v_format.head_pattern, VARIADIC v_values);
-    v_tail := format(v_format.tail_pattern, VARIADIC v_values);
-    FOR i IN 1 .. p_count LOOP
-        v_raw := nextval(v_seq);
-        IF v_raw / v_format.stride < v_period
-           OR v_raw % v_format.stride NOT BETWEEN 1 AND v_format.capacity THEN
-            v_raw := hivenet._advance(v_seq, v_format, v_period);
-        END IF;
-        -- A newer period than the clock's (clock went back, or borrowed): print its start.
-        v_print := CASE WHEN v_raw / v_format.stride = v_period THEN v_local
-                        ELSE hivenet._period_start(v_raw / v_format.stride, v_format.reset) END;
-        -- concat, not ||: to_char of an empty pattern is NULL.
-        v_out := v_out || concat(to_char(v_print, v_head),
-                                 lpad((v_raw % v_format.stride)::text, v_format.seq_width, '0'),
-                                 to_char(v_print, v_tail));
-    END LOOP;
-    RETURN v_out;
+    RETURN hivenet._issue(v_seq, v_format, v_values, p_count, format('scope %L', v_scope));
 END $$;
 
 -- hivenet.next_serial(format, fields) → text: one serial of any format, fields by name,
@@ -283,18 +427,4 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 BEGIN
     RETURN (hivenet._allocate('interface', NULL,
                               ARRAY[p_system, p_module, p_instance, p_target], 1))[1];
-END $$;
-
--- hivenet.next_serial_durable(format, fields) → text
---   Like next_serial, but the serial is allocated and committed in a transaction of its own
---   (the session's loopback connection) before it is returned. PostgreSQL can hand out again,
---   after a crash, sequence values taken by a transaction that never committed; a serial from
---   here cannot come back, so it may leave the database (be sent to a remote system) before
---   the caller's transaction commits (SPEC §6). Costs one loopback round trip.
---   HN001 / HN002 / HN010 as next_serial. Never waits for another transaction.
-CREATE FUNCTION hivenet.next_serial_durable(p_format text, p_fields jsonb) RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN hivenet._loopback_committed(format('SELECT hivenet.next_serial(%L, %L)',
-                                              p_format, p_fields));
 END $$;

@@ -43,49 +43,43 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT 'interface_call_' || to_char(p_day, 'YYYYMMDD')
 $$;
 
+-- Calls of days without a partition of their own (maintain() not run for a while) land here,
+-- so a claim never needs to create a table: DDL in the caller's transaction would serialise
+-- every other caller of that day behind it and vanish with its rollback. maintain() deletes
+-- its expired rows.
+CREATE TABLE hivenet.interface_call_default PARTITION OF hivenet.interface_call DEFAULT;
+
 -- Creates the partition of day p_day unless it exists; true when this call created it.
--- Committed by its caller's transaction: maintain(), or the dblink session of
--- _ensure_interface_partition. CREATE + ATTACH (not CREATE ... PARTITION OF) because ATTACH
--- only takes SHARE UPDATE EXCLUSIVE on the parent, which claims in flight (ROW EXCLUSIVE) never
--- block; the CHECK lets ATTACH skip its validation scan. Safe to race; the lock_timeout bounds
--- a wait behind a maintain() that is dropping partitions.
+-- Committed by maintain()'s transaction. CREATE + ATTACH (not CREATE ... PARTITION OF) because
+-- ATTACH only takes SHARE UPDATE EXCLUSIVE on the parent, which claims in flight (ROW
+-- EXCLUSIVE) never block; the CHECK lets ATTACH skip its validation scan of the new table.
+-- ATTACH does scan the default partition: when calls of that day are already there, the day
+-- keeps living in the default partition (false, nothing created). Safe to race; the
+-- lock_timeout bounds a wait behind claims writing to the default partition.
 CREATE FUNCTION hivenet._create_interface_partition(p_day date) RETURNS boolean
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET lock_timeout = '2s' AS $$
 DECLARE
     v_name text := hivenet._interface_partition_name(p_day);
 BEGIN
-    IF to_regclass('hivenet.' || quote_ident(v_name)) IS NOT NULL THEN
+    IF to_regclass('hivenet.' || quote_ident(v_name)) IS NOT NULL
+       OR EXISTS (SELECT FROM hivenet.interface_call_default WHERE serial_day = p_day) THEN
         RETURN false;
     END IF;
     BEGIN
         EXECUTE format('CREATE TABLE hivenet.%I (LIKE hivenet.interface_call INCLUDING DEFAULTS, '
                        'CONSTRAINT day_range CHECK (serial_day >= %L AND serial_day < %L))',
                        v_name, p_day, p_day + 1);
+        EXECUTE format('ALTER TABLE hivenet.interface_call ATTACH PARTITION hivenet.%I '
+                       'FOR VALUES FROM (%L) TO (%L)', v_name, p_day, p_day + 1);
     EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN
         RETURN false;  -- a concurrent creator committed it first (the table or its row type)
+    WHEN check_violation OR lock_not_available THEN
+        RETURN false;  -- a call of that day reached the default partition meanwhile, or is
+                       -- being written there: the day stays there
     END;
-    EXECUTE format('ALTER TABLE hivenet.interface_call ATTACH PARTITION hivenet.%I '
-                   'FOR VALUES FROM (%L) TO (%L)', v_name, p_day, p_day + 1);
     -- The partition constraint now does the CHECK's job; keep inserts free of it.
     EXECUTE format('ALTER TABLE hivenet.%I DROP CONSTRAINT day_range', v_name);
     RETURN true;
-END $$;
-
--- The partition of day p_day, created in a committed transaction of its own (dblink loopback,
--- as allocate.sql does for sequences) when missing: created inside the caller's transaction it
--- would serialise every other caller of that day behind it and vanish with its rollback.
-CREATE FUNCTION hivenet._ensure_interface_partition(p_day date) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_name text := hivenet._interface_partition_name(p_day);
-BEGIN
-    IF to_regclass('hivenet.' || quote_ident(v_name)) IS NOT NULL THEN
-        RETURN;
-    END IF;
-    PERFORM hivenet._loopback(format('SELECT hivenet._create_interface_partition(%L)', p_day));
-    -- Locking the new partition makes this session read the invalidation of the parent's
-    -- partition list, so the INSERT that follows routes into it.
-    EXECUTE format('LOCK TABLE hivenet.%I IN ROW EXCLUSIVE MODE', v_name);
 END $$;
 
 -- HN001 naming p_serial, with parse_serial's diagnosis when it has one.
@@ -112,8 +106,8 @@ END $$;
 --   it raises HN020 at once instead of waiting (also, once in about 4 billion, for another
 --   serial claimed at that moment whose 32-bit hash is the same). Under REPEATABLE READ a
 --   duplicate committed after the transaction's snapshot raises 40001 (retry) instead.
---   Never fails for a missing partition: it creates the day's partition in a committed
---   transaction of its own.
+--   Never fails for a missing partition: a day without one is recorded in the default
+--   partition.
 CREATE FUNCTION hivenet.claim_interface_serial(p_serial text, p_unified_serial text DEFAULT NULL,
     p_system_serial text DEFAULT NULL, p_nowait boolean DEFAULT false) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -181,7 +175,11 @@ BEGIN
     END IF;
     -- The name of _interface_partition_name(v_day), spelled out to save a call.
     IF to_regclass('hivenet.interface_call_' || substr(p_serial, 16, 8)) IS NULL THEN
-        PERFORM hivenet._ensure_interface_partition(v_day);
+        -- To the default partition, unless the day's partition was attached since this
+        -- session last looked (this session's list of partitions can be stale, and the
+        -- default partition then refuses the row). The first lock on the default partition
+        -- in a transaction refreshes that list, and while held no ATTACH can complete.
+        LOCK TABLE hivenet.interface_call_default IN ROW EXCLUSIVE MODE;
     END IF;
     INSERT INTO hivenet.interface_call
         (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
@@ -265,6 +263,8 @@ DECLARE
     v_day date;
     v_partition record;
 BEGIN
+    DELETE FROM hivenet.interface_call_default
+    WHERE (serial_day + 1) AT TIME ZONE v_zone < v_now - v_keep - interval '1 hour';
     FOR v_day IN
         SELECT generate_series(((v_now - v_window) AT TIME ZONE v_zone)::date,
                                ((v_now + greatest(v_tolerance, v_ahead)) AT TIME ZONE v_zone)::date,

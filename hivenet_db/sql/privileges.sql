@@ -1,13 +1,12 @@
--- Least privilege. A role granted USAGE on schema hivenet may call the application API below
--- and nothing else: the public functions are SECURITY DEFINER, so it needs no right on any
--- table or sequence, and the private helpers (above all the loopback connection, which runs
--- SQL as the schema owner) stay the owner's. Administrative functions (define_format,
--- register_system, register_module, resolve_step, set_claim_expiry, maintain) are granted
--- by name to an operator role; the reporting grants are in docs/reporting.md.
--- Applied last: a revision that adds functions applies this file again.
+-- Least privilege. Two roles, created once by `hivenet-db bootstrap` (the owner may not create
+-- roles): hivenet_app may call the application API and read the reporting views; hivenet_admin
+-- also runs the administrative functions and changes settings. The public functions are
+-- SECURITY DEFINER, so neither needs any right on a table or sequence, and the private
+-- helpers (hivenet._*) stay the owner's. Nothing here opens a connection, and no setting
+-- holds a secret. Applied last; a revision that adds functions applies it again.
 
 -- Grant (true) or revoke (false) EXECUTE for PUBLIC on every function of the schema that is
--- not an extension's (dblink keeps its own privileges).
+-- not an extension's.
 CREATE OR REPLACE FUNCTION hivenet._set_public_execute(p_grant boolean) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -18,6 +17,7 @@ BEGIN
         WHERE p.pronamespace = 'hivenet'::regnamespace
           AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
                           AND d.objid = p.oid AND d.deptype = 'e')
+        ORDER BY p.oid::regprocedure::text
     LOOP
         EXECUTE format(CASE WHEN p_grant THEN 'GRANT EXECUTE ON FUNCTION %s TO PUBLIC'
                             ELSE 'REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC' END, v_function);
@@ -26,6 +26,7 @@ END $$;
 
 SELECT hivenet._set_public_execute(false);
 
+-- The application API: executable by every role, usable by those with USAGE on the schema.
 GRANT EXECUTE ON FUNCTION
     hivenet.now(),
     hivenet._fake_now(),                 -- inlined into now(): runs with the caller's rights
@@ -34,7 +35,6 @@ GRANT EXECUTE ON FUNCTION
     hivenet.next_interface_serial(text, text, text, text),
     hivenet.next_serial(text, jsonb),
     hivenet.next_serials(text, jsonb, integer),
-    hivenet.next_serial_durable(text, jsonb),
     hivenet.parse_serial(text, text),
     hivenet.claim_interface_serial(text, text, text, boolean),
     hivenet.call_chain(text),
@@ -47,3 +47,29 @@ GRANT EXECUTE ON FUNCTION
     hivenet._scope_counter_value(text),
     hivenet._reporting_local_now()
 TO PUBLIC;
+
+-- Grants to hivenet_app and hivenet_admin, for those of them that exist (bootstrap creates
+-- them; called again by bootstrap when it runs after the schema was installed).
+CREATE OR REPLACE FUNCTION hivenet._grant_roles() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF to_regrole('hivenet_app') IS NOT NULL THEN
+        GRANT USAGE ON SCHEMA hivenet TO hivenet_app;
+        GRANT SELECT ON hivenet.interface_calls, hivenet.interface_calls_per_day,
+            hivenet.step_states, hivenet.stuck_steps, hivenet.scope_usage TO hivenet_app;
+    END IF;
+    IF to_regrole('hivenet_admin') IS NOT NULL THEN
+        GRANT USAGE ON SCHEMA hivenet TO hivenet_admin;
+        GRANT SELECT ON ALL TABLES IN SCHEMA hivenet TO hivenet_admin;
+        GRANT UPDATE ON hivenet.setting TO hivenet_admin;
+        GRANT EXECUTE ON FUNCTION hivenet.maintain(),
+            hivenet.resolve_step(text, integer, boolean, text, jsonb),
+            hivenet.define_format(text, jsonb, boolean, text),
+            hivenet.register_system(text, text), hivenet.register_module(text, text, text),
+            hivenet.set_claim_expiry(text, interval), hivenet.prepare_scope(text, jsonb)
+        TO hivenet_admin;
+    END IF;
+END $$;
+REVOKE EXECUTE ON FUNCTION hivenet._grant_roles() FROM PUBLIC;
+
+SELECT hivenet._grant_roles();

@@ -16,7 +16,9 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 
     SELECT hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone')
 $$;
 
--- hivenet.scope_usage: one row per counter scope (format + field values) ever used.
+-- hivenet.scope_usage: one row per counter scope (format + field values) with a sequence of
+--   its own, and one per format for its cold counter (scope '(new scopes)', fields {}), which
+--   new scopes share until maintain() gives them their own.
 --   format, scope, fields (jsonb, as given to next_serial), reset (period length),
 --   period_start (business-local start of the scope's current period: the clock's period, or
 --   a later one when the clock went back or the format borrowed the next period),
@@ -32,7 +34,10 @@ WITH clock AS (
            v.value / f.stride AS value_period,
            v.value % f.stride AS value_seq,
            greatest(hivenet._period_index(c.local_now, f.reset), v.value / f.stride) AS period
-    FROM hivenet.scope s
+    FROM (SELECT c.format, c.scope, c.fields, c.sequence_name FROM hivenet.scope c
+          UNION ALL
+          SELECT n.name, '(new scopes)', '{}'::jsonb, 'cold_' || n.name FROM hivenet.format n
+         ) AS s
     JOIN hivenet.format f ON f.name = s.format
     CROSS JOIN clock c
     CROSS JOIN LATERAL (SELECT hivenet._scope_counter_value(s.sequence_name) AS value) v

@@ -83,11 +83,9 @@ END;
 CREATE FUNCTION hivenet._compile_settings() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    -- Not loopback_dsn: it may hold a password, and function bodies are readable by every
-    -- role (pg_proc). It is read from the table, on the slow path only.
     PERFORM hivenet._rewrite_constants('hivenet.setting', TG_OP, 'hivenet._setting_constant',
         'text', (SELECT string_agg(format('WHEN %L THEN %L', name, value), ' ' ORDER BY name)
-                 FROM hivenet.setting WHERE name <> 'loopback_dsn'));
+                 FROM hivenet.setting));
     RETURN NULL;
 END $$;
 
@@ -100,10 +98,7 @@ INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('allow_fake_clock', 'false', 'boolean',
      'let sessions move hivenet.now() with SET hivenet.fake_now (tests and demos only)'),
     ('enforce_registry', 'false', 'boolean',
-     'reject systems and modules that are not registered (HN002)'),
-    ('loopback_dsn', '', 'text',
-     'libpq connection string the schema uses to create a new counter scope in its own '
-     'transaction; empty: this server''s socket and port, as the schema owner');
+     'reject systems and modules that are not registered (HN002)');
 
 -- The value of one setting (NULL when unknown).
 CREATE FUNCTION hivenet._setting_value(p_name text) RETURNS text

@@ -7,7 +7,7 @@ Create Date: 2026-11-21
 
 from alembic import op
 
-from hivenet_db.schema import apply_parts
+from hivenet_db.schema import apply_revision_sql
 
 revision = "0002"
 down_revision = "0001"
@@ -16,7 +16,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    apply_parts(op.get_bind(), "dedup", "claims")
+    apply_revision_sql(op.get_bind(), __file__)
 
 
 def downgrade() -> None:

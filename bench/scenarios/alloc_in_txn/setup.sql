@@ -4,4 +4,4 @@ CREATE TABLE IF NOT EXISTS public.bench_order (
     serial  text,
     created timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-SELECT hivenet.next_unified_serial('C0001', 'A01', '01');
+SELECT hivenet.prepare_scope('unified', '{"system": "C0001", "module": "A01", "instance": "01"}');

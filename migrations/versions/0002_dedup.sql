@@ -1,0 +1,407 @@
+-- Revision 0002, frozen: the SQL this revision applied when it was written
+-- (hivenet_db/sql/{dedup,claims}.sql as of 2026-11-21). Never edit it: later
+-- changes go into new revisions.
+
+-- hivenet_db/sql/dedup.sql
+-- Interface-serial duplicate check (接口层查重, SPEC §3) and the call chain of a unified serial.
+--
+-- Every incoming interface call is one row of hivenet.interface_call, inserted in the caller's
+-- transaction: a serial already there is a duplicate (HN020); a rollback takes the row away,
+-- so a retry is accepted. The table is partitioned by the day printed in the serial itself
+-- (YYYYMMDD of its YYYYMMDDHHMISS), so the primary key (serial, day) is unique per serial,
+-- the check touches one partition through its unique index, and old days go away by dropping
+-- partitions. Serials whose own time lies outside the check window are refused (HN021): their
+-- day may already be dropped, so accepting them would let an old replay through.
+
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('interface_window', '1 day', 'interval',
+     'interface serials older than this (by their own timestamp) are refused with HN021'),
+    ('interface_future_tolerance', '5 minutes', 'interval',
+     'interface serials dated more than this into the future are refused with HN021 '
+     '(clock skew between systems)'),
+    ('interface_retention', '7 days', 'interval',
+     'recorded interface calls are kept this long for the call chain (never less than '
+     'interface_window + interface_future_tolerance); maintain() drops older days'),
+    ('interface_partitions_ahead', '2 days', 'interval',
+     'maintain() creates the daily partitions of interface calls this far ahead');
+
+CREATE TABLE hivenet.interface_call (
+    interface_serial text NOT NULL,
+    serial_day       date NOT NULL,  -- the serial's own YYYYMMDD: the partition key
+    unified_serial   text,
+    system_serial    text,
+    recorded_at      timestamptz NOT NULL,
+    PRIMARY KEY (interface_serial, serial_day)
+) PARTITION BY RANGE (serial_day);
+COMMENT ON TABLE hivenet.interface_call IS
+    'one row per accepted interface call (claim_interface_serial), one partition per serial day';
+CREATE INDEX interface_call_unified ON hivenet.interface_call (unified_serial)
+    WHERE unified_serial IS NOT NULL;
+
+-- Advisory lock namespace of claims in progress: (this key, hash of the serial). Every claim
+-- takes it until commit, so a nowait claim can see at once that another one is in flight.
+CREATE FUNCTION hivenet._interface_lock_space() RETURNS integer
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210201 $$;
+
+CREATE FUNCTION hivenet._interface_partition_name(p_day date) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT 'interface_call_' || to_char(p_day, 'YYYYMMDD')
+$$;
+
+-- Creates the partition of day p_day unless it exists; true when this call created it.
+-- Committed by its caller's transaction: maintain(), or the dblink session of
+-- _ensure_interface_partition. CREATE + ATTACH (not CREATE ... PARTITION OF) because ATTACH
+-- only takes SHARE UPDATE EXCLUSIVE on the parent, which claims in flight (ROW EXCLUSIVE) never
+-- block; the CHECK lets ATTACH skip its validation scan. Safe to race; the lock_timeout bounds
+-- a wait behind a maintain() that is dropping partitions.
+CREATE FUNCTION hivenet._create_interface_partition(p_day date) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
+DECLARE
+    v_name text := hivenet._interface_partition_name(p_day);
+BEGIN
+    IF to_regclass('hivenet.' || quote_ident(v_name)) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        EXECUTE format('CREATE TABLE hivenet.%I (LIKE hivenet.interface_call INCLUDING DEFAULTS, '
+                       'CONSTRAINT day_range CHECK (serial_day >= %L AND serial_day < %L))',
+                       v_name, p_day, p_day + 1);
+    EXCEPTION WHEN unique_violation OR duplicate_table OR duplicate_object THEN
+        RETURN false;  -- a concurrent creator committed it first (the table or its row type)
+    END;
+    EXECUTE format('ALTER TABLE hivenet.interface_call ATTACH PARTITION hivenet.%I '
+                   'FOR VALUES FROM (%L) TO (%L)', v_name, p_day, p_day + 1);
+    -- The partition constraint now does the CHECK's job; keep inserts free of it.
+    EXECUTE format('ALTER TABLE hivenet.%I DROP CONSTRAINT day_range', v_name);
+    RETURN true;
+END $$;
+
+-- The partition of day p_day, created in a committed transaction of its own (dblink loopback,
+-- as allocate.sql does for sequences) when missing: created inside the caller's transaction it
+-- would serialise every other caller of that day behind it and vanish with its rollback.
+CREATE FUNCTION hivenet._ensure_interface_partition(p_day date) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_name text := hivenet._interface_partition_name(p_day);
+BEGIN
+    IF to_regclass('hivenet.' || quote_ident(v_name)) IS NOT NULL THEN
+        RETURN;
+    END IF;
+    PERFORM hivenet._loopback(format('SELECT hivenet._create_interface_partition(%L)', p_day));
+    -- Locking the new partition makes this session read the invalidation of the parent's
+    -- partition list, so the INSERT that follows routes into it.
+    EXECUTE format('LOCK TABLE hivenet.%I IN ROW EXCLUSIVE MODE', v_name);
+END $$;
+
+-- HN001 naming p_serial, with parse_serial's diagnosis when it has one.
+CREATE FUNCTION hivenet._reject_serial(p_serial text, p_format text) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet.parse_serial(p_serial, p_format);
+    RAISE EXCEPTION USING ERRCODE = 'HN001',
+        MESSAGE = format('%L is no valid %s serial', p_serial, p_format);
+END $$;
+
+-- hivenet.claim_interface_serial(serial, unified_serial default null,
+--                                system_serial default null, nowait default false) → void
+--   Records an incoming interface call in the caller's transaction: its claim commits or
+--   vanishes with that transaction. The unified and system serials are recorded for the call
+--   chain, never checked for duplicates (HiveNet rule 1).
+--   Raises HN001 when serial is no valid 39-character interface serial, or unified_serial /
+--   system_serial is given but not 28 / 30 characters shaped as the standard says (10
+--   letters or digits, then digits: only their shape is checked); HN021 when the serial's own
+--   time (read in the business time zone) is older than the setting interface_window or later
+--   than now + interface_future_tolerance; HN020 when it is already recorded.
+--   Blocks while another transaction holds an uncommitted claim of the same serial, then
+--   raises HN020 if that one committed, or records the call if it rolled back. With nowait
+--   it raises HN020 at once instead of waiting (also, once in about 4 billion, for another
+--   serial claimed at that moment whose 32-bit hash is the same). Under REPEATABLE READ a
+--   duplicate committed after the transaction's snapshot raises 40001 (retry) instead.
+--   Never fails for a missing partition: it creates the day's partition in a committed
+--   transaction of its own.
+CREATE FUNCTION hivenet.claim_interface_serial(p_serial text, p_unified_serial text DEFAULT NULL,
+    p_system_serial text DEFAULT NULL, p_nowait boolean DEFAULT false) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_valid boolean;
+    v_local timestamp;
+    v_day date;
+    v_at timestamptz;
+    v_window interval;
+    v_tolerance interval;
+    v_recorded timestamptz;
+BEGIN
+    -- This runs on every incoming call: the layout of formats.sql 'interface' checked inline
+    -- (every call of a function with SET search_path costs; parse_serial only explains a
+    -- rejection, and a test proves both agree). A plain character-class pattern, then the
+    -- ranges as integers: a pattern with alternations for them costs twice as much. CASE keeps
+    -- the casts behind the pattern.
+    v_valid := CASE WHEN p_serial ~ '^[0-9A-Za-z]{8}[0-9]{2}[0-9A-Za-z]{5}[0-9]{24}$' THEN
+                   substr(p_serial, 9, 2) <> '00' AND substr(p_serial, 16, 4) <> '0000'
+                   AND substr(p_serial, 20, 2)::integer BETWEEN 1 AND 12
+                   AND substr(p_serial, 22, 2)::integer BETWEEN 1 AND 31
+                   AND substr(p_serial, 24, 2)::integer < 24
+                   AND substr(p_serial, 26, 2)::integer < 60
+                   AND substr(p_serial, 28, 2)::integer < 60
+                   AND right(p_serial, 10) <> '0000000000'
+               ELSE false END;
+    -- Nested in CASE, not AND: PostgreSQL does not promise to evaluate AND left to right.
+    IF (CASE WHEN v_valid THEN substr(p_serial, 22, 2)::integer > 28 ELSE false END) THEN
+        -- Day 29 to 31 must exist in that month: otherwise make_date rolls over.
+        v_valid := extract(day FROM make_date(substr(p_serial, 16, 4)::integer,
+                                              substr(p_serial, 20, 2)::integer, 1)
+                                    + (substr(p_serial, 22, 2)::integer - 1))
+                   = substr(p_serial, 22, 2)::integer;
+    END IF;
+    IF NOT v_valid THEN
+        PERFORM hivenet._reject_serial(p_serial, 'interface');
+    END IF;
+    IF p_unified_serial !~ '^[0-9A-Za-z]{10}[0-9]{18}$' THEN
+        PERFORM hivenet._reject_serial(p_unified_serial, 'unified');
+    END IF;
+    IF p_system_serial !~ '^[0-9A-Za-z]{10}[0-9]{20}$' THEN
+        PERFORM hivenet._reject_serial(p_system_serial, 'system');
+    END IF;
+    v_local := make_timestamp(substr(p_serial, 16, 4)::integer, substr(p_serial, 20, 2)::integer,
+                              substr(p_serial, 22, 2)::integer, substr(p_serial, 24, 2)::integer,
+                              substr(p_serial, 26, 2)::integer, substr(p_serial, 28, 2)::integer);
+    v_day := v_local::date;
+    -- Settings from the generated constants (settings.sql): no query on the hot path.
+    v_window := hivenet._setting_constant('interface_window')::interval;
+    v_tolerance := hivenet._setting_constant('interface_future_tolerance')::interval;
+    v_at := v_local AT TIME ZONE hivenet._setting_constant('time_zone');
+    IF v_at < v_now - v_window OR v_at > v_now + v_tolerance THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN021',
+            MESSAGE = format('interface serial %s was issued at %s, outside the duplicate-check '
+                             'window from %s to %s', p_serial, v_at, v_now - v_window,
+                             v_now + v_tolerance);
+    END IF;
+    IF NOT p_nowait THEN
+        PERFORM pg_advisory_xact_lock(hivenet._interface_lock_space(), hashtext(p_serial));
+    ELSIF NOT pg_try_advisory_xact_lock(hivenet._interface_lock_space(), hashtext(p_serial)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN020',
+            MESSAGE = format('interface serial %s is being claimed by another transaction '
+                             'in progress (nowait)', p_serial);
+    END IF;
+    -- The name of _interface_partition_name(v_day), spelled out to save a call.
+    IF to_regclass('hivenet.interface_call_' || substr(p_serial, 16, 8)) IS NULL THEN
+        PERFORM hivenet._ensure_interface_partition(v_day);
+    END IF;
+    INSERT INTO hivenet.interface_call
+        (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
+    VALUES (p_serial, v_day, p_unified_serial, p_system_serial, v_now)
+    -- No conflict target: the primary key is the only unique index, and a target makes every
+    -- insert look up which index of the partition matches it in the catalog (measured).
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        SELECT c.recorded_at INTO v_recorded FROM hivenet.interface_call c
+        WHERE c.serial_day = v_day AND c.interface_serial = p_serial;
+        RAISE EXCEPTION USING ERRCODE = 'HN020',
+            MESSAGE = format('interface serial %s is already recorded (at %s)', p_serial,
+                             coalesce(v_recorded::text, 'an earlier step of this transaction'));
+    END IF;
+END $$;
+
+-- hivenet.interface_calls: every recorded call with the fields of its interface serial.
+--   serial_time is the time printed in the serial (business-local, as issued).
+CREATE VIEW hivenet.interface_calls AS
+SELECT c.interface_serial,
+       c.unified_serial,
+       c.system_serial,
+       substr(c.interface_serial, 1, 5) AS source_system,
+       substr(c.interface_serial, 6, 3) AS source_module,
+       substr(c.interface_serial, 9, 2) AS source_instance,
+       substr(c.interface_serial, 11, 5) AS target_system,
+       c.serial_day,
+       -- ISO basic 'YYYYMMDDTHHMISS' to timestamp: no session time zone involved (to_timestamp
+       -- would shift a local time that the session's zone skips at a DST change).
+       (substr(c.interface_serial, 16, 8) || 'T' || substr(c.interface_serial, 24, 6))::timestamp
+           AS serial_time,
+       c.recorded_at
+FROM hivenet.interface_call c;
+COMMENT ON VIEW hivenet.interface_calls IS
+    'recorded interface calls with the source and target of each serial (reporting)';
+
+-- hivenet.interface_calls_per_day: calls per serial day, source and target system.
+CREATE VIEW hivenet.interface_calls_per_day AS
+SELECT serial_day AS day, source_system, target_system, count(*) AS calls
+FROM hivenet.interface_calls
+GROUP BY serial_day, source_system, target_system;
+COMMENT ON VIEW hivenet.interface_calls_per_day IS
+    'recorded interface calls per serial day, source system and target system (reporting)';
+
+-- hivenet.call_chain(unified_serial) → table: every recorded call of that business
+--   transaction, in the order recorded (then by serial). Empty when none is recorded or the
+--   days are past retention. No HN error; reads only, never blocks.
+CREATE FUNCTION hivenet.call_chain(p_unified_serial text)
+RETURNS TABLE (interface_serial text, system_serial text, source_system text,
+               source_module text, source_instance text, target_system text,
+               serial_time timestamp, recorded_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
+           c.source_instance, c.target_system, c.serial_time, c.recorded_at
+    FROM hivenet.interface_calls c
+    WHERE c.unified_serial = p_unified_serial
+    ORDER BY c.recorded_at, c.interface_serial
+$$;
+
+-- Drops one expired partition, waiting at most a second for claims in flight (DROP locks the
+-- parent ACCESS EXCLUSIVE): a long claim transaction makes maintain() skip, not stall claims.
+CREATE FUNCTION hivenet._drop_interface_partition(p_partition regclass) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET lock_timeout = '1s' AS $$
+BEGIN
+    EXECUTE format('DROP TABLE %s', p_partition);
+END $$;
+
+-- Part of maintain(): creates the partitions of every day a claim may be dated now (window
+-- back, tolerance and interface_partitions_ahead forward), and drops the days whose calls are
+-- all older than the retention (never less than the window: the check needs those rows).
+CREATE FUNCTION hivenet._maintain_interface_calls() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_zone text := hivenet._setting_value('time_zone');
+    v_window interval := hivenet._setting_value('interface_window')::interval;
+    v_tolerance interval := hivenet._setting_value('interface_future_tolerance')::interval;
+    v_keep interval := greatest(hivenet._setting_value('interface_retention')::interval,
+                                v_window + v_tolerance);
+    v_ahead interval := hivenet._setting_value('interface_partitions_ahead')::interval;
+    v_day date;
+    v_partition record;
+BEGIN
+    FOR v_day IN
+        SELECT generate_series(((v_now - v_window) AT TIME ZONE v_zone)::date,
+                               ((v_now + greatest(v_tolerance, v_ahead)) AT TIME ZONE v_zone)::date,
+                               interval '1 day')::date
+    LOOP
+        PERFORM hivenet._create_interface_partition(v_day);
+    END LOOP;
+    -- An hour of margin: a claim that read the clock just before never loses its partition.
+    FOR v_partition IN
+        SELECT c.oid::regclass AS partition, c.relname
+        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'hivenet.interface_call'::regclass
+          AND c.relname ~ '^interface_call_[0-9]{8}$'
+          AND (to_date(right(c.relname, 8), 'YYYYMMDD') + 1) AT TIME ZONE v_zone
+              < v_now - v_keep - interval '1 hour'
+        ORDER BY c.relname
+    LOOP
+        BEGIN
+            PERFORM hivenet._drop_interface_partition(v_partition.partition);
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE WARNING 'hivenet.maintain: % not dropped, claims in progress; next run',
+                v_partition.relname;
+        END;
+    END LOOP;
+END $$;
+
+SELECT hivenet._maintain_interface_calls();
+
+-- hivenet_db/sql/claims.sql
+-- Generic idempotency claims (SPEC §5; seed 002's unique_record, seed 003's consumer dedup):
+-- one row per (namespace, key) that must be executed once, inserted in the caller's
+-- transaction so the claim and the effect it guards commit or vanish together.
+
+CREATE TABLE hivenet.claim_namespace (
+    namespace   text PRIMARY KEY,
+    expiry      interval CHECK (expiry > interval '0'),  -- NULL: claims never expire
+    description text
+);
+COMMENT ON TABLE hivenet.claim_namespace IS
+    'optional settings per claim namespace (expiry); namespaces need no row to be used';
+
+CREATE TABLE hivenet.claim_record (
+    namespace  text NOT NULL,
+    key        text NOT NULL,
+    claimed_at timestamptz NOT NULL,
+    expires_at timestamptz,
+    PRIMARY KEY (namespace, key)
+);
+COMMENT ON TABLE hivenet.claim_record IS 'one row per taken claim (hivenet.claim)';
+CREATE INDEX claim_record_expiry ON hivenet.claim_record (expires_at)
+    WHERE expires_at IS NOT NULL;
+
+-- Advisory lock namespace of claims in progress: (this key, hash of namespace and key), held
+-- by every claim until commit so that a nowait claim sees at once that one is in flight.
+CREATE FUNCTION hivenet._claim_lock_space() RETURNS integer
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210202 $$;
+
+-- hivenet.claim(namespace, key, nowait default false) → void
+--   Takes the claim (namespace, key) in the caller's transaction: it commits or vanishes with
+--   that transaction. A claim whose namespace expiry has passed counts as free (maintain()
+--   deletes such rows later; until then they still block nobody).
+--   Raises HN001 when namespace or key is NULL, empty, or longer than 200 / 1000 bytes; HN040
+--   when the claim is taken.
+--   Blocks while another transaction holds an uncommitted claim of the same key, then raises
+--   HN040 if that one committed, or takes the claim if it rolled back. With nowait it raises
+--   HN040 at once instead (also, once in about 4 billion, for another key claimed at that
+--   moment whose 32-bit hash is the same). Under REPEATABLE READ a claim committed after the
+--   transaction's snapshot raises 40001 (retry) instead.
+CREATE FUNCTION hivenet.claim(p_namespace text, p_key text, p_nowait boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_lock integer;
+    v_expires timestamptz;
+BEGIN
+    IF p_namespace IS NULL OR p_namespace = '' OR octet_length(p_namespace) > 200 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('claim namespace %s must be 1 to 200 bytes',
+                             coalesce(quote_literal(left(p_namespace, 210)), 'NULL'));
+    END IF;
+    IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('claim key %s of namespace %s must be 1 to 1000 bytes',
+                             coalesce(quote_literal(left(p_key, 1010)), 'NULL'), p_namespace);
+    END IF;
+    v_lock := hashtext(p_namespace || chr(31) || p_key);
+    IF NOT p_nowait THEN
+        PERFORM pg_advisory_xact_lock(hivenet._claim_lock_space(), v_lock);
+    ELSIF NOT pg_try_advisory_xact_lock(hivenet._claim_lock_space(), v_lock) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN040',
+            MESSAGE = format('claim %s / %s is being taken by another transaction in progress '
+                             '(nowait)', p_namespace, p_key);
+    END IF;
+    SELECT v_now + n.expiry INTO v_expires
+    FROM hivenet.claim_namespace n WHERE n.namespace = p_namespace;
+    INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
+    VALUES (p_namespace, p_key, v_now, v_expires)
+    ON CONFLICT (namespace, key) DO NOTHING;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Rare path: taken before; free again if it expired.
+    UPDATE hivenet.claim_record r SET claimed_at = v_now, expires_at = v_expires
+    WHERE r.namespace = p_namespace AND r.key = p_key AND r.expires_at <= v_now;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN040',
+            MESSAGE = format('claim %s / %s is already taken', p_namespace, p_key);
+    END IF;
+END $$;
+
+-- hivenet.set_claim_expiry(namespace, expiry) → void: claims of namespace taken from now on
+--   expire after expiry (NULL: never). Raises HN001 when namespace is NULL or empty or expiry
+--   is not positive. Runs in the caller's transaction; blocks only a concurrent change of the
+--   same namespace.
+CREATE FUNCTION hivenet.set_claim_expiry(p_namespace text, p_expiry interval) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_namespace IS NULL OR p_namespace = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'claim namespace must not be empty';
+    END IF;
+    IF p_expiry <= interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('claim expiry %s of namespace %s must be positive', p_expiry,
+                             p_namespace);
+    END IF;
+    INSERT INTO hivenet.claim_namespace (namespace, expiry) VALUES (p_namespace, p_expiry)
+    ON CONFLICT (namespace) DO UPDATE SET expiry = excluded.expiry;
+END $$;
+
+-- Part of maintain(): deletes expired claims (claim() already treats them as free).
+CREATE FUNCTION hivenet._maintain_claims() RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+    DELETE FROM hivenet.claim_record WHERE expires_at <= hivenet.now()
+$$;

@@ -1,0 +1,57 @@
+-- Revision 0004, frozen: the SQL this revision applied when it was written
+-- (hivenet_db/sql/{reporting}.sql as of 2026-11-21). Never edit it: later
+-- changes go into new revisions.
+
+-- hivenet_db/sql/reporting.sql
+-- Reporting: views a reporting tool (or `hivenet-db report`) reads with plain SELECT.
+-- The views of other concerns live with them (dedup.sql: interface_calls_per_day,
+-- call_chain(); steps.sql: step_states, stuck_steps); docs/reporting.md lists them all.
+
+-- Raw value of a counter scope's sequence (period * stride + seq), NULL before its first use.
+-- SECURITY DEFINER: a reporting role reads the view without any right on the sequences.
+CREATE FUNCTION hivenet._scope_counter_value(p_sequence_name text) RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_sequence_last_value(to_regclass('hivenet.' || quote_ident(p_sequence_name)))
+$$;
+
+-- Business-local now for the views: SECURITY DEFINER because the clock and the time zone
+-- read hivenet.setting, which a reporting role cannot.
+CREATE FUNCTION hivenet._reporting_local_now() RETURNS timestamp
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone')
+$$;
+
+-- hivenet.scope_usage: one row per counter scope (format + field values) ever used.
+--   format, scope, fields (jsonb, as given to next_serial), reset (period length),
+--   period_start (business-local start of the scope's current period: the clock's period, or
+--   a later one when the clock went back or the format borrowed the next period),
+--   issued (serials issued in that period; gaps of rolled-back transactions count as issued),
+--   capacity (serials per period), remaining (capacity - issued), used_percent,
+--   last_period_start (business-local start of the period of the last serial issued, NULL
+--   when none). Reads the clock once (hivenet.now()); never blocks; one sequence read per scope.
+CREATE VIEW hivenet.scope_usage AS
+WITH clock AS (
+    SELECT hivenet._reporting_local_now() AS local_now
+), counter AS (
+    SELECT s.format, s.scope, s.fields, f.reset, f.capacity,
+           v.value / f.stride AS value_period,
+           v.value % f.stride AS value_seq,
+           greatest(hivenet._period_index(c.local_now, f.reset), v.value / f.stride) AS period
+    FROM hivenet.scope s
+    JOIN hivenet.format f ON f.name = s.format
+    CROSS JOIN clock c
+    CROSS JOIN LATERAL (SELECT hivenet._scope_counter_value(s.sequence_name) AS value) v
+), usage AS (
+    SELECT c.*,
+           CASE WHEN c.value_period = c.period THEN least(c.value_seq, c.capacity) ELSE 0 END
+               AS issued
+    FROM counter c
+)
+SELECT u.format, u.scope, u.fields, u.reset,
+       hivenet._period_start(u.period, u.reset) AS period_start,
+       u.issued, u.capacity, u.capacity - u.issued AS remaining,
+       round(100.0 * u.issued / u.capacity, 2) AS used_percent,
+       hivenet._period_start(u.value_period, u.reset) AS last_period_start
+FROM usage u;
+COMMENT ON VIEW hivenet.scope_usage IS
+    'per counter scope: current period, serials issued in it, capacity and remaining headroom';
