@@ -206,7 +206,7 @@ def test_the_application_role_uses_the_api(app_engine: Engine) -> None:
             assert isinstance(serial, str) and len(serial) == LENGTHS[name], (name, serial)
             parsed = conn.execute(text("SELECT hivenet.parse_serial(:s, :f)"),
                                   {"s": serial, "f": name}).scalar()
-            assert parsed["format"] == name and int(parsed["seq"]) == 1, parsed
+            assert parsed["format"] == name, parsed
             assert {k: parsed[k] for k in fields} == fields
             issued[name] = serial
         conn.execute(text("SELECT hivenet.claim_interface_serial(:i, :u, :s)"),
@@ -285,9 +285,29 @@ def test_a_managed_servers_administrator_bootstraps_its_own_database(
     ]
     migrate = _hivenet_db("migrate", "--url", cluster.url(CLOUD_OWNER, CLOUD_DATABASE))
     assert migrate.returncode == 0, migrate.stderr
+    allocate = "SELECT hivenet.next_unified_serial('D0004', 'M01', '01')"
     with psycopg.connect(cluster.url(APP, CLOUD_DATABASE)) as conn:  # already in hivenet_app
-        serial = _scalar(conn, "SELECT hivenet.next_unified_serial('D0004', 'M01', '01')")
-        assert serial.startswith("D0004M0101")
+        assert _scalar(conn, allocate).startswith("D0004M0101")
+
+    # A schema whose grants to the roles are missing (as when it was installed before the
+    # roles existed): the administrator may not apply them, so bootstrap leaves the one
+    # statement to the owner, who runs it.
+    with psycopg.connect(cluster.url(CLOUD_OWNER, CLOUD_DATABASE), autocommit=True) as conn:
+        conn.execute("REVOKE USAGE ON SCHEMA hivenet FROM hivenet_app")
+    result = _hivenet_db("bootstrap", "--owner", CLOUD_OWNER, "--url",
+                         cluster.url(CLOUD_ADMIN, CLOUD_DATABASE))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == [
+        "for the owner: SELECT hivenet._grant_roles()",
+        f"left for the owner: connect as {CLOUD_OWNER} and run the statements marked "
+        "'for the owner'"]
+    with psycopg.connect(cluster.url(CLOUD_OWNER, CLOUD_DATABASE), autocommit=True) as conn:
+        conn.execute("SELECT hivenet._grant_roles()")
+    with psycopg.connect(cluster.url(APP, CLOUD_DATABASE)) as conn:
+        assert _scalar(conn, allocate).startswith("D0004M0101")
+    result = _hivenet_db("bootstrap", "--owner", CLOUD_OWNER, "--url",
+                         cluster.url(CLOUD_ADMIN, CLOUD_DATABASE))
+    assert result.stdout.splitlines()[-1].startswith("nothing to do"), result.stdout
 
 
 def test_the_cluster_dump_holds_no_secret(cluster: Cluster, installed: object) -> None:

@@ -40,6 +40,7 @@ DECLARE
     v_role text;
     v_owner oid := to_regrole(quote_ident(p_owner));
     v_needed boolean;
+    v_grant_roles oid;
 BEGIN
     IF v_owner IS NULL THEN
         RAISE EXCEPTION 'role % does not exist', quote_ident(p_owner)
@@ -78,10 +79,14 @@ BEGIN
 
     -- The schema grants to whichever of the roles exist when it is installed (revision 0006).
     -- USAGE on the schema, its first grant to each role, tells whether that was after this.
-    IF to_regprocedure('hivenet._grant_roles()') IS NOT NULL THEN
+    -- Looked up in the catalog: an administrator may have no right on schema hivenet at all.
+    SELECT p.oid INTO v_grant_roles FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+    WHERE n.nspname = 'hivenet' AND p.proname = '_grant_roles' AND p.pronargs = 0;
+    IF v_grant_roles IS NOT NULL THEN
         v_needed := NOT (has_schema_privilege('hivenet_app', 'hivenet', 'USAGE')
                          AND has_schema_privilege('hivenet_admin', 'hivenet', 'USAGE'));
-        IF v_needed AND NOT has_function_privilege('hivenet._grant_roles()', 'EXECUTE') THEN
+        IF v_needed AND NOT (has_schema_privilege('hivenet', 'USAGE')
+                             AND has_function_privilege(v_grant_roles, 'EXECUTE')) THEN
             RETURN QUERY SELECT 'SELECT hivenet._grant_roles()', 'for the owner';
         ELSE
             RETURN QUERY SELECT * FROM pg_temp._hivenet_step('SELECT hivenet._grant_roles()',
