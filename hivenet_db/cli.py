@@ -3,8 +3,22 @@
 With no ``--url`` and no ``HIVENET_DATABASE_URL`` every command that needs a database uses
 the embedded local PostgreSQL (see ``hivenet_db.embedded``), initialised on first use,
 started on demand and migrated to head. Output is a readable table, or JSON with ``--json``.
-Exit status: 0 done, 1 the database refused (a hivenet error, message on stderr), 2 usage or
-environment problem (no PostgreSQL, cannot connect, schema missing).
+
+A failure prints exactly one line on stderr, ``hivenet-db: PROBLEM: WHAT TO DO``, never a
+password; ``--debug`` prints the traceback before it. ``explain`` is the one place that turns
+an exception into that line and an exit status:
+
+- 0 done;
+- 1 the database refused with a hivenet error (``HNxxx ClassName: message``);
+- 2 usage or environment: a malformed URL, no server, no such database or role, a refused
+  password or privilege, schema hivenet not installed, newer than this package or with a
+  conflicting version table, a revision that does not exist, no local PostgreSQL;
+- 70 an internal error (a bug: run again with ``--debug`` and report the traceback);
+- 130 interrupted.
+
+``migrate --check`` changes nothing and exits 0 at the package's head, 3 behind it, 4 ahead of
+it (a revision this package does not know: the schema is newer than the package), 5 not
+installed, 6 untracked (schema hivenet exists but its version table records no revision).
 """
 
 from __future__ import annotations
@@ -12,22 +26,31 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import decimal
+import getpass
 import importlib
+import importlib.metadata
 import json
 import os
+import re
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import Connection, text
-from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
-from hivenet_db.dburl import ENV_VAR, engine_for, from_env, libpq_url
+from hivenet_db import migrate
+from hivenet_db.dburl import ENV_VAR, engine_for, from_env, libpq_url, sqlalchemy_url
 from hivenet_db.embedded import DEFAULT_DATABASE, EmbeddedError, EmbeddedPostgres
 from hivenet_db.errors import HivenetError, from_database
+from hivenet_db.migrate import MigrationStatus, State
 from hivenet_db.schema import full_schema_sql
 from hivenet_db.serial import parse_serial
 from hivenet_db.serials import SerialRepository
@@ -35,6 +58,12 @@ from hivenet_db.serials import SerialRepository
 PROG = "hivenet-db"
 # Options that name a serial field directly; any other field goes through --field NAME=VALUE.
 FIELD_OPTIONS = ("system", "module", "instance", "target", "merchant", "shard")
+URL_FORM = "postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+# Exit status of `migrate --check` for each state.
+CHECK_EXIT = {State.HEAD: 0, State.BEHIND: 3, State.AHEAD: 4, State.NOT_INSTALLED: 5,
+              State.UNTRACKED: 6}
+INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE
+INTERRUPTED = 130
 
 
 class CommandError(Exception):
@@ -106,6 +135,60 @@ class Output:
 # ---------------------------------------------------------------- database
 
 
+LOCAL_SOCKET = "the local socket"  # libpq's host when the URL names none
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a command connects, for messages: never the password."""
+
+    host: str
+    port: str
+    dbname: str
+    user: str
+
+    @property
+    def where(self) -> str:
+        if not self.port:
+            return self.host
+        if self.host.startswith("/") or self.host == LOCAL_SOCKET:
+            return f"{self.host} (port {self.port})"
+        return f"{self.host}:{self.port}"
+
+
+# Before any URL is known (the embedded server failing to start, say).
+UNKNOWN_TARGET = Target("the database server", "", "the database", "the connecting role")
+
+
+def _malformed(reason: str) -> CommandError:
+    return CommandError(f"malformed database URL ({one_line(reason)}): expected {URL_FORM}")
+
+
+def parse_target(url: str) -> Target:
+    """The connection parameters of libpq URL ``url``, checked the way libpq and SQLAlchemy
+    will read it; CommandError when it is not a PostgreSQL URL."""
+    scheme, sep, _ = url.partition("://")
+    if sep and scheme not in ("postgresql", "postgres"):
+        raise CommandError(f"database URL scheme {scheme!r} is not PostgreSQL: expected "
+                           f"{URL_FORM}")
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as error:
+        raise _malformed(str(error)) from None
+    port = str(params.get("port") or os.environ.get("PGPORT") or "5432")
+    if not all(p.isdigit() for p in port.split(",")):  # else SQLAlchemy says int() failed
+        raise _malformed(f"port {port!r} is not a number")
+    try:
+        make_url(sqlalchemy_url(url))
+    except ArgumentError as error:
+        raise _malformed(str(error)) from None
+    # libpq's defaults, for messages only: libpq applies them itself.
+    user = params.get("user") or os.environ.get("PGUSER") or getpass.getuser()
+    return Target(host=params.get("host") or os.environ.get("PGHOST") or LOCAL_SOCKET,
+                  port=port, dbname=params.get("dbname") or os.environ.get("PGDATABASE") or user,
+                  user=user)
+
+
 def embedded_url(out: Output, dbname: str = DEFAULT_DATABASE, to_head: bool = True) -> str:
     """URL of database ``dbname`` on the embedded server: initialised, started and (unless
     ``to_head`` is false: migrate and downgrade choose their revision) migrated to head."""
@@ -115,35 +198,43 @@ def embedded_url(out: Output, dbname: str = DEFAULT_DATABASE, to_head: bool = Tr
         first = not server.initialized
         server.start()
         url = server.ensure_database(dbname)
-        if to_head and _migrate().current(url) != _head():
+        if to_head and migrate.status(url).state in (State.BEHIND, State.NOT_INSTALLED):
             out.note(f"migrating schema hivenet in {dbname}")
-            _migrate().upgrade(url)
+            migrate.upgrade(url)
     if first:
         out.note(f"local PostgreSQL ready in {time.monotonic() - started:.1f}s "
                  f"(data in {server.root}; `{PROG} embedded stop` stops it)")
     return url
 
 
-def _head() -> str:
-    from alembic.script import ScriptDirectory
-
-    from hivenet_db.migrate import _config
-
-    head = ScriptDirectory.from_config(_config("")).get_current_head()
-    assert head is not None
-    return head
-
-
-def _migrate() -> Any:
-    """hivenet_db.migrate, imported when needed: alembic is slow to import for a command."""
-    from hivenet_db import migrate
-
-    return migrate
-
-
 def database_url(args: argparse.Namespace, out: Output, to_head: bool = True) -> str:
-    url = from_env(getattr(args, "url", None))
-    return libpq_url(url) if url else embedded_url(out, to_head=to_head)
+    """The URL the command uses; its parameters go to ``args.target`` for messages."""
+    given = from_env(args.url)
+    url = libpq_url(given) if given else embedded_url(out, to_head=to_head)
+    args.target = parse_target(url)
+    return url
+
+
+# States in which a command may go on: the ones using the schema, and migrate or downgrade.
+USABLE = frozenset({State.HEAD, State.BEHIND, State.UNTRACKED})
+MIGRATABLE = frozenset({State.HEAD, State.BEHIND, State.NOT_INSTALLED})
+
+
+def require(conn: Connection, allowed: frozenset[State]) -> None:
+    """CommandError unless schema hivenet is in one of the ``allowed`` states: a command must
+    not run on a schema that is missing or newer than this package. A role that may not read
+    the version table (an application role) goes on: its statements say what is wrong."""
+    try:
+        status = migrate.status_of(conn)
+    except migrate.VersionUnreadable:
+        return
+    if status.state not in allowed:
+        raise CommandError(status_line(status))
+
+
+def require_url(url: str, allowed: frozenset[State]) -> None:
+    with engine_for(url) as engine, engine.connect() as conn:
+        require(conn, allowed)
 
 
 @contextmanager
@@ -151,6 +242,7 @@ def transaction(args: argparse.Namespace, out: Output) -> Iterator[Connection]:
     """One transaction, committed when the block ends: the command is the caller here, so a
     serial it prints is committed before anyone sees it (SPEC §6)."""
     with engine_for(database_url(args, out)) as engine, engine.begin() as conn:
+        require(conn, USABLE)
         yield conn
 
 
@@ -165,24 +257,59 @@ def _dicts(conn: Connection, query: str, params: dict[str, Any] | None = None
     return [dict(r._mapping) for r in conn.execute(text(query), params or {})]
 
 
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("hivenet-db")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        return "(source tree)"
+
+
+def status_line(status: MigrationStatus) -> str:
+    """Where the database stands, in one sentence, with what to do about it."""
+    database, current, head = status.database, status.current, status.head
+    if status.state is State.HEAD:
+        return f"database {database} is at head {head}"
+    if status.state is State.BEHIND:
+        return f"database {database} is at revision {current}, behind head {head}: run " \
+               f"`{PROG} migrate`"
+    if status.state is State.AHEAD:
+        return (f"database {database} is at revision {current}, which hivenet-db "
+                f"{_package_version()} does not know (its head is {head}): the schema is newer "
+                f"than the package; upgrade the package (pip install -U hivenet-db)")
+    if status.state is State.NOT_INSTALLED:
+        return f"schema hivenet is not installed in {database}: run `{PROG} migrate`"
+    return (f"schema hivenet exists in {database} but {migrate.VERSION_TABLE} records no "
+            f"revision: it was installed with `{PROG} sql` or by the application's own alembic "
+            f"tree; upgrade it the same way")
+
+
 # ---------------------------------------------------------------- commands
 
 
 def _alembic(action: str, args: argparse.Namespace, out: Output) -> None:
-    """Run migrate's upgrade or downgrade to ``args.revision``; alembic's refusals (unknown
-    revision, not an ancestor) become a one-line message."""
-    from alembic.util import CommandError as AlembicError
-
+    """Run migrate's upgrade or downgrade to ``args.revision``, unless the schema is newer
+    than this package or untracked (alembic would fail half-way or install it twice)."""
     url = database_url(args, out, to_head=False)
-    try:
-        getattr(_migrate(), action)(url, args.revision)
-    except AlembicError as error:
-        raise CommandError(f"{action} to {args.revision!r}: {error}") from None
-    out.rows([{"database": _redacted(url), "revision": _migrate().current(url)}])
+    require_url(url, MIGRATABLE)
+    getattr(migrate, action)(url, args.revision)
+    out.rows([{"database": redact(url), "revision": migrate.current(url)}])
 
 
-def cmd_migrate(args: argparse.Namespace, out: Output) -> None:
+def migrate_check(args: argparse.Namespace, out: Output) -> int:
+    """``migrate --check``: where the database stands; the exit status says it too."""
+    if args.revision != "head":
+        raise CommandError("--check compares the database with the package's head: drop "
+                           "--revision")
+    status = migrate.status(database_url(args, out, to_head=False))
+    print(dump_json(status.as_dict()) if out.as_json else status_line(status))
+    return CHECK_EXIT[status.state]
+
+
+def cmd_migrate(args: argparse.Namespace, out: Output) -> int | None:
+    if args.check:
+        return migrate_check(args, out)
     _alembic("upgrade", args, out)
+    return None
 
 
 def cmd_downgrade(args: argparse.Namespace, out: Output) -> None:
@@ -299,15 +426,16 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> None:
     from hivenet_db import demo
 
     url = database_url(args, out)
+    require_url(url, USABLE)
     if args.url or from_env(None):
-        out.note(f"running the demo in {_redacted(url)}: it commits its rows there")
+        out.note(f"running the demo in {redact(url)}: it commits its rows there")
     try:
         demo.run(url, as_json=out.as_json)
     except demo.Unavailable as error:
         raise CommandError(str(error)) from None
 
 
-def cmd_bench(args: argparse.Namespace, out: Output) -> None:
+def cmd_bench(args: argparse.Namespace, out: Output) -> int:
     try:
         bench = importlib.import_module("hivenet_db.bench")
     except ModuleNotFoundError as error:
@@ -317,9 +445,7 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> None:
                            "version; see docs/benchmarks.md") from None
     if args.url:  # the benchmark runner reads the URL like every command: from the environment
         os.environ[ENV_VAR] = args.url
-    code = bench.main(list(args.bench_args))
-    if code:
-        raise SystemExit(code)
+    return bench.main(list(args.bench_args))
 
 
 def cmd_embedded(args: argparse.Namespace, out: Output) -> None:
@@ -339,16 +465,14 @@ def cmd_embedded(args: argparse.Namespace, out: Output) -> None:
         print(format_table([{"property": k, "value": _cell(v)} for k, v in info.items()]))
 
 
-def _redacted(url: str) -> str:
-    """The URL without its password, for messages."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if sep and at and ":" in userinfo:
-        return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
-    return url
-
-
 # ---------------------------------------------------------------- parser
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage mistakes are one line too (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -358,15 +482,21 @@ def build_parser() -> argparse.ArgumentParser:
         "PostgreSQL"))
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print JSON instead of tables")
-    parser = argparse.ArgumentParser(
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="on failure, print the traceback before the one-line message")
+    parser = Parser(
         prog=PROG, parents=[common],
         description="Serial numbers (HiveNet Sequence Standards) and idempotency inside "
                     "PostgreSQL. With no --url and no $HIVENET_DATABASE_URL, commands use a "
                     "local PostgreSQL that hivenet-db initialises, starts and migrates itself.",
-        epilog=f"Start with `{PROG} demo`. `{PROG} COMMAND --help` explains each command.")
+        epilog=f"Start with `{PROG} demo`. `{PROG} COMMAND --help` explains each command. "
+               "Exit status: 0 done, 1 the database refused with a hivenet error (HNxxx), 2 "
+               "usage or environment (URL, connection, privileges, schema missing or newer "
+               "than the package), 70 internal error (run again with --debug); a failure is "
+               "one line on stderr.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, handler: Callable[[argparse.Namespace, Output], None], help: str,
+    def add(name: str, handler: Callable[[argparse.Namespace, Output], int | None], help: str,
             description: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help, description=description or help)
         p.set_defaults(handler=handler)
@@ -383,8 +513,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the role that will own schema hivenet (runs migrate)")
 
     p = add("migrate", cmd_migrate, "create or upgrade schema hivenet (alembic, version table "
-            "hivenet_alembic_version)")
+            "hivenet_alembic_version); --check tells where it stands",
+            "Create or upgrade schema hivenet to --revision (alembic, version table "
+            "hivenet_alembic_version). With --check, change nothing: print whether the database "
+            "is at the package's head, behind it, ahead of it (a revision this package does not "
+            "know: upgrade the package) or not installed, and exit 0 at head, 3 behind, 4 ahead, "
+            "5 not installed, 6 untracked (schema hivenet whose revision is not recorded).")
     p.add_argument("--revision", default="head", help="target revision (default: head)")
+    p.add_argument("--check", action="store_true",
+                   help="only tell where the database stands (exit status above)")
 
     p = add("downgrade", cmd_downgrade, "go back to an older revision",
             "Go back to REVISION. `base` removes schema hivenet and all its data.")
@@ -438,10 +575,138 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _schema_missing(error: BaseException) -> bool:
-    orig = getattr(error, "orig", error)
-    return isinstance(orig, psycopg.errors.UndefinedFunction | psycopg.errors.UndefinedTable
-                      | psycopg.errors.InvalidSchemaName)
+# ---------------------------------------------------------------- failures
+
+
+# A password in a URL (scheme://user:PASSWORD@) or as a keyword (password=PASSWORD, in a
+# conninfo string or a URL's query): libpq quotes a malformed URL back in its message.
+_SECRETS = (re.compile(r"(?P<keep>\w[\w+.-]*://[^/@\s:'\"]*:)[^/\s'\"]*(?=@)"),
+            re.compile(r"(?P<keep>\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s&'\"]+)", re.I))
+
+
+def _hide(match: re.Match[str]) -> str:
+    # URL_FORM's placeholder is not a secret.
+    return match[0] if match[0].endswith(":PASSWORD") else f"{match['keep']}***"
+
+
+def redact(text: str) -> str:
+    """``text`` with every password it quotes replaced by ``***``."""
+    for pattern in _SECRETS:
+        text = pattern.sub(_hide, text)
+    return text
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What ``main`` prints (one line) and returns for an exception."""
+
+    status: int
+    message: str
+
+
+# libpq reports a refused connection with no SQLSTATE: its text (English unless the server's
+# lc_messages says otherwise) is all there is to tell the causes apart. Anything unmatched
+# is shown as is.
+_CONNECT_TEXT = (
+    ("password", re.compile(r"password authentication failed|no password supplied")),
+    ("role", re.compile(r'role "[^"]*" does not exist')),
+    ("database", re.compile(r'database "[^"]*" does not exist')),
+    ("hba", re.compile(r"no pg_hba\.conf entry")),
+    ("url", re.compile(r"invalid \w+ value|invalid URI|invalid connection option")),
+    ("unreachable", re.compile(r"Connection refused|could not translate host name|failed to "
+                               r"resolve host|timeout expired|No route to host|Network is "
+                               r"unreachable|No such file or directory")),
+)
+# When the text says nothing known (another language): 28000 is also a pg_hba.conf refusal.
+_CONNECT_SQLSTATE = {"28P01": "password", "28000": "role", "3D000": "database"}
+_CONNECT_MESSAGES = {
+    "password": "authentication failed for role {user} at {where}: correct the password in the "
+                "URL (or PGPASSWORD, ~/.pgpass)",
+    "role": "authentication failed: role {user} does not exist at {where}: correct the user "
+            "in the URL, or create the role",
+    "database": "database {dbname} does not exist at {where}: create it (createdb {dbname}) "
+                "or correct the database name in the URL",
+    "hba": "the server at {where} does not admit role {user} to database {dbname} from this "
+           "host ({reason}): ask its administrator for a pg_hba.conf entry",
+    "url": "malformed database URL ({reason}): expected " + URL_FORM,
+    "unreachable": "cannot reach PostgreSQL at {where} ({reason}): check the host and port in "
+                   "the URL and that the server is running",
+    None: "cannot use the database at {where}: {reason}",
+}
+# Invalid schema name, undefined function, undefined table.
+_OLDER_SCHEMA = {"3F000", "42883", "42P01"}
+
+
+def _reason(error: psycopg.Error) -> str:
+    """libpq's own words, without its preamble: 'connection to server at ... failed: FATAL:'."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return re.sub(r"^FATAL:\s+", "", re.split(r"\bfailed:\s+", first)[-1])
+
+
+def _connection_failure(error: psycopg.Error, target: Target) -> str:
+    state = error.sqlstate or ""
+    kind = next((kind for kind, pattern in _CONNECT_TEXT if pattern.search(str(error))),
+                _CONNECT_SQLSTATE.get(state, "unreachable" if state.startswith("08") else None))
+    return _CONNECT_MESSAGES[kind].format(where=target.where, user=target.user,
+                                          dbname=target.dbname, reason=_reason(error))
+
+
+def _database_failure(error: psycopg.Error, args: argparse.Namespace) -> Failure:
+    """A refusal of the server other than a hivenet error, told apart by SQLSTATE (by text
+    for libpq's refused connections, which carry none)."""
+    target: Target = getattr(args, "target", None) or UNKNOWN_TARGET
+    state = error.sqlstate or ""
+    if not state or state.startswith("08") or state in _CONNECT_SQLSTATE:
+        return Failure(2, _connection_failure(error, target))
+    primary = error.diag.message_primary or _reason(error)
+    if state == "42501" and args.command in ("migrate", "downgrade"):
+        return Failure(2, f"{primary}: role {target.user} may not create or change schema "
+                          f"hivenet in {target.dbname}; a superuser must run `{PROG} bootstrap "
+                          f"--owner {target.user}` once for this database, then run `{PROG} "
+                          f"migrate` as {target.user}")
+    if state == "42501":
+        return Failure(2, f"{primary}: role {target.user} lacks a privilege that `{PROG} "
+                          f"{args.command}` needs in {target.dbname}: connect as the schema's "
+                          f"owner or a role granted it (docs/operations.md, Privileges)")
+    if state in _OLDER_SCHEMA:
+        return Failure(2, f"schema hivenet in {target.dbname} is older than this command or "
+                          f"incomplete ({primary}): run `{PROG} migrate`")
+    return Failure(2, f"the database refused `{PROG} {args.command}` with {state} ({primary}): "
+                      f"see the server's log, or run again with --debug")
+
+
+def _alembic_failure(error: Exception, args: argparse.Namespace) -> Failure:
+    """alembic refused the target revision (unknown, or not reachable from the current one)."""
+    return Failure(2, f"{args.command} to {args.revision!r}: {error}; this package's "
+                      f"revisions are {', '.join(migrate.revisions())} (head {migrate.head()})")
+
+
+def explain(error: Exception, args: argparse.Namespace) -> Failure:
+    """The one line and the exit status for an exception that ended a command."""
+    orig = error.orig if isinstance(error, DBAPIError) else error
+    typed = error if isinstance(error, HivenetError) else from_database(orig)
+    if typed is not None:
+        return Failure(1, f"{typed.sqlstate} {type(typed).__name__}: {typed.message}")
+    if isinstance(error, CommandError | EmbeddedError):
+        return Failure(2, str(error))
+    if isinstance(error, migrate.VersionConflict):
+        return Failure(2, f"{error}: delete the rows of the revisions the schema is not at, "
+                          f"then run `{PROG} migrate --check`")
+    if isinstance(error, migrate.VersionUnreadable):
+        return Failure(2, f"{error}: run `{PROG} migrate --check` as the schema's owner")
+    if isinstance(orig, psycopg.Error):
+        return _database_failure(orig, args)
+    if args.command in ("migrate", "downgrade"):
+        from alembic.util import CommandError as AlembicError
+
+        if isinstance(error, AlembicError):
+            return _alembic_failure(error, args)
+    return Failure(INTERNAL_ERROR, f"internal error ({type(error).__name__}: {error}): run "
+                                   f"again with --debug and report the traceback")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -449,29 +714,18 @@ def main(argv: list[str] | None = None) -> int:
     args.url = getattr(args, "url", None)
     out = Output(getattr(args, "json", False))
     try:
-        args.handler(args, out)
-    except HivenetError as error:
-        out.note(f"{error.sqlstate} {type(error).__name__}: {error.message}")
-        return 1
-    except (CommandError, EmbeddedError) as error:
-        out.note(str(error))
-        return 2
-    except OperationalError as error:
-        out.note(f"cannot use the database: {str(error.orig).strip()}")
-        return 2
-    except (ProgrammingError, DBAPIError) as error:
-        typed = from_database(error)
-        if typed is not None:
-            out.note(f"{typed.sqlstate} {type(typed).__name__}: {typed.message}")
-            return 1
-        if _schema_missing(error):
-            out.note(f"schema hivenet is missing or older than this command: run "
-                     f"`{PROG} migrate` first ({str(error.orig).strip().splitlines()[0]})")
-            return 2
-        raise
+        return args.handler(args, out) or 0
     except BrokenPipeError:  # `hivenet-db sql | head`
         return 0
-    return 0
+    except KeyboardInterrupt:
+        out.note("interrupted")
+        return INTERRUPTED
+    except Exception as error:
+        failure = explain(error, args)
+        if getattr(args, "debug", False):
+            print(redact("".join(traceback.format_exception(error))), end="", file=sys.stderr)
+        out.note(redact(one_line(failure.message)))
+        return failure.status
 
 
 if __name__ == "__main__":

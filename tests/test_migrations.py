@@ -10,6 +10,7 @@ import subprocess
 
 import psycopg
 import pytest
+from alembic import command
 from alembic.script import ScriptDirectory
 
 from hivenet_db import migrate
@@ -74,14 +75,28 @@ def _assert_same_catalog(url: str, expected_url: str, what: str) -> None:
         expected, got, "fresh install", what, lineterm=""))
 
 
+def replay(url: str, revision: str = "head") -> None:
+    """Run the revisions themselves (migrate.upgrade installs an empty database from the
+    schema files instead)."""
+    command.upgrade(migrate._config(url), revision)
+
+
 def test_replaying_the_revisions_gives_the_schema_files(hivenet_url, empty_db):
     """Fails when a .sql file of hivenet_db/sql changed without a new revision that carries
     the change (or a revision changed without the file): see CONTRIBUTING.md."""
-    # hivenet_url was migrated by alembic; empty_db gets the one-file schema.
-    with psycopg.connect(empty_db, autocommit=False) as conn:
-        conn.execute(full_schema_sql())
+    # hivenet_url was installed from the schema files; empty_db replays every revision.
+    replay(empty_db)
+    assert migrate.current(empty_db) == REVISIONS[-1]
     assert any("next_unified_serial" in entry for entry in _catalog(hivenet_url))
-    _assert_same_catalog(empty_db, hivenet_url, "hivenet_db/sql files")
+    _assert_same_catalog(empty_db, hivenet_url, "replayed revisions")
+
+
+def test_a_fresh_install_is_the_schema_files_stamped_at_head(empty_db):
+    migrate.upgrade(empty_db)
+    assert migrate.status(empty_db).state is migrate.State.HEAD
+    with psycopg.connect(empty_db) as conn:
+        assert scalar(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'dblink'") == 0
+        assert scalar(conn, "SELECT to_regproc('hivenet.prepare_scope') IS NOT NULL")
 
 
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"
@@ -128,7 +143,7 @@ def _still_behaves(url: str, made: dict[str, str], kept_since: str = REVISIONS[-
 def test_a_database_at_an_earlier_revision_upgrades_to_a_fresh_install(
         revision, hivenet_url, new_db):
     old = new_db()
-    migrate.upgrade(old, revision)
+    replay(old, revision)
     made = _use(old, revision)
     migrate.upgrade(old)
     assert migrate.current(old) == REVISIONS[-1]
@@ -160,7 +175,7 @@ def test_each_revision_goes_down_one_step_and_up_again(revision, hivenet_url, ne
     head gives the fresh catalog again."""
     db = new_db()
     following = REVISIONS[REVISIONS.index(revision) + 1]
-    migrate.upgrade(db, following)
+    replay(db, following)
     made = _use(db, following)
     migrate.downgrade(db, revision)
     assert migrate.current(db) == revision
