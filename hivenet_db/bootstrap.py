@@ -59,7 +59,10 @@ def _one_line(error: psycopg.Error) -> str:
 def bootstrap(url: str, owner: str) -> Result:
     """Create what ``owner`` cannot create itself, in one transaction committed here (this is
     an administrator's command, not part of a caller's transaction). ``url`` is a libpq URL of
-    the database where schema hivenet will live, as a superuser or administrator."""
+    the database where schema hivenet will live, as a superuser or administrator.
+
+    Raises ``BootstrapError`` when the database refuses (no such owner, not allowed); a failed
+    connection is psycopg's own ``OperationalError``, as everywhere else."""
     try:
         with psycopg.connect(url) as conn:
             conn.execute(_script())  # no parameters: the script's quotes and % stay as written
@@ -67,8 +70,6 @@ def bootstrap(url: str, owner: str) -> Result:
                 "SELECT statement, outcome FROM pg_temp.hivenet_bootstrap(%s)", (owner,)
             ).fetchall()
             database = conn.info.dbname
-    except psycopg.OperationalError as error:  # cannot connect: libpq's message, no password
-        raise BootstrapError(f"cannot use the database: {str(error).strip()}") from None
     except (psycopg.errors.UndefinedObject, psycopg.errors.InvalidParameterValue,
             psycopg.errors.InsufficientPrivilege) as error:
         raise BootstrapError(f"bootstrap for owner {owner!r}: {_one_line(error)}") from None

@@ -171,6 +171,19 @@ def test_bootstrap_needs_an_existing_owner(cluster: Cluster) -> None:
         assert _scalar(conn, "SELECT count(*) FROM pg_roles WHERE rolname = 'nobody_here'") == 0
 
 
+def test_bootstrap_by_a_role_without_the_rights_changes_nothing(cluster: Cluster) -> None:
+    """PostgreSQL only warns when a GRANT grants nothing: bootstrap must not report it done."""
+    result = _hivenet_db("bootstrap", "--owner", OPS, "--url", cluster.url(APP))
+    assert result.returncode == 2, result.stdout
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "run bootstrap as a superuser, or as an administrator with CREATEROLE" in \
+        result.stderr
+    assert cluster.passwords[APP] not in result.stderr
+    with psycopg.connect(cluster.server.url(DATABASE)) as conn:
+        assert not _scalar(conn, "SELECT has_database_privilege(%s, current_database(), "
+                                 "'CREATE')", (OPS,))
+
+
 def test_a_plain_owner_installs_the_schema(cluster: Cluster, installed: object) -> None:
     with psycopg.connect(cluster.server.url(DATABASE)) as conn:
         owner = conn.execute("""
