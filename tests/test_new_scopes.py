@@ -11,7 +11,7 @@ from collections import defaultdict
 import psycopg
 import pytest
 
-from tests.helpers import in_parallel, scalar
+from tests.helpers import in_parallel, scalar, wait_until_blocked
 
 NEXT = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"
 
@@ -24,7 +24,7 @@ def test_new_scopes_share_the_cold_counter_until_maintain_gives_each_its_own(db,
     fake_clock(db, "2026-11-23 10:00:00+00")
     a1, b1, a2 = scalar(db, NEXT, ("11",)), scalar(db, NEXT, ("12",)), scalar(db, NEXT, ("11",))
     assert [seq(a1), seq(b1), seq(a2)] == [1, 2, 3]  # one counter, unique and increasing
-    assert scalar(db, "SELECT count(*) FROM hivenet.scope_pending") == 3
+    assert scalar(db, "SELECT count(*) FROM hivenet.scope_pending") == 2  # once per scope
     db.execute("SELECT hivenet.maintain()")
     assert scalar(db, "SELECT count(*) FROM hivenet.scope_pending") == 0
     assert {r[0] for r in db.execute("SELECT scope FROM hivenet.scope")} == {
@@ -43,6 +43,32 @@ def test_a_prepared_scope_starts_at_one(db):
         db.execute("""SELECT hivenet.prepare_scope('unified',
                       '{"system": "C0001", "module": "A01", "instance": "0"}')""")
     assert bad.value.sqlstate == "HN001"
+
+
+def test_two_promotions_of_one_scope_at_once(connect):
+    """The second waits for the first's commit, then sees its sequence (not a stale "none")."""
+    first, second = connect(autocommit=False), connect(autocommit=False)
+    prepare = """SELECT hivenet.prepare_scope('unified',
+                 '{"system": "C0001", "module": "A01", "instance": "22"}')"""
+    second.execute("SELECT to_regclass('hivenet.\"seq_unified_C0001A0122\"')")  # cache "none"
+    first.execute(prepare)
+    done: list[BaseException | None] = []
+
+    def run_second() -> None:
+        try:
+            second.execute(prepare)
+            second.commit()
+            done.append(None)
+        except BaseException as error:
+            done.append(error)
+
+    waiter = threading.Thread(target=run_second)
+    waiter.start()
+    wait_until_blocked(connect(), second.info.backend_pid)
+    first.commit()
+    waiter.join(30)
+    assert done == [None]
+    assert seq(scalar(connect(), NEXT, ("22",))) == 1
 
 
 def test_first_users_of_a_scope_never_wait_for_each_other(connect):

@@ -46,6 +46,7 @@ CREATE TABLE hivenet.scope_pending (
 );
 COMMENT ON TABLE hivenet.scope_pending IS
     'new counter scopes waiting for their own sequence (hivenet.maintain() creates it)';
+CREATE INDEX scope_pending_scope ON hivenet.scope_pending (format, scope);
 
 -- Advisory lock namespace of cold counters: (this key, hashtext(format)). Allocations from a
 -- cold counter hold it shared for the allocation only; promoting a scope holds it exclusive
@@ -108,7 +109,8 @@ DECLARE
     v_seq regclass;
 BEGIN
     PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
-    IF to_regclass('hivenet.' || quote_ident(v_name)) IS NOT NULL THEN
+    -- Another promotion of the scope may have committed while we waited for the lock.
+    IF hivenet._committed_sequence(v_name) IS NOT NULL THEN
         RETURN;
     END IF;
     EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
@@ -302,8 +304,11 @@ BEGIN
                 p_format, p_values, p_count,
                 format('new scopes (among them %L, sharing the format''s cold counter until '
                        'hivenet.maintain() gives each its own)', v_scope));
+            -- Once per scope, not per serial: a busy new scope would pile up rows.
             INSERT INTO hivenet.scope_pending (format, scope, fields)
-            VALUES (p_format.name, v_scope, jsonb_object(p_format.field_names, p_values));
+            SELECT p_format.name, v_scope, jsonb_object(p_format.field_names, p_values)
+            WHERE NOT EXISTS (SELECT FROM hivenet.scope_pending s
+                              WHERE s.format = p_format.name AND s.scope = v_scope);
         END IF;
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
