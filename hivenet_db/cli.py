@@ -316,6 +316,29 @@ def cmd_downgrade(args: argparse.Namespace, out: Output) -> None:
     _alembic("downgrade", args, out)
 
 
+def cmd_bootstrap(args: argparse.Namespace, out: Output) -> None:
+    from hivenet_db import bootstrap
+
+    try:
+        result = bootstrap.bootstrap(database_url(args, out, to_head=False), args.owner)
+    except bootstrap.BootstrapError as error:
+        raise CommandError(str(error)) from None
+    if out.as_json:
+        print(dump_json({"database": result.database, "owner": result.owner,
+                         "changed": result.changed, "complete": result.complete,
+                         "actions": [{"statement": a.statement, "outcome": a.outcome}
+                                     for a in result.actions]}))
+        return
+    for action in result.actions:
+        print(f"{action.outcome}: {action.statement}")
+    if not result.complete:
+        print(f"left for the owner: connect as {result.owner} and run the statements marked "
+              f"'for the owner'")
+    elif not result.changed:
+        print(f"nothing to do: database {result.database} is already bootstrapped for "
+              f"owner {result.owner}")
+
+
 def cmd_sql(args: argparse.Namespace, out: Output) -> None:
     print(full_schema_sql())
 
@@ -478,6 +501,16 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help, description=description or help)
         p.set_defaults(handler=handler)
         return p
+
+    p = add("bootstrap", cmd_bootstrap, "once, as a superuser or administrator: roles "
+            "hivenet_app and hivenet_admin, and the rights the schema owner needs",
+            "Create roles hivenet_app and hivenet_admin (NOLOGIN) if missing, grant OWNER "
+            "CREATE on this database (for schema hivenet) and on schema public (for its "
+            "version table) and both roles WITH ADMIN OPTION; one line per action. "
+            "Safe to run again. Then OWNER runs `hivenet-db migrate` and grants the roles to "
+            "login roles. OWNER must exist: CREATE ROLE owner LOGIN PASSWORD '...'.")
+    p.add_argument("--owner", required=True, metavar="ROLE",
+                   help="the role that will own schema hivenet (runs migrate)")
 
     p = add("migrate", cmd_migrate, "create or upgrade schema hivenet (alembic, version table "
             "hivenet_alembic_version); --check tells where it stands",

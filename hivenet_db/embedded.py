@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,12 +97,16 @@ class EmbeddedPostgres:
     """One server in ``root`` (data in ``root/data``, log in ``root/server.log``).
 
     ``fsync`` off makes throwaway test servers faster; crash tests and the command keep it on.
+    ``password`` set: every connection, over TCP and the socket, must give a password
+    (scram-sha-256), the superuser's being this one; as on a managed server. Unset (the
+    default, and the command's server): trust on 127.0.0.1 and the socket.
     """
 
     root: Path = field(default_factory=default_data_root)
     fsync: bool = True
     progress: Callable[[str], None] = lambda _msg: None
     os_user: str | None = None
+    password: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -140,7 +145,10 @@ class EmbeddedPostgres:
         raise EmbeddedError(f"no port configured in {self.data_dir}")
 
     def url(self, dbname: str = "postgres") -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
+        """The superuser's URL (with its password, when the server demands one)."""
+        user = SUPERUSER if self.password is None else \
+            f"{SUPERUSER}:{urllib.parse.quote(self.password, safe='')}"
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}"
 
     def _run(self, *args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = [str(find_bin_dir() / str(args[0])), *map(str, args[1:])]
@@ -175,14 +183,31 @@ class EmbeddedPostgres:
                     )
         os.chmod(self.root, 0o700)
 
+    def _initdb(self) -> None:
+        common = ("-D", self.data_dir, "-U", SUPERUSER, "-E", "UTF8", "--no-locale",
+                  "--no-sync")
+        if self.password is None:
+            self._run("initdb", *common, "--auth=trust")
+            return
+        # initdb reads the superuser's password from a file the server's user can read; the
+        # file goes as soon as initdb is done (the cluster keeps only the SCRAM verifier).
+        pwfile = self.root / "initdb.pw"
+        try:
+            with os.fdopen(os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+                           "w") as handle:
+                handle.write(self.password + "\n")
+            if self.os_user:
+                entry = self._os_account()
+                os.chown(pwfile, entry.pw_uid, entry.pw_gid)
+            self._run("initdb", *common, "--auth=scram-sha-256", f"--pwfile={pwfile}")
+        finally:
+            pwfile.unlink(missing_ok=True)
+
     def init(self) -> None:
-        """initdb with trust authentication on loopback only, on a free port."""
+        """initdb on loopback only, on a free port: trust, or scram-sha-256 with ``password``."""
         self._prepare_root()
         self.progress(f"initialising a local PostgreSQL in {self.data_dir} (first use only)")
-        self._run(
-            "initdb", "-D", self.data_dir, "-U", SUPERUSER, "--auth=trust",
-            "-E", "UTF8", "--no-locale", "--no-sync",
-        )
+        self._initdb()
         settings = {
             "port": str(_free_port()),
             "listen_addresses": "'127.0.0.1'",
@@ -194,6 +219,8 @@ class EmbeddedPostgres:
             "shared_buffers": "256MB",
             "max_locks_per_transaction": "256",
         }
+        if self.password is not None:  # passwords of roles created later: SCRAM verifiers too
+            settings["password_encryption"] = "'scram-sha-256'"
         with (self.data_dir / "postgresql.auto.conf").open("a") as conf:
             for name, value in settings.items():
                 conf.write(f"{name} = {value}\n")

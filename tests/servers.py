@@ -1,0 +1,140 @@
+"""Extra servers some tests start: PgBouncer in front of the suite's PostgreSQL.
+
+Started as an unprivileged user when we are root (PgBouncer refuses root, like PostgreSQL),
+waited for until it accepts, and always stopped by its pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+
+PGBOUNCER_MISSING = (
+    "pgbouncer is not installed (looked on PATH and in /usr/sbin): install it with "
+    "`apt-get install pgbouncer` (.ci/run does); these tests prove hivenet-db works behind it"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pgbouncer_binary() -> str | None:
+    # Debian puts it in /usr/sbin, which a non-root PATH often lacks.
+    return shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
+
+
+def _run_as() -> pwd.struct_passwd | None:
+    """The account PgBouncer runs as: ours, or the embedded server's user when we are root."""
+    if os.geteuid() != 0:
+        return None
+    return pwd.getpwnam(os.environ.get("HIVENET_EMBEDDED_USER", "postgres"))
+
+
+def _config(directory: Path, listen_port: int, server_port: int, pool_size: int,
+            max_clients: int) -> str:
+    return f"""\
+[databases]
+; any database name the client asks for, on the suite's server
+* = host=127.0.0.1 port={server_port}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {listen_port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {directory / "userlist.txt"}
+pool_mode = transaction
+default_pool_size = {pool_size}
+min_pool_size = 0
+reserve_pool_size = 0
+max_client_conn = {max_clients}
+; a client waiting longer than this for a server connection gets an error, not a hang
+query_wait_timeout = 30
+ignore_startup_parameters = extra_float_digits
+pidfile = {directory / "pgbouncer.pid"}
+logfile = {directory / "pgbouncer.log"}
+"""
+
+
+@contextlib.contextmanager
+def pgbouncer(server_port: int, *, pool_size: int = 4, max_clients: int = 100,
+              user: str = "postgres") -> Iterator[int]:
+    """PgBouncer in transaction pooling in front of 127.0.0.1:``server_port``, trusting
+    ``user``; yields its port. Raises FileNotFoundError(PGBOUNCER_MISSING) without it."""
+    binary = pgbouncer_binary()
+    if binary is None:
+        raise FileNotFoundError(PGBOUNCER_MISSING)
+    account = _run_as()
+    directory = Path(tempfile.mkdtemp(prefix="hivenet-pgbouncer-"))
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        port = free_port()
+        (directory / "pgbouncer.ini").write_text(
+            _config(directory, port, server_port, pool_size, max_clients))
+        (directory / "userlist.txt").write_text(f'"{user}" ""\n')  # trust: names only
+        kwargs: dict[str, object] = {}
+        if account is not None:
+            for path in (directory, *directory.iterdir()):
+                os.chown(path, account.pw_uid, account.pw_gid)
+            kwargs = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+        os.chmod(directory, 0o700)
+        with (directory / "stderr.log").open("wb") as stderr:
+            proc = subprocess.Popen(  # type: ignore[call-overload]
+                [binary, str(directory / "pgbouncer.ini")], stdin=subprocess.DEVNULL,
+                stdout=stderr, stderr=stderr, cwd="/", **kwargs)
+        _wait_until_it_accepts(proc, port, user, directory)
+        yield port
+    finally:
+        if proc is not None:
+            _stop(proc)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _log(directory: Path) -> str:
+    text = ""
+    for name in ("stderr.log", "pgbouncer.log"):
+        with contextlib.suppress(OSError):
+            text += (directory / name).read_text(errors="replace")
+    return "\n".join(text.splitlines()[-20:])
+
+
+def _wait_until_it_accepts(proc: subprocess.Popen[bytes], port: int, user: str,
+                           directory: Path) -> None:
+    url = f"postgresql://{user}@127.0.0.1:{port}/postgres"
+    deadline = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"pgbouncer exited ({proc.returncode}):\n{_log(directory)}")
+        try:
+            with psycopg.connect(url, connect_timeout=2, prepare_threshold=None) as conn:
+                conn.execute("SELECT 1")
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"pgbouncer did not accept on {port}:\n{_log(directory)}"
+                                   ) from None
+            time.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (immediate shutdown) to its pid, SIGKILL if it lingers."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

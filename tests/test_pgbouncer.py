@@ -1,0 +1,118 @@
+"""hivenet-db behind PgBouncer in transaction pooling (SPEC §6): many clients share a few
+server sessions, handed from one client to the next after every transaction, so nothing the
+library does may rely on session state or on prepared statements of a session."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+from sqlalchemy import create_engine
+
+from hivenet_db import SerialRepository
+from hivenet_db.dburl import sqlalchemy_url
+from hivenet_db.embedded import SUPERUSER, EmbeddedPostgres
+from tests.servers import pgbouncer
+
+THREADS = 16
+ITERATIONS = 40
+POOL_SIZE = 4  # far fewer server sessions than clients: sessions really are shared
+SCOPE = {"system": "P0001", "module": "B01"}
+
+
+@pytest.fixture(scope="module")
+def bouncer_port(hivenet_server: EmbeddedPostgres) -> Iterator[int]:
+    """PgBouncer (transaction pooling) in front of the suite's server; stopped afterwards."""
+    try:
+        with pgbouncer(hivenet_server.port, pool_size=POOL_SIZE, max_clients=4 * THREADS,
+                       user=SUPERUSER) as port:
+            yield port
+    except FileNotFoundError as missing:
+        pytest.fail(str(missing))
+
+
+def _via(url: str, port: int) -> str:
+    """The test database's URL, through PgBouncer."""
+    dbname = urlsplit(url).path.lstrip("/")
+    return f"postgresql://{SUPERUSER}@127.0.0.1:{port}/{dbname}"
+
+
+def _scalar(conn: psycopg.Connection, sql: str, params: Any = None) -> Any:
+    row = conn.execute(sql, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _iteration(conn: psycopg.Connection, k: int) -> tuple[list[str], int]:
+    """One transaction of the mix: allocate, claim a fresh interface serial, run a step.
+    Instances repeat across threads, so several threads race on each scope's first use."""
+    fields = {**SCOPE, "instance": f"{k % 20 + 1:02d}"}
+    args = (fields["system"], fields["module"], fields["instance"])
+    unified = _scalar(conn, "SELECT hivenet.next_unified_serial(%s, %s, %s)", args)
+    batch = [r[0] for r in conn.execute(
+        "SELECT hivenet.next_serials('system', %s::jsonb, 3)", (json.dumps(fields),))]
+    interface = _scalar(conn, "SELECT hivenet.next_interface_serial(%s, %s, %s, 'T0001')",
+                        args)
+    conn.execute("SELECT hivenet.claim_interface_serial(%s, %s, %s)",
+                 (interface, unified, batch[0]))
+    system = _scalar(conn, "SELECT hivenet.next_system_serial(%s, %s, %s)", args)
+    attempt = _scalar(conn, "SELECT attempt FROM hivenet.begin_step(%s, %s::jsonb)",
+                      (system, json.dumps({"k": k})))
+    conn.execute("SELECT hivenet.finish_step(%s, %s, true, '{}')", (system, attempt))
+    backend = _scalar(conn, "SELECT pg_backend_pid()")
+    conn.commit()
+    return [unified, *batch, interface, system], backend
+
+
+def test_sixteen_clients_share_four_sessions_without_errors_or_duplicates(
+        hivenet_url: str, bouncer_port: int) -> None:
+    url = _via(hivenet_url, bouncer_port)
+    # Two connections per client at most (its own, and the one next_durable opens), so the
+    # engine's own pool never makes a client wait for another.
+    engine = create_engine(sqlalchemy_url(url), connect_args={"prepare_threshold": None},
+                           pool_size=2 * THREADS, max_overflow=0)
+    serials: list[list[str]] = [[] for _ in range(THREADS)]
+    backends: list[set[int]] = [set() for _ in range(THREADS)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(THREADS)
+
+    def client(t: int) -> None:
+        try:
+            with psycopg.connect(url, prepare_threshold=None) as conn:
+                barrier.wait(timeout=60)
+                for k in range(ITERATIONS):
+                    issued, backend = _iteration(conn, k)
+                    serials[t] += issued
+                    backends[t].add(backend)
+                    with engine.connect() as sa:
+                        durable = SerialRepository(sa).next_durable(
+                            "unified", **SCOPE, instance=f"{k % 20 + 1:02d}")
+                        sa.commit()
+                    serials[t].append(str(durable))
+        except BaseException as error:
+            errors.append(error)
+            barrier.abort()
+
+    threads = [threading.Thread(target=client, args=(t,)) for t in range(THREADS)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=600)
+        assert not any(thread.is_alive() for thread in threads), "a client hung"
+    finally:
+        engine.dispose()
+
+    assert errors == [], errors[:3]
+    everything = [s for per_thread in serials for s in per_thread]
+    assert len(everything) == THREADS * ITERATIONS * 7
+    assert len(set(everything)) == len(everything), "duplicate serials"
+    # Transaction pooling really was in force: all clients together met no more server
+    # sessions than the pool holds, and clients were handed different sessions over time.
+    assert len(set().union(*backends)) <= POOL_SIZE
+    assert any(len(seen) > 1 for seen in backends)
