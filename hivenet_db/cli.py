@@ -1,4 +1,4 @@
-"""The ``hivenet-db`` command: migrate, allocate, parse, report, maintain, demo, bench.
+"""The ``hivenet-db`` command: bootstrap, migrate, allocate, parse, report, maintain, demo, bench.
 
 With no ``--url`` and no ``HIVENET_DATABASE_URL`` every command that needs a database uses
 the embedded local PostgreSQL (see ``hivenet_db.embedded``), initialised on first use,
