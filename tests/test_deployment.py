@@ -245,6 +245,24 @@ def test_the_application_role_uses_the_api(app_engine: Engine) -> None:
         assert durable.format == "unified" and durable.fields["system"] == "D0002"
 
 
+def test_the_application_role_claims_on_a_day_without_partition(
+        cluster: Cluster, installed: object) -> None:
+    """A day whose partition is missing (maintain() not run) takes the application's claim
+    in the default partition: no DDL, no connection, no superuser."""
+    with psycopg.connect(cluster.url(OWNER), autocommit=True) as owner:
+        day = _scalar(owner, "SELECT to_char(hivenet.now() - interval '1 day', 'YYYYMMDD')")
+        owner.execute(f"DROP TABLE IF EXISTS hivenet.interface_call_{day}")
+    serial = f"D0001S0104B0001{day}2359590000000001"  # late yesterday: inside the window
+    with psycopg.connect(cluster.url(APP), autocommit=True) as app:
+        app.execute("SELECT hivenet.claim_interface_serial(%s)", (serial,))
+        with pytest.raises(psycopg.Error) as again:
+            app.execute("SELECT hivenet.claim_interface_serial(%s)", (serial,))
+        assert again.value.sqlstate == "HN020"
+    with psycopg.connect(cluster.url(OWNER)) as owner:
+        assert _scalar(owner, "SELECT count(*) FROM hivenet.interface_call_default "
+                              "WHERE interface_serial = %s", (serial,)) == 1
+
+
 def test_a_rolled_back_first_use_leaves_a_gap(app_engine: Engine) -> None:
     """SPEC §2 guarantee 2, as the application role: the first serial of a scope vanished
     with its rollback, and the scope does not start over."""
