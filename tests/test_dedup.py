@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psycopg
 import psycopg.sql
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, text
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from hivenet_db import (
     AsyncInterfaceDedup,
@@ -23,9 +21,17 @@ from hivenet_db import (
     SerialOutsideWindow,
     migrate,
 )
-from hivenet_db.dburl import sqlalchemy_url
+from hivenet_db._execute import SyncDB
 from hivenet_db.propagation import unified_serial_context
-from tests.helpers import claim_and_end, race, scalar, wait_until_blocked
+from tests.helpers import (
+    async_connection,
+    claim_and_end,
+    race,
+    run_sql,
+    run_sql_async,
+    scalar,
+    wait_until_blocked,
+)
 
 NOW = "2031-03-01 12:00:00+00"
 UNIFIED = "C0001A0101203103010000000001"
@@ -509,15 +515,16 @@ def test_duplicate_check_touches_one_partition_through_its_unique_index(
 # --- Python ------------------------------------------------------------------------------
 
 @pytest.fixture
-def sa_conn(hivenet_engine: Engine, fake_clock: SetClock) -> Iterator[object]:
-    with hivenet_engine.connect() as conn:
-        conn.execute(text("SELECT set_config('hivenet.fake_now', :t, false)"), {"t": NOW})
-        conn.commit()
-        yield conn
+def clocked_any(any_conn: SyncDB, fake_clock: SetClock) -> SyncDB:
+    """The caller's connection of each kind, its clock at NOW for the session."""
+    run_sql(any_conn, "SELECT set_config('hivenet.fake_now', :t, false)", t=NOW)
+    any_conn.commit()
+    return any_conn
 
 
-def test_python_interface_dedup(sa_conn: object) -> None:
-    dedup = InterfaceDedup(sa_conn)  # type: ignore[arg-type]
+def test_python_interface_dedup(clocked_any: SyncDB) -> None:
+    conn = clocked_any
+    dedup = InterfaceDedup(conn)
     with unified_serial_context(UNIFIED):
         dedup.claim(iserial(seq=1), system_serial="C0001A010120310301000000000001")
     dedup.claim(iserial(seq=2), UNIFIED)
@@ -525,19 +532,19 @@ def test_python_interface_dedup(sa_conn: object) -> None:
     with pytest.raises(DuplicateInterfaceSerial) as raised:
         dedup.claim(iserial(seq=1))
     assert raised.value.sqlstate == "HN020" and iserial(seq=1) in raised.value.message
-    sa_conn.rollback()  # type: ignore[attr-defined]
+    conn.rollback()
     dedup.claim(iserial(seq=1), UNIFIED)
-    sa_conn.commit()  # type: ignore[attr-defined]
+    conn.commit()
     with pytest.raises(SerialOutsideWindow):
         dedup.claim(iserial(when="20300101000000"))
-    sa_conn.rollback()  # type: ignore[attr-defined]
+    conn.rollback()
     with pytest.raises(InvalidInput):
         dedup.claim("C0001")
-    sa_conn.rollback()  # type: ignore[attr-defined]
+    conn.rollback()
     with unified_serial_context(UNIFIED):
         dedup.claim(iserial(seq=4))
         dedup.claim(iserial(seq=5), system_serial="C0001A010120310301000000000005")
-    sa_conn.commit()  # type: ignore[attr-defined]
+    conn.commit()
     chain = dedup.call_chain(UNIFIED)
     assert [c.interface_serial for c in chain] == [iserial(seq=1), iserial(seq=4),
                                                    iserial(seq=5)]
@@ -545,26 +552,22 @@ def test_python_interface_dedup(sa_conn: object) -> None:
     assert (chain[0].source_system, chain[0].target_system) == ("C0001", "T0001")
 
 
-def test_python_async_interface_dedup(hivenet_url: str, fake_clock: SetClock) -> None:
-    pytest.importorskip("greenlet", reason="the async extra (sqlalchemy[asyncio]) is not installed")
+def test_python_async_interface_dedup(hivenet_url: str, fake_clock: SetClock,
+                                      async_kind: str) -> None:
     async def main() -> None:
-        engine = create_async_engine(sqlalchemy_url(hivenet_url))
-        try:
-            async with engine.connect() as conn:
-                await conn.execute(text("SELECT set_config('hivenet.fake_now', :t, false)"),
-                                   {"t": NOW})
-                dedup = AsyncInterfaceDedup(conn)
-                await dedup.claim(iserial(), UNIFIED)
-                with pytest.raises(DuplicateInterfaceSerial):
-                    await dedup.claim(iserial())
-                await conn.rollback()
-                await conn.execute(text("SELECT set_config('hivenet.fake_now', :t, false)"),
-                                   {"t": NOW})
-                await dedup.claim(iserial(), UNIFIED)
-                assert [c.interface_serial for c in await dedup.call_chain(UNIFIED)] == [
-                    iserial()]
-        finally:
-            await engine.dispose()
+        async with async_connection(async_kind, hivenet_url) as conn:
+            # a transaction-local clock: set again after each rollback
+            clock = "SELECT set_config('hivenet.fake_now', :t, true)"
+            await run_sql_async(conn, clock, t=NOW)
+            dedup = AsyncInterfaceDedup(conn)
+            await dedup.claim(iserial(), UNIFIED)
+            with pytest.raises(DuplicateInterfaceSerial):
+                await dedup.claim(iserial())
+            await conn.rollback()
+            await run_sql_async(conn, clock, t=NOW)
+            await dedup.claim(iserial(), UNIFIED)
+            assert [c.interface_serial for c in await dedup.call_chain(UNIFIED)] == [
+                iserial()]
     asyncio.run(main())
 
 
