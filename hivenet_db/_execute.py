@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import tuple_row
-from sqlalchemy import Connection, Engine, TextClause
+from sqlalchemy import Connection, CursorResult, Engine, Result, TextClause
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.orm import Session
 
@@ -38,6 +38,12 @@ def psycopg_sql(statement: TextClause) -> str:
     return str(statement.compile(dialect=_DIALECT))
 
 
+def _returns_rows(result: Result[Any]) -> bool:
+    # Session.execute is typed as returning Result; statements run as CursorResult, which
+    # knows whether the statement returns rows (SET LOCAL, CREATE TABLE do not)
+    return not isinstance(result, CursorResult) or result.returns_rows
+
+
 def rows(db: SyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
     with translated():
         if isinstance(db, psycopg.Connection):
@@ -46,7 +52,7 @@ def rows(db: SyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
                 cursor.execute(psycopg_sql(statement), params)
                 return cursor.fetchall() if cursor.description else []
         result = db.execute(statement, params)
-        return result.all() if result.returns_rows else []
+        return result.all() if _returns_rows(result) else []
 
 
 async def rows_async(db: AsyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
@@ -56,7 +62,7 @@ async def rows_async(db: AsyncDB, statement: TextClause, params: Mapping[str, An
                 await cursor.execute(psycopg_sql(statement), params)
                 return await cursor.fetchall() if cursor.description else []
         result = await db.execute(statement, params)
-        return result.all() if result.returns_rows else []
+        return result.all() if _returns_rows(result) else []
 
 
 def engine_of(db: Connection | Session) -> Engine:

@@ -156,3 +156,7 @@ def run_sql(db: SyncDB, sql: str, **params: Any) -> Rows:
 
 async def run_sql_async(db: AsyncDB, sql: str, **params: Any) -> Rows:
     return await rows_async(db, text(sql), params)
+
+
+Connect = Callable[..., psycopg.Connection]  # the ``connect`` fixture
+SetClock = Callable[[psycopg.Connection, str], None]  # the ``fake_clock`` fixture

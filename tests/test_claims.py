@@ -15,7 +15,14 @@ from sqlalchemy import Connection, Engine, text
 
 from hivenet_db import AsyncClaimRepository, ClaimRepository, DuplicateClaim, InvalidInput
 from hivenet_db._execute import SyncDB
-from tests.helpers import async_connection, claim_and_end, race, run_sql, wait_until_blocked
+from tests.helpers import (
+    async_connection,
+    claim_and_end,
+    race,
+    run_sql,
+    scalar,
+    wait_until_blocked,
+)
 
 NOW = "2031-03-01 12:00:00+00"
 SetClock = Callable[[psycopg.Connection, str], None]
@@ -32,8 +39,8 @@ def claim_state(conn: psycopg.Connection, namespace: str | None, key: str | None
 
 
 def taken(db: psycopg.Connection, namespace: str, key: str) -> int:
-    return db.execute("SELECT count(*) FROM hivenet.claim_record WHERE namespace = %s "
-                      "AND key = %s", (namespace, key)).fetchone()[0]
+    return int(scalar(db, "SELECT count(*) FROM hivenet.claim_record WHERE namespace = %s "
+                          "AND key = %s", (namespace, key)))
 
 
 def test_claim_once(db: psycopg.Connection) -> None:
@@ -41,7 +48,7 @@ def test_claim_once(db: psycopg.Connection) -> None:
     with pytest.raises(psycopg.Error) as raised:
         db.execute("SELECT hivenet.claim('inventory.purchase_input_finished', 'PO-1')")
     assert raised.value.sqlstate == "HN040"
-    assert "PO-1" in raised.value.diag.message_primary
+    assert "PO-1" in str(raised.value.diag.message_primary)
     # Keys are per namespace.
     assert claim_state(db, "queue.orders", "PO-1") is None
     assert claim_state(db, "inventory.purchase_input_finished", "PO-2") is None

@@ -28,7 +28,7 @@ from hivenet_db import (
 )
 from hivenet_db._execute import SyncDB
 from hivenet_db.propagation import unified_serial_context
-from tests.helpers import async_connection, run_sql, wait_until_blocked
+from tests.helpers import async_connection, run_sql, scalar, wait_until_blocked
 
 Connect = Callable[..., psycopg.Connection]
 REQUEST = {"from": "6222020000000001", "to": "6222020000000002", "amount": "100.00"}
@@ -37,11 +37,11 @@ REQUEST = {"from": "6222020000000001", "to": "6222020000000002", "amount": "100.
 # --- helpers ---------------------------------------------------------------------------------
 
 def new_serial(db: psycopg.Connection, kind: str = "system") -> str:
-    return db.execute(f"SELECT hivenet.next_{kind}_serial('C0001', 'A01', '01')").fetchone()[0]
+    return str(scalar(db, f"SELECT hivenet.next_{kind}_serial('C0001', 'A01', '01')"))
 
 
 def begin(conn: psycopg.Connection, serial: str | None, request: Any = REQUEST,
-          **options: Any) -> tuple[str, int, Any]:
+          **options: Any) -> Any:
     named = "".join(f", p_{name} => %({name})s" for name in options)
     return conn.execute(
         f"SELECT * FROM hivenet.begin_step(%(serial)s, %(request)s{named})",
@@ -49,7 +49,7 @@ def begin(conn: psycopg.Connection, serial: str | None, request: Any = REQUEST,
     ).fetchone()
 
 
-def finish(conn: psycopg.Connection, serial: str, attempt: int, succeeded: bool | None,
+def finish(conn: psycopg.Connection, serial: str, attempt: int | None, succeeded: bool | None,
            response: Any = None) -> None:
     conn.execute("SELECT hivenet.finish_step(%s, %s, %s, %s)",
                  (serial, attempt, succeeded, None if response is None else Jsonb(response)))
@@ -239,7 +239,7 @@ def test_begin_step_accepts_exactly_the_serials_parse_serial_accepts(
                      pg_temp.parses(s, 'system')
                      AND (u IS NULL OR pg_temp.parses(u, 'unified')) AS ok
               FROM unnest(%s::text[], %s::text[]) AS c(s, u)) t""",
-        ([p[0] for p in pairs], [p[1] for p in pairs])).fetchone()
+        ([p[0] for p in pairs], [p[1] for p in pairs])).fetchall()[0]
     assert disagree == 0
     assert 500 < accepted < len(pairs) - 500  # the sample has both kinds in number
 
@@ -403,7 +403,7 @@ def test_exactly_once_under_16_parallel_duplicates(connect: Connect) -> None:
         thread.start()
     for thread in threads:
         thread.join(120)
-    applied = dict(setup.execute("SELECT serial, applied FROM effect").fetchall())
+    applied: dict[str, int] = dict(setup.execute("SELECT serial, applied FROM effect").fetchall())
     assert applied == {serial: 1 for serial in serials}
     assert outcomes["started"] == trials and outcomes["crashed"] == trials
     assert set(outcomes) <= {"started", "crashed", "replayed", "HN030", "HN031"}
@@ -565,18 +565,19 @@ def test_repository_begin_finish_and_errors(any_conn: SyncDB, db: psycopg.Connec
     steps.finish(serial, steps.begin(serial, REQUEST).attempt, True, {"ok": True})
     assert steps.begin(serial, REQUEST) == StepStart("replayed", 1, {"ok": True})
     conn.commit()
-    for error, call in [
+    cases: list[tuple[type[Exception], Callable[[], object]]] = [
         (StepAlreadySucceeded, lambda: steps.begin(serial, REQUEST, on_success="reject")),
         (RequestMismatch, lambda: steps.begin(serial, {"other": 1})),
         (InvalidInput, lambda: steps.begin("C0001", REQUEST)),
-    ]:
+    ]
+    for error, call in cases:
         with pytest.raises(error):
             call()
         conn.rollback()
 
 
 def test_context_manager_three_lines(any_conn: SyncDB, db: psycopg.Connection) -> None:
-    serial, effects = new_serial(db), []
+    serial, effects = new_serial(db), list[int]()
     for _ in range(2):
         with StepRepository(any_conn).step(serial, REQUEST) as step:
             if step.started:
