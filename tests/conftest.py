@@ -8,7 +8,7 @@ import pytest
 from hivenet_db._execute import SyncDB
 from tests.helpers import ASYNC_KINDS, SYNC_KINDS, sync_connection
 
-pytest_plugins = ["hivenet_db.testing"]
+pytest_plugins = ["hivenet_db.testing", "pytester"]
 
 
 @pytest.fixture
