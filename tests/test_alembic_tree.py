@@ -4,12 +4,12 @@ fresh install by `hivenet-db migrate`."""
 
 from __future__ import annotations
 
+import importlib.resources
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import hivenet_db.migrations
 import psycopg
 import pytest
 
@@ -19,13 +19,14 @@ from hivenet_db.migrate import State
 
 BIN = Path(sys.executable).parent
 DOC = Path(__file__).resolve().parent.parent / "docs" / "alembic.md"
-PACKAGE_VERSIONS = Path(hivenet_db.migrations.__file__).resolve().parent / "versions"
+# the installed package's revisions (a package of its own: hivenet_db.migrations)
+PACKAGE_VERSIONS = Path(str(importlib.resources.files("hivenet_db.migrations"))) / "versions"
 
 
 def _doc_block(language: str, containing: str) -> str:
     blocks = re.findall(rf"```{language}\n(.*?)```", DOC.read_text(), re.S)
     [block] = [b for b in blocks if containing in b]
-    return block
+    return str(block)
 
 
 def _versions() -> set[str]:
