@@ -1,11 +1,23 @@
-"""Run one statement on the caller's Connection or Session (sync or async), never committing."""
+"""Run one statement on the caller's connection, never committing.
+
+The caller's connection is a SQLAlchemy ``Connection`` or ``Session`` (sync or async) or a plain
+psycopg 3 ``Connection`` / ``AsyncConnection``. Statements are written once, as SQLAlchemy
+``text()`` with ``:name`` parameters; for psycopg they are compiled once by SQLAlchemy's own
+psycopg dialect to ``%(name)s`` (which also escapes any literal ``%``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from functools import cache
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from sqlalchemy import Connection, Engine, Row, TextClause
+import psycopg
+from psycopg.conninfo import make_conninfo
+from psycopg.rows import tuple_row
+from sqlalchemy import Connection, CursorResult, Engine, Result, TextClause
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.orm import Session
 
 from hivenet_db.errors import translated
@@ -13,33 +25,92 @@ from hivenet_db.errors import translated
 if TYPE_CHECKING:  # asyncio support needs greenlet: the optional extra "async"
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-SyncDB: TypeAlias = "Connection | Session"
-AsyncDB: TypeAlias = "AsyncConnection | AsyncSession"
+SyncDB: TypeAlias = "Connection | Session | psycopg.Connection[Any]"
+AsyncDB: TypeAlias = "AsyncConnection | AsyncSession | psycopg.AsyncConnection[Any]"
+Rows: TypeAlias = Sequence[Sequence[Any]]
+
+_DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]  # SQLAlchemy: no annotations
 
 
-def rows(db: SyncDB, statement: TextClause, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
+@cache
+def psycopg_sql(statement: TextClause) -> str:
+    """``statement`` with ``%(name)s`` placeholders, as psycopg wants them."""
+    return str(statement.compile(dialect=_DIALECT))
+
+
+def _returns_rows(result: Result[Any]) -> bool:
+    # Session.execute is typed as returning Result; statements run as CursorResult, which
+    # knows whether the statement returns rows (SET LOCAL, CREATE TABLE do not)
+    return not isinstance(result, CursorResult) or result.returns_rows
+
+
+def rows(db: SyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
     with translated():
-        return db.execute(statement, params).all()
+        if isinstance(db, psycopg.Connection):
+            # tuple_row: the caller's connection may have another row factory (dict_row)
+            with db.cursor(row_factory=tuple_row) as cursor:
+                cursor.execute(psycopg_sql(statement), params)
+                return cursor.fetchall() if cursor.description else []
+        result = db.execute(statement, params)
+        return result.all() if _returns_rows(result) else []
 
 
-async def rows_async(
-    db: AsyncDB, statement: TextClause, params: Mapping[str, Any]
-) -> Sequence[Row[Any]]:
+async def rows_async(db: AsyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
     with translated():
+        if isinstance(db, psycopg.AsyncConnection):
+            async with db.cursor(row_factory=tuple_row) as cursor:
+                await cursor.execute(psycopg_sql(statement), params)
+                return await cursor.fetchall() if cursor.description else []
         result = await db.execute(statement, params)
-        return result.all()
+        return result.all() if _returns_rows(result) else []
 
 
-def engine_of(db: SyncDB) -> Engine:
+def engine_of(db: Connection | Session) -> Engine:
     """The engine behind the caller's Connection or Session, for work that must commit on a
     connection of its own (durable allocation)."""
     bind = db.get_bind() if isinstance(db, Session) else db
     return bind if isinstance(bind, Engine) else bind.engine
 
 
-def async_engine_of(db: AsyncDB) -> AsyncEngine:
+def async_engine_of(db: AsyncConnection | AsyncSession) -> AsyncEngine:
     """``engine_of`` for an AsyncConnection or AsyncSession."""
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
     bind = db.bind if isinstance(db, AsyncSession) else db
+    if bind is None:
+        raise ValueError("the AsyncSession is bound to no engine")
     return bind if isinstance(bind, AsyncEngine) else bind.engine
+
+
+def conninfo_of(db: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str:
+    """Connection string for another connection like ``db``: ``info.dsn`` leaves the password
+    out, so it is added back from ``info.password`` (which libpq also fills from a passfile)."""
+    return make_conninfo(db.info.dsn, password=db.info.password)
+
+
+@contextmanager
+def own_transaction(db: SyncDB) -> Iterator[SyncDB]:
+    """A transaction on a connection of its own, committed when the block ends: a connection
+    from the same engine for SQLAlchemy, a new connection with the same conninfo (closed
+    afterwards, not pooled) for a psycopg Connection."""
+    if isinstance(db, psycopg.Connection):
+        with psycopg.Connection.connect(conninfo_of(db)) as own:  # commits, then closes
+            yield own
+    else:
+        with engine_of(db).begin() as own:
+            yield own
+
+
+@asynccontextmanager
+async def own_transaction_async(db: AsyncDB) -> AsyncIterator[AsyncDB]:
+    """``own_transaction`` for an AsyncConnection or AsyncSession, or a psycopg AsyncConnection."""
+    if isinstance(db, psycopg.AsyncConnection):
+        async with await psycopg.AsyncConnection.connect(conninfo_of(db)) as own:
+            yield own
+    else:
+        async with async_engine_of(db).begin() as own:
+            yield own
+
+
+__all__ = ["AsyncDB", "Rows", "SyncDB", "engine_of", "own_transaction", "own_transaction_async",
+           "psycopg_sql", "rows", "rows_async"]

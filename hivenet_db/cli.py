@@ -183,9 +183,10 @@ def parse_target(url: str) -> Target:
     except ArgumentError as error:
         raise _malformed(str(error)) from None
     # libpq's defaults, for messages only: libpq applies them itself.
-    user = params.get("user") or os.environ.get("PGUSER") or getpass.getuser()
-    return Target(host=params.get("host") or os.environ.get("PGHOST") or LOCAL_SOCKET,
-                  port=port, dbname=params.get("dbname") or os.environ.get("PGDATABASE") or user,
+    user = str(params.get("user") or os.environ.get("PGUSER") or getpass.getuser())
+    return Target(host=str(params.get("host") or os.environ.get("PGHOST") or LOCAL_SOCKET),
+                  port=port,
+                  dbname=str(params.get("dbname") or os.environ.get("PGDATABASE") or user),
                   user=user)
 
 
@@ -445,7 +446,7 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
                            "version; see docs/benchmarks.md") from None
     if args.url:  # the benchmark runner reads the URL like every command: from the environment
         os.environ[ENV_VAR] = args.url
-    return bench.main(list(args.bench_args))
+    return int(bench.main(list(args.bench_args)))
 
 
 def cmd_embedded(args: argparse.Namespace, out: Output) -> None:
@@ -476,7 +477,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--url", default=argparse.SUPPRESS, help=(
         f"database URL (postgresql://...); default ${ENV_VAR}, else the embedded local "
         "PostgreSQL"))

@@ -1,6 +1,7 @@
 """Interface-serial duplicate check, the call chain, and generic idempotency claims.
 
-Every method runs one statement on the caller's ``Connection`` or ``Session`` and never
+Every method runs one statement on the caller's connection (SQLAlchemy ``Connection`` or
+``Session``, or psycopg 3 ``Connection``; the Async classes their async counterparts) and never
 commits: a claim commits or vanishes with the caller's transaction, together with the effect
 it guards. The rules live in SQL (``hivenet_db/sql/dedup.sql`` and ``claims.sql``).
 """
@@ -8,13 +9,12 @@ it guards. The rules live in SQL (``hivenet_db/sql/dedup.sql`` and ``claims.sql`
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, text
+from sqlalchemy import text
 
-from hivenet_db._execute import AsyncDB, SyncDB, rows, rows_async
+from hivenet_db._execute import AsyncDB, Rows, SyncDB, rows, rows_async
 from hivenet_db.propagation import current_unified_serial
 
 _CLAIM_INTERFACE = text(
@@ -47,7 +47,7 @@ def _claim_params(serial: str, unified_serial: str | None, system_serial: str | 
             "system_serial": system_serial, "nowait": nowait}
 
 
-def _calls(result: Sequence[Row[Any]]) -> list[Call]:
+def _calls(result: Rows) -> list[Call]:
     return [Call(*row) for row in result]
 
 
@@ -72,7 +72,7 @@ class InterfaceDedup:
 
 
 class AsyncInterfaceDedup:
-    """``InterfaceDedup`` for an ``AsyncConnection`` or ``AsyncSession``."""
+    """``InterfaceDedup`` for an ``AsyncConnection`` or ``AsyncSession`` (or psycopg's)."""
 
     def __init__(self, db: AsyncDB) -> None:
         self.db = db
@@ -105,7 +105,7 @@ class ClaimRepository:
 
 
 class AsyncClaimRepository:
-    """``ClaimRepository`` for an ``AsyncConnection`` or ``AsyncSession``."""
+    """``ClaimRepository`` for an ``AsyncConnection`` or ``AsyncSession`` (or psycopg's)."""
 
     def __init__(self, db: AsyncDB) -> None:
         self.db = db

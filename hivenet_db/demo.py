@@ -118,28 +118,31 @@ class Demo:
         who = provider.system
         # The unified serial comes from the headers (bound in the context), not an argument.
         with bind_from_headers(headers) as call, self.engine.begin() as conn:
-            InterfaceDedup(conn).claim(call.interface_serial, system_serial=call.system_serial)
+            if call.interface_serial is None or call.system_serial is None:
+                raise ValueError(f"the demo's calls carry both serials, not {headers!r}")
+            system_serial = call.system_serial
+            InterfaceDedup(conn).claim(call.interface_serial, system_serial=system_serial)
             self.out.say(who, "duplicate check: interface serial not seen before, recorded")
-            start = StepRepository(conn).begin(call.system_serial, request)
+            start = StepRepository(conn).begin(system_serial, request)
         if start.replayed:
-            self.out.say(who, f"system serial {call.system_serial} already succeeded: "
+            self.out.say(who, f"system serial {system_serial} already succeeded: "
                               f"replayed the stored response {json.dumps(start.response)}",
                          outcome=start.outcome)
             return dict(start.response or {})
-        self.out.say(who, f"step check: system serial {call.system_serial} -> attempt "
+        self.out.say(who, f"step check: system serial {system_serial} -> attempt "
                           f"{start.attempt} started", outcome=start.outcome,
                      attempt=start.attempt)
         try:
             result = work()
         except BusinessFailure as failure:
             with self.engine.begin() as conn:
-                StepRepository(conn).finish(call.system_serial, start.attempt, False,
+                StepRepository(conn).finish(system_serial, start.attempt, False,
                                             {"error": str(failure)})
             self.out.say(who, f"attempt {start.attempt} FAILED ({failure}): step recorded as "
                               "failed")
             raise
         with self.engine.begin() as conn:
-            StepRepository(conn).finish(call.system_serial, start.attempt, True, result)
+            StepRepository(conn).finish(system_serial, start.attempt, True, result)
         self.out.say(who, f"attempt {start.attempt} succeeded: {json.dumps(result)}")
         return result
 

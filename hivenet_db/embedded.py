@@ -152,7 +152,7 @@ class EmbeddedPostgres:
 
     def _run(self, *args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = [str(find_bin_dir() / str(args[0])), *map(str, args[1:])]
-        kwargs: dict[str, object] = {}
+        kwargs: dict[str, Any] = {}
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env["LC_ALL"] = "C"
         if self.os_user:
@@ -161,7 +161,7 @@ class EmbeddedPostgres:
             env["HOME"] = entry.pw_dir
         result = subprocess.run(
             cmd, capture_output=True, text=True, env=env, cwd="/", check=False, **kwargs
-        )  # type: ignore[call-overload]
+        )
         if check and result.returncode != 0:
             raise EmbeddedError(
                 f"{' '.join(cmd)} failed ({result.returncode}): "

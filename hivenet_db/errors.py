@@ -1,4 +1,25 @@
-"""SQLSTATE → exception: every error the SQL layer raises maps to one class here."""
+"""SQLSTATE → exception: every error the SQL layer raises maps to one class here.
+
+The repositories translate for you. Code that calls the SQL functions directly (psycopg,
+SQLAlchemy ``text()``, an ORM ``server_default``) gets the driver's error with the SQLSTATE
+(``HN020`` ...) and can turn it into the same exception in one of two ways::
+
+    from hivenet_db.errors import DuplicateInterfaceSerial, from_database, translated
+
+    with translated():                  # re-raises HNxxx as its class, the original as cause
+        conn.execute("SELECT hivenet.claim_interface_serial(%s, %s, NULL, false)", (s, u))
+
+    try:
+        session.flush()
+    except DBAPIError as error:         # or psycopg.Error
+        typed = from_database(error)    # the HivenetError, or None for any other error
+        if typed is None:
+            raise
+        raise typed from error
+
+Errors that are not hivenet's (a unique violation of your own table, a lost connection) pass
+through ``translated()`` unchanged.
+"""
 
 from __future__ import annotations
 
@@ -89,10 +110,10 @@ BY_SQLSTATE: dict[str, type[HivenetError]] = {
 }
 
 
-def from_database(error: BaseException) -> HivenetError | None:
+def from_database(error: BaseException | None) -> HivenetError | None:
     """The typed error for a psycopg or SQLAlchemy error raised by hivenet SQL, else None."""
     if isinstance(error, DBAPIError):
-        error = error.orig  # type: ignore[assignment]
+        error = error.orig
     if not isinstance(error, psycopg.Error) or error.diag.sqlstate is None:
         return None
     cls = BY_SQLSTATE.get(error.diag.sqlstate)

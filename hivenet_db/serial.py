@@ -19,7 +19,9 @@ class Serial(str):
     (a ``date``) or ``serial.datetime`` (a naive ``datetime`` in the business time zone).
     """
 
-    format: str
+    # Shadows str.format on purpose: the format's name is the documented attribute (SPEC,
+    # docs, every test); str.format(serial, ...) still formats when anyone needs it.
+    format: str  # type: ignore[assignment]
     fields: dict[str, str]
     seq: int
     date: dt.date | None

@@ -13,9 +13,10 @@ from sqlalchemy import text
 
 from hivenet_db._execute import (
     AsyncDB,
+    Rows,
     SyncDB,
-    async_engine_of,
-    engine_of,
+    own_transaction,
+    own_transaction_async,
     rows,
     rows_async,
 )
@@ -36,12 +37,13 @@ def _params(format: str, count: int, fields: dict[str, Any]) -> dict[str, Any]:
     return {"format": format, "count": count, "fields": json.dumps(fields)}
 
 
-def _serials(result: Any) -> list[Serial]:
+def _serials(result: Rows) -> list[Serial]:
     return [Serial(value, parsed) for value, parsed in result]
 
 
 class SerialRepository:
-    """Serials for the caller's SQLAlchemy ``Connection`` or ``Session``.
+    """Serials for the caller's SQLAlchemy ``Connection`` or ``Session``, or a psycopg 3
+    ``Connection``.
 
     Raises ``InvalidInput`` (HN001), ``UnknownScope`` (HN002) or ``SequenceExhausted`` (HN010).
     The caller's transaction decides: numbers of a rolled-back transaction become gaps.
@@ -59,13 +61,16 @@ class SerialRepository:
     def next_durable(self, format: str, **fields: str) -> Serial:
         """A serial committed before it is returned: safe to send out before your commit.
 
-        Allocated and committed in a transaction of its own, on another connection from the
-        same engine (so it costs a connection and a commit, and stays issued whatever your
-        transaction does). After a crash PostgreSQL may hand out again a value taken by a
-        transaction that never committed; never this one (SPEC §6).
+        Allocated and committed in a transaction of its own, on another connection (so it
+        costs a connection and a commit, and stays issued whatever your transaction does):
+        from the same engine for SQLAlchemy; for a psycopg Connection a new connection with
+        the same conninfo and password, opened and closed on every call (use a pool's
+        connection and commit it yourself when that is too slow). After a crash PostgreSQL
+        may hand out again a value taken by a transaction that never committed; never this
+        one (SPEC §6).
         """
-        with engine_of(self.db).begin() as own:
-            own.execute(_SYNCHRONOUS_COMMIT)
+        with own_transaction(self.db) as own:
+            rows(own, _SYNCHRONOUS_COMMIT, {})
             return _serials(rows(own, _ALLOCATE, _params(format, 1, fields)))[0]
 
     def next_unified(self, system: str, module: str, instance: str) -> Serial:
@@ -80,7 +85,8 @@ class SerialRepository:
 
 
 class AsyncSerialRepository:
-    """``SerialRepository`` for an ``AsyncConnection`` or ``AsyncSession``."""
+    """``SerialRepository`` for an ``AsyncConnection`` or ``AsyncSession``, or a psycopg 3
+    ``AsyncConnection``."""
 
     def __init__(self, db: AsyncDB) -> None:
         self.db = db
@@ -93,8 +99,8 @@ class AsyncSerialRepository:
 
     async def next_durable(self, format: str, **fields: str) -> Serial:
         """``SerialRepository.next_durable``: committed on a connection of its own."""
-        async with async_engine_of(self.db).begin() as own:
-            await own.execute(_SYNCHRONOUS_COMMIT)
+        async with own_transaction_async(self.db) as own:
+            await rows_async(own, _SYNCHRONOUS_COMMIT, {})
             return _serials(await rows_async(own, _ALLOCATE, _params(format, 1, fields)))[0]
 
     async def next_unified(self, system: str, module: str, instance: str) -> Serial:

@@ -1,7 +1,9 @@
 """System-serial step state machine: guard a processing step so it runs at most once.
 
 The rules live in SQL (``hivenet.begin_step`` / ``finish_step`` / ``resolve_step``); this module
-calls them on the caller's ``Connection`` or ``Session`` and never commits. The common case::
+calls them on the caller's connection (SQLAlchemy ``Connection`` or ``Session``, or psycopg 3
+``Connection``; ``AsyncStepRepository`` their async counterparts) and never commits. The common
+case::
 
     with StepRepository(conn).step(system_serial, request) as step:
         if step.started:
@@ -20,7 +22,7 @@ from typing import Any, Literal
 
 from sqlalchemy import text
 
-from hivenet_db._execute import AsyncDB, SyncDB, rows, rows_async
+from hivenet_db._execute import AsyncDB, Rows, SyncDB, rows, rows_async
 from hivenet_db.propagation import current_unified_serial
 
 Outcome = Literal["started", "replayed"]
@@ -100,7 +102,7 @@ def _finish_params(system_serial: str, attempt: int, succeeded: bool,
             "response": _json(response)}
 
 
-def _start(result: Any) -> StepStart:
+def _start(result: Rows) -> StepStart:
     outcome, attempt, response = result[0]
     return StepStart(outcome, attempt, response)
 
@@ -117,7 +119,8 @@ def _note_unrecorded(error: BaseException, failure: BaseException) -> None:
 
 
 class StepRepository:
-    """Step state machine on the caller's SQLAlchemy ``Connection`` or ``Session``.
+    """Step state machine on the caller's SQLAlchemy ``Connection`` or ``Session``, or psycopg 3
+    ``Connection``.
 
     ``begin`` raises ``StepInProgress`` (HN030), ``StepAlreadySucceeded`` (HN031),
     ``RequestMismatch`` (HN032) or ``InvalidInput`` (HN001); ``finish`` and ``resolve`` raise
@@ -181,7 +184,7 @@ class StepRepository:
 
 
 class AsyncStepRepository:
-    """``StepRepository`` for an ``AsyncConnection`` or ``AsyncSession``."""
+    """``StepRepository`` for an ``AsyncConnection`` or ``AsyncSession`` (or psycopg's)."""
 
     def __init__(self, db: AsyncDB) -> None:
         self.db = db

@@ -1,8 +1,12 @@
 """Pytest fixtures for testing code that uses hivenet-db against a real PostgreSQL.
 
-Enable with ``pytest_plugins = ["hivenet_db.testing"]``. A throwaway server is started once
-per test session (as an unprivileged user when running as root), a template database is
-migrated once, and every test gets its own copy (``CREATE DATABASE ... TEMPLATE``).
+A pytest plugin, registered by the package's ``pytest11`` entry point under the name
+``hivenet_db.testing``: installed with ``pip install 'hivenet-db[testing]'``, its fixtures are
+there in every test (``-p no:hivenet_db.testing`` turns it off; ``pytest_plugins =
+["hivenet_db.testing"]`` still works and loads it once). Fixtures start nothing until a test
+asks for one. A throwaway server is started once per test session (as an unprivileged user
+when running as root), a template database is migrated once, and every test gets its own
+copy (``CREATE DATABASE ... TEMPLATE``). See docs/testing.md.
 """
 
 from __future__ import annotations
@@ -11,16 +15,21 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import psycopg
 import pytest
-from pytest_postgresql.janitor import DatabaseJanitor
+from psycopg import sql
 from sqlalchemy import Engine, create_engine
 
 from hivenet_db import migrate
 from hivenet_db.dburl import sqlalchemy_url
 from hivenet_db.embedded import SUPERUSER, EmbeddedPostgres
+
+if TYPE_CHECKING:
+    from pytest_postgresql.janitor import DatabaseJanitor
 
 TEMPLATE = "hivenet_template"
 _numbers = itertools.count()
@@ -41,6 +50,13 @@ def hivenet_server() -> Iterator[EmbeddedPostgres]:
 
 
 def _janitor(server: EmbeddedPostgres, dbname: str, **kwargs: object) -> DatabaseJanitor:
+    # Imported here: the plugin is loaded by every pytest run where hivenet-db is installed,
+    # also without the [testing] extra; only a test that asks for a database needs it.
+    try:
+        from pytest_postgresql.janitor import DatabaseJanitor
+    except ModuleNotFoundError as error:
+        raise RuntimeError("hivenet_db.testing needs pytest-postgresql: pip install "
+                           "'hivenet-db[testing]'") from error
     return DatabaseJanitor(user=SUPERUSER, host="127.0.0.1", port=server.port, dbname=dbname,
                            **kwargs)  # type: ignore[arg-type]
 
@@ -74,3 +90,26 @@ def hivenet_engine(hivenet_url: str) -> Iterator[Engine]:
         yield engine
     finally:
         engine.dispose()
+
+
+SetClock = Callable[[str], None]
+
+
+@pytest.fixture
+def hivenet_clock(hivenet_url: str, hivenet_engine: Engine) -> SetClock:
+    """``hivenet_clock("2031-03-01 12:00+00")`` moves ``hivenet.now()`` of the test's database
+    to that timestamptz for every connection opened afterwards (``hivenet_engine``'s pool is
+    emptied), so the application code under test needs no change. Allows the fake clock in
+    the test's database only (setting ``allow_fake_clock``, off in production)."""
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        conn.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'allow_fake_clock'")
+
+    def _set(when: str) -> None:
+        with psycopg.connect(hivenet_url, autocommit=True) as conn:
+            # a database default, not a session setting: the application opens its own
+            # connections; ALTER DATABASE takes no parameters, hence the quoted literal
+            conn.execute(sql.SQL("ALTER DATABASE {} SET hivenet.fake_now = {}").format(
+                sql.Identifier(conn.info.dbname), sql.Literal(when)))
+        hivenet_engine.dispose()
+
+    return _set

@@ -5,7 +5,10 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-pytest_plugins = ["hivenet_db.testing"]
+from hivenet_db._execute import SyncDB
+from tests.helpers import ASYNC_KINDS, SYNC_KINDS, sync_connection
+
+pytest_plugins = ["hivenet_db.testing", "pytester"]
 
 
 @pytest.fixture
@@ -38,3 +41,19 @@ def fake_clock(db: psycopg.Connection) -> Callable[[psycopg.Connection, str], No
         conn.execute("SELECT set_config('hivenet.fake_now', %s, false)", (when,))
 
     return _set
+
+
+@pytest.fixture(params=SYNC_KINDS)
+def any_conn(request: pytest.FixtureRequest, hivenet_url: str) -> Iterator[SyncDB]:
+    """The caller's connection, once per kind the repositories accept (SQLAlchemy Connection,
+    Session, psycopg Connection), outside autocommit: the test commits or rolls back."""
+    with sync_connection(request.param, hivenet_url) as conn:
+        yield conn
+
+
+@pytest.fixture(params=ASYNC_KINDS)
+def async_kind(request: pytest.FixtureRequest) -> str:
+    """The async connection kinds, opened in the test's event loop with ``async_connection``."""
+    if request.param.startswith("sqlalchemy"):
+        pytest.importorskip("greenlet", reason="async SQLAlchemy needs the extra hivenet-db[async]")
+    return str(request.param)

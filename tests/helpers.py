@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, closing, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
+from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
+
+from hivenet_db._execute import AsyncDB, Rows, SyncDB, rows, rows_async
+from hivenet_db.dburl import sqlalchemy_url
 
 T = TypeVar("T")
 
@@ -92,3 +98,65 @@ def claim_and_end(conn: psycopg.Connection, claim: Callable[[], str | None],
         if roll_back:
             raise psycopg.Rollback(tx)
     return "rolled back" if roll_back else "committed"
+
+
+# --- the caller's connection, of every kind the repositories accept -------------------------
+
+SYNC_KINDS = ["sqlalchemy-connection", "sqlalchemy-session", "psycopg"]
+ASYNC_KINDS = ["sqlalchemy-async-connection", "sqlalchemy-async-session", "psycopg-async"]
+
+
+@contextmanager
+def sync_connection(kind: str, url: str) -> Iterator[SyncDB]:
+    """A connection of ``kind`` to ``url``; closed (uncommitted work rolled back) at the end."""
+    if kind == "psycopg":
+        with closing(psycopg.connect(url)) as conn:
+            yield conn
+        return
+    engine = create_engine(sqlalchemy_url(url))
+    try:
+        if kind == "sqlalchemy-session":
+            with Session(engine) as session:
+                yield session
+        else:
+            with engine.connect() as connection:
+                yield connection
+    finally:
+        engine.dispose()
+
+
+@asynccontextmanager
+async def async_connection(kind: str, url: str) -> AsyncIterator[AsyncDB]:
+    """``sync_connection`` for the async kinds."""
+    if kind == "psycopg-async":
+        conn = await psycopg.AsyncConnection.connect(url)
+        try:
+            yield conn
+        finally:
+            await conn.close()
+        return
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    engine = create_async_engine(sqlalchemy_url(url))
+    try:
+        if kind == "sqlalchemy-async-session":
+            async with AsyncSession(engine) as session:
+                yield session
+        else:
+            async with engine.connect() as connection:
+                yield connection
+    finally:
+        await engine.dispose()
+
+
+def run_sql(db: SyncDB, sql: str, **params: Any) -> Rows:
+    """Run ``sql`` (``:name`` parameters) on a connection of any kind, as the library does."""
+    return rows(db, text(sql), params)
+
+
+async def run_sql_async(db: AsyncDB, sql: str, **params: Any) -> Rows:
+    return await rows_async(db, text(sql), params)
+
+
+Connect = Callable[..., psycopg.Connection]  # the ``connect`` fixture
+SetClock = Callable[[psycopg.Connection, str], None]  # the ``fake_clock`` fixture

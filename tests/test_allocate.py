@@ -274,7 +274,7 @@ def test_concurrent_define_format_waits_instead_of_failing(connect: Connect) -> 
     constants is serialised), then both formats work."""
     first, second, watcher = connect(autocommit=False), connect(autocommit=False), connect()
     first.execute("""SELECT hivenet.define_format('one', '[{"seq": 4, "reset": "never"}]')""")
-    pid = one(second, "SELECT pg_backend_pid()")
+    pid = second.info.backend_pid
     done = threading.Event()
 
     def define_second() -> None:

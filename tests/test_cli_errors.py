@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -120,7 +121,7 @@ def password_role(superuser: psycopg.Connection) -> Iterator[str]:
     name = "hivenet_cli_pw"
     superuser.execute(f"DROP ROLE IF EXISTS {name}")
     superuser.execute(f"CREATE ROLE {name} LOGIN PASSWORD 'right-pw'")
-    hba = Path(superuser.execute("SHOW hba_file").fetchone()[0])  # type: ignore[index]
+    hba = Path(superuser.execute("SHOW hba_file").fetchone()[0])
     rules = hba.read_text()
     hba.write_text(f"host all {name} 127.0.0.1/32 scram-sha-256\n{rules}")
     superuser.execute("SELECT pg_reload_conf()")
@@ -289,7 +290,7 @@ def test_hivenet_error_keeps_exit_status_1(hivenet_url: str) -> None:
 # ---------------------------------------------------------------- migrate --check
 
 
-def _check(url: str) -> tuple[int, dict[str, str], str]:
+def _check(url: str) -> tuple[int, dict[str, Any], str]:
     as_json = _run("migrate", "--check", "--json", "--url", url)
     text = _run("migrate", "--check", "--url", url)
     assert as_json.stderr == text.stderr == "" and as_json.returncode == text.returncode

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -19,7 +20,7 @@ PLAIN = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"
 
 
 @pytest.fixture
-def crashable():
+def crashable() -> Iterator[EmbeddedPostgres]:
     """A server of its own (the test kills it), fsync on as in production."""
     root = Path(tempfile.mkdtemp(prefix="hivenet-crash-"))
     os.chmod(root, 0o755)
@@ -35,7 +36,8 @@ def crashable():
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_committed_and_durable_serials_are_never_reissued_after_a_crash(crashable):
+def test_committed_and_durable_serials_are_never_reissued_after_a_crash(crashable: EmbeddedPostgres
+        ) -> None:
     url = crashable.url("crash")
     with psycopg.connect(url, autocommit=True) as conn:
         committed = [scalar(conn, PLAIN, ("02",)) for _ in range(3)]

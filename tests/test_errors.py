@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import psycopg
 import pytest
@@ -14,7 +15,7 @@ from tests.helpers import scalar
 GOOD = {"system": "C0001", "module": "A01", "instance": "01", "target": "D0001"}
 
 
-def _sqlstate(db: psycopg.Connection, sql: str, params: object = None) -> tuple[str, str]:
+def _sqlstate(db: psycopg.Connection, sql: str, params: Any = None) -> tuple[str, str]:
     with pytest.raises(psycopg.Error) as exc:
         db.execute(sql, params)
     return exc.value.diag.sqlstate or "", exc.value.diag.message_primary or ""
@@ -28,7 +29,7 @@ def _sqlstate(db: psycopg.Connection, sql: str, params: object = None) -> tuple[
     ("instance", "\uff11\uff12"), ("instance", None),
     ("target", "D001"), ("target", "D0001\n"),
 ])
-def test_bad_field_is_hn001_naming_the_value(db, field, bad):
+def test_bad_field_is_hn001_naming_the_value(db: psycopg.Connection, field: Any, bad: Any) -> None:
     fields = dict(GOOD, **{field: bad})
     for sql, args in [
         ("SELECT hivenet.next_interface_serial(%s, %s, %s, %s)",
@@ -64,7 +65,7 @@ def test_bad_field_is_hn001_naming_the_value(db, field, bad):
     ("SELECT hivenet.parse_serial('C0001A0101201507100123456789', 'nope')", "nope"),
     ("SELECT hivenet.parse_serial('C0001A0101201507100123456789', 'system')", "28"),
 ])
-def test_bad_call_is_hn001(db, sql, named):
+def test_bad_call_is_hn001(db: psycopg.Connection, sql: Any, named: Any) -> None:
     state, message = _sqlstate(db, sql)
     assert state == "HN001", message
     assert named in message
@@ -89,12 +90,13 @@ def test_bad_call_is_hn001(db, sql, named):
      "charset"),
     ('{"seq": 3}', "array"),
 ])
-def test_invalid_format_definition_is_hn001(db, segments, problem):
+def test_invalid_format_definition_is_hn001(db: psycopg.Connection, segments: Any, problem: Any
+        ) -> None:
     state, message = _sqlstate(db, "SELECT hivenet.define_format('custom', %s)", (segments,))
     assert state == "HN001" and problem in message, message
 
 
-def test_redefining_a_format_differently_is_refused(db):
+def test_redefining_a_format_differently_is_refused(db: psycopg.Connection) -> None:
     seg = '[{"literal": "X"}, {"seq": 3, "reset": "never"}]'
     db.execute("SELECT hivenet.define_format('custom', %s)", (seg,))
     db.execute("SELECT hivenet.define_format('custom', %s)", (seg,))  # same: no-op
@@ -105,7 +107,8 @@ def test_redefining_a_format_differently_is_refused(db):
     assert state == "HN001"
 
 
-def test_registry_enforced_rejects_unknown_system_and_module_with_hn002(db):
+def test_registry_enforced_rejects_unknown_system_and_module_with_hn002(db: psycopg.Connection
+        ) -> None:
     db.execute("SELECT hivenet.register_system('C0001', 'channel')")
     db.execute("SELECT hivenet.register_module('C0001', 'A01')")
     unified = "SELECT hivenet.next_unified_serial(%s, %s, '01')"
@@ -124,27 +127,27 @@ def test_registry_enforced_rejects_unknown_system_and_module_with_hn002(db):
     assert state == "HN001" and "X01" in message
 
 
-def test_bad_settings_are_refused(db):
+def test_bad_settings_are_refused(db: psycopg.Connection) -> None:
     for name, value in [("time_zone", "Mars/Olympus"), ("allow_fake_clock", "maybe")]:
         state, message = _sqlstate(db, "UPDATE hivenet.setting SET value = %s WHERE name = %s",
                                    (value, name))
         assert state == "HN001" and value in message
 
 
-def test_fake_clock_is_refused_unless_allowed(db):
+def test_fake_clock_is_refused_unless_allowed(db: psycopg.Connection) -> None:
     db.execute("SET hivenet.fake_now = '2030-01-01 00:00:00+00'")
     state, message = _sqlstate(db, "SELECT hivenet.now()")
     assert state == "HN001" and "2030-01-01" in message
 
 
-def test_clock_is_real_by_default(db):
+def test_clock_is_real_by_default(db: psycopg.Connection) -> None:
     assert scalar(db, "SELECT abs(extract(epoch FROM hivenet.now() - clock_timestamp())) < 5")
 
 
 # Random text (any Unicode, any length) to every entry point: HN001 or a valid serial, never
 # another error. Valid-looking values are mixed in so some calls do succeed.
 # NUL and lone surrogates are left out: psycopg cannot send them, so they never reach SQL.
-_any = st.characters(exclude_characters="\x00", exclude_categories=("Cs",))
+_any = st.characters(exclude_characters="\x00", exclude_categories=["Cs"])
 _text = st.one_of(st.none(), st.text(_any, max_size=8),
                   st.text(alphabet="C0A1", min_size=1, max_size=6),
                   st.sampled_from(["C0001", "A01", "01", "99", "00", "D0001"]))
@@ -155,7 +158,8 @@ _text = st.one_of(st.none(), st.text(_any, max_size=8),
 @given(a=_text, b=_text, c=_text, d=_text, fmt=st.one_of(
     st.text(_any, max_size=12), st.sampled_from(
     ["unified", "system", "interface", "id_service", "merchant_trade", "per_second"])))
-def test_random_text_gets_hn001_or_a_serial(db, a, b, c, d, fmt):
+def test_random_text_gets_hn001_or_a_serial(db: psycopg.Connection, a: Any, b: Any, c: Any, d: Any,
+                                            fmt: Any) -> None:
     calls = [
         ("SELECT hivenet.next_unified_serial(%s, %s, %s)", (a, b, c)),
         ("SELECT hivenet.next_system_serial(%s, %s, %s)", (a, b, c)),

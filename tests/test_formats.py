@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import psycopg
 import pytest
 
-from tests.helpers import scalar
+from tests.helpers import Connect, SetClock, scalar
 
 WHEN = "2015-07-10 23:01:10+00"
 
 
 @pytest.fixture
-def at_example_time(db, fake_clock):
+def at_example_time(db: psycopg.Connection, fake_clock: SetClock) -> psycopg.Connection:
     fake_clock(db, WHEN)
     return db
 
 
-def test_the_standards_example(at_example_time):
+def test_the_standards_example(at_example_time: psycopg.Connection) -> None:
     db = at_example_time
     serial = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
     assert serial == "C0001A0101201507100000000001"
@@ -38,7 +40,7 @@ def test_the_standards_example(at_example_time):
      "123456789012" "20150710230110" "000001"),
     ("SELECT hivenet.next_serial('per_second', '{}')", "150710230110" "00001"),
 ])
-def test_builtin_layouts(at_example_time, sql, expected):
+def test_builtin_layouts(at_example_time: psycopg.Connection, sql: Any, expected: Any) -> None:
     serial = scalar(at_example_time, sql)
     assert serial == expected
     parsed = scalar(at_example_time, "SELECT hivenet.parse_serial(%s, %s)",
@@ -54,11 +56,12 @@ def test_builtin_layouts(at_example_time, sql, expected):
      {"format": "interface", "system": "C0001", "module": "A01", "instance": "03",
       "target": "D0001", "datetime": "2015-07-10T23:01:10", "seq": 7}),
 ])
-def test_parse_tells_the_standard_kinds_apart_by_length(db, serial, expected):
+def test_parse_tells_the_standard_kinds_apart_by_length(db: psycopg.Connection, serial: Any,
+                                                        expected: Any) -> None:
     assert scalar(db, "SELECT hivenet.parse_serial(%s)", (serial,)) == expected
 
 
-def test_batch_is_ordered_and_unique(db):
+def test_batch_is_ordered_and_unique(db: psycopg.Connection) -> None:
     serials = [r[0] for r in db.execute(
         "SELECT hivenet.next_serials('system', %s, 500)",
         (json.dumps({"system": "C0001", "module": "A01", "instance": "01"}),))]
@@ -66,7 +69,7 @@ def test_batch_is_ordered_and_unique(db):
     assert [int(s[-12:]) for s in serials] == list(range(1, 501))
 
 
-def test_scopes_never_share_numbers(db):
+def test_scopes_never_share_numbers(db: psycopg.Connection) -> None:
     scopes = [("C0001", "A01", "01"), ("C0001", "A01", "02"), ("C0001", "A02", "01")]
     for system, module, instance in scopes:
         db.execute("SELECT hivenet.prepare_scope('unified', jsonb_build_object('system', "
@@ -78,7 +81,7 @@ def test_scopes_never_share_numbers(db):
     assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE format = 'unified'") == 3
 
 
-def test_custom_format_round_trip(db, fake_clock):
+def test_custom_format_round_trip(db: psycopg.Connection, fake_clock: SetClock) -> None:
     db.execute("""SELECT hivenet.define_format('order_no', '[
         {"literal": "ORD"}, {"field": "region", "width": 2, "charset": "upper_alnum"},
         {"time": "YYMMDD"}, {"field": "channel", "width": 1, "charset": "digit", "max": 5},
@@ -93,7 +96,7 @@ def test_custom_format_round_trip(db, fake_clock):
         db.execute("""SELECT hivenet.next_serial('order_no', '{"region": "SH", "channel": "7"}')""")
 
 
-def test_reset_never_counts_on(db, fake_clock):
+def test_reset_never_counts_on(db: psycopg.Connection, fake_clock: SetClock) -> None:
     db.execute("""SELECT hivenet.define_format('ticket', '[{"literal": "T"},
                   {"seq": 6, "reset": "never"}]')""")
     fake_clock(db, "2020-01-01 00:00:00+00")
@@ -102,7 +105,7 @@ def test_reset_never_counts_on(db, fake_clock):
     assert scalar(db, "SELECT hivenet.next_serial('ticket', '{}')") == "T000002"
 
 
-def test_format_defined_in_the_callers_transaction(connect):
+def test_format_defined_in_the_callers_transaction(connect: Connect) -> None:
     """Define and use a format in one transaction; after a rollback, a different definition
     of the same name starts clean (its first counter did not survive in a wrong layout)."""
     conn = connect(autocommit=False)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
+import threading
+from typing import Any
 
 import psycopg
 import pytest
 
-from tests.helpers import in_parallel, scalar
+from tests.helpers import Connect, SetClock, in_parallel, scalar
 
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"
 CLIENTS = 16
@@ -25,11 +27,12 @@ def _seqs_by_period(serials: list[str], period: slice, seq: slice) -> dict[str, 
     return by_period
 
 
-def test_unique_across_period_changes_and_each_period_starts_at_one(connect, fake_clock):
+def test_unique_across_period_changes_and_each_period_starts_at_one(connect: Connect,
+                                                                    fake_clock: SetClock) -> None:
     """16 connections allocate across 5 forced day changes: no duplicate, each day 1..N."""
     conns = [connect() for _ in range(CLIENTS)]
 
-    def work(conn: psycopg.Connection, barrier) -> list[str]:
+    def work(conn: psycopg.Connection, barrier: threading.Barrier) -> list[str]:
         out = []
         for day in range(5):
             barrier.wait()
@@ -46,12 +49,12 @@ def test_unique_across_period_changes_and_each_period_starts_at_one(connect, fak
         assert sorted(seqs) == list(range(1, CLIENTS * 20 + 1))
 
 
-def test_dozens_of_resets_raced_by_16_connections(connect, fake_clock):
+def test_dozens_of_resets_raced_by_16_connections(connect: Connect, fake_clock: SetClock) -> None:
     """The reset path is where races hide: 40 per-second periods, all 16 clients at once."""
     conns = [connect() for _ in range(CLIENTS)]
     base = dt.datetime(2026, 3, 1, 8, 0, 0, tzinfo=dt.UTC)
 
-    def work(conn: psycopg.Connection, barrier) -> list[str]:
+    def work(conn: psycopg.Connection, barrier: threading.Barrier) -> list[str]:
         out = []
         for second in range(40):
             barrier.wait()
@@ -72,7 +75,8 @@ def _wait_free(conn: psycopg.Connection) -> None:
     conn.execute("SET lock_timeout = '200ms'")
 
 
-def test_allocation_never_waits_for_an_open_transaction(connect, fake_clock):
+def test_allocation_never_waits_for_an_open_transaction(connect: Connect, fake_clock: SetClock
+        ) -> None:
     """An open transaction that just allocated, reset a period, or created the scope never
     makes another connection wait (lock_timeout 200 ms would fail it)."""
     holder, other = connect(autocommit=False), connect()
@@ -95,7 +99,8 @@ def test_allocation_never_waits_for_an_open_transaction(connect, fake_clock):
 
 
 @pytest.mark.parametrize("first_use", [True, False])
-def test_numbers_of_a_rolled_back_transaction_are_never_reissued(connect, first_use):
+def test_numbers_of_a_rolled_back_transaction_are_never_reissued(connect: Connect, first_use: bool
+        ) -> None:
     conn = connect(autocommit=False)
     before = [] if first_use else [scalar(conn, UNIFIED)]
     conn.commit()
@@ -108,7 +113,8 @@ def test_numbers_of_a_rolled_back_transaction_are_never_reissued(connect, first_
     assert sorted(before + lost + after) == before + lost + after
 
 
-def test_clock_going_back_never_issues_a_smaller_serial(db, fake_clock):
+def test_clock_going_back_never_issues_a_smaller_serial(db: psycopg.Connection, fake_clock: SetClock
+        ) -> None:
     fake_clock(db, _day(5))
     later = scalar(db, UNIFIED)
     fake_clock(db, _day(3))  # the clock went back two days
@@ -117,7 +123,7 @@ def test_clock_going_back_never_issues_a_smaller_serial(db, fake_clock):
     assert {s[10:18] for s in after} == {later[10:18]}  # issuing stays in the latest day
 
 
-def test_per_second_clock_going_back(db, fake_clock):
+def test_per_second_clock_going_back(db: psycopg.Connection, fake_clock: SetClock) -> None:
     fake_clock(db, "2026-03-01 08:00:10+00")
     later = scalar(db, "SELECT hivenet.next_serial('per_second', '{}')")
     fake_clock(db, "2026-03-01 08:00:04+00")
@@ -126,7 +132,8 @@ def test_per_second_clock_going_back(db, fake_clock):
     assert earlier_clock[:12] == "260301080010"
 
 
-def test_exhaustion_raises_hn010_and_the_next_period_starts_over(db, fake_clock):
+def test_exhaustion_raises_hn010_and_the_next_period_starts_over(db: psycopg.Connection,
+                                                                 fake_clock: SetClock) -> None:
     db.execute("""SELECT hivenet.define_format('tiny', '[{"literal": "T"}, {"time": "YYYYMMDD"},
                   {"seq": 1, "reset": "day"}]')""")
     fake_clock(db, _day(0))
@@ -142,7 +149,7 @@ def test_exhaustion_raises_hn010_and_the_next_period_starts_over(db, fake_clock)
         "-", "") + "1"
 
 
-def test_id_service_daily_capacity_is_bounded(db, fake_clock):
+def test_id_service_daily_capacity_is_bounded(db: psycopg.Connection, fake_clock: SetClock) -> None:
     fields = '{"merchant": "123456789012", "shard": "07"}'
     fake_clock(db, _day(0))
     last = scalar(db, "SELECT max(s) FROM hivenet.next_serials('id_service', %s, 999999) s",
@@ -153,7 +160,8 @@ def test_id_service_daily_capacity_is_bounded(db, fake_clock):
     assert exc.value.diag.sqlstate == "HN010"
 
 
-def test_borrowing_format_moves_into_the_next_period(db, fake_clock):
+def test_borrowing_format_moves_into_the_next_period(db: psycopg.Connection, fake_clock: SetClock
+        ) -> None:
     db.execute("""SELECT hivenet.define_format('lender', '[{"time": "YYYYMMDD"},
                   {"seq": 1, "reset": "day"}]', true)""")
     fake_clock(db, _day(0))
@@ -166,7 +174,9 @@ def test_borrowing_format_moves_into_the_next_period(db, fake_clock):
     ("2026-11-20 15:59:59+00", "20261120"),  # 23:59:59 in Shanghai
     ("2026-11-20 16:00:00+00", "20261121"),  # midnight in Shanghai
 ])
-def test_dates_follow_the_business_time_zone_not_the_session(db, fake_clock, utc, expected):
+def test_dates_follow_the_business_time_zone_not_the_session(db: psycopg.Connection,
+                                                             fake_clock: SetClock, utc: Any,
+                                                             expected: Any) -> None:
     db.execute("UPDATE hivenet.setting SET value = 'Asia/Shanghai' WHERE name = 'time_zone'")
     db.execute("SET TimeZone = 'America/New_York'")
     fake_clock(db, utc)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import re
 import subprocess
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -14,7 +15,7 @@ from alembic import command
 from alembic.script import ScriptDirectory
 
 from hivenet_db import migrate
-from hivenet_db.embedded import find_bin_dir
+from hivenet_db.embedded import EmbeddedPostgres, find_bin_dir
 from hivenet_db.schema import full_schema_sql
 from tests.helpers import scalar
 
@@ -23,7 +24,7 @@ REVISIONS = [script.revision for script in reversed(list(
 
 
 @pytest.fixture
-def new_db(hivenet_server):
+def new_db(hivenet_server: EmbeddedPostgres) -> Iterator[Callable[[], str]]:
     """Makes empty databases (nothing of hivenet in them); all dropped after the test."""
     made: list[str] = []
 
@@ -42,7 +43,7 @@ def new_db(hivenet_server):
 
 
 @pytest.fixture
-def empty_db(new_db):
+def empty_db(new_db: Callable[[], str]) -> str:
     return new_db()
 
 
@@ -81,7 +82,7 @@ def replay(url: str, revision: str = "head") -> None:
     command.upgrade(migrate._config(url), revision)
 
 
-def test_replaying_the_revisions_gives_the_schema_files(hivenet_url, empty_db):
+def test_replaying_the_revisions_gives_the_schema_files(hivenet_url: str, empty_db: str) -> None:
     """Fails when a .sql file of hivenet_db/sql changed without a new revision that carries
     the change (or a revision changed without the file): see CONTRIBUTING.md."""
     # hivenet_url was installed from the schema files; empty_db replays every revision.
@@ -91,7 +92,7 @@ def test_replaying_the_revisions_gives_the_schema_files(hivenet_url, empty_db):
     _assert_same_catalog(empty_db, hivenet_url, "replayed revisions")
 
 
-def test_a_fresh_install_is_the_schema_files_stamped_at_head(empty_db):
+def test_a_fresh_install_is_the_schema_files_stamped_at_head(empty_db: str) -> None:
     migrate.upgrade(empty_db)
     assert migrate.status(empty_db).state is migrate.State.HEAD
     with psycopg.connect(empty_db) as conn:
@@ -140,8 +141,10 @@ def _still_behaves(url: str, made: dict[str, str], kept_since: str = REVISIONS[-
 
 
 @pytest.mark.parametrize("revision", REVISIONS[:-1])
-def test_a_database_at_an_earlier_revision_upgrades_to_a_fresh_install(
-        revision, hivenet_url, new_db):
+def test_a_database_at_an_earlier_revision_upgrades_to_a_fresh_install(revision: str,
+                                                                       hivenet_url: str,
+                                                                       new_db: Callable[[], str]
+        ) -> None:
     old = new_db()
     replay(old, revision)
     made = _use(old, revision)
@@ -151,7 +154,7 @@ def test_a_database_at_an_earlier_revision_upgrades_to_a_fresh_install(
     _still_behaves(old, made)
 
 
-def test_upgrade_twice_is_a_no_op_and_downgrade_removes_everything(empty_db):
+def test_upgrade_twice_is_a_no_op_and_downgrade_removes_everything(empty_db: str) -> None:
     migrate.upgrade(empty_db)
     head = migrate.current(empty_db)
     migrate.upgrade(empty_db)  # safe to run again
@@ -170,7 +173,8 @@ def test_upgrade_twice_is_a_no_op_and_downgrade_removes_everything(empty_db):
 
 
 @pytest.mark.parametrize("revision", REVISIONS[:-1])
-def test_each_revision_goes_down_one_step_and_up_again(revision, hivenet_url, new_db):
+def test_each_revision_goes_down_one_step_and_up_again(revision: str, hivenet_url: str,
+                                                       new_db: Callable[[], str]) -> None:
     """From the revision after ``revision``, with data: down to ``revision``, then back up to
     head gives the fresh catalog again."""
     db = new_db()
@@ -184,7 +188,7 @@ def test_each_revision_goes_down_one_step_and_up_again(revision, hivenet_url, ne
     _still_behaves(db, made, kept_since=revision)
 
 
-def test_sql_files_have_no_bare_raise():
+def test_sql_files_have_no_bare_raise() -> None:
     """Every RAISE names its SQLSTATE (SPEC §7): no P0001 ever reaches a caller."""
     sql = full_schema_sql()
     raises = re.findall(r"RAISE\s+(?:EXCEPTION\s+)?[^;]*;", sql)

@@ -11,7 +11,7 @@ from collections import defaultdict
 import psycopg
 import pytest
 
-from tests.helpers import in_parallel, scalar, wait_until_blocked
+from tests.helpers import Connect, SetClock, in_parallel, scalar, wait_until_blocked
 
 NEXT = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"
 
@@ -20,7 +20,9 @@ def seq(serial: str) -> int:
     return int(serial[-10:])
 
 
-def test_new_scopes_share_the_cold_counter_until_maintain_gives_each_its_own(db, fake_clock):
+def test_new_scopes_share_the_cold_counter_until_maintain_gives_each_its_own(db: psycopg.Connection,
+                                                                             fake_clock: SetClock
+        ) -> None:
     fake_clock(db, "2026-11-23 10:00:00+00")
     a1, b1, a2 = scalar(db, NEXT, ("11",)), scalar(db, NEXT, ("12",)), scalar(db, NEXT, ("11",))
     assert [seq(a1), seq(b1), seq(a2)] == [1, 2, 3]  # one counter, unique and increasing
@@ -35,7 +37,7 @@ def test_new_scopes_share_the_cold_counter_until_maintain_gives_each_its_own(db,
     assert scalar(db, NEXT, ("11",)) == "C0001A0111202611240000000001"
 
 
-def test_a_prepared_scope_starts_at_one(db):
+def test_a_prepared_scope_starts_at_one(db: psycopg.Connection) -> None:
     db.execute("""SELECT hivenet.prepare_scope('unified',
                   '{"system": "C0001", "module": "A01", "instance": "21"}')""")
     assert seq(scalar(db, NEXT, ("21",))) == 1
@@ -45,7 +47,7 @@ def test_a_prepared_scope_starts_at_one(db):
     assert bad.value.sqlstate == "HN001"
 
 
-def test_two_promotions_of_one_scope_at_once(connect):
+def test_two_promotions_of_one_scope_at_once(connect: Connect) -> None:
     """The second waits for the first's commit, then sees its sequence (not a stale "none")."""
     first, second = connect(autocommit=False), connect(autocommit=False)
     prepare = """SELECT hivenet.prepare_scope('unified',
@@ -71,7 +73,7 @@ def test_two_promotions_of_one_scope_at_once(connect):
     assert seq(scalar(connect(), NEXT, ("22",))) == 1
 
 
-def test_first_users_of_a_scope_never_wait_for_each_other(connect):
+def test_first_users_of_a_scope_never_wait_for_each_other(connect: Connect) -> None:
     holder, other = connect(autocommit=False), connect()
     first = scalar(holder, NEXT, ("31",))  # open transaction, first use of the scope
     other.execute("SET lock_timeout = '500ms'")
@@ -80,7 +82,7 @@ def test_first_users_of_a_scope_never_wait_for_each_other(connect):
     assert scalar(other, NEXT, ("31",)) > first  # and the rolled-back number stays unused
 
 
-def test_a_session_that_saw_no_sequence_sees_a_promotion_committed_since(connect):
+def test_a_session_that_saw_no_sequence_sees_a_promotion_committed_since(connect: Connect) -> None:
     """The session caches "no such sequence"; without refreshing it, the open transaction
     would go on drawing from the cold counter after the scope's own sequence started, and
     issue the same serial as another session."""
@@ -97,7 +99,7 @@ def test_a_session_that_saw_no_sequence_sees_a_promotion_committed_since(connect
     assert by_stale > before
 
 
-def test_promotion_raced_by_16_connections_issues_no_serial_twice(connect):
+def test_promotion_raced_by_16_connections_issues_no_serial_twice(connect: Connect) -> None:
     """16 connections draw from eight new scopes in transactions of every length and both
     isolation levels while maintain() promotes them: no serial twice, and each connection
     sees every scope's serials increase."""
@@ -144,7 +146,8 @@ def test_promotion_raced_by_16_connections_issues_no_serial_twice(connect):
     assert scalar(admin, "SELECT count(*) FROM hivenet.scope WHERE scope LIKE 'C0001A01%'") > 0
 
 
-def test_a_full_cold_counter_names_what_is_shared(db, fake_clock):
+def test_a_full_cold_counter_names_what_is_shared(db: psycopg.Connection, fake_clock: SetClock
+        ) -> None:
     fake_clock(db, "2026-11-23 10:00:00+00")
     db.execute("""SELECT hivenet.define_format('tiny', '[{"field": "branch", "width": 2,
                   "charset": "digit"}, {"time": "YYYYMMDD"}, {"seq": 1, "reset": "day"}]')""")

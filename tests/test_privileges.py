@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -27,7 +28,7 @@ def app(db: psycopg.Connection) -> Iterator[psycopg.Connection]:
         db.execute(f"DROP ROLE {ROLE}")
 
 
-def test_the_application_api_works_with_usage_only(app):
+def test_the_application_api_works_with_usage_only(app: psycopg.Connection) -> None:
     unified = scalar(app, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
     system = scalar(app, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
     interface = scalar(
@@ -55,12 +56,12 @@ def test_the_application_api_works_with_usage_only(app):
     "SELECT * FROM hivenet.setting",
     "UPDATE hivenet.setting SET value = 'true' WHERE name = 'allow_fake_clock'",
 ])
-def test_private_and_administrative_parts_are_refused(app, sql):
+def test_private_and_administrative_parts_are_refused(app: psycopg.Connection, sql: Any) -> None:
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         app.execute(sql)
 
 
-def test_no_new_function_is_public_by_accident(db):
+def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
     """Every function executable by PUBLIC is one privileges.sql grants on purpose."""
     public = {row[0] for row in db.execute("""
         SELECT p.oid::regprocedure::text FROM pg_proc p
@@ -78,7 +79,9 @@ def test_no_new_function_is_public_by_accident(db):
         "hivenet._reporting_local_now"}
 
 
-def test_the_application_role_cannot_reach_superuser_through_a_connection(app, db):
+def test_the_application_role_cannot_reach_superuser_through_a_connection(app: psycopg.Connection,
+                                                                          db: psycopg.Connection
+        ) -> None:
     """Issue 9, part 0: durable allocation used to leave a dblink connection logged in as the
     schema owner in the caller's session, and dblink was executable by PUBLIC in schema
     hivenet. Both statements of the report must fail, and no role may appear."""
@@ -91,7 +94,7 @@ def test_the_application_role_cannot_reach_superuser_through_a_connection(app, d
     assert scalar(db, "SELECT count(*) FROM pg_roles WHERE rolname = 'pwned'") == 0
 
 
-def test_no_function_the_application_can_run_opens_a_connection(app):
+def test_no_function_the_application_can_run_opens_a_connection(app: psycopg.Connection) -> None:
     """No connecting extension in the database, no dblink-like function the role may run in
     any schema it can use, and no function of ours that it may run mentions one."""
     assert scalar(app, """SELECT count(*) FROM pg_extension
@@ -105,7 +108,7 @@ def test_no_function_the_application_can_run_opens_a_connection(app):
     assert connecting == []
 
 
-def test_no_setting_holds_a_connection_string(db):
+def test_no_setting_holds_a_connection_string(db: psycopg.Connection) -> None:
     names = {r[0] for r in db.execute("SELECT name FROM hivenet.setting")}
     assert "loopback_dsn" not in names
     bodies = " ".join(r[0] for r in db.execute(
@@ -114,7 +117,7 @@ def test_no_setting_holds_a_connection_string(db):
     assert "password" not in bodies and "dblink" not in bodies
 
 
-def test_the_documented_operator_grants_suffice(db):
+def test_the_documented_operator_grants_suffice(db: psycopg.Connection) -> None:
     db.execute("CREATE ROLE hivenet_ops_test")
     try:
         db.execute("GRANT USAGE ON SCHEMA hivenet TO hivenet_ops_test")

@@ -1,37 +1,48 @@
-"""The Python layer: repositories on the caller's Connection or Session, never committing."""
+"""The Python layer: repositories on the caller's connection, never committing.
+
+``any_conn`` runs each test once per connection kind: SQLAlchemy Connection, Session, and
+plain psycopg 3 Connection (``async_kind`` does the same for the async kinds).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import pickle
 
+import psycopg
 import pytest
-from sqlalchemy import text
-from sqlalchemy.orm import Session
 
 import hivenet_db
-from hivenet_db import InvalidInput, SequenceExhausted, Serial, SerialRepository, parse_serial
+from hivenet_db import (
+    AsyncSerialRepository,
+    InvalidInput,
+    SequenceExhausted,
+    Serial,
+    SerialRepository,
+    parse_serial,
+)
+from hivenet_db._execute import SyncDB, conninfo_of
+from tests.helpers import async_connection, run_sql, run_sql_async
 
 
-def test_allocation_inside_the_callers_transaction(hivenet_engine):
-    with hivenet_engine.connect() as conn:
-        conn.execute(text("CREATE TABLE payment (serial text PRIMARY KEY)"))
-        conn.commit()
-        serial = SerialRepository(conn).next_unified("C0001", "A01", "01")
-        conn.execute(text("INSERT INTO payment VALUES (:s)"), {"s": serial})
-        conn.rollback()  # the repository did not commit: the payment row is gone
-        assert conn.execute(text("SELECT count(*) FROM payment")).scalar() == 0
-        again = SerialRepository(conn).next_unified("C0001", "A01", "01")
-        assert again.seq > serial.seq  # the rolled-back number is a gap, not reused
+def test_allocation_inside_the_callers_transaction(any_conn: SyncDB) -> None:
+    run_sql(any_conn, "CREATE TABLE payment (serial text PRIMARY KEY)")
+    any_conn.commit()
+    serial = SerialRepository(any_conn).next_unified("C0001", "A01", "01")
+    run_sql(any_conn, "INSERT INTO payment VALUES (:s)", s=serial)
+    any_conn.rollback()  # the repository did not commit: the payment row is gone
+    assert run_sql(any_conn, "SELECT count(*) FROM payment")[0][0] == 0
+    again = SerialRepository(any_conn).next_unified("C0001", "A01", "01")
+    assert again.seq > serial.seq  # the rolled-back number is a gap, not reused
 
 
-def test_serial_is_a_str_with_parsed_fields(hivenet_engine):
-    with Session(hivenet_engine) as session:
-        repo = SerialRepository(session)
-        unified = repo.next_unified("C0001", "A01", "01")
-        interface = repo.next_interface("C0001", "A01", "01", "D0001")
-        system = repo.next_system("C0001", "A01", "01")
-        session.commit()
+def test_serial_is_a_str_with_parsed_fields(any_conn: SyncDB) -> None:
+    repo = SerialRepository(any_conn)
+    unified = repo.next_unified("C0001", "A01", "01")
+    interface = repo.next_interface("C0001", "A01", "01", "D0001")
+    system = repo.next_system("C0001", "A01", "01")
+    any_conn.commit()
     assert isinstance(unified, str) and len(unified) == 28 and unified.startswith("C0001A0101")
     assert (unified.format, unified.system, unified.module, unified.instance, unified.seq) == (
         "unified", "C0001", "A01", "01", 1)
@@ -45,42 +56,71 @@ def test_serial_is_a_str_with_parsed_fields(hivenet_engine):
     assert copy == unified and copy.seq == 1 and copy.system == "C0001"
 
 
-def test_generic_next_and_next_many(hivenet_engine):
-    with hivenet_engine.begin() as conn:
-        repo = SerialRepository(conn)
-        one = repo.next("id_service", merchant="123456789012", shard="01")
-        many = repo.next_many("id_service", 5, merchant="123456789012", shard="01")
+def test_generic_next_and_next_many(any_conn: SyncDB) -> None:
+    repo = SerialRepository(any_conn)
+    one = repo.next("id_service", merchant="123456789012", shard="01")
+    many = repo.next_many("id_service", 5, merchant="123456789012", shard="01")
+    any_conn.commit()
     assert one.shard == "01" and one.merchant == "123456789012"
     assert [s.seq for s in many] == [2, 3, 4, 5, 6]
     assert all(isinstance(s, Serial) for s in many)
 
 
-def test_errors_are_typed_and_carry_the_sqlstate(hivenet_engine):
-    with hivenet_engine.connect() as conn:
-        with pytest.raises(InvalidInput, match="C001") as exc:
-            SerialRepository(conn).next_unified("C001", "A01", "01")
-        assert exc.value.sqlstate == "HN001"
-        assert isinstance(exc.value, hivenet_db.HivenetError)
-        conn.rollback()
-        conn.execute(text("""SELECT hivenet.define_format('tiny', '[{"literal": "T"},
-                             {"seq": 1, "reset": "never"}]')"""))
-        SerialRepository(conn).next_many("tiny", 9)
-        with pytest.raises(SequenceExhausted):
-            SerialRepository(conn).next("tiny")
+def test_errors_are_typed_and_carry_the_sqlstate(any_conn: SyncDB) -> None:
+    with pytest.raises(InvalidInput, match="C001") as exc:
+        SerialRepository(any_conn).next_unified("C001", "A01", "01")
+    assert exc.value.sqlstate == "HN001"
+    assert isinstance(exc.value, hivenet_db.HivenetError)
+    any_conn.rollback()
+    run_sql(any_conn, """SELECT hivenet.define_format('tiny', '[{"literal": "T"},
+                         {"seq": 1, "reset": "never"}]')""")
+    SerialRepository(any_conn).next_many("tiny", 9)
+    with pytest.raises(SequenceExhausted):
+        SerialRepository(any_conn).next("tiny")
 
 
-def test_parse_serial(hivenet_engine):
-    with hivenet_engine.connect() as conn:
-        parsed = parse_serial(conn, "C0001A0101201507100123456789")
-        assert parsed.seq == 123456789 and parsed.date == dt.date(2015, 7, 10)
-        with pytest.raises(InvalidInput, match="XYZ"):
-            parse_serial(conn, "XYZ")
+def test_parse_serial(any_conn: SyncDB) -> None:
+    parsed = parse_serial(any_conn, "C0001A0101201507100123456789")
+    assert parsed.seq == 123456789 and parsed.date == dt.date(2015, 7, 10)
+    with pytest.raises(InvalidInput, match="XYZ"):
+        parse_serial(any_conn, "XYZ")
 
 
-def test_durable_serial_is_committed_before_it_is_returned(hivenet_engine):
-    with hivenet_engine.connect() as conn:
-        durable = SerialRepository(conn).next_durable(
-            "unified", system="C0001", module="A01", instance="01")
-        conn.rollback()  # the caller's rollback cannot take it back
-        after = SerialRepository(conn).next_unified("C0001", "A01", "01")
+def test_durable_serial_is_committed_before_it_is_returned(any_conn: SyncDB) -> None:
+    durable = SerialRepository(any_conn).next_durable(
+        "unified", system="C0001", module="A01", instance="01")
+    any_conn.rollback()  # the caller's rollback cannot take it back
+    after = SerialRepository(any_conn).next_unified("C0001", "A01", "01")
     assert durable.format == "unified" and after.seq == durable.seq + 1
+
+
+def test_a_psycopg_connection_keeps_its_own_row_factory(hivenet_url: str) -> None:
+    with psycopg.connect(hivenet_url, row_factory=psycopg.rows.dict_row) as conn:
+        serial = SerialRepository(conn).next_unified("C0001", "A01", "01")
+        assert serial.seq == 1 and conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+
+
+def test_the_durable_connection_gets_the_password(hivenet_url: str) -> None:
+    # info.dsn leaves the password out; the connection of its own needs it back.
+    with psycopg.connect(hivenet_url, password="s3cr'et") as conn:
+        assert "password" not in conn.info.dsn
+        assert psycopg.conninfo.conninfo_to_dict(conninfo_of(conn))["password"] == "s3cr'et"
+
+
+def test_async_allocation_and_durable(hivenet_url: str, async_kind: str) -> None:
+    async def main() -> None:
+        async with async_connection(async_kind, hivenet_url) as conn:
+            repo = AsyncSerialRepository(conn)
+            first = await repo.next_unified("C0001", "A01", "01")
+            await conn.rollback()
+            durable = await repo.next_durable("unified", system="C0001", module="A01",
+                                              instance="01")
+            await conn.rollback()
+            [(now,)] = await run_sql_async(conn, "SELECT hivenet.now() IS NOT NULL")
+            with pytest.raises(InvalidInput):
+                await repo.next_unified("C001", "A01", "01")
+            await conn.rollback()
+            after = await repo.next_unified("C0001", "A01", "01")
+        assert now and durable.seq > first.seq and after.seq == durable.seq + 1
+
+    asyncio.run(main())

@@ -15,9 +15,9 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
-from sqlalchemy import Engine, text
 
 from hivenet_db import (
+    AsyncStepRepository,
     InvalidInput,
     RequestMismatch,
     StaleAttempt,
@@ -26,8 +26,9 @@ from hivenet_db import (
     StepRepository,
     StepStart,
 )
+from hivenet_db._execute import SyncDB
 from hivenet_db.propagation import unified_serial_context
-from tests.helpers import wait_until_blocked
+from tests.helpers import async_connection, run_sql, scalar, wait_until_blocked
 
 Connect = Callable[..., psycopg.Connection]
 REQUEST = {"from": "6222020000000001", "to": "6222020000000002", "amount": "100.00"}
@@ -36,11 +37,11 @@ REQUEST = {"from": "6222020000000001", "to": "6222020000000002", "amount": "100.
 # --- helpers ---------------------------------------------------------------------------------
 
 def new_serial(db: psycopg.Connection, kind: str = "system") -> str:
-    return db.execute(f"SELECT hivenet.next_{kind}_serial('C0001', 'A01', '01')").fetchone()[0]
+    return str(scalar(db, f"SELECT hivenet.next_{kind}_serial('C0001', 'A01', '01')"))
 
 
 def begin(conn: psycopg.Connection, serial: str | None, request: Any = REQUEST,
-          **options: Any) -> tuple[str, int, Any]:
+          **options: Any) -> Any:
     named = "".join(f", p_{name} => %({name})s" for name in options)
     return conn.execute(
         f"SELECT * FROM hivenet.begin_step(%(serial)s, %(request)s{named})",
@@ -48,7 +49,7 @@ def begin(conn: psycopg.Connection, serial: str | None, request: Any = REQUEST,
     ).fetchone()
 
 
-def finish(conn: psycopg.Connection, serial: str, attempt: int, succeeded: bool | None,
+def finish(conn: psycopg.Connection, serial: str, attempt: int | None, succeeded: bool | None,
            response: Any = None) -> None:
     conn.execute("SELECT hivenet.finish_step(%s, %s, %s, %s)",
                  (serial, attempt, succeeded, None if response is None else Jsonb(response)))
@@ -238,7 +239,7 @@ def test_begin_step_accepts_exactly_the_serials_parse_serial_accepts(
                      pg_temp.parses(s, 'system')
                      AND (u IS NULL OR pg_temp.parses(u, 'unified')) AS ok
               FROM unnest(%s::text[], %s::text[]) AS c(s, u)) t""",
-        ([p[0] for p in pairs], [p[1] for p in pairs])).fetchone()
+        ([p[0] for p in pairs], [p[1] for p in pairs])).fetchall()[0]
     assert disagree == 0
     assert 500 < accepted < len(pairs) - 500  # the sample has both kinds in number
 
@@ -402,7 +403,7 @@ def test_exactly_once_under_16_parallel_duplicates(connect: Connect) -> None:
         thread.start()
     for thread in threads:
         thread.join(120)
-    applied = dict(setup.execute("SELECT serial, applied FROM effect").fetchall())
+    applied: dict[str, int] = dict(setup.execute("SELECT serial, applied FROM effect").fetchall())
     assert applied == {serial: 1 for serial in serials}
     assert outcomes["started"] == trials and outcomes["crashed"] == trials
     assert set(outcomes) <= {"started", "crashed", "replayed", "HN030", "HN031"}
@@ -548,106 +549,95 @@ def test_example_2_call_chain_shows_both_calls(db: psycopg.Connection) -> None:
 
 # --- Python -----------------------------------------------------------------------------------
 
-def test_repository_begin_finish_and_errors(hivenet_engine: Engine, db: psycopg.Connection
-                                            ) -> None:
-    serial = new_serial(db)
-    with hivenet_engine.connect() as conn:
-        steps = StepRepository(conn)
-        start = steps.begin(serial, REQUEST, lease=timedelta(minutes=2))
-        assert start == StepStart("started", 1, None) and start.started
-        with pytest.raises(StepInProgress):
-            steps.begin(serial, REQUEST)
+def test_repository_begin_finish_and_errors(any_conn: SyncDB, db: psycopg.Connection) -> None:
+    serial, conn = new_serial(db), any_conn
+    steps = StepRepository(conn)
+    start = steps.begin(serial, REQUEST, lease=timedelta(minutes=2))
+    assert start == StepStart("started", 1, None) and start.started
+    with pytest.raises(StepInProgress):
+        steps.begin(serial, REQUEST)
+    conn.rollback()
+    start = steps.begin(serial, REQUEST)
+    steps.finish(serial, start.attempt, True, {"ok": True})
+    with pytest.raises(StaleAttempt):
+        steps.finish(serial, start.attempt, True)
+    conn.rollback()
+    steps.finish(serial, steps.begin(serial, REQUEST).attempt, True, {"ok": True})
+    assert steps.begin(serial, REQUEST) == StepStart("replayed", 1, {"ok": True})
+    conn.commit()
+    cases: list[tuple[type[Exception], Callable[[], object]]] = [
+        (StepAlreadySucceeded, lambda: steps.begin(serial, REQUEST, on_success="reject")),
+        (RequestMismatch, lambda: steps.begin(serial, {"other": 1})),
+        (InvalidInput, lambda: steps.begin("C0001", REQUEST)),
+    ]
+    for error, call in cases:
+        with pytest.raises(error):
+            call()
         conn.rollback()
-        start = steps.begin(serial, REQUEST)
-        steps.finish(serial, start.attempt, True, {"ok": True})
-        with pytest.raises(StaleAttempt):
-            steps.finish(serial, start.attempt, True)
-        conn.rollback()
-        steps.finish(serial, steps.begin(serial, REQUEST).attempt, True, {"ok": True})
-        assert steps.begin(serial, REQUEST) == StepStart("replayed", 1, {"ok": True})
-        conn.commit()
-        for error, call in [
-            (StepAlreadySucceeded, lambda: steps.begin(serial, REQUEST, on_success="reject")),
-            (RequestMismatch, lambda: steps.begin(serial, {"other": 1})),
-            (InvalidInput, lambda: steps.begin("C0001", REQUEST)),
-        ]:
-            with pytest.raises(error):
-                call()
-            conn.rollback()
 
 
-def test_context_manager_three_lines(hivenet_engine: Engine, db: psycopg.Connection) -> None:
-    serial, effects = new_serial(db), []
+def test_context_manager_three_lines(any_conn: SyncDB, db: psycopg.Connection) -> None:
+    serial, effects = new_serial(db), list[int]()
     for _ in range(2):
-        with hivenet_engine.begin() as conn, StepRepository(conn).step(serial, REQUEST) as step:
+        with StepRepository(any_conn).step(serial, REQUEST) as step:
             if step.started:
                 step.response = {"paid": len(effects) + 1}
                 effects.append(1)
+        any_conn.commit()
         assert step.response == {"paid": 1}
     assert effects == [1] and step.replayed
     assert [a["state"] for a in attempts(db, serial)] == ["success"]
 
 
-def test_context_manager_records_failure_and_reraises(hivenet_engine: Engine,
+def test_context_manager_records_failure_and_reraises(any_conn: SyncDB,
                                                       db: psycopg.Connection) -> None:
     serial = new_serial(db)
-    with hivenet_engine.connect() as conn:
-        with pytest.raises(ZeroDivisionError), StepRepository(conn).step(serial, REQUEST):
-            _ = 1 / 0
-        conn.commit()  # the caller keeps the failure (e.g. to answer "failed, retry")
+    with pytest.raises(ZeroDivisionError), StepRepository(any_conn).step(serial, REQUEST):
+        _ = 1 / 0
+    any_conn.commit()  # the caller keeps the failure (e.g. to answer "failed, retry")
     [row] = attempts(db, serial)
     assert row["state"] == "failed"
     assert row["error"] == {"type": "ZeroDivisionError", "message": "division by zero"}
-    with hivenet_engine.begin() as conn:
-        assert StepRepository(conn).run(serial, REQUEST, lambda: {"paid": 2}) == {"paid": 2}
+    assert StepRepository(any_conn).run(serial, REQUEST, lambda: {"paid": 2}) == {"paid": 2}
+    any_conn.commit()
     assert [a["state"] for a in attempts(db, serial)] == ["failed", "success"]
 
 
 def test_context_manager_in_an_aborted_transaction_keeps_the_body_error(
-        hivenet_engine: Engine, db: psycopg.Connection) -> None:
+        any_conn: SyncDB, db: psycopg.Connection) -> None:
     serial = new_serial(db)
-    with hivenet_engine.connect() as conn:
-        with pytest.raises(Exception, match=r"division by zero") as caught, \
-                StepRepository(conn).step(serial, REQUEST):
-            conn.execute(text("SELECT 1/0"))
-        assert any("not recorded" in note for note in caught.value.__notes__)
-        conn.rollback()
+    with pytest.raises(Exception, match=r"division by zero") as caught, \
+            StepRepository(any_conn).step(serial, REQUEST):
+        run_sql(any_conn, "SELECT 1/0")
+    assert any("not recorded" in note for note in caught.value.__notes__)
+    any_conn.rollback()
     assert attempts(db, serial) == []  # rolled back with the caller: the next call proceeds
 
 
-def test_unified_serial_comes_from_the_propagation_context(hivenet_engine: Engine,
+def test_unified_serial_comes_from_the_propagation_context(any_conn: SyncDB,
                                                            db: psycopg.Connection) -> None:
     serial, unified = new_serial(db), new_serial(db, "unified")
-    with hivenet_engine.begin() as conn, unified_serial_context(unified):
-        StepRepository(conn).begin(serial, REQUEST)
+    with unified_serial_context(unified):
+        StepRepository(any_conn).begin(serial, REQUEST)
+    any_conn.commit()
     assert attempts(db, serial)[0]["unified_serial"] == unified
 
 
-def test_async_repository(hivenet_url: str, db: psycopg.Connection) -> None:
-    pytest.importorskip("greenlet", reason="async needs the extra hivenet-db[async]")
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    from hivenet_db import AsyncStepRepository
-    from hivenet_db.dburl import sqlalchemy_url
-
+def test_async_repository(hivenet_url: str, db: psycopg.Connection, async_kind: str) -> None:
     serial = new_serial(db)
 
     async def body() -> dict[str, int]:
         return {"paid": 1}
 
     async def scenario() -> list[Any]:
-        engine = create_async_engine(sqlalchemy_url(hivenet_url))
-        try:
-            results = []
+        results = []
+        async with async_connection(async_kind, hivenet_url) as conn:
             for _ in range(2):
-                async with engine.begin() as conn:
-                    results.append(await AsyncStepRepository(conn).run(serial, REQUEST, body))
-            async with engine.connect() as conn:
-                with pytest.raises(StepAlreadySucceeded):
-                    await AsyncStepRepository(conn).begin(serial, REQUEST, on_success="reject")
-            return results
-        finally:
-            await engine.dispose()
+                results.append(await AsyncStepRepository(conn).run(serial, REQUEST, body))
+                await conn.commit()
+            with pytest.raises(StepAlreadySucceeded):
+                await AsyncStepRepository(conn).begin(serial, REQUEST, on_success="reject")
+        return results
 
     assert asyncio.run(scenario()) == [{"paid": 1}, {"paid": 1}]
 

@@ -1,0 +1,44 @@
+"""hivenet_db.testing as users get it: a pytest plugin loaded by its entry point, and the
+example of docs/testing.md (examples/) run as written, in a pytest of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ["payments.py", "test_payments.py"]
+
+
+def _copy_examples(pytester: pytest.Pytester) -> None:
+    for name in EXAMPLES:
+        (pytester.path / name).write_text((ROOT / "examples" / name).read_text())
+
+
+def test_the_documented_example_passes_with_the_entry_point_alone(
+        pytester: pytest.Pytester) -> None:
+    _copy_examples(pytester)  # no conftest, no pytest_plugins: the entry point loads it
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error")
+    result.assert_outcomes(passed=3)
+
+
+def test_pytest_plugins_next_to_the_entry_point_loads_it_once(pytester: pytest.Pytester
+                                                              ) -> None:
+    pytester.makeconftest('pytest_plugins = ["hivenet_db.testing"]')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fixtures")
+    assert result.ret == 0, result.stderr.str()
+    result.stdout.fnmatch_lines(["*hivenet_engine*", "*hivenet_clock*"])
+
+
+def test_the_plugin_can_be_turned_off(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_no_fixture(hivenet_url):\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider",
+                                           "-p", "no:hivenet_db.testing")
+    result.stdout.fnmatch_lines(["*fixture 'hivenet_url' not found*"])
+
+
+def test_docs_show_the_example_as_it_is_tested() -> None:
+    docs = (ROOT / "docs" / "testing.md").read_text()
+    for name in EXAMPLES:
+        assert (ROOT / "examples" / name).read_text() in docs, f"docs/testing.md: {name}"
