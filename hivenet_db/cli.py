@@ -29,6 +29,7 @@ import decimal
 import getpass
 import importlib
 import importlib.metadata
+import io
 import json
 import os
 import re
@@ -38,10 +39,24 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from rich import box
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
@@ -64,6 +79,24 @@ CHECK_EXIT = {State.HEAD: 0, State.BEHIND: 3, State.AHEAD: 4, State.NOT_INSTALLE
               State.UNTRACKED: 6}
 INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE
 INTERRUPTED = 130
+NEXT_CHUNK = 10_000  # serials per round trip of `next -n N`
+SCOPE_EXAMPLE = "--system C0001 --module A01 --instance 01"
+# Shown at the end of each subcommand's --help.
+EXAMPLES = {
+    "bootstrap": ["bootstrap --owner hivenet_owner --url postgresql://postgres@db/app"],
+    "migrate": ["migrate", "migrate --check --url postgresql://owner@db/app"],
+    "downgrade": ["downgrade -1"],
+    "sql": ["sql > hivenet.sql"],
+    "next": [f"next unified {SCOPE_EXAMPLE}",
+             f"next interface {SCOPE_EXAMPLE} --target B0001 -n 100 --json"],
+    "parse": ["parse C0001A0101201507100123456789"],
+    "report": ["report --unified C0001A0101201507100123456789 --limit 20"],
+    "maintain": ["maintain --url postgresql://owner@db/app"],
+    "demo": ["demo --json"],
+    "bench": ["bench --list", "bench --rounds 3 --json"],
+    "metrics": ["metrics > /var/lib/node_exporter/textfile/hivenet.prom"],
+    "embedded": ["embedded status --json"],
+}
 
 
 class CommandError(Exception):
@@ -91,35 +124,68 @@ def _cell(value: Any) -> str:
     return str(_plain(value))
 
 
+# Plain output (stdout not a terminal): no colour, no wrapping, ASCII, one row per line, so
+# that grep, cut and tests read it; a terminal gets rich's boxes and colours.
+PLAIN_BOX = box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
+PLAIN_WIDTH = 1_000_000  # never wrap or cut a cell: a serial or URL stays whole
+
+
+def _plain_console(file: IO[str]) -> Console:
+    return Console(file=file, width=PLAIN_WIDTH, color_system=None, force_terminal=False,
+                   markup=False, emoji=False, highlight=False, soft_wrap=True)
+
+
+def _table(rows: Sequence[dict[str, Any]], fancy: bool) -> Table:
+    """Rows as a rich Table; column order is the first row's key order."""
+    table = (Table(header_style="bold cyan", box=box.ROUNDED) if fancy else
+             Table(box=PLAIN_BOX, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0)))
+    for column in rows[0]:
+        table.add_column(column, no_wrap=not fancy, overflow="fold" if fancy else "ignore")
+    for row in rows:
+        table.add_row(*(Text(_cell(row.get(c))) for c in rows[0]))
+    return table
+
+
 def format_table(rows: Sequence[dict[str, Any]], empty: str = "(none)") -> str:
-    """Rows as an aligned text table; column order is the first row's key order."""
+    """Rows as a plain aligned text table (header, dashes, one line per row)."""
     if not rows:
         return empty
-    columns = list(rows[0])
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip()
-              for r in cells]
-    return "\n".join(lines)
+    buffer = io.StringIO()
+    _plain_console(buffer).print(_table(rows, fancy=False))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
 
 
 def dump_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2, default=_plain)
 
 
+ProgressStep = Callable[[int], None]
+
+
 class Output:
-    """Where a command writes: a table or a JSON document on stdout, notes on stderr."""
+    """Where a command writes: a table or a JSON document on stdout, notes and progress bars
+    on stderr. Tables get rich's boxes and colours only when stdout is a terminal; progress
+    bars are drawn only when stderr is one, so a pipe or a test reads plain text."""
 
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
+        self.fancy = sys.stdout.isatty() and not as_json
+        self.live = sys.stderr.isatty()
 
     def note(self, message: str) -> None:
         print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
+    def table(self, rows: Sequence[dict[str, Any]], empty: str = "(none)") -> None:
+        if rows and self.fancy:
+            Console().print(_table(rows, fancy=True))
+        else:
+            print(format_table(rows, empty))
+
     def rows(self, rows: Sequence[dict[str, Any]]) -> None:
-        print(dump_json(list(rows)) if self.as_json else format_table(rows))
+        if self.as_json:
+            print(dump_json(list(rows)))
+        else:
+            self.table(rows)
 
     def sections(self, sections: dict[str, list[dict[str, Any]] | str]) -> None:
         """Titled tables (a str value explains why a section is empty)."""
@@ -127,9 +193,33 @@ class Output:
             print(dump_json(sections))
             return
         for title, body in sections.items():
-            print(f"== {title}")
-            print(body if isinstance(body, str) else format_table(body))
+            if self.fancy:
+                Console().rule(title, align="left", style="bold")
+            else:
+                print(f"== {title}")
+            if isinstance(body, str):
+                print(body)
+            else:
+                self.table(body)
             print()
+
+    @contextmanager
+    def progress(self, description: str, total: int | None = None) -> Iterator[ProgressStep]:
+        """A progress bar (a spinner without ``total``) on stderr while the block runs, when
+        stderr is a terminal; yields the function that advances it by n. Notes printed
+        meanwhile go above the bar; stdout is drawn through it only when it is the terminal
+        too (else it would end up on stderr)."""
+        if not self.live:
+            yield lambda n: None
+            return
+        columns: list[ProgressColumn] = [SpinnerColumn(), TextColumn("{task.description}")]
+        if total is not None:
+            columns += [BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
+        columns.append(TimeElapsedColumn())
+        with Progress(*columns, console=Console(stderr=True), transient=True,
+                      redirect_stdout=sys.stdout.isatty()) as bar:
+            task = bar.add_task(description, total=total)
+            yield lambda n: bar.advance(task, n)
 
 
 # ---------------------------------------------------------------- database
@@ -195,7 +285,7 @@ def embedded_url(out: Output, dbname: str = DEFAULT_DATABASE, to_head: bool = Tr
     ``to_head`` is false: migrate and downgrade choose their revision) migrated to head."""
     started = time.monotonic()
     server = EmbeddedPostgres(progress=out.note)
-    with server.lock():
+    with server.lock(), out.progress("local PostgreSQL"):
         first = not server.initialized
         server.start()
         url = server.ensure_database(dbname)
@@ -292,7 +382,8 @@ def _alembic(action: str, args: argparse.Namespace, out: Output) -> None:
     than this package or untracked (alembic would fail half-way or install it twice)."""
     url = database_url(args, out, to_head=False)
     require_url(url, MIGRATABLE)
-    getattr(migrate, action)(url, args.revision)
+    with out.progress(f"{action} schema hivenet to {args.revision}"):
+        getattr(migrate, action)(url, args.revision)
     out.rows([{"database": redact(url), "revision": migrate.current(url)}])
 
 
@@ -367,8 +458,17 @@ def cmd_next(args: argparse.Namespace, out: Output) -> None:
     if args.count < 1:
         raise CommandError(f"--count {args.count}: must be at least 1")
     fields = _fields(args)
-    with transaction(args, out) as conn:
-        serials = SerialRepository(conn).next_many(args.format, args.count, **fields)
+    serials: list[str] = []
+    # In chunks inside the one transaction, so that the bar can advance; a chunk is large
+    # enough that its round trip costs little next to its work.
+    with transaction(args, out) as conn, \
+            out.progress(f"issuing {args.format} serials", total=args.count) as step:
+        repository = SerialRepository(conn)
+        while len(serials) < args.count:
+            chunk = repository.next_many(args.format, min(NEXT_CHUNK, args.count - len(serials)),
+                                         **fields)
+            serials += chunk
+            step(len(chunk))
     # Printed only after the commit above.
     if out.as_json:
         out.rows([_serial_row(s) for s in serials])
@@ -383,7 +483,7 @@ def cmd_parse(args: argparse.Namespace, out: Output) -> None:
     if out.as_json:
         print(dump_json(row))
     else:
-        print(format_table([{"field": k, "value": _cell(v)} for k, v in row.items()]))
+        out.table([{"field": k, "value": _cell(v)} for k, v in row.items()])
 
 
 def report_sections(conn: Connection, unified: str | None, limit: int
@@ -418,7 +518,7 @@ def cmd_report(args: argparse.Namespace, out: Output) -> None:
 
 
 def cmd_maintain(args: argparse.Namespace, out: Output) -> None:
-    with transaction(args, out) as conn:
+    with transaction(args, out) as conn, out.progress("hivenet.maintain()"):
         conn.execute(text("SELECT hivenet.maintain()"))
     out.rows([{"maintain": "done", "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}])
 
@@ -431,7 +531,8 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> None:
     if args.url or from_env(None):
         out.note(f"running the demo in {redact(url)}: it commits its rows there")
     try:
-        demo.run(url, as_json=out.as_json)
+        with out.progress("demo"):
+            demo.run(url, as_json=out.as_json)
     except demo.Unavailable as error:
         raise CommandError(str(error)) from None
 
@@ -446,6 +547,8 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
                            "version; see docs/benchmarks.md") from None
     if args.url:  # the benchmark runner reads the URL like every command: from the environment
         os.environ[ENV_VAR] = args.url
+    if out.as_json and "--json" not in args.bench_args:  # `bench --json` went to our parser
+        args.bench_args.append("--json")
     return int(bench.main(list(args.bench_args)))
 
 
@@ -463,7 +566,18 @@ def cmd_embedded(args: argparse.Namespace, out: Output) -> None:
     if out.as_json:
         print(dump_json(info))
     else:
-        print(format_table([{"property": k, "value": _cell(v)} for k, v in info.items()]))
+        out.table([{"property": k, "value": _cell(v)} for k, v in info.items()])
+
+
+def cmd_metrics(args: argparse.Namespace, out: Output) -> None:
+    from hivenet_db import metrics
+
+    with transaction(args, out) as conn:
+        read = metrics.read(conn)
+    if out.as_json:
+        print(dump_json([m.as_dict() for m in read]))
+    else:
+        print(metrics.exposition(read), end="")
 
 
 # ---------------------------------------------------------------- parser
@@ -495,11 +609,14 @@ def build_parser() -> argparse.ArgumentParser:
                "usage or environment (URL, connection, privileges, schema missing or newer "
                "than the package), 70 internal error (run again with --debug); a failure is "
                "one line on stderr.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_package_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, handler: Callable[[argparse.Namespace, Output], int | None], help: str,
             description: str | None = None) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=[common], help=help, description=description or help)
+        examples = "; ".join(f"`{PROG} {example}`" for example in EXAMPLES[name])
+        p = sub.add_parser(name, parents=[common], help=help, description=description or help,
+                           epilog=f"Example: {examples}.")
         p.set_defaults(handler=handler)
         return p
 
@@ -533,8 +650,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("next", cmd_next, "issue serials (committed before they are printed)",
             "Issue COUNT serials of FORMAT: unified, system, interface, id_service, "
             "merchant_trade, per_second or a custom format. Prints one serial per line "
-            "(--json: the parsed fields too). Example: "
-            f"`{PROG} next unified --system C0001 --module A01 --instance 01`.")
+            "(--json: the parsed fields too). With a terminal on stderr, a progress bar shows "
+            "how many are issued.")
     p.add_argument("format", help="unified | system | interface | <format name>")
     for name in FIELD_OPTIONS:
         p.add_argument(f"--{name}", help=f"field {name}")
@@ -567,6 +684,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("bench", cmd_bench, "run the benchmarks (arguments go to the benchmark runner)")
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="benchmark options")
+
+    add("metrics", cmd_metrics, "print Prometheus metrics: usage and headroom, stuck steps, "
+        "steps, claims, interface calls and partitions",
+        "Print the metrics of hivenet_db.metrics in the Prometheus text exposition format "
+        "(--json: as a list of metrics), for a textfile collector or a quick look; an "
+        "application serves them on its own endpoint with hivenet_db.metrics.HivenetCollector "
+        "(pip install 'hivenet-db[metrics]'). Alert rules: docs/operations.md.")
 
     p = add("embedded", cmd_embedded, "status, start or stop the embedded local PostgreSQL",
             "Manage the local PostgreSQL used when no URL is given. Its directory: "

@@ -52,9 +52,56 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit) as exit_:
             cli.main([name, "--help"])
         assert exit_.value.code == 0
-        assert f"usage: hivenet-db {name}" in capsys.readouterr().out
+        text = " ".join(capsys.readouterr().out.split())  # argparse wraps the epilog
+        assert f"usage: hivenet-db {name}" in text
+        assert f"Example: `hivenet-db {name}" in text, name
     result = _run("--help")
     assert result.returncode == 0 and "hivenet-db demo" in result.stdout
+
+
+def test_version() -> None:
+    import importlib.metadata
+
+    result = _run("--version")
+    assert result.returncode == 0
+    assert result.stdout == f"hivenet-db {importlib.metadata.version('hivenet-db')}\n"
+
+
+def test_next_in_chunks_with_a_progress_bar_on_a_terminal(hivenet_url: str) -> None:
+    """More serials than one chunk: all distinct and increasing, and a progress bar drawn on
+    stderr (a terminal here) never reaches stdout (a pipe)."""
+    import pty
+
+    count = cli.NEXT_CHUNK + 3
+    primary, secondary = pty.openpty()
+    drawn = bytearray()
+
+    def read_terminal() -> None:  # concurrently: a full terminal buffer would block the bar
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO: the command has closed the terminal
+                return
+            if not chunk:
+                return
+            drawn.extend(chunk)
+
+    reader = threading.Thread(target=read_terminal)
+    reader.start()
+    try:
+        result = subprocess.run([str(COMMAND), "next", "system", *SCOPE, "-n", str(count),
+                                 "--url", hivenet_url], stdout=subprocess.PIPE,
+                                stderr=secondary, text=True, timeout=180, check=False)
+    finally:
+        os.close(secondary)
+        reader.join(timeout=10)
+        os.close(primary)
+    assert result.returncode == 0, drawn
+    serials = result.stdout.split("\n")
+    assert serials[-1] == "" and len(serials) == count + 1  # one serial a line, nothing else
+    seqs = [int(s[-10:]) for s in serials[:-1]]
+    assert seqs == sorted(set(seqs))
+    assert b"issuing system serials" in drawn  # the bar, on stderr only
 
 
 def test_next_prints_committed_serials(run: Run, db: psycopg.Connection) -> None:

@@ -1,0 +1,190 @@
+"""Prometheus metrics of a hivenet database: what an operator alerts on (docs/operations.md).
+
+``read(db)`` runs the read-only queries of ``hivenet_db/queries/metrics.sql`` on any
+connection the repositories accept and returns gauges; ``exposition`` writes them in the
+Prometheus text format (``hivenet-db metrics``), and ``HivenetCollector`` hands them to
+``prometheus_client`` (extra ``[metrics]``) for an application's own ``/metrics`` endpoint::
+
+    from prometheus_client import REGISTRY
+    from hivenet_db.metrics import HivenetCollector
+
+    REGISTRY.register(HivenetCollector(engine))   # one connection of engine per scrape
+
+Every metric is a gauge read at scrape time: nothing is kept in the process, so any number
+of processes (or the command) report the same values.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import dict_row
+from sqlalchemy import Engine, TextClause, text
+
+from hivenet_db._execute import SyncDB
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric as PromMetric
+
+INSTALL_HINT = "pip install 'hivenet-db[metrics]'"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Metric ``name`` is column ``column`` of query ``query``, labelled by ``labels``."""
+
+    query: str
+    column: str
+    name: str
+    help: str
+    labels: tuple[str, ...] = ()
+
+
+SCOPE = ("format", "scope")
+# One row per metric; the queries are in hivenet_db/queries/metrics.sql.
+METRICS = (
+    Spec("scope_usage", "issued", "hivenet_scope_issued",
+         "serials issued in the current period of the scope (scope '(new scopes)': the "
+         "format's shared cold counter)", SCOPE),
+    Spec("scope_usage", "capacity", "hivenet_scope_capacity",
+         "serials a period of the scope can hold", SCOPE),
+    Spec("scope_usage", "remaining", "hivenet_scope_remaining",
+         "serials left in the current period of the scope", SCOPE),
+    Spec("scope_usage", "headroom", "hivenet_scope_headroom_ratio",
+         "remaining / capacity of the current period of the scope (0 to 1)", SCOPE),
+    Spec("stuck_steps", "steps", "hivenet_stuck_steps",
+         "processing steps past their lease (resolve with hivenet.resolve_step)"),
+    Spec("stuck_steps", "overdue_seconds", "hivenet_stuck_step_overdue_seconds",
+         "how long past its lease the oldest stuck step is (0 when none)"),
+    Spec("step_states", "steps", "hivenet_steps", "steps per state of their latest attempt",
+         ("state",)),
+    Spec("claims", "claims", "hivenet_claims", "rows of hivenet.claim_record (taken claims)"),
+    Spec("interface_calls_per_day", "calls", "hivenet_interface_calls",
+         "recorded interface calls per serial day, source and target system",
+         ("day", "source_system", "target_system")),
+    Spec("interface_partitions", "oldest_day_seconds",
+         "hivenet_interface_partition_oldest_day_timestamp_seconds",
+         "oldest daily partition of hivenet.interface_call (its day at 00:00 UTC)"),
+    Spec("interface_partitions", "newest_day_seconds",
+         "hivenet_interface_partition_newest_day_timestamp_seconds",
+         "newest daily partition of hivenet.interface_call (its day at 00:00 UTC)"),
+    Spec("interface_partitions", "days_ahead", "hivenet_interface_partition_days_ahead",
+         "newest partition day minus today (business time zone); maintain() keeps it at 2, "
+         "under 1 it has not run for a day"),
+    Spec("interface_partitions", "default_rows", "hivenet_interface_call_default_rows",
+         "interface calls in the default partition (days maintain() had not prepared)"),
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A gauge and its samples (none when there is nothing to measure, e.g. no partition)."""
+
+    name: str
+    help: str
+    samples: list[Sample]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "help": self.help,
+                "samples": [{"labels": s.labels, "value": s.value} for s in self.samples]}
+
+
+@functools.cache
+def queries() -> dict[str, TextClause]:
+    """The named queries of hivenet_db/queries/metrics.sql."""
+    source = (files("hivenet_db") / "queries" / "metrics.sql").read_text(encoding="utf-8")
+    parts = re.split(r"^-- name: (\w+)\s*$", source, flags=re.M)
+    return {name: text(body.strip()) for name, body in zip(parts[1::2], parts[2::2],
+                                                          strict=True)}
+
+
+def _mappings(db: SyncDB, statement: TextClause) -> list[dict[str, Any]]:
+    if isinstance(db, psycopg.Connection):
+        # dict_row on a cursor of our own: the caller's connection may use another factory
+        with db.cursor(row_factory=dict_row) as cursor:
+            return list(cursor.execute(statement.text))  # no parameters: the text as is
+    return [dict(row) for row in db.execute(statement).mappings()]
+
+
+def read(db: SyncDB) -> list[Metric]:
+    """Every metric, read now on ``db`` (a SQLAlchemy Connection or Session, or a psycopg
+    Connection; read only, never commits). Each query runs once."""
+    results = {name: _mappings(db, statement) for name, statement in queries().items()}
+    return [Metric(spec.name, spec.help,
+                   [Sample({label: str(row[label]) for label in spec.labels},
+                           float(row[spec.column]))
+                    for row in results[spec.query] if row[spec.column] is not None])
+            for spec in METRICS]
+
+
+def _escape(value: str, quote: bool) -> str:
+    value = value.replace("\\", "\\\\").replace("\n", "\\n")
+    return value.replace('"', '\\"') if quote else value
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+
+
+def exposition(metrics: list[Metric]) -> str:
+    """``metrics`` in the Prometheus text exposition format 0.0.4 (all gauges), the format
+    ``prometheus_client`` parses; written here so the command needs no extra package."""
+    lines: list[str] = []
+    for metric in metrics:
+        lines += [f"# HELP {metric.name} {_escape(metric.help, quote=False)}",
+                  f"# TYPE {metric.name} gauge"]
+        for sample in metric.samples:
+            labels = ",".join(f'{k}="{_escape(v, quote=True)}"' for k, v in sample.labels.items())
+            lines.append(f"{metric.name}{{{labels}}} {_number(sample.value)}" if labels
+                         else f"{metric.name} {_number(sample.value)}")
+    return "\n".join(lines) + "\n"
+
+
+class HivenetCollector:
+    """A ``prometheus_client`` collector: every scrape reads the metrics on a connection of
+    ``engine`` (needs the extra: ``pip install 'hivenet-db[metrics]'``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        _prometheus_client()  # fail at registration, not at the first scrape
+        self.engine = engine
+
+    def describe(self) -> list[PromMetric]:
+        # Empty: registering must not query the database (the names are in METRICS).
+        return []
+
+    def collect(self) -> Iterator[PromMetric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        with self.engine.connect() as conn:
+            metrics = read(conn)
+        for spec, metric in zip(METRICS, metrics, strict=True):  # read keeps METRICS' order
+            family = GaugeMetricFamily(metric.name, metric.help, labels=spec.labels)
+            for sample in metric.samples:
+                family.add_metric([sample.labels[label] for label in spec.labels],
+                                  sample.value)
+            yield family
+
+
+def _prometheus_client() -> None:
+    try:
+        import prometheus_client  # noqa: F401
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(f"hivenet_db.metrics.HivenetCollector needs prometheus_client: "
+                                  f"{INSTALL_HINT}", name=error.name) from None

@@ -1,0 +1,40 @@
+-- Read-only queries behind hivenet_db.metrics (`hivenet-db metrics` and the prometheus_client
+-- collector). Each query follows a `-- name: NAME` line; hivenet_db.metrics.METRICS says which
+-- column of which query is which metric and which columns are its labels. Read only.
+
+-- name: scope_usage
+-- Per scope of the current period; scope '(new scopes)' is each format's shared cold counter.
+SELECT format, scope, issued, capacity, remaining,
+       remaining::float8 / capacity AS headroom
+FROM hivenet.scope_usage
+ORDER BY format, scope;
+
+-- name: stuck_steps
+-- Processing steps past their lease, and how long past it the oldest one is.
+SELECT count(*) AS steps,
+       coalesce(extract(epoch FROM max(hivenet.now() - lease_expired_at)), 0) AS overdue_seconds
+FROM hivenet.stuck_steps;
+
+-- name: step_states
+SELECT state, steps FROM hivenet.step_states ORDER BY state;
+
+-- name: claims
+SELECT count(*) AS claims FROM hivenet.claim_record;
+
+-- name: interface_calls_per_day
+SELECT day::text AS day, source_system, target_system, calls
+FROM hivenet.interface_calls_per_day
+ORDER BY day, source_system, target_system;
+
+-- name: interface_partitions
+-- The daily partitions of hivenet.interface_call (named interface_call_YYYYMMDD; the default
+-- partition is not a day), and the rows that landed in the default partition. maintain()
+-- creates partitions two days ahead: days_ahead under 1 means it has not run for a day.
+SELECT extract(epoch FROM min(p.day)::timestamp) AS oldest_day_seconds,
+       extract(epoch FROM max(p.day)::timestamp) AS newest_day_seconds,
+       max(p.day) - hivenet._reporting_local_now()::date AS days_ahead,
+       (SELECT count(*) FROM hivenet.interface_call_default) AS default_rows
+FROM (SELECT to_date(right(c.relname, 8), 'YYYYMMDD') AS day
+      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+      WHERE i.inhparent = 'hivenet.interface_call'::regclass
+        AND c.relname ~ '^interface_call_[0-9]{8}$') AS p;  -- not interface_call_default

@@ -1,0 +1,150 @@
+"""hivenet_db.metrics and `hivenet-db metrics` against the real test database: the values are
+the ones the test created, and the exposition is what prometheus_client parses."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+from collections.abc import Iterable
+
+import psycopg
+import pytest
+from sqlalchemy import Engine
+
+from hivenet_db import metrics
+from hivenet_db._execute import SyncDB
+from tests.test_cli import COMMAND
+
+parser = pytest.importorskip("prometheus_client.parser")
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parsed(exposition: str) -> Samples:
+    """Every sample of a text exposition, keyed by name and sorted labels."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in parser.text_string_to_metric_families(exposition)
+            for s in family.samples}
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def _partition_days(db: psycopg.Connection) -> list[dt.date]:
+    names = db.execute("SELECT relname FROM pg_class WHERE relnamespace = 'hivenet'::regnamespace "
+                       "AND relname ~ '^interface_call_[0-9]{8}$'").fetchall()
+    return sorted(dt.datetime.strptime(n[-8:], "%Y%m%d").date() for (n,) in names)
+
+
+def _epoch(day: dt.date) -> float:
+    return dt.datetime.combine(day, dt.time(), dt.UTC).timestamp()
+
+
+@pytest.fixture
+def activity(db: psycopg.Connection) -> None:
+    """3 unified serials in a prepared scope, 2 system serials of a new scope (the cold
+    counter), a step stuck past its 1 µs lease, a claim and an interface call."""
+    db.execute("SELECT hivenet.maintain()")
+    db.execute("""SELECT hivenet.prepare_scope('unified',
+                  '{"system": "C0001", "module": "A01", "instance": "01"}')""")
+    db.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01') "
+               "FROM generate_series(1, 3)")
+    step = db.execute("SELECT hivenet.next_system_serial('C0002', 'A01', '01')").fetchone()[0]
+    db.execute("SELECT hivenet.next_system_serial('C0002', 'A01', '01')")
+    db.execute("SELECT * FROM hivenet.begin_step(%s, '{}', p_lease => '1 microsecond')", (step,))
+    db.execute("SELECT hivenet.claim('metrics-test', 'k1')")
+    call = db.execute("SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'B0001')"
+                      ).fetchone()[0]
+    db.execute("SELECT hivenet.claim_interface_serial(%s)", (call,))
+
+
+def test_values_match_what_the_test_created(activity: None, any_conn: SyncDB,
+                                            db: psycopg.Connection) -> None:
+    samples = parsed(metrics.exposition(metrics.read(any_conn)))
+    unified = {"format": "unified", "scope": "C0001A0101"}
+    assert value(samples, "hivenet_scope_issued", **unified) == 3
+    capacity = value(samples, "hivenet_scope_capacity", **unified)
+    assert value(samples, "hivenet_scope_remaining", **unified) == capacity - 3
+    assert value(samples, "hivenet_scope_headroom_ratio", **unified) == (capacity - 3) / capacity
+    # The new scope is still on the format's shared cold counter.
+    assert value(samples, "hivenet_scope_issued", format="system", scope="(new scopes)") == 2
+    assert value(samples, "hivenet_stuck_steps") == 1
+    assert value(samples, "hivenet_stuck_step_overdue_seconds") > 0
+    assert value(samples, "hivenet_steps", state="processing") == 1
+    assert value(samples, "hivenet_steps", state="success") == 0
+    assert value(samples, "hivenet_claims") == 1
+    calls = {k: v for k, v in samples.items() if k[0] == "hivenet_interface_calls"}
+    assert list(calls.values()) == [1]
+    assert dict(next(iter(calls))[1])["target_system"] == "B0001"
+
+    days = _partition_days(db)
+    today = db.execute("SELECT (now() AT TIME ZONE 'UTC')::date").fetchone()[0]
+    assert value(samples, "hivenet_interface_partition_oldest_day_timestamp_seconds") == \
+        _epoch(days[0])
+    assert value(samples, "hivenet_interface_partition_newest_day_timestamp_seconds") == \
+        _epoch(days[-1])
+    assert value(samples, "hivenet_interface_partition_days_ahead") == (days[-1] - today).days >= 1
+    assert value(samples, "hivenet_interface_call_default_rows") == 0
+
+
+def test_maintain_not_run_shows_in_partitions(db: psycopg.Connection) -> None:
+    """Without today's and later partitions (maintain() not run), calls land in the default
+    partition and days_ahead drops under 1: the alert of docs/operations.md fires."""
+    today = db.execute("SELECT (now() AT TIME ZONE 'UTC')::date").fetchone()[0]
+    for day in _partition_days(db):
+        if day >= today:
+            db.execute(f"DROP TABLE hivenet.interface_call_{day:%Y%m%d}")
+    call = db.execute("SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'B0001')"
+                      ).fetchone()[0]
+    db.execute("SELECT hivenet.claim_interface_serial(%s)", (call,))
+    samples = parsed(metrics.exposition(metrics.read(db)))
+    assert value(samples, "hivenet_interface_call_default_rows") == 1
+    ahead = [v for k, v in samples.items() if k[0] == "hivenet_interface_partition_days_ahead"]
+    assert all(v < 1 for v in ahead)  # no partition left, or only past days
+
+
+def test_collector_serves_the_same_samples(activity: None, hivenet_engine: Engine) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(metrics.HivenetCollector(hivenet_engine))
+    served = parsed(generate_latest(registry).decode())
+    with hivenet_engine.connect() as conn:
+        printed = parsed(metrics.exposition(metrics.read(conn)))
+    overdue = ("hivenet_stuck_step_overdue_seconds", ())
+    assert 0 < served.pop(overdue) < printed.pop(overdue)  # the clock moved between the reads
+    assert served == printed
+    assert value(served, "hivenet_claims") == 1
+
+
+@pytest.mark.parametrize("label", ['a "quoted" name', "back\\slash", "two\nlines", "naïve"])
+def test_exposition_escapes_labels_and_help(label: str) -> None:
+    metric = metrics.Metric("hivenet_test", 'help with \\ and\nnewline "quotes"',
+                            [metrics.Sample({"scope": label}, 0.25),
+                             metrics.Sample({"scope": "big"}, 1e20)])
+    (family,) = parser.text_string_to_metric_families(metrics.exposition([metric]))
+    assert family.documentation == metric.help
+    assert [(s.labels, s.value) for s in family.samples] == [({"scope": label}, 0.25),
+                                                              ({"scope": "big"}, 1e20)]
+
+
+def _names(families: Iterable[dict[str, object]]) -> set[object]:
+    return {f["name"] for f in families}
+
+
+def test_command_prints_the_exposition(activity: None, hivenet_url: str) -> None:
+    def run(*args: str) -> str:
+        result = subprocess.run([str(COMMAND), "metrics", "--url", hivenet_url, *args],
+                                capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+        return result.stdout
+
+    samples = parsed(run())
+    assert value(samples, "hivenet_scope_issued", format="unified", scope="C0001A0101") == 3
+    assert value(samples, "hivenet_stuck_steps") == 1
+    as_json = json.loads(run("--json"))
+    assert _names(as_json) == {spec.name for spec in metrics.METRICS}
+    (claims,) = [m for m in as_json if m["name"] == "hivenet_claims"]
+    assert claims["samples"] == [{"labels": {}, "value": 1.0}]
