@@ -377,15 +377,15 @@ BEGIN
     -- octet_length: full-width and other non-ASCII characters never pass.
     IF p_value !~ (p_seg ->> 'regex') OR octet_length(p_value) <> (p_seg ->> 'width')::integer
     THEN
-        RETURN format('%L must be %s %s characters', p_value, p_seg ->> 'width',
-                      p_seg ->> 'charset');
+        RETURN format('%s must be %s %s characters', hivenet._shown(p_value),
+                      p_seg ->> 'width', p_seg ->> 'charset');
     END IF;
     -- Nested IF: the cast is safe only once the value is known to be digits.
     IF p_seg ->> 'charset' = 'digit' AND (p_seg ? 'min' OR p_seg ? 'max') THEN
         IF p_value::numeric NOT BETWEEN coalesce((p_seg ->> 'min')::numeric, 0)
                                     AND coalesce((p_seg ->> 'max')::numeric, p_value::numeric)
         THEN
-            RETURN format('%L must be from %s to %s', p_value,
+            RETURN format('%s must be from %s to %s', hivenet._shown(p_value),
                           lpad(coalesce(p_seg ->> 'min', '0'), length(p_value), '0'),
                           coalesce(p_seg ->> 'max', repeat('9', length(p_value))));
         END IF;

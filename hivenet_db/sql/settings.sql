@@ -5,6 +5,17 @@
 CREATE SCHEMA IF NOT EXISTS hivenet;
 COMMENT ON SCHEMA hivenet IS 'hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency';
 
+-- A value as messages echo it: quoted (quote_literal), and cut to its first 32 characters
+-- plus its length when longer than 40, so no message echoes a megabyte; 'NULL' for NULL.
+-- hivenet_db/parsing.py shown() is the same for messages made in Python.
+CREATE FUNCTION hivenet._shown(p_value text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN p_value IS NULL THEN 'NULL'
+                WHEN length(p_value) <= 40 THEN quote_literal(p_value)
+                ELSE quote_literal(left(p_value, 32))
+                     || format('... (%s characters)', length(p_value)) END
+$$;
+
 CREATE TABLE hivenet.setting (
     name        text PRIMARY KEY,
     value       text NOT NULL,
