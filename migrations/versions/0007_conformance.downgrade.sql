@@ -3,6 +3,45 @@
 
 DROP FUNCTION hivenet._shown(text);
 
+DROP VIEW hivenet.interface_calls_per_day, hivenet.interface_calls;
+ALTER TABLE hivenet.interface_call DROP COLUMN call_order;
+CREATE VIEW hivenet.interface_calls AS
+SELECT c.interface_serial,
+       c.unified_serial,
+       c.system_serial,
+       substr(c.interface_serial, 1, 5) AS source_system,
+       substr(c.interface_serial, 6, 3) AS source_module,
+       substr(c.interface_serial, 9, 2) AS source_instance,
+       substr(c.interface_serial, 11, 5) AS target_system,
+       c.serial_day,
+       -- ISO basic 'YYYYMMDDTHHMISS' to timestamp: no session time zone involved (to_timestamp
+       -- would shift a local time that the session's zone skips at a DST change).
+       (substr(c.interface_serial, 16, 8) || 'T' || substr(c.interface_serial, 24, 6))::timestamp
+           AS serial_time,
+       c.recorded_at
+FROM hivenet.interface_call c;
+COMMENT ON VIEW hivenet.interface_calls IS
+    'recorded interface calls with the source and target of each serial (reporting)';
+CREATE VIEW hivenet.interface_calls_per_day AS
+SELECT serial_day AS day, source_system, target_system, count(*) AS calls
+FROM hivenet.interface_calls
+GROUP BY serial_day, source_system, target_system;
+COMMENT ON VIEW hivenet.interface_calls_per_day IS
+    'recorded interface calls per serial day, source system and target system (reporting)';
+SELECT hivenet._grant_roles();
+
+CREATE OR REPLACE FUNCTION hivenet.call_chain(p_unified_serial text)
+RETURNS TABLE (interface_serial text, system_serial text, source_system text,
+               source_module text, source_instance text, target_system text,
+               serial_time timestamp, recorded_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
+           c.source_instance, c.target_system, c.serial_time, c.recorded_at
+    FROM hivenet.interface_calls c
+    WHERE c.unified_serial = p_unified_serial
+    ORDER BY c.recorded_at, c.interface_serial
+$$;
+
 CREATE OR REPLACE FUNCTION hivenet.parse_serial(p_serial text, p_format text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

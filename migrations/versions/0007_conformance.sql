@@ -1,6 +1,8 @@
 -- Revision 0007, frozen: conformance with the standard and the seeds (issue 11).
 --   * messages echo user values cut to a short prefix plus their length (hivenet._shown);
 --   * parse_serial's messages as hivenet_db.parse_serial gives them in Python;
+--   * interface calls keep the order they were recorded in (call_order), and call_chain
+--     returns exactly that order, across partitions;
 -- Never edit this file: later changes go into new revisions.
 
 CREATE FUNCTION hivenet._shown(p_value text) RETURNS text
@@ -109,6 +111,50 @@ BEGIN
     END IF;
     RETURN v_result;
 END $$;
+
+-- dedup.sql: the order of recording. Rows recorded before this revision are numbered by
+-- recorded_at, then serial (the order call_chain showed them in).
+CREATE SEQUENCE hivenet.interface_call_call_order_seq;
+ALTER TABLE hivenet.interface_call ADD COLUMN call_order bigint;
+UPDATE hivenet.interface_call c SET call_order = o.n
+FROM (SELECT interface_serial, serial_day,
+             nextval('hivenet.interface_call_call_order_seq') AS n
+      FROM (SELECT interface_serial, serial_day FROM hivenet.interface_call
+            ORDER BY recorded_at, interface_serial) ordered) o
+WHERE c.interface_serial = o.interface_serial AND c.serial_day = o.serial_day;
+ALTER TABLE hivenet.interface_call
+    ALTER COLUMN call_order SET DEFAULT nextval('hivenet.interface_call_call_order_seq'::regclass),
+    ALTER COLUMN call_order SET NOT NULL;
+ALTER SEQUENCE hivenet.interface_call_call_order_seq OWNED BY hivenet.interface_call.call_order;
+
+CREATE OR REPLACE VIEW hivenet.interface_calls AS
+SELECT c.interface_serial,
+       c.unified_serial,
+       c.system_serial,
+       substr(c.interface_serial, 1, 5) AS source_system,
+       substr(c.interface_serial, 6, 3) AS source_module,
+       substr(c.interface_serial, 9, 2) AS source_instance,
+       substr(c.interface_serial, 11, 5) AS target_system,
+       c.serial_day,
+       -- ISO basic 'YYYYMMDDTHHMISS' to timestamp: no session time zone involved (to_timestamp
+       -- would shift a local time that the session's zone skips at a DST change).
+       (substr(c.interface_serial, 16, 8) || 'T' || substr(c.interface_serial, 24, 6))::timestamp
+           AS serial_time,
+       c.recorded_at,
+       c.call_order
+FROM hivenet.interface_call c;
+
+CREATE OR REPLACE FUNCTION hivenet.call_chain(p_unified_serial text)
+RETURNS TABLE (interface_serial text, system_serial text, source_system text,
+               source_module text, source_instance text, target_system text,
+               serial_time timestamp, recorded_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
+           c.source_instance, c.target_system, c.serial_time, c.recorded_at
+    FROM hivenet.interface_calls c
+    WHERE c.unified_serial = p_unified_serial
+    ORDER BY c.call_order
+$$;
 
 -- privileges.sql, as of this revision: EXECUTE revoked from PUBLIC on every function, the API
 -- granted again, the roles' grants again.
