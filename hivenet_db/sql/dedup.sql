@@ -91,7 +91,7 @@ LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM hivenet.parse_serial(p_serial, p_format);
     RAISE EXCEPTION USING ERRCODE = 'HN001',
-        MESSAGE = format('%L is no valid %s serial', p_serial, p_format);
+        MESSAGE = format('%s is no valid %s serial', hivenet._shown(p_serial), p_format);
 END $$;
 
 -- hivenet.claim_interface_serial(serial, unified_serial default null,

@@ -34,7 +34,9 @@ BEGIN
     END IF;
     FOR v_seg IN SELECT jsonb_array_elements(v_format.segments) LOOP
         EXIT WHEN v_problem IS NOT NULL;
-        IF v_seg ? 'field' THEN
+        IF v_seg -> 'printed' = 'false' THEN
+            v_part := '';  -- a field of the counter key that is not printed
+        ELSIF v_seg ? 'field' THEN
             v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
             v_problem := 'field ' || (v_seg ->> 'field') || ' '
                          || hivenet._field_problem(v_seg, v_part);

@@ -36,7 +36,8 @@ BEGIN
         END CASE;
     EXCEPTION WHEN data_exception OR invalid_parameter_value OR feature_not_supported THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('setting %s: %L is not a valid %s', NEW.name, NEW.value, NEW.kind);
+            MESSAGE = format('setting %s: %s is not a valid %s', NEW.name,
+                             hivenet._shown(NEW.value), NEW.kind);
     END;
     RETURN NEW;
 END $$;
