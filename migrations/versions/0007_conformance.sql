@@ -807,7 +807,13 @@ BEGIN
     IF hivenet._setting_constant('enforce_registry')::boolean THEN
         PERFORM hivenet._check_registry(jsonb_object(v_format.field_names, v_values));
     END IF;
-    v_scope := hivenet._scope_of(v_format, v_values);
+    -- Formats whose every field is in the counter key skip _scope_of's subquery, which
+    -- would take the expression off PL/pgSQL's fast path for simple expressions.
+    IF v_format.key_fields IS NULL THEN
+        v_scope := array_to_string(v_values, '');
+    ELSE
+        v_scope := hivenet._scope_of(v_format, v_values);
+    END IF;
     v_seq := to_regclass(
         'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
     IF v_seq IS NULL THEN
