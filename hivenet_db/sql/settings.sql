@@ -23,7 +23,9 @@ CREATE TABLE hivenet.setting (
     description text NOT NULL
 );
 
--- Trigger: reject a value that does not parse as the setting's kind.
+-- Trigger: reject a value that does not parse as the setting's kind, and a business time zone
+-- behind the current one once serials exist (their dates and times would go backwards).
+-- hivenet.scope and hivenet.scope_pending (allocate.sql) are read when the trigger runs.
 CREATE FUNCTION hivenet._setting_check() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -39,6 +41,20 @@ BEGIN
             MESSAGE = format('setting %s: %s is not a valid %s', NEW.name,
                              hivenet._shown(NEW.value), NEW.kind);
     END;
+    IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
+       AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
+       AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
+        -- Nested: the tables are looked up only once they exist (not during an install).
+        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending) THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
+                                 'issued: their business dates and times would go backwards '
+                                 '(choose the zone before the first serial)', NEW.name,
+                                 hivenet._shown(NEW.value),
+                                 (now() AT TIME ZONE OLD.value) - (now() AT TIME ZONE NEW.value),
+                                 hivenet._shown(OLD.value));
+        END IF;
+    END IF;
     RETURN NEW;
 END $$;
 

@@ -5,6 +5,7 @@
 --     returns exactly that order, across partitions;
 --   * every message echoes user values through hivenet._shown; HN010 names the period
 --     unit (or that the counter never resets);
+--   * the business time zone cannot be moved behind once serials exist;
 --   * define_format refuses unknown keys and kinds; a field may be printed only
 --     ("counter": false) or counter key only ("printed": false); id_service counts
 --     per reconciliation type and shard, as seed 001 says.
@@ -178,6 +179,20 @@ BEGIN
             MESSAGE = format('setting %s: %s is not a valid %s', NEW.name,
                              hivenet._shown(NEW.value), NEW.kind);
     END;
+    IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
+       AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
+       AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
+        -- Nested: the tables are looked up only once they exist (not during an install).
+        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending) THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
+                                 'issued: their business dates and times would go backwards '
+                                 '(choose the zone before the first serial)', NEW.name,
+                                 hivenet._shown(NEW.value),
+                                 (now() AT TIME ZONE OLD.value) - (now() AT TIME ZONE NEW.value),
+                                 hivenet._shown(OLD.value));
+        END IF;
+    END IF;
     RETURN NEW;
 END $$;
 
