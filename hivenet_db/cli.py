@@ -72,7 +72,7 @@ from hivenet_db.serials import SerialRepository
 
 PROG = "hivenet-db"
 # Options that name a serial field directly; any other field goes through --field NAME=VALUE.
-FIELD_OPTIONS = ("system", "module", "instance", "target", "merchant", "shard")
+FIELD_OPTIONS = ("system", "module", "instance", "target", "merchant", "shard", "recon_type")
 URL_FORM = "postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
 # Exit status of `migrate --check` for each state.
 CHECK_EXIT = {State.HEAD: 0, State.BEHIND: 3, State.AHEAD: 4, State.NOT_INSTALLED: 5,

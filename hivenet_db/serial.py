@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import text
 
 from hivenet_db._execute import SyncDB, rows
+from hivenet_db.parsing import parse_builtin
 
 
 class Serial(str):
@@ -55,11 +56,22 @@ class Serial(str):
 _PARSE = text("SELECT hivenet.parse_serial(:serial, :format)")
 
 
-def parse_serial(db: SyncDB, serial: str, format: str | None = None) -> Serial:
-    """Parse ``serial`` with the database's ``hivenet.parse_serial``.
+def parse_serial(serial: Any, format: Any = None, *legacy: Any,
+                 db: SyncDB | None = None) -> Serial:
+    """Parse ``serial``: ``parse_serial("C0001A0101201507100123456789")``.
 
-    With no format, the standard's kinds are told apart by length (28/30/39).
+    Without ``db``, in Python, for the three standard kinds (told apart by length, 28/30/39,
+    when no format is named) and the six built-in formats: no database involved, the same
+    results and messages as SQL ``hivenet.parse_serial``. With ``db`` (a Connection or
+    Session), the database parses it: needed for custom formats (``define_format``).
     Raises ``InvalidInput`` (HN001) when it is no valid serial of that format.
+
+    The older form ``parse_serial(connection, serial, format)`` still works (it asks the
+    database).
     """
+    if serial is not None and not isinstance(serial, str):  # parse_serial(db, serial, format)
+        db, serial, format = serial, format, (legacy[0] if legacy else None)
+    if db is None:
+        return Serial(serial, parse_builtin(serial, format))
     (row,) = rows(db, _PARSE, {"serial": serial, "format": format})
     return Serial(serial, row[0])

@@ -43,7 +43,7 @@ def test_builtin_layouts(db: psycopg.Connection, fake_clock: FakeClock) -> None:
     assert one(db, "SELECT hivenet.next_interface_serial('C0001','A01','01','T0002')") == \
         "C0001A0101T0002201507101314150000000001"
     assert one(db, "SELECT hivenet.next_serial('id_service', %s)",
-               Jsonb({"merchant": "123456789012", "shard": "07"})) == \
+               Jsonb({"recon_type": "01", "merchant": "123456789012", "shard": "07"})) == \
         "12345678901220150710" + "07" + "000001"
     assert one(db, "SELECT hivenet.next_serial('per_second', '{}')") == "15071013141500001"
 

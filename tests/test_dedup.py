@@ -344,6 +344,28 @@ def test_call_chain_is_in_recorded_order(clocked: psycopg.Connection, fake_clock
                            ).fetchone()[0] == 0
 
 
+def test_call_chain_is_exactly_the_recording_order_across_partitions(
+        clocked: psycopg.Connection) -> None:
+    """Calls recorded at one instant (one clock reading) come back in the order recorded, not
+    by serial, whether they sit in a day's partition or in the default partition."""
+    # Before maintain(): 1 March has no partition, so its calls go to the default partition
+    # (and stay there); maintain() then makes the partition of 28 February.
+    claim(clocked, iserial(target="Z0001"), UNIFIED)
+    clocked.execute("SELECT hivenet.maintain()")
+    order = [iserial(when="20310228235959", target="Y0001"), iserial(target="X0001"),
+             iserial(when="20310228120000", target="W0001"), iserial(target="A0001"),
+             iserial(when="20310228120000", target="B0001")]
+    for serial in order:
+        claim(clocked, serial, UNIFIED)
+    places = clocked.execute(
+        "SELECT DISTINCT tableoid::regclass::text FROM hivenet.interface_call").fetchall()
+    assert sorted(p[0] for p in places) == ["hivenet.interface_call_20310228",
+                                            "hivenet.interface_call_default"]
+    chain = clocked.execute("SELECT interface_serial FROM hivenet.call_chain(%s)",
+                            (UNIFIED,)).fetchall()
+    assert [r[0] for r in chain] == [iserial(target="Z0001"), *order]
+
+
 @pytest.mark.parametrize(("unified", "system"), [
     ("C0001A01012031030100000000011", None),      # 29 characters
     ("C0001A0101203103010000000A01", None),

@@ -199,3 +199,30 @@ def test_sql_files_have_no_bare_raise() -> None:
                 r"RAISE\s+(WARNING|NOTICE|INFO|LOG|DEBUG)\b", statement):
             continue
         assert re.search(r"ERRCODE\s*=\s*'HN\d{3}'", statement), statement
+
+
+def test_id_service_serials_of_the_old_counter_key_are_never_printed_again(
+        new_db: Callable[[], str]) -> None:
+    """Revision 0007 counts id_service per reconciliation type and shard instead of per
+    merchant and shard: the new counters continue above every value the old ones issued, so
+    the same merchant, shard and day never gets a seq again, and back on a downgrade."""
+    db = new_db()
+    replay(db, "0006")
+    old_fields = '{"merchant": "123456789012", "shard": "05"}'
+    new_fields = '{"recon_type": "01", "merchant": "123456789012", "shard": "05"}'
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT hivenet.prepare_scope('id_service', %s)", (old_fields,))
+        issued = [scalar(conn, "SELECT hivenet.next_serial('id_service', %s)", (old_fields,))
+                  for _ in range(3)]
+    assert issued[-1].endswith("05000003")
+    replay(db, "0007")
+    with psycopg.connect(db, autocommit=True) as conn:
+        for _ in range(2):  # from the cold counter, then from the scope's own sequence
+            serial = scalar(conn, "SELECT hivenet.next_serial('id_service', %s)", (new_fields,))
+            assert serial[:22] == issued[-1][:22] and serial > max(issued)
+            issued.append(serial)
+            conn.execute("SELECT hivenet.maintain()")
+    migrate.downgrade(db, "0006")
+    with psycopg.connect(db, autocommit=True) as conn:
+        serial = scalar(conn, "SELECT hivenet.next_serial('id_service', %s)", (old_fields,))
+        assert serial > max(issued)

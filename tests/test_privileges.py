@@ -34,7 +34,8 @@ def test_the_application_api_works_with_usage_only(app: psycopg.Connection) -> N
     interface = scalar(
         app, "SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'D0001')")
     assert scalar(app, """SELECT count(*) FROM hivenet.next_serials('id_service',
-                          '{"merchant": "123456789012", "shard": "01"}', 3)""") == 3
+                          '{"recon_type": "01", "merchant": "123456789012",
+                            "shard": "01"}', 3)""") == 3
     assert scalar(app, "SELECT hivenet.parse_serial(%s)", (unified,))["format"] == "unified"
     app.execute("SELECT hivenet.claim_interface_serial(%s, %s, %s)", (interface, unified, system))
     assert scalar(app, "SELECT count(*) FROM hivenet.call_chain(%s)", (unified,)) == 1

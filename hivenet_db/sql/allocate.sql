@@ -60,6 +60,28 @@ BEGIN ATOMIC
                 ELSE 'seq_' || left(p_format, 26) || '_' || md5(p_scope) END;
 END;
 
+-- The counter scope of field values p_values (in p_format's field order): the values of the
+-- format's counter-key fields, concatenated (fixed widths: unambiguous). Every field is in
+-- the key unless the format marks it "counter": false (printed only); a "printed": false
+-- field is in the key without being printed (seed 001's reconciliation type).
+-- On every allocation: inlined, a SQL-standard body without SET (see _period_index).
+CREATE FUNCTION hivenet._scope_of(p_format hivenet.format, p_values text[]) RETURNS text
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT CASE WHEN p_format.key_fields IS NULL THEN array_to_string(p_values, '')
+                ELSE array_to_string(ARRAY(
+                    SELECT p_values[k.i] FROM unnest(p_format.key_fields) WITH ORDINALITY
+                        AS k(i, n) ORDER BY k.n), '') END;
+END;
+
+-- The counter-key fields of p_values as a JSON object (hivenet.scope.fields).
+CREATE FUNCTION hivenet._scope_fields(p_format hivenet.format, p_values text[]) RETURNS jsonb
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(jsonb_object_agg(f.name, p_values[f.i]), '{}')
+    FROM unnest(p_format.field_names) WITH ORDINALITY AS f(name, i)
+    WHERE p_format.key_fields IS NULL OR f.i = ANY (p_format.key_fields)
+$$;
+
 CREATE FUNCTION hivenet._cold_sequence_name(p_format text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 'cold_' || p_format $$;
 
@@ -145,12 +167,13 @@ DECLARE
 BEGIN
     SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
     IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format('unknown format %L', p_format);
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('unknown format %s', hivenet._shown(p_format));
     END IF;
     v_values := hivenet._field_values(v_format, p_fields);
     PERFORM hivenet._check_fields(v_format, v_values);
-    PERFORM hivenet._promote_scope(v_format, array_to_string(v_values, ''),
-                                   jsonb_object(v_format.field_names, v_values));
+    PERFORM hivenet._promote_scope(v_format, hivenet._scope_of(v_format, v_values),
+                                   hivenet._scope_fields(v_format, v_values));
 END $$;
 
 -- Part of maintain(): promotes every scope that drew from a cold counter.
@@ -193,9 +216,11 @@ BEGIN
                 -- Park the counter just past capacity so failing calls never spill over.
                 PERFORM setval(p_seq, v_period * p_format.stride + p_format.capacity, true);
                 RAISE EXCEPTION USING ERRCODE = 'HN010',
-                    MESSAGE = format('format %s: all %s serials of %s for the period '
-                                     'starting %s are used', p_format.name, p_format.capacity,
-                                     p_scope, hivenet._period_start(v_period, p_format.reset));
+                    MESSAGE = format('format %s: all %s serials of %s %s are used',
+                                     p_format.name, p_format.capacity, p_scope,
+                                     CASE p_format.reset WHEN 'never' THEN '(it never resets)'
+                                     ELSE format('for the %s starting %s', p_format.reset,
+                                         hivenet._period_start(v_period, p_format.reset)) END);
             END IF;
             PERFORM setval(p_seq, (v_period + 1) * p_format.stride, true);
             v_value := nextval(p_seq);
@@ -242,12 +267,12 @@ BEGIN
     IF jsonb_typeof(p_fields) IS DISTINCT FROM 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('format %s: fields must be a JSON object, not %s', p_format.name,
-                             coalesce(left(p_fields::text, 100), 'NULL'));
+                             hivenet._shown(p_fields::text));
     END IF;
     IF p_fields - p_format.field_names <> '{}'::jsonb THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('format %s has no field %L (fields: %s)', p_format.name,
-                             (SELECT left(k, 100) FROM jsonb_object_keys(
+            MESSAGE = format('format %s has no field %s (fields: %s)', p_format.name,
+                             (SELECT hivenet._shown(k) FROM jsonb_object_keys(
                                   p_fields - p_format.field_names) AS k LIMIT 1),
                              array_to_string(p_format.field_names, ', '));
     END IF;
@@ -296,7 +321,7 @@ CREATE FUNCTION hivenet._issue_cold(p_format hivenet.format, p_values text[], p_
 RETURNS text[]
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_scope text := array_to_string(p_values, '');
+    v_scope text := hivenet._scope_of(p_format, p_values);
     v_key integer := hashtext(p_format.name);
     v_seq regclass;
     v_out text[];
@@ -312,7 +337,7 @@ BEGIN
                        'hivenet.maintain() gives each its own)', v_scope));
             -- Once per scope, not per serial: a busy new scope would pile up rows.
             INSERT INTO hivenet.scope_pending (format, scope, fields)
-            SELECT p_format.name, v_scope, jsonb_object(p_format.field_names, p_values)
+            SELECT p_format.name, v_scope, hivenet._scope_fields(p_format, p_values)
             WHERE NOT EXISTS (SELECT FROM hivenet.scope_pending s
                               WHERE s.format = p_format.name AND s.scope = v_scope);
         END IF;
@@ -349,14 +374,15 @@ DECLARE
 BEGIN
     IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('count %s must be from 1 to 1000000', coalesce(p_count::text, 'NULL'));
+            MESSAGE = format('format %s: count %s must be from 1 to 1000000',
+                             hivenet._shown(p_format), coalesce(p_count::text, 'NULL'));
     END IF;
     IF v_format.name IS NULL THEN
         -- Not in the constants: defined by a transaction whose rewrite was superseded.
         SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('unknown format %L', left(p_format, 100));
+                MESSAGE = format('unknown format %s', hivenet._shown(p_format));
         END IF;
     END IF;
     IF v_values IS NULL THEN
@@ -377,7 +403,13 @@ BEGIN
     IF hivenet._setting_constant('enforce_registry')::boolean THEN
         PERFORM hivenet._check_registry(jsonb_object(v_format.field_names, v_values));
     END IF;
-    v_scope := array_to_string(v_values, '');
+    -- Formats whose every field is in the counter key skip _scope_of's subquery, which
+    -- would take the expression off PL/pgSQL's fast path for simple expressions.
+    IF v_format.key_fields IS NULL THEN
+        v_scope := array_to_string(v_values, '');
+    ELSE
+        v_scope := hivenet._scope_of(v_format, v_values);
+    END IF;
     v_seq := to_regclass(
         'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
     IF v_seq IS NULL THEN

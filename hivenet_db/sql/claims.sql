@@ -48,12 +48,12 @@ BEGIN
     IF p_namespace IS NULL OR p_namespace = '' OR octet_length(p_namespace) > 200 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('claim namespace %s must be 1 to 200 bytes',
-                             coalesce(quote_literal(left(p_namespace, 210)), 'NULL'));
+                             hivenet._shown(p_namespace));
     END IF;
     IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 1000 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('claim key %s of namespace %s must be 1 to 1000 bytes',
-                             coalesce(quote_literal(left(p_key, 1010)), 'NULL'), p_namespace);
+                             hivenet._shown(p_key), hivenet._shown(p_namespace));
     END IF;
     v_lock := hashtext(p_namespace || chr(31) || p_key);
     IF NOT p_nowait THEN
@@ -61,7 +61,7 @@ BEGIN
     ELSIF NOT pg_try_advisory_xact_lock(hivenet._claim_lock_space(), v_lock) THEN
         RAISE EXCEPTION USING ERRCODE = 'HN040',
             MESSAGE = format('claim %s / %s is being taken by another transaction in progress '
-                             '(nowait)', p_namespace, p_key);
+                             '(nowait)', hivenet._shown(p_namespace), hivenet._shown(p_key));
     END IF;
     SELECT v_now + n.expiry INTO v_expires
     FROM hivenet.claim_namespace n WHERE n.namespace = p_namespace;
@@ -76,7 +76,8 @@ BEGIN
     WHERE r.namespace = p_namespace AND r.key = p_key AND r.expires_at <= v_now;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN040',
-            MESSAGE = format('claim %s / %s is already taken', p_namespace, p_key);
+            MESSAGE = format('claim %s / %s is already taken (until %s)',
+                             hivenet._shown(p_namespace), hivenet._shown(p_key), v_expires);
     END IF;
 END $$;
 
@@ -93,7 +94,7 @@ BEGIN
     IF p_expiry <= interval '0' THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('claim expiry %s of namespace %s must be positive', p_expiry,
-                             p_namespace);
+                             hivenet._shown(p_namespace));
     END IF;
     INSERT INTO hivenet.claim_namespace (namespace, expiry) VALUES (p_namespace, p_expiry)
     ON CONFLICT (namespace) DO UPDATE SET expiry = excluded.expiry;

@@ -9,13 +9,13 @@ BEGIN
     IF NOT hivenet._setting_value('allow_fake_clock')::boolean THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('hivenet.fake_now is set to %L but this database does not allow a '
-                             'fake clock (setting allow_fake_clock)', v_fake);
+                             'fake clock (setting allow_fake_clock)', hivenet._shown(v_fake));
     END IF;
     BEGIN
         RETURN v_fake::timestamptz;
     EXCEPTION WHEN data_exception THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('hivenet.fake_now %L is not a timestamptz', v_fake);
+            MESSAGE = format('hivenet.fake_now %s is not a timestamptz', hivenet._shown(v_fake));
     END;
 END $$;
 

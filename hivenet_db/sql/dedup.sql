@@ -26,6 +26,9 @@ CREATE TABLE hivenet.interface_call (
     unified_serial   text,
     system_serial    text,
     recorded_at      timestamptz NOT NULL,
+    -- The order of recording, across partitions (one sequence): call_chain sorts by it, since
+    -- calls recorded at one clock reading share recorded_at.
+    call_order       bigserial,
     PRIMARY KEY (interface_serial, serial_day)
 ) PARTITION BY RANGE (serial_day);
 COMMENT ON TABLE hivenet.interface_call IS
@@ -88,7 +91,7 @@ LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM hivenet.parse_serial(p_serial, p_format);
     RAISE EXCEPTION USING ERRCODE = 'HN001',
-        MESSAGE = format('%L is no valid %s serial', p_serial, p_format);
+        MESSAGE = format('%s is no valid %s serial', hivenet._shown(p_serial), p_format);
 END $$;
 
 -- hivenet.claim_interface_serial(serial, unified_serial default null,
@@ -211,7 +214,8 @@ SELECT c.interface_serial,
        -- would shift a local time that the session's zone skips at a DST change).
        (substr(c.interface_serial, 16, 8) || 'T' || substr(c.interface_serial, 24, 6))::timestamp
            AS serial_time,
-       c.recorded_at
+       c.recorded_at,
+       c.call_order
 FROM hivenet.interface_call c;
 COMMENT ON VIEW hivenet.interface_calls IS
     'recorded interface calls with the source and target of each serial (reporting)';
@@ -225,7 +229,7 @@ COMMENT ON VIEW hivenet.interface_calls_per_day IS
     'recorded interface calls per serial day, source system and target system (reporting)';
 
 -- hivenet.call_chain(unified_serial) → table: every recorded call of that business
---   transaction, in the order recorded (then by serial). Empty when none is recorded or the
+--   transaction, exactly in the order recorded (call_order). Empty when none is recorded or the
 --   days are past retention. No HN error; reads only, never blocks.
 CREATE FUNCTION hivenet.call_chain(p_unified_serial text)
 RETURNS TABLE (interface_serial text, system_serial text, source_system text,
@@ -236,7 +240,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
            c.source_instance, c.target_system, c.serial_time, c.recorded_at
     FROM hivenet.interface_calls c
     WHERE c.unified_serial = p_unified_serial
-    ORDER BY c.recorded_at, c.interface_serial
+    ORDER BY c.call_order
 $$;
 
 -- Drops one expired partition, waiting at most a second for claims in flight (DROP locks the

@@ -2,11 +2,15 @@
 --
 -- A segment is one JSON object:
 --   {"field": "system", "width": 5, "charset": "alnum"}    value given by the caller; optional
---                                                         "min"/"max" for digit fields
+--                                                         "min"/"max" for digit fields,
+--                                                         "printed": false (counter key only),
+--                                                         "counter": false (printed only)
 --   {"literal": "HN"}                                      fixed text
 --   {"time": "YYYYMMDD"}                                   date/time in the business time zone
 --   {"seq": 10, "reset": "day"}                            counter, zero-padded, reset per period
--- The counter scope is the concatenation of the field values: two scopes never share a counter.
+-- Any other key, or a segment of no known kind, is refused (HN001 naming it).
+-- The counter scope is the concatenation of the values of the counter-key fields (every field
+-- unless marked "counter": false): two scopes never share a counter. docs/formats.md.
 
 -- Time patterns a format may use: to_char pattern, width, and the finest unit they show.
 CREATE FUNCTION hivenet._time_pattern(p_pattern text,
@@ -95,7 +99,8 @@ CREATE TABLE hivenet.format (
     field_max          numeric[] NOT NULL,
     bounded_fields     integer[] NOT NULL,  -- the fields with a min or max
     head_pattern       text NOT NULL,     -- to_char pattern of the segments before the seq,
-    tail_pattern       text NOT NULL      --   and after it; field n is format() arg %n$s
+    tail_pattern       text NOT NULL,     --   and after it; field n is format() arg %n$s
+    key_fields         integer[]          -- the fields of the counter scope, NULL for all
 );
 COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
 
@@ -128,7 +133,7 @@ CREATE FUNCTION hivenet._format_error(p_name text, p_message text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'HN001',
-        MESSAGE = format('format %L: %s', p_name, p_message);
+        MESSAGE = format('format %s: %s', hivenet._shown(p_name), p_message);
 END $$;
 
 -- The normalised format row for a definition, or HN001 naming what is wrong.
@@ -148,6 +153,10 @@ DECLARE
     v_headroom bigint;
     v_regexes text[] := '{}';
     v_pattern text := '';  -- to_char pattern of the segments read so far
+    v_unknown text;
+    v_printed boolean;
+    v_counter boolean;
+    v_keys integer[] := '{}';
 BEGIN
     IF p_name IS NULL OR p_name !~ '^[a-z][a-z0-9_]{0,30}$' THEN
         PERFORM hivenet._format_error(p_name, 'name must match [a-z][a-z0-9_]{0,30}');
@@ -162,7 +171,8 @@ BEGIN
     v_row.field_max := '{}';
     FOR v_seg IN SELECT jsonb_array_elements(p_segments) LOOP
         IF jsonb_typeof(v_seg) <> 'object' THEN
-            PERFORM hivenet._format_error(p_name, format('segment %s is not an object', v_seg));
+            PERFORM hivenet._format_error(p_name, format('segment %s is not an object',
+                                                         hivenet._shown(v_seg::text)));
         END IF;
         SELECT k INTO v_kind FROM jsonb_object_keys(v_seg) AS k
         WHERE k IN ('field', 'literal', 'time', 'seq');
@@ -170,7 +180,23 @@ BEGIN
            OR (SELECT count(*) FROM jsonb_object_keys(v_seg) AS k
                WHERE k IN ('field', 'literal', 'time', 'seq')) <> 1 THEN
             PERFORM hivenet._format_error(p_name, format(
-                'segment %s needs exactly one of field, literal, time, seq', v_seg));
+                'segment %s needs exactly one of the kinds field, literal, time, seq (its keys: '
+                '%s)', hivenet._shown(v_seg::text),
+                (SELECT string_agg(hivenet._shown(k), ', ' ORDER BY k)
+                 FROM jsonb_object_keys(v_seg) AS k)));
+        END IF;
+        SELECT string_agg(hivenet._shown(k), ', ' ORDER BY k) INTO v_unknown
+        FROM jsonb_object_keys(v_seg) AS k
+        WHERE k <> ALL (CASE v_kind
+            WHEN 'field' THEN ARRAY['field', 'width', 'charset', 'min', 'max', 'printed', 'counter']
+            WHEN 'literal' THEN ARRAY['literal'] WHEN 'time' THEN ARRAY['time']
+            ELSE ARRAY['seq', 'reset'] END);
+        IF v_unknown IS NOT NULL THEN
+            PERFORM hivenet._format_error(p_name, format(
+                '%s segment %s has unknown keys %s (a %s segment takes %s)', v_kind,
+                hivenet._shown(v_seg::text), v_unknown, v_kind, CASE v_kind
+                WHEN 'field' THEN 'field, width, charset, min, max, printed, counter'
+                WHEN 'seq' THEN 'seq, reset' ELSE v_kind END));
         END IF;
         CASE v_kind
         WHEN 'field' THEN
@@ -199,17 +225,40 @@ BEGIN
                 PERFORM hivenet._format_error(p_name, format(
                     'field %s: min and max are numbers, for digit fields only', v_seg -> 'field'));
             END IF;
+            IF coalesce(jsonb_typeof(v_seg -> 'printed'), 'boolean') <> 'boolean'
+               OR coalesce(jsonb_typeof(v_seg -> 'counter'), 'boolean') <> 'boolean' THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: printed and counter are true or false', v_seg -> 'field'));
+            END IF;
+            v_printed := coalesce((v_seg ->> 'printed')::boolean, true);
+            v_counter := coalesce((v_seg ->> 'counter')::boolean, true);
+            IF NOT v_printed AND NOT v_counter THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s is neither printed nor part of the counter key', v_seg -> 'field'));
+            END IF;
             v_row.field_names := v_row.field_names || (v_seg ->> 'field');
             v_row.field_min := v_row.field_min || (v_seg ->> 'min')::numeric;
             v_row.field_max := v_row.field_max || (v_seg ->> 'max')::numeric;
             v_regexes := v_regexes || format('%s{%s}', CASE v_charset
                     WHEN 'digit' THEN '[0-9]' WHEN 'alnum' THEN '[0-9A-Za-z]'
                     WHEN 'upper_alnum' THEN '[0-9A-Z]' ELSE '[A-Za-z]' END, v_width);
-            v_segments := v_segments || jsonb_build_array(v_seg || jsonb_build_object(
-                'width', v_width, 'charset', v_charset,
-                'regex', '^' || v_regexes[cardinality(v_regexes)] || '$'));
-            -- Field values and literals are [0-9A-Za-z_-]: safe inside a quoted to_char text.
-            v_pattern := v_pattern || format('"%%%s$s"', cardinality(v_regexes));
+            -- printed / counter are kept only when false: definitions without them stay as
+            -- they were stored before these keys existed.
+            v_segments := v_segments || jsonb_build_array(v_seg - 'printed' - 'counter'
+                || jsonb_build_object('width', v_width, 'charset', v_charset,
+                                      'regex', '^' || v_regexes[cardinality(v_regexes)] || '$')
+                || CASE WHEN v_printed THEN '{}' ELSE '{"printed": false}' END::jsonb
+                || CASE WHEN v_counter THEN '{}' ELSE '{"counter": false}' END::jsonb);
+            IF v_counter THEN
+                v_keys := v_keys || cardinality(v_regexes);
+            END IF;
+            IF v_printed THEN
+                -- Field values and literals are [0-9A-Za-z_-]: safe inside a quoted to_char
+                -- text.
+                v_pattern := v_pattern || format('"%%%s$s"', cardinality(v_regexes));
+            ELSE
+                v_width := 0;  -- takes no room in the serial
+            END IF;
         WHEN 'literal' THEN
             IF jsonb_typeof(v_seg -> 'literal') <> 'string'
                OR (v_seg ->> 'literal') !~ '^[0-9A-Za-z_-]{1,40}$' THEN
@@ -287,6 +336,8 @@ BEGIN
         SELECT i FROM generate_subscripts(v_row.field_names, 1) AS i
         WHERE v_row.field_min[i] IS NOT NULL OR v_row.field_max[i] IS NOT NULL);
     v_row.tail_pattern := v_pattern;
+    v_row.key_fields := CASE WHEN cardinality(v_keys) < cardinality(v_row.field_names)
+                             THEN v_keys END;
     v_row.segments := v_segments;
     v_row.borrow_next_period := coalesce(p_borrow_next_period, false);
     v_row.builtin := false;
@@ -327,7 +378,8 @@ BEGIN
         IF v_old.segments <> v_new.segments
            OR v_old.borrow_next_period <> v_new.borrow_next_period THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('format %L is already defined differently', p_name);
+                MESSAGE = format('format %L is already defined differently (as %s)', p_name,
+                                 hivenet._shown(v_old.segments::text));
         END IF;
     END IF;
 END $$;
@@ -350,10 +402,17 @@ BEGIN
         ('interface', v_scope || '[{"field": "target", "width": 5, "charset": "alnum"},
                                    {"time": "YYYYMMDDHHMISS"}, {"seq": 10, "reset": "day"}]',
          'interface serial (接口流水号): one interface call'),
-        ('id_service', v_merchant || '[{"time": "YYYYMMDD"},
-                                       {"field": "shard", "width": 2, "charset": "digit"},
-                                       {"seq": 6, "reset": "day"}]',
-         'unified ID service: merchant + date + shard + daily sequence'),
+        -- Seed 001: printed merchant + date + shard + seq, counted per reconciliation type
+        -- (对账类型, the Redis key; not printed) and shard; the merchant is only printed.
+        ('id_service', '[{"field": "recon_type", "width": 2, "charset": "digit",
+                          "printed": false},
+                         {"field": "merchant", "width": 12, "charset": "digit",
+                          "counter": false},
+                         {"time": "YYYYMMDD"},
+                         {"field": "shard", "width": 2, "charset": "digit"},
+                         {"seq": 6, "reset": "day"}]',
+         'unified ID service (seed 001): merchant + date + shard + daily sequence, counted '
+         'per reconciliation type (not printed) and shard'),
         ('merchant_trade', v_merchant || '[{"time": "YYYYMMDDHHMISS"}, {"seq": 6, "reset": "day"}]',
          'merchant trade number: merchant + date-time + daily sequence'),
         ('per_second', '[{"time": "yyMMddHHmmss"}, {"seq": 5, "reset": "second"}]',
@@ -377,15 +436,15 @@ BEGIN
     -- octet_length: full-width and other non-ASCII characters never pass.
     IF p_value !~ (p_seg ->> 'regex') OR octet_length(p_value) <> (p_seg ->> 'width')::integer
     THEN
-        RETURN format('%L must be %s %s characters', p_value, p_seg ->> 'width',
-                      p_seg ->> 'charset');
+        RETURN format('%s must be %s %s characters', hivenet._shown(p_value),
+                      p_seg ->> 'width', p_seg ->> 'charset');
     END IF;
     -- Nested IF: the cast is safe only once the value is known to be digits.
     IF p_seg ->> 'charset' = 'digit' AND (p_seg ? 'min' OR p_seg ? 'max') THEN
         IF p_value::numeric NOT BETWEEN coalesce((p_seg ->> 'min')::numeric, 0)
                                     AND coalesce((p_seg ->> 'max')::numeric, p_value::numeric)
         THEN
-            RETURN format('%L must be from %s to %s', p_value,
+            RETURN format('%s must be from %s to %s', hivenet._shown(p_value),
                           lpad(coalesce(p_seg ->> 'min', '0'), length(p_value), '0'),
                           coalesce(p_seg ->> 'max', repeat('9', length(p_value))));
         END IF;

@@ -3,6 +3,8 @@
 --   the standard's kinds are told apart by length (28 unified, 30 system, 39 interface).
 --   HN001 when the serial is no valid serial of that format (length, characters, an
 --   impossible date, seq 0) or the format is unknown. IMMUTABLE in effect; never blocks.
+--   hivenet_db.parse_serial does the same in Python for the built-in formats (same results,
+--   same messages; tests/test_parsing.py compares them).
 CREATE FUNCTION hivenet.parse_serial(p_serial text, p_format text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -22,9 +24,9 @@ BEGIN
         WHEN 28 THEN 'unified' WHEN 30 THEN 'system' WHEN 39 THEN 'interface' END);
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = CASE WHEN p_format IS NULL
-            THEN format('serial %L is no unified (28), system (30) or interface (39) serial; '
-                        'name its format', p_serial)
-            ELSE format('unknown format %L', p_format) END;
+            THEN format('serial %s is no unified (28), system (30) or interface (39) serial; '
+                        'name its format', hivenet._shown(p_serial))
+            ELSE format('unknown format %s', hivenet._shown(p_format)) END;
     END IF;
     v_result := jsonb_build_object('format', v_format.name);
     IF octet_length(p_serial) <> v_format.length OR length(p_serial) <> v_format.length THEN
@@ -32,7 +34,9 @@ BEGIN
     END IF;
     FOR v_seg IN SELECT jsonb_array_elements(v_format.segments) LOOP
         EXIT WHEN v_problem IS NOT NULL;
-        IF v_seg ? 'field' THEN
+        IF v_seg -> 'printed' = 'false' THEN
+            v_part := '';  -- a field of the counter key that is not printed
+        ELSIF v_seg ? 'field' THEN
             v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
             v_problem := 'field ' || (v_seg ->> 'field') || ' '
                          || hivenet._field_problem(v_seg, v_part);
@@ -71,8 +75,8 @@ BEGIN
     END LOOP;
     IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('serial %L is no valid %s serial: %s', p_serial, v_format.name,
-                             v_problem);
+            MESSAGE = format('serial %s is no valid %s serial: %s', hivenet._shown(p_serial),
+                             v_format.name, v_problem);
     END IF;
     RETURN v_result;
 END $$;

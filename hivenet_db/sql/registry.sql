@@ -23,7 +23,8 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF p_system IS NULL OR p_system !~ '^[0-9A-Za-z]{5}$' OR octet_length(p_system) <> 5 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('system %L must be 5 characters of [0-9A-Za-z]', p_system);
+            MESSAGE = format('system %s must be 5 characters of [0-9A-Za-z]',
+                             hivenet._shown(p_system));
     END IF;
     INSERT INTO hivenet.registered_system (system, description) VALUES (p_system, p_description)
     ON CONFLICT (system) DO UPDATE
@@ -39,11 +40,12 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF p_module IS NULL OR p_module !~ '^[0-9A-Za-z]{3}$' OR octet_length(p_module) <> 3 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('module %L must be 3 characters of [0-9A-Za-z]', p_module);
+            MESSAGE = format('module %s must be 3 characters of [0-9A-Za-z]',
+                             hivenet._shown(p_module));
     END IF;
     IF NOT EXISTS (SELECT FROM hivenet.registered_system WHERE system = p_system) THEN
         RAISE EXCEPTION USING ERRCODE = 'HN002',
-            MESSAGE = format('system %L is not registered', p_system);
+            MESSAGE = format('system %s is not registered', hivenet._shown(p_system));
     END IF;
     INSERT INTO hivenet.registered_module (system, module, description)
     VALUES (p_system, p_module, p_description)

@@ -19,7 +19,7 @@ $$;
 -- hivenet.scope_usage: one row per counter scope (format + field values) with a sequence of
 --   its own, and one per format for its cold counter (scope '(new scopes)', fields {}), which
 --   new scopes share until maintain() gives them their own.
---   format, scope, fields (jsonb, as given to next_serial), reset (period length),
+--   format, scope, fields (jsonb: the counter-key fields given to next_serial), reset,
 --   period_start (business-local start of the scope's current period: the clock's period, or
 --   a later one when the clock went back or the format borrowed the next period),
 --   issued (serials issued in that period; gaps of rolled-back transactions count as issued),

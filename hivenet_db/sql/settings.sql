@@ -5,6 +5,17 @@
 CREATE SCHEMA IF NOT EXISTS hivenet;
 COMMENT ON SCHEMA hivenet IS 'hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency';
 
+-- A value as messages echo it: quoted (quote_literal), and cut to its first 32 characters
+-- plus its length when longer than 40, so no message echoes a megabyte; 'NULL' for NULL.
+-- hivenet_db/parsing.py shown() is the same for messages made in Python.
+CREATE FUNCTION hivenet._shown(p_value text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN p_value IS NULL THEN 'NULL'
+                WHEN length(p_value) <= 40 THEN quote_literal(p_value)
+                ELSE quote_literal(left(p_value, 32))
+                     || format('... (%s characters)', length(p_value)) END
+$$;
+
 CREATE TABLE hivenet.setting (
     name        text PRIMARY KEY,
     value       text NOT NULL,
@@ -12,7 +23,9 @@ CREATE TABLE hivenet.setting (
     description text NOT NULL
 );
 
--- Trigger: reject a value that does not parse as the setting's kind.
+-- Trigger: reject a value that does not parse as the setting's kind, and a business time zone
+-- behind the current one once serials exist (their dates and times would go backwards).
+-- hivenet.scope and hivenet.scope_pending (allocate.sql) are read when the trigger runs.
 CREATE FUNCTION hivenet._setting_check() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -25,8 +38,23 @@ BEGIN
         END CASE;
     EXCEPTION WHEN data_exception OR invalid_parameter_value OR feature_not_supported THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('setting %s: %L is not a valid %s', NEW.name, NEW.value, NEW.kind);
+            MESSAGE = format('setting %s: %s is not a valid %s', NEW.name,
+                             hivenet._shown(NEW.value), NEW.kind);
     END;
+    IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
+       AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
+       AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
+        -- Nested: the tables are looked up only once they exist (not during an install).
+        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending) THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
+                                 'issued: their business dates and times would go backwards '
+                                 '(choose the zone before the first serial)', NEW.name,
+                                 hivenet._shown(NEW.value),
+                                 (now() AT TIME ZONE OLD.value) - (now() AT TIME ZONE NEW.value),
+                                 hivenet._shown(OLD.value));
+        END IF;
+    END IF;
     RETURN NEW;
 END $$;
 

@@ -121,8 +121,8 @@ BEGIN
         END IF;
         IF p_on_success IS NULL OR p_on_success NOT IN ('replay', 'reject') THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('on_success %L is neither ''replay'' nor ''reject''',
-                                 p_on_success);
+                MESSAGE = format('on_success %s is neither ''replay'' nor ''reject''',
+                                 hivenet._shown(p_on_success));
         END IF;
         IF p_lease <= interval '0' OR p_nowait IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',

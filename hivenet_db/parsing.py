@@ -1,0 +1,152 @@
+"""Parsing serials of the built-in formats in Python, without a database.
+
+The layouts are not written here: ``hivenet_db/builtin_formats.py`` (generated, never edited
+by hand) holds the six built-in formats as the database compiles them (the rows of
+``hivenet.format``: segments with widths, charsets, regexes and to_char patterns). This
+module interprets those segments the way ``hivenet.parse_serial`` (sql/parse.sql) does, with
+the same results and the same HN001 messages. tests/test_parsing.py proves the generated file
+equals what a fresh install holds (regenerate it with
+``HIVENET_REGENERATE=1 pytest tests/test_parsing.py -k packaged``), and compares both parsers
+on random valid and invalid serials.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import re
+from decimal import Decimal
+from typing import Any
+
+from hivenet_db.builtin_formats import BUILTIN_FORMATS_JSON
+from hivenet_db.errors import InvalidInput
+
+# The standard's kinds, told apart by their length in bytes when no format is named.
+_BY_LENGTH = {28: "unified", 30: "system", 39: "interface"}
+
+# to_char tokens of the time patterns (formats.sql _time_pattern), longest first.
+_TIME_TOKENS = (("YYYY", 4), ("HH24", 2), ("YY", 2), ("MM", 2), ("DD", 2), ("MI", 2),
+                ("SS", 2))
+_UNITS = ("second", "minute", "hour", "day", "month", "year", "never")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+@functools.cache
+def builtin_formats() -> dict[str, dict[str, Any]]:
+    """The built-in formats by name: ``length``, ``seq_width``, ``capacity``, ``reset``,
+    ``segments`` (as compiled by the database), ``description``."""
+    # Decimal keeps numbers as jsonb prints them ("min": 1 stays 1, 1.0 stays 1.0).
+    return json.loads(BUILTIN_FORMATS_JSON, parse_float=Decimal)  # type: ignore[no-any-return]
+
+
+def quote_literal(value: str) -> str:
+    """PostgreSQL's quote_literal (and format's %L) of a non-NULL string."""
+    quoted = "'" + value.replace("'", "''").replace("\\", "\\\\") + "'"
+    return "E" + quoted if "\\" in value else quoted
+
+
+def shown(value: str | None) -> str:
+    """A value as messages echo it (SQL ``hivenet._shown``): quoted, cut to 32 characters
+    plus its length when longer than 40."""
+    if value is None:
+        return "NULL"
+    if len(value) <= 40:
+        return quote_literal(value)
+    return f"{quote_literal(value[:32])}... ({len(value)} characters)"
+
+
+def field_problem(segment: dict[str, Any], value: str) -> str | None:
+    """What is wrong with ``value`` as a value of a field segment (SQL ``_field_problem``)."""
+    width = int(segment["width"])
+    if not re.fullmatch(segment["regex"], value) or len(value.encode()) != width:
+        return f"{shown(value)} must be {width} {segment['charset']} characters"
+    if segment["charset"] == "digit" and ("min" in segment or "max" in segment):
+        low = segment.get("min")
+        high = segment.get("max")
+        number = Decimal(value)
+        if not (Decimal(low if low is not None else 0) <= number
+                <= Decimal(high if high is not None else number)):
+            low_text = str(low) if low is not None else "0"
+            low_text = low_text.rjust(len(value), "0")[:len(value)]  # lpad
+            high_text = str(high) if high is not None else "9" * len(value)
+            return f"{shown(value)} must be from {low_text} to {high_text}"
+    return None
+
+
+def _read_time(part: str, to_char: str) -> dt.datetime | None:
+    """The time ``part`` shows in to_char pattern ``to_char``, or None when it is none."""
+    if not _DIGITS.fullmatch(part):
+        return None
+    values: dict[str, int] = {}
+    pos = i = 0
+    while i < len(to_char):
+        token, width = next((t, w) for t, w in _TIME_TOKENS if to_char.startswith(t, i))
+        values[token] = int(part[pos:pos + width])
+        pos += width
+        i += len(token)
+    if "YYYY" in values:
+        year = values["YYYY"]
+    else:  # to_timestamp's YY: the year nearest to 2020
+        year = values["YY"] + (2000 if values["YY"] < 70 else 1900)
+    try:
+        return dt.datetime(year, values.get("MM", 1), values.get("DD", 1),
+                           values.get("HH24", 0), values.get("MI", 0), values.get("SS", 0))
+    except ValueError:
+        return None
+
+
+def parse_builtin(serial: str | None, format: str | None = None) -> dict[str, Any]:
+    """``hivenet.parse_serial(serial, format)`` for the built-in formats, in Python: the same
+    JSON object, or InvalidInput (HN001) with the same message."""
+    if serial is None:
+        raise InvalidInput("serial is NULL")
+    formats = builtin_formats()
+    name = format if format is not None else _BY_LENGTH.get(len(serial.encode()))
+    if name not in formats:
+        if format is None:
+            raise InvalidInput(f"serial {shown(serial)} is no unified (28), system (30) or "
+                               "interface (39) serial; name its format")
+        raise InvalidInput(f"unknown format {shown(format)} (not built in: "
+                           "parse_serial(serial, format, db=connection) asks the database)")
+    definition = formats[name]
+    result: dict[str, Any] = {"format": name}
+    problem: str | None = None
+    if len(serial.encode()) != definition["length"] or len(serial) != definition["length"]:
+        problem = f"length {len(serial)}, not {definition['length']}"
+    pos = 0
+    for segment in definition["segments"]:
+        if problem is not None:
+            break
+        if "field" in segment:
+            if segment.get("printed") is False:
+                continue
+            part = serial[pos:pos + int(segment["width"])]
+            field = field_problem(segment, part)
+            if field is not None:
+                problem = f"field {segment['field']} {field}"
+            result[segment["field"]] = part
+        elif "literal" in segment:
+            part = serial[pos:pos + len(segment["literal"])]
+            if part != segment["literal"]:
+                problem = f"{quote_literal(part)} where {quote_literal(segment['literal'])} belongs"
+        elif "time" in segment:
+            part = serial[pos:pos + int(segment["width"])]
+            when = _read_time(part, segment["to_char"])
+            if when is None:
+                problem = f"time {quote_literal(part)} is no valid {segment['time']}"
+            elif _UNITS.index(segment["resolution"]) >= _UNITS.index("day"):
+                result["date"] = f"{when.year:04d}-{when.month:02d}-{when.day:02d}"
+            else:
+                result["datetime"] = (f"{when.year:04d}-{when.month:02d}-{when.day:02d}T"
+                                      f"{when.hour:02d}:{when.minute:02d}:{when.second:02d}")
+        else:
+            part = serial[pos:pos + int(definition["seq_width"])]
+            if not _DIGITS.fullmatch(part) or int(part) == 0:
+                problem = f"seq {quote_literal(part)} is not 1 to {definition['capacity']}"
+            else:
+                result["seq"] = int(part)
+        pos += len(part)
+    if problem is not None:
+        raise InvalidInput(f"serial {shown(serial)} is no valid {name} serial: {problem}")
+    return result
