@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import psycopg
 import pytest
@@ -148,3 +148,28 @@ def test_command_prints_the_exposition(activity: None, hivenet_url: str) -> None
     assert _names(as_json) == {spec.name for spec in metrics.METRICS}
     (claims,) = [m for m in as_json if m["name"] == "hivenet_claims"]
     assert claims["samples"] == [{"labels": {}, "value": 1.0}]
+
+
+LAST_RUN = "hivenet_maintain_last_run_timestamp_seconds"
+
+
+def test_last_maintain_run_is_0_before_the_first_and_now_after_each(
+        db: psycopg.Connection, fake_clock: Callable[[psycopg.Connection, str], None]) -> None:
+    assert value(parsed(metrics.exposition(metrics.read(db))), LAST_RUN) == 0
+    db.execute("SELECT hivenet.maintain()")
+    first = value(parsed(metrics.exposition(metrics.read(db))), LAST_RUN)
+    assert abs(first - dt.datetime.now(dt.UTC).timestamp()) < 5
+    # A fake business clock does not move it (the wall clock is what an alert compares).
+    fake_clock(db, "2030-01-01 00:00:00+00")
+    db.execute("SELECT hivenet.maintain()")
+    second = value(parsed(metrics.exposition(metrics.read(db))), LAST_RUN)
+    assert first < second < dt.datetime.now(dt.UTC).timestamp() + 1
+    assert db.execute("SELECT count(*) FROM hivenet.maintain_run").fetchone()[0] == 1
+
+
+def test_a_failed_maintain_run_is_not_recorded(connect: Callable[..., psycopg.Connection],
+                                               db: psycopg.Connection) -> None:
+    conn = connect(autocommit=False)
+    conn.execute("SELECT hivenet.maintain()")
+    conn.rollback()  # as a run that fails after its last step
+    assert value(parsed(metrics.exposition(metrics.read(db))), LAST_RUN) == 0
