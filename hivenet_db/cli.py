@@ -84,7 +84,8 @@ SCOPE_EXAMPLE = "--system C0001 --module A01 --instance 01"
 # Shown at the end of each subcommand's --help.
 EXAMPLES = {
     "bootstrap": ["bootstrap --owner hivenet_owner --url postgresql://postgres@db/app"],
-    "migrate": ["migrate", "migrate --check --url postgresql://owner@db/app"],
+    "migrate": ["migrate --time-zone Asia/Shanghai",
+                "migrate --check --url postgresql://owner@db/app"],
     "downgrade": ["downgrade -1"],
     "sql": ["sql > hivenet.sql"],
     "next": [f"next unified {SCOPE_EXAMPLE}",
@@ -384,7 +385,10 @@ def _alembic(action: str, args: argparse.Namespace, out: Output) -> None:
     require_url(url, MIGRATABLE)
     with out.progress(f"{action} schema hivenet to {args.revision}"):
         getattr(migrate, action)(url, args.revision)
-    out.rows([{"database": redact(url), "revision": migrate.current(url)}])
+    row = {"database": redact(url), "revision": migrate.current(url)}
+    if getattr(args, "time_zone", None) is not None:  # migrate --time-zone, once upgraded
+        row["time_zone"] = set_time_zone(url, args.time_zone)
+    out.rows([row])
 
 
 def migrate_check(args: argparse.Namespace, out: Output) -> int:
@@ -397,8 +401,19 @@ def migrate_check(args: argparse.Namespace, out: Output) -> int:
     return CHECK_EXIT[status.state]
 
 
+def set_time_zone(url: str, zone: str) -> str:
+    """Set the business time zone (setting ``time_zone``) in a transaction of its own; the
+    database checks it (HN001: not a zone, or behind the current one once serials exist)."""
+    with engine_for(url) as engine, engine.begin() as conn:
+        return str(conn.execute(text("UPDATE hivenet.setting SET value = :zone "
+                                     "WHERE name = 'time_zone' RETURNING value"),
+                                {"zone": zone}).scalar_one())
+
+
 def cmd_migrate(args: argparse.Namespace, out: Output) -> int | None:
     if args.check:
+        if args.time_zone is not None:
+            raise CommandError("--check changes nothing: drop --time-zone")
         return migrate_check(args, out)
     _alembic("upgrade", args, out)
     return None
@@ -490,6 +505,12 @@ def report_sections(conn: Connection, unified: str | None, limit: int
                     ) -> dict[str, list[dict[str, Any]] | str]:
     """Each section of ``report`` whose view or function exists in this database."""
     sections: dict[str, list[dict[str, Any]] | str] = {}
+    if conn.execute(text("SELECT has_table_privilege('hivenet.setting', 'SELECT')")).scalar():
+        sections["business time zone"] = _dicts(
+            conn, "SELECT value AS time_zone, (hivenet.now() AT TIME ZONE value)::timestamp(0)"
+                  "::text AS local_time FROM hivenet.setting WHERE name = 'time_zone'")
+    else:
+        sections["business time zone"] = "(this role may not read hivenet.setting)"
     if unified is not None:
         if _exists(conn, "function", "hivenet.call_chain"):
             sections[f"call chain of {unified}"] = _dicts(
@@ -640,6 +661,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--revision", default="head", help="target revision (default: head)")
     p.add_argument("--check", action="store_true",
                    help="only tell where the database stands (exit status above)")
+    p.add_argument("--time-zone", metavar="ZONE", help=(
+        "then set the business time zone of the serials' dates (setting time_zone, e.g. "
+        "Asia/Shanghai; default UTC); choose it before the first serial: once serials exist "
+        "the database refuses a zone behind the current one (HN001)"))
 
     p = add("downgrade", cmd_downgrade, "go back to an older revision",
             "Go back to REVISION. `base` removes schema hivenet and all its data.")
@@ -666,7 +691,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", help="format name (needed for other formats)")
 
     p = add("report", cmd_report, "call chain, step states, stuck steps, usage and headroom",
-            "Print each reporting section this database has: the call chain of --unified, "
+            "Print the business time zone and each reporting section this database has: "
+            "the call chain of --unified, "
             "per-scope usage and headroom of the current period, interface calls per day, "
             "steps per state and stuck steps.")
     p.add_argument("--unified", metavar="SERIAL", help="list the call chain of this unified "

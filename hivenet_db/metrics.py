@@ -80,6 +80,8 @@ METRICS = (
          "under 1 it has not run for a day"),
     Spec("interface_partitions", "default_rows", "hivenet_interface_call_default_rows",
          "interface calls in the default partition (days maintain() had not prepared)"),
+    Spec("maintain_run", "last_run_seconds", "hivenet_maintain_last_run_timestamp_seconds",
+         "when hivenet.maintain() last finished (unix time; 0 before its first run)"),
 )
 
 

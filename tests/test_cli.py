@@ -176,6 +176,35 @@ def test_migrate_and_downgrade(run: Run) -> None:
     assert "hivenet-db migrate" in result.stderr
 
 
+def test_migrate_sets_the_business_time_zone_and_report_shows_it(run: Run,
+                                                                  db: psycopg.Connection
+                                                                  ) -> None:
+    assert json.loads(run("report", "--json").stdout)["business time zone"][0]["time_zone"] \
+        == "UTC"
+    (row,) = json.loads(run("migrate", "--time-zone", "Asia/Shanghai", "--json").stdout)
+    assert row["revision"] == migrate.head() and row["time_zone"] == "Asia/Shanghai"
+    assert db.execute("SELECT value FROM hivenet.setting WHERE name = 'time_zone'"
+                      ).fetchone()[0] == "Asia/Shanghai"
+    (zone,) = json.loads(run("report", "--json").stdout)["business time zone"]
+    local = db.execute("SELECT (now() AT TIME ZONE 'Asia/Shanghai')::timestamp(0)::text"
+                       ).fetchone()[0]
+    assert zone["time_zone"] == "Asia/Shanghai" and zone["local_time"][:13] == local[:13]
+    text = run("report").stdout
+    assert "== business time zone" in text and "Asia/Shanghai" in text
+
+    result = run("migrate", "--time-zone", "Mars/Olympus", rc=1)
+    assert result.stderr.count("\n") == 1 and "HN001" in result.stderr
+    assert "'Mars/Olympus' is not a valid time_zone" in result.stderr
+    # Once serials exist, a zone behind the current one is refused: dates would go backwards.
+    run("next", "unified", *SCOPE)
+    result = run("migrate", "--time-zone", "UTC", rc=1)
+    assert result.stderr.count("\n") == 1 and "HN001" in result.stderr
+    assert "would go backwards" in result.stderr
+    assert "Asia/Tokyo" in run("migrate", "--time-zone", "Asia/Tokyo").stdout  # ahead: fine
+    assert "--check changes nothing" in run("migrate", "--check", "--time-zone", "UTC",
+                                            rc=2).stderr
+
+
 def test_maintain_and_report(run: Run) -> None:
     run("next", "system", *SCOPE, "--count", "2")  # a new scope: the cold counter
     assert "done" in run("maintain").stdout          # gives it its own

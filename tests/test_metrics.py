@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -14,6 +15,7 @@ from sqlalchemy import Engine
 
 from hivenet_db import metrics
 from hivenet_db._execute import SyncDB
+from hivenet_db.embedded import EmbeddedPostgres
 from tests.test_cli import COMMAND
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -148,3 +150,59 @@ def test_command_prints_the_exposition(activity: None, hivenet_url: str) -> None
     assert _names(as_json) == {spec.name for spec in metrics.METRICS}
     (claims,) = [m for m in as_json if m["name"] == "hivenet_claims"]
     assert claims["samples"] == [{"labels": {}, "value": 1.0}]
+
+
+LAST_RUN = "hivenet_maintain_last_run_timestamp_seconds"
+
+
+def test_last_maintain_run_is_0_before_the_first_and_now_after_each(
+        db: psycopg.Connection, fake_clock: Callable[[psycopg.Connection, str], None]) -> None:
+    assert value(parsed(metrics.exposition(metrics.read(db))), LAST_RUN) == 0
+    db.execute("SELECT hivenet.maintain()")
+    first = value(parsed(metrics.exposition(metrics.read(db))), LAST_RUN)
+    assert abs(first - dt.datetime.now(dt.UTC).timestamp()) < 5
+    # A fake business clock does not move it (the wall clock is what an alert compares).
+    fake_clock(db, "2030-01-01 00:00:00+00")
+    db.execute("SELECT hivenet.maintain()")
+    second = value(parsed(metrics.exposition(metrics.read(db))), LAST_RUN)
+    assert first < second < dt.datetime.now(dt.UTC).timestamp() + 1
+    assert db.execute("SELECT count(*) FROM hivenet.maintain_run").fetchone()[0] == 1
+
+
+def test_a_failed_maintain_run_is_not_recorded(connect: Callable[..., psycopg.Connection],
+                                               db: psycopg.Connection) -> None:
+    conn = connect(autocommit=False)
+    conn.execute("SELECT hivenet.maintain()")
+    conn.rollback()  # as a run that fails after its last step
+    assert value(parsed(metrics.exposition(metrics.read(db))), LAST_RUN) == 0
+
+
+VERSIONS = Path(__file__).resolve().parents[1] / "migrations" / "versions"
+
+
+def test_hivenet_admin_reads_every_metric_after_the_upgrade(hivenet_server: EmbeddedPostgres
+                                                            ) -> None:
+    """Revision 0008 runs the role grants again: with role hivenet_admin present (created in
+    this test's transaction, rolled back, when the server has none), the revisions replayed
+    up to 0008 let it run maintain() and read every metric, the last run included."""
+    frozen = sorted(p for p in VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.sql")
+                    if not p.name.endswith(".downgrade.sql"))
+    assert frozen[-1].name == "0008_maintain_record.sql"
+    dbname = "hivenet_metrics_admin"
+    url = hivenet_server.ensure_database(dbname)
+    try:
+        with psycopg.connect(url) as conn:  # one transaction, rolled back below
+            try:
+                if conn.execute("SELECT to_regrole('hivenet_admin') IS NULL").fetchone()[0]:
+                    conn.execute("CREATE ROLE hivenet_admin NOLOGIN")
+                for revision in frozen:
+                    conn.execute(revision.read_text(encoding="utf-8"))
+                conn.execute("SET LOCAL ROLE hivenet_admin")
+                assert value(parsed(metrics.exposition(metrics.read(conn))), LAST_RUN) == 0
+                conn.execute("SELECT hivenet.maintain()")
+                last = value(parsed(metrics.exposition(metrics.read(conn))), LAST_RUN)
+                assert abs(last - dt.datetime.now(dt.UTC).timestamp()) < 5
+            finally:
+                conn.rollback()
+    finally:
+        hivenet_server.drop_database(dbname)

@@ -1,9 +1,20 @@
+-- When maintain() last finished (wall clock, clock_timestamp(): never the fake clock), for
+-- the metric hivenet_maintain_last_run_timestamp_seconds (docs/operations.md). One row at
+-- most, none before the first run; written by maintain() only, never on a hot path.
+CREATE TABLE hivenet.maintain_run (
+    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    ran_at   timestamptz NOT NULL
+);
+COMMENT ON TABLE hivenet.maintain_run IS
+    'when hivenet.maintain() last finished (one row; none before its first run)';
+
 -- hivenet.maintain() → void
 --   Housekeeping, to run every few minutes (cron, pg_cron, or `hivenet-db maintain`): runs
 --   every hivenet._maintain_<concern>() function in name order, each creating upcoming
 --   partitions, dropping expired ones or purging rows per retention. Each concern adds its
 --   own function, so this file never changes when one is added. Runs in the caller's
---   transaction; takes a transaction-level advisory lock so two runs never overlap.
+--   transaction; takes a transaction-level advisory lock so two runs never overlap. Records
+--   when it finished in hivenet.maintain_run (visible when the caller commits).
 CREATE FUNCTION hivenet.maintain() RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -18,4 +29,6 @@ BEGIN
     LOOP
         EXECUTE format('SELECT %s', v_function);
     END LOOP;
+    INSERT INTO hivenet.maintain_run (ran_at) VALUES (clock_timestamp())
+    ON CONFLICT (only_row) DO UPDATE SET ran_at = EXCLUDED.ran_at;
 END $$;
