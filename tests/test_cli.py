@@ -67,12 +67,11 @@ def test_version() -> None:
     assert result.stdout == f"hivenet-db {importlib.metadata.version('hivenet-db')}\n"
 
 
-def test_next_in_chunks_with_a_progress_bar_on_a_terminal(hivenet_url: str) -> None:
-    """More serials than one chunk: all distinct and increasing, and a progress bar drawn on
-    stderr (a terminal here) never reaches stdout (a pipe)."""
+def on_a_terminal(*args: str) -> tuple[subprocess.CompletedProcess[str], bytes]:
+    """Run the command with stderr on a terminal (a pty) and stdout on a pipe; returns the
+    result and what was drawn on the terminal."""
     import pty
 
-    count = cli.NEXT_CHUNK + 3
     primary, secondary = pty.openpty()
     drawn = bytearray()
 
@@ -89,19 +88,42 @@ def test_next_in_chunks_with_a_progress_bar_on_a_terminal(hivenet_url: str) -> N
     reader = threading.Thread(target=read_terminal)
     reader.start()
     try:
-        result = subprocess.run([str(COMMAND), "next", "system", *SCOPE, "-n", str(count),
-                                 "--url", hivenet_url], stdout=subprocess.PIPE,
+        result = subprocess.run([str(COMMAND), *args], stdout=subprocess.PIPE,
                                 stderr=secondary, text=True, timeout=180, check=False)
     finally:
         os.close(secondary)
         reader.join(timeout=10)
         os.close(primary)
     assert result.returncode == 0, drawn
+    return result, bytes(drawn)
+
+
+def test_next_in_chunks_with_a_progress_bar_on_a_terminal(hivenet_url: str) -> None:
+    """More serials than one chunk: all distinct and increasing, and a progress bar drawn on
+    stderr (a terminal here) never reaches stdout (a pipe)."""
+    count = cli.NEXT_CHUNK + 3
+    result, drawn = on_a_terminal("next", "system", *SCOPE, "-n", str(count),
+                                  "--url", hivenet_url)
     serials = result.stdout.split("\n")
     assert serials[-1] == "" and len(serials) == count + 1  # one serial a line, nothing else
     seqs = [int(s[-10:]) for s in serials[:-1]]
     assert seqs == sorted(set(seqs))
     assert b"issuing system serials" in drawn  # the bar, on stderr only
+
+
+@pytest.mark.parametrize(("args", "shown"), [
+    (("migrate",), b"upgrade schema hivenet to head"),
+    (("maintain",), b"hivenet.maintain()"),
+    (("demo",), b"demo"),
+])
+def test_long_commands_show_progress_on_a_terminal_and_data_on_stdout(
+        hivenet_url: str, args: tuple[str, ...], shown: bytes) -> None:
+    """Every command that can run for more than a second draws a spinner with what it is
+    doing on stderr when that is a terminal, and keeps stdout for its data."""
+    result, drawn = on_a_terminal("--json", *args, "--url", hivenet_url)
+    assert shown in drawn
+    assert result.stdout.lstrip()[:1] in ("[", "{")  # stdout is the JSON document alone
+    json.loads(result.stdout)
 
 
 def test_next_prints_committed_serials(run: Run, db: psycopg.Connection) -> None:
