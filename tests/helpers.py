@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager, closing, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
+import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
@@ -50,7 +51,15 @@ def scalar(conn: psycopg.Connection, sql: str, params: Any = None) -> Any:
 
 
 def sqlstate_of(error: BaseException) -> str | None:
+    """The SQLSTATE of an exception caught elsewhere (None when it is not a database error)."""
     return getattr(getattr(error, "diag", None), "sqlstate", None)
+
+
+def failure(conn: psycopg.Connection, sql: str, params: Any = None) -> tuple[str, str]:
+    """The SQLSTATE and primary message of a statement that must fail."""
+    with pytest.raises(psycopg.Error) as caught:
+        conn.execute(sql, params)
+    return caught.value.diag.sqlstate or "", caught.value.diag.message_primary or ""
 
 
 def race(conns: Sequence[psycopg.Connection],

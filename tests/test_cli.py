@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from hivenet_db import cli, demo, embedded, migrate
+from hivenet_db import cli, embedded, migrate
 from hivenet_db.embedded import EmbeddedPostgres
 
 COMMAND = Path(sys.executable).with_name("hivenet-db")
@@ -237,15 +237,6 @@ def test_maintain_and_report(run: Run) -> None:
     assert "usage and headroom" in run("report").stdout
 
 
-def test_bench_without_the_benchmark_module() -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("hivenet_db.bench") is not None:
-        pytest.skip("hivenet_db.bench is installed: tests/test_bench.py covers it")
-    result = _run("bench")
-    assert result.returncode == 2 and "hivenet_db.bench is not installed" in result.stderr
-
-
 def test_no_postgresql_binaries_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(embedded, "_USUAL_ROOTS", ())
     monkeypatch.setattr(embedded, "_USUAL_GLOBS", ())
@@ -294,13 +285,6 @@ def test_embedded_default_initialises_once_and_is_managed(embedded_dir: Path) ->
     assert int(third.stdout[-11:]) > int(second.stdout[-11:])
 
 
-def _demo_needs(db: psycopg.Connection) -> None:
-    missing = [name for name in demo.NEEDS
-               if db.execute("SELECT to_regproc(%s)", (name,)).fetchone()[0] is None]
-    if missing:
-        pytest.skip(f"demo needs {', '.join(missing)} (dedup and steps issues)")
-
-
 def check_demo_events(events: list[dict[str, object]]) -> None:
     """What the standard's examples must show, whatever the wording."""
     outcomes = [(e.get("outcome"), e.get("attempt")) for e in events if "outcome" in e]
@@ -320,14 +304,12 @@ def test_demo_says_what_is_missing(run: Run, db: psycopg.Connection) -> None:
 
 
 def test_demo(run: Run, db: psycopg.Connection) -> None:
-    _demo_needs(db)
     check_demo_events(json.loads(run("demo", "--json").stdout))
     text = run("demo").stdout
     assert "Example 1" in text and "Example 2" in text and "call chain" in text
 
 
 def test_demo_on_the_embedded_default(embedded_dir: Path, db: psycopg.Connection) -> None:
-    _demo_needs(db)
     result = _run("demo", "--json", env={"HIVENET_EMBEDDED_DIR": str(embedded_dir)})
     assert result.returncode == 0, result.stderr
     check_demo_events(json.loads(result.stdout))

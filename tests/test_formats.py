@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
-from tests.helpers import Connect, SetClock, scalar
+from tests.helpers import Connect, SetClock, failure, scalar, wait_until_blocked
 
 WHEN = "2015-07-10 23:01:10+00"
+
+
+def unified(conn: psycopg.Connection) -> str:
+    return str(scalar(conn, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"))
 
 
 @pytest.fixture
@@ -82,21 +88,6 @@ def test_scopes_never_share_numbers(db: psycopg.Connection) -> None:
     assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE format = 'unified'") == 3
 
 
-def test_custom_format_round_trip(db: psycopg.Connection, fake_clock: SetClock) -> None:
-    db.execute("""SELECT hivenet.define_format('order_no', '[
-        {"literal": "ORD"}, {"field": "region", "width": 2, "charset": "upper_alnum"},
-        {"time": "YYMMDD"}, {"field": "channel", "width": 1, "charset": "digit", "max": 5},
-        {"seq": 7, "reset": "day"}]', false, 'order numbers')""")
-    fake_clock(db, WHEN)
-    serial = scalar(db, """SELECT hivenet.next_serial('order_no',
-                           '{"region": "SH", "channel": "3"}')""")
-    assert serial == "ORDSH15071030000001"
-    assert scalar(db, "SELECT hivenet.parse_serial(%s, 'order_no')", (serial,)) == {
-        "format": "order_no", "region": "SH", "channel": "3", "date": "2015-07-10", "seq": 1}
-    with pytest.raises(Exception, match="from 0 to 5"):
-        db.execute("""SELECT hivenet.next_serial('order_no', '{"region": "SH", "channel": "7"}')""")
-
-
 def test_reset_never_counts_on(db: psycopg.Connection, fake_clock: SetClock) -> None:
     db.execute("""SELECT hivenet.define_format('ticket', '[{"literal": "T"},
                   {"seq": 6, "reset": "never"}]')""")
@@ -122,3 +113,68 @@ def test_format_defined_in_the_callers_transaction(connect: Connect) -> None:
     conn.commit()
     assert scalar(conn, "SELECT count(*) FROM hivenet.scope WHERE format = 'batch'") == 1
     assert scalar(conn, "SELECT hivenet.next_serial('batch', '{}')") == "B00002"
+
+
+def test_fields_by_name_and_by_position_share_the_counter(db: psycopg.Connection) -> None:
+    a = unified(db)
+    b = scalar(db, "SELECT hivenet.next_serial('unified', %s)",
+               (Jsonb({"instance": "01", "module": "A01", "system": "C0001"}),))
+    assert isinstance(b, str) and b[:10] == a[:10] and int(b[-10:]) == int(a[-10:]) + 1
+
+
+def test_custom_format_with_literal_and_seq_in_the_middle(db: psycopg.Connection,
+                                                          fake_clock: SetClock) -> None:
+    db.execute("""SELECT hivenet.define_format('order_no', '[
+        {"literal": "OR-"}, {"field": "shop", "width": 4, "charset": "digit", "max": 5000},
+        {"time": "YYMMDD"}, {"seq": 3, "reset": "day"}, {"literal": "_x"},
+        {"field": "kind", "width": 1, "charset": "upper_alnum"}]', false, 'order numbers')""")
+    fake_clock(db, "2026-05-02 10:00:00+00")
+    fields = Jsonb({"shop": "0042", "kind": "Q"})
+    assert scalar(db, "SELECT hivenet.next_serial('order_no', %s)", (fields,)) == \
+        "OR-0042260502001_xQ"
+    state, message = failure(db, "SELECT hivenet.next_serial('order_no', %s)",
+                             (Jsonb({"shop": "5001", "kind": "Q"}),))
+    assert state == "HN001" and "field shop '5001' must be from 0000 to 5000" in message
+    parsed = scalar(db, "SELECT hivenet.parse_serial('OR-0042260502001_xQ', 'order_no')")
+    assert parsed == {"format": "order_no", "shop": "0042", "kind": "Q", "date": "2026-05-02",
+                      "seq": 1}
+
+
+def test_format_defined_elsewhere_is_usable_at_once(connect: Connect) -> None:
+    a, b = connect(), connect()
+    unified(a)
+    b.execute("""SELECT hivenet.define_format('plain', '[{"seq": 4, "reset": "never"}]')""")
+    assert scalar(a, "SELECT hivenet.next_serial('plain', '{}')") == "0001"
+
+
+def test_format_missing_from_the_constants_is_read_from_its_table(db: psycopg.Connection) -> None:
+    # As after a define_format whose rewrite of the constants lost to a concurrent one.
+    db.execute("""SELECT hivenet.define_format('plain', '[{"seq": 4, "reset": "never"}]')""")
+    db.execute("ALTER TABLE hivenet.format DISABLE TRIGGER format_compile")
+    db.execute("""SELECT hivenet.define_format('plain2', '[{"seq": 3, "reset": "never"}]')""")
+    assert scalar(db, "SELECT hivenet._format_constant('plain2')") is None
+    assert scalar(db, "SELECT hivenet.next_serial('plain2', '{}')") == "001"
+
+
+def test_concurrent_define_format_waits_instead_of_failing(connect: Connect) -> None:
+    """Two transactions defining formats: the second waits for the first (the rewrite of the
+    constants is serialised), then both formats work."""
+    first, second, watcher = connect(autocommit=False), connect(autocommit=False), connect()
+    first.execute("""SELECT hivenet.define_format('one', '[{"seq": 4, "reset": "never"}]')""")
+    pid = second.info.backend_pid
+    done = threading.Event()
+
+    def define_second() -> None:
+        second.execute("""SELECT hivenet.define_format('two', '[{"seq": 5, "reset": "never"}]')""")
+        second.commit()
+        done.set()
+
+    t = threading.Thread(target=define_second)
+    t.start()
+    wait_until_blocked(watcher, pid)
+    assert not done.is_set()
+    first.commit()
+    t.join(10)
+    assert done.is_set()
+    assert scalar(watcher, "SELECT hivenet.next_serial('one', '{}')") == "0001"
+    assert scalar(watcher, "SELECT hivenet.next_serial('two', '{}')") == "00001"

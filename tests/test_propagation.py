@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from sqlalchemy import Engine
 
-from hivenet_db import SerialRepository
+from hivenet_db import SerialRepository, dedup, steps
 from hivenet_db.errors import InvalidInput
 from hivenet_db.propagation import (
     INTERFACE_HEADER,
@@ -166,8 +166,6 @@ def test_serials_issued_by_the_database_cross_a_real_http_call(
 
 def test_repositories_record_the_bound_unified_serial(hivenet_engine: Engine) -> None:
     """Requirement: repositories record the current unified serial when given none."""
-    dedup = pytest.importorskip("hivenet_db.dedup", reason="interface dedup not merged yet")
-    steps = pytest.importorskip("hivenet_db.steps", reason="steps not merged yet")
     with hivenet_engine.begin() as conn:
         repo = SerialRepository(conn)
         unified = repo.next_unified("C0001", "A01", "01")
