@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
 
 from hivenet_db.dburl import engine_for
 from hivenet_db.dedup import InterfaceDedup
@@ -199,6 +200,27 @@ class Demo:
                 raise AssertionError("the duplicate call was not rejected")
 
 
+def prepare_scopes(engine: Engine) -> None:
+    """Give every scope the demo uses a counter of its own first, so that each system's
+    serials count from 1 as in the standard's examples. (A new scope otherwise draws from its
+    format's shared counter until ``maintain()`` promotes it: docs/operations.md.) A role
+    without the right (``hivenet_app``) runs the demo without this."""
+    scopes = [("unified", CHANNEL, None), ("system", CHANNEL, None), ("system", HUB, None),
+              ("interface", CHANNEL, HUB), ("interface", HUB, CORE)]
+    try:
+        with engine.begin() as conn:
+            for format_, caller, target in scopes:
+                fields = {"system": caller.system, "module": caller.module,
+                          "instance": caller.instance}
+                if target is not None:
+                    fields["target"] = target.system
+                conn.execute(text("SELECT hivenet.prepare_scope(:format, CAST(:fields AS jsonb))"),
+                             {"format": format_, "fields": json.dumps(fields)})
+    except DBAPIError as error:
+        if getattr(error.orig, "sqlstate", None) != "42501":  # insufficient privilege
+            raise
+
+
 def run(url: str, as_json: bool = False) -> list[dict[str, Any]]:
     """Run the demo against ``url`` (migrated to head); returns the events it printed."""
     out = Narrator(as_json)
@@ -209,6 +231,7 @@ def run(url: str, as_json: bool = False) -> list[dict[str, Any]]:
         if missing:
             raise Unavailable(f"the demo needs {', '.join(missing)}, which this database does "
                               f"not have: run `hivenet-db migrate` with a version that has them")
+        prepare_scopes(engine)
         demo = Demo(engine, out)
         out.title("Example 1: a normal transaction across three systems")
         out.say("demo", f"{CHANNEL.system} {CHANNEL.name} -> {HUB.system} {HUB.name} -> "

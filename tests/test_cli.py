@@ -304,7 +304,13 @@ def test_demo_says_what_is_missing(run: Run, db: psycopg.Connection) -> None:
 
 
 def test_demo(run: Run, db: psycopg.Connection) -> None:
-    check_demo_events(json.loads(run("demo", "--json").stdout))
+    events = json.loads(run("demo", "--json").stdout)
+    check_demo_events(events)
+    # Every scope got its own counter first: the hub's serials count from 1, as in the
+    # standard's examples, not on from the channel's (a shared cold counter).
+    hub = [e for e in events if str(e.get("interface_serial", "")).startswith("P0001")]
+    assert hub[0]["interface_serial"].endswith("0000000001")
+    assert hub[0]["system_serial"].endswith("000000000001")
     text = run("demo").stdout
     assert "Example 1" in text and "Example 2" in text and "call chain" in text
 
