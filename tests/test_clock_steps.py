@@ -5,7 +5,7 @@ seed 004; issue 11 part 2), and the database still accepts its own fresh interfa
 
 from __future__ import annotations
 
-import datetime as dt
+import itertools
 import threading
 import time
 from dataclasses import dataclass
@@ -74,7 +74,7 @@ def _assert_never_backwards(issued: list[Issued]) -> None:
     for item in issued:  # issued holds each client's serials in its own issue order
         by_client.setdefault(item.client, []).append(item.serial)
     for client, own in by_client.items():
-        backwards = [(a, b) for a, b in zip(own, own[1:], strict=False) if b <= a]
+        backwards = [(a, b) for a, b in itertools.pairwise(own) if b <= a]
         assert not backwards, f"client {client} went backwards: {backwards[:3]}"
     by_end = sorted(issued, key=lambda i: i.ended)
     done = 0
