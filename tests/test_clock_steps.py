@@ -214,3 +214,15 @@ def test_a_future_serial_of_another_scope_is_still_refused(db: psycopg.Connectio
     assert refused.value.diag.sqlstate == "HN021"
     assert other in (refused.value.diag.message_primary or "")
     db.execute("SELECT hivenet.claim_interface_serial(%s)", (own,))
+
+
+def test_a_business_zone_leaving_summer_time_is_a_step_back_too(db: psycopg.Connection,
+                                                                 fake_clock: SetClock) -> None:
+    """At the end of summer time local clocks go from 01:59 back to 01:00: the same guard."""
+    db.execute("UPDATE hivenet.setting SET value = 'America/New_York' WHERE name = 'time_zone'")
+    interface = "SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'B0001')"
+    fake_clock(db, "2026-11-01 05:30:00+00")  # 01:30 EDT
+    summer = scalar(db, interface)
+    fake_clock(db, "2026-11-01 06:10:00+00")  # 01:10 EST, forty minutes later
+    winter = scalar(db, interface)
+    assert summer[15:29] == winter[15:29] == "20261101013000" and winter > summer
