@@ -52,9 +52,9 @@ def test_every_builtin_format_is_covered(db: psycopg.Connection) -> None:
     assert names == set(FIELDS)
 
 
-def _allocate(conn: psycopg.Connection, client: int, fmt: str, call: int) -> list[Issued]:
+def _allocate(conn: psycopg.Connection, client: int, fmt: str, fields: Jsonb, call: int
+              ) -> list[Issued]:
     """One call: a single serial, or (every third call) a batch of three."""
-    fields = Jsonb(FIELDS[fmt])
     started = time.monotonic_ns()
     if call % 3 == 2:
         serials = [r[0] for r in conn.execute(
@@ -88,12 +88,14 @@ def _assert_never_backwards(issued: list[Issued]) -> None:
 
 
 def _run(connect: Connect, fake_clock: SetClock, fmt: str, clocks: list[str],
-         between: str | None = None, claim: bool = False) -> list[Issued]:
+         between: str | None = None, claim: bool = False,
+         fields: dict[str, str] | None = None) -> list[Issued]:
     """CLIENTS connections allocate CALLS calls at each clock of ``clocks`` in turn (all of
     them at one clock at a time); ``between`` runs on one connection between the phases;
     ``claim`` claims every serial right after it is issued, on the issuing connection."""
     conns = [connect() for _ in range(CLIENTS)]
     control = connect()
+    values = Jsonb(FIELDS[fmt] if fields is None else fields)
 
     def work(conn: psycopg.Connection, barrier: threading.Barrier) -> list[Issued]:
         client = conns.index(conn)
@@ -105,7 +107,7 @@ def _run(connect: Connect, fake_clock: SetClock, fmt: str, clocks: list[str],
             barrier.wait()
             fake_clock(conn, clock)
             for call in range(CALLS):
-                issued = _allocate(conn, client, fmt, call)
+                issued = _allocate(conn, client, fmt, values, call)
                 if claim:
                     for item in issued:
                         conn.execute("SELECT hivenet.claim_interface_serial(%s)",
@@ -226,3 +228,19 @@ def test_a_business_zone_leaving_summer_time_is_a_step_back_too(db: psycopg.Conn
     fake_clock(db, "2026-11-01 06:10:00+00")  # 01:10 EST, forty minutes later
     winter = scalar(db, interface)
     assert summer[15:29] == winter[15:29] == "20261101013000" and winter > summer
+
+
+@pytest.mark.parametrize("step", ["one hour", "across midnight"])
+def test_a_custom_format_printing_minutes_does_not_go_back(connect: Connect,
+                                                           db: psycopg.Connection,
+                                                           fake_clock: SetClock, step: str
+                                                           ) -> None:
+    """A format defined by the user gets its clock when defined (minute, counted per day)."""
+    db.execute("""SELECT hivenet.define_format('order_minute', '[{"literal": "OR"},
+        {"field": "shop", "width": 3, "charset": "digit"}, {"time": "YYYYMMDDHHMI"},
+        {"seq": 4, "reset": "day"}]')""")
+    assert scalar(db, "SELECT clock_unit FROM hivenet.format WHERE name = 'order_minute'"
+                  ) == "minute"
+    before, after = STEPS[step]
+    _assert_never_backwards(_run(connect, fake_clock, "order_minute", [before, after],
+                                 between="SELECT hivenet.maintain()", fields={"shop": "042"}))
