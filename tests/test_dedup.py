@@ -156,12 +156,13 @@ def test_validation_agrees_with_parse_serial(clocked: psycopg.Connection, data: 
 
 # --- the window --------------------------------------------------------------------------
 
+# The clock is 12:00 UTC: a caller at UTC-12 reads 00:00, one at UTC+14 reads 02:00 next day.
 @pytest.mark.parametrize(("when", "state"), [
-    ("20310228120000", None),       # exactly one day old
-    ("20310228115959", "HN021"),    # older than the window: an old replay
+    ("20310228000000", None),       # exactly one day old, for a caller at UTC-12
+    ("20310227235959", "HN021"),    # older than the window in every zone: an old replay
     ("20300301120000", "HN021"),
-    ("20310301120500", None),       # 5 minutes ahead: within the tolerance
-    ("20310301120501", "HN021"),    # further into the future
+    ("20310302020500", None),       # 5 minutes ahead at UTC+14: within the tolerance
+    ("20310302020501", "HN021"),    # further into the future than any zone
 ])
 def test_window(clocked: psycopg.Connection, when: str, state: str | None) -> None:
     assert claim_state(clocked, iserial(when=when)) == state
@@ -178,17 +179,18 @@ def test_window_follows_the_settings(clocked: psycopg.Connection) -> None:
     clocked.execute("UPDATE hivenet.setting SET value = '1 hour' WHERE name = 'interface_window'")
     clocked.execute("UPDATE hivenet.setting SET value = '0' "
                     "WHERE name = 'interface_future_tolerance'")
-    assert claim_state(clocked, iserial(when="20310301105959")) == "HN021"
-    assert claim_state(clocked, iserial(when="20310301110000")) is None
-    assert claim_state(clocked, iserial(when="20310301120001")) == "HN021"
+    assert claim_state(clocked, iserial(when="20310228225959")) == "HN021"
+    assert claim_state(clocked, iserial(when="20310228230000")) is None
+    assert claim_state(clocked, iserial(when="20310302020001")) == "HN021"
 
 
-def test_serial_time_is_read_in_the_business_time_zone(clocked: psycopg.Connection) -> None:
+def test_the_window_is_the_same_in_every_business_zone(clocked: psycopg.Connection) -> None:
+    """A serial names no zone: its time is its caller's, anywhere from UTC-12 to UTC+14."""
     clocked.execute("UPDATE hivenet.setting SET value = 'Asia/Shanghai' WHERE name = 'time_zone'")
-    # 20:00 in Shanghai is 12:00 UTC, the clock; 12:00 in Shanghai is 8 hours ago.
-    assert claim_state(clocked, iserial(when="20310301200000")) is None
+    assert claim_state(clocked, iserial(when="20310302020000")) is None
+    assert claim_state(clocked, iserial(when="20310302020501")) == "HN021"
     clocked.execute("UPDATE hivenet.setting SET value = '1 hour' WHERE name = 'interface_window'")
-    assert claim_state(clocked, iserial(when="20310301120000")) == "HN021"
+    assert claim_state(clocked, iserial(when="20310228225959")) == "HN021"
 
 
 def test_old_replay_is_refused_even_after_its_record_is_gone(clocked: psycopg.Connection,
@@ -461,11 +463,12 @@ def test_maintain_creates_coming_days_and_drops_past_retention(clocked: psycopg.
     for day in ("20310228", "20310301", "20310302", "20310303"):
         assert f"interface_call_{day}" in days
     claim(clocked, iserial())
-    fake_clock(clocked, "2031-03-09 12:00:00+00")  # day 1 March ended 7 days + 12 h ago
+    # Day 1 March ended 8 days ago, at UTC-12 7.5 days ago: past the 7 days' retention.
+    fake_clock(clocked, "2031-03-10 00:00:00+00")
     clocked.execute("SELECT hivenet.maintain()")
     days = partitions(clocked)
     assert "interface_call_20310301" not in days
-    assert "interface_call_20310302" in days  # ended 6.5 days ago: kept for the call chain
+    assert "interface_call_20310302" in days  # at UTC-12 ended 6.5 days ago: kept
     assert "interface_call_20310311" in days
 
 

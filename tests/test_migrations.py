@@ -51,14 +51,14 @@ def _catalog(url: str) -> list[str]:
     """Schema hivenet as pg_dump sees it (tables, columns, constraints, indexes, functions
     with their bodies, security and settings, views, triggers, grants), one entry per object,
     sorted; plus the rows of the settings and formats, which the schema defines. Counter
-    sequences of scopes are data (made by use), so they are left out."""
+    sequences of scopes and their clocks are data (made by use), so they are left out."""
     dump = subprocess.run(
         [find_bin_dir() / "pg_dump", "--schema-only", "--schema=hivenet", url],
         capture_output=True, text=True, check=True).stdout
     entries = re.split(r"^--\n-- Name: ", dump, flags=re.M)[1:]
     kept = []
     for entry in entries:
-        if re.match(r'"?seq_', entry):
+        if re.match(r'"?(seq|clk)_', entry):
             continue
         lines = [line for line in entry.splitlines() if line.strip()
                  and not line.startswith(("--", "SET ", "SELECT pg_catalog.", "\\"))]
@@ -226,3 +226,26 @@ def test_id_service_serials_of_the_old_counter_key_are_never_printed_again(
     with psycopg.connect(db, autocommit=True) as conn:
         serial = scalar(conn, "SELECT hivenet.next_serial('id_service', %s)", (old_fields,))
         assert serial > max(issued)
+
+
+def test_after_the_upgrade_to_0009_time_of_day_serials_do_not_go_back(
+        new_db: Callable[[], str]) -> None:
+    """Revision 0009 gives every existing counter of interface and merchant_trade a clock at
+    the upgrade's instant: a step back right after the upgrade prints no earlier time, from a
+    scope's own sequence and from the cold counter alike."""
+    db = new_db()
+    replay(db, "0008")
+    own = "SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'B0001')"
+    cold = "SELECT hivenet.next_serial('merchant_trade', '{\"merchant\": \"123456789012\"}')"
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT hivenet.prepare_scope('interface', %s)",
+                     ('{"system": "C0001", "module": "A01", "instance": "01", '
+                      '"target": "B0001"}',))
+        before = [scalar(conn, own), scalar(conn, cold)]
+    replay(db, "0009")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'allow_fake_clock'")
+        conn.execute("SELECT set_config('hivenet.fake_now', "
+                     "(clock_timestamp() - interval '1 hour')::text, false)")
+        after = [scalar(conn, own), scalar(conn, cold)]
+    assert after[0] > before[0] and after[1] > before[1]

@@ -7,6 +7,14 @@
 -- sequence's period, so serials never go backwards. Sequences are not transactional, so
 -- numbers taken by a transaction that rolls back are gaps, never reissued.
 --
+-- A format that prints a finer time than its period (interface and merchant_trade print the
+-- second, reset daily: its clock_unit) keeps, per counter, the latest instant issued in a
+-- second sequence, its clock sequence, holding that instant's period index in the clock unit
+-- (the same encoding, one unit finer). Every allocation reads it and prints no earlier
+-- (within the value's own period), and raises it under the same short advisory lock as a
+-- period reset, before returning: a serial issued after another call returned is never
+-- smaller, whatever the clock did (seed 004's guard, for every format; SPEC guarantee 3).
+--
 -- A scope's own sequence is created by hivenet.maintain() (or prepare_scope), in a transaction
 -- of the owner's, never in the caller's: created there, it would vanish with a rollback and
 -- start over (reissuing serials), and make every other first user wait for the commit. Until
@@ -85,12 +93,51 @@ $$;
 CREATE FUNCTION hivenet._cold_sequence_name(p_format text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 'cold_' || p_format $$;
 
--- Trigger: every format gets its cold counter in the transaction that defines it.
+-- The clock sequence of counter p_name (formats with a clock_unit): seq_X → clk_X (same
+-- length), cold_F → clkcold_F. Never the name of a counter, nor of another clock.
+CREATE FUNCTION hivenet._clock_sequence_name(p_name text) RETURNS text
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT CASE WHEN left(p_name, 4) = 'seq_' THEN 'clk_' || substr(p_name, 5)
+                ELSE 'clk' || p_name END;
+END;
+
+-- The clock sequence of counter p_seq (_clock_sequence_name of its name), or NULL when it has
+-- none. On the allocation path of formats with a clock_unit: inlined, a SQL-standard body
+-- without SET (see _period_index), and string replacements on p_seq::text, which is always
+-- hivenet.<name>, quoted or not (schema hivenet is never on the search path), and holds no
+-- other dot: parse_ident and quote_ident cost several times more (measured).
+CREATE FUNCTION hivenet._clock_sequence(p_seq regclass) RETURNS regclass
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT to_regclass(replace(replace(replace(replace(p_seq::text,
+        'hivenet.seq_', 'hivenet.clk_'), 'hivenet."seq_', 'hivenet."clk_'),
+        'hivenet.cold_', 'hivenet.clkcold_'), 'hivenet."cold_', 'hivenet."clkcold_'));
+END;
+
+-- Creates the clock sequence of counter p_name (formats with a clock_unit) unless it exists,
+-- holding at least instant p_instant (a period index in the clock unit).
+CREATE FUNCTION hivenet._create_clock(p_name text, p_instant bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_clock text := hivenet._clock_sequence_name(p_name);
+BEGIN
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
+                   v_clock);
+    PERFORM setval(('hivenet.' || quote_ident(v_clock))::regclass, greatest(
+        pg_sequence_last_value(('hivenet.' || quote_ident(v_clock))::regclass), p_instant, 0),
+        true);
+END $$;
+
+-- Trigger: every format gets its cold counter (and clock) in the transaction that defines it.
 CREATE FUNCTION hivenet._create_cold_counter() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
                    hivenet._cold_sequence_name(NEW.name));
+    IF NEW.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(hivenet._cold_sequence_name(NEW.name), 0);
+    END IF;
     RETURN NULL;
 END $$;
 
@@ -105,6 +152,9 @@ BEGIN
     FOR v_name IN SELECT name FROM hivenet.format ORDER BY name LOOP
         EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
                        hivenet._cold_sequence_name(v_name));
+    END LOOP;
+    FOR v_name IN SELECT name FROM hivenet.format WHERE clock_unit IS NOT NULL ORDER BY name LOOP
+        PERFORM hivenet._create_clock(hivenet._cold_sequence_name(v_name), 0);
     END LOOP;
 END $$;
 
@@ -125,7 +175,9 @@ BEGIN
 END $$;
 
 -- Gives scope p_scope of format p_format its own sequence, continuing after every value its
--- cold counter has issued (and no earlier than the clock's period), and records the scope.
+-- cold counter has issued (and no earlier than the clock's period), and its own clock (a
+-- format with a clock_unit) no earlier than the latest instant the cold counter has issued,
+-- and records the scope.
 -- Commits with the caller, who must be the owner's maintain() or prepare_scope(): holds the
 -- format's cold lock exclusive until then, so cold allocations of the format wait for that
 -- commit (a short transaction) and then see the new sequence. Safe to run twice.
@@ -149,6 +201,10 @@ BEGIN
         hivenet._period_index(hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
                               p_format.reset) * p_format.stride,
         0), true);
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(v_name, pg_sequence_last_value(hivenet._clock_sequence(
+            ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass)));
+    END IF;
     INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
     VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), v_name)
     ON CONFLICT DO NOTHING;
@@ -233,6 +289,62 @@ BEGIN
     RETURN v_value;
 END $$;
 
+-- Slow path, once per clock unit and counter (and after a step back): raises clock sequence
+-- p_clock to instant p_instant unless it holds a later one, under the same advisory lock as a
+-- period reset (setval alone could move it back when two callers race). Held for one setval,
+-- released before returning: never until commit. Not transactional, like the counter: an
+-- instant used by a transaction that rolls back stays used (later serials only go forward).
+CREATE FUNCTION hivenet._raise_clock(p_clock regclass, p_instant bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_clock::oid::integer);
+    BEGIN
+        IF coalesce(pg_sequence_last_value(p_clock), 0) < p_instant THEN
+            PERFORM setval(p_clock, p_instant, true);
+        END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_clock::oid::integer);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_clock::oid::integer);
+END $$;
+
+-- The last instant of period p_period of reset p_reset, as a period index in unit p_unit.
+CREATE FUNCTION hivenet._period_last_instant(p_period bigint, p_reset text, p_unit text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN p_reset = 'never' THEN 9223372036854775807
+                ELSE hivenet._period_index(hivenet._period_start(p_period + 1, p_reset), p_unit) - 1
+           END
+$$;
+
+-- The latest instant format p_format has issued in counter scope p_scope, business-local:
+-- from the scope's own clock, or, while the scope waits for maintain() (a pending row), its
+-- format's cold clock (shared by the new scopes); NULL when the format has no clock_unit or
+-- issued nothing there. Pending first, then the catalog: a promotion committing in between is
+-- seen by one of the two. Off the hot path (it refreshes the catalog cache):
+-- claim_interface_serial asks it only for a serial dated past its window.
+CREATE FUNCTION hivenet._latest_issued(p_format text, p_scope text) RETURNS timestamp
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_unit text := (SELECT f.clock_unit FROM hivenet.format f WHERE f.name = p_format);
+    v_pending boolean;
+    v_instant bigint;
+BEGIN
+    IF v_unit IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_pending := EXISTS (SELECT FROM hivenet.scope_pending s
+                         WHERE s.format = p_format AND s.scope = p_scope);
+    v_instant := pg_sequence_last_value(hivenet._committed_sequence(
+        hivenet._clock_sequence_name(hivenet._scope_sequence_name(p_format, p_scope))));
+    IF v_pending THEN
+        v_instant := greatest(v_instant, pg_sequence_last_value(hivenet._committed_sequence(
+            hivenet._clock_sequence_name(hivenet._cold_sequence_name(p_format)))));
+    END IF;
+    RETURN CASE WHEN v_instant > 0 THEN hivenet._period_start(v_instant, v_unit) END;
+END $$;
+
 -- HN001 naming the first field of p_values (in p_format's field order) that is invalid, or
 -- saying how many values the format takes; returns when every value is valid.
 CREATE FUNCTION hivenet._check_fields(p_format hivenet.format, p_values text[]) RETURNS void
@@ -282,7 +394,9 @@ END $$;
 
 -- p_count serials of format p_format for field values p_values from counter p_seq (the
 -- scope's own sequence, or the format's cold counter; p_scope names it in messages), printed
--- at the clock's time in the business time zone. HN010 when the period is exhausted.
+-- at the clock's time in the business time zone, never before the latest instant the counter
+-- has issued (its clock sequence, formats with a clock_unit). HN010 when the period is
+-- exhausted.
 CREATE FUNCTION hivenet._issue(p_seq regclass, p_format hivenet.format, p_values text[],
     p_count integer, p_scope text) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -294,7 +408,18 @@ DECLARE
     v_raw bigint;
     v_print timestamp;
     v_out text[] := '{}';
+    v_clock regclass;
+    v_latest bigint;  -- the latest instant issued by the counter, in p_format.clock_unit
+    v_read bigint;    -- ... as read from its clock sequence when this call started
+    v_instant bigint;
 BEGIN
+    IF p_format.clock_unit IS NOT NULL THEN
+        -- Read once, before any value is drawn: every call that returned before this one
+        -- started has raised it to what it printed.
+        v_clock := hivenet._clock_sequence(p_seq);
+        v_read := coalesce(pg_sequence_last_value(v_clock), 0);
+        v_latest := v_read;
+    END IF;
     FOR i IN 1 .. p_count LOOP
         v_raw := nextval(p_seq);
         IF v_raw / p_format.stride < v_period
@@ -304,11 +429,26 @@ BEGIN
         -- A newer period than the clock's (clock went back, or borrowed): print its start.
         v_print := CASE WHEN v_raw / p_format.stride = v_period THEN v_local
                         ELSE hivenet._period_start(v_raw / p_format.stride, p_format.reset) END;
+        IF v_clock IS NOT NULL THEN
+            v_instant := hivenet._period_index(v_print, p_format.clock_unit);
+            IF v_instant < v_latest THEN
+                -- The clock is behind an instant already issued: print that one, but never
+                -- past the value's own period (its date must stay the period's).
+                v_instant := least(v_latest, hivenet._period_last_instant(
+                    v_raw / p_format.stride, p_format.reset, p_format.clock_unit));
+                v_print := greatest(v_print,
+                                    hivenet._period_start(v_instant, p_format.clock_unit));
+            END IF;
+            v_latest := greatest(v_latest, v_instant);
+        END IF;
         -- concat, not ||: to_char of an empty pattern is NULL.
         v_out := v_out || concat(to_char(v_print, v_head),
                                  lpad((v_raw % p_format.stride)::text, p_format.seq_width, '0'),
                                  to_char(v_print, v_tail));
     END LOOP;
+    IF v_latest > v_read THEN
+        PERFORM hivenet._raise_clock(v_clock, v_latest);
+    END IF;
     RETURN v_out;
 END $$;
 

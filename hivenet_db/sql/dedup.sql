@@ -85,6 +85,41 @@ BEGIN
     RETURN true;
 END $$;
 
+-- The UTC offsets of the zones an interface serial's caller may print its local time in:
+-- UTC-12 to UTC+14 (every zone in use). The duplicate-check window is widened by them, so a
+-- caller at UTC+14 just after its midnight is no "future", and one at UTC-12 is not "old".
+-- Inlined: a SQL-standard body without SET (see _period_index in formats.sql).
+CREATE FUNCTION hivenet._caller_zones() RETURNS interval[]
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT ARRAY[interval '-12 hours', interval '14 hours'];
+END;
+
+-- Slow path of claim_interface_serial: raises HN021 for interface serial p_serial, dated
+-- p_local (its caller's local time), outside the window from p_from to p_to, unless this
+-- database issued it: after the clock stepped back, its own fresh serials carry a time up to
+-- the latest instant already issued in their scope (allocate.sql), maybe past p_to.
+CREATE FUNCTION hivenet._refuse_outside_window(p_serial text, p_local timestamp,
+    p_from timestamp, p_to timestamp) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_issued timestamp;
+BEGIN
+    IF p_local > p_to THEN
+        v_issued := hivenet._latest_issued('interface', substr(p_serial, 1, 15));
+        IF p_local <= v_issued THEN
+            RETURN;
+        END IF;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'HN021',
+        MESSAGE = format('interface serial %s was issued at %s (its caller''s local time), '
+                         'outside the duplicate-check window from %s to %s (local times from '
+                         'UTC-12 to UTC+14)%s', p_serial, p_local, p_from, p_to,
+                         CASE WHEN v_issued IS NOT NULL
+                              THEN format('; the latest serial of its scope issued here is of %s',
+                                          v_issued) ELSE '' END);
+END $$;
+
 -- HN001 naming p_serial, with parse_serial's diagnosis when it has one.
 CREATE FUNCTION hivenet._reject_serial(p_serial text, p_format text) RETURNS void
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -102,8 +137,10 @@ END $$;
 --   Raises HN001 when serial is no valid 39-character interface serial, or unified_serial /
 --   system_serial is given but not 28 / 30 characters shaped as the standard says (10
 --   letters or digits, then digits: only their shape is checked); HN021 when the serial's own
---   time (read in the business time zone) is older than the setting interface_window or later
---   than now + interface_future_tolerance; HN020 when it is already recorded.
+--   time (its caller's local time, in any zone from UTC-12 to UTC+14) is older than the
+--   setting interface_window or later than now + interface_future_tolerance in every such
+--   zone, unless this database issued it (its clock stepped back: allocate.sql); HN020 when
+--   it is already recorded.
 --   Blocks while another transaction holds an uncommitted claim of the same serial, then
 --   raises HN020 if that one committed, or records the call if it rolled back. With nowait
 --   it raises HN020 at once instead of waiting (also, once in about 4 billion, for another
@@ -119,7 +156,8 @@ DECLARE
     v_valid boolean;
     v_local timestamp;
     v_day date;
-    v_at timestamptz;
+    v_from timestamp;
+    v_to timestamp;
     v_window interval;
     v_tolerance interval;
     v_recorded timestamptz;
@@ -162,12 +200,12 @@ BEGIN
     -- Settings from the generated constants (settings.sql): no query on the hot path.
     v_window := hivenet._setting_constant('interface_window')::interval;
     v_tolerance := hivenet._setting_constant('interface_future_tolerance')::interval;
-    v_at := v_local AT TIME ZONE hivenet._setting_constant('time_zone');
-    IF v_at < v_now - v_window OR v_at > v_now + v_tolerance THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN021',
-            MESSAGE = format('interface serial %s was issued at %s, outside the duplicate-check '
-                             'window from %s to %s', p_serial, v_at, v_now - v_window,
-                             v_now + v_tolerance);
+    -- The serial's time is its caller's local time, in a zone it does not name: compared
+    -- with the UTC clock, widened to every zone a caller may be in (_caller_zones).
+    v_from := (v_now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[1] - v_window;
+    v_to := (v_now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[2] + v_tolerance;
+    IF v_local < v_from OR v_local > v_to THEN
+        PERFORM hivenet._refuse_outside_window(p_serial, v_local, v_from, v_to);
     END IF;
     IF NOT p_nowait THEN
         PERFORM pg_advisory_xact_lock(hivenet._interface_lock_space(), hashtext(p_serial));
@@ -258,7 +296,9 @@ CREATE FUNCTION hivenet._maintain_interface_calls() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := hivenet.now();
-    v_zone text := hivenet._setting_value('time_zone');
+    -- Days are the serials' own (their callers' local dates): on the UTC clock, widened to
+    -- the callers' zones as claim_interface_serial's window is.
+    v_utc timestamp := v_now AT TIME ZONE 'UTC';
     v_window interval := hivenet._setting_value('interface_window')::interval;
     v_tolerance interval := hivenet._setting_value('interface_future_tolerance')::interval;
     v_keep interval := greatest(hivenet._setting_value('interface_retention')::interval,
@@ -268,10 +308,11 @@ DECLARE
     v_partition record;
 BEGIN
     DELETE FROM hivenet.interface_call_default
-    WHERE (serial_day + 1) AT TIME ZONE v_zone < v_now - v_keep - interval '1 hour';
+    WHERE (serial_day + 1) < v_utc + (hivenet._caller_zones())[1] - v_keep - interval '1 hour';
     FOR v_day IN
-        SELECT generate_series(((v_now - v_window) AT TIME ZONE v_zone)::date,
-                               ((v_now + greatest(v_tolerance, v_ahead)) AT TIME ZONE v_zone)::date,
+        SELECT generate_series((v_utc + (hivenet._caller_zones())[1] - v_window)::date,
+                               (v_utc + (hivenet._caller_zones())[2]
+                                + greatest(v_tolerance, v_ahead))::date,
                                interval '1 day')::date
     LOOP
         PERFORM hivenet._create_interface_partition(v_day);
@@ -282,8 +323,8 @@ BEGIN
         FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
         WHERE i.inhparent = 'hivenet.interface_call'::regclass
           AND c.relname ~ '^interface_call_[0-9]{8}$'
-          AND (to_date(right(c.relname, 8), 'YYYYMMDD') + 1) AT TIME ZONE v_zone
-              < v_now - v_keep - interval '1 hour'
+          AND (to_date(right(c.relname, 8), 'YYYYMMDD') + 1)
+              < v_utc + (hivenet._caller_zones())[1] - v_keep - interval '1 hour'
         ORDER BY c.relname
     LOOP
         BEGIN

@@ -100,7 +100,12 @@ CREATE TABLE hivenet.format (
     bounded_fields     integer[] NOT NULL,  -- the fields with a min or max
     head_pattern       text NOT NULL,     -- to_char pattern of the segments before the seq,
     tail_pattern       text NOT NULL,     --   and after it; field n is format() arg %n$s
-    key_fields         integer[]          -- the fields of the counter scope, NULL for all
+    key_fields         integer[],         -- the fields of the counter scope, NULL for all
+    -- The finest time unit printed, when finer than the reset period (interface and
+    -- merchant_trade: second): each scope then keeps the latest instant it has issued, in this
+    -- unit, in a clock sequence of its own, so its time of day never goes back (allocate.sql).
+    -- NULL when the counter's period is all the time printed.
+    clock_unit         text
 );
 COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
 
@@ -338,6 +343,8 @@ BEGIN
     v_row.tail_pattern := v_pattern;
     v_row.key_fields := CASE WHEN cardinality(v_keys) < cardinality(v_row.field_names)
                              THEN v_keys END;
+    v_row.clock_unit := CASE WHEN hivenet._unit_rank(v_finest) < hivenet._unit_rank(v_row.reset)
+                             THEN v_finest END;
     v_row.segments := v_segments;
     v_row.borrow_next_period := coalesce(p_borrow_next_period, false);
     v_row.builtin := false;
@@ -372,6 +379,9 @@ BEGIN
             RETURNING sequence_name
         LOOP
             PERFORM setval(('hivenet.' || quote_ident(v_leftover))::regclass, 0, true);
+            IF v_new.clock_unit IS NOT NULL THEN
+                PERFORM hivenet._create_clock(v_leftover, 0);  -- the old one may have had none
+            END IF;
         END LOOP;
     ELSE
         SELECT * INTO v_old FROM hivenet.format WHERE name = p_name;
