@@ -6,7 +6,6 @@ exception, ``next_durable``, commits on a connection of its own, as its name say
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlalchemy import text
@@ -15,6 +14,7 @@ from hivenet_db._execute import (
     AsyncDB,
     Rows,
     SyncDB,
+    json_text,
     own_transaction,
     own_transaction_async,
     rows,
@@ -34,7 +34,7 @@ _SYNCHRONOUS_COMMIT = text("SET LOCAL synchronous_commit = on")
 
 
 def _params(format: str, count: int, fields: dict[str, Any]) -> dict[str, Any]:
-    return {"format": format, "count": count, "fields": json.dumps(fields)}
+    return {"format": format, "count": count, "fields": json_text("fields", fields)}
 
 
 def _serials(result: Rows) -> list[Serial]:

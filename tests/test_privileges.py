@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -12,6 +13,28 @@ import pytest
 from tests.helpers import scalar
 
 ROLE = "hivenet_app_test"
+BOOTSTRAP_ROLES = ("hivenet_app", "hivenet_admin")
+
+
+@contextmanager
+def acting_as(db: psycopg.Connection, role: str) -> Iterator[psycopg.Connection]:
+    """``db`` (a superuser's connection) acting as ``role``, one of the roles `hivenet-db
+    bootstrap` makes, with exactly the grants privileges.sql gives it. The roles are
+    cluster-wide: made here when missing and dropped again afterwards, so that no other test's
+    database (or the template) is installed while they exist."""
+    made = [name for name in BOOTSTRAP_ROLES
+            if scalar(db, "SELECT to_regrole(%s) IS NULL", (name,))]
+    for name in made:
+        db.execute(f"CREATE ROLE {name} NOLOGIN")
+    db.execute("SELECT hivenet._grant_roles()")
+    db.execute(f"SET ROLE {role}")
+    try:
+        yield db
+    finally:
+        db.execute("RESET ROLE")
+        for name in made:
+            db.execute(f"DROP OWNED BY {name}")
+            db.execute(f"DROP ROLE {name}")
 
 
 @pytest.fixture
