@@ -45,7 +45,10 @@ STATEMENT_TIMEOUT = "20s"
 
 # Valid pieces, so that hostile values also reach the checks after the first one.
 VALID_TEXT = ["C0001", "A01", "01", "D0001", "unified", "system", "interface", "id_service",
-              "inventory.purchase", "order-1", "replay", "reject"]
+              "inventory.purchase", "order-1", "replay", "reject",
+              # names of relations, ours and the catalog's: an argument must not reach them
+              "setting", "claim_record", "step_attempt", "cold_unified", "pg_authid",
+              "hivenet.setting", "pg_catalog.pg_authid", "../setting"]
 SQL_FRAGMENTS = ["'", "''", "\\", "%s", "%I", "%L", "$1", "$$", "'; DROP TABLE hivenet.setting; --",
                  "' OR '1'='1", "C0001'--", ") ; SELECT pg_sleep(10); --", "hivenet.now()",
                  "pg_temp.x", "\"quoted\"", "E'\\\\x00'", "/*", "*/", "NULL", "null", "[]", "{}"]

@@ -229,6 +229,13 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 
 $$;
 
 
+-- Raw value of a counter scope's sequence (period * stride + seq), NULL before its first use.
+-- SECURITY DEFINER: a reporting role reads the view without any right on the sequences.
+CREATE OR REPLACE FUNCTION hivenet._scope_counter_value(p_sequence_name text) RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_sequence_last_value(to_regclass('hivenet.' || quote_ident(p_sequence_name)))
+$$;
+
 DROP FUNCTION hivenet._check_claim_namespace(text);
 DELETE FROM hivenet.setting WHERE name = 'max_serials_per_call';
 ALTER TABLE hivenet.setting DROP CONSTRAINT setting_kind_check;

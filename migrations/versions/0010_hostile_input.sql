@@ -6,6 +6,8 @@
 --   * _fake_now is SECURITY DEFINER: the application role gets the fake time where fake
 --     clocks are allowed and HN001 where not, never 42501;
 --   * messages of the step functions show a long system serial cut (hivenet._shown);
+--   * _scope_counter_value (executable by every role) answers NULL for a name that is no
+--     sequence of schema hivenet, instead of 42809 for a table's name;
 --   * autovacuum storage parameters of the tables every call writes (see load below).
 -- Never edit this file: later changes go into new revisions.
 
@@ -269,6 +271,17 @@ BEGIN
     UPDATE hivenet.step_attempt a SET resolved_by = session_user, note = p_note
     WHERE a.system_serial = p_system_serial AND a.attempt = p_attempt;
 END $$;
+
+-- Raw value of a counter scope's sequence (period * stride + seq), NULL before its first use
+-- and for any name that is no sequence of schema hivenet (executable by every role: a table's
+-- name must not raise 42809).
+-- SECURITY DEFINER: a reporting role reads the view without any right on the sequences.
+CREATE OR REPLACE FUNCTION hivenet._scope_counter_value(p_sequence_name text) RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_sequence_last_value(c.oid) FROM pg_class c
+    WHERE c.relnamespace = 'hivenet'::regnamespace AND c.relname = p_sequence_name
+      AND c.relkind = 'S'
+$$;
 
 -- The new helper is the owner's alone (privileges.sql revokes PUBLIC's EXECUTE by default).
 REVOKE EXECUTE ON FUNCTION hivenet._check_claim_namespace(text) FROM PUBLIC;
