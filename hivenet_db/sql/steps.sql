@@ -31,7 +31,11 @@ CREATE TABLE hivenet.step_attempt (
     resolved_by    text,       -- the operator (session user) who resolved a stuck attempt
     note           text,       -- the operator's note
     PRIMARY KEY (system_serial, attempt)
-) WITH (fillfactor = 80);  -- room on the page so finishing is a HOT update
+)
+-- fillfactor: room on the page so finishing is a HOT update. Autovacuum after 2,000 dead rows
+-- whatever the table's size (a finish or a rollback leaves one; the default waits for 20 % of
+-- the table, which grows every day): dead rows stay flat (docs/benchmarks.md, load).
+WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000);
 COMMENT ON TABLE hivenet.step_attempt IS
     'every attempt of every processing step (system serial); the latest attempt is the step''s state';
 -- Retention finds old attempts without a B-tree maintained on every begin: rows arrive in

@@ -236,6 +236,11 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT pg_sequence_last_value(to_regclass('hivenet.' || quote_ident(p_sequence_name)))
 $$;
 
+ALTER TABLE hivenet.step_attempt
+    RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold);
+ALTER TABLE hivenet.claim_record
+    RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold);
+
 DROP FUNCTION hivenet._check_claim_namespace(text);
 DELETE FROM hivenet.setting WHERE name = 'max_serials_per_call';
 ALTER TABLE hivenet.setting DROP CONSTRAINT setting_kind_check;

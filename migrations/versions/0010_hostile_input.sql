@@ -283,5 +283,12 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
       AND c.relkind = 'S'
 $$;
 
+-- Load (part 6): autovacuum after 2,000 dead rows whatever the table's size, not after 20 % of
+-- a table that only grows; step_attempt keeps fillfactor 80 (finishing is a HOT update).
+ALTER TABLE hivenet.step_attempt
+    SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000);
+ALTER TABLE hivenet.claim_record
+    SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000);
+
 -- The new helper is the owner's alone (privileges.sql revokes PUBLIC's EXECUTE by default).
 REVOKE EXECUTE ON FUNCTION hivenet._check_claim_namespace(text) FROM PUBLIC;
