@@ -167,7 +167,7 @@ def watch(url: str, stop: threading.Event, samples: list[dict[str, Any]]) -> Non
             samples.append(row)
 
 
-def _percentile(values: list[float], q: float) -> float:
+def _percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
 
 
