@@ -8,6 +8,7 @@ psycopg dialect to ``%(name)s`` (which also escapes any literal ``%``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import cache
@@ -20,7 +21,7 @@ from sqlalchemy import Connection, CursorResult, Engine, Result, TextClause
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.orm import Session
 
-from hivenet_db.errors import translated
+from hivenet_db.errors import InvalidInput, translated
 
 if TYPE_CHECKING:  # asyncio support needs greenlet: the optional extra "async"
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
@@ -44,7 +45,40 @@ def _returns_rows(result: Result[Any]) -> bool:
     return not isinstance(result, CursorResult) or result.returns_rows
 
 
+def _checked(params: Mapping[str, Any]) -> None:
+    """InvalidInput (HN001) for a parameter PostgreSQL cannot take, instead of an error that is
+    not one of ours: a string holding NUL, which text cannot hold (psycopg's DataError; JSON
+    parameters are checked before they are dumped, by ``json_text``), and an int outside
+    PostgreSQL's integer, the type of every count and attempt of the SQL API (psycopg would
+    send a bigint, and no function takes one: 42883)."""
+    for name, value in params.items():
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidInput(f"{name} holds a NUL character (character {value.index(chr(0)) + 1}"
+                               f" of {len(value)}), which PostgreSQL text cannot")
+        if isinstance(value, int) and not isinstance(value, bool) and not (
+                -2**31 <= value < 2**31):
+            raise InvalidInput(f"{name} {value} is out of range (a PostgreSQL integer)")
+
+
+def _nul_in(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_nul_in(k) or _nul_in(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_nul_in(item) for item in value)
+    return False
+
+
+def json_text(name: str, value: Any) -> str:
+    """``value`` as a JSON parameter; InvalidInput (HN001) when a string in it holds NUL."""
+    if _nul_in(value):
+        raise InvalidInput(f"{name} holds a NUL character, which PostgreSQL text cannot")
+    return json.dumps(value)
+
+
 def rows(db: SyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
+    _checked(params)
     with translated():
         if isinstance(db, psycopg.Connection):
             # tuple_row: the caller's connection may have another row factory (dict_row)
@@ -56,6 +90,7 @@ def rows(db: SyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
 
 
 async def rows_async(db: AsyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
+    _checked(params)
     with translated():
         if isinstance(db, psycopg.AsyncConnection):
             async with db.cursor(row_factory=tuple_row) as cursor:
@@ -112,5 +147,5 @@ async def own_transaction_async(db: AsyncDB) -> AsyncIterator[AsyncDB]:
             yield own
 
 
-__all__ = ["AsyncDB", "Rows", "SyncDB", "engine_of", "own_transaction", "own_transaction_async",
-           "psycopg_sql", "rows", "rows_async"]
+__all__ = ["AsyncDB", "Rows", "SyncDB", "engine_of", "json_text", "own_transaction",
+           "own_transaction_async", "psycopg_sql", "rows", "rows_async"]

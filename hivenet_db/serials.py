@@ -6,7 +6,6 @@ exception, ``next_durable``, commits on a connection of its own, as its name say
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlalchemy import text
@@ -15,6 +14,7 @@ from hivenet_db._execute import (
     AsyncDB,
     Rows,
     SyncDB,
+    json_text,
     own_transaction,
     own_transaction_async,
     rows,
@@ -34,7 +34,7 @@ _SYNCHRONOUS_COMMIT = text("SET LOCAL synchronous_commit = on")
 
 
 def _params(format: str, count: int, fields: dict[str, Any]) -> dict[str, Any]:
-    return {"format": format, "count": count, "fields": json.dumps(fields)}
+    return {"format": format, "count": count, "fields": json_text("fields", fields)}
 
 
 def _serials(result: Rows) -> list[Serial]:
@@ -56,6 +56,9 @@ class SerialRepository:
         return self.next_many(format, 1, **fields)[0]
 
     def next_many(self, format: str, n: int, **fields: str) -> list[Serial]:
+        """``n`` serials of one scope in increasing order, in one round trip. ``InvalidInput``
+        unless 1 <= n <= the database setting ``max_serials_per_call`` (10,000 by default):
+        take a larger batch in several calls."""
         return _serials(rows(self.db, _ALLOCATE, _params(format, n, fields)))
 
     def next_durable(self, format: str, **fields: str) -> Serial:
@@ -95,6 +98,7 @@ class AsyncSerialRepository:
         return (await self.next_many(format, 1, **fields))[0]
 
     async def next_many(self, format: str, n: int, **fields: str) -> list[Serial]:
+        """``SerialRepository.next_many``: at most ``max_serials_per_call`` (10,000) a call."""
         return _serials(await rows_async(self.db, _ALLOCATE, _params(format, n, fields)))
 
     async def next_durable(self, format: str, **fields: str) -> Serial:

@@ -13,7 +13,6 @@ case::
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from typing import Any, Literal
 
 from sqlalchemy import text
 
-from hivenet_db._execute import AsyncDB, Rows, SyncDB, rows, rows_async
+from hivenet_db._execute import AsyncDB, Rows, SyncDB, json_text, rows, rows_async
 from hivenet_db.propagation import current_unified_serial
 
 Outcome = Literal["started", "replayed"]
@@ -85,7 +84,7 @@ class StepRun:
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
+    return None if value is None else json_text("request or response", value)
 
 
 def _begin_params(system_serial: str, request: Any, on_success: OnSuccess,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -12,6 +13,28 @@ import pytest
 from tests.helpers import scalar
 
 ROLE = "hivenet_app_test"
+BOOTSTRAP_ROLES = ("hivenet_app", "hivenet_admin")
+
+
+@contextmanager
+def acting_as(db: psycopg.Connection, role: str) -> Iterator[psycopg.Connection]:
+    """``db`` (a superuser's connection) acting as ``role``, one of the roles `hivenet-db
+    bootstrap` makes, with exactly the grants privileges.sql gives it. The roles are
+    cluster-wide: made here when missing and dropped again afterwards, so that no other test's
+    database (or the template) is installed while they exist."""
+    made = [name for name in BOOTSTRAP_ROLES
+            if scalar(db, "SELECT to_regrole(%s) IS NULL", (name,))]
+    for name in made:
+        db.execute(f"CREATE ROLE {name} NOLOGIN")
+    db.execute("SELECT hivenet._grant_roles()")
+    db.execute(f"SET ROLE {role}")
+    try:
+        yield db
+    finally:
+        db.execute("RESET ROLE")
+        for name in made:
+            db.execute(f"DROP OWNED BY {name}")
+            db.execute(f"DROP ROLE {name}")
 
 
 @pytest.fixture
@@ -141,3 +164,253 @@ def test_the_documented_operator_grants_suffice(db: psycopg.Connection) -> None:
         db.execute("RESET ROLE")
         db.execute("DROP OWNED BY hivenet_ops_test")
         db.execute("DROP ROLE hivenet_ops_test")
+
+
+# --- hivenet_app, as `hivenet-db bootstrap` makes it (issue 10, part 5) -------------------------
+
+@pytest.fixture
+def hivenet_app(db: psycopg.Connection) -> Iterator[psycopg.Connection]:
+    with acting_as(db, "hivenet_app") as conn:
+        yield conn
+
+
+@pytest.fixture
+def owner(connect: Any) -> psycopg.Connection:
+    """Another connection, the owner's (superuser here), to look at what the role did."""
+    return connect()  # type: ignore[no-any-return]
+
+
+def refused_code(conn: psycopg.Connection, sql: str, params: Any = None) -> str | None:
+    """The SQLSTATE ``sql`` fails with (None when it succeeds), in a savepoint-free autocommit
+    statement."""
+    try:
+        conn.execute(sql, params)
+    except psycopg.Error as error:
+        return error.diag.sqlstate
+    return None
+
+
+def test_the_application_role_writes_no_table(hivenet_app: psycopg.Connection,
+                                              owner: psycopg.Connection) -> None:
+    """Every table and partition of schema hivenet, read from the catalog: no INSERT, UPDATE,
+    DELETE, TRUNCATE, nor any right on a table (only SELECT on the reporting views)."""
+    tables = [row[0] for row in owner.execute(
+        "SELECT c.oid::regclass::text FROM pg_class c WHERE c.relnamespace = "
+        "'hivenet'::regnamespace AND c.relkind IN ('r', 'p') ORDER BY 1")]
+    assert {"hivenet.setting", "hivenet.claim_record", "hivenet.step_attempt",
+            "hivenet.interface_call_default"} <= set(tables)
+    for table in tables:
+        column = scalar(owner, "SELECT quote_ident(attname) FROM pg_attribute "
+                               "WHERE attrelid = %s::regclass AND attnum = 1", (table,))
+        for sql in [f"INSERT INTO {table} DEFAULT VALUES", f"DELETE FROM {table} WHERE false",
+                    f"TRUNCATE {table}", f"SELECT FROM {table} LIMIT 0",
+                    f"UPDATE {table} SET {column} = NULL WHERE false"]:
+            assert refused_code(hivenet_app, sql) == "42501", sql
+    readable = {row[0] for row in hivenet_app.execute("""
+        SELECT c.oid::regclass::text FROM pg_class c
+        WHERE c.relnamespace = 'hivenet'::regnamespace
+          AND has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES,
+                                          TRIGGER')""")}
+    assert readable == {"hivenet.interface_calls", "hivenet.interface_calls_per_day",
+                        "hivenet.step_states", "hivenet.stuck_steps", "hivenet.scope_usage"}
+    writable = hivenet_app.execute("""
+        SELECT c.oid::regclass::text FROM pg_class c
+        WHERE c.relnamespace = 'hivenet'::regnamespace
+          AND has_table_privilege(c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE')""").fetchall()
+    assert writable == []
+
+
+def test_the_application_role_cannot_move_a_sequence(hivenet_app: psycopg.Connection,
+                                                     owner: psycopg.Connection) -> None:
+    """Every sequence of schema hivenet (counters of scopes and formats): no setval, no ALTER
+    SEQUENCE, no right to update. (Whether it may call nextval is a design choice of the
+    allocation path; moving a counter back would reissue serials.)"""
+    hivenet_app.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
+    owner.execute("SELECT hivenet.maintain()")  # the scope gets a sequence of its own
+    sequences = [row[0] for row in owner.execute(
+        "SELECT c.oid::regclass::text FROM pg_class c WHERE c.relnamespace = "
+        "'hivenet'::regnamespace AND c.relkind = 'S' ORDER BY 1")]
+    assert "hivenet.cold_unified" in sequences and len(sequences) > 5
+    for sequence in sequences:
+        for sql in [f"SELECT setval('{sequence}', 1)", f"SELECT setval('{sequence}', 1, false)",
+                    f"ALTER SEQUENCE {sequence} RESTART", f"ALTER SEQUENCE {sequence} MINVALUE 0",
+                    f"DROP SEQUENCE {sequence}"]:
+            assert refused_code(hivenet_app, sql) == "42501", sql
+        assert not scalar(hivenet_app, "SELECT has_sequence_privilege(%s, 'UPDATE')", (sequence,))
+
+
+def test_the_application_role_runs_no_extension_function_and_makes_no_extension(
+        hivenet_app: psycopg.Connection, owner: psycopg.Connection) -> None:
+    """No extension function it may execute outside the core's own language handlers, and it
+    may not create an extension, the connecting ones first (dblink, postgres_fdw)."""
+    runnable = hivenet_app.execute("""
+        SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_depend d
+            ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+        JOIN pg_extension e ON e.oid = d.refobjid
+        WHERE e.extname <> 'plpgsql' AND has_function_privilege(p.oid, 'EXECUTE')""").fetchall()
+    assert runnable == []
+    before = scalar(owner, "SELECT count(*) FROM pg_extension")
+    for extension in ["dblink", "postgres_fdw", "file_fdw", "adminpack", "pg_stat_statements"]:
+        assert refused_code(hivenet_app, f"CREATE EXTENSION {extension}") in (
+            "42501", "0A000", "58P01"), extension  # refused, or not installed on this server
+        assert refused_code(hivenet_app,
+                            f"CREATE EXTENSION {extension} SCHEMA hivenet") is not None
+    assert scalar(owner, "SELECT count(*) FROM pg_extension") == before
+
+
+def test_the_application_role_opens_no_connection_and_runs_no_program(
+        hivenet_app: psycopg.Connection) -> None:
+    assert scalar(hivenet_app, "SELECT rolcanlogin FROM pg_roles WHERE rolname = 'hivenet_app'"
+                  ) is False
+    for role in ["pg_read_server_files", "pg_write_server_files", "pg_execute_server_program",
+                 "pg_read_all_settings", "pg_read_all_data", "pg_write_all_data",
+                 "pg_signal_backend", "hivenet_admin"]:
+        assert not scalar(hivenet_app, "SELECT pg_has_role(%s, 'USAGE')", (role,)), role
+    for sql in ["COPY (SELECT 1) TO PROGRAM 'true'", "COPY (SELECT 1) TO '/tmp/hivenet_x'",
+                "SELECT lo_import('/etc/passwd')", "SELECT pg_read_file('postgresql.conf')",
+                "SELECT pg_ls_dir('.')", "CREATE SCHEMA evil",
+                "CREATE FUNCTION hivenet.now() RETURNS timestamptz LANGUAGE sql "
+                "AS 'SELECT now()'",
+                "CREATE TABLE hivenet.x (i int)"]:
+        assert refused_code(hivenet_app, sql) == "42501", sql
+
+
+def test_the_application_role_reads_no_secret(hivenet_app: psycopg.Connection) -> None:
+    """Stored passwords, server files and settings only administrators see."""
+    for sql in ["SELECT rolpassword FROM pg_authid", "SELECT passwd FROM pg_shadow",
+                "SELECT * FROM pg_hba_file_rules", "SELECT * FROM pg_file_settings",
+                "SELECT current_setting('data_directory')",
+                "SELECT current_setting('hba_file')", "SELECT current_setting('config_file')",
+                "SELECT * FROM hivenet.setting", "SELECT hivenet._setting_value('time_zone')",
+                "SELECT hivenet._setting_constant('time_zone')",
+                "SELECT * FROM hivenet.claim_record", "SELECT * FROM hivenet.step_attempt"]:
+        assert refused_code(hivenet_app, sql) == "42501", sql
+    assert scalar(hivenet_app, "SELECT count(*) FROM pg_user WHERE passwd <> '********'") == 0
+    # Other sessions' statements are hidden from it.
+    assert scalar(hivenet_app, """SELECT count(*) FROM pg_stat_activity
+        WHERE pid <> pg_backend_pid() AND query <> '<insufficient privilege>'
+          AND usename IS DISTINCT FROM 'hivenet_app' AND backend_type = 'client backend'""") == 0
+
+
+def test_the_application_role_changes_no_setting_and_no_clock(
+        hivenet_app: psycopg.Connection, owner: psycopg.Connection) -> None:
+    before = owner.execute("SELECT name, value FROM hivenet.setting ORDER BY 1").fetchall()
+    for sql in ["UPDATE hivenet.setting SET value = 'true' WHERE name = 'allow_fake_clock'",
+                "UPDATE hivenet.setting SET value = '1000000' "
+                "WHERE name = 'max_serials_per_call'",
+                "INSERT INTO hivenet.setting VALUES ('x', 'y', 'text', 'z')",
+                "ALTER SYSTEM SET hivenet.fake_now = '2000-01-01'",
+                f"ALTER DATABASE {hivenet_app.info.dbname} SET hivenet.fake_now = '2000-01-01'",
+                "ALTER FUNCTION hivenet.now() RENAME TO later",
+                "ALTER TABLE hivenet.setting DISABLE TRIGGER ALL",
+                "SELECT hivenet._rewrite_constants('hivenet.setting', 'INSERT', "
+                "'hivenet._setting_constant', 'text', 'WHEN ''allow_fake_clock'' THEN ''true''')",
+                "SET session_replication_role = replica"]:
+        assert refused_code(hivenet_app, sql) == "42501", sql
+    assert owner.execute("SELECT name, value FROM hivenet.setting ORDER BY 1").fetchall() == before
+    # Its own session's fake clock moves nothing: fake clocks are not allowed here.
+    hivenet_app.execute("SET hivenet.fake_now = '2000-01-01 00:00+00'")
+    for sql in ["SELECT hivenet.now()", "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')",
+                "SELECT hivenet.claim('n', 'k')"]:
+        assert refused_code(hivenet_app, sql) == "HN001", sql
+
+
+EVIL = """
+CREATE SCHEMA evil;
+CREATE TABLE evil.calls (what text);
+GRANT USAGE ON SCHEMA evil TO PUBLIC;
+GRANT INSERT ON evil.calls TO PUBLIC;
+CREATE FUNCTION evil.called(what text) RETURNS void LANGUAGE sql
+    AS $$ INSERT INTO evil.calls VALUES (what) $$;
+CREATE FUNCTION evil.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql
+    AS $$ BEGIN PERFORM evil.called('clock_timestamp'); RETURN '2000-01-01'; END $$;
+CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE plpgsql
+    AS $$ BEGIN PERFORM evil.called('now'); RETURN '2000-01-01'; END $$;
+CREATE FUNCTION evil.nextval(regclass) RETURNS bigint LANGUAGE plpgsql
+    AS $$ BEGIN PERFORM evil.called('nextval'); RETURN 1; END $$;
+CREATE FUNCTION evil.hashtext(text) RETURNS integer LANGUAGE plpgsql
+    AS $$ BEGIN PERFORM evil.called('hashtext'); RETURN 1; END $$;
+CREATE FUNCTION evil.current_setting(text, boolean) RETURNS text LANGUAGE plpgsql
+    AS $$ BEGIN PERFORM evil.called('current_setting'); RETURN '2000-01-01'; END $$;
+CREATE FUNCTION evil.to_regclass(text) RETURNS regclass LANGUAGE plpgsql
+    AS $$ BEGIN PERFORM evil.called('to_regclass'); RETURN NULL; END $$;
+CREATE FUNCTION evil.text_eq(a text, b text) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN PERFORM evil.called('='); RETURN true; END $$;
+CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.text_eq);
+CREATE FUNCTION evil.text_cat(a text, b text) RETURNS text LANGUAGE plpgsql
+    AS $$ BEGIN PERFORM evil.called('||'); RETURN 'evil'; END $$;
+CREATE OPERATOR evil.|| (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.text_cat);
+CREATE TABLE evil.setting (name text, value text);
+INSERT INTO evil.setting VALUES ('allow_fake_clock', 'true');
+CREATE TABLE evil.claim_record (namespace text, key text, claimed_at timestamptz,
+                                expires_at timestamptz);
+GRANT SELECT, INSERT ON evil.setting, evil.claim_record TO PUBLIC;
+"""
+
+TEMP = """
+CREATE TEMPORARY TABLE claim_record (namespace text, key text, claimed_at timestamptz,
+                                     expires_at timestamptz);
+CREATE TEMPORARY TABLE setting (name text, value text);
+INSERT INTO pg_temp.setting VALUES ('allow_fake_clock', 'true'), ('time_zone', 'Asia/Tokyo');
+CREATE TEMPORARY TABLE step_attempt (system_serial text);
+CREATE FUNCTION pg_temp._setting_value(text) RETURNS text LANGUAGE sql AS $$ SELECT 'true' $$;
+CREATE FUNCTION pg_temp.now() RETURNS timestamptz LANGUAGE sql
+    AS $$ SELECT '2000-01-01'::timestamptz $$;
+CREATE FUNCTION pg_temp.clock_timestamp() RETURNS timestamptz LANGUAGE sql
+    AS $$ SELECT '2000-01-01'::timestamptz $$;
+CREATE FUNCTION pg_temp.nextval(regclass) RETURNS bigint LANGUAGE sql AS $$ SELECT 1::bigint $$;
+"""
+
+
+@pytest.mark.parametrize("trick", ["a schema earlier in search_path",
+                                   "temporary tables and functions named like ours"])
+def test_no_search_path_trick_reaches_another_schema(db: psycopg.Connection,
+                                                     owner: psycopg.Connection,
+                                                     trick: str) -> None:
+    """Objects named like ours or like the catalog's (functions, operators, tables) in a
+    schema the application role puts first in its search_path, or in its pg_temp: the API
+    still reads and writes only schema hivenet and calls only pg_catalog."""
+    with acting_as(db, "hivenet_app") as app:
+        if trick.startswith("a schema"):
+            app.execute("RESET ROLE")
+            app.execute(EVIL)  # made by someone else, usable by the role
+            app.execute("SET ROLE hivenet_app")
+            app.execute("SET search_path = evil, hivenet, pg_temp, pg_catalog")
+        else:
+            app.execute(TEMP)
+            app.execute("SET search_path = pg_temp, hivenet, pg_catalog")
+        wall = scalar(owner, "SELECT clock_timestamp()")
+        unified = scalar(app, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
+        system = scalar(app, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
+        serials = [r[0] for r in app.execute("""SELECT * FROM hivenet.next_serials('unified',
+            '{"system": "C0001", "module": "A01", "instance": "02"}', 3)""")]
+        assert len({unified, *serials}) == 4
+        assert unified[10:18] == wall.strftime("%Y%m%d") and unified.endswith("0001")
+        assert scalar(app, "SELECT hivenet.now()") >= wall
+        assert scalar(app, "SELECT hivenet.parse_serial(%s)", (unified,))["format"] == "unified"
+        app.execute("SELECT hivenet.claim('evil.ns', 'key-1')")
+        assert refused_code(app, "SELECT hivenet.claim('evil.ns', 'key-1')") == "HN040"
+        attempt = scalar(app, "SELECT attempt FROM hivenet.begin_step(%s, '{}')", (system,))
+        app.execute("SELECT hivenet.finish_step(%s, %s, true, '{}')", (system, attempt))
+        app.execute("SET hivenet.fake_now = '2000-01-01 00:00+00'")
+        assert refused_code(app, "SELECT hivenet.now()") == "HN001"  # no fake clock allowed
+        app.execute("RESET hivenet.fake_now")
+        app.execute("RESET search_path")
+    assert scalar(owner, "SELECT count(*) FROM hivenet.claim_record "
+                         "WHERE namespace = 'evil.ns'") == 1
+    assert scalar(owner, "SELECT state::text FROM hivenet.step_attempt "
+                         "WHERE system_serial = %s", (system,)) == "success"
+    if trick.startswith("a schema"):
+        assert owner.execute("SELECT what FROM evil.calls").fetchall() == []
+        assert scalar(owner, "SELECT count(*) FROM evil.claim_record") == 0
+
+
+def test_no_argument_reaches_another_relation(hivenet_app: psycopg.Connection) -> None:
+    """_scope_counter_value (in view scope_usage, so executable by every role) takes a
+    sequence name: a table's name, qualified names and other schemas' relations give NULL.
+    A table's name raised 42809 before revision 0010."""
+    hivenet_app.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
+    assert scalar(hivenet_app, "SELECT hivenet._scope_counter_value('cold_unified')") > 0
+    for name in ["setting", "claim_record", "pg_authid", "pg_catalog.pg_authid",
+                 "hivenet.cold_unified", "../cold_unified", "cold_unified'; --"]:
+        assert scalar(hivenet_app, "SELECT hivenet._scope_counter_value(%s)", (name,)) is None

@@ -568,12 +568,23 @@ BEGIN
 END $$;
 
 -- hivenet.next_serials(format, fields, n) → setof text: n serials in one call (bulk work),
---   in increasing order. HN001 unless 1 <= n <= 1000000.
+--   in increasing order. HN001 unless 1 <= n <= the setting max_serials_per_call (10,000 by
+--   default): one call for a million would hold its backend for many seconds and take a
+--   million of the scope's capacity for the period. Larger batches take several calls.
 CREATE FUNCTION hivenet.next_serials(p_format text, p_fields jsonb, p_n integer)
 RETURNS SETOF text
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT unnest(hivenet._allocate(p_format, p_fields, NULL, p_n))
-$$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_limit integer := hivenet._setting_constant('max_serials_per_call')::integer;
+BEGIN
+    IF p_n > v_limit THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: count %s is more than the %s serials one call may take '
+                             '(setting max_serials_per_call); take them in several calls',
+                             hivenet._shown(p_format), p_n, v_limit);
+    END IF;
+    RETURN QUERY SELECT unnest(hivenet._allocate(p_format, p_fields, NULL, p_n));
+END $$;
 
 -- The next_<kind>_serial functions are plpgsql, not sql: a SET search_path sql function is
 -- never inlined and runs through the SQL function executor, which costs more than the call.

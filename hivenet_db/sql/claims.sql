@@ -16,7 +16,10 @@ CREATE TABLE hivenet.claim_record (
     claimed_at timestamptz NOT NULL,
     expires_at timestamptz,
     PRIMARY KEY (namespace, key)
-);
+)
+-- Rolled-back claims and expired ones leave dead rows: autovacuum after 2,000 of them, not
+-- after 20 % of a table that only grows (as step_attempt, steps.sql).
+WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000);
 COMMENT ON TABLE hivenet.claim_record IS 'one row per taken claim (hivenet.claim)';
 CREATE INDEX claim_record_expiry ON hivenet.claim_record (expires_at)
     WHERE expires_at IS NOT NULL;
@@ -25,6 +28,18 @@ CREATE INDEX claim_record_expiry ON hivenet.claim_record (expires_at)
 -- by every claim until commit so that a nowait claim sees at once that one is in flight.
 CREATE FUNCTION hivenet._claim_lock_space() RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210202 $$;
+
+-- HN001 unless p_namespace is 1 to 200 bytes: what claim() and set_claim_expiry() take (a
+-- longer one would not fit the primary key's index row, 54000).
+CREATE FUNCTION hivenet._check_claim_namespace(p_namespace text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_namespace IS NULL OR p_namespace = '' OR octet_length(p_namespace) > 200 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('claim namespace %s must be 1 to 200 bytes',
+                             hivenet._shown(p_namespace));
+    END IF;
+END $$;
 
 -- hivenet.claim(namespace, key, nowait default false) → void
 --   Takes the claim (namespace, key) in the caller's transaction: it commits or vanishes with
@@ -45,11 +60,7 @@ DECLARE
     v_lock integer;
     v_expires timestamptz;
 BEGIN
-    IF p_namespace IS NULL OR p_namespace = '' OR octet_length(p_namespace) > 200 THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('claim namespace %s must be 1 to 200 bytes',
-                             hivenet._shown(p_namespace));
-    END IF;
+    PERFORM hivenet._check_claim_namespace(p_namespace);
     IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 1000 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('claim key %s of namespace %s must be 1 to 1000 bytes',
@@ -82,15 +93,13 @@ BEGIN
 END $$;
 
 -- hivenet.set_claim_expiry(namespace, expiry) → void: claims of namespace taken from now on
---   expire after expiry (NULL: never). Raises HN001 when namespace is NULL or empty or expiry
---   is not positive. Runs in the caller's transaction; blocks only a concurrent change of the
---   same namespace.
+--   expire after expiry (NULL: never). Raises HN001 when namespace is NULL, empty or longer
+--   than 200 bytes (as claim() takes it), or expiry is not positive. Runs in the caller's
+--   transaction; blocks only a concurrent change of the same namespace.
 CREATE FUNCTION hivenet.set_claim_expiry(p_namespace text, p_expiry interval) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF p_namespace IS NULL OR p_namespace = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'claim namespace must not be empty';
-    END IF;
+    PERFORM hivenet._check_claim_namespace(p_namespace);
     IF p_expiry <= interval '0' THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('claim expiry %s of namespace %s must be positive', p_expiry,

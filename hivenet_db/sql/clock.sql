@@ -1,14 +1,17 @@
 -- The fake clock of hivenet.now(): the session's hivenet.fake_now as a timestamptz.
 --   Raises HN001 when fake clocks are not allowed in this database (setting
 --   allow_fake_clock), or when the value is no timestamptz. Never blocks.
+--   SECURITY DEFINER: the application role reads no setting itself, yet must get the fake
+--   time where it is allowed (tests of its own code) and HN001 where not (never 42501). Off
+--   the hot path: now() calls it only when hivenet.fake_now is set.
 CREATE FUNCTION hivenet._fake_now() RETURNS timestamptz
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_fake text := current_setting('hivenet.fake_now', true);
 BEGIN
     IF NOT hivenet._setting_value('allow_fake_clock')::boolean THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('hivenet.fake_now is set to %L but this database does not allow a '
+            MESSAGE = format('hivenet.fake_now is set to %s but this database does not allow a '
                              'fake clock (setting allow_fake_clock)', hivenet._shown(v_fake));
     END IF;
     BEGIN

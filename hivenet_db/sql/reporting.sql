@@ -2,11 +2,15 @@
 -- The views of other concerns live with them (dedup.sql: interface_calls_per_day,
 -- call_chain(); steps.sql: step_states, stuck_steps); docs/reporting.md lists them all.
 
--- Raw value of a counter scope's sequence (period * stride + seq), NULL before its first use.
+-- Raw value of a counter scope's sequence (period * stride + seq), NULL before its first use
+-- and for any name that is no sequence of schema hivenet (executable by every role: a table's
+-- name must not raise 42809).
 -- SECURITY DEFINER: a reporting role reads the view without any right on the sequences.
 CREATE FUNCTION hivenet._scope_counter_value(p_sequence_name text) RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT pg_sequence_last_value(to_regclass('hivenet.' || quote_ident(p_sequence_name)))
+    SELECT pg_sequence_last_value(c.oid) FROM pg_class c
+    WHERE c.relnamespace = 'hivenet'::regnamespace AND c.relname = p_sequence_name
+      AND c.relkind = 'S'
 $$;
 
 -- Business-local now for the views: SECURITY DEFINER because the clock and the time zone

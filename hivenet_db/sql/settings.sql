@@ -19,7 +19,7 @@ $$;
 CREATE TABLE hivenet.setting (
     name        text PRIMARY KEY,
     value       text NOT NULL,
-    kind        text NOT NULL CHECK (kind IN ('text', 'boolean', 'interval', 'time_zone')),
+    kind        text NOT NULL CHECK (kind IN ('text', 'boolean', 'interval', 'time_zone', 'count')),
     description text NOT NULL
 );
 
@@ -34,6 +34,9 @@ BEGIN
             WHEN 'boolean' THEN PERFORM NEW.value::boolean;
             WHEN 'interval' THEN PERFORM NEW.value::interval;
             WHEN 'time_zone' THEN PERFORM now() AT TIME ZONE NEW.value;
+            -- A positive integer: 0 or less divides by zero (division_by_zero is a
+            -- data_exception, caught below like a value that is no integer).
+            WHEN 'count' THEN PERFORM 1 / (NEW.value::integer > 0)::integer;
             ELSE NULL;
         END CASE;
     EXCEPTION WHEN data_exception OR invalid_parameter_value OR feature_not_supported THEN
@@ -126,7 +129,10 @@ INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('allow_fake_clock', 'false', 'boolean',
      'let sessions move hivenet.now() with SET hivenet.fake_now (tests and demos only)'),
     ('enforce_registry', 'false', 'boolean',
-     'reject systems and modules that are not registered (HN002)');
+     'reject systems and modules that are not registered (HN002)'),
+    ('max_serials_per_call', '10000', 'count',
+     'most serials one next_serials() call may take (HN001 beyond): a runaway count would '
+     'hold a backend for seconds and use up a scope''s capacity for the period');
 
 -- The value of one setting (NULL when unknown).
 CREATE FUNCTION hivenet._setting_value(p_name text) RETURNS text

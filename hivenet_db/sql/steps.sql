@@ -31,7 +31,11 @@ CREATE TABLE hivenet.step_attempt (
     resolved_by    text,       -- the operator (session user) who resolved a stuck attempt
     note           text,       -- the operator's note
     PRIMARY KEY (system_serial, attempt)
-) WITH (fillfactor = 80);  -- room on the page so finishing is a HOT update
+)
+-- fillfactor: room on the page so finishing is a HOT update. Autovacuum after 2,000 dead rows
+-- whatever the table's size (a finish or a rollback leaves one; the default waits for 20 % of
+-- the table, which grows every day): dead rows stay flat (docs/benchmarks.md, load).
+WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000);
 COMMENT ON TABLE hivenet.step_attempt IS
     'every attempt of every processing step (system serial); the latest attempt is the step''s state';
 -- Retention finds old attempts without a B-tree maintained on every begin: rows arrive in
@@ -195,7 +199,7 @@ BEGIN
 EXCEPTION WHEN lock_not_available THEN
     RAISE EXCEPTION USING ERRCODE = 'HN030',
         MESSAGE = format('step %s is being started by another transaction right now (nowait)',
-                         p_system_serial);
+                         hivenet._shown(p_system_serial));
 END $$;
 
 -- Why attempt p_attempt of step p_system_serial cannot be finished: HN033 naming what is there.
@@ -209,9 +213,9 @@ BEGIN
     WHERE a.system_serial = p_system_serial ORDER BY a.attempt DESC LIMIT 1;
     RAISE EXCEPTION USING ERRCODE = 'HN033',
         MESSAGE = CASE WHEN v_last.attempt IS NULL
-            THEN format('step %s has no attempt %s', p_system_serial, p_attempt)
+            THEN format('step %s has no attempt %s', hivenet._shown(p_system_serial), p_attempt)
             ELSE format('attempt %s of step %s is not the current processing attempt (the '
-                        'current is attempt %s, %s)', p_attempt, p_system_serial,
+                        'current is attempt %s, %s)', p_attempt, hivenet._shown(p_system_serial),
                         v_last.attempt, v_last.state) END;
 END $$;
 
@@ -239,8 +243,8 @@ BEGIN
     IF NOT FOUND THEN  -- the checks stay off the hot path
         IF p_succeeded IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('step %s attempt %s: succeeded is NULL', p_system_serial,
-                                 p_attempt);
+                MESSAGE = format('step %s attempt %s: succeeded is NULL',
+                                 hivenet._shown(p_system_serial), p_attempt);
         END IF;
         PERFORM hivenet._raise_stale_attempt(p_system_serial, p_attempt);
     END IF;
@@ -261,8 +265,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 BEGIN
     IF coalesce(btrim(p_note), '') = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('step %s attempt %s: resolving needs a note', p_system_serial,
-                             p_attempt);
+            MESSAGE = format('step %s attempt %s: resolving needs a note',
+                             hivenet._shown(p_system_serial), p_attempt);
     END IF;
     -- finish_step's fencing and state change; the note goes on the row it just locked.
     PERFORM hivenet.finish_step(p_system_serial, p_attempt, p_succeeded, p_response);
