@@ -101,7 +101,6 @@ def primary_and_standby(*, synchronous: bool, dbname: str = "failover") -> Itera
         primary.init()
         _set(primary, {
             "wal_level": "replica", "max_wal_senders": "10",
-            "synchronous_standby_names": f"'{STANDBY_NAME}'" if synchronous else "''",
             "synchronous_commit": "on",
         })
         primary.start()
@@ -127,6 +126,10 @@ def primary_and_standby(*, synchronous: bool, dbname: str = "failover") -> Itera
                 os.chown(path, account.pw_uid, account.pw_gid)
         standby.start()
         pair = Pair(primary, standby, dbname)
+        if synchronous:  # only now: until the standby streams, every commit would wait
+            with psycopg.connect(primary.url(), autocommit=True) as conn:
+                conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'")
+                conn.execute("SELECT pg_reload_conf()")
         pair.wait_streaming()
         yield pair
     finally:

@@ -317,7 +317,12 @@ def test_maintain_and_report_warn_about_an_asynchronous_standby(
         with primary_and_standby(synchronous=synchronous) as pair, \
                 psycopg.connect(pair.primary_url, autocommit=True) as conn:
             warnings: list[str] = []
-            conn.add_notice_handler(lambda n, w=warnings: w.append(n.message_primary or ""))
+
+            def notice(diagnostic: psycopg.errors.Diagnostic, into: list[str] = warnings
+                       ) -> None:
+                into.append(diagnostic.message_primary or "")
+
+            conn.add_notice_handler(notice)
             conn.execute("SELECT hivenet.maintain()")
             warned = [w for w in warnings if "synchronous_standby_names is empty" in w]
             assert bool(warned) == (not synchronous), warnings
