@@ -93,6 +93,7 @@ EXAMPLES = {
     "parse": ["parse C0001A0101201507100123456789"],
     "report": ["report --unified C0001A0101201507100123456789 --limit 20"],
     "maintain": ["maintain --url postgresql://owner@db/app"],
+    "failover-fence": ["failover-fence --gap 1000000 --url postgresql://admin@new-primary/app"],
     "demo": ["demo --json"],
     "bench": ["bench --list", "bench --rounds 3 --json"],
     "metrics": ["metrics > /var/lib/node_exporter/textfile/hivenet.prom"],
@@ -529,6 +530,12 @@ def report_sections(conn: Connection, unified: str | None, limit: int
         if _exists(conn, "relation", view):
             sections[title] = _dicts(conn, f"SELECT {columns} FROM {view} {order} LIMIT :n",
                                      {"n": limit})
+    if _exists(conn, "function", "hivenet.replication_warning") and conn.execute(text(
+            "SELECT has_function_privilege('hivenet.replication_warning()', 'EXECUTE')")
+            ).scalar():
+        warning = conn.execute(text("SELECT hivenet.replication_warning()")).scalar()
+        sections["replication"] = f"WARNING: {warning}" if warning else \
+            "(no standby without synchronous replication)"
     return sections
 
 
@@ -542,6 +549,17 @@ def cmd_maintain(args: argparse.Namespace, out: Output) -> None:
     with transaction(args, out) as conn, out.progress("hivenet.maintain()"):
         conn.execute(text("SELECT hivenet.maintain()"))
     out.rows([{"maintain": "done", "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}])
+
+
+def cmd_failover_fence(args: argparse.Namespace, out: Output) -> None:
+    with transaction(args, out) as conn:
+        moved = _dicts(conn, "SELECT * FROM hivenet.fence_failover(:gap, :force)",
+                       {"gap": args.gap, "force": args.force})
+        done = _dicts(conn, "SELECT timeline, gap, counters, applied_by, fenced_at "
+                            "FROM hivenet.failover_fence WHERE timeline = hivenet._timeline()")
+    row = {"fenced": "now" if moved else "already", **(done[0] if done else {}),
+           "parked": ", ".join(r["counter"] for r in moved if r["parked"]) or "none"}
+    out.rows([row])
 
 
 def cmd_demo(args: argparse.Namespace, out: Output) -> None:
@@ -701,6 +719,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("maintain", cmd_maintain, "run hivenet.maintain() (partitions, retention); run it "
         "every few minutes")
+
+    p = add("failover-fence", cmd_failover_fence, "on a promoted standby, before it takes "
+            "traffic: move every counter past what the old primary may have issued",
+            "Run hivenet.fence_failover(): move every counter (scope sequences and cold "
+            "counters) forward by --gap, so that a standby promoted after an asynchronous "
+            "failover never issues a serial its old primary issued in the WAL it never got. "
+            "Choose the gap >= peak serials per second of one format x maximum replication "
+            "lag in seconds (docs/operations.md, Failover). Does nothing when this timeline was "
+            "fenced already (--force fences again). Counters whose period cannot hold the gap "
+            "are parked (HN010 until their next period) and listed.")
+    p.add_argument("--gap", type=int, default=None,
+                   help="how far to move each counter (default 100000)")
+    p.add_argument("--force", action="store_true",
+                   help="fence again although this timeline was fenced already")
 
     add("demo", cmd_demo, "replay the standard's two examples end to end",
         "Replay the HiveNet Sequence Standards' examples: a transaction crossing three "

@@ -1,0 +1,139 @@
+"""A primary with a streaming standby (pg_basebackup), on loopback ports of their own.
+
+For the failover tests: the primary runs with fsync on; the standby is a physical copy that
+streams WAL from it, synchronously (listed in ``synchronous_standby_names``) or not, and can
+be cut off (stopped, as a network partition would), started again and promoted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from hivenet_db import migrate
+from hivenet_db.embedded import EmbeddedPostgres, _free_port
+
+STANDBY_NAME = "standby1"
+
+
+@dataclass
+class Pair:
+    primary: EmbeddedPostgres
+    standby: EmbeddedPostgres
+    dbname: str
+
+    @property
+    def primary_url(self) -> str:
+        return self.primary.url(self.dbname)
+
+    @property
+    def standby_url(self) -> str:
+        return self.standby.url(self.dbname)
+
+    def wait_streaming(self, timeout: float = 60) -> None:
+        """Until the primary sees the standby streaming (and, when synchronous, as sync)."""
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.primary.url(), autocommit=True) as conn:
+            while True:
+                row = conn.execute(
+                    "SELECT state, sync_state FROM pg_stat_replication "
+                    "WHERE application_name = %s", (STANDBY_NAME,)).fetchone()
+                sync = conn.execute("SHOW synchronous_standby_names").fetchone()
+                want = "sync" if sync and sync[0] else "async"
+                if row is not None and row[0] == "streaming" and row[1] == want:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"standby not streaming ({row}):\n"
+                                       f"{self.standby.log_tail(20)}")
+                time.sleep(0.1)
+
+    def wait_caught_up(self, timeout: float = 60) -> None:
+        """Until the standby has replayed everything the primary has written so far."""
+        with psycopg.connect(self.primary.url(), autocommit=True) as conn:
+            target = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
+        assert target is not None
+        deadline = time.monotonic() + timeout
+        with psycopg.connect(self.standby.url(), autocommit=True) as conn:
+            while True:
+                done = conn.execute("SELECT pg_last_wal_replay_lsn() >= %s",
+                                    (target[0],)).fetchone()
+                if done and done[0]:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError("standby did not catch up")
+                time.sleep(0.1)
+
+    def promote(self) -> None:
+        """Promote the standby (pg_ctl promote waits until it accepts writes)."""
+        self.standby._run("pg_ctl", "promote", "-w", "-t", "120", "-D", self.standby.data_dir)
+        deadline = time.monotonic() + 60
+        with psycopg.connect(self.standby.url(), autocommit=True) as conn:
+            while conn.execute("SELECT pg_is_in_recovery()").fetchone() != (False,):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("standby still in recovery after promote")
+                time.sleep(0.1)
+
+
+def _set(server: EmbeddedPostgres, settings: dict[str, str]) -> None:
+    """Rewrite postgresql.auto.conf with ``settings`` replacing lines of the same names."""
+    conf = server.data_dir / "postgresql.auto.conf"
+    kept = [line for line in conf.read_text().splitlines()
+            if line.split("=", 1)[0].strip() not in settings]
+    conf.write_text("\n".join([*kept, *(f"{k} = {v}" for k, v in settings.items())]) + "\n")
+
+
+@contextlib.contextmanager
+def primary_and_standby(*, synchronous: bool, dbname: str = "failover") -> Iterator[Pair]:
+    """A migrated database ``dbname`` on a primary, and a standby streaming from it."""
+    root = Path(tempfile.mkdtemp(prefix="hivenet-failover-"))
+    os.chmod(root, 0o755)
+    primary = EmbeddedPostgres(root=root / "primary", fsync=True)
+    standby = EmbeddedPostgres(root=root / "standby", fsync=True)
+    try:
+        primary.init()
+        _set(primary, {
+            "wal_level": "replica", "max_wal_senders": "10",
+            "synchronous_commit": "on",
+        })
+        primary.start()
+        with psycopg.connect(primary.url(), autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {dbname}")
+        migrate.upgrade(primary.url(dbname))
+        standby._prepare_root()
+        standby._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port),
+                     "-U", "postgres", "-D", standby.data_dir, "-X", "stream", "--no-sync",
+                     "-c", "fast")
+        _set(standby, {
+            "port": str(_free_port()),
+            "unix_socket_directories": f"'{standby.data_dir}'",
+            "primary_conninfo": f"'host=127.0.0.1 port={primary.port} user=postgres "
+                                f"application_name={STANDBY_NAME}'",
+            "synchronous_standby_names": "''",
+        })
+        (standby.data_dir / "standby.signal").touch()
+        if standby.os_user:
+            account = standby._os_account()
+            for path in (standby.data_dir / "standby.signal",
+                         standby.data_dir / "postgresql.auto.conf"):
+                os.chown(path, account.pw_uid, account.pw_gid)
+        standby.start()
+        pair = Pair(primary, standby, dbname)
+        if synchronous:  # only now: until the standby streams, every commit would wait
+            with psycopg.connect(primary.url(), autocommit=True) as conn:
+                conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'")
+                conn.execute("SELECT pg_reload_conf()")
+        pair.wait_streaming()
+        yield pair
+    finally:
+        for server in (standby, primary):
+            with contextlib.suppress(Exception):
+                server.stop("immediate")
+        shutil.rmtree(root, ignore_errors=True)
