@@ -10,6 +10,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -393,3 +394,21 @@ def test_async_repository(hivenet_url: str, async_kind: str) -> None:
     assert asyncio.run(scenario()) == [{"order": 1}, {"order": 1}, ("replayed", {"order": 1}),
                                        "started", {"order": 9}]
     assert calls == [1]
+
+
+# --- the example of docs/idempotency.md -------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ["purchase_flow.py", "test_purchase_flow.py"]
+
+
+def test_the_purchase_flow_example_passes(pytester: pytest.Pytester) -> None:
+    for name in EXAMPLES:
+        (pytester.path / name).write_text((ROOT / "examples" / name).read_text())
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error")
+    result.assert_outcomes(passed=3)
+
+
+def test_docs_show_the_example_as_it_is_tested() -> None:
+    docs = (ROOT / "docs" / "idempotency.md").read_text()
+    assert (ROOT / "examples" / "purchase_flow.py").read_text() in docs
