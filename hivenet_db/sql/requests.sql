@@ -128,10 +128,12 @@ END $$;
 -- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
 -- already checked by the caller (begin_request, begin_step). See begin_request for what it
 -- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
+-- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
+-- force, and a SET on a nested call costs a tenth of a begin (measured, docs/benchmarks.md).
 CREATE FUNCTION hivenet._begin_attempt(
     p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
     p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_fingerprint bytea := sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8'));
     v_attempt integer := 1;
@@ -279,11 +281,12 @@ BEGIN
 END $$;
 
 -- The state machine's end of an attempt (finish_request, finish_step; resolve): see
--- finish_request. The checks stay off the hot path, after an UPDATE that found nothing.
+-- finish_request. The checks stay off the hot path, after an UPDATE that found nothing. No
+-- SET clause, as _begin_attempt: only called by functions that set the search path.
 CREATE FUNCTION hivenet._finish_attempt(
     p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_response jsonb)
 RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     UPDATE hivenet.request_attempt a
     SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
