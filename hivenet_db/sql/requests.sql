@@ -12,7 +12,7 @@
 --
 -- The table is not partitioned by time: PostgreSQL has no index across partitions, so a key
 -- whose first attempt sits in an older partition could be accepted again in a newer one while
--- its record is still retained. Retention instead deletes through the index (namespace,
+-- its record is still retained. Retention instead deletes through an index on (namespace,
 -- started_at), which reaches only the rows started before a namespace's cutoff: never a scan
 -- of live rows.
 
@@ -44,8 +44,12 @@ CREATE TABLE hivenet.request_attempt (
 COMMENT ON TABLE hivenet.request_attempt IS
     'every attempt of every idempotency key (namespace, key); the latest attempt is the key''s state';
 -- Retention reaches the old attempts of one namespace only (finishing leaves both columns
--- alone, so it stays a HOT update).
-CREATE INDEX request_attempt_started_at ON hivenet.request_attempt (namespace, started_at);
+-- alone, so it stays a HOT update). On the expression namespace || '', not the column: the
+-- hot path's lookups (namespace = ... AND key = ...) then can only use the primary key.
+-- Indexed on the bare column, a table without statistics yet (a fresh install, just after
+-- the upgrade) had finish_step scan this index over every row of the namespace (measured).
+CREATE INDEX request_attempt_started_at ON hivenet.request_attempt
+    ((namespace || ''), started_at);
 
 -- Retention per namespace (set_request_retention); namespaces without a row keep the setting
 -- request_retention.
@@ -387,7 +391,7 @@ BEGIN
 END $$;
 
 -- Remove every attempt of the keys of namespace p_namespace whose attempts all ended before
--- p_cutoff. A processing key is never removed. Candidates come from the index (namespace,
+-- p_cutoff. A processing key is never removed. Candidates come from the index (namespace || '',
 -- started_at): an attempt that ended before the cutoff also started before it. The keys are
 -- collected first and deleted by primary key, so no plan can turn the delete into a scan (a
 -- join would be hashed against every row of the namespace).
@@ -397,7 +401,7 @@ DECLARE
     v_keys text[];
 BEGIN
     SELECT array_agg(DISTINCT o.key) INTO v_keys FROM hivenet.request_attempt o
-    WHERE o.namespace = p_namespace AND o.started_at < p_cutoff
+    WHERE o.namespace || '' = p_namespace AND o.started_at < p_cutoff  -- the index's expression
       AND NOT EXISTS (SELECT 1 FROM hivenet.request_attempt y
                       WHERE y.namespace = p_namespace AND y.key = o.key
                         AND (y.finished_at IS NULL OR y.finished_at >= p_cutoff));
