@@ -40,13 +40,13 @@ pytestmark = pytest.mark.slow
 SECONDS = float(os.environ.get("HIVENET_LOAD_SECONDS", "60"))
 NAPTIME = os.environ.get("HIVENET_LOAD_NAPTIME", "5s")
 CONNECTIONS = 32
-# Finished steps already in step_attempt: the default autovacuum (20 % of the table) would
+# Finished steps already recorded (request_attempt, namespace hivenet.steps): the default autovacuum (20 % of the table) would
 # let dead rows grow to 60,000 before cleaning; the table's own parameters do not wait.
 PREFILL = 300_000
-# step_attempt's autovacuum_vacuum_threshold (revision 0010): dead rows may exceed it by what
+# request_attempt's autovacuum_vacuum_threshold (as step_attempt's in revision 0010): dead rows may exceed it by what
 # the load adds until autovacuum next wakes and finishes (two naptimes, to be safe).
 THRESHOLD = 2_000
-WATCHED = ("step_attempt", "claim_record")
+WATCHED = ("request_attempt", "claim_record")
 
 
 @dataclass
@@ -183,13 +183,13 @@ def test_32_connections_of_mixed_work_keep_every_guarantee_and_dead_rows_flat(
     with psycopg.connect(url, autocommit=True) as conn:
         # Finished steps of earlier days, as a table in service holds.
         conn.execute("""
-            INSERT INTO hivenet.step_attempt (system_serial, attempt, state, fingerprint,
+            INSERT INTO hivenet.request_attempt (namespace, key, attempt, state, fingerprint,
                 started_at, finished_at, response)
-            SELECT 'P0001A0101' || to_char(now() - interval '2 days', 'YYYYMMDD')
+            SELECT 'hivenet.steps', 'P0001A0101' || to_char(now() - interval '2 days', 'YYYYMMDD')
                    || lpad(i::text, 12, '0'), 1, 'success', '\\x00',
                    now() - interval '2 days', now() - interval '2 days', '{}'
             FROM generate_series(1, %s) AS i""", (PREFILL,))
-        conn.execute("VACUUM ANALYZE hivenet.step_attempt")
+        conn.execute("VACUUM ANALYZE hivenet.request_attempt")
         sizes_before = _sizes(conn)
     workers = [Worker() for _ in range(CONNECTIONS)]
     samples: list[dict[str, Any]] = []
@@ -246,6 +246,7 @@ def test_32_connections_of_mixed_work_keep_every_guarantee_and_dead_rows_flat(
     # second half of the run on (the first has no dead rows to speak of yet).
     naptime = float(NAPTIME.removesuffix("s")) if NAPTIME.endswith("s") else 60.0
     bound = THRESHOLD + len(latencies["step"]) / elapsed * 2 * naptime
-    late = [s["step_attempt"][0] for s in samples[len(samples) // 2:] if "step_attempt" in s]
-    print(f"  step_attempt dead rows, second half: max {max(late, default=0)}, bound {bound:.0f}")
+    late = [s["request_attempt"][0] for s in samples[len(samples) // 2:]
+            if "request_attempt" in s]
+    print(f"  request_attempt dead rows, second half: max {max(late, default=0)}, bound {bound:.0f}")
     assert late and max(late) <= bound, late
