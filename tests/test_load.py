@@ -43,8 +43,9 @@ CONNECTIONS = 32
 # Finished steps already recorded (request_attempt, namespace hivenet.steps): the default autovacuum (20 % of the table) would
 # let dead rows grow to 60,000 before cleaning; the table's own parameters do not wait.
 PREFILL = 300_000
-# request_attempt's autovacuum_vacuum_threshold (as step_attempt's in revision 0010): dead rows may exceed it by what
-# the load adds until autovacuum next wakes and finishes (two naptimes, to be safe).
+# request_attempt's autovacuum_vacuum_threshold (step_attempt's before revision 0012): dead rows
+# may exceed it by what the load adds until autovacuum next wakes and finishes (two
+# naptimes, to be safe).
 THRESHOLD = 2_000
 WATCHED = ("request_attempt", "claim_record")
 
