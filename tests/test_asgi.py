@@ -571,10 +571,11 @@ def test_retention_is_set_once_for_the_namespace(hivenet_url: str) -> None:
 
 # --- a server that dies between begin and finish ---------------------------------------------
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 DYING_SERVER = textwrap.dedent("""
     import asyncio, os, sys
     import httpx
-from fastapi import Depends, FastAPI
     from sqlalchemy.ext.asyncio import create_async_engine
     from starlette.applications import Starlette
     from starlette.responses import PlainTextResponse
@@ -599,7 +600,7 @@ from fastapi import Depends, FastAPI
 def die_in_handler(url: str, key: str) -> None:
     done = subprocess.run([sys.executable, "-c", DYING_SERVER, sqlalchemy_url(url), key],
                           capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+                          env={**os.environ, "PYTHONPATH": ROOT})
     assert done.returncode == 9, done.stderr
 
 
