@@ -5,6 +5,7 @@ server that dies between begin and finish."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import subprocess
@@ -669,3 +670,45 @@ def test_cancelled_handler_leaves_the_request_processing(hivenet_url: str) -> No
     run(hivenet_url, scenario)
     assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
         (1, "processing")]
+
+
+# --- examples/asgi_app.py --------------------------------------------------------------------
+
+def load_example() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "asgi_app", os.path.join(ROOT, "examples", "asgi_app.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_app(hivenet_url: str) -> None:
+    example = load_example()
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        conn.execute(ORDERS)
+
+    async def scenario(engine: AsyncEngine) -> None:
+        transport = httpx.ASGITransport(app=example.create_app(engine))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            async def post(path: str, who: str, key: str, payload: Any) -> httpx.Response:
+                return await http.post(path, json=payload,
+                                       headers={"x-client": who, "Idempotency-Key": key})
+
+            first = await post("/orders", "alice", "o-1", {"sku": "A"})
+            again = await post("/orders", "alice", "o-1", {"sku": "A"})
+            bob = await post("/orders", "bob", "o-1", {"sku": "A"})
+            other = await post("/orders", "alice", "o-1", {"sku": "B"})
+            assert first.status_code == again.status_code == bob.status_code == 201
+            assert again.content == first.content and again.headers["location"] == "/orders/1"
+            assert bob.json()["order"] == 2 and other.status_code == 422
+            for _ in range(3):
+                assert (await post("/notify", "alice", "n-1", {"text": "hi"})).status_code == 202
+            assert (await http.post("/notify", json={"text": "hi"})).status_code == 400
+
+    run(hivenet_url, scenario)
+    assert orders(hivenet_url) == ["A", "A"]
+    assert example.sent == ["alice: hi"]
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        assert scalar(conn, "SELECT retention FROM hivenet.request_namespace "
+                      "WHERE namespace = 'shop'") == timedelta(days=2)
