@@ -20,6 +20,12 @@ from hivenet_db.errors import (
     StepInProgress,
     UnknownScope,
 )
+from hivenet_db.requests import (
+    AsyncRequestRepository,
+    RequestRepository,
+    RequestRun,
+    RequestStart,
+)
 from hivenet_db.serial import Serial, parse_serial
 from hivenet_db.serials import AsyncSerialRepository, SerialRepository
 from hivenet_db.steps import AsyncStepRepository, StepRepository, StepRun, StepStart
@@ -27,6 +33,7 @@ from hivenet_db.steps import AsyncStepRepository, StepRepository, StepRun, StepS
 __all__ = [
     "AsyncClaimRepository",
     "AsyncInterfaceDedup",
+    "AsyncRequestRepository",
     "AsyncSerialRepository",
     "AsyncStepRepository",
     "Call",
@@ -37,6 +44,9 @@ __all__ = [
     "InterfaceDedup",
     "InvalidInput",
     "RequestMismatch",
+    "RequestRepository",
+    "RequestRun",
+    "RequestStart",
     "SequenceExhausted",
     "Serial",
     "SerialOutsideWindow",

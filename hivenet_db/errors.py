@@ -67,7 +67,9 @@ class DuplicateInterfaceSerial(HivenetError):
 
 
 class SerialOutsideWindow(HivenetError):
-    """HN021: the interface serial's timestamp is outside the duplicate-check window."""
+    """HN021: the serial's own date is outside the window its records are kept for: an
+    interface serial outside the duplicate-check window, or a system serial given to
+    ``begin_step`` dated before ``step_retention`` or beyond ``step_future_tolerance``."""
 
     sqlstate = "HN021"
 

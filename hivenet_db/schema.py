@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 # The full current schema, in dependency order.
 PARTS: tuple[str, ...] = (
     "settings", "clock", "formats", "registry", "allocate", "parse", "maintain",
-    "dedup", "claims", "steps", "reporting", "privileges",
+    "dedup", "claims", "requests", "steps", "reporting", "privileges",
 )
 
 

@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from functools import partial
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import text
 
@@ -58,14 +59,12 @@ class StepStart:
         return self.outcome == "replayed"
 
 
-@dataclass
-class StepRun:
-    """The step inside ``StepRepository.step``: set ``response`` when ``started``; when
-    ``replayed`` it already holds the original response."""
+class Guarded:
+    """What a guarded body sees (``StepRun``, ``RequestRun``): set ``response`` when
+    ``started``; when ``replayed`` it already holds the original response."""
 
-    system_serial: str
     start: StepStart
-    response: Any = None
+    response: Any
 
     @property
     def started(self) -> bool:
@@ -79,19 +78,29 @@ class StepRun:
     def attempt(self) -> int:
         return self.start.attempt
 
+
+@dataclass
+class StepRun(Guarded):
+    """The step inside ``StepRepository.step``: set ``response`` when ``started``; when
+    ``replayed`` it already holds the original response."""
+
+    system_serial: str
+    start: StepStart
+    response: Any = None
+
     @classmethod
     def of(cls, system_serial: str, start: StepStart) -> StepRun:
         return cls(system_serial, start, start.response)
 
 
-def _json(value: Any) -> str | None:
+def as_json(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
 def _begin_params(system_serial: str, request: Any, on_success: OnSuccess,
                   unified_serial: str | None, lease: timedelta | None,
                   nowait: bool) -> dict[str, Any]:
-    return {"serial": system_serial, "request": _json(request), "on_success": on_success,
+    return {"serial": system_serial, "request": as_json(request), "on_success": on_success,
             "unified": unified_serial if unified_serial is not None else current_unified_serial(),
             "lease": lease, "nowait": nowait}
 
@@ -99,10 +108,10 @@ def _begin_params(system_serial: str, request: Any, on_success: OnSuccess,
 def _finish_params(system_serial: str, attempt: int, succeeded: bool,
                    response: Any) -> dict[str, Any]:
     return {"serial": system_serial, "attempt": attempt, "succeeded": succeeded,
-            "response": _json(response)}
+            "response": as_json(response)}
 
 
-def _start(result: Rows) -> StepStart:
+def start_of(result: Rows) -> StepStart:
     outcome, attempt, response = result[0]
     return StepStart(outcome, attempt, response)
 
@@ -116,6 +125,45 @@ def _note_unrecorded(error: BaseException, failure: BaseException) -> None:
     # The body's error is what the caller must see; say why no failure was recorded (usually
     # an aborted transaction, whose rollback removes the attempt anyway).
     error.add_note(f"hivenet: the step's failure was not recorded: {failure!r}")
+
+
+G = TypeVar("G", bound=Guarded)
+
+
+@contextmanager
+def guarded(run: G, finish: Callable[[int, bool, Any], object]) -> Iterator[G]:
+    """Run the body around an attempt begun as ``run``, then ``finish(attempt, succeeded,
+    response)``: success with ``run.response``, or failure with ``error_report(exception)``
+    and the exception re-raised. When replayed nothing is recorded. Only ``Exception``s are
+    recorded: an interrupt or cancellation leaves the transaction to its rollback."""
+    try:
+        yield run
+    except Exception as error:
+        if run.started:
+            try:
+                finish(run.attempt, False, error_report(error))
+            except Exception as failure:
+                _note_unrecorded(error, failure)
+        raise
+    if run.started:
+        finish(run.attempt, True, run.response)
+
+
+@asynccontextmanager
+async def guarded_async(run: G,
+                        finish: Callable[[int, bool, Any], Awaitable[object]]) -> AsyncIterator[G]:
+    """``guarded`` with an async ``finish``."""
+    try:
+        yield run
+    except Exception as error:
+        if run.started:
+            try:
+                await finish(run.attempt, False, error_report(error))
+            except Exception as failure:
+                _note_unrecorded(error, failure)
+        raise
+    if run.started:
+        await finish(run.attempt, True, run.response)
 
 
 class StepRepository:
@@ -134,7 +182,7 @@ class StepRepository:
               on_success: OnSuccess = "replay", unified_serial: str | None = None,
               lease: timedelta | None = None, nowait: bool = False) -> StepStart:
         """Receive the step; the unified serial defaults to ``current_unified_serial()``."""
-        return _start(rows(self.db, _BEGIN, _begin_params(
+        return start_of(rows(self.db, _BEGIN, _begin_params(
             system_serial, request, on_success, unified_serial, lease, nowait)))
 
     def finish(self, system_serial: str, attempt: int, succeeded: bool,
@@ -159,17 +207,8 @@ class StepRepository:
         run = StepRun.of(system_serial, self.begin(
             system_serial, request, on_success=on_success, unified_serial=unified_serial,
             lease=lease, nowait=nowait))
-        try:
-            yield run
-        except Exception as error:
-            if run.started:
-                try:
-                    self.finish(system_serial, run.attempt, False, error_report(error))
-                except Exception as failure:
-                    _note_unrecorded(error, failure)
-            raise
-        if run.started:
-            self.finish(system_serial, run.attempt, True, run.response)
+        with guarded(run, partial(self.finish, system_serial)) as inside:
+            yield inside
 
     def run(self, system_serial: str, request: Any, body: Callable[[], Any], *,
             on_success: OnSuccess = "replay", unified_serial: str | None = None,
@@ -192,7 +231,7 @@ class AsyncStepRepository:
     async def begin(self, system_serial: str, request: Any = None, *,
                     on_success: OnSuccess = "replay", unified_serial: str | None = None,
                     lease: timedelta | None = None, nowait: bool = False) -> StepStart:
-        return _start(await rows_async(self.db, _BEGIN, _begin_params(
+        return start_of(await rows_async(self.db, _BEGIN, _begin_params(
             system_serial, request, on_success, unified_serial, lease, nowait)))
 
     async def finish(self, system_serial: str, attempt: int, succeeded: bool,
@@ -213,17 +252,8 @@ class AsyncStepRepository:
         run = StepRun.of(system_serial, await self.begin(
             system_serial, request, on_success=on_success, unified_serial=unified_serial,
             lease=lease, nowait=nowait))
-        try:
-            yield run
-        except Exception as error:
-            if run.started:
-                try:
-                    await self.finish(system_serial, run.attempt, False, error_report(error))
-                except Exception as failure:
-                    _note_unrecorded(error, failure)
-            raise
-        if run.started:
-            await self.finish(system_serial, run.attempt, True, run.response)
+        async with guarded_async(run, partial(self.finish, system_serial)) as inside:
+            yield inside
 
     async def run(self, system_serial: str, request: Any, body: Callable[[], Awaitable[Any]],
                   *, on_success: OnSuccess = "replay", unified_serial: str | None = None,
@@ -235,4 +265,5 @@ class AsyncStepRepository:
         return run.response
 
 
-__all__ = ["AsyncStepRepository", "StepRepository", "StepRun", "StepStart", "error_report"]
+__all__ = ["AsyncStepRepository", "Guarded", "StepRepository", "StepRun", "StepStart",
+           "as_json", "error_report", "guarded", "guarded_async", "start_of"]

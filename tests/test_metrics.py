@@ -47,7 +47,8 @@ def _epoch(day: dt.date) -> float:
 @pytest.fixture
 def activity(db: psycopg.Connection) -> None:
     """3 unified serials in a prepared scope, 2 system serials of a new scope (the cold
-    counter), a step stuck past its 1 µs lease, a claim and an interface call."""
+    counter), a step stuck past its 1 µs lease, three keyed requests (one stuck, one done, one
+    failed), a claim and an interface call."""
     db.execute("SELECT hivenet.maintain()")
     db.execute("""SELECT hivenet.prepare_scope('unified',
                   '{"system": "C0001", "module": "A01", "instance": "01"}')""")
@@ -56,6 +57,11 @@ def activity(db: psycopg.Connection) -> None:
     step = db.execute("SELECT hivenet.next_system_serial('C0002', 'A01', '01')").fetchone()[0]
     db.execute("SELECT hivenet.next_system_serial('C0002', 'A01', '01')")
     db.execute("SELECT * FROM hivenet.begin_step(%s, '{}', p_lease => '1 microsecond')", (step,))
+    db.execute("SELECT * FROM hivenet.begin_request('metrics-test', 'stuck', '{}', "
+               "p_lease => '1 microsecond')")
+    for key, succeeded in (("done", True), ("failed", False)):
+        db.execute("SELECT * FROM hivenet.begin_request('metrics-test', %s)", (key,))
+        db.execute("SELECT hivenet.finish_request('metrics-test', %s, 1, %s)", (key, succeeded))
     db.execute("SELECT hivenet.claim('metrics-test', 'k1')")
     call = db.execute("SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'B0001')"
                       ).fetchone()[0]
@@ -76,6 +82,12 @@ def test_values_match_what_the_test_created(activity: None, any_conn: SyncDB,
     assert value(samples, "hivenet_stuck_step_overdue_seconds") > 0
     assert value(samples, "hivenet_steps", state="processing") == 1
     assert value(samples, "hivenet_steps", state="success") == 0
+    assert value(samples, "hivenet_stuck_requests") == 1
+    assert value(samples, "hivenet_stuck_request_overdue_seconds") > 0
+    for state in ("processing", "success", "failed"):
+        assert value(samples, "hivenet_requests", namespace="metrics-test", state=state) == 1
+    assert not any(k[0] == "hivenet_requests" and ("namespace", "hivenet.steps") in k[1]
+                   for k in samples)  # steps are hivenet_steps
     assert value(samples, "hivenet_claims") == 1
     calls = {k: v for k, v in samples.items() if k[0] == "hivenet_interface_calls"}
     assert list(calls.values()) == [1]
@@ -115,8 +127,10 @@ def test_collector_serves_the_same_samples(activity: None, hivenet_engine: Engin
     served = parsed(generate_latest(registry).decode())
     with hivenet_engine.connect() as conn:
         printed = parsed(metrics.exposition(metrics.read(conn)))
-    overdue = ("hivenet_stuck_step_overdue_seconds", ())
-    assert 0 < served.pop(overdue) < printed.pop(overdue)  # the clock moved between the reads
+    for overdue in (("hivenet_stuck_step_overdue_seconds", ()),
+                    ("hivenet_stuck_request_overdue_seconds", ())):
+        # the clock moved between the reads
+        assert 0 < served.pop(overdue) < printed.pop(overdue)
     assert served == printed
     assert value(served, "hivenet_claims") == 1
 
@@ -182,12 +196,12 @@ VERSIONS = Path(__file__).resolve().parents[1] / "migrations" / "versions"
 
 def test_hivenet_admin_reads_every_metric_after_the_upgrade(hivenet_server: EmbeddedPostgres
                                                             ) -> None:
-    """Revision 0008 runs the role grants again: with role hivenet_admin present (created in
+    """The revisions run the role grants again: with role hivenet_admin present (created in
     this test's transaction, rolled back, when the server has none), the revisions replayed
-    up to 0008 let it run maintain() and read every metric, the last run included."""
+    up to head let it run maintain() and read every metric, the last run included."""
     frozen = sorted(p for p in VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.sql")
                     if not p.name.endswith(".downgrade.sql"))
-    assert frozen[-1].name == "0008_maintain_record.sql"
+    assert "SELECT hivenet._grant_roles();" in frozen[-1].read_text(encoding="utf-8")
     dbname = "hivenet_metrics_admin"
     url = hivenet_server.ensure_database(dbname)
     try:

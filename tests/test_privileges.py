@@ -42,6 +42,8 @@ def test_the_application_api_works_with_usage_only(app: psycopg.Connection) -> N
     app.execute("SELECT hivenet.claim('inventory.purchase', 'order-1')")
     attempt = scalar(app, "SELECT attempt FROM hivenet.begin_step(%s, '{}')", (system,))
     app.execute("SELECT hivenet.finish_step(%s, %s, true, '{}')", (system, attempt))
+    attempt = scalar(app, "SELECT attempt FROM hivenet.begin_request('orders', 'k1', '{}')")
+    app.execute("SELECT hivenet.finish_request('orders', 'k1', %s, true, '{}')", (attempt,))
     assert isinstance(scalar(app, "SELECT hivenet.now()"), dt.datetime)
 
 
@@ -54,6 +56,9 @@ def test_the_application_api_works_with_usage_only(app: psycopg.Connection) -> N
     "SELECT hivenet.register_system('C0001')",
     "SELECT hivenet.maintain()",
     "SELECT hivenet.set_claim_expiry('q', '1 day')",
+    "SELECT hivenet.set_request_retention('orders', '1 day')",
+    "SELECT hivenet.resolve_request('orders', 'k1', 1, true, 'note')",
+    "SELECT * FROM hivenet.request_attempt",
     "SELECT * FROM hivenet.setting",
     "UPDATE hivenet.setting SET value = 'true' WHERE name = 'allow_fake_clock'",
 ])
@@ -76,6 +81,7 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         "hivenet.next_serials", "hivenet.parse_serial",
         "hivenet.claim_interface_serial", "hivenet.call_chain", "hivenet.claim",
         "hivenet.begin_step", "hivenet.finish_step", "hivenet._step_lease",
+        "hivenet.begin_request", "hivenet.finish_request",
         "hivenet._period_index", "hivenet._period_start", "hivenet._scope_counter_value",
         "hivenet._reporting_local_now"}
 

@@ -20,6 +20,7 @@ from hivenet_db import (
     AsyncStepRepository,
     InvalidInput,
     RequestMismatch,
+    SerialOutsideWindow,
     StaleAttempt,
     StepAlreadySucceeded,
     StepInProgress,
@@ -213,7 +214,9 @@ def test_begin_step_accepts_exactly_the_serials_parse_serial_accepts(
         EXCEPTION WHEN sqlstate 'HN001' THEN RETURN false; END $$;
         CREATE FUNCTION pg_temp.begins(s text, u text) RETURNS boolean LANGUAGE plpgsql AS $$
         BEGIN PERFORM hivenet.begin_step(s, NULL, 'replay', u); RETURN true;
-        EXCEPTION WHEN sqlstate 'HN001' THEN RETURN false; END $$""")
+        EXCEPTION WHEN sqlstate 'HN001' THEN RETURN false;
+                  WHEN sqlstate 'HN021' THEN RETURN true;  -- valid, dated outside the window
+        END $$""")
     rng = random.Random(4)
     alphabet = "0123456789" * 4 + "AZaz-_ \uff10\u00e9" + "0" * 10
     dates = ["20240229", "20230229", "21000229", "20000229", "20261131", "20261231", "00000101",
@@ -242,6 +245,72 @@ def test_begin_step_accepts_exactly_the_serials_parse_serial_accepts(
         ([p[0] for p in pairs], [p[1] for p in pairs])).fetchall()[0]
     assert disagree == 0
     assert 500 < accepted < len(pairs) - 500  # the sample has both kinds in number
+
+
+# --- old serials are refused, not run again (issue 12 part 2) -------------------------------
+
+def dated(day: str) -> str:
+    return f"C0001A0101{day}{random.randrange(1, 10**12):012d}"
+
+
+@pytest.mark.parametrize(("now", "day", "accepted"), [
+    # step_retention 30 days: the cutoff is 2026-10-22 12:00, the first whole day the 23rd
+    ("2026-11-21 12:00:00+00", "20261023", True),
+    ("2026-11-21 12:00:00+00", "20261022", False),
+    ("2026-11-21 00:00:00+00", "20261022", True),   # the cutoff at midnight: the day is kept
+    ("2026-11-21 00:00:01+00", "20261022", False),
+    # step_future_tolerance 5 minutes: tomorrow from 23:55
+    ("2026-11-21 23:55:00+00", "20261122", True),
+    ("2026-11-21 23:54:59+00", "20261122", False),
+    ("2026-11-21 23:55:00+00", "20261123", False),
+])
+def test_a_serial_dated_outside_the_kept_window_is_refused(
+        db: psycopg.Connection, fake_clock: Callable[..., None], now: str, day: str,
+        accepted: bool) -> None:
+    fake_clock(db, now)
+    serial = dated(day)
+    if accepted:
+        assert begin(db, serial)[0] == "started"
+        return
+    with pytest.raises(psycopg.Error) as caught:
+        begin(db, serial)
+    assert caught.value.sqlstate == "HN021"
+    assert f"system serial {serial} is dated {day[:4]}-{day[4:6]}-{day[6:]}, outside the " \
+           "window of steps from " in str(caught.value)
+    assert attempts(db, serial) == []
+
+
+def test_the_window_message_names_its_days_and_settings(
+        db: psycopg.Connection, fake_clock: Callable[..., None]) -> None:
+    fake_clock(db, "2026-11-21 12:00:00+00")
+    with pytest.raises(psycopg.Error) as caught:
+        begin(db, dated("20261001"))
+    message = str(caught.value).splitlines()[0]
+    assert message.endswith("is dated 2026-10-01, outside the window of steps from 2026-10-23 "
+                            "to 2026-11-21: a step dated earlier may already be purged "
+                            "(step_retention 30 days), one dated later is beyond the clock "
+                            "tolerance (step_future_tolerance 5 minutes)")
+
+
+def test_a_purged_step_is_refused_not_run_again(
+        db: psycopg.Connection, fake_clock: Callable[..., None]) -> None:
+    """The money-moving step of issue 12: finished, purged after step_retention, then its serial
+    comes back. It must not start afresh."""
+    fake_clock(db, "2026-10-01 12:00:00+00")
+    serial = new_serial(db)
+    finish(db, serial, begin(db, serial)[1], True, {"paid": 1})
+    fake_clock(db, "2026-11-01 12:00:01+00")
+    db.execute("SELECT hivenet.maintain()")
+    assert attempts(db, serial) == []
+    with sqlstate("HN021"):
+        begin(db, serial)
+
+
+def test_the_repository_raises_serial_outside_window(
+        db: psycopg.Connection, fake_clock: Callable[..., None]) -> None:
+    fake_clock(db, "2026-11-21 12:00:00+00")
+    with pytest.raises(SerialOutsideWindow, match="outside the window of steps"):
+        StepRepository(db).begin(dated("20250101"), REQUEST)
 
 
 # --- fencing ---------------------------------------------------------------------------------
@@ -350,7 +419,7 @@ def test_finishing_is_a_hot_update(connect: Connect) -> None:
     serial = new_serial(conn)
     finish(conn, serial, begin(conn, serial)[1], True, {"ok": True})
     hot = conn.execute("SELECT pg_stat_get_xact_tuples_hot_updated("
-                       "'hivenet.step_attempt'::regclass)").fetchone()[0]
+                       "'hivenet.request_attempt'::regclass)").fetchone()[0]
     assert hot == 1
 
 
@@ -501,7 +570,8 @@ def test_maintain_purges_finished_steps_past_retention(db: psycopg.Connection,
     finish(db, old, begin(db, old)[1], True)
     finish(db, retried, begin(db, retried)[1], False)
     begin(db, processing)
-    fake_clock(db, "2026-11-20 12:00:00+00")
+    # The retry within step_retention of the serial's date (later ones are refused: HN021).
+    fake_clock(db, "2026-10-25 12:00:00+00")
     finish(db, retried, begin(db, retried)[1], True)
     fake_clock(db, "2026-11-21 12:00:00+00")  # retention 30 days: cutoff 2026-10-22
     db.execute("SELECT hivenet.maintain()")

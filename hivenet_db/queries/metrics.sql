@@ -18,6 +18,16 @@ FROM hivenet.stuck_steps;
 -- name: step_states
 SELECT state, steps FROM hivenet.step_states ORDER BY state;
 
+-- name: stuck_requests
+-- Processing keyed requests (every namespace but the steps') past their lease, and how long
+-- past it the oldest one is.
+SELECT count(*) AS requests,
+       coalesce(extract(epoch FROM max(hivenet.now() - lease_expired_at)), 0) AS overdue_seconds
+FROM hivenet.stuck_requests;
+
+-- name: request_states
+SELECT namespace, state, requests FROM hivenet.request_states ORDER BY namespace, state;
+
 -- name: claims
 SELECT count(*) AS claims FROM hivenet.claim_record;
 

@@ -41,11 +41,16 @@ GRANT EXECUTE ON FUNCTION
     hivenet.claim(text, text, boolean),
     hivenet.begin_step(text, jsonb, text, text, interval, boolean),
     hivenet.finish_step(text, integer, boolean, jsonb),
-    hivenet._step_lease(interval),       -- in view stuck_steps, evaluated as the reader
+    hivenet._step_lease(interval),       -- in views stuck_steps/_requests, as the reader
     hivenet._period_index(timestamp, text),  -- in view scope_usage, likewise
     hivenet._period_start(bigint, text),
     hivenet._scope_counter_value(text),
     hivenet._reporting_local_now()
+TO PUBLIC;
+-- Keyed requests (requests.sql).
+GRANT EXECUTE ON FUNCTION
+    hivenet.begin_request(text, text, jsonb, text, interval, boolean),
+    hivenet.finish_request(text, text, integer, boolean, jsonb)
 TO PUBLIC;
 
 -- Grants to hivenet_app and hivenet_admin, for those of them that exist (bootstrap creates
@@ -57,6 +62,7 @@ BEGIN
         GRANT USAGE ON SCHEMA hivenet TO hivenet_app;
         GRANT SELECT ON hivenet.interface_calls, hivenet.interface_calls_per_day,
             hivenet.step_states, hivenet.stuck_steps, hivenet.scope_usage TO hivenet_app;
+        GRANT SELECT ON hivenet.request_states, hivenet.stuck_requests TO hivenet_app;
     END IF;
     IF to_regrole('hivenet_admin') IS NOT NULL THEN
         GRANT USAGE ON SCHEMA hivenet TO hivenet_admin;
@@ -67,6 +73,10 @@ BEGIN
             hivenet.define_format(text, jsonb, boolean, text),
             hivenet.register_system(text, text), hivenet.register_module(text, text, text),
             hivenet.set_claim_expiry(text, interval), hivenet.prepare_scope(text, jsonb)
+        TO hivenet_admin;
+        GRANT EXECUTE ON FUNCTION
+            hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
+            hivenet.set_request_retention(text, interval)
         TO hivenet_admin;
     END IF;
 END $$;

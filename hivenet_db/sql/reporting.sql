@@ -55,3 +55,33 @@ SELECT u.format, u.scope, u.fields, u.reset,
 FROM usage u;
 COMMENT ON VIEW hivenet.scope_usage IS
     'per counter scope: current period, serials issued in it, capacity and remaining headroom';
+
+-- hivenet.stuck_requests: keyed requests (requests.sql; not steps: hivenet.stuck_steps) still
+-- `processing` after their lease ran out, oldest first. Their outcome is unknown: find it out,
+-- then hivenet.resolve_request(namespace, key, attempt, succeeded, note).
+CREATE VIEW hivenet.stuck_requests AS
+SELECT a.namespace, a.key, a.attempt, a.started_at,
+       a.started_at + hivenet._step_lease(a.lease) AS lease_expired_at,
+       hivenet.now() - a.started_at AS processing_for
+FROM hivenet.request_attempt a
+WHERE a.namespace <> 'hivenet.steps' AND a.state = 'processing'
+  AND a.started_at + hivenet._step_lease(a.lease) < hivenet.now()
+ORDER BY a.started_at;
+COMMENT ON VIEW hivenet.stuck_requests IS
+    'processing requests past their lease (unknown outcome): resolve with hivenet.resolve_request';
+
+-- hivenet.request_states: per namespace of keyed requests (not steps: hivenet.step_states),
+-- how many keys are in each state (the state of their latest attempt), every state listed.
+CREATE VIEW hivenet.request_states AS
+SELECT n.namespace, s.state::text AS state, count(l.key) AS requests
+FROM (SELECT DISTINCT a.namespace FROM hivenet.request_attempt a
+      WHERE a.namespace <> 'hivenet.steps') AS n
+CROSS JOIN unnest(enum_range(NULL::hivenet.step_state)) AS s(state)
+LEFT JOIN (SELECT DISTINCT ON (a.namespace, a.key) a.namespace, a.key, a.state
+           FROM hivenet.request_attempt a WHERE a.namespace <> 'hivenet.steps'
+           ORDER BY a.namespace, a.key, a.attempt DESC) AS l
+       ON l.namespace = n.namespace AND l.state = s.state
+GROUP BY n.namespace, s.state
+ORDER BY n.namespace, s.state;
+COMMENT ON VIEW hivenet.request_states IS
+    'number of keyed requests per namespace and state (the state of their latest attempt)';

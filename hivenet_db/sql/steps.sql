@@ -1,60 +1,48 @@
 -- System-serial step state machine (SPEC §4, seed 000 "业务层查重", seeds 002/003).
 --
--- One table holds every attempt of every step: the step's state is the state of its latest
--- attempt. Attempts of a system serial are numbered 1, 2, ... and only the latest can be
--- `processing` or `success`; a new attempt n+1 is only inserted after attempt n failed. The
--- primary key (system_serial, attempt) is therefore the whole duplicate guard: two callers
--- starting the same attempt collide on it, the second waits for the first to commit or roll
--- back (or fails at once with nowait) and then looks again. One INSERT to begin and one
--- (HOT) UPDATE to finish keep the hot path as short as a bare dedup table's.
-
--- The states of an attempt; an enum, not a CHECK on text: PostgreSQL compiles every CHECK
--- constraint again for each INSERT and UPDATE statement, which cost as much as the insert
--- itself here. The other invariants (attempt > 0, lease > 0, finished_at set exactly when
--- not processing) are kept by the functions, the only writers.
-CREATE TYPE hivenet.step_state AS ENUM ('processing', 'success', 'failed');
-
-CREATE TABLE hivenet.step_attempt (
-    system_serial  text        NOT NULL,
-    attempt        integer     NOT NULL,
-    state          hivenet.step_state NOT NULL,
-    -- sha256 of the normalised request (jsonb text): the same serial with another request is
-    -- refused, never re-executed or replayed.
-    fingerprint    bytea       NOT NULL,
-    unified_serial text,
-    -- how long `processing` is trusted; NULL: the setting step_lease (read when checked).
-    lease          interval,
-    started_at     timestamptz NOT NULL,
-    finished_at    timestamptz,
-    response       jsonb,      -- success: the response replayed to later callers
-    error          jsonb,      -- failed: what the caller reported
-    resolved_by    text,       -- the operator (session user) who resolved a stuck attempt
-    note           text,       -- the operator's note
-    PRIMARY KEY (system_serial, attempt)
-) WITH (fillfactor = 80);  -- room on the page so finishing is a HOT update
-COMMENT ON TABLE hivenet.step_attempt IS
-    'every attempt of every processing step (system serial); the latest attempt is the step''s state';
--- Retention finds old attempts without a B-tree maintained on every begin: rows arrive in
--- started_at order, which is what BRIN summarises.
-CREATE INDEX step_attempt_started_at ON hivenet.step_attempt USING brin (started_at);
+-- A step is the keyed request (requests.sql) of namespace 'hivenet.steps' whose key is its
+-- 30-character system serial: the same table, the same state machine, the same errors. What
+-- steps add: the serial is checked (HN001), must be dated inside the window whose records are
+-- kept (HN021), and the business transaction's unified serial is recorded for audit.
 
 INSERT INTO hivenet.setting (name, value, kind, description) VALUES
-    ('step_lease', '5 minutes', 'interval',
-     'how long a processing step is trusted when begin_step got no lease; after it the step '
-     'is listed in hivenet.stuck_steps for an operator'),
     ('step_retention', '30 days', 'interval',
-     'finished steps whose last attempt ended longer ago are purged by maintain(); a retry '
-     'after that starts afresh, so keep it longer than any caller retries');
+     'finished steps whose last attempt ended longer ago are purged by maintain(); begin_step '
+     'refuses system serials dated before then (HN021), so keep it longer than any caller '
+     'retries'),
+    ('step_future_tolerance', '5 minutes', 'interval',
+     'begin_step refuses system serials dated later than now plus this (HN021): clock skew '
+     'between systems');
 
--- Helpers are plpgsql, not sql: a sql function with SET search_path is never inlined and on
--- PostgreSQL 15 is planned again at every call (about 10x the cost on the hot path).
+-- The steps as they were stored before requests.sql: one row per attempt of a system serial.
+CREATE VIEW hivenet.step_attempt AS
+SELECT a.key AS system_serial, a.attempt, a.state, a.fingerprint, a.unified_serial, a.lease,
+       a.started_at, a.finished_at, a.response, a.error, a.resolved_by, a.note
+FROM hivenet.request_attempt a
+WHERE a.namespace = 'hivenet.steps';
+COMMENT ON VIEW hivenet.step_attempt IS
+    'every attempt of every processing step (system serial); the latest attempt is the step''s state';
 
--- The lease in force of an attempt. SECURITY DEFINER: view stuck_steps calls it as its reader,
--- who may not read hivenet.setting.
-CREATE FUNCTION hivenet._step_lease(p_lease interval) RETURNS interval
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- HN021 naming the window: the system serial p_system_serial is dated p_day, outside it.
+CREATE FUNCTION hivenet._raise_step_outside_window(p_system_serial text, p_day date)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_zone text := hivenet._setting_value('time_zone');
+    v_from timestamp := (hivenet.now() - hivenet._setting_value('step_retention')::interval)
+                        AT TIME ZONE v_zone;
+    v_to timestamp := (hivenet.now() + hivenet._setting_value('step_future_tolerance')::interval)
+                      AT TIME ZONE v_zone;
 BEGIN
-    RETURN coalesce(p_lease, hivenet._setting_value('step_lease')::interval);
+    -- The first and last days whose start lies inside the window.
+    RAISE EXCEPTION USING ERRCODE = 'HN021',
+        MESSAGE = format('system serial %s is dated %s, outside the window of steps from %s to '
+                         '%s: a step dated earlier may already be purged (step_retention %s), '
+                         'one dated later is beyond the clock tolerance (step_future_tolerance '
+                         '%s)', p_system_serial, p_day,
+                         v_from::date + CASE WHEN v_from = v_from::date THEN 0 ELSE 1 END,
+                         v_to::date, hivenet._setting_value('step_retention'),
+                         hivenet._setting_value('step_future_tolerance'));
 END $$;
 
 -- hivenet.begin_step(system_serial, request default null, on_success default 'replay',
@@ -77,6 +65,9 @@ END $$;
 --   lease: how long `processing` is trusted (default: setting step_lease).
 --   HN001: system serial no valid system serial (as parse_serial(serial, 'system')), unified
 --   serial no valid unified serial, on_success not 'replay'/'reject', lease not positive.
+--   HN021 SerialOutsideWindow: the serial's date (business time zone) starts before now -
+--   step_retention (the step's record may already be purged: it must not run again) or
+--   after now + step_future_tolerance.
 --   Blocks while another transaction has started the same attempt and not yet committed or
 --   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
 --   with nowait it raises HN030 at once instead. In REPEATABLE READ or SERIALIZABLE a
@@ -88,9 +79,8 @@ CREATE FUNCTION hivenet.begin_step(
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_fingerprint bytea := sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8'));
-    v_attempt integer := 1;
-    v_last hivenet.step_attempt;
+    v_day date;
+    v_day_start timestamptz;
 BEGIN
     -- The common case is decided by one expression: plpgsql prepares every expression once
     -- per transaction, a good part of this function's cost. The regex matches the system
@@ -114,105 +104,33 @@ BEGIN
             '((0[13578]|1[02])(0[1-9]|[12][0-9]|3[01])|(0[469]|11)(0[1-9]|[12][0-9]|30)'
             '|02(0[1-9]|1[0-9]|2[0-8]))[0-9]{10})?$'),
         false) THEN
-        IF p_nowait THEN
-            RETURN QUERY SELECT * FROM hivenet._begin_step_nowait(
-                p_system_serial, p_request, p_on_success, p_unified_serial, p_lease);
-            RETURN;
-        END IF;
-        IF p_on_success IS NULL OR p_on_success NOT IN ('replay', 'reject') THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('on_success %s is neither ''replay'' nor ''reject''',
-                                 hivenet._shown(p_on_success));
-        END IF;
-        IF p_lease <= interval '0' OR p_nowait IS NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('lease %s is not positive or nowait is NULL', p_lease);
-        END IF;
+        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
         PERFORM hivenet.parse_serial(p_system_serial, 'system');
         IF p_unified_serial IS NOT NULL THEN
             PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
         END IF;
     END IF;
-    -- Optimistic: most steps are new, so insert the attempt first; a conflict (after waiting
-    -- for an uncommitted one) means there is a committed attempt to look at.
-    LOOP
-        INSERT INTO hivenet.step_attempt
-            (system_serial, attempt, state, fingerprint, unified_serial, lease, started_at)
-        VALUES (p_system_serial, v_attempt, 'processing', v_fingerprint, p_unified_serial,
-                p_lease, hivenet.now())
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            outcome := 'started';  -- OUT columns and RETURN NEXT: no query to run
-            attempt := v_attempt;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-        SELECT * INTO v_last FROM hivenet.step_attempt a
-        WHERE a.system_serial = p_system_serial ORDER BY a.attempt DESC LIMIT 1;
-        IF NOT FOUND THEN
-            v_attempt := 1;  -- purged by maintain() in between: the step is new again
-        ELSIF v_last.fingerprint <> v_fingerprint THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN032',
-                MESSAGE = format('step %s was begun with another request (fingerprint %s, '
-                                 'this one %s)', p_system_serial,
-                                 encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
-        ELSIF v_last.state = 'processing' THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN030',
-                MESSAGE = format('step %s is processing (attempt %s started at %s, lease until '
-                                 '%s): its outcome is unknown', p_system_serial, v_last.attempt,
-                                 v_last.started_at,
-                                 v_last.started_at + hivenet._step_lease(v_last.lease));
-        ELSIF v_last.state = 'success' THEN
-            IF p_on_success = 'reject' THEN
-                RAISE EXCEPTION USING ERRCODE = 'HN031',
-                    MESSAGE = format('step %s already succeeded (attempt %s at %s)',
-                                     p_system_serial, v_last.attempt, v_last.finished_at);
-            END IF;
-            outcome := 'replayed';
-            attempt := v_last.attempt;
-            response := v_last.response;
-            RETURN NEXT;
-            RETURN;
-        ELSE
-            v_attempt := v_last.attempt + 1;  -- the latest failed: proceed
-        END IF;
-        -- Next round: insert that attempt (waiting again if someone is starting it too).
-    END LOOP;
-END $$;
-
--- begin_step with nowait: the same, under the shortest lock_timeout, so that where it would
--- wait for a concurrent start of the same attempt it raises HN030 at once. Its own function
--- (SET clause) so the caller's lock_timeout is untouched, and the subtransaction of the
--- EXCEPTION block stays off the default path.
-CREATE FUNCTION hivenet._begin_step_nowait(
-    p_system_serial text, p_request jsonb, p_on_success text, p_unified_serial text,
-    p_lease interval)
-RETURNS TABLE (outcome text, attempt integer, response jsonb)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
-BEGIN
-    RETURN QUERY SELECT * FROM hivenet.begin_step(
-        p_system_serial, p_request, p_on_success, p_unified_serial, p_lease, false);
-EXCEPTION WHEN lock_not_available THEN
-    RAISE EXCEPTION USING ERRCODE = 'HN030',
-        MESSAGE = format('step %s is being started by another transaction right now (nowait)',
-                         p_system_serial);
-END $$;
-
--- Why attempt p_attempt of step p_system_serial cannot be finished: HN033 naming what is there.
-CREATE FUNCTION hivenet._raise_stale_attempt(p_system_serial text, p_attempt integer)
-RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_last hivenet.step_attempt;
-BEGIN
-    SELECT * INTO v_last FROM hivenet.step_attempt a
-    WHERE a.system_serial = p_system_serial ORDER BY a.attempt DESC LIMIT 1;
-    RAISE EXCEPTION USING ERRCODE = 'HN033',
-        MESSAGE = CASE WHEN v_last.attempt IS NULL
-            THEN format('step %s has no attempt %s', p_system_serial, p_attempt)
-            ELSE format('attempt %s of step %s is not the current processing attempt (the '
-                        'current is attempt %s, %s)', p_attempt, p_system_serial,
-                        v_last.attempt, v_last.state) END;
+    -- Old serials are refused, not run again: their record may be purged (HN021). Settings
+    -- from the generated constants (settings.sql): no query on the hot path.
+    v_day := make_date(substr(p_system_serial, 11, 4)::integer,
+                       substr(p_system_serial, 15, 2)::integer,
+                       substr(p_system_serial, 17, 2)::integer);
+    v_day_start := v_day::timestamp AT TIME ZONE hivenet._setting_constant('time_zone');
+    IF v_day_start < hivenet.now() - hivenet._setting_constant('step_retention')::interval
+       OR v_day_start > hivenet.now()
+                        + hivenet._setting_constant('step_future_tolerance')::interval THEN
+        PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
+    END IF;
+    IF p_nowait THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_nowait('hivenet.steps', p_system_serial, p_request,
+                                           p_on_success, p_unified_serial, p_lease) b;
+    ELSE
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt('hivenet.steps', p_system_serial, p_request, p_on_success,
+                                    p_unified_serial, p_lease) b;
+    END IF;
+    RETURN NEXT;
 END $$;
 
 -- hivenet.finish_step(system_serial, attempt, succeeded, response default null) → void
@@ -228,22 +146,8 @@ CREATE FUNCTION hivenet.finish_step(
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    UPDATE hivenet.step_attempt a
-    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
-                     ELSE 'failed'::hivenet.step_state END,
-        finished_at = hivenet.now(),
-        response = CASE WHEN p_succeeded THEN p_response END,
-        error = CASE WHEN NOT p_succeeded THEN p_response END
-    WHERE a.system_serial = p_system_serial AND a.attempt = p_attempt
-      AND a.state = 'processing' AND p_succeeded IS NOT NULL;
-    IF NOT FOUND THEN  -- the checks stay off the hot path
-        IF p_succeeded IS NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('step %s attempt %s: succeeded is NULL', p_system_serial,
-                                 p_attempt);
-        END IF;
-        PERFORM hivenet._raise_stale_attempt(p_system_serial, p_attempt);
-    END IF;
+    PERFORM hivenet._finish_attempt('hivenet.steps', p_system_serial, p_attempt, p_succeeded,
+                                    p_response);
 END $$;
 
 -- hivenet.resolve_step(system_serial, attempt, succeeded, note, response default null) → void
@@ -259,55 +163,42 @@ CREATE FUNCTION hivenet.resolve_step(
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF coalesce(btrim(p_note), '') = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('step %s attempt %s: resolving needs a note', p_system_serial,
-                             p_attempt);
-    END IF;
-    -- finish_step's fencing and state change; the note goes on the row it just locked.
-    PERFORM hivenet.finish_step(p_system_serial, p_attempt, p_succeeded, p_response);
-    UPDATE hivenet.step_attempt a SET resolved_by = session_user, note = p_note
-    WHERE a.system_serial = p_system_serial AND a.attempt = p_attempt;
+    PERFORM hivenet._resolve_attempt('hivenet.steps', p_system_serial, p_attempt, p_succeeded,
+                                     p_note, p_response);
 END $$;
 
 -- hivenet.stuck_steps: steps still `processing` after their lease ran out, oldest first. Their
 -- outcome is unknown (the remote call may or may not have happened): find it out, then
 -- hivenet.resolve_step(system_serial, attempt, succeeded, note).
--- A scan of the attempts (an index on state would make every finish a non-HOT update).
+-- A scan of the steps' attempts (an index on state would make every finish a non-HOT update).
 CREATE VIEW hivenet.stuck_steps AS
-SELECT a.system_serial, a.attempt, a.unified_serial, a.started_at,
+SELECT a.key AS system_serial, a.attempt, a.unified_serial, a.started_at,
        a.started_at + hivenet._step_lease(a.lease) AS lease_expired_at,
        hivenet.now() - a.started_at AS processing_for
-FROM hivenet.step_attempt a
-WHERE a.state = 'processing' AND a.started_at + hivenet._step_lease(a.lease) < hivenet.now()
+FROM hivenet.request_attempt a
+WHERE a.namespace = 'hivenet.steps' AND a.state = 'processing'
+  AND a.started_at + hivenet._step_lease(a.lease) < hivenet.now()
 ORDER BY a.started_at;
 COMMENT ON VIEW hivenet.stuck_steps IS
     'processing steps past their lease (unknown outcome): resolve with hivenet.resolve_step';
 
 -- hivenet.step_states: how many steps (system serials) are in each state, every state listed.
 CREATE VIEW hivenet.step_states AS
-SELECT s.state::text AS state, count(l.system_serial) AS steps
+SELECT s.state::text AS state, count(l.key) AS steps
 FROM unnest(enum_range(NULL::hivenet.step_state)) AS s(state)
-LEFT JOIN (SELECT DISTINCT ON (a.system_serial) a.system_serial, a.state
-           FROM hivenet.step_attempt a ORDER BY a.system_serial, a.attempt DESC) AS l
+LEFT JOIN (SELECT DISTINCT ON (a.key) a.key, a.state
+           FROM hivenet.request_attempt a WHERE a.namespace = 'hivenet.steps'
+           ORDER BY a.key, a.attempt DESC) AS l
        ON l.state = s.state
 GROUP BY s.state
 ORDER BY s.state;
 COMMENT ON VIEW hivenet.step_states IS 'number of steps per state (the state of their latest attempt)';
 
--- Retention (run by hivenet.maintain()): purge every attempt of the steps whose attempts all
--- ended before now() - step_retention. A processing step is never purged. Candidates come
--- from the BRIN index: an attempt that ended before the cutoff also started before it.
+-- Retention of steps (run by hivenet.maintain()): purge every attempt of the steps whose
+-- attempts all ended before now() - step_retention; a processing step is never purged.
 CREATE FUNCTION hivenet._maintain_steps() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_cutoff timestamptz := hivenet.now() - hivenet._setting_value('step_retention')::interval;
 BEGIN
-    DELETE FROM hivenet.step_attempt d
-    USING (SELECT DISTINCT o.system_serial FROM hivenet.step_attempt o
-           WHERE o.started_at < v_cutoff) AS c
-    WHERE d.system_serial = c.system_serial
-      AND NOT EXISTS (SELECT 1 FROM hivenet.step_attempt y
-                      WHERE y.system_serial = c.system_serial
-                        AND (y.finished_at IS NULL OR y.finished_at >= v_cutoff));
+    PERFORM hivenet._purge_requests('hivenet.steps', hivenet.now()
+                                    - hivenet._setting_value('step_retention')::interval);
 END $$;

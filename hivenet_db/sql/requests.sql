@@ -1,0 +1,432 @@
+-- Keyed requests: the one state machine of idempotency (SPEC §4, seeds 000/002/003, issue 12).
+--
+-- Every idempotency key lives in a namespace: a client's request key, a message id of a queue,
+-- a pay id or notify id of the purchase flow, and the steps of steps.sql (namespace
+-- 'hivenet.steps', key = the system serial). One table holds every attempt of every key: the
+-- key's state is the state of its latest attempt. Attempts of a key are numbered 1, 2, ... and
+-- only the latest can be `processing` or `success`; a new attempt n+1 is only inserted after
+-- attempt n failed. The primary key (namespace, key, attempt) is therefore the whole duplicate
+-- guard: two callers starting the same attempt collide on it, the second waits for the first
+-- to commit or roll back (or fails at once with nowait) and then looks again. One INSERT to
+-- begin and one (HOT) UPDATE to finish keep the hot path as short as a bare dedup table's.
+--
+-- The table is not partitioned by time: PostgreSQL has no index across partitions, so a key
+-- whose first attempt sits in an older partition could be accepted again in a newer one while
+-- its record is still retained. Retention instead deletes through the index (namespace,
+-- started_at), which reaches only the rows started before a namespace's cutoff: never a scan
+-- of live rows.
+
+-- The states of an attempt; an enum, not a CHECK on text: PostgreSQL compiles every CHECK
+-- constraint again for each INSERT and UPDATE statement, which cost as much as the insert
+-- itself here. The other invariants (attempt > 0, lease > 0, finished_at set exactly when
+-- not processing) are kept by the functions, the only writers.
+CREATE TYPE hivenet.step_state AS ENUM ('processing', 'success', 'failed');
+
+CREATE TABLE hivenet.request_attempt (
+    namespace      text        NOT NULL,
+    key            text        NOT NULL,
+    attempt        integer     NOT NULL,
+    state          hivenet.step_state NOT NULL,
+    -- sha256 of the normalised request (jsonb text): the same key with another request is
+    -- refused, never re-executed or replayed.
+    fingerprint    bytea       NOT NULL,
+    unified_serial text,       -- steps: the business transaction's unified serial, for audit
+    -- how long `processing` is trusted; NULL: the setting step_lease (read when checked).
+    lease          interval,
+    started_at     timestamptz NOT NULL,
+    finished_at    timestamptz,
+    response       jsonb,      -- success: the response replayed to later callers
+    error          jsonb,      -- failed: what the caller reported
+    resolved_by    text,       -- the operator (session user) who resolved a stuck attempt
+    note           text,       -- the operator's note
+    PRIMARY KEY (namespace, key, attempt)
+) WITH (fillfactor = 80);  -- room on the page so finishing is a HOT update
+COMMENT ON TABLE hivenet.request_attempt IS
+    'every attempt of every idempotency key (namespace, key); the latest attempt is the key''s state';
+-- Retention reaches the old attempts of one namespace only (finishing leaves both columns
+-- alone, so it stays a HOT update).
+CREATE INDEX request_attempt_started_at ON hivenet.request_attempt (namespace, started_at);
+
+-- Retention per namespace (set_request_retention); namespaces without a row keep the setting
+-- request_retention.
+CREATE TABLE hivenet.request_namespace (
+    namespace text     PRIMARY KEY,
+    retention interval NOT NULL
+);
+COMMENT ON TABLE hivenet.request_namespace IS
+    'retention of the finished requests of a namespace, when not the setting request_retention';
+
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('step_lease', '5 minutes', 'interval',
+     'how long a processing step or request is trusted when begun without a lease; after it '
+     'the step is listed in hivenet.stuck_steps (a request in hivenet.stuck_requests) for an '
+     'operator'),
+    ('request_retention', '24 hours', 'interval',
+     'finished requests whose last attempt ended longer ago are removed by maintain(), in '
+     'namespaces without a retention of their own (hivenet.set_request_retention); the same '
+     'key after that starts afresh');
+
+-- Helpers are plpgsql, not sql: a sql function with SET search_path is never inlined and on
+-- PostgreSQL 15 is planned again at every call (about 10x the cost on the hot path).
+
+-- The lease in force of an attempt. SECURITY DEFINER: views stuck_steps and stuck_requests
+-- call it as their reader, who may not read hivenet.setting.
+CREATE FUNCTION hivenet._step_lease(p_lease interval) RETURNS interval
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN coalesce(p_lease, hivenet._setting_value('step_lease')::interval);
+END $$;
+
+-- How messages name a key: 'step <serial>' in the namespace of steps, else the request.
+CREATE FUNCTION hivenet._attempt_subject(p_namespace text, p_key text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN CASE WHEN p_namespace = 'hivenet.steps' THEN 'step ' || p_key
+                ELSE format('request %s in namespace %s', hivenet._shown(p_key),
+                            hivenet._shown(p_namespace)) END;
+END $$;
+
+-- HN001 unless p_value is a valid namespace or key (p_what names which): 1 to 255 characters,
+-- none of them a control character. Namespaces starting 'hivenet.' are the library's own.
+CREATE FUNCTION hivenet._check_request_name(p_what text, p_value text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_value IS NULL OR p_value = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is empty', p_what, hivenet._shown(p_value));
+    ELSIF length(p_value) > 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is longer than 255 characters', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains a control character', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_what = 'namespace' AND left(p_value, 8) = 'hivenet.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('namespace %s is reserved (namespaces starting with ''hivenet.'' '
+                             'are the library''s own)', hivenet._shown(p_value));
+    END IF;
+END $$;
+
+-- HN001 unless the options of a begin are valid.
+CREATE FUNCTION hivenet._check_begin_options(p_on_success text, p_lease interval,
+    p_nowait boolean) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_on_success IS NULL OR p_on_success NOT IN ('replay', 'reject') THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('on_success %s is neither ''replay'' nor ''reject''',
+                             hivenet._shown(p_on_success));
+    END IF;
+    IF p_lease <= interval '0' OR p_nowait IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('lease %s is not positive or nowait is NULL', p_lease);
+    END IF;
+END $$;
+
+-- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
+-- already checked by the caller (begin_request, begin_step). See begin_request for what it
+-- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
+CREATE FUNCTION hivenet._begin_attempt(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
+    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_fingerprint bytea := sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8'));
+    v_attempt integer := 1;
+    v_last hivenet.request_attempt;
+BEGIN
+    -- Optimistic: most keys are new, so insert the attempt first; a conflict (after waiting
+    -- for an uncommitted one) means there is a committed attempt to look at.
+    LOOP
+        INSERT INTO hivenet.request_attempt
+            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at)
+        VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
+                p_lease, hivenet.now())
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            outcome := 'started';
+            attempt := v_attempt;
+            RETURN;
+        END IF;
+        SELECT * INTO v_last FROM hivenet.request_attempt a
+        WHERE a.namespace = p_namespace AND a.key = p_key ORDER BY a.attempt DESC LIMIT 1;
+        IF NOT FOUND THEN
+            v_attempt := 1;  -- removed by maintain() in between: the key is new again
+        ELSIF v_last.fingerprint <> v_fingerprint THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN032',
+                MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
+                                 '%s)', hivenet._attempt_subject(p_namespace, p_key),
+                                 encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
+        ELSIF v_last.state = 'processing' THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN030',
+                MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
+                                 'its outcome is unknown',
+                                 hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
+                                 v_last.started_at,
+                                 v_last.started_at + hivenet._step_lease(v_last.lease));
+        ELSIF v_last.state = 'success' THEN
+            IF p_on_success = 'reject' THEN
+                RAISE EXCEPTION USING ERRCODE = 'HN031',
+                    MESSAGE = format('%s already succeeded (attempt %s at %s)',
+                                     hivenet._attempt_subject(p_namespace, p_key),
+                                     v_last.attempt, v_last.finished_at);
+            END IF;
+            outcome := 'replayed';
+            attempt := v_last.attempt;
+            response := v_last.response;
+            RETURN;
+        ELSE
+            v_attempt := v_last.attempt + 1;  -- the latest failed: proceed
+        END IF;
+        -- Next round: insert that attempt (waiting again if someone is starting it too).
+    END LOOP;
+END $$;
+
+-- _begin_attempt with nowait: the same, under the shortest lock_timeout, so that where it
+-- would wait for a concurrent start of the same attempt it raises HN030 at once. Its own
+-- function (SET clause) so the caller's lock_timeout is untouched, and the subtransaction of
+-- the EXCEPTION block stays off the default path.
+CREATE FUNCTION hivenet._begin_attempt_nowait(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
+    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+BEGIN
+    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, p_unified_serial,
+                                p_lease) b;
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION USING ERRCODE = 'HN030',
+        MESSAGE = format('%s is being started by another transaction right now (nowait)',
+                         hivenet._attempt_subject(p_namespace, p_key));
+END $$;
+
+-- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',
+--                       lease default null, nowait default false)
+--   → table(outcome text, attempt int, response jsonb), exactly one row.
+--   Receives one keyed request (a client's Idempotency-Key, a message id, a pay id ...) in the
+--   caller's transaction:
+--   * no attempt yet, or the latest failed: a new attempt starts, state `processing`;
+--     outcome 'started', attempt n+1, response NULL. Apply the effect, then call
+--     finish_request with that attempt number.
+--   * latest `processing`: HN030 StepInProgress (unknown state), also past its lease (an
+--     operator resolves a stuck request with resolve_request; nothing takes it over).
+--   * latest `success`: on_success 'replay' → outcome 'replayed', the attempt that succeeded
+--     and its stored response; 'reject' → HN031 StepAlreadySucceeded.
+--   request: its fingerprint (sha256 of the jsonb text, which jsonb normalises: key order and
+--   whitespace do not matter) is kept, and a different request under the same key raises
+--   HN032 RequestMismatch in every state. No request counts as JSON null.
+--   lease: how long `processing` is trusted (default: setting step_lease).
+--   HN001: namespace or key NULL, empty, longer than 255 characters or with a control
+--   character, a namespace starting 'hivenet.' (the library's own), on_success not
+--   'replay'/'reject', lease not positive, nowait NULL.
+--   A key is never accepted twice while its record is kept: finished requests are removed by
+--   maintain() once their last attempt ended longer ago than the namespace's retention
+--   (set_request_retention; default the setting request_retention, 24 hours).
+--   Blocks while another transaction has started the same attempt and not yet committed or
+--   rolled back (then looks again); with nowait it raises HN030 at once instead. In
+--   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).
+CREATE FUNCTION hivenet.begin_request(
+    p_namespace text, p_key text, p_request jsonb DEFAULT NULL,
+    p_on_success text DEFAULT 'replay', p_lease interval DEFAULT NULL,
+    p_nowait boolean DEFAULT false)
+RETURNS TABLE (outcome text, attempt integer, response jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- The common case in one expression (plpgsql prepares each expression once per
+    -- transaction); whatever fails it is explained by the checks.
+    IF NOT coalesce(
+        p_on_success IN ('replay', 'reject') AND NOT p_nowait
+        AND (p_lease IS NULL OR p_lease > interval '0')
+        AND p_namespace ~ '^[^\x01-\x1f\x7f-\x9f]{1,255}$'
+        AND p_key ~ '^[^\x01-\x1f\x7f-\x9f]{1,255}$'
+        AND left(p_namespace, 8) <> 'hivenet.',
+        false) THEN
+        PERFORM hivenet._check_request_name('namespace', p_namespace);
+        PERFORM hivenet._check_request_name('key', p_key);
+        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+        IF p_nowait THEN
+            SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+            FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success,
+                                               NULL, p_lease) b;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL, p_lease) b;
+    RETURN NEXT;
+END $$;
+
+-- Why attempt p_attempt of a key cannot be finished: HN033 naming what is there.
+CREATE FUNCTION hivenet._raise_stale_attempt(p_namespace text, p_key text, p_attempt integer)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_last hivenet.request_attempt;
+BEGIN
+    SELECT * INTO v_last FROM hivenet.request_attempt a
+    WHERE a.namespace = p_namespace AND a.key = p_key ORDER BY a.attempt DESC LIMIT 1;
+    RAISE EXCEPTION USING ERRCODE = 'HN033',
+        MESSAGE = CASE WHEN v_last.attempt IS NULL
+            THEN format('%s has no attempt %s', hivenet._attempt_subject(p_namespace, p_key),
+                        p_attempt)
+            ELSE format('attempt %s of %s is not the current processing attempt (the current '
+                        'is attempt %s, %s)', p_attempt,
+                        hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
+                        v_last.state) END;
+END $$;
+
+-- The state machine's end of an attempt (finish_request, finish_step; resolve): see
+-- finish_request. The checks stay off the hot path, after an UPDATE that found nothing.
+CREATE FUNCTION hivenet._finish_attempt(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_response jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE hivenet.request_attempt a
+    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
+                     ELSE 'failed'::hivenet.step_state END,
+        finished_at = hivenet.now(),
+        response = CASE WHEN p_succeeded THEN p_response END,
+        error = CASE WHEN NOT p_succeeded THEN p_response END
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
+      AND a.state = 'processing' AND p_succeeded IS NOT NULL;
+    IF NOT FOUND THEN
+        IF p_namespace IS DISTINCT FROM 'hivenet.steps' THEN
+            PERFORM hivenet._check_request_name('namespace', p_namespace);
+            PERFORM hivenet._check_request_name('key', p_key);
+        END IF;
+        IF p_succeeded IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('%s attempt %s: succeeded is NULL',
+                                 hivenet._attempt_subject(p_namespace, p_key), p_attempt);
+        END IF;
+        PERFORM hivenet._raise_stale_attempt(p_namespace, p_key, p_attempt);
+    END IF;
+END $$;
+
+-- The operator's resolution of a processing attempt (resolve_request, resolve_step).
+CREATE FUNCTION hivenet._resolve_attempt(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text,
+    p_response jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF coalesce(btrim(p_note), '') = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s attempt %s: resolving needs a note',
+                             hivenet._attempt_subject(p_namespace, p_key), p_attempt);
+    END IF;
+    -- finish's fencing and state change; the note goes on the row it just locked.
+    PERFORM hivenet._finish_attempt(p_namespace, p_key, p_attempt, p_succeeded, p_response);
+    UPDATE hivenet.request_attempt a SET resolved_by = session_user, note = p_note
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt;
+END $$;
+
+-- hivenet.finish_request(namespace, key, attempt, succeeded, response default null) → void
+--   Ends the processing attempt `attempt` (the number begin_request returned) as `success`
+--   (response kept and replayed to later callers) or `failed` (response kept as the error;
+--   the next begin_request proceeds with a new attempt), in the caller's transaction.
+--   Fencing: HN033 StaleAttempt, changing nothing, when that attempt is not the key's current
+--   one or is no longer `processing` (finished, or resolved by an operator).
+--   HN001 when succeeded is NULL, or namespace or key is not valid (as begin_request). Blocks
+--   only while another transaction is finishing or resolving the same attempt; then raises
+--   HN033 if that one committed.
+CREATE FUNCTION hivenet.finish_request(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean,
+    p_response jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._finish_attempt(p_namespace, p_key, p_attempt, p_succeeded, p_response);
+END $$;
+
+-- hivenet.resolve_request(namespace, key, attempt, succeeded, note, response default null)
+--   → void. Operator action for a stuck request (hivenet.stuck_requests): once the real
+--   outcome of attempt `attempt` is known, record it as `success` (response replayed later)
+--   or `failed` (the next begin_request proceeds), with a note and the operator's session
+--   user. The original attempt's late finish_request then gets HN033. Works on any processing
+--   attempt, also before its lease ran out.
+--   HN033 as finish_request; HN001 when note is empty or succeeded NULL. Blocks like finish.
+CREATE FUNCTION hivenet.resolve_request(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text,
+    p_response jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._resolve_attempt(p_namespace, p_key, p_attempt, p_succeeded, p_note,
+                                     p_response);
+END $$;
+
+-- hivenet.set_request_retention(namespace, retention) → void
+--   Finished requests of the namespace are kept for `retention` after their last attempt
+--   ended (then maintain() removes them, and the same key starts afresh); NULL: back to the
+--   setting request_retention (24 hours). Keep it longer than any client retries.
+--   HN001: namespace not valid (as begin_request), retention not positive.
+CREATE FUNCTION hivenet.set_request_retention(p_namespace text, p_retention interval)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._check_request_name('namespace', p_namespace);
+    IF p_retention IS NULL THEN
+        DELETE FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    ELSIF p_retention <= interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('retention %s of namespace %s is not positive', p_retention,
+                             hivenet._shown(p_namespace));
+    ELSE
+        INSERT INTO hivenet.request_namespace AS n (namespace, retention)
+        VALUES (p_namespace, p_retention)
+        ON CONFLICT (namespace) DO UPDATE SET retention = EXCLUDED.retention;
+    END IF;
+END $$;
+
+-- Remove every attempt of the keys of namespace p_namespace whose attempts all ended before
+-- p_cutoff. A processing key is never removed. Candidates come from the index (namespace,
+-- started_at): an attempt that ended before the cutoff also started before it. The keys are
+-- collected first and deleted by primary key, so no plan can turn the delete into a scan (a
+-- join would be hashed against every row of the namespace).
+CREATE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamptz) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_keys text[];
+BEGIN
+    SELECT array_agg(DISTINCT o.key) INTO v_keys FROM hivenet.request_attempt o
+    WHERE o.namespace = p_namespace AND o.started_at < p_cutoff
+      AND NOT EXISTS (SELECT 1 FROM hivenet.request_attempt y
+                      WHERE y.namespace = p_namespace AND y.key = o.key
+                        AND (y.finished_at IS NULL OR y.finished_at >= p_cutoff));
+    IF v_keys IS NOT NULL THEN
+        DELETE FROM hivenet.request_attempt d
+        WHERE d.namespace = p_namespace AND d.key = ANY (v_keys);
+    END IF;
+END $$;
+
+-- Retention of requests (run by hivenet.maintain()): each namespace but the steps' (see
+-- _maintain_steps) by its own retention. The namespaces are found by skipping through the
+-- index, one probe each, never by reading the rows.
+CREATE FUNCTION hivenet._maintain_requests() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_default interval := hivenet._setting_value('request_retention')::interval;
+    v_namespace text;
+    v_retention interval;
+BEGIN
+    FOR v_namespace IN
+        WITH RECURSIVE n AS (
+            SELECT min(a.namespace) AS namespace FROM hivenet.request_attempt a
+            UNION ALL
+            SELECT (SELECT min(a.namespace) FROM hivenet.request_attempt a
+                    WHERE a.namespace > n.namespace)
+            FROM n WHERE n.namespace IS NOT NULL)
+        SELECT n.namespace FROM n
+        WHERE n.namespace IS NOT NULL AND n.namespace <> 'hivenet.steps'
+    LOOP
+        SELECT r.retention INTO v_retention FROM hivenet.request_namespace r
+        WHERE r.namespace = v_namespace;
+        PERFORM hivenet._purge_requests(v_namespace, v_now - coalesce(v_retention, v_default));
+    END LOOP;
+END $$;

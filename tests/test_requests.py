@@ -1,0 +1,395 @@
+"""Keyed requests (issue 12): one state machine for steps and any idempotency key, against real
+PostgreSQL. The state machine itself is proved at length by tests/test_steps.py (a step is the
+request of namespace 'hivenet.steps'); here what is particular to keys: their checks, their
+namespaces, retention per namespace, the views, and the Python repositories."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from hivenet_db import (
+    AsyncRequestRepository,
+    InvalidInput,
+    RequestMismatch,
+    RequestRepository,
+    RequestStart,
+    StaleAttempt,
+    StepAlreadySucceeded,
+    StepInProgress,
+)
+from hivenet_db._execute import SyncDB
+from tests.helpers import async_connection, race, sqlstate_of, wait_until_blocked
+from tests.test_steps import Background, sqlstate
+
+Connect = Callable[..., psycopg.Connection]
+ORDER = {"item": "P0001", "quantity": 2}
+
+
+def key() -> str:
+    return f"k-{uuid.uuid4()}"
+
+
+def begin(conn: psycopg.Connection, namespace: str | None, request_key: str | None,
+          request: Any = ORDER, **options: Any) -> Any:
+    named = "".join(f", p_{name} => %({name})s" for name in options)
+    return conn.execute(
+        f"SELECT * FROM hivenet.begin_request(%(ns)s, %(key)s, %(request)s{named})",
+        {"ns": namespace, "key": request_key,
+         "request": None if request is None else Jsonb(request), **options},
+    ).fetchone()
+
+
+def finish(conn: psycopg.Connection, namespace: str, request_key: str, attempt: int | None,
+           succeeded: bool | None, response: Any = None) -> None:
+    conn.execute("SELECT hivenet.finish_request(%s, %s, %s, %s, %s)",
+                 (namespace, request_key, attempt, succeeded,
+                  None if response is None else Jsonb(response)))
+
+
+def attempts(db: psycopg.Connection, namespace: str, request_key: str) -> list[dict[str, Any]]:
+    return [row[0] for row in db.execute(
+        "SELECT to_jsonb(a) FROM hivenet.request_attempt a WHERE namespace = %s AND key = %s "
+        "ORDER BY attempt", (namespace, request_key))]
+
+
+# --- the state machine on keys ---------------------------------------------------------------
+
+def test_a_key_runs_once_and_replays_its_response(db: psycopg.Connection) -> None:
+    k = key()
+    assert begin(db, "orders", k) == ("started", 1, None)
+    with sqlstate("HN030"):  # processing: the unknown state
+        begin(db, "orders", k)
+    finish(db, "orders", k, 1, True, {"order": "O-1", "status": 201})
+    assert begin(db, "orders", k) == ("replayed", 1, {"order": "O-1", "status": 201})
+    with sqlstate("HN031"):
+        begin(db, "orders", k, on_success="reject")
+    with sqlstate("HN032"):
+        begin(db, "orders", k, {"item": "P0002", "quantity": 2})
+
+
+def test_a_failed_key_runs_again_and_fencing_holds(db: psycopg.Connection) -> None:
+    k = key()
+    begin(db, "pay", k)
+    finish(db, "pay", k, 1, False, {"code": "timeout"})
+    assert begin(db, "pay", k) == ("started", 2, None)
+    with sqlstate("HN033"):
+        finish(db, "pay", k, 1, True)
+    with sqlstate("HN033"):
+        finish(db, "pay", key(), 1, True)
+    finish(db, "pay", k, 2, True, {"paid": True})
+    assert [a["state"] for a in attempts(db, "pay", k)] == ["failed", "success"]
+    assert attempts(db, "pay", k)[0]["error"] == {"code": "timeout"}
+
+
+def test_namespaces_keep_keys_apart_and_from_steps(db: psycopg.Connection) -> None:
+    k = key()
+    finish(db, "pay", k, begin(db, "pay", k)[1], True, {"ns": "pay"})
+    assert begin(db, "notify", k) == ("started", 1, None)
+    assert begin(db, "pay", k) == ("replayed", 1, {"ns": "pay"})
+    serial = db.execute("SELECT hivenet.next_system_serial('C0001', 'A01', '01')").fetchone()[0]
+    db.execute("SELECT * FROM hivenet.begin_step(%s)", (serial,))
+    assert attempts(db, "hivenet.steps", serial)[0]["state"] == "processing"
+    with sqlstate("HN001"):  # the steps' namespace is not reachable as a request
+        begin(db, "hivenet.steps", serial, None)
+
+
+@pytest.mark.parametrize(("namespace", "request_key", "named"), [
+    (None, "k", "namespace NULL is empty"),
+    ("", "k", "namespace '' is empty"),
+    ("orders", None, "key NULL is empty"),
+    ("orders", "", "key '' is empty"),
+    ("orders", "x" * 256, "key '" + "x" * 32 + "'... (256 characters) is longer"),
+    ("n" * 256, "k", "namespace '" + "n" * 32 + "'... (256 characters) is longer"),
+    ("orders", "a\nb", "key 'a\nb' contains a control character"),
+    ("orders", "a\tb", "contains a control character"),
+    ("orders", "a\x7fb", "contains a control character"),
+    ("orders", "a\u0085b", "contains a control character"),
+    ("ord\x01ers", "k", "namespace"),
+    ("hivenet.mine", "k", "namespace 'hivenet.mine' is reserved"),
+])
+def test_bad_namespaces_and_keys_are_invalid_input_naming_them(
+        db: psycopg.Connection, namespace: str | None, request_key: str | None,
+        named: str) -> None:
+    with pytest.raises(psycopg.Error) as caught:
+        begin(db, namespace, request_key)
+    assert caught.value.sqlstate == "HN001"
+    assert named in str(caught.value)
+    db.rollback()
+    with sqlstate("HN001"):  # finish checks them too (after finding nothing to finish)
+        finish(db, namespace or "", request_key or "", 1, True)
+
+
+def test_the_longest_key_and_any_printable_character_are_accepted(db: psycopg.Connection) -> None:
+    for k in ("x" * 255, "订单-12345 ✓", "a b/c?d=e&f#g", "\u00e9\u00a0"):
+        assert begin(db, "n" * 255, k)[0] == "started"
+
+
+@pytest.mark.parametrize("options", [
+    {"on_success": "retry"}, {"on_success": None}, {"lease": timedelta(0)}, {"nowait": None},
+])
+def test_bad_options_are_invalid_input(db: psycopg.Connection, options: dict[str, Any]) -> None:
+    k = key()
+    with sqlstate("HN001"):
+        begin(db, "orders", k, **options)
+    assert attempts(db, "orders", k) == []
+
+
+def test_resolving_needs_a_note_and_fences_the_late_finish(db: psycopg.Connection) -> None:
+    k = key()
+    begin(db, "pay", k)
+    with sqlstate("HN001"):
+        db.execute("SELECT hivenet.resolve_request('pay', %s, 1, true, ' ')", (k,))
+    db.execute("SELECT hivenet.resolve_request('pay', %s, 1, true, 'bank says paid', "
+               "'{\"paid\": true}')", (k,))
+    with sqlstate("HN033"):
+        finish(db, "pay", k, 1, False)
+    [row] = attempts(db, "pay", k)
+    assert (row["state"], row["note"], row["response"]) == ("success", "bank says paid",
+                                                            {"paid": True})
+    assert row["resolved_by"]
+
+
+# --- concurrency -------------------------------------------------------------------------------
+
+def test_a_concurrent_duplicate_waits_then_replays(connect: Connect) -> None:
+    first, second, observer = connect(autocommit=False), connect(), connect()
+    k = key()
+    assert begin(first, "orders", k) == ("started", 1, None)
+    waiter = Background(lambda: begin(second, "orders", k))
+    wait_until_blocked(observer, second.info.backend_pid)
+    finish(first, "orders", k, 1, True, {"order": "O-1"})
+    first.commit()
+    assert waiter.result() == ("replayed", 1, {"order": "O-1"})
+
+
+def test_nowait_fails_at_once(connect: Connect) -> None:
+    first, second = connect(autocommit=False), connect()
+    second.execute("SET statement_timeout = '10s'")
+    k = key()
+    begin(first, "orders", k)
+    with pytest.raises(psycopg.Error) as caught:
+        begin(second, "orders", k, nowait=True)
+    assert caught.value.sqlstate == "HN030"
+    assert "being started by another transaction" in str(caught.value)
+    assert second.execute("SHOW lock_timeout").fetchone()[0] == "0"
+
+
+def test_16_parallel_duplicates_start_once(connect: Connect) -> None:
+    conns = [connect(autocommit=False) for _ in range(16)]
+    k = key()
+
+    def act(i: int, conn: psycopg.Connection) -> str:
+        outcome, attempt, _ = begin(conn, "orders", k)
+        if outcome == "started":
+            finish(conn, "orders", k, attempt, True, {"by": i})
+        conn.commit()
+        return str(outcome)
+
+    results = race(conns, act)
+    outcomes = Counter(r if isinstance(r, str) else sqlstate_of(r) for r in results)
+    assert outcomes == {"started": 1, "replayed": 15}
+
+
+# --- retention ------------------------------------------------------------------------------
+
+def test_retention_per_namespace(db: psycopg.Connection,
+                                 fake_clock: Callable[..., None]) -> None:
+    db.execute("SELECT hivenet.set_request_retention('short', '1 hour')")
+    db.execute("SELECT hivenet.set_request_retention('long', '7 days')")
+    fake_clock(db, "2026-11-21 10:00:00+00")
+    short, long, default, busy = key(), key(), key(), key()
+    for namespace, k in (("short", short), ("long", long), ("default", default)):
+        finish(db, namespace, k, begin(db, namespace, k)[1], True, {"ok": namespace})
+    begin(db, "short", busy)  # processing: never removed
+    fake_clock(db, "2026-11-21 10:59:59+00")
+    db.execute("SELECT hivenet.maintain()")
+    assert len(attempts(db, "short", short)) == 1  # one second short of its hour
+    fake_clock(db, "2026-11-21 11:00:01+00")
+    db.execute("SELECT hivenet.maintain()")
+    assert attempts(db, "short", short) == []
+    assert begin(db, "short", short) == ("started", 1, None)  # removed: the key is new again
+    assert len(attempts(db, "short", busy)) == 1
+    fake_clock(db, "2026-11-22 10:00:01+00")  # default 24 hours
+    db.execute("SELECT hivenet.maintain()")
+    assert attempts(db, "default", default) == []
+    assert begin(db, "long", long)[0] == "replayed"
+    db.execute("SELECT hivenet.set_request_retention('long', NULL)")  # back to the default
+    db.execute("SELECT hivenet.maintain()")
+    assert attempts(db, "long", long) == []
+
+
+def test_retention_keeps_a_key_whose_last_attempt_is_recent(
+        db: psycopg.Connection, fake_clock: Callable[..., None]) -> None:
+    fake_clock(db, "2026-11-21 10:00:00+00")
+    k = key()
+    finish(db, "orders", k, begin(db, "orders", k)[1], False)
+    fake_clock(db, "2026-11-22 09:00:00+00")
+    finish(db, "orders", k, begin(db, "orders", k)[1], True, {"ok": 1})
+    fake_clock(db, "2026-11-22 11:00:00+00")  # attempt 1 is past 24 hours, attempt 2 is not
+    db.execute("SELECT hivenet.maintain()")
+    assert [a["state"] for a in attempts(db, "orders", k)] == ["failed", "success"]
+    assert begin(db, "orders", k) == ("replayed", 2, {"ok": 1})
+
+
+@pytest.mark.parametrize(("namespace", "retention"), [
+    ("orders", timedelta(0)), ("orders", timedelta(hours=-1)), ("", timedelta(hours=1)),
+    ("hivenet.steps", timedelta(hours=1)),
+])
+def test_bad_retention_is_invalid_input(db: psycopg.Connection, namespace: str,
+                                        retention: timedelta) -> None:
+    with sqlstate("HN001"):
+        db.execute("SELECT hivenet.set_request_retention(%s, %s)", (namespace, retention))
+
+
+def test_retention_deletes_through_the_index_not_by_scanning_live_rows(
+        db: psycopg.Connection) -> None:
+    """The purge's candidates come from the index (namespace, started_at): an index range of
+    the one namespace below its cutoff, not a scan of the namespace's (or table's) live rows."""
+    db.execute("""INSERT INTO hivenet.request_attempt
+                      (namespace, key, attempt, state, fingerprint, started_at, finished_at)
+                  SELECT 'x', 'k' || n, 1, 'success', '\\x00', now() - n * interval '1 second',
+                         now() - n * interval '1 second'
+                  FROM generate_series(1, 20000) AS n""")
+    db.execute("ANALYZE hivenet.request_attempt")
+    db.execute("LOAD 'auto_explain'")
+    db.execute("SET auto_explain.log_min_duration = 0")
+    db.execute("SET auto_explain.log_nested_statements = on")
+    db.execute("SET auto_explain.log_level = notice")
+    plans: list[str] = []
+    db.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    db.execute("SELECT hivenet._purge_requests('x', now() - interval '19900 seconds')")
+    purge = "\n".join(p for p in plans if "request_attempt" in p)
+    assert "Index Scan using request_attempt_started_at" in purge, purge
+    assert "Index Cond: ((namespace = 'x'::text) AND (started_at <" in purge, purge
+    assert "Seq Scan" not in purge and "Bitmap Heap Scan" not in purge, purge
+    kept = db.execute("SELECT count(*) FROM hivenet.request_attempt WHERE namespace = 'x'"
+                      ).fetchone()[0]
+    assert 19890 < kept < 20000  # the ~100 older than the cutoff went
+
+
+# --- views ----------------------------------------------------------------------------------
+
+def test_stuck_requests_and_request_states(db: psycopg.Connection,
+                                           fake_clock: Callable[..., None]) -> None:
+    fake_clock(db, "2026-11-21 10:00:00+00")
+    ns = f"views-{uuid.uuid4()}"
+    stuck, done, failed = key(), key(), key()
+    begin(db, ns, stuck, lease=timedelta(minutes=1))
+    finish(db, ns, done, begin(db, ns, done)[1], True)
+    finish(db, ns, failed, begin(db, ns, failed)[1], False)
+    serial = db.execute("SELECT hivenet.next_system_serial('C0001', 'A01', '01')").fetchone()[0]
+    db.execute("SELECT * FROM hivenet.begin_step(%s, p_lease => '1 minute')", (serial,))
+    fake_clock(db, "2026-11-21 10:01:01+00")
+    rows = db.execute("SELECT namespace, key, attempt, processing_for FROM hivenet.stuck_requests "
+                      "WHERE namespace = %s", (ns,)).fetchall()
+    assert rows == [(ns, stuck, 1, timedelta(minutes=1, seconds=1))]
+    assert db.execute("SELECT count(*) FROM hivenet.stuck_requests WHERE key = %s",
+                      (serial,)).fetchone()[0] == 0  # steps are in stuck_steps
+    states = db.execute("SELECT state, requests FROM hivenet.request_states WHERE namespace = %s",
+                        (ns,)).fetchall()
+    assert states == [("processing", 1), ("success", 1), ("failed", 1)]
+    assert db.execute("SELECT count(*) FROM hivenet.request_states "
+                      "WHERE namespace = 'hivenet.steps'").fetchone()[0] == 0
+
+
+# --- Python ---------------------------------------------------------------------------------
+
+def test_repository_begin_finish_resolve_and_errors(any_conn: SyncDB) -> None:
+    repo, k = RequestRepository(any_conn), key()
+    start = repo.begin("orders", k, ORDER, lease=timedelta(minutes=2))
+    assert start == RequestStart("started", 1, None) and start.started
+    with pytest.raises(StepInProgress):
+        repo.begin("orders", k, ORDER)
+    any_conn.rollback()
+    start = repo.begin("orders", k, ORDER)
+    repo.finish("orders", k, start.attempt, True, {"order": "O-1"})
+    with pytest.raises(StaleAttempt):
+        repo.finish("orders", k, start.attempt, True)
+    any_conn.rollback()
+    repo.finish("orders", k, repo.begin("orders", k, ORDER).attempt, True, {"order": "O-1"})
+    replayed = repo.begin("orders", k, ORDER)
+    assert replayed == RequestStart("replayed", 1, {"order": "O-1"}) and replayed.replayed
+    any_conn.commit()
+    cases: list[tuple[type[Exception], Callable[[], object]]] = [
+        (StepAlreadySucceeded, lambda: repo.begin("orders", k, ORDER, on_success="reject")),
+        (RequestMismatch, lambda: repo.begin("orders", k, {"other": 1})),
+        (InvalidInput, lambda: repo.begin("orders", "", ORDER)),
+        (InvalidInput, lambda: repo.begin("", k, ORDER)),
+    ]
+    for error, call in cases:
+        with pytest.raises(error):
+            call()
+        any_conn.rollback()
+    other = key()
+    repo.begin("orders", other, ORDER)
+    repo.resolve("orders", other, 1, False, "never reached the warehouse")
+    assert repo.begin("orders", other, ORDER).attempt == 2
+    repo.set_retention("orders", timedelta(hours=2))
+    repo.set_retention("orders", None)
+    any_conn.rollback()
+
+
+def test_request_context_manager_and_run(any_conn: SyncDB, db: psycopg.Connection) -> None:
+    repo, k, effects = RequestRepository(any_conn), key(), list[int]()
+    for _ in range(2):
+        with repo.request("orders", k, ORDER) as run:
+            if run.started:
+                run.response = {"order": len(effects) + 1}
+                effects.append(1)
+        any_conn.commit()
+        assert run.response == {"order": 1}
+    assert effects == [1] and run.replayed and run.attempt == 1
+    assert (run.namespace, run.key) == ("orders", k)
+    failing = key()
+    with pytest.raises(ZeroDivisionError), repo.request("orders", failing, ORDER):
+        _ = 1 / 0
+    any_conn.commit()
+    assert attempts(db, "orders", failing)[0]["error"] == {
+        "type": "ZeroDivisionError", "message": "division by zero"}
+    assert repo.run("orders", failing, ORDER, lambda: {"order": 2}) == {"order": 2}
+    assert repo.run("orders", failing, ORDER, lambda: {"order": 3}) == {"order": 2}
+    any_conn.commit()
+
+
+def test_async_repository(hivenet_url: str, async_kind: str) -> None:
+    k, calls = key(), list[int]()
+
+    async def body() -> dict[str, int]:
+        calls.append(1)
+        return {"order": len(calls)}
+
+    async def scenario() -> list[Any]:
+        results: list[Any] = []
+        async with async_connection(async_kind, hivenet_url) as conn:
+            repo = AsyncRequestRepository(conn)
+            for _ in range(2):
+                results.append(await repo.run("orders", k, ORDER, body))
+                await conn.commit()
+            async with repo.request("orders", k, ORDER) as run:
+                results.append((run.start.outcome, run.response))
+            other = key()
+            start = await repo.begin("orders", other, ORDER, nowait=True)
+            results.append(start.outcome)
+            with pytest.raises(StepInProgress):
+                await repo.begin("orders", other, ORDER)
+            await conn.rollback()
+            await repo.begin("orders", other, ORDER)
+            await repo.resolve("orders", other, 1, True, "checked by hand", {"order": 9})
+            results.append((await repo.begin("orders", other, ORDER)).response)
+            with pytest.raises(StaleAttempt):
+                await repo.finish("orders", other, 1, True)
+            await conn.rollback()
+        return results
+
+    assert asyncio.run(scenario()) == [{"order": 1}, {"order": 1}, ("replayed", {"order": 1}),
+                                       "started", {"order": 9}]
+    assert calls == [1]
