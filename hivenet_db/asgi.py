@@ -32,7 +32,6 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from sqlalchemy import text
 from starlette.requests import HTTPConnection, Request
 
 from hivenet_db import AsyncRequestRepository
@@ -59,8 +58,6 @@ REPLAYED_HEADERS = frozenset({
     "content-type", "content-encoding", "content-language", "content-location", "location",
     "link",
 })
-
-_SET_RETENTION = text("SELECT hivenet.set_request_retention(:namespace, :retention)")
 
 # ASGI extensions that would send a response around the buffer (a file by path, trailers)
 _UNBUFFERED_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopysend",
@@ -254,8 +251,7 @@ class IdempotencyMiddleware:
         if self._retention_set:
             return
         async with self.engine.begin() as conn:
-            await conn.execute(_SET_RETENTION, {"namespace": self.namespace,
-                                                "retention": self.retention})
+            await AsyncRequestRepository(conn).set_retention(self.namespace, self.retention)
         self._retention_set = True
 
     async def _covered(self, scope: Scope, receive: Receive, send: Send, key: str,
