@@ -209,6 +209,9 @@ class IdempotencyMiddleware:
         self._retention_set = retention is None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" and not self._retention_set:
+            await self.app(scope, receive, self._setting_retention_at_startup(send))
+            return
         if scope["type"] != "http" or scope["method"] not in self.methods:
             await self.app(scope, receive, send)
             return
@@ -247,11 +250,37 @@ class IdempotencyMiddleware:
             raise _Refused(400, f"{name} is longer than {MAX_KEY_LENGTH} characters", "invalid")
         return key
 
+    def _setting_retention_at_startup(self, send: Send) -> Send:
+        # Where the server runs the lifespan protocol, the retention is set once the app has
+        # started: an error (no right to set it, a retention refused) fails the startup
+        # (the server stops), not every request.
+        async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                try:
+                    await self._ensure_retention()
+                except Exception as error:
+                    notes = "; ".join(getattr(error, "__notes__", []))
+                    message = {"type": "lifespan.startup.failed",
+                               "message": f"{error!r}; {notes}"}
+            await send(message)
+
+        return sending
+
     async def _ensure_retention(self) -> None:
         if self._retention_set:
             return
-        async with self.engine.begin() as conn:
-            await AsyncRequestRepository(conn).set_retention(self.namespace, self.retention)
+        try:
+            async with self.engine.begin() as conn:
+                await AsyncRequestRepository(conn).set_retention(self.namespace, self.retention)
+        except Exception as error:
+            # Loud, not skipped: a shorter retention than intended would run a retried
+            # request twice. Tried again on the next covered request.
+            error.add_note(f"hivenet: IdempotencyMiddleware could not set the retention of "
+                           f"namespace {self.namespace!r} to {self.retention} (the role needs "
+                           "EXECUTE on hivenet.set_request_retention, granted to "
+                           "hivenet_admin); leave retention unset and have an administrator "
+                           "set it")
+            raise
         self._retention_set = True
 
     async def _covered(self, scope: Scope, receive: Receive, send: Send, key: str,

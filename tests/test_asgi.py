@@ -712,3 +712,46 @@ def test_example_app(hivenet_url: str) -> None:
     with psycopg.connect(hivenet_url, autocommit=True) as conn:
         assert scalar(conn, "SELECT retention FROM hivenet.request_namespace "
                       "WHERE namespace = 'shop'") == timedelta(days=2)
+
+
+async def lifespan_startup(app: Starlette) -> dict[str, Any]:
+    """Run the lifespan protocol's startup on app as a server does; the server's answer."""
+    incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    answers: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    await incoming.put({"type": "lifespan.startup"})
+
+    async def receive() -> dict[str, Any]:
+        return await incoming.get()
+
+    async def send(message: Any) -> None:
+        await answers.put(dict(message))
+
+    task = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}},
+                                   receive, send))
+    answer = await asyncio.wait_for(answers.get(), 60)
+    await incoming.put({"type": "lifespan.shutdown"})  # a server stops after startup.failed too
+    assert (await asyncio.wait_for(answers.get(), 60))["type"] == "lifespan.shutdown.complete"
+    await asyncio.wait_for(task, 60)
+    return answer
+
+
+def test_retention_is_set_at_startup_and_a_refused_one_fails_the_startup(
+        hivenet_url: str) -> None:
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        good = make_app(engine, created(calls), namespace="shop", retention=timedelta(hours=5))
+        assert (await lifespan_startup(good))["type"] == "lifespan.startup.complete"
+        with psycopg.connect(hivenet_url, autocommit=True) as conn:
+            assert scalar(conn, "SELECT retention FROM hivenet.request_namespace "
+                          "WHERE namespace = 'shop'") == timedelta(hours=5)
+        bad = make_app(engine, created(calls), namespace="shop", retention=timedelta(0))
+        failed = await lifespan_startup(bad)
+        assert failed["type"] == "lifespan.startup.failed"
+        assert "could not set the retention of namespace 'shop'" in failed["message"]
+        # without the lifespan protocol, the first covered request fails the same way
+        async with client(bad) as http:
+            assert (await http.post("/orders", headers=KEY)).status_code == 500
+
+    run(hivenet_url, scenario)
+    assert calls.count == 0
