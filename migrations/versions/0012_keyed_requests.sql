@@ -36,8 +36,12 @@ CREATE TABLE hivenet.request_attempt (
 COMMENT ON TABLE hivenet.request_attempt IS
     'every attempt of every idempotency key (namespace, key); the latest attempt is the key''s state';
 -- Retention reaches the old attempts of one namespace only (finishing leaves both columns
--- alone, so it stays a HOT update).
-CREATE INDEX request_attempt_started_at ON hivenet.request_attempt (namespace, started_at);
+-- alone, so it stays a HOT update). On the expression namespace || '', not the column: the
+-- hot path's lookups (namespace = ... AND key = ...) then can only use the primary key.
+-- Indexed on the bare column, a table without statistics yet (a fresh install, just after
+-- the upgrade) had finish_step scan this index over every row of the namespace (measured).
+CREATE INDEX request_attempt_started_at ON hivenet.request_attempt
+    ((namespace || ''), started_at);
 
 -- Retention per namespace (set_request_retention); namespaces without a row keep the setting
 -- request_retention.
@@ -104,10 +108,12 @@ END $$;
 -- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
 -- already checked by the caller (begin_request, begin_step). See begin_request for what it
 -- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
+-- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
+-- force, and a SET on a nested call costs a tenth of a begin (measured, docs/benchmarks.md).
 CREATE FUNCTION hivenet._begin_attempt(
     p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
     p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_fingerprint bytea := sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8'));
     v_attempt integer := 1;
@@ -215,8 +221,9 @@ BEGIN
     IF NOT coalesce(
         p_on_success IN ('replay', 'reject') AND NOT p_nowait
         AND (p_lease IS NULL OR p_lease > interval '0')
-        AND p_namespace ~ '^[^\x01-\x1f\x7f-\x9f]{1,255}$'
-        AND p_key ~ '^[^\x01-\x1f\x7f-\x9f]{1,255}$'
+        AND length(p_namespace) BETWEEN 1 AND 255 AND length(p_key) BETWEEN 1 AND 255
+        -- one search for a control character (an anchored {1,255} repetition measured dearer)
+        AND p_namespace || p_key !~ '[\x01-\x1f\x7f-\x9f]'
         AND left(p_namespace, 8) <> 'hivenet.',
         false) THEN
         PERFORM hivenet._check_request_name('namespace', p_namespace);
@@ -255,11 +262,12 @@ BEGIN
 END $$;
 
 -- The state machine's end of an attempt (finish_request, finish_step; resolve): see
--- finish_request. The checks stay off the hot path, after an UPDATE that found nothing.
+-- finish_request. The checks stay off the hot path, after an UPDATE that found nothing. No
+-- SET clause, as _begin_attempt: only called by functions that set the search path.
 CREATE FUNCTION hivenet._finish_attempt(
     p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_response jsonb)
 RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     UPDATE hivenet.request_attempt a
     SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
@@ -360,7 +368,7 @@ BEGIN
 END $$;
 
 -- Remove every attempt of the keys of namespace p_namespace whose attempts all ended before
--- p_cutoff. A processing key is never removed. Candidates come from the index (namespace,
+-- p_cutoff. A processing key is never removed. Candidates come from the index (namespace || '',
 -- started_at): an attempt that ended before the cutoff also started before it. The keys are
 -- collected first and deleted by primary key, so no plan can turn the delete into a scan (a
 -- join would be hashed against every row of the namespace).
@@ -370,7 +378,7 @@ DECLARE
     v_keys text[];
 BEGIN
     SELECT array_agg(DISTINCT o.key) INTO v_keys FROM hivenet.request_attempt o
-    WHERE o.namespace = p_namespace AND o.started_at < p_cutoff
+    WHERE o.namespace || '' = p_namespace AND o.started_at < p_cutoff  -- the index's expression
       AND NOT EXISTS (SELECT 1 FROM hivenet.request_attempt y
                       WHERE y.namespace = p_namespace AND y.key = o.key
                         AND (y.finished_at IS NULL OR y.finished_at >= p_cutoff));

@@ -23,4 +23,4 @@ BEGIN
     END LOOP;
 END $$;
 VACUUM ANALYZE bench_done_step;
-VACUUM ANALYZE hivenet.step_attempt;
+VACUUM ANALYZE hivenet.request_attempt;  -- the steps live there (namespace hivenet.steps)
