@@ -1,0 +1,757 @@
+"""IdempotencyMiddleware (hivenet_db.asgi) against a real PostgreSQL, through httpx's ASGI
+transport: every status, byte-for-byte replay, concurrency, both transaction shapes, and a
+server that dies between begin and finish."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Annotated, Any
+
+import psycopg
+import pytest
+
+pytest.importorskip("starlette", reason="the middleware needs the extra hivenet-db[asgi]")
+pytest.importorskip("httpx", reason="the tests need httpx (extra test)")
+pytest.importorskip("greenlet", reason="async SQLAlchemy needs the extra hivenet-db[async]")
+pytest.importorskip("fastapi", reason="the FastAPI case needs fastapi (extra test)")
+
+import httpx
+from fastapi import Depends, FastAPI
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from hivenet_db.asgi import (
+    IdempotencyMiddleware,
+    fingerprint,
+    idempotency_connection,
+    parse_key,
+    recorded_response,
+)
+from hivenet_db.dburl import sqlalchemy_url
+from tests.helpers import scalar
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Calls:
+    """How often the handler ran, and a gate it can wait at."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.release.set()
+
+
+def make_app(engine: AsyncEngine, handler: Handler, **options: Any) -> Starlette:
+    app = Starlette(routes=[Route("/orders", handler, methods=["GET", "POST", "PATCH", "PUT"]),
+                            Route("/other", handler, methods=["POST"])])
+    app.add_middleware(IdempotencyMiddleware, engine=engine, **options)
+    return app
+
+
+def client(app: Starlette) -> httpx.AsyncClient:
+    # raise_app_exceptions=False: a raising handler gives the client Starlette's 500
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://test")
+
+
+def run(url: str, scenario: Callable[[AsyncEngine], Awaitable[None]]) -> None:
+    async def main() -> None:
+        engine = create_async_engine(sqlalchemy_url(url))
+        try:
+            await scenario(engine)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(main())
+
+
+def created(calls: Calls) -> Handler:
+    """A handler creating order n (n = the how-many-th run), answering a body whose bytes a
+    re-serialisation would change, with a location, a cookie and a date."""
+
+    async def handler(request: Request) -> Response:
+        calls.count += 1
+        calls.entered.set()
+        await calls.release.wait()
+        body = await request.body()
+        content = b'{"order": %d,  "echo": %s, "note": "\\u00e9t\xc3\xa9"}' % (
+            calls.count, json.dumps(body.decode()).encode())
+        return Response(content, status_code=201, media_type="application/json",
+                        headers={"Location": f"/orders/{calls.count}",
+                                 "Set-Cookie": "session=secret", "X-Run": str(calls.count)})
+
+    return handler
+
+
+def state_of(url: str, namespace: str, key: str) -> list[tuple[int, str]]:
+    """The attempts of a key: (attempt, state), oldest first."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return [(row[0], str(row[1])) for row in conn.execute(
+            "SELECT attempt, state::text FROM hivenet.request_attempt "
+            "WHERE namespace = %s AND key = %s ORDER BY attempt", (namespace, key))]
+
+
+KEY = {"Idempotency-Key": '"8e03978e-40d5-43e8-bc93-6894a57f9324"'}
+
+
+# --- the key ---------------------------------------------------------------------------------
+
+def test_parse_key_sf_string_and_bare_token() -> None:
+    assert parse_key(b'"abc"') == "abc"
+    assert parse_key(b' "a \\"b\\" \\\\c" ') == 'a "b" \\c'
+    assert parse_key(b"8e03978e-40d5") == "8e03978e-40d5"
+    assert parse_key(b'""') == ""
+    for bad in (b'"abc', b'"a"b"', b'"a\\nb"', b'"caf\xc3\xa9"', b"a b", b'a"b', b"\x01"):
+        with pytest.raises(ValueError):
+            parse_key(bad)
+
+
+def test_missing_empty_long_or_malformed_key_is_400(hivenet_url: str) -> None:
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls))) as http:
+            cases: list[tuple[list[tuple[str, str]], str]] = [
+                ([], "missing"),
+                ([("Idempotency-Key", '""')], "invalid"),
+                ([("Idempotency-Key", "")], "invalid"),
+                ([("Idempotency-Key", '"' + "k" * 256 + '"')], "invalid"),
+                ([("Idempotency-Key", '"unterminated')], "invalid"),
+                ([("Idempotency-Key", '"a"'), ("Idempotency-Key", '"b"')], "invalid"),
+            ]
+            for headers, kind in cases:
+                answer = await http.post("/orders", content=b"{}", headers=headers)
+                assert answer.status_code == 400, headers
+                assert answer.headers["content-type"] == "application/problem+json"
+                document = answer.json()
+                assert document["status"] == 400 and document["idempotency"] == kind
+                assert document["title"] == "Bad Request" and document["detail"]
+            # 255 characters is the longest key
+            longest = await http.post("/orders", headers={"Idempotency-Key": "k" * 255})
+            assert longest.status_code == 201
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1
+
+
+def test_not_required_or_not_covered_runs_the_handler_each_time(hivenet_url: str) -> None:
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls), required=False)) as http:
+            assert (await http.post("/orders")).status_code == 201
+            assert (await http.post("/orders")).status_code == 201
+            assert (await http.put("/orders", headers=KEY)).status_code == 201  # not covered
+            assert (await http.put("/orders", headers=KEY)).status_code == 201
+            covered = await http.post("/orders", headers=KEY)
+            again = await http.post("/orders", headers=KEY)
+            assert covered.status_code == again.status_code == 201
+            assert again.headers["idempotent-replayed"] == "true"
+
+    run(hivenet_url, scenario)
+    assert calls.count == 5
+
+
+# --- replay ----------------------------------------------------------------------------------
+
+def test_finished_request_is_replayed_byte_for_byte(hivenet_url: str) -> None:
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls))) as http:
+            first = await http.post("/orders", content=b'{"sku": 7}', headers=KEY)
+            second = await http.post("/orders", content=b'{"sku": 7}', headers=KEY)
+        assert first.status_code == second.status_code == 201
+        assert second.content == first.content
+        assert b'"order": 1,  "echo"' in first.content  # not re-serialised
+        assert second.headers["content-type"] == first.headers["content-type"]
+        assert second.headers["location"] == "/orders/1"
+        assert second.headers["idempotent-replayed"] == "true"
+        assert "idempotent-replayed" not in first.headers
+        assert first.headers["set-cookie"] == "session=secret"
+        assert "set-cookie" not in second.headers and "x-run" not in second.headers
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1
+    assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
+        (1, "success")]
+
+
+def test_4xx_is_recorded_and_replayed(hivenet_url: str) -> None:
+    calls = Calls()
+
+    async def handler(request: Request) -> Response:
+        calls.count += 1
+        return JSONResponse({"error": "out of stock"}, status_code=409)
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, handler)) as http:
+            first = await http.post("/orders", headers=KEY)
+            second = await http.post("/orders", headers=KEY)
+        assert first.status_code == second.status_code == 409
+        assert second.content == first.content == b'{"error":"out of stock"}'
+        assert second.headers["idempotent-replayed"] == "true"
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1
+
+
+def test_same_key_with_another_request_is_422(hivenet_url: str) -> None:
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls))) as http:
+            assert (await http.post("/orders", content=b"a", headers=KEY)).status_code == 201
+            for other in (http.post("/orders", content=b"b", headers=KEY),
+                          http.post("/other", content=b"a", headers=KEY),
+                          http.post("/orders?x=1", content=b"a", headers=KEY),
+                          http.patch("/orders", content=b"a", headers=KEY)):
+                answer = await other
+                assert answer.status_code == 422
+                assert answer.headers["content-type"] == "application/problem+json"
+                assert answer.json()["idempotency"] == "mismatch"
+            assert (await http.post("/orders", content=b"a", headers=KEY)).status_code == 201
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1
+
+
+def test_operator_plain_json_response_is_replayed_as_200(hivenet_url: str) -> None:
+    # An operator who resolves with a document that is not a recorded response (or none)
+    request = json.dumps(fingerprint("POST", "/orders", b""))
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        for key, response in (("k1", '{"order": 5}'), ("k2", None)):
+            attempt = scalar(conn, "SELECT attempt FROM hivenet.begin_request('http', %s, %s)",
+                             (key, request))
+            conn.execute("SELECT hivenet.resolve_request('http', %s, %s, true, 'by hand', %s)",
+                         (key, attempt, response))
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls))) as http:
+            plain = await http.post("/orders", headers={"Idempotency-Key": "k1"})
+            assert plain.status_code == 200 and plain.content == b'{"order":5}'
+            assert plain.headers["content-type"] == "application/json"
+            assert plain.headers["idempotent-replayed"] == "true"
+            empty = await http.post("/orders", headers={"Idempotency-Key": "k2"})
+            assert empty.status_code == 204 and empty.content == b""
+            # another request under the key is refused as for any other
+            other = await http.post("/orders", content=b"x", headers={"Idempotency-Key": "k1"})
+            assert other.status_code == 422
+
+    run(hivenet_url, scenario)
+    assert calls.count == 0
+
+
+# --- in flight and concurrency ---------------------------------------------------------------
+
+def test_same_key_while_in_flight_is_409_at_once(hivenet_url: str) -> None:
+    calls = Calls()
+    calls.release.clear()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls))) as http:
+            first = asyncio.create_task(http.post("/orders", headers=KEY))
+            await calls.entered.wait()
+            second = await http.post("/orders", headers=KEY)
+            assert second.status_code == 409
+            assert second.headers["content-type"] == "application/problem+json"
+            assert second.json()["idempotency"] == "in-flight"
+            calls.release.set()
+            assert (await first).status_code == 201
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1
+
+
+def test_16_concurrent_requests_with_one_key_run_the_handler_once(hivenet_url: str) -> None:
+    calls = Calls()
+    calls.release.clear()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls))) as http:
+            tasks = [asyncio.create_task(http.post("/orders", content=b"x", headers=KEY))
+                     for _ in range(16)]
+            # the handler stays in flight until every other request was answered
+            done, pending = await asyncio.wait(tasks, timeout=60,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            while len(done) < 15:
+                more, pending = await asyncio.wait(pending, timeout=60,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                assert more, "requests hang while the first is in flight"
+                done |= more
+            calls.release.set()
+            answers = [await task for task in tasks]
+        statuses = sorted(answer.status_code for answer in answers)
+        assert statuses == [201] + [409] * 15
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1
+
+
+def test_16_concurrent_requests_free_running_run_the_handler_once(hivenet_url: str) -> None:
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls))) as http:
+            answers = await asyncio.gather(*(http.post("/orders", content=b"x", headers=KEY)
+                                             for _ in range(16)))
+        ran = [answer for answer in answers
+               if answer.status_code == 201 and "idempotent-replayed" not in answer.headers]
+        assert len(ran) == 1
+        for answer in answers:
+            if answer.status_code == 201:
+                assert answer.content == ran[0].content
+            else:
+                assert answer.status_code == 409
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1
+
+
+# --- failures --------------------------------------------------------------------------------
+
+def test_raising_handler_records_a_failed_attempt_and_the_retry_runs(hivenet_url: str) -> None:
+    calls = Calls()
+
+    async def handler(request: Request) -> Response:
+        calls.count += 1
+        if calls.count == 1:
+            raise RuntimeError("boom")
+        return PlainTextResponse("made", status_code=201)
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, handler)) as http:
+            assert (await http.post("/orders", headers=KEY)).status_code == 500
+            retry = await http.post("/orders", headers=KEY)
+            assert retry.status_code == 201 and retry.text == "made"
+            again = await http.post("/orders", headers=KEY)
+            assert again.headers["idempotent-replayed"] == "true" and again.text == "made"
+
+    run(hivenet_url, scenario)
+    assert calls.count == 2
+    assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
+        (1, "failed"), (2, "success")]
+
+
+def test_5xx_records_a_failed_attempt_and_the_retry_runs(hivenet_url: str) -> None:
+    calls = Calls()
+
+    async def handler(request: Request) -> Response:
+        calls.count += 1
+        if calls.count == 1:
+            return PlainTextResponse("upstream down", status_code=503)
+        return PlainTextResponse("made", status_code=201)
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, handler)) as http:
+            failed = await http.post("/orders", headers=KEY)
+            assert failed.status_code == 503 and failed.text == "upstream down"
+            assert (await http.post("/orders", headers=KEY)).status_code == 201
+            assert (await http.post("/orders", headers=KEY)).headers["idempotent-replayed"]
+
+    run(hivenet_url, scenario)
+    assert calls.count == 2
+    assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
+        (1, "failed"), (2, "success")]
+
+
+# --- scope -----------------------------------------------------------------------------------
+
+def test_scope_keeps_two_clients_keys_apart(hivenet_url: str) -> None:
+    calls = Calls()
+
+    def client_of(request: Request) -> str:
+        return request.headers["x-client"]
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls), scope=client_of)) as http:
+            async def post(who: str, key: str) -> httpx.Response:
+                return await http.post("/orders", headers={"x-client": who,
+                                                           "Idempotency-Key": key})
+            assert (await post("alice", "k")).status_code == 201
+            assert (await post("bob", "k")).status_code == 201
+            assert (await post("alice", "k")).headers["idempotent-replayed"] == "true"
+            # the scope is encoded: "a:b" + "c" and "a" + "b:c" stay apart
+            assert "idempotent-replayed" not in (await post("a:b", "c")).headers
+            assert "idempotent-replayed" not in (await post("a", "b:c")).headers
+            # the scope counts toward the longest key
+            assert (await post("alice", "k" * 250)).status_code == 400
+
+    run(hivenet_url, scenario)
+    assert calls.count == 4
+    assert state_of(hivenet_url, "http", "alice:k") == [(1, "success")]
+    assert state_of(hivenet_url, "http", "a%3Ab:c") == [(1, "success")]
+
+
+# --- shape (b): the handler's writes commit with the recorded response -----------------------
+
+ORDERS = "CREATE TABLE orders (id serial PRIMARY KEY, sku text NOT NULL)"
+
+
+def orders(url: str) -> list[str]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return [row[0] for row in conn.execute("SELECT sku FROM orders ORDER BY id")]
+
+
+def writing(calls: Calls, outcomes: list[str]) -> Handler:
+    """Writes an order on the middleware's connection, then answers as outcomes[n] says:
+    'ok' 201, '5xx' 503, 'raise' an exception, 'wait' 201 after the gate opens."""
+
+    async def handler(request: Request) -> Response:
+        calls.count += 1
+        conn: AsyncConnection = await idempotency_connection(request)
+        sku = (await request.body()).decode()
+        await conn.execute(text("INSERT INTO orders (sku) VALUES (:sku)"), {"sku": sku})
+        outcome = outcomes[calls.count - 1]
+        calls.entered.set()
+        await calls.release.wait()
+        if outcome == "raise":
+            raise RuntimeError("after the write")
+        if outcome == "5xx":
+            return PlainTextResponse("failed", status_code=503)
+        return PlainTextResponse(f"order {sku}", status_code=201)
+
+    return handler
+
+
+def test_shape_b_writes_commit_with_the_response(hivenet_url: str) -> None:
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        conn.execute(ORDERS)
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, writing(calls, ["raise", "5xx", "ok"]))) as http:
+            assert (await http.post("/orders", content=b"A", headers=KEY)).status_code == 500
+            assert orders(hivenet_url) == []
+            assert (await http.post("/orders", content=b"A", headers=KEY)).status_code == 503
+            assert orders(hivenet_url) == []
+            made = await http.post("/orders", content=b"A", headers=KEY)
+            assert made.status_code == 201 and made.text == "order A"
+            replay = await http.post("/orders", content=b"A", headers=KEY)
+            assert replay.text == "order A" and replay.headers["idempotent-replayed"] == "true"
+
+    run(hivenet_url, scenario)
+    assert calls.count == 3
+    assert orders(hivenet_url) == ["A"]
+    assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
+        (1, "failed"), (2, "failed"), (3, "success")]
+
+
+def test_shape_b_writes_are_invisible_until_the_response_is_recorded(hivenet_url: str) -> None:
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        conn.execute(ORDERS)
+    calls = Calls()
+    calls.release.clear()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, writing(calls, ["ok"]))) as http:
+            first = asyncio.create_task(http.post("/orders", content=b"A", headers=KEY))
+            await calls.entered.wait()
+            assert orders(hivenet_url) == []  # written, not committed
+            assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
+                (1, "processing")]  # but begin committed: a retry now is 409
+            assert (await http.post("/orders", content=b"A", headers=KEY)).status_code == 409
+            calls.release.set()
+            assert (await first).status_code == 201
+            assert orders(hivenet_url) == ["A"]
+
+    run(hivenet_url, scenario)
+
+
+def test_shape_b_attempt_resolved_meanwhile_commits_nothing(hivenet_url: str) -> None:
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        conn.execute(ORDERS)
+    calls = Calls()
+    calls.release.clear()
+    key = "8e03978e-40d5-43e8-bc93-6894a57f9324"
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, writing(calls, ["ok", "ok"]))) as http:
+            first = asyncio.create_task(http.post("/orders", content=b"A", headers=KEY))
+            await calls.entered.wait()
+            with psycopg.connect(hivenet_url, autocommit=True) as conn:
+                conn.execute("SELECT hivenet.resolve_request('http', %s, 1, false, "
+                             "'declared failed by the operator')", (key,))
+            calls.release.set()
+            lost = await first
+            assert lost.status_code == 409 and lost.json()["idempotency"] == "resolved"
+            assert orders(hivenet_url) == []
+            retry = await http.post("/orders", content=b"A", headers=KEY)
+            assert retry.status_code == 201
+
+    run(hivenet_url, scenario)
+    assert orders(hivenet_url) == ["A"]
+    assert state_of(hivenet_url, "http", key) == [(1, "failed"), (2, "success")]
+
+
+def test_idempotency_connection_outside_a_covered_request_raises(hivenet_url: str) -> None:
+    async def handler(request: Request) -> Response:
+        with pytest.raises(RuntimeError, match="not covered"):
+            await idempotency_connection(request)
+        return PlainTextResponse("fine")
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, handler, required=False)) as http:
+            assert (await http.post("/orders")).text == "fine"
+            assert (await http.get("/orders")).text == "fine"
+
+    run(hivenet_url, scenario)
+
+
+# --- FastAPI ---------------------------------------------------------------------------------
+
+def test_fastapi_dependency_and_replay(hivenet_url: str) -> None:
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        conn.execute(ORDERS)
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        app = FastAPI()
+        app.add_middleware(IdempotencyMiddleware, engine=engine)
+
+        @app.post("/orders", status_code=201)
+        async def create(payload: dict[str, str],
+                         conn: Annotated[AsyncConnection, Depends(idempotency_connection)],
+                         ) -> dict[str, Any]:
+            calls.count += 1
+            order = (await conn.execute(text("INSERT INTO orders (sku) VALUES (:sku) "
+                                             "RETURNING id"), payload)).scalar_one()
+            return {"order": order}
+
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            first = await http.post("/orders", json={"sku": "A"}, headers=KEY)
+            second = await http.post("/orders", json={"sku": "A"}, headers=KEY)
+            missing = await http.post("/orders", json={"sku": "A"})
+        assert first.status_code == second.status_code == 201
+        assert first.json() == second.json() == {"order": 1}
+        assert second.headers["idempotent-replayed"] == "true"
+        assert missing.status_code == 400
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1
+    assert orders(hivenet_url) == ["A"]
+
+
+# --- retention -------------------------------------------------------------------------------
+
+def test_retention_is_set_once_for_the_namespace(hivenet_url: str) -> None:
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        app = make_app(engine, created(calls), namespace="shop", retention=timedelta(days=3))
+        async with client(app) as http:
+            assert (await http.post("/orders", headers={"Idempotency-Key": "a"})
+                    ).status_code == 201
+            with psycopg.connect(hivenet_url, autocommit=True) as conn:
+                # an operator changes it afterwards: the middleware does not set it again
+                conn.execute("SELECT hivenet.set_request_retention('shop', '5 days')")
+            assert (await http.post("/orders", headers={"Idempotency-Key": "b"})
+                    ).status_code == 201
+
+    run(hivenet_url, scenario)
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        assert scalar(conn, "SELECT retention FROM hivenet.request_namespace "
+                      "WHERE namespace = 'shop'") == timedelta(days=5)
+
+
+# --- a server that dies between begin and finish ---------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+DYING_SERVER = textwrap.dedent("""
+    import asyncio, os, sys
+    import httpx
+    from sqlalchemy.ext.asyncio import create_async_engine
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from hivenet_db.asgi import IdempotencyMiddleware
+
+    async def handler(request):
+        os._exit(9)  # the process dies inside the handler: begin committed, no finish
+
+    async def main():
+        engine = create_async_engine(sys.argv[1])
+        app = Starlette(routes=[Route("/orders", handler, methods=["POST"])])
+        app.add_middleware(IdempotencyMiddleware, engine=engine)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            await http.post("/orders", content=b"A", headers={"Idempotency-Key": sys.argv[2]})
+
+    asyncio.run(main())
+""")
+
+
+def die_in_handler(url: str, key: str) -> None:
+    done = subprocess.run([sys.executable, "-c", DYING_SERVER, sqlalchemy_url(url), key],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 9, done.stderr
+
+
+@pytest.mark.parametrize("operator_says", ["succeeded", "failed"])
+def test_server_dying_after_begin_leaves_a_stuck_request_an_operator_resolves(
+        hivenet_url: str, operator_says: str) -> None:
+    key = "crash-1"
+    die_in_handler(hivenet_url, key)
+    assert state_of(hivenet_url, "http", key) == [(1, "processing")]
+    calls = Calls()
+
+    async def retry(engine: AsyncEngine) -> httpx.Response:
+        async with client(make_app(engine, created(calls))) as http:
+            return await http.post("/orders", content=b"A", headers={"Idempotency-Key": key})
+
+    async def before(engine: AsyncEngine) -> None:
+        answer = await retry(engine)
+        assert answer.status_code == 409 and answer.json()["idempotency"] == "in-flight"
+
+    run(hivenet_url, before)
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        # past its lease it is listed for the operator
+        conn.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'allow_fake_clock'")
+        conn.execute("SELECT set_config('hivenet.fake_now', "
+                     "(now() + interval '1 day')::text, false)")
+        assert [tuple(row) for row in conn.execute(
+            "SELECT namespace, key, attempt FROM hivenet.stuck_requests")] == [
+            ("http", key, 1)]
+        conn.execute("SELECT set_config('hivenet.fake_now', '', false)")
+        if operator_says == "succeeded":
+            recorded = recorded_response(201, b'{"order": 77}',
+                                         [("Content-Type", "application/json"),
+                                          ("Location", "/orders/77")])
+            conn.execute("SELECT hivenet.resolve_request('http', %s, 1, true, "
+                         "'order 77 exists', %s)", (key, json.dumps(recorded)))
+        else:
+            conn.execute("SELECT hivenet.resolve_request('http', %s, 1, false, "
+                         "'no order was made')", (key,))
+
+    async def after(engine: AsyncEngine) -> None:
+        answer = await retry(engine)
+        if operator_says == "succeeded":
+            assert answer.status_code == 201 and answer.content == b'{"order": 77}'
+            assert answer.headers["location"] == "/orders/77"
+            assert answer.headers["idempotent-replayed"] == "true"
+        else:
+            assert answer.status_code == 201 and "idempotent-replayed" not in answer.headers
+
+    run(hivenet_url, after)
+    assert calls.count == (0 if operator_says == "succeeded" else 1)
+
+
+def test_cancelled_handler_leaves_the_request_processing(hivenet_url: str) -> None:
+    calls = Calls()
+    calls.release.clear()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls))) as http:
+            first = asyncio.create_task(http.post("/orders", headers=KEY))
+            await calls.entered.wait()
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            assert (await http.post("/orders", headers=KEY)).status_code == 409
+
+    run(hivenet_url, scenario)
+    assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
+        (1, "processing")]
+
+
+# --- examples/asgi_app.py --------------------------------------------------------------------
+
+def load_example() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "asgi_app", os.path.join(ROOT, "examples", "asgi_app.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_app(hivenet_url: str) -> None:
+    example = load_example()
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        conn.execute(ORDERS)
+
+    async def scenario(engine: AsyncEngine) -> None:
+        transport = httpx.ASGITransport(app=example.create_app(engine))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            async def post(path: str, who: str, key: str, payload: Any) -> httpx.Response:
+                return await http.post(path, json=payload,
+                                       headers={"x-client": who, "Idempotency-Key": key})
+
+            first = await post("/orders", "alice", "o-1", {"sku": "A"})
+            again = await post("/orders", "alice", "o-1", {"sku": "A"})
+            bob = await post("/orders", "bob", "o-1", {"sku": "A"})
+            other = await post("/orders", "alice", "o-1", {"sku": "B"})
+            assert first.status_code == again.status_code == bob.status_code == 201
+            assert again.content == first.content and again.headers["location"] == "/orders/1"
+            assert bob.json()["order"] == 2 and other.status_code == 422
+            for _ in range(3):
+                assert (await post("/notify", "alice", "n-1", {"text": "hi"})).status_code == 202
+            assert (await http.post("/notify", json={"text": "hi"})).status_code == 400
+
+    run(hivenet_url, scenario)
+    assert orders(hivenet_url) == ["A", "A"]
+    assert example.sent == ["alice: hi"]
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        assert scalar(conn, "SELECT retention FROM hivenet.request_namespace "
+                      "WHERE namespace = 'shop'") == timedelta(days=2)
+
+
+async def lifespan_startup(app: Starlette) -> dict[str, Any]:
+    """Run the lifespan protocol's startup on app as a server does; the server's answer."""
+    incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    answers: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    await incoming.put({"type": "lifespan.startup"})
+
+    async def receive() -> dict[str, Any]:
+        return await incoming.get()
+
+    async def send(message: Any) -> None:
+        await answers.put(dict(message))
+
+    task = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}},
+                                   receive, send))
+    answer = await asyncio.wait_for(answers.get(), 60)
+    await incoming.put({"type": "lifespan.shutdown"})  # a server stops after startup.failed too
+    assert (await asyncio.wait_for(answers.get(), 60))["type"] == "lifespan.shutdown.complete"
+    await asyncio.wait_for(task, 60)
+    return answer
+
+
+def test_retention_is_set_at_startup_and_a_refused_one_fails_the_startup(
+        hivenet_url: str) -> None:
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        good = make_app(engine, created(calls), namespace="shop", retention=timedelta(hours=5))
+        assert (await lifespan_startup(good))["type"] == "lifespan.startup.complete"
+        with psycopg.connect(hivenet_url, autocommit=True) as conn:
+            assert scalar(conn, "SELECT retention FROM hivenet.request_namespace "
+                          "WHERE namespace = 'shop'") == timedelta(hours=5)
+        bad = make_app(engine, created(calls), namespace="shop", retention=timedelta(0))
+        failed = await lifespan_startup(bad)
+        assert failed["type"] == "lifespan.startup.failed"
+        assert "could not set the retention of namespace 'shop'" in failed["message"]
+        # without the lifespan protocol, the first covered request fails the same way
+        async with client(bad) as http:
+            assert (await http.post("/orders", headers=KEY)).status_code == 500
+
+    run(hivenet_url, scenario)
+    assert calls.count == 0
