@@ -26,9 +26,8 @@ ROLE = "hivenet_fast_test"
 
 def failure(conn: psycopg.Connection, sql: str, params: Any = None) -> tuple[str, str]:
     """The SQLSTATE and message of the error sql raises (it must raise)."""
-    with pytest.raises(psycopg.Error) as error:
-        with conn.transaction():
-            conn.execute(sql, params)
+    with pytest.raises(psycopg.Error) as error, conn.transaction():
+        conn.execute(sql, params)
     return str(error.value.sqlstate), str(error.value.diag.message_primary)
 
 
@@ -177,9 +176,8 @@ def test_a_role_with_schema_usage_takes_values_but_never_sets_them(
     assert scalar(app, UNIFIED)[10:18] == _today(app)
     for sql in (f"SELECT setval('{SEQ}', 1)", f"ALTER SEQUENCE {SEQ} RESTART",
                 "SELECT nextval('hivenet.cold_unified')"):
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            with app.transaction():
-                app.execute(sql)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), app.transaction():
+            app.execute(sql)
 
 
 def test_scopes_made_before_the_fast_path_are_granted_by_the_upgrade(
