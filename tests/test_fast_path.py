@@ -49,10 +49,10 @@ def _plpgsql_calls(db: psycopg.Connection, sql: str, times: int = 3) -> dict[str
              "WHERE f.schemaname = 'hivenet' AND p.provolatile <> 'i'")
     with db.transaction():
         db.execute("SET LOCAL track_functions = 'all'")
-        before = dict(db.execute(count).fetchall())
+        before: dict[str, int] = dict(db.execute(count).fetchall())
         for _ in range(times):
             db.execute(sql)
-        after = dict(db.execute(count).fetchall())
+        after: dict[str, int] = dict(db.execute(count).fetchall())
     return {name: n - before.get(name, 0) for name, n in after.items()
             if n != before.get(name, 0)}
 
