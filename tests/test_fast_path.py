@@ -209,3 +209,26 @@ def test_scopes_made_before_the_fast_path_are_granted_by_the_upgrade(
     finally:
         with psycopg.connect(hivenet_server.url(), autocommit=True) as conn:
             conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_the_interface_claim_uses_its_index(db: psycopg.Connection) -> None:
+    """Issue 13's plan guard for claims: the look-up by which claim_interface_serial names the
+    earlier record (HN020) is an index scan of the day's partition, with 5000 calls recorded
+    and statistics. (Its INSERT ... ON CONFLICT DO NOTHING has no target: every unique index
+    of the partition, i.e. the primary key, arbitrates, which EXPLAIN does not show for a
+    partitioned table.)"""
+    db.execute("SELECT hivenet.maintain()")  # today's partition
+    db.execute("""INSERT INTO hivenet.interface_call (interface_serial, serial_day, recorded_at)
+                  SELECT 'C0001A0101D0001' || to_char(now(), 'YYYYMMDD') || lpad(g::text, 16, '0'),
+                         now()::date, now()
+                  FROM generate_series(1, 5000) g""")
+    db.execute("ANALYZE hivenet.interface_call")
+    # The day as a literal: the plan of today's partition (the function's generic plan prunes
+    # the others when it starts; an empty partition may well be read sequentially).
+    today = scalar(db, "SELECT now()::date")
+    db.execute("SET plan_cache_mode = force_generic_plan")
+    db.execute(f"PREPARE earlier(text) AS SELECT c.recorded_at FROM hivenet.interface_call c "
+               f"WHERE c.serial_day = '{today}' AND c.interface_serial = $1")
+    plan = "\n".join(row[0] for row in db.execute(
+        "EXPLAIN EXECUTE earlier('C0001A0101D000120300101000000000001')"))
+    assert "Index" in plan and "Seq Scan" not in plan, plan
