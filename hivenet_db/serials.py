@@ -1,12 +1,12 @@
 """Allocation repository: serials issued inside the caller's transaction (never committed here).
 
 Each call is one round trip: the database allocates; serials of the built-in formats are
-parsed here, in Python (``parsing.parse_builtin``, the same results as SQL ``parse_serial``,
-which costs more than the allocation itself: docs/benchmarks.md), those of custom formats by
-the database in the same statement. ``next_unified``, ``next_system`` and ``next_interface``
-call their own SQL function, whose plain case is inlined into the statement (allocate.sql).
-The one exception to the single round trip, ``next_durable``, commits on a connection of its
-own, as its name says.
+parsed here, in Python (``serial.issued``: cut by the format's layout, the same results as SQL
+``parse_serial``, which would cost more than the allocation itself: docs/benchmarks.md), those
+of custom formats by the database in the same statement. ``next_unified``, ``next_system``
+and ``next_interface`` call their own SQL function, whose plain case is inlined into the
+statement (allocate.sql). The one exception to the single round trip, ``next_durable``,
+commits on a connection of its own, as its name says.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from hivenet_db._execute import (
     rows,
     rows_async,
 )
-from hivenet_db.parsing import builtin_formats, parse_builtin
-from hivenet_db.serial import Serial
+from hivenet_db.parsing import builtin_formats
+from hivenet_db.serial import Serial, issued
 
 _ALLOCATE_BUILTIN = text(
     "SELECT s FROM hivenet.next_serials(:format, CAST(:fields AS jsonb), :count) "
@@ -62,13 +62,13 @@ def _statement(format: str) -> TextClause:
 
 def _serials(format: str, result: Rows) -> list[Serial]:
     if format in builtin_formats():
-        return [Serial(row[0], parse_builtin(row[0], format)) for row in result]
+        return [issued(row[0], format) for row in result]
     return [Serial(value, parsed) for value, parsed in result]
 
 
 def _kind(format: str, result: Rows) -> Serial:
     ((value,),) = result
-    return Serial(value, parse_builtin(value, format))
+    return issued(value, format)
 
 
 class SerialRepository:

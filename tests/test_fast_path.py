@@ -232,3 +232,23 @@ def test_the_interface_claim_uses_its_index(db: psycopg.Connection) -> None:
     plan = "\n".join(row[0] for row in db.execute(
         "EXPLAIN EXECUTE earlier('C0001A0101D000120300101000000000001')"))
     assert "Index" in plan and "Seq Scan" not in plan, plan
+
+
+@pytest.mark.parametrize("format, value", [
+    ("unified", "C0001A0101202611230000000001"),
+    ("system", "C0001A010120261123000000000001"),
+    ("interface", "C0001A0101D0001202611232359590000000007"),
+    ("id_service", "1234567890122026112301000007"),
+    ("per_second", "26112323595900001"),
+    ("merchant_trade", "12345678901220261123235959000007"),
+])
+def test_issued_serials_are_cut_like_parse_serial(format: str, value: str) -> None:
+    """serial.issued (the repositories' parser of what the database just issued) gives the
+    same attributes as parse_serial, and pickles the same."""
+    import pickle
+
+    from hivenet_db.serial import issued, parse_serial
+
+    parsed, cut = parse_serial(value, format), issued(value, format)
+    assert cut == parsed and cut.__dict__ == parsed.__dict__
+    assert pickle.loads(pickle.dumps(cut)).__dict__ == parsed.__dict__

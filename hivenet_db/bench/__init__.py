@@ -341,18 +341,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         available = discover(args.scenarios_dir or default_scenarios_dir())
+        from hivenet_db.bench import python_layer
         if args.list:
             for s in available.values():
                 print(f"{s.name:<24} {s.clients:>3} clients {s.seconds:>3} s  {s.description}")
-            from hivenet_db.bench import python_layer
             print(f"{python_layer.NAME:<24} (--python)  {python_layer.DESCRIPTION}")
             return 0
-        unknown = [n for n in args.scenario or [] if n not in available]
+        if args.scenario and python_layer.NAME in args.scenario:  # --scenario for --python
+            args.python = True
+            args.scenario = [n for n in args.scenario if n != python_layer.NAME] or ["-"]
+        unknown = [n for n in args.scenario or [] if n not in available and n != "-"]
         if unknown:
             say(f"hivenet-db bench: unknown scenario {', '.join(unknown)} "
                 f"(known: {', '.join(available)})")
             return 2
-        chosen = ([available[n] for n in args.scenario] if args.scenario
+        chosen = ([available[n] for n in args.scenario if n != "-"] if args.scenario
                   else list(available.values()))
         results = _run_all(args, chosen, say)
     except (BenchError, EmbeddedError, OSError, psycopg.Error, SQLAlchemyError) as exc:
