@@ -1,4 +1,4 @@
-"""``python bench/run.py [options]``: the benchmark runner (hivenet_db/bench.py), by its path."""
+"""``python bench/run.py [options]``: the benchmark runner (hivenet_db/bench/), by its path."""
 
 import sys
 

@@ -95,7 +95,7 @@ EXAMPLES = {
     "maintain": ["maintain --url postgresql://owner@db/app"],
     "failover-fence": ["failover-fence --gap 1000000 --url postgresql://admin@new-primary/app"],
     "demo": ["demo --json"],
-    "bench": ["bench --list", "bench --rounds 3 --json"],
+    "bench": ["bench --list", "bench --quick", "bench --rounds 3 --python --json"],
     "metrics": ["metrics > /var/lib/node_exporter/textfile/hivenet.prom"],
     "embedded": ["embedded status --json"],
 }
@@ -584,8 +584,8 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
             raise
         raise CommandError("the benchmark module hivenet_db.bench is not installed in this "
                            "version; see docs/benchmarks.md") from None
-    if args.url:  # the benchmark runner reads the URL like every command: from the environment
-        os.environ[ENV_VAR] = args.url
+    if args.url and "--url" not in args.bench_args:  # `hivenet-db --url X bench`: run on X
+        args.bench_args += ["--url", args.url]
     if out.as_json and "--json" not in args.bench_args:  # `bench --json` went to our parser
         args.bench_args.append("--json")
     return int(bench.main(list(args.bench_args)))
@@ -892,8 +892,22 @@ def explain(error: Exception, args: argparse.Namespace) -> Failure:
                                    f"again with --debug and report the traceback")
 
 
+def _split_bench(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """Everything after the ``bench`` command is the runner's (argparse's REMAINDER would
+    take ``bench --list`` for an option of ours)."""
+    for i, arg in enumerate(argv):
+        if arg == "bench" and (i == 0 or argv[i - 1] != "--url"):
+            return argv[:i + 1], argv[i + 1:]
+        if not arg.startswith("-") and (i == 0 or argv[i - 1] != "--url"):
+            break  # another command
+    return argv, None
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv, bench_args = _split_bench(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(argv)
+    if bench_args is not None:
+        args.bench_args = bench_args
     args.url = getattr(args, "url", None)
     out = Output(getattr(args, "json", False))
     try:

@@ -1,14 +1,19 @@
 """Allocation repository: serials issued inside the caller's transaction (never committed here).
 
-Each call is one round trip: the database allocates and parses in the same statement. The one
-exception, ``next_durable``, commits on a connection of its own, as its name says.
+Each call is one round trip: the database allocates; serials of the built-in formats are
+parsed here, in Python (``serial.issued``: cut by the format's layout, the same results as SQL
+``parse_serial``, which would cost more than the allocation itself: docs/benchmarks.md), those
+of custom formats by the database in the same statement. ``next_unified``, ``next_system``
+and ``next_interface`` call their own SQL function, whose plain case is inlined into the
+statement (allocate.sql). The one exception to the single round trip, ``next_durable``,
+commits on a connection of its own, as its name says.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 
 from hivenet_db._execute import (
     AsyncDB,
@@ -20,8 +25,14 @@ from hivenet_db._execute import (
     rows,
     rows_async,
 )
-from hivenet_db.serial import Serial
+from hivenet_db.parsing import builtin_formats
+from hivenet_db.serial import Serial, issued
 
+_ALLOCATE_BUILTIN = text(
+    "SELECT s FROM hivenet.next_serials(:format, CAST(:fields AS jsonb), :count) "
+    "WITH ORDINALITY AS t(s, i) ORDER BY i"
+)
+# Custom formats: parsed by the database, which alone knows them.
 _ALLOCATE = text(
     "SELECT s, hivenet.parse_serial(s, :format) "
     "FROM hivenet.next_serials(:format, CAST(:fields AS jsonb), :count) WITH ORDINALITY AS t(s, i) "
@@ -33,12 +44,31 @@ _ALLOCATE = text(
 _SYNCHRONOUS_COMMIT = text("SET LOCAL synchronous_commit = on")
 
 
+_KIND = {
+    "unified": text("SELECT hivenet.next_unified_serial(:system, :module, :instance)"),
+    "system": text("SELECT hivenet.next_system_serial(:system, :module, :instance)"),
+    "interface": text(
+        "SELECT hivenet.next_interface_serial(:system, :module, :instance, :target)"),
+}
+
+
 def _params(format: str, count: int, fields: dict[str, Any]) -> dict[str, Any]:
     return {"format": format, "count": count, "fields": json_text("fields", fields)}
 
 
-def _serials(result: Rows) -> list[Serial]:
+def _statement(format: str) -> TextClause:
+    return _ALLOCATE_BUILTIN if format in builtin_formats() else _ALLOCATE
+
+
+def _serials(format: str, result: Rows) -> list[Serial]:
+    if format in builtin_formats():
+        return [issued(row[0], format) for row in result]
     return [Serial(value, parsed) for value, parsed in result]
+
+
+def _kind(format: str, result: Rows) -> Serial:
+    ((value,),) = result
+    return issued(value, format)
 
 
 class SerialRepository:
@@ -59,7 +89,7 @@ class SerialRepository:
         """``n`` serials of one scope in increasing order, in one round trip. ``InvalidInput``
         unless 1 <= n <= the database setting ``max_serials_per_call`` (10,000 by default):
         take a larger batch in several calls."""
-        return _serials(rows(self.db, _ALLOCATE, _params(format, n, fields)))
+        return _serials(format, rows(self.db, _statement(format), _params(format, n, fields)))
 
     def next_durable(self, format: str, **fields: str) -> Serial:
         """A serial committed before it is returned: safe to send out before your commit.
@@ -74,17 +104,19 @@ class SerialRepository:
         """
         with own_transaction(self.db) as own:
             rows(own, _SYNCHRONOUS_COMMIT, {})
-            return _serials(rows(own, _ALLOCATE, _params(format, 1, fields)))[0]
+            return _serials(format, rows(own, _statement(format), _params(format, 1, fields)))[0]
 
     def next_unified(self, system: str, module: str, instance: str) -> Serial:
-        return self.next("unified", system=system, module=module, instance=instance)
+        return _kind("unified", rows(self.db, _KIND["unified"], {
+            "system": system, "module": module, "instance": instance}))
 
     def next_system(self, system: str, module: str, instance: str) -> Serial:
-        return self.next("system", system=system, module=module, instance=instance)
+        return _kind("system", rows(self.db, _KIND["system"], {
+            "system": system, "module": module, "instance": instance}))
 
     def next_interface(self, system: str, module: str, instance: str, target: str) -> Serial:
-        return self.next("interface", system=system, module=module, instance=instance,
-                         target=target)
+        return _kind("interface", rows(self.db, _KIND["interface"], {
+            "system": system, "module": module, "instance": instance, "target": target}))
 
 
 class AsyncSerialRepository:
@@ -99,21 +131,25 @@ class AsyncSerialRepository:
 
     async def next_many(self, format: str, n: int, **fields: str) -> list[Serial]:
         """``SerialRepository.next_many``: at most ``max_serials_per_call`` (10,000) a call."""
-        return _serials(await rows_async(self.db, _ALLOCATE, _params(format, n, fields)))
+        return _serials(format, await rows_async(self.db, _statement(format),
+                                                 _params(format, n, fields)))
 
     async def next_durable(self, format: str, **fields: str) -> Serial:
         """``SerialRepository.next_durable``: committed on a connection of its own."""
         async with own_transaction_async(self.db) as own:
             await rows_async(own, _SYNCHRONOUS_COMMIT, {})
-            return _serials(await rows_async(own, _ALLOCATE, _params(format, 1, fields)))[0]
+            return _serials(format, await rows_async(own, _statement(format),
+                                                     _params(format, 1, fields)))[0]
 
     async def next_unified(self, system: str, module: str, instance: str) -> Serial:
-        return await self.next("unified", system=system, module=module, instance=instance)
+        return _kind("unified", await rows_async(self.db, _KIND["unified"], {
+            "system": system, "module": module, "instance": instance}))
 
     async def next_system(self, system: str, module: str, instance: str) -> Serial:
-        return await self.next("system", system=system, module=module, instance=instance)
+        return _kind("system", await rows_async(self.db, _KIND["system"], {
+            "system": system, "module": module, "instance": instance}))
 
     async def next_interface(self, system: str, module: str, instance: str,
                              target: str) -> Serial:
-        return await self.next("interface", system=system, module=module, instance=instance,
-                               target=target)
+        return _kind("interface", await rows_async(self.db, _KIND["interface"], {
+            "system": system, "module": module, "instance": instance, "target": target}))

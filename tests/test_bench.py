@@ -1,4 +1,4 @@
-"""The benchmark runner (hivenet_db/bench.py): scenario folders, pgbench output, a real run."""
+"""The benchmark runner (hivenet_db/bench/): scenario folders, pgbench output, a real run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from hivenet_db import bench
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "bench" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[1] / "hivenet_db" / "bench" / "scenarios"
 
 
 def make_scenario(root: Path, name: str, params: dict[str, object] | None = None,
@@ -89,7 +89,8 @@ def test_run_against_a_url(tmp_path: Path, hivenet_url: str,
 
 
 def test_every_shipped_scenario_runs(hivenet_url: str) -> None:
-    """Setup and both scripts of every scenario in bench/scenarios run (3 transactions)."""
+    """Setup and both scripts of every scenario in hivenet_db/bench/scenarios run (3
+    transactions)."""
     assert bench.main(["--scenarios-dir", str(SCENARIOS), "--url", hivenet_url,
                        "--check"]) == 0
 
@@ -109,3 +110,43 @@ def test_cpu_per_transaction_of_a_local_server(hivenet_server: object, hivenet_u
     tps, cpu = bench.pgbench(hivenet_url, script, clients=2, transactions=100, meter=meter)
     assert tps > 0 and cpu is not None and cpu > 0
     assert bench.pgbench(hivenet_url, script, clients=1, transactions=1)[1] is None
+
+
+def test_the_shipped_scenarios_are_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Found from any directory (package data, so also from an installed wheel)."""
+    monkeypatch.chdir(tmp_path)
+    assert bench.default_scenarios_dir() == SCENARIOS
+    assert bench.main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "alloc_formatted" in listed and "python_next_unified" in listed
+
+
+def test_the_cli_passes_options_to_the_runner(capsys: pytest.CaptureFixture[str]) -> None:
+    from hivenet_db import cli
+
+    assert cli.main(["bench", "--list"]) == 0
+    assert "alloc_nextval" in capsys.readouterr().out
+
+
+def test_no_password_is_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_scenario(tmp_path, "tiny")
+    url = "postgresql://someone:s3cret-pw@127.0.0.1:1/nowhere"
+    code = bench.main(["--scenarios-dir", str(tmp_path), "--url", url, "--quick"])
+    out = capsys.readouterr()
+    assert code != 0 and "s3cret-pw" not in out.err + out.out
+    assert bench.hide_password(f"psql -d {url} failed") == \
+        "psql -d postgresql://someone:***@127.0.0.1:1/nowhere failed"
+
+
+def test_quick_run_and_python_layer(tmp_path: Path, hivenet_url: str,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    make_scenario(tmp_path, "tiny", {"clients": 2, "seconds": 5})
+    code = bench.main(["--scenarios-dir", str(tmp_path), "--url", hivenet_url, "--quick",
+                       "--seconds", "1", "--python", "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    tiny, python = json.loads(out.out)
+    assert tiny["seconds"] == 1 and tiny["clients"] == 8 and len(tiny["baseline_tps"]) == 1
+    assert python["scenario"] == "python_next_unified" and python["candidate_median"] > 0
+    assert "[1/1" in out.err and "us/call" in out.err

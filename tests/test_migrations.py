@@ -58,7 +58,7 @@ def _catalog(url: str) -> list[str]:
     entries = re.split(r"^--\n-- Name: ", dump, flags=re.M)[1:]
     kept = []
     for entry in entries:
-        if re.match(r'"?(seq|clk)_', entry):
+        if re.match(r'(SEQUENCE )?"?(seq|clk)_', entry):  # a scope's counter or clock, or a grant
             continue
         lines = [line for line in entry.splitlines() if line.strip()
                  and not line.startswith(("--", "SET ", "SELECT pg_catalog.", "\\"))]

@@ -1,9 +1,10 @@
 -- Least privilege. Two roles, created once by `hivenet-db bootstrap` (the owner may not create
 -- roles): hivenet_app may call the application API and read the reporting views; hivenet_admin
 -- also runs the administrative functions and changes settings. The public functions are
--- SECURITY DEFINER, so neither needs any right on a table or sequence, and the private
--- helpers (hivenet._*) stay the owner's. Nothing here opens a connection, and no setting
--- holds a secret. Applied last; a revision that adds functions applies it again.
+-- SECURITY DEFINER, so neither needs any right on a table, and the private helpers
+-- (hivenet._*) stay the owner's, but for the allocation fast path (below). Nothing here
+-- opens a connection, and no setting holds a secret. Applied last; a revision that adds
+-- functions applies it again.
 
 -- Grant (true) or revoke (false) EXECUTE for PUBLIC on every function of the schema that is
 -- not an extension's.
@@ -52,6 +53,30 @@ GRANT EXECUTE ON FUNCTION
     hivenet.begin_request(text, text, jsonb, text, interval, boolean),
     hivenet.finish_request(text, text, integer, boolean, jsonb)
 TO PUBLIC;
+
+-- The allocation fast path (allocate.sql, _fast_serial) is inlined into the caller's statement
+-- and runs with the caller's rights, so every function in it must be executable by the
+-- caller, and the caller may take values of the counter sequences of scopes: USAGE (nextval,
+-- currval), never UPDATE (setval, which only the owner's slow path runs) nor ALTER. Granted to
+-- PUBLIC like the allocation functions: taking a value is what any caller of next_serial
+-- does. The constants say what the formats and settings are (no secret: settings.sql). A
+-- scope's sequence gets its grant when it is made (_promote_scope); this covers older ones.
+GRANT EXECUTE ON FUNCTION
+    hivenet._fast_serial(text, text, text, text),
+    hivenet._format_constant(text),
+    hivenet._setting_constant(text),
+    hivenet._scope_sequence_name(text, text)
+TO PUBLIC;
+DO $$
+DECLARE
+    v_name text;
+BEGIN
+    FOR v_name IN SELECT sequence_name FROM hivenet.scope ORDER BY sequence_name LOOP
+        IF to_regclass('hivenet.' || quote_ident(v_name)) IS NOT NULL THEN
+            EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC', v_name);
+        END IF;
+    END LOOP;
+END $$;
 
 -- Grants to hivenet_app and hivenet_admin, for those of them that exist (bootstrap creates
 -- them; called again by bootstrap when it runs after the schema was installed).

@@ -1,6 +1,7 @@
 """Benchmark runner: pgbench scenarios comparing our functions with a raw-PostgreSQL baseline.
 
-A scenario is a folder ``bench/scenarios/<name>/`` holding pgbench custom scripts
+A scenario is a folder ``hivenet_db/bench/scenarios/<name>/`` (package data, so the runner
+works from an installed wheel) holding pgbench custom scripts
 ``baseline.sql`` and ``candidate.sql``, optionally ``setup.sql`` (a psql script run once on the
 freshly migrated database) and ``params.json`` (``{"clients": 16, "seconds": 10,
 "description": "..."}``). Each round runs baseline and candidate back to back (the order
@@ -12,7 +13,12 @@ Without ``--url`` a throwaway PostgreSQL with fsync on is started, and every sce
 fresh database migrated to head. With ``--url`` the given database is migrated (a no-op when
 at head) and every scenario's setup runs on it, so setups must be safe to run again.
 
-Run as ``hivenet-db bench`` or ``python -m hivenet_db.bench``.
+``--python`` adds the Python layer's cost: microseconds per call of
+``SerialRepository.next_unified`` against ``text('SELECT nextval(..)')`` on the same SQLAlchemy
+connection (``hivenet_db.bench.python_layer``).
+
+Run as ``hivenet-db bench`` or ``python -m hivenet_db.bench``. Progress goes to stderr, results
+to stdout; no password is ever printed (URLs in messages are shown without it).
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psycopg
+from sqlalchemy.exc import SQLAlchemyError
+
 from hivenet_db import migrate
 from hivenet_db.dburl import libpq_url
 from hivenet_db.embedded import EmbeddedError, EmbeddedPostgres, find_bin_dir
@@ -40,12 +49,18 @@ from hivenet_db.embedded import EmbeddedError, EmbeddedPostgres, find_bin_dir
 DEFAULT_CLIENTS = 16
 DEFAULT_SECONDS = 10
 DEFAULT_ROUNDS = 3
+# Applications send their statements prepared (psycopg does after a few runs; drivers and
+# poolers keep them): pgbench -M prepared parses and plans each script statement once.
+DEFAULT_PROTOCOL = "prepared"
 # pgbench's worker threads; the team's convention (-j 2) fits the 2-core machines.
 MAX_THREADS = 2
 
 _TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.MULTILINE)
 _FAILED = re.compile(r"^number of failed transactions: (\d+)", re.MULTILINE)
 _DONE = re.compile(r"^number of transactions actually processed: (\d+)", re.MULTILINE)
+_PASSWORD = re.compile(r"(postgres(?:ql)?(?:\+\w+)?://[^:/@\s]*:)[^@\s]*@")
+# --quick: every scenario once, short runs (the whole set in under a minute).
+QUICK_SECONDS = 2
 
 
 class BenchError(RuntimeError):
@@ -116,11 +131,13 @@ class Result:
 
 
 def default_scenarios_dir() -> Path:
-    """``bench/scenarios`` of the current directory, else of the source tree of this module."""
-    here = Path.cwd() / "bench" / "scenarios"
-    if here.is_dir():
-        return here
-    return Path(__file__).resolve().parents[1] / "bench" / "scenarios"
+    """The scenarios shipped with the package (``hivenet_db/bench/scenarios``)."""
+    return Path(__file__).resolve().parent / "scenarios"
+
+
+def hide_password(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``."""
+    return _PASSWORD.sub(r"\1***@", text)
 
 
 def load_scenario(folder: Path) -> Scenario:
@@ -185,8 +202,8 @@ def _run(cmd: list[str]) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
-        raise BenchError(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
-                         f"{proc.stderr.strip() or proc.stdout.strip()}")
+        raise BenchError(hide_password(f"{' '.join(cmd)} failed ({proc.returncode}):\n"
+                                       f"{proc.stderr.strip() or proc.stdout.strip()}"))
     return proc.stdout + proc.stderr
 
 
@@ -218,14 +235,14 @@ class CpuMeter:
 
 
 def pgbench(url: str, script: Path, clients: int, seconds: int | None = None,
-            transactions: int | None = None, meter: CpuMeter | None = None
-            ) -> tuple[float, float | None]:
+            transactions: int | None = None, meter: CpuMeter | None = None,
+            protocol: str = DEFAULT_PROTOCOL) -> tuple[float, float | None]:
     """One pgbench run of ``script`` (for ``seconds``, or ``transactions`` per client): tps,
     and with a ``meter`` the CPU microseconds per transaction of server and pgbench."""
     length = ["-T", str(seconds)] if transactions is None else ["-t", str(transactions)]
     before = meter.seconds() if meter else 0.0
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    output = _run([_tool("pgbench"), "-n", "-c", str(clients),
+    output = _run([_tool("pgbench"), "-n", "-M", protocol, "-c", str(clients),
                    "-j", str(min(MAX_THREADS, clients)), *length, "-f", str(script), url])
     tps = parse_tps(output)
     done = _DONE.search(output)
@@ -280,8 +297,10 @@ def format_table(results: Sequence[Result]) -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hivenet-db bench",
-        description="Run pgbench scenarios (bench/scenarios/<name>/) and compare each "
-                    "candidate with its baseline: median tps of several rounds and the ratio.")
+        description="Run pgbench scenarios (hivenet_db/bench/scenarios/<name>/) and compare each "
+                    "candidate with its baseline: median tps of several rounds and the ratio.",
+        epilog="Example: `hivenet-db bench --list`; `hivenet-db bench --quick`; "
+               "`hivenet-db bench --rounds 5 --python --json`.")
     p.add_argument("--scenario", action="append", metavar="NAME",
                    help="run this scenario (repeatable); default: all")
     p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
@@ -290,7 +309,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--clients", type=int, help="pgbench clients (default: params.json)")
     p.add_argument("--url", help="use this existing database instead of a throwaway server")
     p.add_argument("--scenarios-dir", type=Path, default=None,
-                   help="folder of scenario folders (default: ./bench/scenarios)")
+                   help="folder of scenario folders (default: the scenarios shipped in "
+                        "hivenet_db/bench/scenarios)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"one round of {QUICK_SECONDS} s per scenario, 8 clients: a smoke run "
+                        "in under a minute (ratios too noisy to quote)")
+    p.add_argument("--python", action="store_true",
+                   help="also measure the Python layer (SerialRepository.next_unified vs "
+                        "nextval through SQLAlchemy, microseconds per call)")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--check", action="store_true",
                    help="only check that each scenario's setup and scripts run (3 transactions)")
@@ -300,6 +326,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.quick:
+        args.rounds = 1
+        args.seconds = args.seconds or QUICK_SECONDS
+        args.clients = args.clients or 8
     if args.rounds < 1 or (args.seconds is not None and args.seconds < 1) \
             or (args.clients is not None and args.clients < 1):
         print("hivenet-db bench: --rounds, --seconds and --clients must be positive",
@@ -311,20 +341,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         available = discover(args.scenarios_dir or default_scenarios_dir())
+        from hivenet_db.bench import python_layer
         if args.list:
             for s in available.values():
                 print(f"{s.name:<24} {s.clients:>3} clients {s.seconds:>3} s  {s.description}")
+            print(f"{python_layer.NAME:<24} (--python)  {python_layer.DESCRIPTION}")
             return 0
-        unknown = [n for n in args.scenario or [] if n not in available]
+        if args.scenario and python_layer.NAME in args.scenario:  # --scenario for --python
+            args.python = True
+            args.scenario = [n for n in args.scenario if n != python_layer.NAME] or ["-"]
+        unknown = [n for n in args.scenario or [] if n not in available and n != "-"]
         if unknown:
             say(f"hivenet-db bench: unknown scenario {', '.join(unknown)} "
                 f"(known: {', '.join(available)})")
             return 2
-        chosen = ([available[n] for n in args.scenario] if args.scenario
+        chosen = ([available[n] for n in args.scenario if n != "-"] if args.scenario
                   else list(available.values()))
         results = _run_all(args, chosen, say)
-    except (BenchError, EmbeddedError) as exc:
-        say(f"hivenet-db bench: {exc}")
+    except (BenchError, EmbeddedError, OSError, psycopg.Error, SQLAlchemyError) as exc:
+        say(hide_password(f"hivenet-db bench: {exc}"))
         return 1
     if args.check:
         say(f"{len(chosen)} scenario(s) ok")
@@ -337,18 +372,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run_all(args: argparse.Namespace, chosen: list[Scenario],
              say: Callable[[str], None]) -> list[Result]:
+    started = time.monotonic()
+
     def one(url: str, scenario: Scenario, meter: CpuMeter | None = None) -> Result | None:
+        n = f"[{chosen.index(scenario) + 1}/{len(chosen)}, {time.monotonic() - started:.0f} s]"
         if args.check:
-            say(f"checking {scenario.name}")
+            say(f"{n} checking {scenario.name}")
             check_scenario(url, scenario)
             return None
-        say(f"{scenario.name}: {scenario.description}")
+        say(f"{n} {scenario.name}: {scenario.description}")
         return run_scenario(url, scenario, args.rounds, args.clients, args.seconds, say, meter)
+
+    def python(url: str) -> list[Result]:
+        if not args.python or args.check:
+            return []
+        from hivenet_db.bench import python_layer
+        say(f"[{time.monotonic() - started:.0f} s] {python_layer.NAME}: "
+            f"{python_layer.DESCRIPTION}")
+        return [python_layer.measure(url, args.rounds, args.seconds or 5, say)]
 
     if args.url:
         url = libpq_url(args.url)
         migrate.upgrade(url)
-        return [r for s in chosen if (r := one(url, s)) is not None]
+        return [r for s in chosen if (r := one(url, s)) is not None] + python(url)
 
     root = Path(tempfile.mkdtemp(prefix="hivenet-bench-"))
     os.chmod(root, 0o755)  # the server's unprivileged user must reach its directory
@@ -364,6 +410,11 @@ def _run_all(args: argparse.Namespace, chosen: list[Scenario],
             migrate.upgrade(server.url(dbname))
             if (r := one(server.url(dbname), scenario, meter)) is not None:
                 results.append(r)
+        if args.python and not args.check:
+            _run([_tool("psql"), "-X", "-q", "-d", server.url(), "-c",
+                  'CREATE DATABASE "bench_python"'])
+            migrate.upgrade(server.url("bench_python"))
+            results += python(server.url("bench_python"))
         return results
     finally:
         server.remove()

@@ -1,0 +1,175 @@
+-- Revision 0013: the allocation fast path (issue 13).
+--   * hivenet._fast_serial (new): one inlinable expression serving next_unified_serial and
+--     next_system_serial in the plain case (scope with its own sequence, today's period);
+--   * next_unified_serial, next_system_serial: LANGUAGE sql, inlined; the fast path, else
+--     next_serial (unchanged);
+--   * _promote_scope: grants USAGE on the new scope sequence to PUBLIC;
+--   * privileges: EXECUTE to PUBLIC on the functions the inlined expression calls, USAGE to
+--     PUBLIC on the scope sequences made before.
+-- The counter values keep their encoding (period index * stride + seq): nothing to convert.
+
+-- hivenet_db/sql/allocate.sql
+-- Gives scope p_scope of format p_format its own sequence, continuing after every value its
+-- cold counter has issued (and no earlier than the clock's period), and records the scope.
+-- Commits with the caller, who must be the owner's maintain() or prepare_scope(): holds the
+-- format's cold lock exclusive until then, so cold allocations of the format wait for that
+-- commit (a short transaction) and then see the new sequence. Safe to run twice.
+CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb)
+RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
+    v_seq regclass;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
+    -- Another promotion of the scope may have committed while we waited for the lock.
+    IF hivenet._committed_sequence(v_name) IS NOT NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
+    -- For the fast path, which runs as the caller (privileges.sql): nextval only.
+    EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC', v_name);
+    v_seq := ('hivenet.' || quote_ident(v_name))::regclass;
+    PERFORM setval(v_seq, greatest(
+        pg_sequence_last_value(
+            ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass),
+        hivenet._period_index(hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
+                              p_format.reset) * p_format.stride,
+        0), true);
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(v_name, pg_sequence_last_value(hivenet._clock_sequence(
+            ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass)));
+    END IF;
+    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
+    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), v_name)
+    ON CONFLICT DO NOTHING;
+END $$;
+
+-- The fast path of next_unified_serial and next_system_serial (docs/benchmarks.md): one
+-- expression, inlined into the caller's statement, so nothing is prepared again in each
+-- transaction (a PL/pgSQL body prepares every expression anew in each one). For it to be
+-- inlined: LANGUAGE sql, one SELECT without FROM, no SECURITY DEFINER, no SET (a SQL-standard
+-- body is bound to its functions when created, so no search path can redirect it), and the
+-- one volatile call (nextval) used once. It runs with the caller's rights: the caller needs
+-- USAGE on the scope's sequence (granted to PUBLIC when the sequence is made, privileges.sql:
+-- it lets a caller consume values, which any caller of next_serial can, and never setval).
+--
+-- It serves only the plain case and returns NULL for anything else, so that its caller hands
+-- the call to next_serial (_allocate: the full checks, the exact errors, the slow paths): a
+-- format whose printed fields are its values and the date (no time of day, which _issue keeps
+-- monotonic), reset daily, every field in the counter key; valid values (one regex, the digit
+-- bounds); no registry check; no fake clock; a scope with its own sequence (to_regclass: NULL,
+-- so nextval NULL, for a new scope, which draws from the cold counter in _issue_cold); a
+-- value of today's period within capacity (a new period, a clock stepped back, exhaustion:
+-- the value taken here is a gap, as when _issue hands over to _advance). The time is the
+-- statement's (stable, so one instant for the period check and the printed date:
+-- clock_timestamp() read twice could straddle midnight and print a day that is not the
+-- value's).
+-- Every format property is folded to a constant when the statement is planned
+-- (_format_constant, _setting_constant), so the checks on them cost nothing at run time.
+-- The value is clamped and NULLed when it is not 1 .. capacity past the period's start,
+-- arithmetic only (a regex costs several microseconds).
+CREATE FUNCTION hivenet._fast_serial(p_format text, p_a text, p_b text, p_c text) RETURNS text
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT CASE
+        WHEN (hivenet._format_constant(p_format)).reset = 'day'
+         AND (hivenet._format_constant(p_format)).key_fields IS NULL
+         AND (hivenet._format_constant(p_format)).tail_pattern = ''
+         AND cardinality((hivenet._format_constant(p_format)).field_names) = 3
+         -- Outside the quoted field values, the pattern prints the date only.
+         AND regexp_replace((hivenet._format_constant(p_format)).head_pattern, '"[^"]*"', '',
+                            'g') ~ '^(YYYY|YY|MM|DD)*$'
+         AND (hivenet._format_constant(p_format)).capacity
+             = 10::bigint ^ (hivenet._format_constant(p_format)).seq_width - 1
+         AND NOT hivenet._setting_constant('enforce_registry')::boolean
+         AND coalesce(current_setting('hivenet.fake_now', true), '') = ''
+         AND (p_a || ' ' || p_b || ' ' || p_c)
+             ~ (hivenet._format_constant(p_format)).field_pattern
+        -- Nested: the casts are safe only once the values matched (digits where bounded).
+        THEN CASE
+            WHEN (CASE WHEN (hivenet._format_constant(p_format)).field_min[1] IS NULL THEN true
+                  ELSE p_a::numeric >= (hivenet._format_constant(p_format)).field_min[1] END)
+             AND (CASE WHEN (hivenet._format_constant(p_format)).field_max[1] IS NULL THEN true
+                  ELSE p_a::numeric <= (hivenet._format_constant(p_format)).field_max[1] END)
+             AND (CASE WHEN (hivenet._format_constant(p_format)).field_min[2] IS NULL THEN true
+                  ELSE p_b::numeric >= (hivenet._format_constant(p_format)).field_min[2] END)
+             AND (CASE WHEN (hivenet._format_constant(p_format)).field_max[2] IS NULL THEN true
+                  ELSE p_b::numeric <= (hivenet._format_constant(p_format)).field_max[2] END)
+             AND (CASE WHEN (hivenet._format_constant(p_format)).field_min[3] IS NULL THEN true
+                  ELSE p_c::numeric >= (hivenet._format_constant(p_format)).field_min[3] END)
+             AND (CASE WHEN (hivenet._format_constant(p_format)).field_max[3] IS NULL THEN true
+                  ELSE p_c::numeric <= (hivenet._format_constant(p_format)).field_max[3] END)
+            -- The values then the date (the built-in layouts): no format() at run time.
+            THEN CASE WHEN starts_with((hivenet._format_constant(p_format)).head_pattern,
+                                       '"%1$s""%2$s""%3$s"')
+                      THEN p_a || p_b || p_c || to_char(statement_timestamp()
+                               AT TIME ZONE hivenet._setting_constant('time_zone'),
+                               substr((hivenet._format_constant(p_format)).head_pattern, 19))
+                      ELSE to_char(statement_timestamp()
+                               AT TIME ZONE hivenet._setting_constant('time_zone'),
+                               format((hivenet._format_constant(p_format)).head_pattern,
+                                      p_a, p_b, p_c)) END
+                 || lpad(nullif(nullif(least(greatest(
+                        nextval(to_regclass('hivenet.' || quote_ident(
+                            hivenet._scope_sequence_name(p_format, p_a || p_b || p_c))))
+                        - hivenet._period_index(statement_timestamp()
+                              AT TIME ZONE hivenet._setting_constant('time_zone'), 'day')
+                          * (hivenet._format_constant(p_format)).stride,
+                        0), (hivenet._format_constant(p_format)).capacity + 1), 0),
+                        (hivenet._format_constant(p_format)).capacity + 1)::text,
+                        (hivenet._format_constant(p_format)).seq_width, '0')
+            END
+        END;
+END;
+
+-- hivenet.next_unified_serial(system, module, instance) → text (28 characters)
+--   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction. Inlined (see
+--   _fast_serial): the fast path, else next_serial (_allocate: the checks, the exact errors,
+--   the slow paths), which the caller may run without the right to call _allocate.
+CREATE OR REPLACE FUNCTION hivenet.next_unified_serial(p_system text, p_module text, p_instance text)
+RETURNS text
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT coalesce(hivenet._fast_serial('unified', p_system, p_module, p_instance),
+                    hivenet.next_serial('unified', jsonb_build_object(
+                        'system', p_system, 'module', p_module, 'instance', p_instance)));
+END;
+
+-- hivenet.next_system_serial(system, module, instance) → text (30 characters)
+--   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction. Inlined, as
+--   next_unified_serial.
+CREATE OR REPLACE FUNCTION hivenet.next_system_serial(p_system text, p_module text, p_instance text)
+RETURNS text
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT coalesce(hivenet._fast_serial('system', p_system, p_module, p_instance),
+                    hivenet.next_serial('system', jsonb_build_object(
+                        'system', p_system, 'module', p_module, 'instance', p_instance)));
+END;
+
+-- hivenet_db/sql/privileges.sql (the fast path's part)
+-- The allocation fast path (allocate.sql, _fast_serial) is inlined into the caller's statement
+-- and runs with the caller's rights, so every function in it must be executable by the
+-- caller, and the caller may take values of the counter sequences of scopes: USAGE (nextval,
+-- currval), never UPDATE (setval, which only the owner's slow path runs) nor ALTER. Granted to
+-- PUBLIC like the allocation functions: taking a value is what any caller of next_serial
+-- does. The constants say what the formats and settings are (no secret: settings.sql). A
+-- scope's sequence gets its grant when it is made (_promote_scope); this covers older ones.
+GRANT EXECUTE ON FUNCTION
+    hivenet._fast_serial(text, text, text, text),
+    hivenet._format_constant(text),
+    hivenet._setting_constant(text),
+    hivenet._scope_sequence_name(text, text)
+TO PUBLIC;
+DO $$
+DECLARE
+    v_name text;
+BEGIN
+    FOR v_name IN SELECT sequence_name FROM hivenet.scope ORDER BY sequence_name LOOP
+        IF to_regclass('hivenet.' || quote_ident(v_name)) IS NOT NULL THEN
+            EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC', v_name);
+        END IF;
+    END LOOP;
+END $$;
+
