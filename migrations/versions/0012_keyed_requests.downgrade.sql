@@ -21,7 +21,9 @@ CREATE TABLE hivenet.step_attempt (
     resolved_by    text,       -- the operator (session user) who resolved a stuck attempt
     note           text,       -- the operator's note
     PRIMARY KEY (system_serial, attempt)
-) WITH (fillfactor = 80);  -- room on the page so finishing is a HOT update
+)
+-- As revision 0010 left it: HOT room, and autovacuum after 2,000 dead rows.
+WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000);
 COMMENT ON TABLE hivenet.step_attempt IS
     'every attempt of every processing step (system serial); the latest attempt is the step''s state';
 -- Retention finds old attempts without a B-tree maintained on every begin: rows arrive in
@@ -201,7 +203,7 @@ BEGIN
 EXCEPTION WHEN lock_not_available THEN
     RAISE EXCEPTION USING ERRCODE = 'HN030',
         MESSAGE = format('step %s is being started by another transaction right now (nowait)',
-                         p_system_serial);
+                         hivenet._shown(p_system_serial));
 END $$;
 
 -- Why attempt p_attempt of step p_system_serial cannot be finished: HN033 naming what is there.
@@ -215,9 +217,9 @@ BEGIN
     WHERE a.system_serial = p_system_serial ORDER BY a.attempt DESC LIMIT 1;
     RAISE EXCEPTION USING ERRCODE = 'HN033',
         MESSAGE = CASE WHEN v_last.attempt IS NULL
-            THEN format('step %s has no attempt %s', p_system_serial, p_attempt)
+            THEN format('step %s has no attempt %s', hivenet._shown(p_system_serial), p_attempt)
             ELSE format('attempt %s of step %s is not the current processing attempt (the '
-                        'current is attempt %s, %s)', p_attempt, p_system_serial,
+                        'current is attempt %s, %s)', p_attempt, hivenet._shown(p_system_serial),
                         v_last.attempt, v_last.state) END;
 END $$;
 
@@ -245,8 +247,8 @@ BEGIN
     IF NOT FOUND THEN  -- the checks stay off the hot path
         IF p_succeeded IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('step %s attempt %s: succeeded is NULL', p_system_serial,
-                                 p_attempt);
+                MESSAGE = format('step %s attempt %s: succeeded is NULL',
+                                 hivenet._shown(p_system_serial), p_attempt);
         END IF;
         PERFORM hivenet._raise_stale_attempt(p_system_serial, p_attempt);
     END IF;
@@ -267,8 +269,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 BEGIN
     IF coalesce(btrim(p_note), '') = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('step %s attempt %s: resolving needs a note', p_system_serial,
-                             p_attempt);
+            MESSAGE = format('step %s attempt %s: resolving needs a note',
+                             hivenet._shown(p_system_serial), p_attempt);
     END IF;
     -- finish_step's fencing and state change; the note goes on the row it just locked.
     PERFORM hivenet.finish_step(p_system_serial, p_attempt, p_succeeded, p_response);
@@ -389,7 +391,8 @@ BEGIN
             hivenet.resolve_step(text, integer, boolean, text, jsonb),
             hivenet.define_format(text, jsonb, boolean, text),
             hivenet.register_system(text, text), hivenet.register_module(text, text, text),
-            hivenet.set_claim_expiry(text, interval), hivenet.prepare_scope(text, jsonb)
+            hivenet.set_claim_expiry(text, interval), hivenet.prepare_scope(text, jsonb),
+            hivenet.fence_failover(bigint, boolean), hivenet.replication_warning()
         TO hivenet_admin;
     END IF;
 END $$;

@@ -745,7 +745,8 @@ BEGIN
             hivenet.resolve_step(text, integer, boolean, text, jsonb),
             hivenet.define_format(text, jsonb, boolean, text),
             hivenet.register_system(text, text), hivenet.register_module(text, text, text),
-            hivenet.set_claim_expiry(text, interval), hivenet.prepare_scope(text, jsonb)
+            hivenet.set_claim_expiry(text, interval), hivenet.prepare_scope(text, jsonb),
+            hivenet.fence_failover(bigint, boolean), hivenet.replication_warning()
         TO hivenet_admin;
         GRANT EXECUTE ON FUNCTION
             hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
