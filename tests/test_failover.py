@@ -238,18 +238,38 @@ def reclaim(url: str, claims: Iterator[str] | list[str]) -> int:
     return accepted
 
 
+def failover(pair: Pair, *, cut_off: bool) -> tuple[Load, int]:
+    """Load on the primary; with ``cut_off`` the standby stopped for the last second (as by
+    a network partition: from then on the primary's WAL never reaches it); the primary
+    killed with SIGKILL, the standby promoted. Returns the load and how many serials were
+    committed before the cut-off."""
+    prepare(pair)
+    pair.wait_caught_up()
+    load = Load(pair.primary_url)
+    load.start()
+    time.sleep(1.0)
+    shipped = len(load.serials)
+    if cut_off:
+        pair.standby.stop("fast")
+        with load.lock:
+            shipped = len(load.serials)
+        time.sleep(1.0)
+    pair.primary.kill()
+    load.join()
+    if cut_off:
+        pair.standby.start()
+    pair.promote()
+    return load, shipped
+
+
 @pytest.mark.slow
 def test_synchronous_failover_reissues_nothing_and_re_accepts_nothing() -> None:
-    """Three runs: kill -9 the primary under load, promote its synchronous standby."""
+    """Three runs: the primary killed under load, its synchronous standby promoted; in the
+    last two the standby is cut off for the last second first (commits then wait for it, so
+    none is confirmed that it lacks; an asynchronous standby loses them, next test)."""
     for run in range(3):
         with primary_and_standby(synchronous=True) as pair:
-            prepare(pair)
-            load = Load(pair.primary_url)
-            load.start()
-            time.sleep(1.5 + run * 0.5)
-            pair.primary.kill()
-            load.join()
-            pair.promote()
+            load, _ = failover(pair, cut_off=run > 0)
             assert len(load.serials) > 100, f"run {run}: the load committed too little"
             assert claims_present(pair.standby_url, load.claims) == len(load.claims)
             assert reclaim(pair.standby_url, sorted(load.claims)[-50:]) == 0
@@ -258,23 +278,10 @@ def test_synchronous_failover_reissues_nothing_and_re_accepts_nothing() -> None:
 
 
 def async_failover(pair: Pair, fence: Callable[[str], None]) -> tuple[Load, int, int]:
-    """Load on the primary; the standby cut off for the last second (as by a partition),
-    the primary killed, the standby promoted; then ``fence``. Returns the load, how many
+    """``failover`` with the standby cut off, then ``fence``. Returns the load, how many
     committed serials the unfenced standby would have issued again, and how many committed
     claims it lacks."""
-    prepare(pair)
-    pair.wait_caught_up()
-    load = Load(pair.primary_url)
-    load.start()
-    time.sleep(1.0)
-    pair.standby.stop("fast")  # from here on the primary's WAL never reaches it
-    with load.lock:
-        shipped = len(load.serials)
-    time.sleep(1.0)
-    pair.primary.kill()
-    load.join()
-    pair.standby.start()
-    pair.promote()
+    load, shipped = failover(pair, cut_off=True)
     assert len(load.serials) - shipped > 100, "too little committed after the cut-off"
     # Without the fence: taken and rolled back, so nothing is issued by the probe.
     unfenced = len(issued_after(pair.standby_url, 200, commit=False) & load.serials)
