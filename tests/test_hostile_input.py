@@ -10,10 +10,11 @@ function with an argument type this file has no strategy for fails the test."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import inspect
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -23,6 +24,10 @@ from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
 from hivenet_db import (
+    AsyncClaimRepository,
+    AsyncInterfaceDedup,
+    AsyncSerialRepository,
+    AsyncStepRepository,
     ClaimRepository,
     HivenetError,
     InterfaceDedup,
@@ -232,7 +237,15 @@ def test_every_entry_point_refuses_hostile_input_with_a_documented_code_and_writ
 # --- the Python repositories ---------------------------------------------------------------------
 
 REPOSITORIES = (SerialRepository, InterfaceDedup, ClaimRepository, StepRepository)
+ASYNC_REPOSITORIES = (AsyncSerialRepository, AsyncInterfaceDedup, AsyncClaimRepository,
+                      AsyncStepRepository)
 FIELD_NAMES = ["system", "module", "instance", "target", "recon_type", "merchant", "shard"]
+
+def _async_body(value: Any) -> Callable[[], Awaitable[Any]]:
+    async def body() -> Any:
+        return value
+    return body
+
 
 # Strategies by annotation (the modules use `from __future__ import annotations`: strings).
 # Python strings may hold NUL, which PostgreSQL text cannot: InvalidInput too.
@@ -246,20 +259,30 @@ PARAMETERS: dict[str, st.SearchStrategy[Any]] = {
     "dt.timedelta | None": st.sampled_from(INTERVALS),
     "timedelta | None": st.sampled_from(INTERVALS),
     "Callable[[], Any]": json_values(nul=True).map(lambda value: lambda: value),
+    "Callable[[], Awaitable[Any]]": json_values(nul=True).map(_async_body),
 }
 
 
-def public_methods() -> list[tuple[type, str, inspect.Signature]]:
+def public_methods(classes: tuple[type, ...] = REPOSITORIES
+                   ) -> list[tuple[type, str, inspect.Signature]]:
     return [(cls, name, inspect.signature(getattr(cls, name)))
-            for cls in REPOSITORIES for name in sorted(vars(cls))
+            for cls in classes for name in sorted(vars(cls))
             if not name.startswith("_") and callable(getattr(cls, name))]
+
+
+def test_the_async_repositories_have_the_same_methods() -> None:
+    """The async test below feeds them fewer examples, trusting that they share the sync
+    ones' parameters and statements: this keeps the two lists the same."""
+    assert [(cls.__name__.removeprefix("Async"), name) for cls, name, _ in
+            public_methods(ASYNC_REPOSITORIES)] == [
+        (cls.__name__, name) for cls, name, _ in public_methods()]
 
 
 def test_every_parameter_of_every_method_has_a_strategy() -> None:
     names = {f"{cls.__name__}.{name}" for cls, name, _ in public_methods()}
     assert {"SerialRepository.next_many", "StepRepository.run", "ClaimRepository.set_expiry",
             "InterfaceDedup.claim"} <= names
-    for cls, name, signature in public_methods():
+    for cls, name, signature in public_methods() + public_methods(ASYNC_REPOSITORIES):
         for parameter in list(signature.parameters.values())[1:]:
             assert parameter.annotation in PARAMETERS, (
                 f"{cls.__name__}.{name}({parameter.name}: {parameter.annotation}): add a strategy")
@@ -318,6 +341,47 @@ def test_every_repository_method_raises_only_hivenet_errors_and_writes_nothing(
         except Exception as error:
             admin.rollback()
             problem = f"{type(error).__name__}: {str(error)[:300]}"
+        assert not problem, f"{cls.__name__}.{name}: {problem}"
+
+
+async def _call_async(url: str, cls: type, name: str, args: list[Any],
+                      kwargs: dict[str, Any]) -> str | None:
+    """Call one async method on a connection acting as hivenet_admin: None when it succeeded,
+    '' when it raised a HivenetError, else what it raised."""
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        await conn.execute("SET ROLE hivenet_admin")
+        await conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
+        try:
+            result = getattr(cls(conn), name)(*args, **kwargs)
+            if hasattr(result, "__aenter__"):  # AsyncStepRepository.step
+                async with result:
+                    pass
+            else:
+                await result
+            await conn.commit()
+        except HivenetError:
+            await conn.rollback()
+            return ""
+        except Exception as error:
+            await conn.rollback()
+            return f"{type(error).__name__}: {str(error)[:300]}"
+    return None
+
+
+@settings(max_examples=max(EXAMPLES // 8, 3), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_every_async_repository_method_raises_only_hivenet_errors_and_writes_nothing(
+        hivenet_url: str, admin: psycopg.Connection, owner: psycopg.Connection,
+        data: st.DataObject) -> None:
+    for cls, name, signature in public_methods(ASYNC_REPOSITORIES):
+        args, kwargs = draw_call(data, name, signature)
+        before = checksums(owner)
+        outcome = asyncio.run(_call_async(hivenet_url, cls, name, args, kwargs))
+        problem = outcome
+        if outcome == "" and checksums(owner) != before:
+            problem = "wrote before failing"
         assert not problem, f"{cls.__name__}.{name}: {problem}"
 
 
