@@ -148,7 +148,7 @@ def checksums(db: psycopg.Connection) -> dict[str, str]:
     tables = [row[0] for row in db.execute(
         "SELECT c.oid::regclass::text FROM pg_class c WHERE c.relnamespace = "
         "'hivenet'::regnamespace AND c.relkind = 'r' ORDER BY 1")]
-    assert "hivenet.claim_record" in tables and "hivenet.step_attempt" in tables
+    assert "hivenet.claim_record" in tables and "hivenet.request_attempt" in tables
     query = " UNION ALL ".join(
         f"SELECT '{t}', count(*) || ':' || coalesce(md5(string_agg(md5(r::text), '' "
         f"ORDER BY md5(r::text))), '') FROM {t} r" for t in tables)

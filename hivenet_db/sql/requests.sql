@@ -89,7 +89,7 @@ END $$;
 CREATE FUNCTION hivenet._attempt_subject(p_namespace text, p_key text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    RETURN CASE WHEN p_namespace = 'hivenet.steps' THEN 'step ' || p_key
+    RETURN CASE WHEN p_namespace = 'hivenet.steps' THEN 'step ' || hivenet._shown(p_key)
                 ELSE format('request %s in namespace %s', hivenet._shown(p_key),
                             hivenet._shown(p_namespace)) END;
 END $$;
