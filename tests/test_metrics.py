@@ -186,7 +186,7 @@ def test_hivenet_admin_reads_every_metric_after_the_upgrade(hivenet_server: Embe
     this test's transaction, rolled back, when the server has none), the revisions replayed
     up to 0008 let it run maintain() and read every metric, the last run included."""
     frozen = sorted(p for p in VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.sql")
-                    if not p.name.endswith(".downgrade.sql"))
+                    if not p.name.endswith(".downgrade.sql") and p.name[:4] <= "0008")
     assert frozen[-1].name == "0008_maintain_record.sql"
     dbname = "hivenet_metrics_admin"
     url = hivenet_server.ensure_database(dbname)
