@@ -37,7 +37,8 @@ def test_discover_reads_folders_and_params(tmp_path: Path) -> None:
     assert found["a_one"].setup is None
 
 
-@pytest.mark.parametrize("params", [{"clients": 0}, {"seconds": "10"}, {"colour": "red"}])
+@pytest.mark.parametrize("params", [{"clients": 0}, {"seconds": "10"}, {"colour": "red"},
+                                    {"quick": "no"}])
 def test_bad_params_are_named(tmp_path: Path, params: dict[str, object]) -> None:
     make_scenario(tmp_path, "bad", params)
     with pytest.raises(bench.BenchError, match="scenario bad"):
@@ -150,3 +151,15 @@ def test_quick_run_and_python_layer(tmp_path: Path, hivenet_url: str,
     assert tiny["seconds"] == 1 and tiny["clients"] == 8 and len(tiny["baseline_tps"]) == 1
     assert python["scenario"] == "python_next_unified" and python["candidate_median"] > 0
     assert "[1/1" in out.err and "us/call" in out.err
+
+
+def test_quick_leaves_out_long_setups_unless_named(tmp_path: Path, hivenet_url: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    make_scenario(tmp_path, "short")
+    make_scenario(tmp_path, "long", {"quick": False})
+    assert bench.main(["--scenarios-dir", str(tmp_path), "--url", hivenet_url, "--quick",
+                       "--json"]) == 0
+    assert [r["scenario"] for r in json.loads(capsys.readouterr().out)] == ["short"]
+    assert bench.main(["--scenarios-dir", str(tmp_path), "--url", hivenet_url, "--quick",
+                       "--scenario", "long", "--json"]) == 0
+    assert [r["scenario"] for r in json.loads(capsys.readouterr().out)] == ["long"]

@@ -252,3 +252,11 @@ def test_issued_serials_are_cut_like_parse_serial(format: str, value: str) -> No
     parsed, cut = parse_serial(value, format), issued(value, format)
     assert cut == parsed and cut.__dict__ == parsed.__dict__
     assert pickle.loads(pickle.dumps(cut)).__dict__ == parsed.__dict__
+
+
+def test_null_and_empty_literals_are_planned_without_casting(db: psycopg.Connection) -> None:
+    """Found by tests/test_errors.py: with NULL among literal values, the regex check folds
+    to NULL, which must not let the planner fold the digit casts of '' (22P02)."""
+    _prepare(db)
+    assert failure(db, "SELECT hivenet.next_unified_serial(NULL, NULL, '')")[0] == "HN001"
+    assert failure(db, "SELECT hivenet.next_system_serial(NULL, 'A01', 'x')")[0] == "HN001"

@@ -60,7 +60,7 @@ _FAILED = re.compile(r"^number of failed transactions: (\d+)", re.MULTILINE)
 _DONE = re.compile(r"^number of transactions actually processed: (\d+)", re.MULTILINE)
 _PASSWORD = re.compile(r"(postgres(?:ql)?(?:\+\w+)?://[^:/@\s]*:)[^@\s]*@")
 # --quick: every scenario once, short runs (the whole set in under a minute).
-QUICK_SECONDS = 2
+QUICK_SECONDS = 1
 
 
 class BenchError(RuntimeError):
@@ -74,6 +74,7 @@ class Scenario:
     clients: int = DEFAULT_CLIENTS
     seconds: int = DEFAULT_SECONDS
     description: str = ""
+    quick: bool = True  # false: left out of --quick unless named (a long setup)
 
     @property
     def baseline(self) -> Path:
@@ -152,16 +153,19 @@ def load_scenario(folder: Path) -> Scenario:
             params = json.loads(params_file.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise BenchError(f"scenario {folder.name}: {params_file} is not JSON: {exc}") from exc
-        unknown = set(params) - {"clients", "seconds", "description"}
+        unknown = set(params) - {"clients", "seconds", "description", "quick"}
         if not isinstance(params, dict) or unknown:
             raise BenchError(f"scenario {folder.name}: {params_file} may only hold clients, "
-                             f"seconds and description (found {sorted(unknown)})")
+                             f"seconds, description and quick (found {sorted(unknown)})")
     clients, seconds = params.get("clients", DEFAULT_CLIENTS), params.get("seconds",
                                                                           DEFAULT_SECONDS)
     if not isinstance(clients, int) or not isinstance(seconds, int) or clients < 1 or seconds < 1:
         raise BenchError(f"scenario {folder.name}: clients and seconds must be positive integers")
+    quick = params.get("quick", True)
+    if not isinstance(quick, bool):
+        raise BenchError(f"scenario {folder.name}: quick must be true or false")
     return Scenario(name=folder.name, folder=folder, clients=clients, seconds=seconds,
-                    description=str(params.get("description", "")))
+                    description=str(params.get("description", "")), quick=quick)
 
 
 def discover(root: Path) -> dict[str, Scenario]:
@@ -312,8 +316,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="folder of scenario folders (default: the scenarios shipped in "
                         "hivenet_db/bench/scenarios)")
     p.add_argument("--quick", action="store_true",
-                   help=f"one round of {QUICK_SECONDS} s per scenario, 8 clients: a smoke run "
-                        "in under a minute (ratios too noisy to quote)")
+                   help=f"one round of {QUICK_SECONDS} s per scenario, 8 clients, without the "
+                        "scenarios with a long setup (params.json quick: false) unless named: "
+                        "a smoke run in under a minute (ratios too noisy to quote)")
     p.add_argument("--python", action="store_true",
                    help="also measure the Python layer (SerialRepository.next_unified vs "
                         "nextval through SQLAlchemy, microseconds per call)")
@@ -356,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"(known: {', '.join(available)})")
             return 2
         chosen = ([available[n] for n in args.scenario if n != "-"] if args.scenario
-                  else list(available.values()))
+                  else [s for s in available.values() if s.quick or not args.quick])
         results = _run_all(args, chosen, say)
     except (BenchError, EmbeddedError, OSError, psycopg.Error, SQLAlchemyError) as exc:
         say(hide_password(f"hivenet-db bench: {exc}"))

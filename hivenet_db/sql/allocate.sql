@@ -626,11 +626,12 @@ BEGIN ATOMIC
          AND (hivenet._format_constant(p_format)).capacity
              = 10::bigint ^ (hivenet._format_constant(p_format)).seq_width - 1
          AND NOT hivenet._setting_constant('enforce_registry')::boolean
-         AND coalesce(current_setting('hivenet.fake_now', true), '') = ''
          AND (p_a || ' ' || p_b || ' ' || p_c)
              ~ (hivenet._format_constant(p_format)).field_pattern
-        -- Nested: the casts are safe only once the values matched (digits where bounded).
-        THEN CASE
+        -- Nested: the casts are safe only once the values matched (digits where bounded),
+        -- and this level alone is constant when the values are (then folded when planned,
+        -- its THEN left unplanned when it is false, as the casts need).
+        THEN CASE WHEN coalesce(current_setting('hivenet.fake_now', true), '') = '' THEN CASE
             WHEN (CASE WHEN (hivenet._format_constant(p_format)).field_min[1] IS NULL THEN true
                   ELSE p_a::numeric >= (hivenet._format_constant(p_format)).field_min[1] END)
              AND (CASE WHEN (hivenet._format_constant(p_format)).field_max[1] IS NULL THEN true
@@ -662,7 +663,7 @@ BEGIN ATOMIC
                         0), (hivenet._format_constant(p_format)).capacity + 1), 0),
                         (hivenet._format_constant(p_format)).capacity + 1)::text,
                         (hivenet._format_constant(p_format)).seq_width, '0')
-            END
+            END END
         END;
 END;
 
