@@ -42,8 +42,9 @@ pytestmark = pytest.mark.slow
 SECONDS = float(os.environ.get("HIVENET_LOAD_SECONDS", "60"))
 NAPTIME = os.environ.get("HIVENET_LOAD_NAPTIME", "5s")
 CONNECTIONS = 32
-# Finished steps already recorded (request_attempt, namespace hivenet.steps): the default autovacuum (20 % of the table) would
-# let dead rows grow to 60,000 before cleaning; the table's own parameters do not wait.
+# Finished steps already recorded (request_attempt, namespace hivenet.steps): the default
+# autovacuum (20 % of the table) would let dead rows grow to 60,000 before cleaning; the
+# table's own parameters do not wait.
 PREFILL = 300_000
 # request_attempt's autovacuum_vacuum_threshold (step_attempt's before revision 0012): dead rows
 # may exceed it by what the load adds until autovacuum next wakes and finishes (two
@@ -255,5 +256,6 @@ def test_32_connections_of_mixed_work_keep_every_guarantee_and_dead_rows_flat(
     bound = THRESHOLD + len(latencies["step"]) / elapsed * 2 * naptime
     late = [s["request_attempt"][0] for s in samples[len(samples) // 2:]
             if "request_attempt" in s]
-    print(f"  request_attempt dead rows, second half: max {max(late, default=0)}, bound {bound:.0f}")
+    print(f"  request_attempt dead rows, second half: max {max(late, default=0)}, "
+          f"bound {bound:.0f}")
     assert late and max(late) <= bound, late
