@@ -6,19 +6,19 @@ CREATE TABLE IF NOT EXISTS bench_done_step (
     response      jsonb
 );
 INSERT INTO bench_done_step
-SELECT 'C0001R010120261121' || lpad(n::text, 12, '0'), 1, 'success', '{"ok": true}'
+SELECT ('C0001R0101' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')) || lpad(n::text, 12, '0'), 1, 'success', '{"ok": true}'
 FROM generate_series(1, 100000) AS n
 ON CONFLICT DO NOTHING;
 DO $$
 BEGIN
     IF EXISTS (SELECT FROM hivenet.step_attempt
-               WHERE system_serial = 'C0001R010120261121000000000001') THEN
+               WHERE system_serial = 'C0001R0101' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD') || '000000000001') THEN
         RETURN;  -- set up by an earlier run on this database
     END IF;
     FOR n IN 1..100000 LOOP
-        PERFORM hivenet.begin_step('C0001R010120261121' || lpad(n::text, 12, '0'),
+        PERFORM hivenet.begin_step(('C0001R0101' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')) || lpad(n::text, 12, '0'),
                                    '{"amount": 100, "account": "6222020000000001"}');
-        PERFORM hivenet.finish_step('C0001R010120261121' || lpad(n::text, 12, '0'), 1, true,
+        PERFORM hivenet.finish_step(('C0001R0101' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')) || lpad(n::text, 12, '0'), 1, true,
                                     '{"ok": true}');
     END LOOP;
 END $$;
