@@ -221,7 +221,8 @@ def test_the_application_role_writes_no_table(hivenet_app: psycopg.Connection,
           AND has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES,
                                           TRIGGER')""")}
     assert readable == {"hivenet.interface_calls", "hivenet.interface_calls_per_day",
-                        "hivenet.step_states", "hivenet.stuck_steps", "hivenet.scope_usage"}
+                        "hivenet.step_states", "hivenet.stuck_steps", "hivenet.scope_usage",
+                        "hivenet.request_states", "hivenet.stuck_requests"}
     writable = hivenet_app.execute("""
         SELECT c.oid::regclass::text FROM pg_class c
         WHERE c.relnamespace = 'hivenet'::regnamespace
