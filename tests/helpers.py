@@ -62,6 +62,21 @@ def failure(conn: psycopg.Connection, sql: str, params: Any = None) -> tuple[str
     return caught.value.diag.sqlstate or "", caught.value.diag.message_primary or ""
 
 
+@contextmanager
+def usage_only_role(db: psycopg.Connection, role: str) -> Iterator[psycopg.Connection]:
+    """The connection acting as a new role granted only USAGE on schema hivenet (what PUBLIC
+    may do); the role and its grants are dropped afterwards."""
+    db.execute(f"CREATE ROLE {role}")
+    db.execute(f"GRANT USAGE ON SCHEMA hivenet TO {role}")
+    db.execute(f"SET ROLE {role}")
+    try:
+        yield db
+    finally:
+        db.execute("RESET ROLE")
+        db.execute(f"DROP OWNED BY {role}")
+        db.execute(f"DROP ROLE {role}")
+
+
 def race(conns: Sequence[psycopg.Connection],
          action: Callable[[int, psycopg.Connection], T]) -> list[T | BaseException]:
     """Run action(i, conns[i]) in one thread per connection, all released together."""

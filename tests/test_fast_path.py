@@ -15,7 +15,7 @@ import pytest
 
 from hivenet_db import migrate
 from hivenet_db.embedded import EmbeddedPostgres
-from tests.helpers import scalar
+from tests.helpers import scalar, usage_only_role
 
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"
 SCOPE = '{"system": "C0001", "module": "A01", "instance": "01"}'
@@ -64,15 +64,8 @@ def _today(db: psycopg.Connection) -> str:
 @pytest.fixture
 def app(db: psycopg.Connection) -> Iterator[psycopg.Connection]:
     """The connection acting as a role granted only USAGE on the schema."""
-    db.execute(f"CREATE ROLE {ROLE}")
-    db.execute(f"GRANT USAGE ON SCHEMA hivenet TO {ROLE}")
-    db.execute(f"SET ROLE {ROLE}")
-    try:
-        yield db
-    finally:
-        db.execute("RESET ROLE")
-        db.execute(f"DROP OWNED BY {ROLE}")
-        db.execute(f"DROP ROLE {ROLE}")
+    with usage_only_role(db, ROLE) as app:
+        yield app
 
 
 def test_a_prepared_statement_runs_no_plpgsql_function(db: psycopg.Connection) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import scalar
+from tests.helpers import scalar, usage_only_role
 
 ROLE = "hivenet_app_test"
 BOOTSTRAP_ROLES = ("hivenet_app", "hivenet_admin")
@@ -40,15 +40,8 @@ def acting_as(db: psycopg.Connection, role: str) -> Iterator[psycopg.Connection]
 @pytest.fixture
 def app(db: psycopg.Connection) -> Iterator[psycopg.Connection]:
     """The test's connection acting as an application role granted only USAGE."""
-    db.execute(f"CREATE ROLE {ROLE}")
-    db.execute(f"GRANT USAGE ON SCHEMA hivenet TO {ROLE}")
-    db.execute(f"SET ROLE {ROLE}")
-    try:
-        yield db
-    finally:
-        db.execute("RESET ROLE")
-        db.execute(f"DROP OWNED BY {ROLE}")
-        db.execute(f"DROP ROLE {ROLE}")
+    with usage_only_role(db, ROLE) as app:
+        yield app
 
 
 def test_the_application_api_works_with_usage_only(app: psycopg.Connection) -> None:
