@@ -27,7 +27,6 @@ import argparse
 import datetime as dt
 import decimal
 import getpass
-import importlib
 import importlib.metadata
 import io
 import json
@@ -577,13 +576,8 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> None:
 
 
 def cmd_bench(args: argparse.Namespace, out: Output) -> int:
-    try:
-        bench = importlib.import_module("hivenet_db.bench")
-    except ModuleNotFoundError as error:
-        if error.name != "hivenet_db.bench":
-            raise
-        raise CommandError("the benchmark module hivenet_db.bench is not installed in this "
-                           "version; see docs/benchmarks.md") from None
+    from hivenet_db import bench  # the package's own subpackage; imported only when used
+
     if args.url and "--url" not in args.bench_args:  # `hivenet-db --url X bench`: run on X
         args.bench_args += ["--url", args.url]
     if out.as_json and "--json" not in args.bench_args:  # `bench --json` went to our parser
