@@ -1,5 +1,6 @@
 """hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency inside PostgreSQL."""
 
+from hivenet_db.allocation import AsyncSerialRepository, SerialRepository
 from hivenet_db.dedup import (
     AsyncClaimRepository,
     AsyncInterfaceDedup,
@@ -27,7 +28,6 @@ from hivenet_db.requests import (
     RequestStart,
 )
 from hivenet_db.serial import Serial, parse_serial
-from hivenet_db.serials import AsyncSerialRepository, SerialRepository
 from hivenet_db.steps import AsyncStepRepository, StepRepository, StepRun, StepStart
 
 __all__ = [

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from hivenet_db import cli, embedded, migrate
+from hivenet_db.cli.serials import NEXT_CHUNK
 from hivenet_db.embedded import EmbeddedPostgres
 
 COMMAND = Path(sys.executable).with_name("hivenet-db")
@@ -101,7 +102,7 @@ def on_a_terminal(*args: str) -> tuple[subprocess.CompletedProcess[str], bytes]:
 def test_next_in_chunks_with_a_progress_bar_on_a_terminal(hivenet_url: str) -> None:
     """More serials than one chunk: all distinct and increasing, and a progress bar drawn on
     stderr (a terminal here) never reaches stdout (a pipe)."""
-    count = cli.NEXT_CHUNK + 3
+    count = NEXT_CHUNK + 3
     result, drawn = on_a_terminal("next", "system", *SCOPE, "-n", str(count),
                                   "--url", hivenet_url)
     serials = result.stdout.split("\n")
@@ -235,6 +236,21 @@ def test_maintain_and_report(run: Run) -> None:
                 if row["scope"] == "C0001A0101"]
     assert usage["format"] == "system" and usage["issued"] == 2
     assert "usage and headroom" in run("report").stdout
+
+
+def test_report_shows_keyed_requests(run: Run, db: psycopg.Connection) -> None:
+    db.execute("SELECT hivenet.begin_request('cli-report', 'order-1')")
+    db.commit()
+    sections = json.loads(run("report", "--json").stdout)
+    states = {(r["namespace"], r["state"]): r["requests"]
+              for r in sections["keyed requests per state"]}
+    assert states[("cli-report", "processing")] == 1
+    assert sections["stuck keyed requests"] == []  # its lease has not run out
+    db.execute("SELECT hivenet.finish_request('cli-report', 'order-1', 1, true)")
+    db.commit()
+    states = {(r["namespace"], r["state"]): r["requests"]
+              for r in json.loads(run("report", "--json").stdout)["keyed requests per state"]}
+    assert states[("cli-report", "success")] == 1 and states[("cli-report", "processing")] == 0
 
 
 def test_no_postgresql_binaries_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

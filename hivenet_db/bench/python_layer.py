@@ -18,9 +18,9 @@ from pathlib import Path
 
 from sqlalchemy import Connection, text
 
+from hivenet_db.allocation import SerialRepository
 from hivenet_db.bench import Result
 from hivenet_db.dburl import engine_for
-from hivenet_db.serials import SerialRepository
 
 NAME = "python_next_unified"
 DESCRIPTION = ("SerialRepository.next_unified through SQLAlchemy vs text('SELECT nextval(..)') "

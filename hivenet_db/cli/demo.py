@@ -1,4 +1,4 @@
-"""``hivenet-db demo``: the two examples of the HiveNet Sequence Standards, replayed for real.
+"""Command ``demo``: the two examples of the HiveNet Sequence Standards, replayed for real.
 
 Three systems share one database here (in production each has its own): the channel
 C0001 (mobile banking) sends a transfer to the payment hub P0001, which makes three calls to
@@ -16,6 +16,7 @@ with its stored response, and the call chain of the unified serial is listed.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from collections.abc import Callable
@@ -25,11 +26,14 @@ from typing import Any
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from hivenet_db.dburl import engine_for
+from hivenet_db.allocation import SerialRepository
+from hivenet_db.cli.database import USABLE, database_url, require_url
+from hivenet_db.cli.output import CommandError, Output, format_table, redact
+from hivenet_db.cli.parser import Commands
+from hivenet_db.dburl import engine_for, from_env
 from hivenet_db.dedup import InterfaceDedup
 from hivenet_db.errors import HivenetError
 from hivenet_db.propagation import bind_from_headers, outgoing_headers, unified_serial_context
-from hivenet_db.serials import SerialRepository
 from hivenet_db.steps import StepRepository
 
 
@@ -76,8 +80,6 @@ class Narrator:
             print(f"  [{who}] {what}")
 
     def table(self, rows_: list[dict[str, Any]]) -> None:
-        from hivenet_db.cli import format_table
-
         self.events.append({"rows": rows_})
         if not self.as_json:
             print("\n".join("    " + line for line in format_table(rows_).splitlines()))
@@ -255,3 +257,25 @@ def run(url: str, as_json: bool = False) -> list[dict[str, Any]]:
     if as_json:
         print(json.dumps(out.events, ensure_ascii=False, indent=2, default=str))
     return out.events
+
+
+def cmd_demo(args: argparse.Namespace, out: Output) -> None:
+    url = database_url(args, out)
+    require_url(url, USABLE)
+    if args.url or from_env(None):
+        out.note(f"running the demo in {redact(url)}: it commits its rows there")
+    try:
+        with out.progress("demo"):
+            run(url, as_json=out.as_json)
+    except Unavailable as error:
+        raise CommandError(str(error)) from None
+
+
+def register(commands: Commands) -> None:
+    commands.add(
+        "demo", cmd_demo, "replay the standard's two examples end to end",
+        examples=["demo --json"],
+        description="Replay the HiveNet Sequence Standards' examples: a transaction crossing "
+        "three systems, then a failed step retried with the same system serial; shows a "
+        "duplicate call rejected, a retry replayed and the call chain. Its rows stay in the "
+        "database, so `hivenet-db report` shows them afterwards.")

@@ -1,0 +1,5 @@
+import sys
+
+from hivenet_db.cli import main
+
+sys.exit(main())

@@ -1,0 +1,139 @@
+"""Commands that install the schema: ``bootstrap``, ``migrate`` (and ``--check``),
+``downgrade``, ``sql``.
+
+``migrate --check`` changes nothing and exits 0 at the package's head, 3 behind it, 4 ahead of
+it (a revision this package does not know: the schema is newer than the package), 5 not
+installed, 6 untracked (schema hivenet exists but its version table records no revision).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sqlalchemy import text
+
+from hivenet_db import migrate
+from hivenet_db.cli.database import MIGRATABLE, database_url, require_url, status_line
+from hivenet_db.cli.output import CommandError, Output, dump_json, redact
+from hivenet_db.cli.parser import Commands
+from hivenet_db.dburl import engine_for
+from hivenet_db.migrate import State
+from hivenet_db.schema import full_schema_sql
+
+# Exit status of `migrate --check` for each state.
+CHECK_EXIT = {State.HEAD: 0, State.BEHIND: 3, State.AHEAD: 4, State.NOT_INSTALLED: 5,
+              State.UNTRACKED: 6}
+
+
+def _alembic(action: str, args: argparse.Namespace, out: Output) -> None:
+    """Run migrate's upgrade or downgrade to ``args.revision``, unless the schema is newer
+    than this package or untracked (alembic would fail half-way or install it twice)."""
+    url = database_url(args, out, to_head=False)
+    require_url(url, MIGRATABLE)
+    with out.progress(f"{action} schema hivenet to {args.revision}"):
+        getattr(migrate, action)(url, args.revision)
+    row = {"database": redact(url), "revision": migrate.current(url)}
+    if getattr(args, "time_zone", None) is not None:  # migrate --time-zone, once upgraded
+        row["time_zone"] = set_time_zone(url, args.time_zone)
+    out.rows([row])
+
+
+def migrate_check(args: argparse.Namespace, out: Output) -> int:
+    """``migrate --check``: where the database stands; the exit status says it too."""
+    if args.revision != "head":
+        raise CommandError("--check compares the database with the package's head: drop "
+                           "--revision")
+    status = migrate.status(database_url(args, out, to_head=False))
+    print(dump_json(status.as_dict()) if out.as_json else status_line(status))
+    return CHECK_EXIT[status.state]
+
+
+def set_time_zone(url: str, zone: str) -> str:
+    """Set the business time zone (setting ``time_zone``) in a transaction of its own; the
+    database checks it (HN001: not a zone, or behind the current one once serials exist)."""
+    with engine_for(url) as engine, engine.begin() as conn:
+        return str(conn.execute(text("UPDATE hivenet.setting SET value = :zone "
+                                     "WHERE name = 'time_zone' RETURNING value"),
+                                {"zone": zone}).scalar_one())
+
+
+def cmd_migrate(args: argparse.Namespace, out: Output) -> int | None:
+    if args.check:
+        if args.time_zone is not None:
+            raise CommandError("--check changes nothing: drop --time-zone")
+        return migrate_check(args, out)
+    _alembic("upgrade", args, out)
+    return None
+
+
+def cmd_downgrade(args: argparse.Namespace, out: Output) -> None:
+    _alembic("downgrade", args, out)
+
+
+def cmd_bootstrap(args: argparse.Namespace, out: Output) -> None:
+    from hivenet_db import bootstrap
+
+    try:
+        result = bootstrap.bootstrap(database_url(args, out, to_head=False), args.owner)
+    except bootstrap.BootstrapError as error:
+        raise CommandError(str(error)) from None
+    if out.as_json:
+        print(dump_json({"database": result.database, "owner": result.owner,
+                         "changed": result.changed, "complete": result.complete,
+                         "actions": [{"statement": a.statement, "outcome": a.outcome}
+                                     for a in result.actions]}))
+        return
+    for action in result.actions:
+        print(f"{action.outcome}: {action.statement}")
+    if not result.complete:
+        print(f"left for the owner: connect as {result.owner} and run the statements marked "
+              f"'for the owner'")
+    elif not result.changed:
+        print(f"nothing to do: database {result.database} is already bootstrapped for "
+              f"owner {result.owner}")
+
+
+def cmd_sql(args: argparse.Namespace, out: Output) -> None:
+    print(full_schema_sql())
+
+
+
+def register(commands: Commands) -> None:
+    p = commands.add(
+        "bootstrap", cmd_bootstrap, "once, as a superuser or administrator: roles "
+        "hivenet_app and hivenet_admin, and the rights the schema owner needs",
+        examples=["bootstrap --owner hivenet_owner --url postgresql://postgres@db/app"],
+        description="Create roles hivenet_app and hivenet_admin (NOLOGIN) if missing, grant "
+        "OWNER CREATE on this database (for schema hivenet) and on schema public (for its "
+        "version table) and both roles WITH ADMIN OPTION; one line per action. "
+        "Safe to run again. Then OWNER runs `hivenet-db migrate` and grants the roles to "
+        "login roles. OWNER must exist: CREATE ROLE owner LOGIN PASSWORD '...'.")
+    p.add_argument("--owner", required=True, metavar="ROLE",
+                   help="the role that will own schema hivenet (runs migrate)")
+
+    p = commands.add(
+        "migrate", cmd_migrate, "create or upgrade schema hivenet (alembic, version table "
+        "hivenet_alembic_version); --check tells where it stands",
+        examples=["migrate --time-zone Asia/Shanghai",
+                  "migrate --check --url postgresql://owner@db/app"],
+        description="Create or upgrade schema hivenet to --revision (alembic, version table "
+        "hivenet_alembic_version). With --check, change nothing: print whether the database "
+        "is at the package's head, behind it, ahead of it (a revision this package does not "
+        "know: upgrade the package) or not installed, and exit 0 at head, 3 behind, 4 ahead, "
+        "5 not installed, 6 untracked (schema hivenet whose revision is not recorded).")
+    p.add_argument("--revision", default="head", help="target revision (default: head)")
+    p.add_argument("--check", action="store_true",
+                   help="only tell where the database stands (exit status above)")
+    p.add_argument("--time-zone", metavar="ZONE", help=(
+        "then set the business time zone of the serials' dates (setting time_zone, e.g. "
+        "Asia/Shanghai; default UTC); choose it before the first serial: once serials exist "
+        "the database refuses a zone behind the current one (HN001)"))
+
+    p = commands.add("downgrade", cmd_downgrade, "go back to an older revision",
+                     examples=["downgrade -1"],
+                     description="Go back to REVISION. `base` removes schema hivenet and all "
+                     "its data.")
+    p.add_argument("revision", help="target revision: 0003, -1, base ...")
+
+    commands.add("sql", cmd_sql, "print the full schema SQL (for teams that do not use alembic)",
+                 examples=["sql > hivenet.sql"])

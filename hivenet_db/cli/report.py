@@ -1,0 +1,90 @@
+"""Commands that read: ``report`` (reporting views) and ``metrics`` (Prometheus)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from hivenet_db.cli.database import dicts, exists, transaction
+from hivenet_db.cli.output import Output, dump_json
+from hivenet_db.cli.parser import Commands
+
+
+def report_sections(conn: Connection, unified: str | None, limit: int
+                    ) -> dict[str, list[dict[str, Any]] | str]:
+    """Each section of ``report`` whose view or function exists in this database."""
+    sections: dict[str, list[dict[str, Any]] | str] = {}
+    if conn.execute(text("SELECT has_table_privilege('hivenet.setting', 'SELECT')")).scalar():
+        sections["business time zone"] = dicts(
+            conn, "SELECT value AS time_zone, (hivenet.now() AT TIME ZONE value)::timestamp(0)"
+                  "::text AS local_time FROM hivenet.setting WHERE name = 'time_zone'")
+    else:
+        sections["business time zone"] = "(this role may not read hivenet.setting)"
+    if unified is not None:
+        if exists(conn, "function", "hivenet.call_chain"):
+            sections[f"call chain of {unified}"] = dicts(
+                conn, "SELECT * FROM hivenet.call_chain(:u)", {"u": unified})
+        else:
+            sections[f"call chain of {unified}"] = "(hivenet.call_chain is not installed)"
+    views = (  # title, view, columns, order
+        ("usage and headroom of the current period", "hivenet.scope_usage",
+         "format, scope, period_start, issued, capacity, remaining, used_percent",
+         "ORDER BY used_percent DESC, format, scope"),
+        ("interface calls per day", "hivenet.interface_calls_per_day", "*", ""),
+        ("steps per state", "hivenet.step_states", "*", ""),
+        ("stuck steps", "hivenet.stuck_steps", "*", ""),
+        ("keyed requests per state", "hivenet.request_states", "*", ""),
+        ("stuck keyed requests", "hivenet.stuck_requests", "*", ""),
+    )
+    for title, view, columns, order in views:
+        if exists(conn, "relation", view):
+            sections[title] = dicts(conn, f"SELECT {columns} FROM {view} {order} LIMIT :n",
+                                     {"n": limit})
+    if exists(conn, "function", "hivenet.replication_warning") and conn.execute(text(
+            "SELECT has_function_privilege('hivenet.replication_warning()', 'EXECUTE')")
+            ).scalar():
+        warning = conn.execute(text("SELECT hivenet.replication_warning()")).scalar()
+        sections["replication"] = f"WARNING: {warning}" if warning else \
+            "(no standby without synchronous replication)"
+    return sections
+
+
+def cmd_report(args: argparse.Namespace, out: Output) -> None:
+    with transaction(args, out) as conn:
+        sections = report_sections(conn, args.unified, args.limit)
+    out.sections(sections)
+
+def cmd_metrics(args: argparse.Namespace, out: Output) -> None:
+    from hivenet_db import metrics
+
+    with transaction(args, out) as conn:
+        read = metrics.read(conn)
+    if out.as_json:
+        print(dump_json([m.as_dict() for m in read]))
+    else:
+        print(metrics.exposition(read), end="")
+
+
+def register(commands: Commands) -> None:
+    p = commands.add(
+        "report", cmd_report, "call chain, step and request states, stuck ones, usage and "
+        "headroom",
+        examples=["report --unified C0001A0101201507100123456789 --limit 20"],
+        description="Print the business time zone and each reporting section this database "
+        "has: the call chain of --unified, per-scope usage and headroom of the current "
+        "period, interface calls per day, steps per state and stuck steps, keyed requests "
+        "per state and stuck keyed requests.")
+    p.add_argument("--unified", metavar="SERIAL", help="list the call chain of this unified "
+                   "serial")
+    p.add_argument("--limit", type=int, default=50, help="rows per section (default 50)")
+
+    commands.add(
+        "metrics", cmd_metrics, "print Prometheus metrics: usage and headroom, stuck steps, "
+        "steps, claims, interface calls and partitions",
+        examples=["metrics > /var/lib/node_exporter/textfile/hivenet.prom"],
+        description="Print the metrics of hivenet_db.metrics in the Prometheus text exposition "
+        "format (--json: as a list of metrics), for a textfile collector or a quick look; an "
+        "application serves them on its own endpoint with hivenet_db.metrics.HivenetCollector "
+        "(pip install 'hivenet-db[metrics]'). Alert rules: docs/operations.md.")

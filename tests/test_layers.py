@@ -1,0 +1,64 @@
+"""The library (what an application imports: repositories, errors, Serial, the schema) never
+imports the tools (the command, the benchmarks, the local PostgreSQL, URL handling, the
+migration runner, the pytest plugin), so an application pulls in none of them, and the
+tools' modules import each other only in one direction."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import hivenet_db
+
+PACKAGE = Path(hivenet_db.__file__).parent
+TOOLS = ("hivenet_db.cli", "hivenet_db.bench", "hivenet_db.embedded", "hivenet_db.dburl",
+         "hivenet_db.migrate", "hivenet_db.testing", "hivenet_db.bootstrap")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_tool(name: str) -> bool:
+    return any(name == tool or name.startswith(tool + ".") for tool in TOOLS)
+
+
+def imported(path: Path) -> set[str]:
+    """Every hivenet_db module ``path`` imports, at the top or inside a function."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in names if name.startswith("hivenet_db")}
+
+
+def library_modules() -> list[Path]:
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if not is_tool(module_name(p))]
+
+
+def test_the_library_never_imports_the_tools() -> None:
+    offending = {module_name(p): sorted(filter(is_tool, imported(p)))
+                 for p in library_modules()}
+    assert {m: tools for m, tools in offending.items() if tools} == {}
+
+
+def test_the_check_sees_the_library_and_a_tool_import() -> None:
+    # Guards the test above against passing vacuously: it does read the library's modules,
+    # and it does see the imports of a tool.
+    names = {module_name(p) for p in library_modules()}
+    assert {"hivenet_db", "hivenet_db.allocation", "hivenet_db.steps", "hivenet_db.errors"} <= names
+    assert not any(is_tool(n) for n in names)
+    assert "hivenet_db.migrate" in imported(PACKAGE / "cli" / "database.py")
+
+
+def test_every_command_module_registers_a_command() -> None:
+    from hivenet_db import cli
+
+    listed = {m.__name__ for m in cli.COMMAND_MODULES}
+    with_register = {module_name(p) for p in (PACKAGE / "cli").glob("*.py")
+                     if "def register(" in p.read_text()}
+    assert listed == with_register
