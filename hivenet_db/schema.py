@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 
 # The full current schema, in dependency order.
 PARTS: tuple[str, ...] = (
-    "settings", "clock", "formats", "registry", "allocate", "parse", "maintain",
+    "settings", "clock", "formats", "registry", "allocate", "ownership", "parse", "maintain",
     "dedup", "claims", "requests", "steps", "reporting", "failover", "privileges",
 )
 

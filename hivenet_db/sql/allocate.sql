@@ -216,7 +216,8 @@ END $$;
 --   Gives the counter scope of fields its own sequence now, so that its serials start at 1
 --   from the first (maintain() does the same for every scope that has been used). Commits
 --   with the caller's transaction: run it in a short one of its own, since allocations of
---   new scopes of the format wait for it. HN001 for an unknown format or bad field values.
+--   new scopes of the format wait for it. HN001 for an unknown format or bad field values;
+--   HN002 for an instance (or a format) this database does not own (ownership.sql).
 CREATE FUNCTION hivenet.prepare_scope(p_format text, p_fields jsonb) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -230,11 +231,14 @@ BEGIN
     END IF;
     v_values := hivenet._field_values(v_format, p_fields);
     PERFORM hivenet._check_fields(v_format, v_values);
+    PERFORM hivenet._check_owned(v_format, v_values);
     PERFORM hivenet._promote_scope(v_format, hivenet._scope_of(v_format, v_values),
                                    hivenet._scope_fields(v_format, v_values));
 END $$;
 
--- Part of maintain(): promotes every scope that drew from a cold counter.
+-- Part of maintain(): promotes every scope that drew from a cold counter, but those this
+-- database no longer owns (a first use that raced with own_instances: ownership.sql), whose
+-- rows are dropped.
 CREATE FUNCTION hivenet._maintain_scopes() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -244,6 +248,9 @@ BEGIN
         WITH taken AS (DELETE FROM hivenet.scope_pending RETURNING *)
         SELECT DISTINCT ON (t.format, t.scope) f AS format_row, t.scope, t.fields
         FROM taken t JOIN hivenet.format f ON f.name = t.format
+        WHERE hivenet._not_owned(f, t.fields ->> hivenet._node_field(f),
+                  hivenet._setting_value('owned_instances'),
+                  hivenet._setting_value('single_primary_formats')::boolean) IS NULL
         ORDER BY t.format, t.scope
     LOOP
         PERFORM hivenet._promote_scope(v_pending.format_row, v_pending.scope, v_pending.fields);
@@ -468,6 +475,11 @@ DECLARE
     v_seq regclass;
     v_out text[];
 BEGIN
+    -- A scope's first use (and every use of a parked one): this database must own it
+    -- (ownership.sql). Scopes with a sequence of their own passed this when promoted.
+    IF hivenet._setting_constant('owned_instances') IS DISTINCT FROM 'all' THEN
+        PERFORM hivenet._check_owned(p_format, p_values);
+    END IF;
     PERFORM pg_advisory_lock_shared(hivenet._cold_lock_space(), v_key);
     BEGIN
         v_seq := hivenet._committed_sequence(hivenet._scope_sequence_name(p_format.name, v_scope));

@@ -140,7 +140,9 @@ END $$;
 --   time (its caller's local time, in any zone from UTC-12 to UTC+14) is older than the
 --   setting interface_window or later than now + interface_future_tolerance in every such
 --   zone, unless this database issued it (its clock stepped back: allocate.sql); HN020 when
---   it is already recorded.
+--   it is already recorded; HN002 when this database declared owned instances and does not
+--   own the serial's (its caller's) instance: a retry sent to the wrong shard (ownership.sql,
+--   check_received_instances).
 --   Blocks while another transaction holds an uncommitted claim of the same serial, then
 --   raises HN020 if that one committed, or records the call if it rolled back. With nowait
 --   it raises HN020 at once instead of waiting (also, once in about 4 billion, for another
@@ -192,6 +194,10 @@ BEGIN
     END IF;
     IF p_system_serial !~ '^[0-9A-Za-z]{10}[0-9]{20}$' THEN
         PERFORM hivenet._reject_serial(p_system_serial, 'system');
+    END IF;
+    -- Several primaries: a serial of an instance another shard owns (ownership.sql).
+    IF hivenet._setting_constant('owned_instances') <> 'all' THEN
+        PERFORM hivenet._check_owned_serial('interface', p_serial);
     END IF;
     v_local := make_timestamp(substr(p_serial, 16, 4)::integer, substr(p_serial, 20, 2)::integer,
                               substr(p_serial, 22, 2)::integer, substr(p_serial, 24, 2)::integer,

@@ -100,6 +100,8 @@ BEGIN
             hivenet.set_claim_expiry(text, interval), hivenet.prepare_scope(text, jsonb),
             hivenet.fence_failover(bigint, boolean), hivenet.replication_warning()
         TO hivenet_admin;
+        GRANT EXECUTE ON FUNCTION hivenet.own_instances(text, boolean, boolean)
+        TO hivenet_admin;
         GRANT EXECUTE ON FUNCTION
             hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
             hivenet.set_request_retention(text, interval)

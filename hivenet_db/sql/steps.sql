@@ -68,6 +68,8 @@ END $$;
 --   HN021 SerialOutsideWindow: the serial's date (business time zone) starts before now -
 --   step_retention (the step's record may already be purged: it must not run again) or
 --   after now + step_future_tolerance.
+--   HN002 UnknownScope: a database that declared owned instances does not own the serial's
+--   instance (a retry sent to the wrong shard; ownership.sql, check_received_instances).
 --   Blocks while another transaction has started the same attempt and not yet committed or
 --   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
 --   with nowait it raises HN030 at once instead. In REPEATABLE READ or SERIALIZABLE a
@@ -109,6 +111,10 @@ BEGIN
         IF p_unified_serial IS NOT NULL THEN
             PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
         END IF;
+    END IF;
+    -- Several primaries: a serial of an instance another shard owns (ownership.sql).
+    IF hivenet._setting_constant('owned_instances') <> 'all' THEN
+        PERFORM hivenet._check_owned_serial('system', p_system_serial);
     END IF;
     -- Old serials are refused, not run again: their record may be purged (HN021). Settings
     -- from the generated constants (settings.sql): no query on the hot path.

@@ -1,0 +1,23 @@
+"""Instance ownership: several primaries whose serials never collide (issue 16).
+
+Revision ID: 0015
+Revises: 0013
+Create Date: 2026-11-24
+"""
+
+from alembic import op
+
+from hivenet_db.schema import apply_revision_sql
+
+revision = "0015"
+down_revision = "0013"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    apply_revision_sql(op.get_bind(), __file__)
+
+
+def downgrade() -> None:
+    apply_revision_sql(op.get_bind(), __file__, ".downgrade.sql")
