@@ -115,6 +115,18 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT coalesce(hivenet._setting_constant(p_name), hivenet._setting_value(p_name))
 $$;
 
+-- hivenet.ownership() → table(owned_instances text, single_primary_formats boolean,
+--   check_received_instances boolean), one row: what this database declared (for any role:
+--   hivenet_db.shards.ShardMap checks its map against every shard's at start). No error.
+CREATE FUNCTION hivenet.ownership()
+RETURNS TABLE (owned_instances text, single_primary_formats boolean,
+               check_received_instances boolean)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT hivenet._setting_value('owned_instances'),
+           hivenet._setting_value('single_primary_formats')::boolean,
+           hivenet._setting_value('check_received_instances')::boolean
+$$;
+
 -- Why this database may not issue format p_format for node value p_node (its node field's
 -- value; NULL for a format without one) under owned instances p_owned and setting
 -- single_primary_formats p_single; NULL when it may.

@@ -53,6 +53,8 @@ GRANT EXECUTE ON FUNCTION
     hivenet.begin_request(text, text, jsonb, text, interval, boolean),
     hivenet.finish_request(text, text, integer, boolean, jsonb)
 TO PUBLIC;
+-- What this database owns among several primaries (ownership.sql).
+GRANT EXECUTE ON FUNCTION hivenet.ownership() TO PUBLIC;
 
 -- The allocation fast path (allocate.sql, _fast_serial) is inlined into the caller's statement
 -- and runs with the caller's rights, so every function in it must be executable by the

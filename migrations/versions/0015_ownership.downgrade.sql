@@ -46,6 +46,12 @@ BEGIN
         PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
         RAISE;
     END;
+    PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
+    IF v_seq IS NOT NULL THEN
+        RETURN hivenet._issue(v_seq, p_format, p_values, p_count, format('scope %L', v_scope));
+    END IF;
+    RETURN v_out;
+END $$;
 
 -- hivenet_db/sql/allocate.sql as of revision 0013
 -- hivenet.prepare_scope(format, fields) → void (administrators)
@@ -290,6 +296,7 @@ DELETE FROM hivenet.setting
 WHERE name IN ('owned_instances', 'single_primary_formats', 'check_received_instances');
 DROP FUNCTION hivenet.own_instances(text, boolean, boolean);
 DROP FUNCTION hivenet._park_scope(text, text, boolean);
+DROP FUNCTION hivenet.ownership();
 DROP FUNCTION hivenet._ownership_check();
 DROP FUNCTION hivenet._scopes_by_node();
 DROP FUNCTION hivenet._check_owned_serial(text, text);

@@ -1,6 +1,6 @@
 -- Revision 0015: instance ownership, several primaries whose serials never collide (issue 16).
 --   * hivenet_db/sql/ownership.sql (new): settings owned_instances, single_primary_formats,
---     check_received_instances; own_instances(); the checks; parking of given-up scopes;
+--     check_received_instances; own_instances(), ownership(); the checks; parking of given-up scopes;
 --   * _issue_cold, prepare_scope: HN002 for an instance (or format) this database does not own;
 --   * _maintain_scopes: pending first uses no longer owned are dropped, not promoted;
 --   * begin_step, claim_interface_serial: HN002 for a received serial of an instance this
@@ -125,6 +125,18 @@ $$;
 CREATE FUNCTION hivenet._ownership_setting(p_name text) RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT coalesce(hivenet._setting_constant(p_name), hivenet._setting_value(p_name))
+$$;
+
+-- hivenet.ownership() → table(owned_instances text, single_primary_formats boolean,
+--   check_received_instances boolean), one row: what this database declared (for any role:
+--   hivenet_db.shards.ShardMap checks its map against every shard's at start). No error.
+CREATE FUNCTION hivenet.ownership()
+RETURNS TABLE (owned_instances text, single_primary_formats boolean,
+               check_received_instances boolean)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT hivenet._setting_value('owned_instances'),
+           hivenet._setting_value('single_primary_formats')::boolean,
+           hivenet._setting_value('check_received_instances')::boolean
 $$;
 
 -- Why this database may not issue format p_format for node value p_node (its node field's
@@ -348,6 +360,12 @@ BEGIN
         PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
         RAISE;
     END;
+    PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
+    IF v_seq IS NOT NULL THEN
+        RETURN hivenet._issue(v_seq, p_format, p_values, p_count, format('scope %L', v_scope));
+    END IF;
+    RETURN v_out;
+END $$;
 
 -- hivenet_db/sql/allocate.sql
 -- hivenet.prepare_scope(format, fields) → void (administrators)
@@ -662,6 +680,8 @@ GRANT EXECUTE ON FUNCTION
     hivenet.begin_request(text, text, jsonb, text, interval, boolean),
     hivenet.finish_request(text, text, integer, boolean, jsonb)
 TO PUBLIC;
+-- What this database owns among several primaries (ownership.sql).
+GRANT EXECUTE ON FUNCTION hivenet.ownership() TO PUBLIC;
 
 -- The allocation fast path (allocate.sql, _fast_serial) is inlined into the caller's statement
 -- and runs with the caller's rights, so every function in it must be executable by the
