@@ -263,8 +263,8 @@ def test_no_duplicate_serial_under_16_clients_across_three_shards(
 def test_a_rolled_back_business_transaction_leaves_nothing_on_any_shard(
         conns: list[psycopg.Connection], engines: dict[str, Engine]) -> None:
     shard_map = shard_map_of_three(conns, engines)
-    for conn in conns:
-        conn.execute("CREATE TABLE orders (unified_serial text PRIMARY KEY)")
+    for db in conns:
+        db.execute("CREATE TABLE orders (unified_serial text PRIMARY KEY)")
     tenant = "C0001/50"
     with shard_map.begin(tenant) as conn:
         serials = SerialRepository(conn)
