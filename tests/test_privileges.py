@@ -71,6 +71,7 @@ def test_the_application_api_works_with_usage_only(app: psycopg.Connection) -> N
     "SELECT hivenet.define_format('mine', '[{\"seq\": 3, \"reset\": \"never\"}]')",
     "SELECT hivenet.register_system('C0001')",
     "SELECT hivenet.maintain()",
+    "SELECT hivenet.own_instances('01-09')",
     "SELECT hivenet.set_claim_expiry('q', '1 day')",
     "SELECT hivenet.set_request_retention('orders', '1 day')",
     "SELECT hivenet.resolve_request('orders', 'k1', 1, true, 'note')",
@@ -100,6 +101,7 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         "hivenet.begin_request", "hivenet.finish_request",
         "hivenet._period_index", "hivenet._period_start", "hivenet._scope_counter_value",
         "hivenet._reporting_local_now",
+        "hivenet.ownership",  # what this database owns among several primaries (ownership.sql)
         # Inlined into next_unified_serial / next_system_serial, run as the caller (allocate.sql).
         "hivenet._fast_serial", "hivenet._format_constant", "hivenet._setting_constant",
         "hivenet._scope_sequence_name"}
