@@ -364,3 +364,22 @@ def test_downgrading_past_0015_gives_parked_scopes_their_counters_back(
     assert scalar(a, UNIFIED, ("05",)) > first
     migrate.upgrade(urls[0])
     assert scalar(a, "SELECT owned_instances FROM hivenet.ownership()") == "all"
+
+
+def test_an_administrator_changes_ownership_and_an_application_reads_it(
+        conns: list[psycopg.Connection]) -> None:
+    a = conns[0]
+    for role in ("hivenet_admin", "hivenet_app"):
+        if scalar(a, "SELECT to_regrole(%s) IS NULL", (role,)):
+            a.execute(f"CREATE ROLE {role} NOLOGIN")
+    a.execute("SELECT hivenet._grant_roles()")
+    first = scalar(a, UNIFIED, ("05",))
+    a.execute("SELECT hivenet.maintain()")
+    a.execute("SET ROLE hivenet_admin")
+    a.execute("SELECT hivenet.own_instances('01-04', NULL, true)")
+    # A plain UPDATE goes through the same trigger, which restores the parked scope.
+    a.execute("UPDATE hivenet.setting SET value = '01-09' WHERE name = 'owned_instances'")
+    a.execute("SET ROLE hivenet_app")
+    assert scalar(a, "SELECT owned_instances FROM hivenet.ownership()") == "01-09"
+    assert scalar(a, UNIFIED, ("05",)) > first
+    a.execute("RESET ROLE")

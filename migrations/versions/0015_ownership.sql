@@ -216,9 +216,10 @@ $$;
 -- instances canonically (HN001 when malformed), refuses a change that leaves a scope of this
 -- database outside what it may issue (HN001 naming one: give the instances up with
 -- own_instances(..., p_force => true), which parks them first), and restores the parked
--- scopes that the new value allows again.
+-- scopes that the new value allows again. SECURITY DEFINER: an administrator's plain UPDATE
+-- renames the owner's sequences.
 CREATE FUNCTION hivenet._ownership_check() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_owned text;
     v_single boolean;
