@@ -111,7 +111,7 @@ class ShardMap:
         the file (keep passwords out of it: libpq's ~/.pgpass or PGPASSWORD). Checked
         against the shards (:meth:`check`) unless ``check`` is false."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        urls = {str(k): str(v) for k, v in data.get("shards", {}).items()}
+        urls = shard_urls_in(path)
         if engines is None:
             engines = {name: _engine_for(url) for name, url in urls.items()}
         placements = {
@@ -324,6 +324,12 @@ class ShardMap:
     def dispose(self) -> None:
         for engine in self.engines.values():
             engine.dispose()
+
+
+def shard_urls_in(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The shards of the map file ``path``: name → URL (its ``"shards"``)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {str(k): str(v) for k, v in data.get("shards", {}).items()}
 
 
 def merged(per_shard: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

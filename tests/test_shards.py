@@ -5,7 +5,10 @@ own (tests/shard_clusters.py) with real parallel connections."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -383,3 +386,45 @@ def test_an_administrator_changes_ownership_and_an_application_reads_it(
     assert scalar(a, "SELECT owned_instances FROM hivenet.ownership()") == "01-09"
     assert scalar(a, UNIFIED, ("05",)) > first
     a.execute("RESET ROLE")
+
+
+def hivenet_db(*args: str, rc: int = 0) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "HIVENET_DATABASE_URL"}
+    result = subprocess.run([str(Path(sys.executable).with_name("hivenet-db")), *args],
+                            capture_output=True, text=True, env=env, timeout=180, check=False)
+    assert result.returncode == rc, result.stderr
+    return result
+
+
+def test_the_command_declares_ownership_and_reports_and_maintains_across_shards(
+        conns: list[psycopg.Connection], urls: list[str], tmp_path: Path) -> None:
+    (row,) = json.loads(hivenet_db("migrate", "--owns-instances", "01-33", "--url", urls[0],
+                                   "--json").stdout)
+    assert row["owned_instances"] == "01-33"
+    hivenet_db("migrate", "--owns-instances", "34-66", "--single-primary-formats",
+               "--url", urls[1])
+    hivenet_db("migrate", "--owns-instances", "67-99", "--url", urls[2])
+    assert [tuple(scalar(c, "SELECT (owned_instances, single_primary_formats)::text "
+                            "FROM hivenet.ownership()") for c in conns)] == \
+        [("(01-33,f)", "(34-66,t)", "(67-99,f)")]
+    failed = hivenet_db("migrate", "--owns-instances", "1-9", "--url", urls[0], rc=1)
+    assert "HN001" in failed.stderr and "'1-9'" in failed.stderr
+    unified = scalar(conns[0], UNIFIED, ("03",))
+    calls = []
+    for conn, instance in ((conns[2], "70"), (conns[1], "40")):
+        call = scalar(conn, "SELECT hivenet.next_interface_serial('C0001', 'A01', %s, "
+                            "'C0002')", (instance,))
+        conn.execute("SELECT hivenet.claim_interface_serial(%s, %s)", (call, unified))
+        calls.append(call)
+    report = json.loads(hivenet_db("report", "--shards", ",".join(urls), "--unified", unified,
+                                   "--json").stdout)
+    chain = report[f"call chain of {unified}"]
+    assert [(c["shard"], c["interface_serial"]) for c in chain] == [
+        ("shard2", calls[0]), ("shard1", calls[1])]
+    assert {r["shard"] for r in report["steps per state"]} == {"shard0", "shard1", "shard2"}
+    path = tmp_path / "shards.json"
+    path.write_text(json.dumps({"shards": {f"s{i}": u for i, u in enumerate(urls)}}))
+    done = json.loads(hivenet_db("maintain", "--shard-map", str(path), "--json").stdout)
+    assert [r["shard"] for r in done] == ["s0", "s1", "s2"]
+    assert all(scalar(c, "SELECT count(*) FROM hivenet.maintain_run") == 1 for c in conns)
+    hivenet_db("maintain", "--shards", urls[0], "--url", urls[0], rc=2)

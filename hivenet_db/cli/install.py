@@ -35,6 +35,9 @@ def _alembic(action: str, args: argparse.Namespace, out: Output) -> None:
     row = {"database": redact(url), "revision": migrate.current(url)}
     if getattr(args, "time_zone", None) is not None:  # migrate --time-zone, once upgraded
         row["time_zone"] = set_time_zone(url, args.time_zone)
+    if getattr(args, "owns_instances", None) is not None:  # migrate --owns-instances
+        row["owned_instances"] = own_instances(url, args.owns_instances,
+                                               args.single_primary_formats)
     out.rows([row])
 
 
@@ -57,10 +60,23 @@ def set_time_zone(url: str, zone: str) -> str:
                                 {"zone": zone}).scalar_one())
 
 
+def own_instances(url: str, instances: str, single_primary_formats: bool | None) -> str:
+    """Declare the instances this database owns (hivenet.own_instances, docs/scale-out.md)
+    in a transaction of its own; HN001 for a malformed list or an instance given up that
+    has serials here (forcing that is an SQL call, deliberately)."""
+    with engine_for(url) as engine, engine.begin() as conn:
+        return str(conn.execute(text("SELECT hivenet.own_instances(:i, :s)"),
+                                {"i": instances, "s": single_primary_formats}).scalar_one())
+
+
 def cmd_migrate(args: argparse.Namespace, out: Output) -> int | None:
+    if args.single_primary_formats and args.owns_instances is None:
+        raise CommandError("--single-primary-formats goes with --owns-instances")
     if args.check:
         if args.time_zone is not None:
             raise CommandError("--check changes nothing: drop --time-zone")
+        if args.owns_instances is not None:
+            raise CommandError("--check changes nothing: drop --owns-instances")
         return migrate_check(args, out)
     _alembic("upgrade", args, out)
     return None
@@ -115,6 +131,7 @@ def register(commands: Commands) -> None:
         "migrate", cmd_migrate, "create or upgrade schema hivenet (alembic, version table "
         "hivenet_alembic_version); --check tells where it stands",
         examples=["migrate --time-zone Asia/Shanghai",
+                  "migrate --owns-instances 01-09 --url postgresql://owner@shard0/app",
                   "migrate --check --url postgresql://owner@db/app"],
         description="Create or upgrade schema hivenet to --revision (alembic, version table "
         "hivenet_alembic_version). With --check, change nothing: print whether the database "
@@ -128,6 +145,13 @@ def register(commands: Commands) -> None:
         "then set the business time zone of the serials' dates (setting time_zone, e.g. "
         "Asia/Shanghai; default UTC); choose it before the first serial: once serials exist "
         "the database refuses a zone behind the current one (HN001)"))
+    p.add_argument("--owns-instances", metavar="INSTANCES", help=(
+        "then declare the instances this database allocates for, e.g. 01-09 or 01,03,05 "
+        "(the instance field; the shard field of id_service), for several primaries: "
+        "others raise HN002 (docs/scale-out.md); 'all' (the default) is one primary"))
+    p.add_argument("--single-primary-formats", action="store_true", default=None, help=(
+        "with --owns-instances: this database is the one that issues the formats without "
+        "an instance field (merchant_trade, per_second)"))
 
     p = commands.add("downgrade", cmd_downgrade, "go back to an older revision",
                      examples=["downgrade -1"],

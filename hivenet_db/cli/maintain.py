@@ -10,9 +10,17 @@ from sqlalchemy import text
 from hivenet_db.cli.database import dicts, transaction
 from hivenet_db.cli.output import Output
 from hivenet_db.cli.parser import Commands
+from hivenet_db.cli.sharding import add_shard_options, each_shard, shard_urls
 
 
 def cmd_maintain(args: argparse.Namespace, out: Output) -> None:
+    urls = shard_urls(args)
+    if urls is not None:  # each shard in its own transaction, one row per shard
+        done = each_shard(args, out, urls, lambda conn: (
+            conn.execute(text("SELECT hivenet.maintain()")),
+            dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))[1])
+        out.rows([{"shard": name, "maintain": "done", "at": at} for name, at in done.items()])
+        return
     with transaction(args, out) as conn, out.progress("hivenet.maintain()"):
         conn.execute(text("SELECT hivenet.maintain()"))
     out.rows([{"maintain": "done", "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}])
@@ -30,8 +38,14 @@ def cmd_failover_fence(args: argparse.Namespace, out: Output) -> None:
 
 
 def register(commands: Commands) -> None:
-    commands.add("maintain", cmd_maintain, "run hivenet.maintain() (partitions, retention); "
-                 "run it every few minutes", examples=["maintain --url postgresql://owner@db/app"])
+    p = commands.add("maintain", cmd_maintain, "run hivenet.maintain() (partitions, "
+                     "retention); run it every few minutes",
+                     examples=["maintain --url postgresql://owner@db/app",
+                               "maintain --shard-map shards.json"],
+                     description="Run hivenet.maintain() (partitions, retention); run it "
+                     "every few minutes. With --shards or --shard-map: on every shard, each "
+                     "in its own transaction.")
+    add_shard_options(p)
 
     p = commands.add(
         "failover-fence", cmd_failover_fence, "on a promoted standby, before it takes "

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, text
 from hivenet_db.cli.database import dicts, exists, transaction
 from hivenet_db.cli.output import Output, dump_json
 from hivenet_db.cli.parser import Commands
+from hivenet_db.cli.sharding import add_shard_options, each_shard, merged_sections, shard_urls
 
 
 def report_sections(conn: Connection, unified: str | None, limit: int
@@ -52,8 +53,16 @@ def report_sections(conn: Connection, unified: str | None, limit: int
 
 
 def cmd_report(args: argparse.Namespace, out: Output) -> None:
-    with transaction(args, out) as conn:
-        sections = report_sections(conn, args.unified, args.limit)
+    urls = shard_urls(args)
+    if urls is not None:
+        sections = merged_sections(each_shard(
+            args, out, urls, lambda conn: report_sections(conn, args.unified, args.limit)))
+        chain = sections.get(f"call chain of {args.unified}")
+        if isinstance(chain, list):  # the calls of one transaction, in the order recorded
+            chain.sort(key=lambda row: row["recorded_at"])
+    else:
+        with transaction(args, out) as conn:
+            sections = report_sections(conn, args.unified, args.limit)
     out.sections(sections)
 
 def cmd_metrics(args: argparse.Namespace, out: Output) -> None:
@@ -71,14 +80,18 @@ def register(commands: Commands) -> None:
     p = commands.add(
         "report", cmd_report, "call chain, step and request states, stuck ones, usage and "
         "headroom",
-        examples=["report --unified C0001A0101201507100123456789 --limit 20"],
+        examples=["report --unified C0001A0101201507100123456789 --limit 20",
+                  "report --shards postgresql://app@shard0/pay,postgresql://app@shard1/pay"],
         description="Print the business time zone and each reporting section this database "
         "has: the call chain of --unified, per-scope usage and headroom of the current "
         "period, interface calls per day, steps per state and stuck steps, keyed requests "
-        "per state and stuck keyed requests.")
+        "per state and stuck keyed requests. With --shards or --shard-map: on every shard, "
+        "the rows merged with a first column shard (docs/scale-out.md).")
     p.add_argument("--unified", metavar="SERIAL", help="list the call chain of this unified "
                    "serial")
-    p.add_argument("--limit", type=int, default=50, help="rows per section (default 50)")
+    p.add_argument("--limit", type=int, default=50, help="rows per section (default 50; "
+                   "per shard with --shards)")
+    add_shard_options(p)
 
     commands.add(
         "metrics", cmd_metrics, "print Prometheus metrics: usage and headroom, stuck steps, "
