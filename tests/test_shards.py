@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from hivenet_db import InterfaceDedup, SerialRepository, StepRepository, migrate
 from hivenet_db.errors import UnknownScope
 from hivenet_db.shards import Placement, ShardMap, ShardMapError, from_urls
-from tests.helpers import failure, scalar
+from tests.helpers import failure, in_parallel, scalar
 from tests.shard_clusters import ShardClusters, shard_clusters
 
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"
@@ -428,3 +429,52 @@ def test_the_command_declares_ownership_and_reports_and_maintains_across_shards(
     assert [r["shard"] for r in done] == ["s0", "s1", "s2"]
     assert all(scalar(c, "SELECT count(*) FROM hivenet.maintain_run") == 1 for c in conns)
     hivenet_db("maintain", "--shards", urls[0], "--url", urls[0], rc=2)
+
+
+def test_giving_up_an_instance_while_16_connections_allocate_for_it(
+        conns: list[psycopg.Connection], urls: list[str]) -> None:
+    """A statement that starts after own_instances commits is refused (HN002); none is
+    issued twice, before or after the scope is parked and restored."""
+    a = conns[0]
+    own(conns, "01-09")
+    scalar(a, UNIFIED, ("05",))
+    a.execute("SELECT hivenet.maintain()")  # its own sequence: the fast path
+    workers = [psycopg.connect(urls[0], autocommit=True) for _ in range(16)]
+    stop = threading.Event()
+    given_up_at: list[float] = []
+
+    def allocate(conn: psycopg.Connection, barrier: threading.Barrier
+                 ) -> list[tuple[float, str | None]]:
+        done: list[tuple[float, str | None]] = []
+        barrier.wait()
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                done.append((started, scalar(conn, UNIFIED, ("05",))))
+            except psycopg.Error as error:
+                assert error.diag.sqlstate == "HN002", error
+                done.append((started, None))
+        return done
+
+    def give_up() -> None:
+        time.sleep(0.5)
+        a.execute("SELECT hivenet.own_instances('01-04,06-09', NULL, true)")
+        given_up_at.append(time.monotonic())
+        time.sleep(0.5)
+        stop.set()
+
+    changer = threading.Thread(target=give_up)
+    changer.start()
+    try:
+        results = in_parallel(workers, allocate)
+    finally:
+        changer.join()
+        for worker in workers:
+            worker.close()
+    calls = [r for mine in results for r in mine]
+    issued = [s for _, s in calls if s is not None]
+    assert len(issued) == len(set(issued)) > 16
+    assert not [s for started, s in calls if s is not None and started > given_up_at[0]]
+    assert any(s is None for _, s in calls)
+    a.execute("SELECT hivenet.own_instances('01-09')")
+    assert scalar(a, UNIFIED, ("05",)) > max(issued)
