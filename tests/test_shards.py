@@ -357,7 +357,7 @@ def test_sharded_session_routes_orm_objects_by_tenant(
         ("s0", "C0001/17"), ("s2", "C0001/68")]
 
 
-def test_downgrading_past_0015_gives_parked_scopes_their_counters_back(
+def test_downgrading_past_0014_gives_parked_scopes_their_counters_back(
         conns: list[psycopg.Connection], urls: list[str]) -> None:
     a = conns[0]
     first = scalar(a, UNIFIED, ("05",))

@@ -1,6 +1,6 @@
 """Instance ownership: several primaries whose serials never collide (issue 16).
 
-Revision ID: 0015
+Revision ID: 0014
 Revises: 0013
 Create Date: 2026-11-24
 """
@@ -9,7 +9,7 @@ from alembic import op
 
 from hivenet_db.schema import apply_revision_sql
 
-revision = "0015"
+revision = "0014"
 down_revision = "0013"
 branch_labels = None
 depends_on = None

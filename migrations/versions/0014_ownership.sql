@@ -1,18 +1,328 @@
--- Revision 0015 down: one primary again. Parked scopes get their sequences back first (their
--- counters are kept), then the ownership settings, trigger and functions go, and the functions
--- 0015 changed are as they were at revision 0013.
+-- Revision 0014: instance ownership, several primaries whose serials never collide (issue 16).
+--   * hivenet_db/sql/ownership.sql (new): settings owned_instances, single_primary_formats,
+--     check_received_instances; own_instances(), ownership(); the checks; parking of given-up scopes;
+--   * _issue_cold, prepare_scope: HN002 for an instance (or format) this database does not own;
+--   * _maintain_scopes: pending first uses no longer owned are dropped, not promoted;
+--   * begin_step, claim_interface_serial: HN002 for a received serial of an instance this
+--     database does not own, once it declared ownership (a retry on the wrong shard);
+--   * privileges applied again (new functions; own_instances for hivenet_admin).
+-- The state of hivenet_db/sql/{ownership,allocate,steps,dedup,privileges}.sql on 2026-11-24.
+-- Never edit it.
 
-DO $$
+-- hivenet_db/sql/ownership.sql
+-- Instance ownership: several primaries, serials that never collide (SPEC §1 "Several
+-- primaries", docs/scale-out.md).
+--
+-- Each database declares the instances it owns (setting owned_instances, changed with
+-- hivenet.own_instances(...) or `hivenet-db migrate --owns-instances`): the `instance` field of
+-- unified, system and interface serials, the `shard` field of id_service (a format's node
+-- field: its field named instance, else shard). 'all' (the default) is one primary, as before.
+-- Formats without a node field (merchant_trade, per_second) cannot be split by instance: once
+-- ownership is declared, only the database whose setting single_primary_formats is on issues
+-- them. Allocation outside that raises HN002 naming the instance and what this database owns.
+--
+-- Nothing is added to the allocation hot path (next_unified_serial's inlined fast path,
+-- _allocate with a scope's own sequence): the check runs where a scope is first used
+-- (_issue_cold, allocate.sql) and where it gets its own sequence (prepare_scope, maintain()).
+-- Every scope sequence therefore belongs to an owned instance; giving an instance up is
+-- refused while it has scopes here, unless forced, which parks their sequences (renamed
+-- seq_X → off_X, counters kept): the next allocation finds no sequence, goes through the
+-- first-use path and its check, and gets HN002. Owning the instance again restores them.
+-- A change takes effect for transactions that start after it commits.
+--
+-- The receiving side: on a database that declared ownership, begin_step and
+-- claim_interface_serial refuse a serial whose printed instance it does not own (HN002),
+-- unless the setting check_received_instances is off. Received serials carry their sender's
+-- instance (seed 000: the caller makes the system and interface serials), so this holds when
+-- received calls are routed to the shard that owns the instance in their serial (as the
+-- sender's own allocations are): then a retry on the wrong shard is refused instead of running
+-- the step a second time. A deployment routing received calls by another key (a merchant)
+-- turns the setting off and relies on its routing alone.
+
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('owned_instances', 'all', 'text',
+     'instances (the instance field; the shard field of id_service) this database allocates '
+     'for: ''all'' (one primary) or a list such as ''01-09,12''; change it with '
+     'hivenet.own_instances() (HN002 for others)'),
+    ('single_primary_formats', 'false', 'boolean',
+     'once owned_instances is not ''all'': this database is the one that issues the formats '
+     'without an instance or shard field (merchant_trade, per_second); on exactly one primary'),
+    ('check_received_instances', 'true', 'boolean',
+     'once owned_instances is not ''all'': begin_step and claim_interface_serial refuse '
+     'serials whose instance this database does not own (HN002: a retry on the wrong shard)');
+
+-- The instances of p_instances ('all', or a list of two-digit instances and ranges such as
+-- '01-09, 12'), written canonically: sorted, ranges merged ('01-09,12'). HN001 naming the bad
+-- part; an empty list is refused (a database that owns nothing issues nothing).
+CREATE FUNCTION hivenet._canonical_instances(p_instances text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_scope record;
+    v_part text;
+    v_from integer;
+    v_to integer;
+    v_owned boolean[] := array_fill(false, ARRAY[100], ARRAY[0]);
+    v_out text[] := '{}';
+    v_start integer;
 BEGIN
-    FOR v_scope IN SELECT format, scope FROM hivenet.scope
-                   WHERE left(sequence_name, 4) = 'off_' ORDER BY sequence_name LOOP
-        PERFORM hivenet._park_scope(v_scope.format, v_scope.scope, false);
+    IF lower(btrim(p_instances)) = 'all' THEN
+        RETURN 'all';
+    END IF;
+    FOREACH v_part IN ARRAY string_to_array(replace(coalesce(p_instances, ''), ' ', ''), ',')
+    LOOP
+        IF v_part !~ '^[0-9]{2}(-[0-9]{2})?$' THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('owned instances %s: %s is no instance (00 to 99) nor range '
+                                 '(such as 01-09); give ''all'' or a list such as ''01-09,12''',
+                                 hivenet._shown(p_instances), hivenet._shown(v_part));
+        END IF;
+        v_from := left(v_part, 2)::integer;
+        v_to := right(v_part, 2)::integer;
+        IF v_to < v_from THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('owned instances %s: range %s ends before it starts',
+                                 hivenet._shown(p_instances), hivenet._shown(v_part));
+        END IF;
+        FOR i IN v_from .. v_to LOOP
+            v_owned[i] := true;
+        END LOOP;
     END LOOP;
+    FOR i IN 0 .. 100 LOOP
+        IF i < 100 AND v_owned[i] AND v_start IS NULL THEN
+            v_start := i;
+        ELSIF (i = 100 OR NOT v_owned[i]) AND v_start IS NOT NULL THEN
+            v_out := v_out || CASE WHEN v_start = i - 1 THEN to_char(v_start, 'FM00')
+                                   ELSE to_char(v_start, 'FM00') || '-' || to_char(i - 1, 'FM00')
+                              END;
+            v_start := NULL;
+        END IF;
+    END LOOP;
+    IF v_out = '{}' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('owned instances %s: name at least one instance, or ''all''',
+                             hivenet._shown(p_instances));
+    END IF;
+    RETURN array_to_string(v_out, ',');
 END $$;
 
--- hivenet_db/sql/allocate.sql as of revision 0013
+-- Whether instance p_instance (two digits) is in p_owned (canonical: _canonical_instances).
+CREATE FUNCTION hivenet._instance_in(p_instance text, p_owned text) RETURNS boolean
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT p_owned = 'all' OR (p_instance ~ '^[0-9]{2}$' AND EXISTS (
+        SELECT FROM unnest(string_to_array(p_owned, ',')) AS r
+        WHERE p_instance BETWEEN left(r, 2) AND right(r, 2)))
+$$;
+
+-- The node field of format p_format: its field named instance, else shard, else NULL (a
+-- format that can only be issued by one primary).
+CREATE FUNCTION hivenet._node_field(p_format hivenet.format) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN 'instance' = ANY (p_format.field_names) THEN 'instance'
+                WHEN 'shard' = ANY (p_format.field_names) THEN 'shard' END
+$$;
+
+-- The current value of setting p_name: its generated constant, or its row when the constant
+-- is missing (a rewrite lost to a concurrent one: settings.sql).
+CREATE FUNCTION hivenet._ownership_setting(p_name text) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(hivenet._setting_constant(p_name), hivenet._setting_value(p_name))
+$$;
+
+-- hivenet.ownership() → table(owned_instances text, single_primary_formats boolean,
+--   check_received_instances boolean), one row: what this database declared (for any role:
+--   hivenet_db.shards.ShardMap checks its map against every shard's at start). No error.
+CREATE FUNCTION hivenet.ownership()
+RETURNS TABLE (owned_instances text, single_primary_formats boolean,
+               check_received_instances boolean)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT hivenet._setting_value('owned_instances'),
+           hivenet._setting_value('single_primary_formats')::boolean,
+           hivenet._setting_value('check_received_instances')::boolean
+$$;
+
+-- Why this database may not issue format p_format for node value p_node (its node field's
+-- value; NULL for a format without one) under owned instances p_owned and setting
+-- single_primary_formats p_single; NULL when it may.
+CREATE FUNCTION hivenet._not_owned(p_format hivenet.format, p_node text, p_owned text,
+    p_single boolean) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE
+        WHEN p_owned = 'all' THEN NULL
+        WHEN hivenet._node_field(p_format) IS NULL THEN CASE WHEN NOT p_single THEN format(
+            'format %s has no instance or shard field: with several primaries only the one '
+            'whose setting single_primary_formats is on issues it (this database owns '
+            'instances %s, and that setting is off here)', p_format.name, p_owned) END
+        WHEN NOT hivenet._instance_in(p_node, p_owned) THEN format(
+            'format %s: %s %s is not owned by this database (it owns %s): allocate on the '
+            'database that owns it (docs/scale-out.md)', p_format.name,
+            hivenet._node_field(p_format), hivenet._shown(p_node), p_owned)
+    END
+$$;
+
+-- HN002 unless this database may issue format p_format for field values p_values (in the
+-- format's field order). Off the hot path: on a scope's first use and promotion only.
+CREATE FUNCTION hivenet._check_owned(p_format hivenet.format, p_values text[]) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_problem text := hivenet._not_owned(p_format,
+        p_values[array_position(p_format.field_names, hivenet._node_field(p_format))],
+        hivenet._ownership_setting('owned_instances'),
+        hivenet._ownership_setting('single_primary_formats')::boolean);
+BEGIN
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN002', MESSAGE = v_problem;
+    END IF;
+END $$;
+
+-- HN002 when serial p_serial of format p_format (system: a step; interface: a claim), valid,
+-- was received by a database that does not own the instance printed in it (docs/scale-out.md:
+-- a retry on the wrong shard). Callers test owned_instances <> 'all' first (no call at all on
+-- one primary); nothing is checked when check_received_instances is off.
+CREATE FUNCTION hivenet._check_owned_serial(p_format text, p_serial text) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_owned text := hivenet._ownership_setting('owned_instances');
+    v_instance text;
+BEGIN
+    IF v_owned = 'all' OR NOT hivenet._ownership_setting('check_received_instances')::boolean
+    THEN
+        RETURN;
+    END IF;
+    -- The standard's system and interface serials print the instance at 9-10.
+    v_instance := CASE WHEN p_format IN ('system', 'interface') THEN substr(p_serial, 9, 2)
+                       ELSE hivenet.parse_serial(p_serial, p_format) ->> 'instance' END;
+    IF NOT hivenet._instance_in(v_instance, v_owned) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN002',
+            MESSAGE = format('%s serial %s carries instance %s, which this database does not '
+                             'own (it owns %s): send it, and every retry of it, to the shard '
+                             'that owns that instance (docs/scale-out.md; setting '
+                             'check_received_instances)', p_format, p_serial,
+                             hivenet._shown(v_instance), v_owned);
+    END IF;
+END $$;
+
+-- Counter scopes with a sequence of their own (parked or not) or waiting for one, with their
+-- format and node value.
+CREATE FUNCTION hivenet._scopes_by_node()
+RETURNS TABLE (format hivenet.format, scope text, node text, sequence_name text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT f, s.scope, s.fields ->> hivenet._node_field(f), s.sequence_name
+    FROM (SELECT c.format, c.scope, c.fields, c.sequence_name FROM hivenet.scope c
+          UNION ALL
+          SELECT DISTINCT p.format, p.scope, p.fields, NULL FROM hivenet.scope_pending p) AS s
+    JOIN hivenet.format f ON f.name = s.format
+$$;
+
+-- Trigger on hivenet.setting, for owned_instances and single_primary_formats: writes the
+-- instances canonically (HN001 when malformed), refuses a change that leaves a scope of this
+-- database outside what it may issue (HN001 naming one: give the instances up with
+-- own_instances(..., p_force => true), which parks them first), and restores the parked
+-- scopes that the new value allows again. SECURITY DEFINER: an administrator's plain UPDATE
+-- renames the owner's sequences.
+CREATE FUNCTION hivenet._ownership_check() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_owned text;
+    v_single boolean;
+    v_scope record;
+BEGIN
+    IF NEW.name = 'owned_instances' THEN
+        NEW.value := hivenet._canonical_instances(NEW.value);
+    END IF;
+    IF TG_OP = 'INSERT' OR to_regclass('hivenet.scope_pending') IS NULL THEN
+        RETURN NEW;
+    END IF;
+    v_owned := CASE WHEN NEW.name = 'owned_instances' THEN NEW.value
+                    ELSE hivenet._setting_value('owned_instances') END;
+    v_single := CASE WHEN NEW.name = 'single_primary_formats' THEN NEW.value::boolean
+                     ELSE hivenet._setting_value('single_primary_formats')::boolean END;
+    SELECT s.format, s.scope, s.node INTO v_scope FROM hivenet._scopes_by_node() s
+    WHERE (s.sequence_name IS NULL OR left(s.sequence_name, 4) <> 'off_')
+      AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+    ORDER BY (s.format).name, s.scope LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('setting %s %s: this database has issued serials of format %s '
+                             'scope %s, which it would no longer own; give it up with '
+                             'hivenet.own_instances(..., p_force => true), which parks such '
+                             'scopes (docs/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
+                             (v_scope.format).name, hivenet._shown(v_scope.scope));
+    END IF;
+    FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
+                   WHERE left(s.sequence_name, 4) = 'off_'
+                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NULL
+                   ORDER BY s.sequence_name LOOP
+        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, false);
+    END LOOP;
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER setting_ownership BEFORE INSERT OR UPDATE ON hivenet.setting
+    FOR EACH ROW WHEN (NEW.name IN ('owned_instances', 'single_primary_formats'))
+    EXECUTE FUNCTION hivenet._ownership_check();
+
+-- Parks (p_park) or restores the own sequence of scope p_scope of format p_format: renamed
+-- seq_X → off_X and back (same length, so the name stays valid), its counter kept, the scope's
+-- row following. A parked scope's allocation finds no sequence and takes the first-use path.
+-- Waits for transactions that used the sequence (ALTER SEQUENCE locks it).
+CREATE FUNCTION hivenet._park_scope(p_format text, p_scope text, p_park boolean) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_live text := hivenet._scope_sequence_name(p_format, p_scope);
+    v_parked text := 'off_' || substr(v_live, 5);
+BEGIN
+    PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format));
+    IF p_park AND hivenet._committed_sequence(v_live) IS NOT NULL THEN
+        EXECUTE format('ALTER SEQUENCE hivenet.%I RENAME TO %I', v_live, v_parked);
+        UPDATE hivenet.scope SET sequence_name = v_parked
+        WHERE format = p_format AND scope = p_scope;
+    ELSIF NOT p_park AND hivenet._committed_sequence(v_parked) IS NOT NULL THEN
+        EXECUTE format('ALTER SEQUENCE hivenet.%I RENAME TO %I', v_parked, v_live);
+        UPDATE hivenet.scope SET sequence_name = v_live
+        WHERE format = p_format AND scope = p_scope;
+    END IF;
+END $$;
+
+-- hivenet.own_instances(instances, single_primary_formats default null, force default false)
+--   → text (administrators): declares what this database allocates for (docs/scale-out.md):
+--   instances 'all' (one primary: the default) or a list such as '01-09' or '01,03,05' (of the
+--   instance field; the shard field of id_service), and, when single_primary_formats is not
+--   NULL, whether it is the one database issuing formats without such a field. Returns the
+--   instances as written ('01-09,12').
+--   HN001: a malformed list; an instance or format this database has issued serials for and
+--   would no longer own, unless force, which parks those scopes (their next allocation raises
+--   HN002; owning them again restores their counters) and drops their pending first uses.
+--   Moving an instance to another database is safe only across a period boundary of its
+--   formats: counters are not carried over (docs/scale-out.md). Commits with the caller;
+--   waits for transactions that use a parked scope. READ COMMITTED only (settings.sql).
+CREATE FUNCTION hivenet.own_instances(p_instances text,
+    p_single_primary_formats boolean DEFAULT NULL, p_force boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_owned text := hivenet._canonical_instances(p_instances);
+    v_single boolean := coalesce(p_single_primary_formats,
+                                 hivenet._setting_value('single_primary_formats')::boolean);
+    v_scope record;
+BEGIN
+    IF p_force THEN
+        FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
+                       WHERE hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+                       ORDER BY (s.format).name, s.scope LOOP
+            IF v_scope.sequence_name IS NULL THEN
+                DELETE FROM hivenet.scope_pending
+                WHERE format = (v_scope.format).name AND scope = v_scope.scope;
+            ELSE
+                PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
+            END IF;
+        END LOOP;
+    END IF;
+    UPDATE hivenet.setting SET value = v_single::text WHERE name = 'single_primary_formats'
+                                                        AND value <> v_single::text;
+    UPDATE hivenet.setting SET value = v_owned WHERE name = 'owned_instances';
+    RETURN v_owned;
+END $$;
+
+-- hivenet_db/sql/allocate.sql
 -- _issue for scope p_scope that has no sequence of its own yet (as far as this session's
 -- catalog cache knows): from its own sequence if one was committed since, else from the
 -- format's cold counter, recording the scope for maintain(). Holds the format's cold lock
@@ -27,6 +337,11 @@ DECLARE
     v_seq regclass;
     v_out text[];
 BEGIN
+    -- A scope's first use (and every use of a parked one): this database must own it
+    -- (ownership.sql). Scopes with a sequence of their own passed this when promoted.
+    IF hivenet._setting_constant('owned_instances') IS DISTINCT FROM 'all' THEN
+        PERFORM hivenet._check_owned(p_format, p_values);
+    END IF;
     PERFORM pg_advisory_lock_shared(hivenet._cold_lock_space(), v_key);
     BEGIN
         v_seq := hivenet._committed_sequence(hivenet._scope_sequence_name(p_format.name, v_scope));
@@ -53,12 +368,13 @@ BEGIN
     RETURN v_out;
 END $$;
 
--- hivenet_db/sql/allocate.sql as of revision 0013
+-- hivenet_db/sql/allocate.sql
 -- hivenet.prepare_scope(format, fields) → void (administrators)
 --   Gives the counter scope of fields its own sequence now, so that its serials start at 1
 --   from the first (maintain() does the same for every scope that has been used). Commits
 --   with the caller's transaction: run it in a short one of its own, since allocations of
---   new scopes of the format wait for it. HN001 for an unknown format or bad field values.
+--   new scopes of the format wait for it. HN001 for an unknown format or bad field values;
+--   HN002 for an instance (or a format) this database does not own (ownership.sql).
 CREATE OR REPLACE FUNCTION hivenet.prepare_scope(p_format text, p_fields jsonb) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -72,12 +388,15 @@ BEGIN
     END IF;
     v_values := hivenet._field_values(v_format, p_fields);
     PERFORM hivenet._check_fields(v_format, v_values);
+    PERFORM hivenet._check_owned(v_format, v_values);
     PERFORM hivenet._promote_scope(v_format, hivenet._scope_of(v_format, v_values),
                                    hivenet._scope_fields(v_format, v_values));
 END $$;
 
--- hivenet_db/sql/allocate.sql as of revision 0013
--- Part of maintain(): promotes every scope that drew from a cold counter.
+-- hivenet_db/sql/allocate.sql
+-- Part of maintain(): promotes every scope that drew from a cold counter, but those this
+-- database no longer owns (a first use that raced with own_instances: ownership.sql), whose
+-- rows are dropped.
 CREATE OR REPLACE FUNCTION hivenet._maintain_scopes() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -87,13 +406,16 @@ BEGIN
         WITH taken AS (DELETE FROM hivenet.scope_pending RETURNING *)
         SELECT DISTINCT ON (t.format, t.scope) f AS format_row, t.scope, t.fields
         FROM taken t JOIN hivenet.format f ON f.name = t.format
+        WHERE hivenet._not_owned(f, t.fields ->> hivenet._node_field(f),
+                  hivenet._setting_value('owned_instances'),
+                  hivenet._setting_value('single_primary_formats')::boolean) IS NULL
         ORDER BY t.format, t.scope
     LOOP
         PERFORM hivenet._promote_scope(v_pending.format_row, v_pending.scope, v_pending.fields);
     END LOOP;
 END $$;
 
--- hivenet_db/sql/steps.sql as of revision 0013
+-- hivenet_db/sql/steps.sql
 -- hivenet.begin_step(system_serial, request default null, on_success default 'replay',
 --                    unified_serial default null, lease default null, nowait default false)
 --   → table(outcome text, attempt int, response jsonb), exactly one row.
@@ -117,6 +439,8 @@ END $$;
 --   HN021 SerialOutsideWindow: the serial's date (business time zone) starts before now -
 --   step_retention (the step's record may already be purged: it must not run again) or
 --   after now + step_future_tolerance.
+--   HN002 UnknownScope: a database that declared owned instances does not own the serial's
+--   instance (a retry sent to the wrong shard; ownership.sql, check_received_instances).
 --   Blocks while another transaction has started the same attempt and not yet committed or
 --   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
 --   with nowait it raises HN030 at once instead. In REPEATABLE READ or SERIALIZABLE a
@@ -159,6 +483,10 @@ BEGIN
             PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
         END IF;
     END IF;
+    -- Several primaries: a serial of an instance another shard owns (ownership.sql).
+    IF hivenet._setting_constant('owned_instances') <> 'all' THEN
+        PERFORM hivenet._check_owned_serial('system', p_system_serial);
+    END IF;
     -- Old serials are refused, not run again: their record may be purged (HN021). Settings
     -- from the generated constants (settings.sql): no query on the hot path.
     v_day := make_date(substr(p_system_serial, 11, 4)::integer,
@@ -182,7 +510,7 @@ BEGIN
     RETURN NEXT;
 END $$;
 
--- hivenet_db/sql/dedup.sql as of revision 0013
+-- hivenet_db/sql/dedup.sql
 -- hivenet.claim_interface_serial(serial, unified_serial default null,
 --                                system_serial default null, nowait default false) → void
 --   Records an incoming interface call in the caller's transaction: its claim commits or
@@ -194,7 +522,9 @@ END $$;
 --   time (its caller's local time, in any zone from UTC-12 to UTC+14) is older than the
 --   setting interface_window or later than now + interface_future_tolerance in every such
 --   zone, unless this database issued it (its clock stepped back: allocate.sql); HN020 when
---   it is already recorded.
+--   it is already recorded; HN002 when this database declared owned instances and does not
+--   own the serial's (its caller's) instance: a retry sent to the wrong shard (ownership.sql,
+--   check_received_instances).
 --   Blocks while another transaction holds an uncommitted claim of the same serial, then
 --   raises HN020 if that one committed, or records the call if it rolled back. With nowait
 --   it raises HN020 at once instead of waiting (also, once in about 4 billion, for another
@@ -247,6 +577,10 @@ BEGIN
     IF p_system_serial !~ '^[0-9A-Za-z]{10}[0-9]{20}$' THEN
         PERFORM hivenet._reject_serial(p_system_serial, 'system');
     END IF;
+    -- Several primaries: a serial of an instance another shard owns (ownership.sql).
+    IF hivenet._setting_constant('owned_instances') <> 'all' THEN
+        PERFORM hivenet._check_owned_serial('interface', p_serial);
+    END IF;
     v_local := make_timestamp(substr(p_serial, 16, 4)::integer, substr(p_serial, 20, 2)::integer,
                               substr(p_serial, 22, 2)::integer, substr(p_serial, 24, 2)::integer,
                               substr(p_serial, 26, 2)::integer, substr(p_serial, 28, 2)::integer);
@@ -291,23 +625,7 @@ BEGIN
     END IF;
 END $$;
 
-DROP TRIGGER setting_ownership ON hivenet.setting;
-DELETE FROM hivenet.setting
-WHERE name IN ('owned_instances', 'single_primary_formats', 'check_received_instances');
-DROP FUNCTION hivenet.own_instances(text, boolean, boolean);
-DROP FUNCTION hivenet._park_scope(text, text, boolean);
-DROP FUNCTION hivenet.ownership();
-DROP FUNCTION hivenet._ownership_check();
-DROP FUNCTION hivenet._scopes_by_node();
-DROP FUNCTION hivenet._check_owned_serial(text, text);
-DROP FUNCTION hivenet._check_owned(hivenet.format, text[]);
-DROP FUNCTION hivenet._not_owned(hivenet.format, text, text, boolean);
-DROP FUNCTION hivenet._ownership_setting(text);
-DROP FUNCTION hivenet._node_field(hivenet.format);
-DROP FUNCTION hivenet._instance_in(text, text);
-DROP FUNCTION hivenet._canonical_instances(text);
-
--- hivenet_db/sql/privileges.sql as of revision 0013
+-- hivenet_db/sql/privileges.sql, applied again (new functions)
 -- Least privilege. Two roles, created once by `hivenet-db bootstrap` (the owner may not create
 -- roles): hivenet_app may call the application API and read the reporting views; hivenet_admin
 -- also runs the administrative functions and changes settings. The public functions are
@@ -363,6 +681,8 @@ GRANT EXECUTE ON FUNCTION
     hivenet.begin_request(text, text, jsonb, text, interval, boolean),
     hivenet.finish_request(text, text, integer, boolean, jsonb)
 TO PUBLIC;
+-- What this database owns among several primaries (ownership.sql).
+GRANT EXECUTE ON FUNCTION hivenet.ownership() TO PUBLIC;
 
 -- The allocation fast path (allocate.sql, _fast_serial) is inlined into the caller's statement
 -- and runs with the caller's rights, so every function in it must be executable by the
@@ -409,6 +729,8 @@ BEGIN
             hivenet.register_system(text, text), hivenet.register_module(text, text, text),
             hivenet.set_claim_expiry(text, interval), hivenet.prepare_scope(text, jsonb),
             hivenet.fence_failover(bigint, boolean), hivenet.replication_warning()
+        TO hivenet_admin;
+        GRANT EXECUTE ON FUNCTION hivenet.own_instances(text, boolean, boolean)
         TO hivenet_admin;
         GRANT EXECUTE ON FUNCTION
             hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
