@@ -15,6 +15,7 @@ authenticated by the proxy server's ``.pgpass`` or by trust.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -84,6 +85,12 @@ def spread(count: int) -> list[str]:
         blocks.append(canonical(set(range(start, end))))
         start = end
     return blocks
+
+
+def shard_of_key(key: str, shards: int) -> int:
+    """The shard a claim or keyed request of ``key`` goes to through a proxy of ``shards``
+    shards (hivenet_proxy.partition_of_key: the first 28 bits of the key's md5, modulo)."""
+    return int(hashlib.md5(key.encode()).hexdigest()[:7], 16) % shards
 
 
 def connstr_of(url: str) -> tuple[str, str]:
