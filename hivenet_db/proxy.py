@@ -25,9 +25,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from hivenet_db.dburl import libpq_url
 
-APT_PACKAGE = "postgresql-15-plproxy"  # Debian / Ubuntu (PGDG): postgresql-<major>-plproxy
 NODES = range(100)  # the instance field (01-99) and the shard field of id_service (00-99)
 CLUSTER = "hivenet_shards"
+
+
+def apt_package(major: int) -> str:
+    """The Debian / Ubuntu (and PGDG) package of PL/Proxy for server version ``major``."""
+    return f"postgresql-{major}-plproxy"
 
 
 class ProxyError(Exception):
@@ -161,7 +165,7 @@ def _ownership_settings(url: str, label: str) -> tuple[str, bool] | None:
             if conn.execute("SELECT to_regclass('hivenet.setting')").fetchone() == (None,):
                 raise ProxyError(f"shard {label} has no hivenet schema: run hivenet-db migrate "
                                  f"on it first")
-            values = dict(conn.execute(
+            values: dict[str, str] = dict(conn.execute(
                 "SELECT name, value FROM hivenet.setting "
                 "WHERE name IN ('owned_instances', 'single_primary_formats')").fetchall())
     except psycopg.OperationalError as error:
@@ -195,7 +199,8 @@ def install(proxy_url: str, shard_urls: Sequence[str], *, owns: Sequence[str] | 
             conn.execute("CREATE EXTENSION IF NOT EXISTS plproxy")
         except (psycopg.errors.FeatureNotSupported, psycopg.errors.UndefinedFile) as error:
             raise ProxyError(f"PL/Proxy is not installed on the proxy's server: apt-get install "
-                             f"{APT_PACKAGE} ({_first_line(error)})") from None
+                             f"{apt_package(conn.info.server_version // 10000)} "
+                             f"({_first_line(error)})") from None
         except psycopg.errors.InsufficientPrivilege as error:
             raise ProxyError(f"creating the extension plproxy needs a superuser on "
                              f"{proxy_label} ({_first_line(error)})") from None

@@ -30,28 +30,30 @@ PASSWORD = "pr0xy-test-s3cret"  # in the shard URLs given to install: trust igno
 @dataclass
 class Cluster:
     shards: list[str]  # the shards' URLs (superuser, no password)
-    proxy: str  # the proxy database's URL
+    proxy_db: str  # the proxy database's URL
     owns: list[str] | None  # --owns, for shards whose schema has no ownership setting
     log: list[str]  # progress messages of the fixture's install
 
     def install(self, log: list[str] | None = None, password: bool = False) -> list[proxy.Shard]:
         urls = [u.replace("postgres@", f"postgres:{PASSWORD}@") if password else u
                 for u in self.shards]
-        return proxy.install(self.proxy, urls, owns=self.owns,
+        return proxy.install(self.proxy_db, urls, owns=self.owns,
                              progress=(log if log is not None else self.log).append)
 
 
-def _plproxy_available(server: EmbeddedPostgres) -> bool:
+def _plproxy_available(server: EmbeddedPostgres) -> tuple[bool, str]:
+    """Whether the server can create the extension, and the package that brings it."""
     with psycopg.connect(server.url(), autocommit=True) as conn:
-        return conn.execute("SELECT FROM pg_available_extensions WHERE name = 'plproxy'"
-                            ).fetchone() is not None
+        found = conn.execute("SELECT FROM pg_available_extensions WHERE name = 'plproxy'"
+                             ).fetchone() is not None
+        return found, proxy.apt_package(conn.info.server_version // 10000)
 
 
-def _install_plproxy_package() -> str | None:
+def _install_plproxy_package(package: str) -> str | None:
     """apt-get install the package (as .ci/run does) when we may; None, or why not."""
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         return "not root or no apt-get"
-    result = subprocess.run(["apt-get", "install", "-y", "-q", proxy.APT_PACKAGE],
+    result = subprocess.run(["apt-get", "install", "-y", "-q", package],
                             capture_output=True, text=True, check=False, timeout=600,
                             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
     return None if result.returncode == 0 else (result.stderr or result.stdout)[-300:]
@@ -75,11 +77,12 @@ def cluster() -> Iterator[Cluster]:
     try:
         for server in servers:
             server.start()
-        if not _plproxy_available(servers[2]):
-            why = _install_plproxy_package()
-            if why is not None or not _plproxy_available(servers[2]):
+        found, package = _plproxy_available(servers[2])
+        if not found:
+            why = _install_plproxy_package(package)
+            if why is not None or not _plproxy_available(servers[2])[0]:
                 pytest.skip(f"PL/Proxy is not installed and could not be: apt-get install "
-                            f"{proxy.APT_PACKAGE} ({why})")
+                            f"{package} ({why})")
         shards = [servers[i].ensure_database("hivenet") for i in (0, 1)]
         for url in shards:
             migrate.upgrade(url)
@@ -97,7 +100,7 @@ def cluster() -> Iterator[Cluster]:
 @pytest.fixture
 def via_proxy(cluster: Cluster) -> Iterator[psycopg.Connection]:
     """The caller: a connection to the proxy database, outside autocommit."""
-    with psycopg.connect(cluster.proxy) as conn:
+    with psycopg.connect(cluster.proxy_db) as conn:
         yield conn
 
 
@@ -119,11 +122,12 @@ def test_install_reports_each_shard_and_what_it_owns(cluster: Cluster) -> None:
     for number, owned in enumerate(OWNS):
         assert f"shard {number}: " in log and f"owns instances {owned}" in log, log
         assert f"shard {number} answers through the proxy" in log, log
-    with psycopg.connect(cluster.proxy) as conn:
+    with psycopg.connect(cluster.proxy_db) as conn:
         # two shards: two partitions; instances routed to their owners only
         assert scalar(conn, "SELECT count(*) FROM pg_options_to_table((SELECT srvoptions "
                             "FROM pg_foreign_server WHERE srvname = 'hivenet_shards'))") == 2
-        owners = dict(conn.execute("SELECT instance, shard FROM hivenet_proxy.owner"))
+        owners: dict[str, int] = dict(conn.execute(
+            "SELECT instance, shard FROM hivenet_proxy.owner").fetchall())
     assert len(owners) == 98 and owners["01"] == 0 and owners["49"] == 0
     assert owners["50"] == 1 and owners["98"] == 1 and "00" not in owners
 
@@ -266,7 +270,7 @@ def test_install_is_idempotent(cluster: Cluster, via_proxy: psycopg.Connection) 
     # the open session routes as before, and the counters went on
     after = scalar(via_proxy, "SELECT hivenet.next_unified_serial('R0007', 'A01', '55')")
     assert int(after[-10:]) == int(before[-10:]) + 1
-    with psycopg.connect(cluster.proxy) as conn:
+    with psycopg.connect(cluster.proxy_db) as conn:
         assert scalar(conn, "SELECT count(*) FROM hivenet_proxy.shard") == 2
         assert scalar(conn, "SELECT count(*) FROM pg_foreign_server") == 1
         assert scalar(conn, "SELECT count(*) FROM pg_user_mappings") == 1
@@ -276,7 +280,7 @@ def test_no_password_is_shown_or_stored(cluster: Cluster) -> None:
     log: list[str] = []
     cluster.install(log, password=True)
     assert log and not [line for line in log if PASSWORD in line]
-    with psycopg.connect(cluster.proxy) as conn:
+    with psycopg.connect(cluster.proxy_db) as conn:
         stored = scalar(conn, """
             SELECT concat_ws(' ', (SELECT string_agg(connstr || label, ' ')
                                    FROM hivenet_proxy.shard),
@@ -289,6 +293,6 @@ def test_no_password_is_shown_or_stored(cluster: Cluster) -> None:
 def test_install_refuses_overlapping_owners_and_a_shard_as_proxy(cluster: Cluster) -> None:
     if cluster.owns is not None:
         with pytest.raises(proxy.ProxyError, match="instance 40 is owned by shard 0"):
-            proxy.install(cluster.proxy, cluster.shards, owns=["01-49", "40-98"])
+            proxy.install(cluster.proxy_db, cluster.shards, owns=["01-49", "40-98"])
     with pytest.raises(proxy.ProxyError, match="holds the hivenet schema of a shard"):
         proxy.install(cluster.shards[0], cluster.shards, owns=cluster.owns)

@@ -9,11 +9,17 @@
 -- define_format, own_instances, settings) are run on each shard, not through the proxy.
 
 -- Allocation: by the scope's node field (instance; shard for id_service).
+-- next_unified_serial and next_system_serial run the shard's next_serial, which they fall
+-- back to on any unusual case anyway (allocate.sql): same serials, same errors. PL/Proxy sends
+-- every call as a new unprepared statement, and planning the inlined fast path of the two
+-- costs the shard ~10x the call itself (docs/plproxy.md, "Figures").
 CREATE OR REPLACE FUNCTION hivenet.next_unified_serial(p_system text, p_module text,
     p_instance text) RETURNS text
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
     RUN ON hivenet_proxy.partition_of(p_instance);
+    SELECT hivenet.next_serial('unified', jsonb_build_object('system', p_system,
+        'module', p_module, 'instance', p_instance)) AS next_unified_serial;
 $$;
 
 CREATE OR REPLACE FUNCTION hivenet.next_system_serial(p_system text, p_module text,
@@ -21,6 +27,8 @@ CREATE OR REPLACE FUNCTION hivenet.next_system_serial(p_system text, p_module te
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
     RUN ON hivenet_proxy.partition_of(p_instance);
+    SELECT hivenet.next_serial('system', jsonb_build_object('system', p_system,
+        'module', p_module, 'instance', p_instance)) AS next_system_serial;
 $$;
 
 CREATE OR REPLACE FUNCTION hivenet.next_interface_serial(p_system text, p_module text,
