@@ -223,8 +223,26 @@ def test_hn_codes_pass_through_as_the_same_exceptions(
     with pytest.raises(errors.DuplicateClaim):
         claims.claim("orders", "R0005-1")
     via_proxy.rollback()
-    with pytest.raises(errors.InvalidInput):  # too short to hold an instance: shard 0 says so
-        InterfaceDedup(via_proxy).claim("R0005")
+
+
+@pytest.mark.parametrize(("call", "shard"), [
+    (lambda db: SerialRepository(db).next_unified("R0005", "A1", "07"), 0),
+    (lambda db: SerialRepository(db).next("system", system="R0005", module="A01",
+                                          instance="7"), 0),  # malformed: shard 0 answers
+    (lambda db: InterfaceDedup(db).claim("R0005"), 0),
+    (lambda db: StepRepository(db).begin("R0005A0160" + "9" * 20), 1),
+    (lambda db: StepRepository(db).finish("R0005A0161" + "1" * 20, 1, True), 1),
+], ids=["bad-module", "bad-instance", "short-serial", "bad-step-date", "unknown-attempt"])
+def test_an_error_through_the_proxy_is_the_shards_own(
+        cluster: Cluster, via_proxy: psycopg.Connection, call: Any, shard: int) -> None:
+    """The same exception class and message as calling the shard directly."""
+    with psycopg.connect(cluster.shards[shard]) as direct, \
+            pytest.raises(errors.HivenetError) as expected:
+        call(direct)
+    with pytest.raises(errors.HivenetError) as got:
+        call(via_proxy)
+    assert type(got.value) is type(expected.value)
+    assert str(expected.value).splitlines()[0] in str(got.value)
 
 
 def test_a_claim_key_goes_to_its_hash_shard(cluster: Cluster,
@@ -296,3 +314,20 @@ def test_install_refuses_overlapping_owners_and_a_shard_as_proxy(cluster: Cluste
             proxy.install(cluster.proxy_db, cluster.shards, owns=["01-49", "40-98"])
     with pytest.raises(proxy.ProxyError, match="holds the hivenet schema of a shard"):
         proxy.install(cluster.shards[0], cluster.shards, owns=cluster.owns)
+
+
+def test_the_bench_case_runs_on_these_servers(cluster: Cluster, tmp_path: Path) -> None:
+    """hivenet_db.bench.scale_out's rounds (one short round, its scripts and the three ways),
+    with a database of shard 0's server as the one primary."""
+    from hivenet_db.bench import scale_out
+
+    with psycopg.connect(cluster.shards[0], autocommit=True) as conn:
+        conn.execute("CREATE DATABASE bench_primary")
+    primary = cluster.shards[0].rsplit("/", 1)[0] + "/bench_primary"
+    migrate.upgrade(primary)
+    said: list[str] = []
+    results = scale_out._rounds(tmp_path, "claim", 1, 1, 2, said.append, primary,
+                                (cluster.shards[0], cluster.shards[1]), cluster.proxy_db)
+    assert [r.scenario for r in results] == ["scale_out_claim_app_map",
+                                             "scale_out_claim_plproxy"]
+    assert all(r.baseline_tps[0] > 0 and r.candidate_tps[0] > 0 for r in results), said
