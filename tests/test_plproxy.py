@@ -6,6 +6,7 @@ each call commits on its own on the shard: that caveat is shown here, not hidden
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -331,3 +332,27 @@ def test_the_bench_case_runs_on_these_servers(cluster: Cluster, tmp_path: Path) 
     assert [r.scenario for r in results] == ["scale_out_claim_app_map",
                                              "scale_out_claim_plproxy"]
     assert all(r.baseline_tps[0] > 0 and r.candidate_tps[0] > 0 for r in results), said
+
+
+def test_the_command_installs_and_shows_no_password(
+        cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    from hivenet_db import cli
+
+    shards = ",".join(u.replace("postgres@", f"postgres:{PASSWORD}@") for u in cluster.shards)
+    owns = [a for o in cluster.owns or [] for a in ("--owns", o)]
+    assert cli.main(["proxy", "install", "--shards", shards, *owns, "--url", cluster.proxy_db,
+                     "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert PASSWORD not in out + err
+    shown = json.loads(out)
+    assert [(s["shard"], s["owns"]) for s in shown] == [(0, OWNS[0]), (1, OWNS[1])]
+    assert "shard 1 answers through the proxy" in err
+
+    # a shard that cannot be reached: one line, exit status 2, still no password
+    dead = cluster.shards[1].replace("postgres@", f"postgres:{PASSWORD}@").rsplit(":", 1)[0] \
+        + ":1/hivenet"
+    assert cli.main(["proxy", "install", "--shards", f"{shards.split(',')[0]},{dead}", *owns,
+                     "--url", cluster.proxy_db]) == 2
+    out, err = capsys.readouterr()
+    assert "cannot connect to shard 127.0.0.1:1/hivenet" in err.strip().splitlines()[-1], err
+    assert PASSWORD not in out + err
