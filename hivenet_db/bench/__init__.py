@@ -13,6 +13,10 @@ Without ``--url`` a throwaway PostgreSQL with fsync on is started, and every sce
 fresh database migrated to head. With ``--url`` the given database is migrated (a no-op when
 at head) and every scenario's setup runs on it, so setups must be safe to run again.
 
+``--scenario scale_out`` (never in the default set: it starts four servers of its own and
+needs PL/Proxy) compares one primary, two shards routed by the application and two shards
+behind PL/Proxy (``hivenet_db.bench.scale_out``, docs/plproxy.md).
+
 ``--python`` adds the Python layer's cost: microseconds per call of
 ``SerialRepository.next_unified`` against ``text('SELECT nextval(..)')`` on the same SQLAlchemy
 connection (``hivenet_db.bench.python_layer``).
@@ -346,12 +350,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         available = discover(args.scenarios_dir or default_scenarios_dir())
-        from hivenet_db.bench import python_layer
+        from hivenet_db.bench import python_layer, scale_out
         if args.list:
             for s in available.values():
                 print(f"{s.name:<24} {s.clients:>3} clients {s.seconds:>3} s  {s.description}")
             print(f"{python_layer.NAME:<24} (--python)  {python_layer.DESCRIPTION}")
+            print(f"{scale_out.NAME:<24} (only when named)  {scale_out.DESCRIPTION}")
             return 0
+        args.scale_out = bool(args.scenario and scale_out.NAME in args.scenario)
+        if args.scale_out:  # several servers of its own: run apart from the folders
+            args.scenario = [n for n in args.scenario if n != scale_out.NAME] or ["-"]
         if args.scenario and python_layer.NAME in args.scenario:  # --scenario for --python
             args.python = True
             args.scenario = [n for n in args.scenario if n != python_layer.NAME] or ["-"]
@@ -362,7 +370,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         chosen = ([available[n] for n in args.scenario if n != "-"] if args.scenario
                   else [s for s in available.values() if s.quick or not args.quick])
-        results = _run_all(args, chosen, say)
+        results = _run_all(args, chosen, say) if chosen or args.python else []
+        if args.scale_out and not args.check:
+            say(f"{scale_out.NAME}: {scale_out.DESCRIPTION}")
+            results += scale_out.measure(args.rounds, args.seconds or DEFAULT_SECONDS,
+                                         args.clients or DEFAULT_CLIENTS, say)
     except (BenchError, EmbeddedError, OSError, psycopg.Error, SQLAlchemyError) as exc:
         say(hide_password(f"hivenet-db bench: {exc}"))
         return 1

@@ -17,7 +17,7 @@ that turns an exception into that line and an exit status:
 - 130 interrupted.
 
 Each command lives in the module of its group (``install``, ``serials``, ``report``,
-``maintain``, ``demo``, ``bench``, ``embedded``), which adds it to the parser in its
+``maintain``, ``proxy``, ``demo``, ``bench``, ``embedded``), which adds it to the parser in its
 ``register``; a new command is a new module and one line in ``COMMAND_MODULES``.
 """
 
@@ -28,15 +28,15 @@ import sys
 import traceback
 from types import ModuleType
 
-from hivenet_db.cli import bench, demo, embedded, install, maintain, report, serials
+from hivenet_db.cli import bench, demo, embedded, install, maintain, proxy, report, serials
 from hivenet_db.cli.database import package_version
 from hivenet_db.cli.failures import INTERRUPTED, explain
 from hivenet_db.cli.output import PROG, Output, one_line, redact
 from hivenet_db.cli.parser import Commands, Parser, common_options
 
 # In the order `hivenet-db --help` lists them.
-COMMAND_MODULES: tuple[ModuleType, ...] = (install, serials, report, maintain, demo, bench,
-                                           embedded)
+COMMAND_MODULES: tuple[ModuleType, ...] = (install, serials, report, maintain, proxy, demo,
+                                           bench, embedded)
 
 
 def build_parser() -> argparse.ArgumentParser:

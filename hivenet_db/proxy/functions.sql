@@ -1,0 +1,165 @@
+-- The application API of the shards (SPEC §8), same names and signatures, in schema hivenet
+-- of the proxy database: each call runs on one shard, chosen by routing.sql, so a caller
+-- changes only its database URL. An HN error of the shard reaches the caller with its
+-- SQLSTATE (PL/Proxy re-raises the remote error), so the same Python exception.
+--
+-- Each call commits on its own on the shard, whatever the caller's transaction does next: a
+-- claim or begin_step made here survives the caller's rollback. For callers without a
+-- transaction of their own only (docs/plproxy.md). Administrative functions (maintain,
+-- define_format, own_instances, settings) are run on each shard, not through the proxy.
+
+-- Allocation: by the scope's node field (instance; shard for id_service).
+-- next_unified_serial and next_system_serial run the shard's next_serial, which they fall
+-- back to on any unusual case anyway (allocate.sql): same serials, same errors. PL/Proxy sends
+-- every call as a new unprepared statement, and planning the inlined fast path of the two
+-- costs the shard ~10x the call itself (docs/plproxy.md, "Figures").
+CREATE OR REPLACE FUNCTION hivenet.next_unified_serial(p_system text, p_module text,
+    p_instance text) RETURNS text
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of(p_instance);
+    SELECT hivenet.next_serial('unified', jsonb_build_object('system', p_system,
+        'module', p_module, 'instance', p_instance)) AS next_unified_serial;
+$$;
+
+CREATE OR REPLACE FUNCTION hivenet.next_system_serial(p_system text, p_module text,
+    p_instance text) RETURNS text
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of(p_instance);
+    SELECT hivenet.next_serial('system', jsonb_build_object('system', p_system,
+        'module', p_module, 'instance', p_instance)) AS next_system_serial;
+$$;
+
+CREATE OR REPLACE FUNCTION hivenet.next_interface_serial(p_system text, p_module text,
+    p_instance text, p_target text) RETURNS text
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of(p_instance);
+$$;
+
+CREATE OR REPLACE FUNCTION hivenet.next_serial(p_format text, p_fields jsonb) RETURNS text
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of_fields(p_format, p_fields);
+$$;
+
+CREATE OR REPLACE FUNCTION hivenet.next_serials(p_format text, p_fields jsonb, p_n integer)
+RETURNS SETOF text
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of_fields(p_format, p_fields);
+$$;
+
+-- Parsing reads only the format definitions, the same on every shard.
+CREATE OR REPLACE FUNCTION hivenet.parse_serial(p_serial text, p_format text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON ANY;
+$$;
+
+-- The interface-serial check: by the instance printed in the serial.
+CREATE OR REPLACE FUNCTION hivenet.claim_interface_serial(p_serial text,
+    p_unified_serial text DEFAULT NULL, p_system_serial text DEFAULT NULL,
+    p_nowait boolean DEFAULT false) RETURNS void
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of_serial(p_serial);
+$$;
+
+-- A transaction's calls may have been recorded on several shards: every shard answers, each
+-- in its recording order (sort on recorded_at for one order).
+CREATE OR REPLACE FUNCTION hivenet.call_chain(p_unified_serial text)
+RETURNS TABLE (interface_serial text, system_serial text, source_system text,
+               source_module text, source_instance text, target_system text,
+               serial_time timestamp without time zone, recorded_at timestamp with time zone)
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.every_shard();
+$$;
+
+-- Generic claims: by the key's hash.
+CREATE OR REPLACE FUNCTION hivenet.claim(p_namespace text, p_key text,
+    p_nowait boolean DEFAULT false) RETURNS void
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of_key(p_key);
+$$;
+
+-- Steps: by the instance printed in the system serial.
+CREATE OR REPLACE FUNCTION hivenet.begin_step(p_system_serial text, p_request jsonb DEFAULT NULL,
+    p_on_success text DEFAULT 'replay', p_unified_serial text DEFAULT NULL,
+    p_lease interval DEFAULT NULL, p_nowait boolean DEFAULT false)
+RETURNS TABLE (outcome text, attempt integer, response jsonb)
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of_serial(p_system_serial);
+$$;
+
+CREATE OR REPLACE FUNCTION hivenet.finish_step(p_system_serial text, p_attempt integer,
+    p_succeeded boolean, p_response jsonb DEFAULT NULL) RETURNS void
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of_serial(p_system_serial);
+$$;
+
+CREATE OR REPLACE FUNCTION hivenet.resolve_step(p_system_serial text, p_attempt integer,
+    p_succeeded boolean, p_note text, p_response jsonb DEFAULT NULL) RETURNS void
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of_serial(p_system_serial);
+$$;
+
+-- Keyed requests: by the key's hash (steps' namespace: as begin_step).
+CREATE OR REPLACE FUNCTION hivenet.begin_request(p_namespace text, p_key text,
+    p_request jsonb DEFAULT NULL, p_on_success text DEFAULT 'replay',
+    p_lease interval DEFAULT NULL, p_nowait boolean DEFAULT false)
+RETURNS TABLE (outcome text, attempt integer, response jsonb)
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of_request(p_namespace, p_key);
+$$;
+
+CREATE OR REPLACE FUNCTION hivenet.finish_request(p_namespace text, p_key text,
+    p_attempt integer, p_succeeded boolean, p_response jsonb DEFAULT NULL) RETURNS void
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of_request(p_namespace, p_key);
+$$;
+
+CREATE OR REPLACE FUNCTION hivenet.resolve_request(p_namespace text, p_key text,
+    p_attempt integer, p_succeeded boolean, p_note text, p_response jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON hivenet_proxy.partition_of_request(p_namespace, p_key);
+$$;
+
+-- The install's check that every shard answers through the cluster as the right database:
+-- its name, port and owned instances (NULL before ownership exists on it).
+CREATE OR REPLACE FUNCTION hivenet_proxy.reach(p_shard integer)
+RETURNS TABLE (shard integer, database text, port integer, owned text)
+LANGUAGE plproxy AS $$
+    CLUSTER 'hivenet_shards';
+    RUN ON p_shard;
+    SELECT p_shard AS shard, current_database()::text AS database,
+           inet_server_port() AS port,
+           (SELECT s.value FROM hivenet.setting s WHERE s.name = 'owned_instances') AS owned;
+$$;
+
+-- Like the shards: resolving is for administrators; the rest for any role with USAGE on
+-- the schema (the shard checks the role's rights again).
+REVOKE EXECUTE ON FUNCTION
+    hivenet.resolve_step(text, integer, boolean, text, jsonb),
+    hivenet.resolve_request(text, text, integer, boolean, text, jsonb)
+FROM PUBLIC;
+DO $$
+BEGIN
+    IF to_regrole('hivenet_admin') IS NOT NULL THEN
+        GRANT EXECUTE ON FUNCTION
+            hivenet.resolve_step(text, integer, boolean, text, jsonb),
+            hivenet.resolve_request(text, text, integer, boolean, text, jsonb)
+        TO hivenet_admin;
+    END IF;
+END $$;
