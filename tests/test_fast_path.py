@@ -1,4 +1,4 @@
-"""The allocation fast path (allocate.sql, _fast_serial): next_unified_serial and
+"""The allocation fast path (allocate.sql, _fast_unified / _fast_system): next_unified_serial and
 next_system_serial are inlined into the caller's statement, call no PL/pgSQL function in the
 plain case, and hand everything else to the full path with the same results and errors.
 
@@ -78,7 +78,7 @@ def test_a_prepared_statement_runs_no_plpgsql_function(db: psycopg.Connection) -
     db.execute("SET plan_cache_mode = force_generic_plan")
     plan = "\n".join(row[0] for row in db.execute(
         "EXPLAIN (VERBOSE) EXECUTE alloc('C0001', 'A01', '01')"))
-    assert "next_unified_serial" not in plan and "_fast_serial" not in plan, plan
+    assert "next_unified_serial" not in plan and "_fast_unified" not in plan, plan
     assert "hivenet._" not in plan, plan
     assert "nextval(to_regclass(" in plan and "next_serial('unified'" in plan, plan
     calls = _plpgsql_calls(db, "EXECUTE alloc('C0001', 'A01', '01')")
@@ -88,6 +88,37 @@ def test_a_prepared_statement_runs_no_plpgsql_function(db: psycopg.Connection) -
         assert calls.get("next_serial") == 3 and "_allocate" in calls  # a new scope: slow path
     db.execute("SELECT hivenet.prepare_scope('system', %s)", (SCOPE,))
     assert _plpgsql_calls(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')") == {}
+
+
+def _fast_path_body(db: psycopg.Connection, kind: str) -> str:
+    return str(scalar(db, f"SELECT pg_get_functiondef('hivenet._fast_{kind}'::regproc)"))
+
+
+def test_the_fast_paths_are_generated_with_their_constants_written_in(
+        db: psycopg.Connection) -> None:
+    """The guard of unprepared callers (psql, PgBouncer in transaction pooling, PL/Proxy):
+    planning inlines each fast path, so it must read no format or setting through a function
+    (folding ~30 reads of _format_constant cost ~5 ms a call); fails when the body reads
+    _format_constant or _setting_constant again."""
+    for kind, seq_width in (("unified", 10), ("system", 12)):
+        body = _fast_path_body(db, kind)
+        assert "_format_constant" not in body and "_setting_constant" not in body, body
+        assert f"'seq_{kind}'" not in body and f"'{kind}'" in body  # the format's name
+        assert "[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}" in body      # its field pattern
+        assert f"{seq_width}, '0'" in body and "'UTC'" in body       # seq width, time zone
+
+
+def test_the_fast_paths_follow_a_change_of_setting(db: psycopg.Connection) -> None:
+    """Rewritten in the transaction that changes a setting they are built from: the registry
+    check turns the fast path off, the time zone is written in."""
+    with db.transaction(force_rollback=True):
+        db.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'enforce_registry'")
+        assert "nextval" not in _fast_path_body(db, "unified")
+    assert "nextval" in _fast_path_body(db, "unified")
+    with db.transaction(force_rollback=True):
+        db.execute("UPDATE hivenet.setting SET value = 'Asia/Shanghai' WHERE name = 'time_zone'")
+        assert "'Asia/Shanghai'" in _fast_path_body(db, "system")
+    assert "'UTC'" in _fast_path_body(db, "system")
 
 
 def test_fast_path_continues_the_scope_counter_in_order(db: psycopg.Connection) -> None:

@@ -103,8 +103,8 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         "hivenet._reporting_local_now",
         "hivenet.ownership",  # what this database owns among several primaries (ownership.sql)
         # Inlined into next_unified_serial / next_system_serial, run as the caller (allocate.sql).
-        "hivenet._fast_serial", "hivenet._format_constant", "hivenet._setting_constant",
-        "hivenet._scope_sequence_name"}
+        "hivenet._fast_unified", "hivenet._fast_system", "hivenet._format_constant",
+        "hivenet._setting_constant", "hivenet._scope_sequence_name"}
 
 
 def test_the_application_role_cannot_reach_superuser_through_a_connection(app: psycopg.Connection,

@@ -619,75 +619,108 @@ END $$;
 -- the value taken here is a gap, as when _issue hands over to _advance). The time is the
 -- statement's (stable, so one instant for the period check and the printed date:
 -- clock_timestamp() read twice could straddle midnight and print a day that is not the
--- value's).
--- Every format property is folded to a constant when the statement is planned
--- (_format_constant, _setting_constant), so the checks on them cost nothing at run time.
--- The value is clamped and NULLed when it is not 1 .. capacity past the period's start,
--- arithmetic only (a regex costs several microseconds).
-CREATE FUNCTION hivenet._fast_serial(p_format text, p_a text, p_b text, p_c text) RETURNS text
+-- value's). The value is clamped and NULLed when it is not 1 .. capacity past the period's
+-- start, arithmetic only (a regex costs several microseconds).
+--
+-- Generated per format (_fast_unified, _fast_system) with the format's pattern, widths,
+-- bounds and the business time zone written in as literals, rewritten whenever a format or a
+-- setting changes (the triggers of formats.sql and settings.sql call _compile_fast_paths):
+-- an expression that read them from _format_constant instead was folded to the same plan,
+-- but folding ~30 reads of the format row cost ~5 ms of planning, paid by every caller that
+-- does not prepare its statement (psql, PgBouncer in transaction pooling, PL/Proxy).
+CREATE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text) RETURNS text
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT CASE
-        WHEN (hivenet._format_constant(p_format)).reset = 'day'
-         AND (hivenet._format_constant(p_format)).key_fields IS NULL
-         AND (hivenet._format_constant(p_format)).tail_pattern = ''
-         AND cardinality((hivenet._format_constant(p_format)).field_names) = 3
-         -- Outside the quoted field values, the pattern prints the date only.
-         AND regexp_replace((hivenet._format_constant(p_format)).head_pattern, '"[^"]*"', '',
-                            'g') ~ '^(YYYY|YY|MM|DD)*$'
-         AND (hivenet._format_constant(p_format)).capacity
-             = 10::bigint ^ (hivenet._format_constant(p_format)).seq_width - 1
-         AND NOT hivenet._setting_constant('enforce_registry')::boolean
-         AND (p_a || ' ' || p_b || ' ' || p_c)
-             ~ (hivenet._format_constant(p_format)).field_pattern
-        -- Nested: the casts are safe only once the values matched (digits where bounded),
-        -- and this level alone is constant when the values are (then folded when planned,
-        -- its THEN left unplanned when it is false, as the casts need).
-        THEN CASE WHEN coalesce(current_setting('hivenet.fake_now', true), '') = '' THEN CASE
-            WHEN (CASE WHEN (hivenet._format_constant(p_format)).field_min[1] IS NULL THEN true
-                  ELSE p_a::numeric >= (hivenet._format_constant(p_format)).field_min[1] END)
-             AND (CASE WHEN (hivenet._format_constant(p_format)).field_max[1] IS NULL THEN true
-                  ELSE p_a::numeric <= (hivenet._format_constant(p_format)).field_max[1] END)
-             AND (CASE WHEN (hivenet._format_constant(p_format)).field_min[2] IS NULL THEN true
-                  ELSE p_b::numeric >= (hivenet._format_constant(p_format)).field_min[2] END)
-             AND (CASE WHEN (hivenet._format_constant(p_format)).field_max[2] IS NULL THEN true
-                  ELSE p_b::numeric <= (hivenet._format_constant(p_format)).field_max[2] END)
-             AND (CASE WHEN (hivenet._format_constant(p_format)).field_min[3] IS NULL THEN true
-                  ELSE p_c::numeric >= (hivenet._format_constant(p_format)).field_min[3] END)
-             AND (CASE WHEN (hivenet._format_constant(p_format)).field_max[3] IS NULL THEN true
-                  ELSE p_c::numeric <= (hivenet._format_constant(p_format)).field_max[3] END)
-            -- The values then the date (the built-in layouts): no format() at run time.
-            THEN CASE WHEN starts_with((hivenet._format_constant(p_format)).head_pattern,
-                                       '"%1$s""%2$s""%3$s"')
-                      THEN p_a || p_b || p_c || to_char(statement_timestamp()
-                               AT TIME ZONE hivenet._setting_constant('time_zone'),
-                               substr((hivenet._format_constant(p_format)).head_pattern, 19))
-                      ELSE to_char(statement_timestamp()
-                               AT TIME ZONE hivenet._setting_constant('time_zone'),
-                               format((hivenet._format_constant(p_format)).head_pattern,
-                                      p_a, p_b, p_c)) END
-                 || lpad(nullif(nullif(least(greatest(
-                        nextval(to_regclass('hivenet.' || quote_ident(
-                            hivenet._scope_sequence_name(p_format, p_a || p_b || p_c))))
-                        - hivenet._period_index(statement_timestamp()
-                              AT TIME ZONE hivenet._setting_constant('time_zone'), 'day')
-                          * (hivenet._format_constant(p_format)).stride,
-                        0), (hivenet._format_constant(p_format)).capacity + 1), 0),
-                        (hivenet._format_constant(p_format)).capacity + 1)::text,
-                        (hivenet._format_constant(p_format)).seq_width, '0')
-            END END
-        END;
+    SELECT NULL::text;
 END;
+
+CREATE FUNCTION hivenet._fast_system(p_a text, p_b text, p_c text) RETURNS text
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT NULL::text;
+END;
+
+-- The expression of the fast path of format p_format (see above), or 'NULL::text' when the
+-- format or the settings leave every call to the full path.
+CREATE FUNCTION hivenet._fast_path_expression(p_format hivenet.format, p_zone text,
+    p_enforce_registry boolean) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_local text := format('(statement_timestamp() AT TIME ZONE %L)', p_zone);
+    v_bounds text[] := ARRAY[]::text[];
+    v_printed text;
+    v_field text;
+BEGIN
+    IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
+       OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
+       OR cardinality(p_format.field_names) <> 3
+       -- Outside the quoted field values, the pattern prints the date only.
+       OR regexp_replace(p_format.head_pattern, '"[^"]*"', '', 'g') !~ '^(YYYY|YY|MM|DD)*$'
+       OR p_format.capacity <> 10::bigint ^ p_format.seq_width - 1 THEN
+        RETURN 'NULL::text';
+    END IF;
+    FOR i IN 1 .. 3 LOOP
+        v_field := (ARRAY['p_a', 'p_b', 'p_c'])[i];
+        IF p_format.field_min[i] IS NOT NULL THEN
+            v_bounds := v_bounds || format('%s::numeric >= %s', v_field, p_format.field_min[i]);
+        END IF;
+        IF p_format.field_max[i] IS NOT NULL THEN
+            v_bounds := v_bounds || format('%s::numeric <= %s', v_field, p_format.field_max[i]);
+        END IF;
+    END LOOP;
+    -- The values then the date (the built-in layouts): no format() at run time.
+    v_printed := CASE WHEN starts_with(p_format.head_pattern, '"%1$s""%2$s""%3$s"')
+        THEN format('p_a || p_b || p_c || to_char(%s, %L)', v_local,
+                    substr(p_format.head_pattern, 19))
+        ELSE format('to_char(%s, format(%L, p_a, p_b, p_c))', v_local, p_format.head_pattern)
+        END;
+    -- Nested CASE: the casts of the bounds are safe only once the values matched.
+    RETURN format(
+        $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
+    WHEN coalesce(current_setting('hivenet.fake_now', true), '') = '' AND %s
+    THEN %s || lpad(nullif(nullif(least(greatest(
+             nextval(to_regclass('hivenet.' || quote_ident(
+                 hivenet._scope_sequence_name(%L, p_a || p_b || p_c))))
+             - hivenet._period_index(%s, 'day') * %s,
+             0), %s), 0), %s)::text, %s, '0')
+    END END$f$,
+        p_format.field_pattern, coalesce(array_to_string(v_bounds, ' AND '), 'true'),
+        v_printed, p_format.name, v_local, p_format.stride, p_format.capacity + 1,
+        p_format.capacity + 1, p_format.seq_width);
+END $$;
+
+-- Rewrite _fast_unified and _fast_system from the tables (called by the triggers that rewrite
+-- the generated constants, in the same transaction and under the same lock).
+CREATE FUNCTION hivenet._compile_fast_paths() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_zone text := (SELECT value FROM hivenet.setting WHERE name = 'time_zone');
+    v_registry boolean := (SELECT value FROM hivenet.setting
+                           WHERE name = 'enforce_registry')::boolean;
+    v_format hivenet.format;
+    v_name text;
+BEGIN
+    FOREACH v_name IN ARRAY ARRAY['unified', 'system'] LOOP
+        v_format := (SELECT f FROM hivenet.format f WHERE f.name = v_name);
+        EXECUTE format('CREATE OR REPLACE FUNCTION hivenet.%I(p_a text, p_b text, p_c text) '
+                       'RETURNS text LANGUAGE sql VOLATILE BEGIN ATOMIC SELECT %s; END',
+                       '_fast_' || v_name,
+                       hivenet._fast_path_expression(v_format, coalesce(v_zone, 'UTC'),
+                                                     coalesce(v_registry, false)));
+    END LOOP;
+END $$;
+
+SELECT hivenet._compile_fast_paths();
 
 -- hivenet.next_unified_serial(system, module, instance) → text (28 characters)
 --   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction. Inlined (see
---   _fast_serial): the fast path, else next_serial (_allocate: the checks, the exact errors,
+--   _fast_unified): the fast path, else next_serial (_allocate: the checks, the exact errors,
 --   the slow paths), which the caller may run without the right to call _allocate.
 CREATE FUNCTION hivenet.next_unified_serial(p_system text, p_module text, p_instance text)
 RETURNS text
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT coalesce(hivenet._fast_serial('unified', p_system, p_module, p_instance),
+    SELECT coalesce(hivenet._fast_unified(p_system, p_module, p_instance),
                     hivenet.next_serial('unified', jsonb_build_object(
                         'system', p_system, 'module', p_module, 'instance', p_instance)));
 END;
@@ -699,7 +732,7 @@ CREATE FUNCTION hivenet.next_system_serial(p_system text, p_module text, p_insta
 RETURNS text
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT coalesce(hivenet._fast_serial('system', p_system, p_module, p_instance),
+    SELECT coalesce(hivenet._fast_system(p_system, p_module, p_instance),
                     hivenet.next_serial('system', jsonb_build_object(
                         'system', p_system, 'module', p_module, 'instance', p_instance)));
 END;

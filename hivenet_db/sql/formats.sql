@@ -127,6 +127,11 @@ BEGIN
         (SELECT string_agg(format('WHEN %L THEN %L::hivenet.format', f.name, f::text), ' '
                            ORDER BY f.name)
          FROM hivenet.format f));
+    -- The allocation fast paths are generated from settings and formats too (allocate.sql;
+    -- not there yet while the schema's first files are installed).
+    IF to_regprocedure('hivenet._compile_fast_paths()') IS NOT NULL THEN
+        PERFORM hivenet._compile_fast_paths();
+    END IF;
     RETURN NULL;
 END $$;
 

@@ -56,15 +56,16 @@ TO PUBLIC;
 -- What this database owns among several primaries (ownership.sql).
 GRANT EXECUTE ON FUNCTION hivenet.ownership() TO PUBLIC;
 
--- The allocation fast path (allocate.sql, _fast_serial) is inlined into the caller's statement
--- and runs with the caller's rights, so every function in it must be executable by the
--- caller, and the caller may take values of the counter sequences of scopes: USAGE (nextval,
+-- The allocation fast path (allocate.sql, _fast_unified and _fast_system) is inlined into the
+-- caller's statement and runs with the caller's rights, so every function in it must be
+-- executable by the caller, and the caller may take values of the counter sequences of scopes: USAGE (nextval,
 -- currval), never UPDATE (setval, which only the owner's slow path runs) nor ALTER. Granted to
 -- PUBLIC like the allocation functions: taking a value is what any caller of next_serial
 -- does. The constants say what the formats and settings are (no secret: settings.sql). A
 -- scope's sequence gets its grant when it is made (_promote_scope); this covers older ones.
 GRANT EXECUTE ON FUNCTION
-    hivenet._fast_serial(text, text, text, text),
+    hivenet._fast_unified(text, text, text),
+    hivenet._fast_system(text, text, text),
     hivenet._format_constant(text),
     hivenet._setting_constant(text),
     hivenet._scope_sequence_name(text, text)

@@ -117,6 +117,11 @@ BEGIN
     PERFORM hivenet._rewrite_constants('hivenet.setting', TG_OP, 'hivenet._setting_constant',
         'text', (SELECT string_agg(format('WHEN %L THEN %L', name, value), ' ' ORDER BY name)
                  FROM hivenet.setting));
+    -- The allocation fast paths are generated from settings and formats too (allocate.sql;
+    -- not there yet while the schema's first files are installed).
+    IF to_regprocedure('hivenet._compile_fast_paths()') IS NOT NULL THEN
+        PERFORM hivenet._compile_fast_paths();
+    END IF;
     RETURN NULL;
 END $$;
 
