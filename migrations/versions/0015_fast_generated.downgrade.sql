@@ -1,4 +1,4 @@
--- Revision 0016 down: back to 0013's fast path, which reads _format_constant.
+-- Revision 0015 down: back to 0013's fast path, which reads _format_constant.
 -- The fast path of next_unified_serial and next_system_serial (docs/benchmarks.md): one
 -- expression, inlined into the caller's statement, so nothing is prepared again in each
 -- transaction (a PL/pgSQL body prepares every expression anew in each one). For it to be

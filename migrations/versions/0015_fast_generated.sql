@@ -1,4 +1,4 @@
--- Revision 0016: the allocation fast path generated per format (issue 13).
+-- Revision 0015: the allocation fast path generated per format (issue 13).
 --   * hivenet._fast_unified, hivenet._fast_system (new): the fast path of next_unified_serial
 --     and next_system_serial with the format's constants written in, rewritten by
 --     _compile_fast_paths (new, with _fast_path_expression) whenever a format or a setting

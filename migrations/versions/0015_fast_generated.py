@@ -1,7 +1,7 @@
 """The allocation fast path generated per format, with its constants written in (issue 13).
 
-Revision ID: 0016
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-11-23
 """
 
@@ -9,8 +9,8 @@ from alembic import op
 
 from hivenet_db.schema import apply_revision_sql
 
-revision = "0016"
-down_revision = "0013"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
