@@ -152,7 +152,7 @@ def test_the_interface_claim_and_its_views_follow_a_changed_interface_layout(
     serial = "T0001" + "20310301115900" + "C0001A0101" + "00000007"
     assert state(tx, "SELECT hivenet.claim_interface_serial(%s)", (serial,)) is None
     assert tx.execute("""SELECT source_system, source_module, source_instance, target_system,
-                                serial_day, serial_time FROM hivenet.interface_calls""").fetchall() \
+                         serial_day, serial_time FROM hivenet.interface_calls""").fetchall() \
         == [("C0001", "A01", "01", "T0001", dt.date(2031, 3, 1),
              dt.datetime(2031, 3, 1, 11, 59))]
     assert state(tx, "SELECT hivenet.claim_interface_serial(%s)", (serial,)) == "HN020"
@@ -204,3 +204,25 @@ def test_the_hot_paths_call_no_generated_function(db: psycopg.Connection) -> Non
     assert {"claim_interface_serial", "begin_step"} <= called
     assert not called & {"_serial_valid", "_serial_shaped", "_serial_time", "_serial_field",
                          "_serial_scope", "parse_serial"}, called
+
+
+def test_a_reporting_reader_reads_the_interface_calls_through_the_generated_functions(
+        db: psycopg.Connection) -> None:
+    """The view interface_calls calls the generated reads as its reader: a role granted
+    SELECT on the view (as hivenet_app is) reads it without any right on a private function
+    but those two (fails with 42501 when privileges.sql does not grant them)."""
+    today = str(scalar(db, "SELECT to_char(hivenet.now() AT TIME ZONE 'UTC', 'YYYYMMDD')"))
+    db.execute("SELECT hivenet.claim_interface_serial(%s)",
+               (f"C0001A0101T0001{today}0000000000000001",))
+    db.execute("CREATE ROLE hivenet_layout_reader")
+    try:
+        db.execute("GRANT USAGE ON SCHEMA hivenet TO hivenet_layout_reader")
+        db.execute("GRANT SELECT ON hivenet.interface_calls TO hivenet_layout_reader")
+        db.execute("SET ROLE hivenet_layout_reader")
+        assert db.execute("SELECT source_system, target_system, serial_time::date::text "
+                          "FROM hivenet.interface_calls").fetchall() \
+            == [("C0001", "T0001", f"{today[:4]}-{today[4:6]}-{today[6:]}")]
+    finally:
+        db.execute("RESET ROLE")
+        db.execute("DROP OWNED BY hivenet_layout_reader")
+        db.execute("DROP ROLE hivenet_layout_reader")
