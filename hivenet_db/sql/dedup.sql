@@ -197,7 +197,7 @@ BEGIN
                              'in progress (nowait)', p_serial);
     END IF;
     -- The name of _interface_partition_name(v_day), spelled out to save a call.
-    IF to_regclass('hivenet.interface_call_' || to_char(v_day, 'YYYYMMDD')) IS NULL THEN
+    IF to_regclass('hivenet.interface_call_' || to_char(v_local, 'YYYYMMDD')) IS NULL THEN
         -- To the default partition, unless the day's partition was attached since this
         -- session last looked (this session's list of partitions can be stale, and the
         -- default partition then refuses the row). The first lock on the default partition
