@@ -22,8 +22,9 @@ from typing import Any
 from hivenet_db.builtin_formats import BUILTIN_FORMATS_JSON
 from hivenet_db.errors import InvalidInput
 
-# The standard's kinds, told apart by their length in bytes when no format is named.
-_BY_LENGTH = {28: "unified", 30: "system", 39: "interface"}
+# The standard's kinds, told apart by their lengths (from their definitions) when no format
+# is named.
+_STANDARD_KINDS = ("unified", "system", "interface")
 
 # to_char tokens of the time patterns (formats.sql _time_pattern), longest first.
 _TIME_TOKENS = (("YYYY", 4), ("HH24", 2), ("YY", 2), ("MM", 2), ("DD", 2), ("MI", 2),
@@ -74,26 +75,45 @@ def field_problem(segment: dict[str, Any], value: str) -> str | None:
     return None
 
 
-def _read_time(part: str, to_char: str) -> dt.datetime | None:
-    """The time ``part`` shows in to_char pattern ``to_char``, or None when it is none."""
-    if not _DIGITS.fullmatch(part):
-        return None
-    values: dict[str, int] = {}
+@functools.cache
+def time_slices(to_char: str) -> tuple[tuple[str, int, int], ...]:
+    """(token, start, end) of each part of a time printed with to_char pattern ``to_char``
+    (a segment's ``to_char``, formats.sql _time_pattern): where its year, month... are."""
+    slices: list[tuple[str, int, int]] = []
     pos = i = 0
     while i < len(to_char):
         token, width = next((t, w) for t, w in _TIME_TOKENS if to_char.startswith(t, i))
-        values[token] = int(part[pos:pos + width])
+        slices.append((token, pos, pos + width))
         pos += width
         i += len(token)
+    return tuple(slices)
+
+
+def time_of(part: str, slices: tuple[tuple[str, int, int], ...]) -> dt.datetime:
+    """The time the digits ``part`` show, cut by ``time_slices``; ValueError when none."""
+    values = {token: int(part[start:end]) for token, start, end in slices}
     if "YYYY" in values:
         year = values["YYYY"]
     else:  # to_timestamp's YY: the year nearest to 2020
         year = values["YY"] + (2000 if values["YY"] < 70 else 1900)
+    return dt.datetime(year, values.get("MM", 1), values.get("DD", 1),
+                       values.get("HH24", 0), values.get("MI", 0), values.get("SS", 0))
+
+
+def _read_time(part: str, to_char: str) -> dt.datetime | None:
+    """The time ``part`` shows in to_char pattern ``to_char``, or None when it is none."""
+    if not _DIGITS.fullmatch(part):
+        return None
     try:
-        return dt.datetime(year, values.get("MM", 1), values.get("DD", 1),
-                           values.get("HH24", 0), values.get("MI", 0), values.get("SS", 0))
+        return time_of(part, time_slices(to_char))
     except ValueError:
         return None
+
+
+def shows_date_only(segment: dict[str, Any]) -> bool:
+    """Whether a time segment is reported as a ``date`` (a day or coarser), not a
+    ``datetime``, as SQL parse_serial does."""
+    return _UNITS.index(segment["resolution"]) >= _UNITS.index("day")
 
 
 def parse_builtin(serial: str | None, format: str | None = None) -> dict[str, Any]:
@@ -102,11 +122,13 @@ def parse_builtin(serial: str | None, format: str | None = None) -> dict[str, An
     if serial is None:
         raise InvalidInput("serial is NULL")
     formats = builtin_formats()
-    name = format if format is not None else _BY_LENGTH.get(len(serial.encode()))
+    kinds = {formats[kind]["length"]: kind for kind in _STANDARD_KINDS}
+    name = format if format is not None else kinds.get(len(serial.encode()))
     if name not in formats:
         if format is None:
-            raise InvalidInput(f"serial {shown(serial)} is no unified (28), system (30) or "
-                               "interface (39) serial; name its format")
+            listed = [f"{kind} ({formats[kind]['length']})" for kind in _STANDARD_KINDS]
+            raise InvalidInput(f"serial {shown(serial)} is no {', '.join(listed[:-1])} or "
+                               f"{listed[-1]} serial; name its format")
         raise InvalidInput(f"unknown format {shown(format)} (not built in: "
                            "parse_serial(serial, format, db=connection) asks the database)")
     definition = formats[name]
@@ -135,7 +157,7 @@ def parse_builtin(serial: str | None, format: str | None = None) -> dict[str, An
             when = _read_time(part, segment["to_char"])
             if when is None:
                 problem = f"time {quote_literal(part)} is no valid {segment['time']}"
-            elif _UNITS.index(segment["resolution"]) >= _UNITS.index("day"):
+            elif shows_date_only(segment):
                 result["date"] = f"{when.year:04d}-{when.month:02d}-{when.day:02d}"
             else:
                 result["datetime"] = (f"{when.year:04d}-{when.month:02d}-{when.day:02d}T"

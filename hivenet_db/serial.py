@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import text
 
 from hivenet_db._execute import SyncDB, rows
-from hivenet_db.parsing import builtin_formats, parse_builtin
+from hivenet_db.parsing import builtin_formats, parse_builtin, shows_date_only, time_of, time_slices
 
 
 class Serial(str):
@@ -56,32 +56,31 @@ class Serial(str):
 
 _PARSE = text("SELECT hivenet.parse_serial(:serial, :format)")
 
-# (kind, field name, start, end) of each printed part of a built-in format, kind being
-# "field", "date", "datetime" or "seq"; None when a time part is not YYYYMMDD[HH24MISS].
-_Layout = tuple[tuple[str, str, int, int], ...]
+# (kind, name, start, end, time slices) of each printed part of a built-in format, kind being
+# "field", "date", "datetime" or "seq": read from its definition (segments and widths).
+_Layout = tuple[tuple[str, str, int, int, tuple[tuple[str, int, int], ...]], ...]
 
 
 @functools.cache
-def _layout(format: str) -> _Layout | None:
+def _layout(format: str) -> _Layout:
     definition = builtin_formats()[format]
-    parts: list[tuple[str, str, int, int]] = []
+    parts: list[tuple[str, str, int, int, tuple[tuple[str, int, int], ...]]] = []
     pos = 0
+    slices: tuple[tuple[str, int, int], ...]
     for segment in definition["segments"]:
         if "field" in segment:
             if segment.get("printed") is False:
                 continue
-            width, kind, name = int(segment["width"]), "field", str(segment["field"])
+            width, kind, name, slices = int(segment["width"]), "field", str(segment["field"]), ()
         elif "literal" in segment:
             pos += len(segment["literal"])
             continue
         elif "time" in segment:
-            if segment["to_char"] not in ("YYYYMMDD", "YYYYMMDDHH24MISS"):
-                return None
-            width = int(segment["width"])
-            kind, name = ("date" if width == 8 else "datetime"), ""
+            width, name, slices = int(segment["width"]), "", time_slices(segment["to_char"])
+            kind = "date" if shows_date_only(segment) else "datetime"
         else:
-            width, kind, name = int(definition["seq_width"]), "seq", ""
-        parts.append((kind, name, pos, pos + width))
+            width, kind, name, slices = int(definition["seq_width"]), "seq", "", ()
+        parts.append((kind, name, pos, pos + width, slices))
         pos += width
     return tuple(parts)
 
@@ -91,24 +90,22 @@ def issued(value: str, format: str) -> Serial:
     has just issued (so valid): cut by the format's layout, the same attributes as
     ``parse_serial`` gives, at a fraction of its cost (the repositories call this on every
     allocation: docs/benchmarks.md). Anything unexpected goes through ``parse_builtin``."""
-    layout = _layout(format) if format in builtin_formats() else None
-    if layout is None or len(value) != builtin_formats()[format]["length"]:
+    if format not in builtin_formats() or len(value) != builtin_formats()[format]["length"]:
         return Serial(value, parse_builtin(value, format))
     serial = str.__new__(Serial, value)
     serial.format = format
     serial.date = serial.datetime = None
     fields: dict[str, str] = {}
-    for kind, name, start, end in layout:
+    for kind, name, start, end, slices in _layout(format):
         part = value[start:end]
         if kind == "field":
             fields[name] = part
         elif kind == "seq":
             serial.seq = int(part)
         elif kind == "date":
-            serial.date = dt.date(int(part[:4]), int(part[4:6]), int(part[6:8]))
+            serial.date = time_of(part, slices).date()
         else:
-            serial.datetime = dt.datetime(int(part[:4]), int(part[4:6]), int(part[6:8]),
-                                          int(part[8:10]), int(part[10:12]), int(part[12:14]))
+            serial.datetime = time_of(part, slices)
             serial.date = serial.datetime.date()
     serial.fields = fields
     return serial
@@ -118,7 +115,7 @@ def parse_serial(serial: Any, format: Any = None, *legacy: Any,
                  db: SyncDB | None = None) -> Serial:
     """Parse ``serial``: ``parse_serial("C0001A0101201507100123456789")``.
 
-    Without ``db``, in Python, for the three standard kinds (told apart by length, 28/30/39,
+    Without ``db``, in Python, for the three standard kinds (told apart by their lengths,
     when no format is named) and the six built-in formats: no database involved, the same
     results and messages as SQL ``hivenet.parse_serial``. With ``db`` (a Connection or
     Session), the database parses it: needed for custom formats (``define_format``).

@@ -102,6 +102,8 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         "hivenet._period_index", "hivenet._period_start", "hivenet._scope_counter_value",
         "hivenet._reporting_local_now",
         "hivenet.ownership",  # what this database owns among several primaries (ownership.sql)
+        # In view interface_calls, run as its reader (parse.sql: generated from the layouts).
+        "hivenet._serial_field", "hivenet._serial_time",
         # Inlined into next_unified_serial / next_system_serial, run as the caller (allocate.sql).
         "hivenet._fast_unified", "hivenet._fast_system", "hivenet._format_constant",
         "hivenet._setting_constant", "hivenet._scope_sequence_name"}

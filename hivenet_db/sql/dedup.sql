@@ -106,7 +106,8 @@ DECLARE
     v_issued timestamp;
 BEGIN
     IF p_local > p_to THEN
-        v_issued := hivenet._latest_issued('interface', substr(p_serial, 1, 15));
+        v_issued := hivenet._latest_issued('interface',
+                                           hivenet._serial_scope('interface', p_serial));
         IF p_local <= v_issued THEN
             RETURN;
         END IF;
@@ -134,9 +135,10 @@ END $$;
 --   Records an incoming interface call in the caller's transaction: its claim commits or
 --   vanishes with that transaction. The unified and system serials are recorded for the call
 --   chain, never checked for duplicates (HiveNet rule 1).
---   Raises HN001 when serial is no valid 39-character interface serial, or unified_serial /
---   system_serial is given but not 28 / 30 characters shaped as the standard says (10
---   letters or digits, then digits: only their shape is checked); HN021 when the serial's own
+--   Raises HN001 when serial is no valid interface serial (as parse_serial), or
+--   unified_serial / system_serial is given but not shaped as its format's layout says (the
+--   characters of each field, digits for the date and seq: only their shape is checked;
+--   parse.sql _serial_shaped); HN021 when the serial's own
 --   time (its caller's local time, in any zone from UTC-12 to UTC+14) is older than the
 --   setting interface_window or later than now + interface_future_tolerance in every such
 --   zone, unless this database issued it (its clock stepped back: allocate.sql); HN020 when
@@ -155,7 +157,6 @@ CREATE FUNCTION hivenet.claim_interface_serial(p_serial text, p_unified_serial t
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := hivenet.now();
-    v_valid boolean;
     v_local timestamp;
     v_day date;
     v_from timestamp;
@@ -164,44 +165,25 @@ DECLARE
     v_tolerance interval;
     v_recorded timestamptz;
 BEGIN
-    -- This runs on every incoming call: the layout of formats.sql 'interface' checked inline
-    -- (every call of a function with SET search_path costs; parse_serial only explains a
-    -- rejection, and a test proves both agree). A plain character-class pattern, then the
-    -- ranges as integers: a pattern with alternations for them costs twice as much. CASE keeps
-    -- the casts behind the pattern.
-    v_valid := CASE WHEN p_serial ~ '^[0-9A-Za-z]{8}[0-9]{2}[0-9A-Za-z]{5}[0-9]{24}$' THEN
-                   substr(p_serial, 9, 2) <> '00' AND substr(p_serial, 16, 4) <> '0000'
-                   AND substr(p_serial, 20, 2)::integer BETWEEN 1 AND 12
-                   AND substr(p_serial, 22, 2)::integer BETWEEN 1 AND 31
-                   AND substr(p_serial, 24, 2)::integer < 24
-                   AND substr(p_serial, 26, 2)::integer < 60
-                   AND substr(p_serial, 28, 2)::integer < 60
-                   AND right(p_serial, 10) <> '0000000000'
-               ELSE false END;
-    -- Nested in CASE, not AND: PostgreSQL does not promise to evaluate AND left to right.
-    IF (CASE WHEN v_valid THEN substr(p_serial, 22, 2)::integer > 28 ELSE false END) THEN
-        -- Day 29 to 31 must exist in that month: otherwise make_date rolls over.
-        v_valid := extract(day FROM make_date(substr(p_serial, 16, 4)::integer,
-                                              substr(p_serial, 20, 2)::integer, 1)
-                                    + (substr(p_serial, 22, 2)::integer - 1))
-                   = substr(p_serial, 22, 2)::integer;
+    -- This runs on every incoming call: the layout of format 'interface' checked by one
+    -- inlined expression generated from its definition (parse.sql, _serial_valid; a call of
+    -- a function with SET search_path costs). What it does not vouch for, parse_serial
+    -- decides, naming the problem (HN001): the accepted set is exactly parse_serial's.
+    IF NOT coalesce(hivenet._serial_valid('interface', p_serial), false) THEN
+        PERFORM hivenet.parse_serial(p_serial, 'interface');
     END IF;
-    IF NOT v_valid THEN
-        PERFORM hivenet._reject_serial(p_serial, 'interface');
-    END IF;
-    IF p_unified_serial !~ '^[0-9A-Za-z]{10}[0-9]{18}$' THEN
+    -- The serials carried for the call chain: only their shape is checked.
+    IF NOT hivenet._serial_shaped('unified', p_unified_serial) THEN
         PERFORM hivenet._reject_serial(p_unified_serial, 'unified');
     END IF;
-    IF p_system_serial !~ '^[0-9A-Za-z]{10}[0-9]{20}$' THEN
+    IF NOT hivenet._serial_shaped('system', p_system_serial) THEN
         PERFORM hivenet._reject_serial(p_system_serial, 'system');
     END IF;
     -- Several primaries: a serial of an instance another shard owns (ownership.sql).
     IF hivenet._setting_constant('owned_instances') <> 'all' THEN
         PERFORM hivenet._check_owned_serial('interface', p_serial);
     END IF;
-    v_local := make_timestamp(substr(p_serial, 16, 4)::integer, substr(p_serial, 20, 2)::integer,
-                              substr(p_serial, 22, 2)::integer, substr(p_serial, 24, 2)::integer,
-                              substr(p_serial, 26, 2)::integer, substr(p_serial, 28, 2)::integer);
+    v_local := hivenet._serial_time('interface', p_serial);
     v_day := v_local::date;
     -- Settings from the generated constants (settings.sql): no query on the hot path.
     v_window := hivenet._setting_constant('interface_window')::interval;
@@ -221,7 +203,7 @@ BEGIN
                              'in progress (nowait)', p_serial);
     END IF;
     -- The name of _interface_partition_name(v_day), spelled out to save a call.
-    IF to_regclass('hivenet.interface_call_' || substr(p_serial, 16, 8)) IS NULL THEN
+    IF to_regclass('hivenet.interface_call_' || to_char(v_local, 'YYYYMMDD')) IS NULL THEN
         -- To the default partition, unless the day's partition was attached since this
         -- session last looked (this session's list of partitions can be stale, and the
         -- default partition then refuses the row). The first lock on the default partition
@@ -249,15 +231,15 @@ CREATE VIEW hivenet.interface_calls AS
 SELECT c.interface_serial,
        c.unified_serial,
        c.system_serial,
-       substr(c.interface_serial, 1, 5) AS source_system,
-       substr(c.interface_serial, 6, 3) AS source_module,
-       substr(c.interface_serial, 9, 2) AS source_instance,
-       substr(c.interface_serial, 11, 5) AS target_system,
+       -- Read by the layout of format 'interface' (parse.sql: generated functions).
+       hivenet._serial_field('interface', c.interface_serial, 'system') AS source_system,
+       hivenet._serial_field('interface', c.interface_serial, 'module') AS source_module,
+       hivenet._serial_field('interface', c.interface_serial, 'instance') AS source_instance,
+       hivenet._serial_field('interface', c.interface_serial, 'target') AS target_system,
        c.serial_day,
-       -- ISO basic 'YYYYMMDDTHHMISS' to timestamp: no session time zone involved (to_timestamp
-       -- would shift a local time that the session's zone skips at a DST change).
-       (substr(c.interface_serial, 16, 8) || 'T' || substr(c.interface_serial, 24, 6))::timestamp
-           AS serial_time,
+       -- make_timestamp: no session time zone involved (to_timestamp would shift a local time
+       -- that the session's zone skips at a DST change).
+       hivenet._serial_time('interface', c.interface_serial) AS serial_time,
        c.recorded_at,
        c.call_order
 FROM hivenet.interface_call c;

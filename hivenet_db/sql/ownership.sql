@@ -175,9 +175,9 @@ BEGIN
     THEN
         RETURN;
     END IF;
-    -- The standard's system and interface serials print the instance at 9-10.
-    v_instance := CASE WHEN p_format IN ('system', 'interface') THEN substr(p_serial, 9, 2)
-                       ELSE hivenet.parse_serial(p_serial, p_format) ->> 'instance' END;
+    -- Cut by the format's layout (parse.sql); parse_serial for a format not yet generated.
+    v_instance := coalesce(hivenet._serial_field(p_format, p_serial, 'instance'),
+                           hivenet.parse_serial(p_serial, p_format) ->> 'instance');
     IF NOT hivenet._instance_in(v_instance, v_owned) THEN
         RAISE EXCEPTION USING ERRCODE = 'HN002',
             MESSAGE = format('%s serial %s carries instance %s, which this database does not '

@@ -46,7 +46,9 @@ GRANT EXECUTE ON FUNCTION
     hivenet._period_index(timestamp, text),  -- in view scope_usage, likewise
     hivenet._period_start(bigint, text),
     hivenet._scope_counter_value(text),
-    hivenet._reporting_local_now()
+    hivenet._reporting_local_now(),
+    hivenet._serial_field(text, text, text),  -- in view interface_calls, likewise
+    hivenet._serial_time(text, text)
 TO PUBLIC;
 -- Keyed requests (requests.sql).
 GRANT EXECUTE ON FUNCTION

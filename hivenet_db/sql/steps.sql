@@ -85,26 +85,16 @@ DECLARE
     v_day_start timestamptz;
 BEGIN
     -- The common case is decided by one expression: plpgsql prepares every expression once
-    -- per transaction, a good part of this function's cost. The regex matches the system
-    -- serial followed by the unified serial, if any, only when both are valid (alnum system
-    -- and module, instance 01-99, year from 1000, a day that exists in its month; 29 February
-    -- is left to parse_serial); the last 10 digits not all 0 mean seq is not 0 (a lookahead
-    -- costs more than the rest of the match). Whatever fails this takes the slow path, where
-    -- parse_serial decides and names the problem: the accepted set is exactly parse_serial's
-    -- (a test checks it), at a fraction of its cost.
+    -- per transaction, a good part of this function's cost. The layouts of formats 'system'
+    -- and 'unified' are checked by expressions generated from their definitions (parse.sql,
+    -- _serial_valid: inlined, constants folded). Whatever they do not vouch for takes the
+    -- slow path, where parse_serial decides and names the problem: the accepted set is
+    -- exactly parse_serial's (a test checks it), at a fraction of its cost.
     IF NOT coalesce(
         p_on_success IN ('replay', 'reject') AND NOT p_nowait
         AND (p_lease IS NULL OR p_lease > interval '0')
-        AND octet_length(p_system_serial) = 30
-        AND right(p_system_serial, 10) <> '0000000000'
-        AND coalesce(right(p_unified_serial, 10), '') <> '0000000000'
-        AND p_system_serial || coalesce(p_unified_serial, '') ~ (
-            '^[0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[1-9][0-9]{3}'
-            '((0[13578]|1[02])(0[1-9]|[12][0-9]|3[01])|(0[469]|11)(0[1-9]|[12][0-9]|30)'
-            '|02(0[1-9]|1[0-9]|2[0-8]))[0-9]{12}'
-            '([0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[1-9][0-9]{3}'
-            '((0[13578]|1[02])(0[1-9]|[12][0-9]|3[01])|(0[469]|11)(0[1-9]|[12][0-9]|30)'
-            '|02(0[1-9]|1[0-9]|2[0-8]))[0-9]{10})?$'),
+        AND hivenet._serial_valid('system', p_system_serial)
+        AND (p_unified_serial IS NULL OR hivenet._serial_valid('unified', p_unified_serial)),
         false) THEN
         PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
         PERFORM hivenet.parse_serial(p_system_serial, 'system');
@@ -118,9 +108,7 @@ BEGIN
     END IF;
     -- Old serials are refused, not run again: their record may be purged (HN021). Settings
     -- from the generated constants (settings.sql): no query on the hot path.
-    v_day := make_date(substr(p_system_serial, 11, 4)::integer,
-                       substr(p_system_serial, 15, 2)::integer,
-                       substr(p_system_serial, 17, 2)::integer);
+    v_day := hivenet._serial_time('system', p_system_serial)::date;
     v_day_start := v_day::timestamp AT TIME ZONE hivenet._setting_constant('time_zone');
     IF v_day_start < hivenet.now() - hivenet._setting_constant('step_retention')::interval
        OR v_day_start > hivenet.now()
