@@ -4,6 +4,14 @@ The caller's connection is a SQLAlchemy ``Connection`` or ``Session`` (sync or a
 psycopg 3 ``Connection`` / ``AsyncConnection``. Statements are written once, as SQLAlchemy
 ``text()`` with ``:name`` parameters; for psycopg they are compiled once by SQLAlchemy's own
 psycopg dialect to ``%(name)s`` (which also escapes any literal ``%``).
+
+The allocation hot path (``driver_rows``) sends statements written for the driver instead
+(psycopg's ``%s`` placeholders, positional parameters): through SQLAlchemy's
+``exec_driver_sql`` on the caller's connection (a Session's current one), which keeps
+SQLAlchemy's transaction, events, logging and disconnect handling but skips compiling a
+``text()`` and, for a Session, the ORM's execution path; a psycopg Connection gets them as
+they are. psycopg prepares a statement run often unless the connection says otherwise
+(``prepare_threshold=None``, as behind PgBouncer in transaction pooling).
 """
 
 from __future__ import annotations
@@ -89,6 +97,38 @@ def rows(db: SyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
         return result.all() if _returns_rows(result) else []
 
 
+def driver_rows(db: SyncDB, sql: str, params: Mapping[str, Any]) -> Rows:
+    """``rows`` for ``sql`` written for psycopg: ``%s`` placeholders taking the values of
+    ``params`` in order (its names are for messages). The lean path of the hot calls (module
+    docstring)."""
+    _checked(params)
+    values = tuple(params.values())
+    with translated():
+        if isinstance(db, psycopg.Connection):
+            with db.cursor(row_factory=tuple_row) as cursor:
+                cursor.execute(sql, values)
+                return cursor.fetchall() if cursor.description else []
+        conn = db.connection() if isinstance(db, Session) else db
+        result = conn.exec_driver_sql(sql, values)
+        return result.all() if result.returns_rows else []
+
+
+async def driver_rows_async(db: AsyncDB, sql: str, params: Mapping[str, Any]) -> Rows:
+    """``driver_rows`` for the async connections."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    _checked(params)
+    values = tuple(params.values())
+    with translated():
+        if isinstance(db, psycopg.AsyncConnection):
+            async with db.cursor(row_factory=tuple_row) as cursor:
+                await cursor.execute(sql, values)
+                return await cursor.fetchall() if cursor.description else []
+        conn = await db.connection() if isinstance(db, AsyncSession) else db
+        result = await conn.exec_driver_sql(sql, values)
+        return result.all() if result.returns_rows else []
+
+
 async def rows_async(db: AsyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
     _checked(params)
     with translated():
@@ -147,5 +187,6 @@ async def own_transaction_async(db: AsyncDB) -> AsyncIterator[AsyncDB]:
             yield own
 
 
-__all__ = ["AsyncDB", "Rows", "SyncDB", "engine_of", "json_text", "own_transaction",
-           "own_transaction_async", "psycopg_sql", "rows", "rows_async"]
+__all__ = ["AsyncDB", "Rows", "SyncDB", "driver_rows", "driver_rows_async", "engine_of",
+           "json_text", "own_transaction", "own_transaction_async", "psycopg_sql", "rows",
+           "rows_async"]
