@@ -13,9 +13,13 @@ Without ``--url`` a throwaway PostgreSQL with fsync on is started, and every sce
 fresh database migrated to head. With ``--url`` the given database is migrated (a no-op when
 at head) and every scenario's setup runs on it, so setups must be safe to run again.
 
-``--python`` adds the Python layer's cost: microseconds per call of
-``SerialRepository.next_unified`` against ``text('SELECT nextval(..)')`` on the same SQLAlchemy
-connection (``hivenet_db.bench.python_layer``).
+Cases that are not two pgbench scripts run after the scenarios, each on its own database
+too (``hivenet_db.bench.cases``, ``hivenet_db.bench.python_layer``): the Python layer
+(``SerialRepository.next_unified`` against ``text('SELECT nextval(..)')`` on the same SQLAlchemy
+connection), ``next_serials(.., 1000)`` against Redis ``INCR`` on a Redis server of the
+runner's own, dropping a day partition against ``DELETE``, and the first use of a scope. They
+are part of a run over the shipped scenarios (not with ``--scenarios-dir``), and can be named
+with ``--scenario`` (``--python`` = ``--scenario python_next_unified``).
 
 Run as ``hivenet-db bench`` or ``python -m hivenet_db.bench``. Progress goes to stderr, results
 to stdout; no password is ever printed (URLs in messages are shown without it).
@@ -38,6 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from sqlalchemy.exc import SQLAlchemyError
@@ -103,6 +108,7 @@ class Result:
     # runner's own server on Linux (it reads /proc); empty otherwise.
     baseline_cpu_us: list[float] = field(default_factory=list)
     candidate_cpu_us: list[float] = field(default_factory=list)
+    unit: str = "tps"  # what baseline_tps / candidate_tps count (cases: serials/s, per s)
 
     @property
     def baseline_median(self) -> float:
@@ -286,9 +292,9 @@ def check_scenario(url: str, scenario: Scenario) -> None:
 
 
 def format_table(results: Sequence[Result]) -> str:
-    header = ("scenario", "clients", "baseline tps", "candidate tps", "ratio", "cpu ratio")
+    header = ("scenario", "clients", "baseline", "candidate", "unit", "ratio", "cpu ratio")
     rows = [(r.scenario, str(r.clients), f"{r.baseline_median:.1f}", f"{r.candidate_median:.1f}",
-             f"{r.ratio:.3f}", "-" if r.cpu_ratio is None else f"{r.cpu_ratio:.3f}")
+             r.unit, f"{r.ratio:.3f}", "-" if r.cpu_ratio is None else f"{r.cpu_ratio:.3f}")
             for r in results]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
@@ -296,6 +302,34 @@ def format_table(results: Sequence[Result]) -> str:
              for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A measured case that is not two pgbench scripts (``hivenet_db.bench.cases``)."""
+
+    name: str
+    description: str
+    run: Callable[[Any], Result]  # takes a cases.CaseRun
+    needs: Callable[[], str | None] = lambda: None  # why it cannot run here, or None
+
+
+def builtin_cases() -> dict[str, Case]:
+    from hivenet_db.bench import cases, python_layer
+
+    def python(run: Any) -> Result:
+        return python_layer.measure(run.url, run.rounds, run.seconds or 5, run.say)
+
+    def redis_missing() -> str | None:
+        return None if cases.redis_server() and shutil.which("redis-benchmark") else (
+            "redis-server or redis-benchmark not found (Debian: apt-get install redis-tools)")
+
+    return {c.name: c for c in [
+        Case(python_layer.NAME, python_layer.DESCRIPTION, python),
+        Case("serials_vs_redis", cases.SERIALS_VS_REDIS, cases.serials_vs_redis, redis_missing),
+        Case("partition_drop", cases.PARTITION_DROP, cases.partition_drop),
+        Case("first_use", cases.FIRST_USE, cases.first_use),
+    ]}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -321,7 +355,8 @@ def _parser() -> argparse.ArgumentParser:
                         "a smoke run in under a minute (ratios too noisy to quote)")
     p.add_argument("--python", action="store_true",
                    help="also measure the Python layer (SerialRepository.next_unified vs "
-                        "nextval through SQLAlchemy, microseconds per call)")
+                        "nextval through SQLAlchemy, microseconds per call): the same as "
+                        "--scenario python_next_unified")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--check", action="store_true",
                    help="only check that each scenario's setup and scripts run (3 transactions)")
@@ -346,23 +381,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         available = discover(args.scenarios_dir or default_scenarios_dir())
-        from hivenet_db.bench import python_layer
+        known_cases = builtin_cases()
         if args.list:
             for s in available.values():
                 print(f"{s.name:<24} {s.clients:>3} clients {s.seconds:>3} s  {s.description}")
-            print(f"{python_layer.NAME:<24} (--python)  {python_layer.DESCRIPTION}")
+            for c in known_cases.values():
+                print(f"{c.name:<24} {'(case)':<18} {c.description}")
             return 0
-        if args.scenario and python_layer.NAME in args.scenario:  # --scenario for --python
-            args.python = True
-            args.scenario = [n for n in args.scenario if n != python_layer.NAME] or ["-"]
-        unknown = [n for n in args.scenario or [] if n not in available and n != "-"]
+        named = list(args.scenario or [])
+        if args.python and "python_next_unified" not in named:
+            named.append("python_next_unified")
+        unknown = [n for n in named if n not in available and n not in known_cases]
         if unknown:
             say(f"hivenet-db bench: unknown scenario {', '.join(unknown)} "
-                f"(known: {', '.join(available)})")
+                f"(known: {', '.join([*available, *known_cases])})")
             return 2
-        chosen = ([available[n] for n in args.scenario if n != "-"] if args.scenario
-                  else [s for s in available.values() if s.quick or not args.quick])
-        results = _run_all(args, chosen, say)
+        if args.scenario:
+            chosen = [available[n] for n in named if n in available]
+            chosen_cases = [known_cases[n] for n in named if n in known_cases]
+        else:
+            chosen = [s for s in available.values() if s.quick or not args.quick]
+            # Cases come with the shipped scenarios, not with a folder of one's own.
+            chosen_cases = (list(known_cases.values()) if args.scenarios_dir is None
+                            else [known_cases[n] for n in named])
+        for case in list(chosen_cases):
+            if (missing := case.needs()) is not None:
+                if args.scenario and case.name in args.scenario:
+                    raise BenchError(f"{case.name}: {missing}")
+                say(f"skipping {case.name}: {missing}")
+                chosen_cases.remove(case)
+        if args.check:
+            chosen_cases = []  # cases have no setup of their own to check: --quick runs them
+        results = _run_all(args, chosen, chosen_cases, say)
     except (BenchError, EmbeddedError, OSError, psycopg.Error, SQLAlchemyError) as exc:
         say(hide_password(f"hivenet-db bench: {exc}"))
         return 1
@@ -375,12 +425,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _run_all(args: argparse.Namespace, chosen: list[Scenario],
+def _run_all(args: argparse.Namespace, chosen: list[Scenario], chosen_cases: list[Case],
              say: Callable[[str], None]) -> list[Result]:
+    from hivenet_db.bench.cases import CaseRun
+
     started = time.monotonic()
+    total = len(chosen) + len(chosen_cases)
 
     def one(url: str, scenario: Scenario, meter: CpuMeter | None = None) -> Result | None:
-        n = f"[{chosen.index(scenario) + 1}/{len(chosen)}, {time.monotonic() - started:.0f} s]"
+        n = f"[{chosen.index(scenario) + 1}/{total}, {time.monotonic() - started:.0f} s]"
         if args.check:
             say(f"{n} checking {scenario.name}")
             check_scenario(url, scenario)
@@ -388,18 +441,17 @@ def _run_all(args: argparse.Namespace, chosen: list[Scenario],
         say(f"{n} {scenario.name}: {scenario.description}")
         return run_scenario(url, scenario, args.rounds, args.clients, args.seconds, say, meter)
 
-    def python(url: str) -> list[Result]:
-        if not args.python or args.check:
-            return []
-        from hivenet_db.bench import python_layer
-        say(f"[{time.monotonic() - started:.0f} s] {python_layer.NAME}: "
-            f"{python_layer.DESCRIPTION}")
-        return [python_layer.measure(url, args.rounds, args.seconds or 5, say)]
+    def case(url: str, c: Case, meter: CpuMeter | None = None) -> Result:
+        say(f"[{len(chosen) + chosen_cases.index(c) + 1}/{total}, "
+            f"{time.monotonic() - started:.0f} s] {c.name}: {c.description}")
+        return c.run(CaseRun(url=url, rounds=args.rounds, seconds=args.seconds,
+                             clients=args.clients, quick=args.quick, say=say, meter=meter))
 
     if args.url:
         url = libpq_url(args.url)
         migrate.upgrade(url)
-        return [r for s in chosen if (r := one(url, s)) is not None] + python(url)
+        return ([r for s in chosen if (r := one(url, s)) is not None]
+                + [case(url, c) for c in chosen_cases])
 
     root = Path(tempfile.mkdtemp(prefix="hivenet-bench-"))
     os.chmod(root, 0o755)  # the server's unprivileged user must reach its directory
@@ -407,19 +459,20 @@ def _run_all(args: argparse.Namespace, chosen: list[Scenario],
     try:
         server.start()
         meter = CpuMeter(server.data_dir) if Path("/proc/self/stat").exists() else None
-        results = []
-        for scenario in chosen:
-            dbname = "bench_" + scenario.name
+
+        def database(name: str) -> str:
+            dbname = "bench_" + name
             _run([_tool("psql"), "-X", "-q", "-d", server.url(), "-c",
                   f'CREATE DATABASE "{dbname}"'])
             migrate.upgrade(server.url(dbname))
-            if (r := one(server.url(dbname), scenario, meter)) is not None:
+            return server.url(dbname)
+
+        results = []
+        for scenario in chosen:
+            if (r := one(database(scenario.name), scenario, meter)) is not None:
                 results.append(r)
-        if args.python and not args.check:
-            _run([_tool("psql"), "-X", "-q", "-d", server.url(), "-c",
-                  'CREATE DATABASE "bench_python"'])
-            migrate.upgrade(server.url("bench_python"))
-            results += python(server.url("bench_python"))
+        for c in chosen_cases:
+            results.append(case(database(c.name), c, meter))
         return results
     finally:
         server.remove()
