@@ -217,10 +217,12 @@ def _run(cmd: list[str]) -> str:
     return proc.stdout + proc.stderr
 
 
-def run_setup(url: str, scenario: Scenario) -> None:
+def run_setup(url: str, scenario: Scenario, check: bool = False) -> None:
+    """Runs the scenario's setup.sql; psql variable ``bench_check`` is ``on`` under --check,
+    for setups that can prove they work on a smaller prefill."""
     if scenario.setup is not None:
-        _run([_tool("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url,
-              "-f", str(scenario.setup)])
+        _run([_tool("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v",
+              f"bench_check={'on' if check else 'off'}", "-d", url, "-f", str(scenario.setup)])
 
 
 class CpuMeter:
@@ -286,7 +288,7 @@ def run_scenario(url: str, scenario: Scenario, rounds: int, clients: int | None,
 
 def check_scenario(url: str, scenario: Scenario) -> None:
     """Run the setup and each script a few times on one client: the scripts work."""
-    run_setup(url, scenario)
+    run_setup(url, scenario, check=True)
     for script in (scenario.baseline, scenario.candidate):
         pgbench(url, script, clients=1, transactions=3)
 
