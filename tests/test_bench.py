@@ -150,7 +150,7 @@ def test_quick_run_and_python_layer(tmp_path: Path, hivenet_url: str,
     tiny, python = json.loads(out.out)
     assert tiny["seconds"] == 1 and tiny["clients"] == 8 and len(tiny["baseline_tps"]) == 1
     assert python["scenario"] == "python_next_unified" and python["candidate_median"] > 0
-    assert "[1/1" in out.err and "us/call" in out.err
+    assert "[1/2" in out.err and "[2/2" in out.err and "us/call" in out.err
 
 
 def test_quick_leaves_out_long_setups_unless_named(tmp_path: Path, hivenet_url: str,

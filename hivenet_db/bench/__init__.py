@@ -217,12 +217,12 @@ def _run(cmd: list[str]) -> str:
     return proc.stdout + proc.stderr
 
 
-def run_setup(url: str, scenario: Scenario, check: bool = False) -> None:
-    """Runs the scenario's setup.sql; psql variable ``bench_check`` is ``on`` under --check,
-    for setups that can prove they work on a smaller prefill."""
+def run_setup(url: str, scenario: Scenario, small: bool = False) -> None:
+    """Runs the scenario's setup.sql; psql variable ``bench_small`` is ``on`` under --check and
+    --quick, for setups whose prefill can be smaller there (a smoke run, not a measurement)."""
     if scenario.setup is not None:
         _run([_tool("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v",
-              f"bench_check={'on' if check else 'off'}", "-d", url, "-f", str(scenario.setup)])
+              f"bench_small={'on' if small else 'off'}", "-d", url, "-f", str(scenario.setup)])
 
 
 class CpuMeter:
@@ -268,10 +268,10 @@ def pgbench(url: str, script: Path, clients: int, seconds: int | None = None,
 
 def run_scenario(url: str, scenario: Scenario, rounds: int, clients: int | None,
                  seconds: int | None, say: Callable[[str], None],
-                 meter: CpuMeter | None = None) -> Result:
+                 meter: CpuMeter | None = None, small: bool = False) -> Result:
     result = Result(scenario=scenario.name, description=scenario.description,
                     clients=clients or scenario.clients, seconds=seconds or scenario.seconds)
-    run_setup(url, scenario)
+    run_setup(url, scenario, small)
     for i in range(rounds):
         order = [("baseline", scenario.baseline, result.baseline_tps, result.baseline_cpu_us),
                  ("candidate", scenario.candidate, result.candidate_tps,
@@ -288,7 +288,7 @@ def run_scenario(url: str, scenario: Scenario, rounds: int, clients: int | None,
 
 def check_scenario(url: str, scenario: Scenario) -> None:
     """Run the setup and each script a few times on one client: the scripts work."""
-    run_setup(url, scenario, check=True)
+    run_setup(url, scenario, small=True)
     for script in (scenario.baseline, scenario.candidate):
         pgbench(url, script, clients=1, transactions=3)
 
@@ -352,9 +352,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="folder of scenario folders (default: the scenarios shipped in "
                         "hivenet_db/bench/scenarios)")
     p.add_argument("--quick", action="store_true",
-                   help=f"one round of {QUICK_SECONDS} s per scenario, 8 clients, without the "
-                        "scenarios with a long setup (params.json quick: false) unless named: "
-                        "a smoke run in under a minute (ratios too noisy to quote)")
+                   help=f"one round of {QUICK_SECONDS} s per scenario, 8 clients, small "
+                        "prefills, without the scenarios with a long setup (params.json "
+                        "quick: false) unless named: a smoke run in under a minute (ratios "
+                        "too noisy to quote)")
     p.add_argument("--python", action="store_true",
                    help="also measure the Python layer (SerialRepository.next_unified vs "
                         "nextval through SQLAlchemy, microseconds per call): the same as "
@@ -441,7 +442,8 @@ def _run_all(args: argparse.Namespace, chosen: list[Scenario], chosen_cases: lis
             check_scenario(url, scenario)
             return None
         say(f"{n} {scenario.name}: {scenario.description}")
-        return run_scenario(url, scenario, args.rounds, args.clients, args.seconds, say, meter)
+        return run_scenario(url, scenario, args.rounds, args.clients, args.seconds, say, meter,
+                            small=args.quick)
 
     def case(url: str, c: Case, meter: CpuMeter | None = None) -> Result:
         say(f"[{len(chosen) + chosen_cases.index(c) + 1}/{total}, "

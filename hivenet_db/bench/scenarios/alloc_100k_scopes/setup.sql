@@ -2,10 +2,10 @@
 -- leaves every scope that has been used): systems S0000..S9999 x instances 01..10. Prepared
 -- in transactions of 1000 (one transaction would exceed the lock table: each new sequence is
 -- a relation). Skipped when already there (setups may run again on the same database).
--- Minutes: every sequence is a relation, a file and catalog rows. Under --check (bench_check
--- on) 100 systems only: the scripts then touch some scopes that have no sequence yet, which
--- is still a valid allocation.
-SELECT set_config('bench.systems', CASE WHEN :'bench_check' = 'on' THEN '100' ELSE '10000' END,
+-- Minutes: every sequence is a relation, a file and catalog rows. Under --check and --quick
+-- (bench_small on) 100 systems only: the scripts then touch scopes that have no sequence yet,
+-- which is still a valid allocation.
+SELECT set_config('bench.systems', CASE WHEN :'bench_small' = 'on' THEN '100' ELSE '10000' END,
                   false);
 DO $$
 DECLARE
