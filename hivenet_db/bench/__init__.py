@@ -248,13 +248,15 @@ class CpuMeter:
 
 def pgbench(url: str, script: Path, clients: int, seconds: int | None = None,
             transactions: int | None = None, meter: CpuMeter | None = None,
-            protocol: str = DEFAULT_PROTOCOL) -> tuple[float, float | None]:
+            protocol: str = DEFAULT_PROTOCOL, small: bool = False) -> tuple[float, float | None]:
     """One pgbench run of ``script`` (for ``seconds``, or ``transactions`` per client): tps,
-    and with a ``meter`` the CPU microseconds per transaction of server and pgbench."""
+    and with a ``meter`` the CPU microseconds per transaction of server and pgbench. The
+    script's variable ``:bench_small`` is 1 when the setup prefilled little (run_setup)."""
     length = ["-T", str(seconds)] if transactions is None else ["-t", str(transactions)]
     before = meter.seconds() if meter else 0.0
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    output = _run([_tool("pgbench"), "-n", "-M", protocol, "-c", str(clients),
+    output = _run([_tool("pgbench"), "-n", "-M", protocol, "-D", f"bench_small={int(small)}",
+                   "-c", str(clients),
                    "-j", str(min(MAX_THREADS, clients)), *length, "-f", str(script), url])
     tps = parse_tps(output)
     done = _DONE.search(output)
@@ -277,7 +279,8 @@ def run_scenario(url: str, scenario: Scenario, rounds: int, clients: int | None,
                  ("candidate", scenario.candidate, result.candidate_tps,
                   result.candidate_cpu_us)]
         for kind, script, tps_sink, cpu_sink in order if i % 2 == 0 else reversed(order):
-            tps, cpu = pgbench(url, script, result.clients, seconds=result.seconds, meter=meter)
+            tps, cpu = pgbench(url, script, result.clients, seconds=result.seconds, meter=meter,
+                               small=small)
             tps_sink.append(tps)
             if cpu is not None:
                 cpu_sink.append(cpu)
@@ -290,7 +293,7 @@ def check_scenario(url: str, scenario: Scenario) -> None:
     """Run the setup and each script a few times on one client: the scripts work."""
     run_setup(url, scenario, small=True)
     for script in (scenario.baseline, scenario.candidate):
-        pgbench(url, script, clients=1, transactions=3)
+        pgbench(url, script, clients=1, transactions=3, small=True)
 
 
 def format_table(results: Sequence[Result]) -> str:
