@@ -220,3 +220,15 @@ def test_a_missing_redis_is_named(
     monkeypatch.setattr(cases, "redis_server", lambda: None)
     assert bench.main(["--url", hivenet_url, "--scenario", "serials_vs_redis"]) == 1
     assert "redis-tools" in capsys.readouterr().err
+
+
+def test_a_default_run_without_redis_skips_that_case_and_says_so(
+        monkeypatch: pytest.MonkeyPatch, hivenet_url: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from hivenet_db.bench import cases
+
+    monkeypatch.setattr(cases, "redis_server", lambda: None)
+    monkeypatch.setattr(bench, "discover", lambda root: {})  # the cases only, checked
+    assert bench.main(["--url", hivenet_url, "--check"]) == 0
+    err = capsys.readouterr().err
+    assert "skipping serials_vs_redis: redis-server or redis-benchmark not found" in err
