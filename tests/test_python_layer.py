@@ -1,7 +1,8 @@
 """The lean path of the repositories' hot calls (``next_unified``, ``next_system``,
-``next_interface``): the driver's SQL on the caller's connection, psycopg preparing it when
-the connection lets it, a Session's own connection and transaction, the ORM's execution path
-skipped; and what does not change: SQLAlchemy's events, errors, async."""
+``next_interface``): the driver's SQL on the caller's connection (straight to psycopg when
+nothing listens to SQLAlchemy's statements), psycopg preparing it when the connection lets
+it, a Session's own connection and transaction, the ORM's execution path skipped; and what
+does not change: SQLAlchemy's events, errors as SQLAlchemy raises them, async."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import Connection, create_engine, event, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from hivenet_db import AsyncSerialRepository, InvalidInput, SerialRepository
@@ -116,3 +118,55 @@ def test_async_session_and_connection_take_the_same_path(hivenet_url: str,
             return seqs
 
     assert asyncio.run(main()) == list(range(1, CALLS + 1))
+
+
+def test_with_nothing_listening_the_hot_call_goes_straight_to_the_driver(
+        hivenet_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No cursor listeners, no echo: the psycopg connection under the SQLAlchemy one, in
+    SQLAlchemy's transaction (begun as autobegin would), committed and rolled back by it."""
+    engine = create_engine(sqlalchemy_url(hivenet_url))
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("CREATE TABLE paid (serial text PRIMARY KEY)"))
+            conn.commit()
+
+            def refused(*args: object, **kwargs: object) -> None:
+                raise AssertionError("exec_driver_sql used with nothing listening")
+
+            monkeypatch.setattr(Connection, "exec_driver_sql", refused)
+            assert not conn.in_transaction()
+            first = SerialRepository(conn).next_unified("C0001", "A01", "01")
+            assert conn.in_transaction()
+            conn.execute(text("INSERT INTO paid VALUES (:s)"), {"s": first})
+            conn.rollback()
+            second = SerialRepository(conn).next_unified("C0001", "A01", "01")
+            conn.execute(text("INSERT INTO paid VALUES (:s)"), {"s": second})
+            conn.commit()
+            assert conn.execute(text("SELECT serial FROM paid")).scalar_one() == second
+            assert second.seq == first.seq + 1  # the rolled-back one is a gap
+    finally:
+        engine.dispose()
+
+
+def test_driver_errors_are_raised_as_sqlalchemy_raises_them(hivenet_url: str) -> None:
+    """An error that is not one of ours comes wrapped in SQLAlchemy's DBAPIError, as through
+    SQLAlchemy; a lost connection is invalidated, so the pool never hands it out again."""
+    engine = create_engine(sqlalchemy_url(hivenet_url))
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SET TRANSACTION READ ONLY"))
+            with pytest.raises(DBAPIError) as caught:
+                SerialRepository(conn).next_unified("C0001", "A01", "01")
+            assert isinstance(caught.value.orig, psycopg.errors.ReadOnlySqlTransaction)
+            conn.rollback()
+            with pytest.raises(InvalidInput):  # ours still mapped
+                SerialRepository(conn).next_unified("C001", "A01", "01")
+            conn.rollback()
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            driver.close()  # the server connection is lost
+            with pytest.raises(DBAPIError) as lost:
+                SerialRepository(conn).next_unified("C0001", "A01", "01")
+            assert lost.value.connection_invalidated and conn.invalidated
+    finally:
+        engine.dispose()
