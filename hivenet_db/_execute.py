@@ -4,6 +4,17 @@ The caller's connection is a SQLAlchemy ``Connection`` or ``Session`` (sync or a
 psycopg 3 ``Connection`` / ``AsyncConnection``. Statements are written once, as SQLAlchemy
 ``text()`` with ``:name`` parameters; for psycopg they are compiled once by SQLAlchemy's own
 psycopg dialect to ``%(name)s`` (which also escapes any literal ``%``).
+
+The allocation hot path (``driver_rows``) sends statements written for the driver instead
+(psycopg's ``%s`` placeholders, positional parameters), on the caller's connection (a
+Session's current one): straight to the psycopg connection under it when nothing listens to
+SQLAlchemy's statements (no cursor or error event listeners, no echo), after beginning
+SQLAlchemy's transaction as its autobegin would, driver errors wrapped and a lost connection
+invalidated as SQLAlchemy does; else through ``exec_driver_sql``, which keeps the events and
+logging but still skips compiling a ``text()`` and, for a Session, the ORM's execution path.
+Async connections take ``exec_driver_sql``. psycopg prepares a statement run often unless the
+connection says otherwise (``prepare_threshold=None``, as behind PgBouncer in transaction
+pooling).
 """
 
 from __future__ import annotations
@@ -19,9 +30,10 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import tuple_row
 from sqlalchemy import Connection, CursorResult, Engine, Result, TextClause
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from hivenet_db.errors import InvalidInput, translated
+from hivenet_db.errors import InvalidInput, from_database, translated
 
 if TYPE_CHECKING:  # asyncio support needs greenlet: the optional extra "async"
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
@@ -89,6 +101,69 @@ def rows(db: SyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
         return result.all() if _returns_rows(result) else []
 
 
+def _plain_driver(conn: Connection) -> psycopg.Connection[Any] | None:
+    """The psycopg connection under ``conn`` when SQLAlchemy would run nothing per statement
+    that anyone could see: no cursor-execute or error listeners, no echo. None otherwise.
+    (``before_execute`` / ``after_execute`` never see driver SQL: SQLAlchemy fires them for
+    ``Connection.execute`` only, not for ``exec_driver_sql``.)"""
+    if (conn.engine.echo or conn.dispatch.before_cursor_execute
+            or conn.dispatch.after_cursor_execute or conn.dialect.dispatch.handle_error):
+        return None
+    driver = conn.connection.driver_connection
+    return driver if isinstance(driver, psycopg.Connection) else None
+
+
+def driver_rows(db: SyncDB, sql: str, params: Mapping[str, Any]) -> Rows:
+    """``rows`` for ``sql`` written for psycopg: ``%s`` placeholders taking the values of
+    ``params`` in order (its names are for messages). The lean path of the hot calls (module
+    docstring)."""
+    _checked(params)
+    values = tuple(params.values())
+    with translated():
+        if isinstance(db, psycopg.Connection):
+            with db.cursor(row_factory=tuple_row) as cursor:
+                cursor.execute(sql, values)
+                return cursor.fetchall() if cursor.description else []
+        conn = db.connection() if isinstance(db, Session) else db
+        driver = _plain_driver(conn)
+        if driver is None:
+            result = conn.exec_driver_sql(sql, values)
+            return result.all() if result.returns_rows else []
+        if not conn.in_transaction():
+            conn.begin()  # what SQLAlchemy's autobegin does before a statement
+        try:
+            with driver.cursor(row_factory=tuple_row) as cursor:
+                cursor.execute(sql, values)
+                return cursor.fetchall() if cursor.description else []
+        except psycopg.Error as error:
+            if from_database(error) is not None:
+                raise  # one of ours: translated() maps it
+            # Anything else as SQLAlchemy would raise it: wrapped in its DBAPIError, and a
+            # lost connection invalidated (the pool then never hands it out again).
+            lost = conn.dialect.is_disconnect(error, conn.connection, None)  # type: ignore[arg-type]
+            if lost:
+                conn.invalidate()
+            raise DBAPIError.instance(sql, values, error, psycopg.Error,
+                                      connection_invalidated=lost,
+                                      dialect=conn.dialect) from error
+
+
+async def driver_rows_async(db: AsyncDB, sql: str, params: Mapping[str, Any]) -> Rows:
+    """``driver_rows`` for the async connections."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    _checked(params)
+    values = tuple(params.values())
+    with translated():
+        if isinstance(db, psycopg.AsyncConnection):
+            async with db.cursor(row_factory=tuple_row) as cursor:
+                await cursor.execute(sql, values)
+                return await cursor.fetchall() if cursor.description else []
+        conn = await db.connection() if isinstance(db, AsyncSession) else db
+        result = await conn.exec_driver_sql(sql, values)
+        return result.all() if result.returns_rows else []
+
+
 async def rows_async(db: AsyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
     _checked(params)
     with translated():
@@ -147,5 +222,6 @@ async def own_transaction_async(db: AsyncDB) -> AsyncIterator[AsyncDB]:
             yield own
 
 
-__all__ = ["AsyncDB", "Rows", "SyncDB", "engine_of", "json_text", "own_transaction",
-           "own_transaction_async", "psycopg_sql", "rows", "rows_async"]
+__all__ = ["AsyncDB", "Rows", "SyncDB", "driver_rows", "driver_rows_async", "engine_of",
+           "json_text", "own_transaction", "own_transaction_async", "psycopg_sql", "rows",
+           "rows_async"]

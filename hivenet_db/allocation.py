@@ -5,8 +5,10 @@ parsed here, in Python (``serial.issued``: cut by the format's layout, the same 
 ``parse_serial``, which would cost more than the allocation itself: docs/benchmarks.md), those
 of custom formats by the database in the same statement. ``next_unified``, ``next_system``
 and ``next_interface`` call their own SQL function, whose plain case is inlined into the
-statement (allocate.sql). The one exception to the single round trip, ``next_durable``,
-commits on a connection of its own, as its name says.
+statement (allocate.sql), and are sent as the driver's own SQL (``driver_rows``: no
+SQLAlchemy ``text()`` to compile, no ORM execution for a Session; psycopg prepares them once
+they run often, unless the connection turned that off for PgBouncer). The one exception to the
+single round trip, ``next_durable``, commits on a connection of its own, as its name says.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from hivenet_db._execute import (
     AsyncDB,
     Rows,
     SyncDB,
+    driver_rows,
+    driver_rows_async,
     json_text,
     own_transaction,
     own_transaction_async,
@@ -44,11 +48,12 @@ _ALLOCATE = text(
 _SYNCHRONOUS_COMMIT = text("SET LOCAL synchronous_commit = on")
 
 
+# The driver's SQL (psycopg placeholders), parameters in this order: system, module,
+# instance[, target].
 _KIND = {
-    "unified": text("SELECT hivenet.next_unified_serial(:system, :module, :instance)"),
-    "system": text("SELECT hivenet.next_system_serial(:system, :module, :instance)"),
-    "interface": text(
-        "SELECT hivenet.next_interface_serial(:system, :module, :instance, :target)"),
+    "unified": "SELECT hivenet.next_unified_serial(%s, %s, %s)",
+    "system": "SELECT hivenet.next_system_serial(%s, %s, %s)",
+    "interface": "SELECT hivenet.next_interface_serial(%s, %s, %s, %s)",
 }
 
 
@@ -107,15 +112,15 @@ class SerialRepository:
             return _serials(format, rows(own, _statement(format), _params(format, 1, fields)))[0]
 
     def next_unified(self, system: str, module: str, instance: str) -> Serial:
-        return _kind("unified", rows(self.db, _KIND["unified"], {
+        return _kind("unified", driver_rows(self.db, _KIND["unified"], {
             "system": system, "module": module, "instance": instance}))
 
     def next_system(self, system: str, module: str, instance: str) -> Serial:
-        return _kind("system", rows(self.db, _KIND["system"], {
+        return _kind("system", driver_rows(self.db, _KIND["system"], {
             "system": system, "module": module, "instance": instance}))
 
     def next_interface(self, system: str, module: str, instance: str, target: str) -> Serial:
-        return _kind("interface", rows(self.db, _KIND["interface"], {
+        return _kind("interface", driver_rows(self.db, _KIND["interface"], {
             "system": system, "module": module, "instance": instance, "target": target}))
 
 
@@ -142,14 +147,14 @@ class AsyncSerialRepository:
                                                      _params(format, 1, fields)))[0]
 
     async def next_unified(self, system: str, module: str, instance: str) -> Serial:
-        return _kind("unified", await rows_async(self.db, _KIND["unified"], {
+        return _kind("unified", await driver_rows_async(self.db, _KIND["unified"], {
             "system": system, "module": module, "instance": instance}))
 
     async def next_system(self, system: str, module: str, instance: str) -> Serial:
-        return _kind("system", await rows_async(self.db, _KIND["system"], {
+        return _kind("system", await driver_rows_async(self.db, _KIND["system"], {
             "system": system, "module": module, "instance": instance}))
 
     async def next_interface(self, system: str, module: str, instance: str,
                              target: str) -> Serial:
-        return _kind("interface", await rows_async(self.db, _KIND["interface"], {
+        return _kind("interface", await driver_rows_async(self.db, _KIND["interface"], {
             "system": system, "module": module, "instance": instance, "target": target}))

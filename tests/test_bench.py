@@ -150,7 +150,7 @@ def test_quick_run_and_python_layer(tmp_path: Path, hivenet_url: str,
     tiny, python = json.loads(out.out)
     assert tiny["seconds"] == 1 and tiny["clients"] == 8 and len(tiny["baseline_tps"]) == 1
     assert python["scenario"] == "python_next_unified" and python["candidate_median"] > 0
-    assert "[1/1" in out.err and "us/call" in out.err
+    assert "[1/2" in out.err and "[2/2" in out.err and "us/call" in out.err
 
 
 def test_quick_leaves_out_long_setups_unless_named(tmp_path: Path, hivenet_url: str,
@@ -163,3 +163,72 @@ def test_quick_leaves_out_long_setups_unless_named(tmp_path: Path, hivenet_url: 
     assert bench.main(["--scenarios-dir", str(tmp_path), "--url", hivenet_url, "--quick",
                        "--scenario", "long", "--json"]) == 0
     assert [r["scenario"] for r in json.loads(capsys.readouterr().out)] == ["long"]
+
+
+def test_the_cases_are_listed_and_can_be_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--list"]) == 0
+    listed = capsys.readouterr().out
+    for name in ("serials_vs_redis", "partition_drop", "first_use", "python_next_unified",
+                 "alloc_100k_scopes", "dedup_interface_10m"):
+        assert name in listed
+
+
+def test_own_redis_has_no_persistence_and_is_stopped_by_its_pid() -> None:
+    """The server of redis-tools (.ci/run installs it): loopback, a port of its own, nothing
+    saved, gone afterwards."""
+    import socket
+
+    from hivenet_db.bench import cases
+
+    said: list[str] = []
+    with cases.own_redis(said.append) as (port, proc):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"CONFIG GET save\r\nCONFIG GET appendonly\r\n")
+            time_left = 50
+            reply = b""
+            while reply.count(b"\r\n") < 10 and time_left:
+                reply += s.recv(4096)
+                time_left -= 1
+        assert b"$4\r\nsave\r\n$0\r\n" in reply and b"appendonly\r\n$2\r\nno" in reply
+        assert Path(f"/proc/{proc.pid}").exists()
+    assert proc.returncode is not None and not Path(f"/proc/{proc.pid}").exists()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    assert f"pid {proc.pid}" in said[0]
+
+
+def test_the_cases_run_quick(hivenet_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = bench.main(["--url", hivenet_url, "--quick", "--seconds", "1", "--json",
+                       "--scenario", "serials_vs_redis", "--scenario", "partition_drop",
+                       "--scenario", "first_use"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    redis, drop, first = json.loads(out.out)
+    assert (redis["scenario"], redis["unit"]) == ("serials_vs_redis", "serials/s")
+    assert redis["baseline_median"] > 0 and redis["candidate_median"] > 1000
+    assert drop["scenario"] == "partition_drop" and drop["ratio"] > 0
+    assert first["scenario"] == "first_use" and first["candidate_median"] > 0
+    assert "ms per call" in out.err and "100,000 rows" in out.err
+    assert "started Redis on 127.0.0.1:" in out.err
+
+
+def test_a_missing_redis_is_named(
+        monkeypatch: pytest.MonkeyPatch, hivenet_url: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from hivenet_db.bench import cases
+
+    monkeypatch.setattr(cases, "redis_server", lambda: None)
+    assert bench.main(["--url", hivenet_url, "--scenario", "serials_vs_redis"]) == 1
+    assert "redis-tools" in capsys.readouterr().err
+
+
+def test_a_default_run_without_redis_skips_that_case_and_says_so(
+        monkeypatch: pytest.MonkeyPatch, hivenet_url: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from hivenet_db.bench import cases
+
+    monkeypatch.setattr(cases, "redis_server", lambda: None)
+    monkeypatch.setattr(bench, "discover", lambda root: {})  # the cases only, checked
+    assert bench.main(["--url", hivenet_url, "--check"]) == 0
+    err = capsys.readouterr().err
+    assert "skipping serials_vs_redis: redis-server or redis-benchmark not found" in err

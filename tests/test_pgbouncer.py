@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
 
 from hivenet_db import SerialRepository
 from hivenet_db.dburl import sqlalchemy_url
@@ -116,3 +117,38 @@ def test_sixteen_clients_share_four_sessions_without_errors_or_duplicates(
     # sessions than the pool holds, and clients were handed different sessions over time.
     assert len(set().union(*backends)) <= POOL_SIZE
     assert any(len(seen) > 1 for seen in backends)
+
+
+def test_the_repositorys_hot_path_in_sessions_behind_transaction_pooling(
+        hivenet_url: str, bouncer_port: int) -> None:
+    """The hot calls go to the driver as they are (hivenet_db._execute.driver_rows): with
+    prepare_threshold=None they are never prepared, so Sessions handed a different server
+    session at every transaction, each calling more often than psycopg's threshold, work."""
+    engine = create_engine(sqlalchemy_url(_via(hivenet_url, bouncer_port)),
+                           connect_args={"prepare_threshold": None},
+                           pool_size=THREADS, max_overflow=0)
+    serials: list[str] = []
+    errors: list[BaseException] = []
+
+    def client(t: int) -> None:
+        try:
+            with Session(engine) as session:
+                repo = SerialRepository(session)
+                for k in range(ITERATIONS):
+                    instance = f"{(t + k) % 20 + 1:02d}"
+                    serials.append(repo.next_unified(SCOPE["system"], SCOPE["module"], instance))
+                    serials.append(repo.next_system(SCOPE["system"], SCOPE["module"], instance))
+                    session.commit()
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=client, args=(t,)) for t in range(THREADS)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=600)
+    finally:
+        engine.dispose()
+    assert errors == [], errors[:3]
+    assert len(serials) == THREADS * ITERATIONS * 2 == len(set(serials))

@@ -17,9 +17,13 @@ at head) and every scenario's setup runs on it, so setups must be safe to run ag
 needs PL/Proxy) compares one primary, two shards routed by the application and two shards
 behind PL/Proxy (``hivenet_db.bench.scale_out``, docs/plproxy.md).
 
-``--python`` adds the Python layer's cost: microseconds per call of
-``SerialRepository.next_unified`` against ``text('SELECT nextval(..)')`` on the same SQLAlchemy
-connection (``hivenet_db.bench.python_layer``).
+Cases that are not two pgbench scripts run after the scenarios, each on its own database
+too (``hivenet_db.bench.cases``, ``hivenet_db.bench.python_layer``): the Python layer
+(``SerialRepository.next_unified`` against ``text('SELECT nextval(..)')`` on the same SQLAlchemy
+connection), ``next_serials(.., 1000)`` against Redis ``INCR`` on a Redis server of the
+runner's own, dropping a day partition against ``DELETE``, and the first use of a scope. They
+are part of a run over the shipped scenarios (not with ``--scenarios-dir``), and can be named
+with ``--scenario`` (``--python`` = ``--scenario python_next_unified``).
 
 Run as ``hivenet-db bench`` or ``python -m hivenet_db.bench``. Progress goes to stderr, results
 to stdout; no password is ever printed (URLs in messages are shown without it).
@@ -42,6 +46,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from sqlalchemy.exc import SQLAlchemyError
@@ -107,6 +112,7 @@ class Result:
     # runner's own server on Linux (it reads /proc); empty otherwise.
     baseline_cpu_us: list[float] = field(default_factory=list)
     candidate_cpu_us: list[float] = field(default_factory=list)
+    unit: str = "tps"  # what baseline_tps / candidate_tps count (cases: serials/s, per s)
 
     @property
     def baseline_median(self) -> float:
@@ -215,10 +221,12 @@ def _run(cmd: list[str]) -> str:
     return proc.stdout + proc.stderr
 
 
-def run_setup(url: str, scenario: Scenario) -> None:
+def run_setup(url: str, scenario: Scenario, small: bool = False) -> None:
+    """Runs the scenario's setup.sql; psql variable ``bench_small`` is ``on`` under --check and
+    --quick, for setups whose prefill can be smaller there (a smoke run, not a measurement)."""
     if scenario.setup is not None:
-        _run([_tool("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url,
-              "-f", str(scenario.setup)])
+        _run([_tool("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v",
+              f"bench_small={'on' if small else 'off'}", "-d", url, "-f", str(scenario.setup)])
 
 
 class CpuMeter:
@@ -244,13 +252,15 @@ class CpuMeter:
 
 def pgbench(url: str, script: Path, clients: int, seconds: int | None = None,
             transactions: int | None = None, meter: CpuMeter | None = None,
-            protocol: str = DEFAULT_PROTOCOL) -> tuple[float, float | None]:
+            protocol: str = DEFAULT_PROTOCOL, small: bool = False) -> tuple[float, float | None]:
     """One pgbench run of ``script`` (for ``seconds``, or ``transactions`` per client): tps,
-    and with a ``meter`` the CPU microseconds per transaction of server and pgbench."""
+    and with a ``meter`` the CPU microseconds per transaction of server and pgbench. The
+    script's variable ``:bench_small`` is 1 when the setup prefilled little (run_setup)."""
     length = ["-T", str(seconds)] if transactions is None else ["-t", str(transactions)]
     before = meter.seconds() if meter else 0.0
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    output = _run([_tool("pgbench"), "-n", "-M", protocol, "-c", str(clients),
+    output = _run([_tool("pgbench"), "-n", "-M", protocol, "-D", f"bench_small={int(small)}",
+                   "-c", str(clients),
                    "-j", str(min(MAX_THREADS, clients)), *length, "-f", str(script), url])
     tps = parse_tps(output)
     done = _DONE.search(output)
@@ -264,16 +274,17 @@ def pgbench(url: str, script: Path, clients: int, seconds: int | None = None,
 
 def run_scenario(url: str, scenario: Scenario, rounds: int, clients: int | None,
                  seconds: int | None, say: Callable[[str], None],
-                 meter: CpuMeter | None = None) -> Result:
+                 meter: CpuMeter | None = None, small: bool = False) -> Result:
     result = Result(scenario=scenario.name, description=scenario.description,
                     clients=clients or scenario.clients, seconds=seconds or scenario.seconds)
-    run_setup(url, scenario)
+    run_setup(url, scenario, small)
     for i in range(rounds):
         order = [("baseline", scenario.baseline, result.baseline_tps, result.baseline_cpu_us),
                  ("candidate", scenario.candidate, result.candidate_tps,
                   result.candidate_cpu_us)]
         for kind, script, tps_sink, cpu_sink in order if i % 2 == 0 else reversed(order):
-            tps, cpu = pgbench(url, script, result.clients, seconds=result.seconds, meter=meter)
+            tps, cpu = pgbench(url, script, result.clients, seconds=result.seconds, meter=meter,
+                               small=small)
             tps_sink.append(tps)
             if cpu is not None:
                 cpu_sink.append(cpu)
@@ -284,15 +295,15 @@ def run_scenario(url: str, scenario: Scenario, rounds: int, clients: int | None,
 
 def check_scenario(url: str, scenario: Scenario) -> None:
     """Run the setup and each script a few times on one client: the scripts work."""
-    run_setup(url, scenario)
+    run_setup(url, scenario, small=True)
     for script in (scenario.baseline, scenario.candidate):
-        pgbench(url, script, clients=1, transactions=3)
+        pgbench(url, script, clients=1, transactions=3, small=True)
 
 
 def format_table(results: Sequence[Result]) -> str:
-    header = ("scenario", "clients", "baseline tps", "candidate tps", "ratio", "cpu ratio")
+    header = ("scenario", "clients", "baseline", "candidate", "unit", "ratio", "cpu ratio")
     rows = [(r.scenario, str(r.clients), f"{r.baseline_median:.1f}", f"{r.candidate_median:.1f}",
-             f"{r.ratio:.3f}", "-" if r.cpu_ratio is None else f"{r.cpu_ratio:.3f}")
+             r.unit, f"{r.ratio:.3f}", "-" if r.cpu_ratio is None else f"{r.cpu_ratio:.3f}")
             for r in results]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
@@ -300,6 +311,34 @@ def format_table(results: Sequence[Result]) -> str:
              for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A measured case that is not two pgbench scripts (``hivenet_db.bench.cases``)."""
+
+    name: str
+    description: str
+    run: Callable[[Any], Result]  # takes a cases.CaseRun
+    needs: Callable[[], str | None] = lambda: None  # why it cannot run here, or None
+
+
+def builtin_cases() -> dict[str, Case]:
+    from hivenet_db.bench import cases, python_layer
+
+    def python(run: Any) -> Result:
+        return python_layer.measure(run.url, run.rounds, run.seconds or 5, run.say)
+
+    def redis_missing() -> str | None:
+        return None if cases.redis_server() and shutil.which("redis-benchmark") else (
+            "redis-server or redis-benchmark not found (Debian: apt-get install redis-tools)")
+
+    return {c.name: c for c in [
+        Case(python_layer.NAME, python_layer.DESCRIPTION, python),
+        Case("serials_vs_redis", cases.SERIALS_VS_REDIS, cases.serials_vs_redis, redis_missing),
+        Case("partition_drop", cases.PARTITION_DROP, cases.partition_drop),
+        Case("first_use", cases.FIRST_USE, cases.first_use),
+    ]}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -320,12 +359,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="folder of scenario folders (default: the scenarios shipped in "
                         "hivenet_db/bench/scenarios)")
     p.add_argument("--quick", action="store_true",
-                   help=f"one round of {QUICK_SECONDS} s per scenario, 8 clients, without the "
-                        "scenarios with a long setup (params.json quick: false) unless named: "
-                        "a smoke run in under a minute (ratios too noisy to quote)")
+                   help=f"one round of {QUICK_SECONDS} s per scenario, 8 clients, small "
+                        "prefills, without the scenarios with a long setup (params.json "
+                        "quick: false) unless named: a smoke run in under a minute (ratios "
+                        "too noisy to quote)")
     p.add_argument("--python", action="store_true",
                    help="also measure the Python layer (SerialRepository.next_unified vs "
-                        "nextval through SQLAlchemy, microseconds per call)")
+                        "nextval through SQLAlchemy, microseconds per call): the same as "
+                        "--scenario python_next_unified")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--check", action="store_true",
                    help="only check that each scenario's setup and scripts run (3 transactions)")
@@ -350,28 +391,44 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         available = discover(args.scenarios_dir or default_scenarios_dir())
-        from hivenet_db.bench import python_layer, scale_out
+        from hivenet_db.bench import scale_out
+        known_cases = builtin_cases()
         if args.list:
             for s in available.values():
                 print(f"{s.name:<24} {s.clients:>3} clients {s.seconds:>3} s  {s.description}")
-            print(f"{python_layer.NAME:<24} (--python)  {python_layer.DESCRIPTION}")
-            print(f"{scale_out.NAME:<24} (only when named)  {scale_out.DESCRIPTION}")
+            for c in known_cases.values():
+                print(f"{c.name:<24} {'(case)':<18} {c.description}")
+            print(f"{scale_out.NAME:<24} {'(only when named)':<18} {scale_out.DESCRIPTION}")
             return 0
-        args.scale_out = bool(args.scenario and scale_out.NAME in args.scenario)
-        if args.scale_out:  # several servers of its own: run apart from the folders
-            args.scenario = [n for n in args.scenario if n != scale_out.NAME] or ["-"]
-        if args.scenario and python_layer.NAME in args.scenario:  # --scenario for --python
-            args.python = True
-            args.scenario = [n for n in args.scenario if n != python_layer.NAME] or ["-"]
-        unknown = [n for n in args.scenario or [] if n not in available and n != "-"]
+        named = list(args.scenario or [])
+        # Several servers of its own: run apart from the others, and only when named.
+        with_scale_out = scale_out.NAME in named
+        named = [n for n in named if n != scale_out.NAME]
+        if args.python and "python_next_unified" not in named:
+            named.append("python_next_unified")
+        unknown = [n for n in named if n not in available and n not in known_cases]
         if unknown:
             say(f"hivenet-db bench: unknown scenario {', '.join(unknown)} "
-                f"(known: {', '.join(available)})")
+                f"(known: {', '.join([*available, *known_cases, scale_out.NAME])})")
             return 2
-        chosen = ([available[n] for n in args.scenario if n != "-"] if args.scenario
-                  else [s for s in available.values() if s.quick or not args.quick])
-        results = _run_all(args, chosen, say) if chosen or args.python else []
-        if args.scale_out and not args.check:
+        if args.scenario:
+            chosen = [available[n] for n in named if n in available]
+            chosen_cases = [known_cases[n] for n in named if n in known_cases]
+        else:
+            chosen = [s for s in available.values() if s.quick or not args.quick]
+            # Cases come with the shipped scenarios, not with a folder of one's own.
+            chosen_cases = (list(known_cases.values()) if args.scenarios_dir is None
+                            else [known_cases[n] for n in named])
+        for case in list(chosen_cases):
+            if (missing := case.needs()) is not None:
+                if args.scenario and case.name in args.scenario:
+                    raise BenchError(f"{case.name}: {missing}")
+                say(f"skipping {case.name}: {missing}")
+                chosen_cases.remove(case)
+        if args.check:
+            chosen_cases = []  # cases have no setup of their own to check: --quick runs them
+        results = _run_all(args, chosen, chosen_cases, say) if chosen or chosen_cases else []
+        if with_scale_out and not args.check:
             say(f"{scale_out.NAME}: {scale_out.DESCRIPTION}")
             results += scale_out.measure(args.rounds, args.seconds or DEFAULT_SECONDS,
                                          args.clients or DEFAULT_CLIENTS, say)
@@ -387,31 +444,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _run_all(args: argparse.Namespace, chosen: list[Scenario],
+def _run_all(args: argparse.Namespace, chosen: list[Scenario], chosen_cases: list[Case],
              say: Callable[[str], None]) -> list[Result]:
+    from hivenet_db.bench.cases import CaseRun
+
     started = time.monotonic()
+    total = len(chosen) + len(chosen_cases)
 
     def one(url: str, scenario: Scenario, meter: CpuMeter | None = None) -> Result | None:
-        n = f"[{chosen.index(scenario) + 1}/{len(chosen)}, {time.monotonic() - started:.0f} s]"
+        n = f"[{chosen.index(scenario) + 1}/{total}, {time.monotonic() - started:.0f} s]"
         if args.check:
             say(f"{n} checking {scenario.name}")
             check_scenario(url, scenario)
             return None
         say(f"{n} {scenario.name}: {scenario.description}")
-        return run_scenario(url, scenario, args.rounds, args.clients, args.seconds, say, meter)
+        return run_scenario(url, scenario, args.rounds, args.clients, args.seconds, say, meter,
+                            small=args.quick)
 
-    def python(url: str) -> list[Result]:
-        if not args.python or args.check:
-            return []
-        from hivenet_db.bench import python_layer
-        say(f"[{time.monotonic() - started:.0f} s] {python_layer.NAME}: "
-            f"{python_layer.DESCRIPTION}")
-        return [python_layer.measure(url, args.rounds, args.seconds or 5, say)]
+    def case(url: str, c: Case, meter: CpuMeter | None = None) -> Result:
+        say(f"[{len(chosen) + chosen_cases.index(c) + 1}/{total}, "
+            f"{time.monotonic() - started:.0f} s] {c.name}: {c.description}")
+        return c.run(CaseRun(url=url, rounds=args.rounds, seconds=args.seconds,
+                             clients=args.clients, quick=args.quick, say=say, meter=meter))
 
     if args.url:
         url = libpq_url(args.url)
         migrate.upgrade(url)
-        return [r for s in chosen if (r := one(url, s)) is not None] + python(url)
+        return ([r for s in chosen if (r := one(url, s)) is not None]
+                + [case(url, c) for c in chosen_cases])
 
     root = Path(tempfile.mkdtemp(prefix="hivenet-bench-"))
     os.chmod(root, 0o755)  # the server's unprivileged user must reach its directory
@@ -419,19 +479,20 @@ def _run_all(args: argparse.Namespace, chosen: list[Scenario],
     try:
         server.start()
         meter = CpuMeter(server.data_dir) if Path("/proc/self/stat").exists() else None
-        results = []
-        for scenario in chosen:
-            dbname = "bench_" + scenario.name
+
+        def database(name: str) -> str:
+            dbname = "bench_" + name
             _run([_tool("psql"), "-X", "-q", "-d", server.url(), "-c",
                   f'CREATE DATABASE "{dbname}"'])
             migrate.upgrade(server.url(dbname))
-            if (r := one(server.url(dbname), scenario, meter)) is not None:
+            return server.url(dbname)
+
+        results = []
+        for scenario in chosen:
+            if (r := one(database(scenario.name), scenario, meter)) is not None:
                 results.append(r)
-        if args.python and not args.check:
-            _run([_tool("psql"), "-X", "-q", "-d", server.url(), "-c",
-                  'CREATE DATABASE "bench_python"'])
-            migrate.upgrade(server.url("bench_python"))
-            results += python(server.url("bench_python"))
+        for c in chosen_cases:
+            results.append(case(database(c.name), c, meter))
         return results
     finally:
         server.remove()

@@ -4,10 +4,14 @@
 CREATE TABLE IF NOT EXISTS public.bench_raw_key (k text PRIMARY KEY);
 -- 10 million calls recorded 8 ms apart over the last 23 hours (the partitions of yesterday and
 -- today), with the serial prefixes the candidate uses and unified serials: both indexes are big.
--- Skipped when already there (setups may run again on the same database).
+-- Skipped when already there (setups may run again on the same database). Under --check and
+-- --quick (bench_small on) 10,000 calls only: a smoke run proves the scripts run, not the volume.
+SELECT set_config('bench.calls', CASE WHEN :'bench_small' = 'on' THEN '10000' ELSE '10000000' END,
+                  false);
 DO $$
 BEGIN
-    IF (SELECT count(*) FROM hivenet.interface_call) < 10000000 THEN
+    IF (SELECT count(*) FROM hivenet.interface_call)
+       < current_setting('bench.calls')::integer THEN
         INSERT INTO hivenet.interface_call
             (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
         SELECT 'C0001A01' || lpad((g % 16 + 1)::text, 2, '0') || 'T0001'
@@ -17,7 +21,7 @@ BEGIN
                NULL, t AT TIME ZONE 'UTC'
         FROM (SELECT g, (now() AT TIME ZONE 'UTC') - interval '23 hours'
                         + g * interval '8 milliseconds' AS t
-              FROM generate_series(1, 10000000) g) s
+              FROM generate_series(1, current_setting('bench.calls')::integer) g) s
         ON CONFLICT DO NOTHING;
     END IF;
 END $$;

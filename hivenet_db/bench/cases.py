@@ -1,0 +1,296 @@
+"""Measured cases that are not a pair of pgbench scripts: each compares a baseline with a
+candidate in the same run, rounds alternating, and gives a ``Result`` like the scenarios'
+(its ``unit`` says what its "tps" count).
+
+- ``serials_vs_redis``: ``hivenet.next_serials(.., 1000)`` (pgbench, serials per second)
+  against 1000 Redis ``INCR``s pipelined per round trip (``redis-benchmark -P 1000``), on a
+  Redis server of the runner's own (loopback, a port of its own, no persistence, stopped by
+  its pid). Debian: the package redis-tools holds the server (``redis-check-rdb``, which is
+  the server when called as redis-server) and redis-benchmark.
+- ``partition_drop``: dropping the day partition of one million recorded interface calls
+  (``hivenet._drop_interface_partition``, what maintain() does) against ``DELETE`` of the same
+  day's rows from an unpartitioned copy of the table (same columns and indexes).
+- ``first_use``: the first allocation of a new scope against an allocation of a used one,
+  each in its own committed transaction (milliseconds per call).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from hivenet_db.bench import BenchError, CpuMeter, Result, pgbench
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    """What a case is run with: the database, the runner's options and its server's meter."""
+
+    url: str
+    rounds: int
+    seconds: int | None
+    clients: int | None
+    quick: bool
+    say: Say
+    meter: CpuMeter | None = None
+
+
+# --- serials_vs_redis -------------------------------------------------------------------
+
+BATCH = 1000
+_FIELDS = '{"system": "C0001", "module": "A01", "instance": "01"}'
+
+
+def redis_server() -> tuple[str, str] | None:
+    """(executable, argv[0]) of a Redis server, or None. Debian's redis-tools ships the server
+    as redis-check-rdb (the same binary; it acts as the server when called redis-server)."""
+    if found := shutil.which("redis-server"):
+        return found, "redis-server"
+    if found := shutil.which("redis-check-rdb"):
+        return found, "redis-server"
+    return None
+
+
+def _cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def own_redis(say: Say) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """A throwaway Redis on 127.0.0.1 (persistence off), stopped by its pid afterwards."""
+    server = redis_server()
+    if server is None:
+        raise BenchError("redis-server not found: install Redis (Debian: apt-get install "
+                         "redis-tools, which holds the server as redis-check-rdb)")
+    executable, argv0 = server
+    port = _free_port()
+    workdir = Path(tempfile.mkdtemp(prefix="hivenet-bench-redis-"))
+    log = (workdir / "redis.log").open("wb")
+    proc = subprocess.Popen(
+        [argv0, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+         "--daemonize", "no", "--dir", str(workdir), "--protected-mode", "yes"],
+        executable=executable, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        say(f"  started Redis on 127.0.0.1:{port} (pid {proc.pid}, persistence off)")
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(64).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise BenchError(f"Redis did not start: {(workdir / 'redis.log').read_text()}")
+            time.sleep(0.1)
+        yield port, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _redis_benchmark(port: int, clients: int, requests: int) -> float:
+    """INCRs per second of redis-benchmark, BATCH pipelined per round trip."""
+    tool = shutil.which("redis-benchmark")
+    if tool is None:
+        raise BenchError("redis-benchmark not found (Debian: redis-tools)")
+    proc = subprocess.run([tool, "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
+                           "-n", str(requests), "-P", str(BATCH), "-t", "incr", "--csv"],
+                          capture_output=True, text=True, check=False)
+    for row in csv.reader(io.StringIO(proc.stdout)):
+        if row and row[0] == "INCR":
+            return float(row[1])
+    raise BenchError(f"no INCR rate in redis-benchmark output: {proc.stdout} {proc.stderr}")
+
+
+def serials_vs_redis(run: CaseRun) -> Result:
+    seconds = run.seconds or 10
+    clients = run.clients or 16
+    result = Result(scenario="serials_vs_redis", description=SERIALS_VS_REDIS,
+                    clients=clients, seconds=seconds, unit="serials/s")
+    with psycopg.connect(run.url, autocommit=True) as conn:
+        conn.execute("SELECT hivenet.prepare_scope('unified', %s::jsonb)", (_FIELDS,))
+    with tempfile.TemporaryDirectory(prefix="hivenet-bench-") as tmp, own_redis(run.say) as (
+            port, redis):
+        script = Path(tmp) / "next_serials.sql"
+        script.write_text(f"SELECT count(*) FROM hivenet.next_serials('unified', "
+                          f"'{_FIELDS}', {BATCH});\n")
+        os.chmod(tmp, 0o755)
+        # Sized from a first short run, so a round of redis-benchmark lasts about `seconds`.
+        rate = _redis_benchmark(port, clients, 100 * BATCH)
+        for i in range(run.rounds):
+            order = ["baseline", "candidate"] if i % 2 == 0 else ["candidate", "baseline"]
+            for kind in order:
+                cpu_us: float | None
+                if kind == "baseline":
+                    before = _cpu_of(redis.pid)
+                    usage = os.times()
+                    started = time.perf_counter()
+                    requests = max(BATCH * clients, int(rate * seconds) // BATCH * BATCH)
+                    rate = _redis_benchmark(port, clients, requests)
+                    elapsed = time.perf_counter() - started
+                    after = os.times()
+                    cpu = (_cpu_of(redis.pid) - before + after.children_user
+                           - usage.children_user + after.children_system - usage.children_system)
+                    result.baseline_tps.append(rate)
+                    result.baseline_cpu_us.append(cpu / (rate * elapsed) * 1e6)
+                    value, cpu_us = rate, result.baseline_cpu_us[-1]
+                else:
+                    tps, tx_cpu = pgbench(run.url, script, clients, seconds=seconds,
+                                          meter=run.meter)
+                    value = tps * BATCH
+                    result.candidate_tps.append(value)
+                    cpu_us = None if tx_cpu is None else tx_cpu / BATCH
+                    if cpu_us is not None:
+                        result.candidate_cpu_us.append(cpu_us)
+                run.say(f"  serials_vs_redis round {i + 1}/{run.rounds} {kind:<9} "
+                        f"{value:12.0f} serials/s"
+                        + ("" if cpu_us is None else f"  {cpu_us:6.2f} cpu us/serial"))
+    if not result.candidate_cpu_us:
+        result.baseline_cpu_us.clear()
+    return result
+
+
+SERIALS_VS_REDIS = (f"hivenet.next_serials(.., {BATCH}) in pgbench vs {BATCH} Redis INCRs "
+                    "pipelined (redis-benchmark -P), serials per second, own Redis server")
+
+
+# --- partition_drop ---------------------------------------------------------------------
+
+ROWS = 1_000_000
+QUICK_ROWS = 100_000
+PARTITION_DROP = ("dropping the day partition of 1,000,000 interface calls (what maintain() "
+                  "does) vs DELETE of that day from an unpartitioned copy; per second")
+
+_FLAT = """
+CREATE TABLE IF NOT EXISTS public.bench_flat_call
+    (LIKE hivenet.interface_call INCLUDING DEFAULTS INCLUDING INDEXES);
+CREATE INDEX IF NOT EXISTS bench_flat_call_unified ON public.bench_flat_call (unified_serial)
+    WHERE unified_serial IS NOT NULL;
+"""
+# Calls of day %(day)s (and, in the flat copy, a tenth as many of the day before): the same
+# rows as the claims would record.
+_FILL = """
+INSERT INTO {table} (interface_serial, serial_day, unified_serial, recorded_at)
+SELECT 'C0001A01' || lpad((g %% 16 + 1)::text, 2, '0') || 'T0001'
+           || to_char(%(day)s::date + g * interval '80 ms', 'YYYYMMDDHH24MISS')
+           || lpad(g::text, 10, '0'),
+       %(day)s::date,
+       'C0001A0101' || to_char(%(day)s::date, 'YYYYMMDD') || lpad((g / 4)::text, 10, '0'),
+       %(day)s::date + g * interval '80 ms'
+FROM generate_series(1, %(rows)s) g
+"""
+
+
+def _timed(conn: psycopg.Connection[tuple[object, ...]], sql: str,
+           params: tuple[object, ...] | None = None) -> float:
+    started = time.perf_counter()
+    conn.execute(sql, params)
+    return time.perf_counter() - started
+
+
+def partition_drop(run: CaseRun) -> Result:
+    rows = QUICK_ROWS if run.quick else ROWS
+    result = Result(scenario="partition_drop",
+                    description=PARTITION_DROP.replace("1,000,000", f"{rows:,}"),
+                    clients=1, seconds=0, unit="per s")
+    with psycopg.connect(run.url, autocommit=True) as conn:
+        conn.execute(_FLAT)
+        for i in range(run.rounds):
+            day = f"{2001 + i}-01-02"
+            conn.execute("SELECT hivenet._create_interface_partition(%s)", (day,))
+            conn.execute("TRUNCATE public.bench_flat_call")
+            conn.execute(_FILL.format(table="hivenet.interface_call"),
+                         {"day": day, "rows": rows})
+            conn.execute(_FILL.format(table="public.bench_flat_call"),
+                         {"day": day, "rows": rows})
+            conn.execute(_FILL.format(table="public.bench_flat_call"),
+                         {"day": f"{2001 + i}-01-01", "rows": rows // 10})
+            conn.execute("VACUUM ANALYZE public.bench_flat_call")
+            conn.execute("VACUUM ANALYZE hivenet.interface_call")
+            conn.execute("CHECKPOINT")
+            order = ["baseline", "candidate"] if i % 2 == 0 else ["candidate", "baseline"]
+            for kind in order:
+                if kind == "baseline":
+                    took = _timed(conn, "DELETE FROM public.bench_flat_call WHERE serial_day = %s",
+                                  (day,))
+                    result.baseline_tps.append(1 / took)
+                else:
+                    took = _timed(conn, "SELECT hivenet._drop_interface_partition(%s::regclass)",
+                                  (f"hivenet.interface_call_{day.replace('-', '')}",))
+                    result.candidate_tps.append(1 / took)
+                run.say(f"  partition_drop round {i + 1}/{run.rounds} {kind:<9} "
+                        f"{took * 1000:10.1f} ms ({rows:,} rows)")
+    return result
+
+
+# --- first_use --------------------------------------------------------------------------
+
+FIRST_USE = ("first allocation of a new scope (next_unified_serial) vs one of a used scope, "
+             "each in a transaction of its own, the statement timed (not the commit: a "
+             "business transaction pays its commit anyway); per second (ms per call in the "
+             "progress lines; goal <= 0.5 ms)")
+FIRST_USES = 100
+QUICK_FIRST_USES = 20
+
+
+def first_use(run: CaseRun) -> Result:
+    n = QUICK_FIRST_USES if run.quick else FIRST_USES
+    result = Result(scenario="first_use", description=FIRST_USE, clients=1, seconds=0,
+                    unit="per s")
+    call = "SELECT hivenet.next_unified_serial(%s, 'A01', '01')"
+    with psycopg.connect(run.url) as conn:
+        conn.execute("SELECT hivenet.prepare_scope('unified', %s::jsonb)", (_FIELDS,))
+        conn.commit()
+
+        def timed(system: str) -> float:
+            took = _timed(conn, call, (system,))
+            conn.commit()
+            return took
+
+        for _ in range(20):  # warm: plans, caches
+            timed("C0001")
+        for i in range(run.rounds):
+            order = ["baseline", "candidate"] if i % 2 == 0 else ["candidate", "baseline"]
+            for kind in order:
+                if kind == "baseline":
+                    took = [timed("C0001") for _ in range(n)]
+                    sink = result.baseline_tps
+                else:
+                    # Systems F<round><k>: never used before in this database.
+                    took = [timed(f"F{i % 10}{k:03d}") for k in range(n)]
+                    sink = result.candidate_tps
+                median = statistics.median(took)
+                sink.append(1 / median)
+                run.say(f"  first_use round {i + 1}/{run.rounds} {kind:<9} "
+                        f"{median * 1000:8.3f} ms per call (median of {n})")
+    return result
