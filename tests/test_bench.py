@@ -89,6 +89,25 @@ def test_run_against_a_url(tmp_path: Path, hivenet_url: str,
     assert "tiny round 1/1 baseline" in out.err
 
 
+def test_a_run_is_recorded_as_markdown_newest_first(tmp_path: Path, hivenet_url: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    scenarios = tmp_path / "scenarios"
+    make_scenario(scenarios, "tiny", {"clients": 2, "seconds": 1, "description": "a | b"})
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nWhat this file is.\n\n## An older run\n\nold\n")
+    code = bench.main(["--scenarios-dir", str(scenarios), "--url", hivenet_url,
+                       "--rounds", "1", "--markdown", str(doc)])
+    assert code == 0, capsys.readouterr().err
+    text = doc.read_text()
+    assert text.startswith("# Benchmarks\n\nWhat this file is.\n\n## Run of ")
+    assert text.index("## Run of ") < text.index("## An older run")
+    (row,) = [line for line in text.splitlines() if line.startswith("| `tiny` |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "tps" and float(cells[4]) > 0 and cells[6] == "a / b"
+    assert "--rounds 1 --markdown" in text and "PostgreSQL 1" in text and "CPUs" in text
+    assert "the given database (--url)" in text
+
+
 def test_every_shipped_scenario_runs(hivenet_url: str) -> None:
     """Setup and both scripts of every scenario in hivenet_db/bench/scenarios run (3
     transactions)."""

@@ -371,6 +371,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true",
                    help="only check that each scenario's setup and scripts run (3 transactions)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--markdown", type=Path, metavar="FILE",
+                   help="also record the run as a Markdown section (machine, date, settings, "
+                        "every case) at the top of FILE's sections, e.g. docs/benchmarks.md")
     return p
 
 
@@ -437,11 +440,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.check:
         say(f"{len(chosen)} scenario(s) ok")
-    elif args.json:
+        return 0
+    if args.markdown is not None:
+        _record(args, list(sys.argv[1:] if argv is None else argv), results)
+        say(f"recorded in {args.markdown}")
+    if args.json:
         print(json.dumps([r.as_json() for r in results], indent=2))
     else:
         print(format_table(results))
     return 0
+
+
+def _record(args: argparse.Namespace, argv: list[str], results: list[Result]) -> None:
+    """Write the run to ``args.markdown`` (``hivenet_db.bench.report``)."""
+    from hivenet_db.bench import report
+
+    if args.url:
+        with psycopg.connect(libpq_url(args.url)) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+        postgres = f"PostgreSQL {row[0] if row else 'of unknown version'}"
+        where = "the given database (--url)"
+    else:
+        postgres = report.first_line([str(find_bin_dir() / "postgres"), "--version"])
+        where = "the runner's own PostgreSQL, fsync on"
+    settings = (f"{args.rounds} round(s) alternating, "
+                f"{args.seconds or 'params.json'} s and {args.clients or 'params.json'} "
+                f"clients per pgbench run, prepared statements, {where}"
+                + (", --quick (too short to quote)" if args.quick else ""))
+    report.record(args.markdown, report.section(
+        results, command=" ".join(["hivenet-db bench", *argv]), settings=settings,
+        postgres=postgres))
 
 
 def _run_all(args: argparse.Namespace, chosen: list[Scenario], chosen_cases: list[Case],
