@@ -89,14 +89,24 @@ def json_text(name: str, value: Any) -> str:
     return json.dumps(value)
 
 
+def _cursor_rows(conn: psycopg.Connection[Any], sql: Any, params: Any) -> Rows:
+    # tuple_row: the caller's connection may have another row factory (dict_row)
+    with conn.cursor(row_factory=tuple_row) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+async def _cursor_rows_async(conn: psycopg.AsyncConnection[Any], sql: Any, params: Any) -> Rows:
+    async with conn.cursor(row_factory=tuple_row) as cursor:
+        await cursor.execute(sql, params)
+        return await cursor.fetchall() if cursor.description else []
+
+
 def rows(db: SyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
     _checked(params)
     with translated():
         if isinstance(db, psycopg.Connection):
-            # tuple_row: the caller's connection may have another row factory (dict_row)
-            with db.cursor(row_factory=tuple_row) as cursor:
-                cursor.execute(psycopg_sql(statement), params)
-                return cursor.fetchall() if cursor.description else []
+            return _cursor_rows(db, psycopg_sql(statement), params)
         result = db.execute(statement, params)
         return result.all() if _returns_rows(result) else []
 
@@ -121,9 +131,7 @@ def driver_rows(db: SyncDB, sql: str, params: Mapping[str, Any]) -> Rows:
     values = tuple(params.values())
     with translated():
         if isinstance(db, psycopg.Connection):
-            with db.cursor(row_factory=tuple_row) as cursor:
-                cursor.execute(sql, values)
-                return cursor.fetchall() if cursor.description else []
+            return _cursor_rows(db, sql, values)
         conn = db.connection() if isinstance(db, Session) else db
         driver = _plain_driver(conn)
         if driver is None:
@@ -132,9 +140,7 @@ def driver_rows(db: SyncDB, sql: str, params: Mapping[str, Any]) -> Rows:
         if not conn.in_transaction():
             conn.begin()  # what SQLAlchemy's autobegin does before a statement
         try:
-            with driver.cursor(row_factory=tuple_row) as cursor:
-                cursor.execute(sql, values)
-                return cursor.fetchall() if cursor.description else []
+            return _cursor_rows(driver, sql, values)
         except psycopg.Error as error:
             if from_database(error) is not None:
                 raise  # one of ours: translated() maps it
@@ -156,9 +162,7 @@ async def driver_rows_async(db: AsyncDB, sql: str, params: Mapping[str, Any]) ->
     values = tuple(params.values())
     with translated():
         if isinstance(db, psycopg.AsyncConnection):
-            async with db.cursor(row_factory=tuple_row) as cursor:
-                await cursor.execute(sql, values)
-                return await cursor.fetchall() if cursor.description else []
+            return await _cursor_rows_async(db, sql, values)
         conn = await db.connection() if isinstance(db, AsyncSession) else db
         result = await conn.exec_driver_sql(sql, values)
         return result.all() if result.returns_rows else []
@@ -168,9 +172,7 @@ async def rows_async(db: AsyncDB, statement: TextClause, params: Mapping[str, An
     _checked(params)
     with translated():
         if isinstance(db, psycopg.AsyncConnection):
-            async with db.cursor(row_factory=tuple_row) as cursor:
-                await cursor.execute(psycopg_sql(statement), params)
-                return await cursor.fetchall() if cursor.description else []
+            return await _cursor_rows_async(db, psycopg_sql(statement), params)
         result = await db.execute(statement, params)
         return result.all() if _returns_rows(result) else []
 
