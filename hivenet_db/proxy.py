@@ -24,6 +24,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from hivenet_db.dburl import libpq_url
+from hivenet_db.shards import expand_instances
 
 NODES = range(100)  # the instance field (01-99) and the shard field of id_service (00-99)
 CLUSTER = "hivenet_shards"
@@ -54,19 +55,10 @@ def sql_file(name: str) -> str:
 
 def nodes_of(text: str) -> set[int]:
     """'01-09,12' → {1, ..., 9, 12}; 'all' → 00-99. ProxyError when malformed."""
-    if text.strip().lower() == "all":
-        return set(NODES)
-    found: set[int] = set()
-    for part in text.replace(" ", "").split(","):
-        low, _, high = part.partition("-")
-        if not (low.isdigit() and len(low) == 2 and (not high or
-                                                     (high.isdigit() and len(high) == 2))):
-            raise ProxyError(f"owned instances {text!r}: {part!r} is no instance (00 to 99) "
-                             f"nor range (such as 01-09)")
-        if int(high or low) < int(low):
-            raise ProxyError(f"owned instances {text!r}: range {part!r} ends before it starts")
-        found.update(range(int(low), int(high or low) + 1))
-    return found
+    try:
+        return {int(instance) for instance in expand_instances(text)}
+    except ValueError as error:
+        raise ProxyError(str(error)) from None
 
 
 def canonical(nodes: set[int]) -> str:

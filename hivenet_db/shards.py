@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,13 +62,26 @@ class Ownership:
 
     def instances(self) -> frozenset[str]:
         """The owned instances, expanded (``'all'``: 00 to 99)."""
-        if self.owned_instances == "all":
-            return frozenset(f"{i:02d}" for i in _INSTANCES)
-        out: set[str] = set()
-        for part in self.owned_instances.split(","):
-            first, _, last = part.partition("-")
-            out.update(f"{i:02d}" for i in range(int(first), int(last or first) + 1))
-        return frozenset(out)
+        return expand_instances(self.owned_instances)
+
+
+def expand_instances(declared: str) -> frozenset[str]:
+    """Owned instances as declared (``'01-09,12'``, ``'all'``: 00 to 99), one by one.
+    ValueError naming the part that is no instance nor range."""
+    if declared.strip().lower() == "all":
+        return frozenset(f"{i:02d}" for i in _INSTANCES)
+    out: set[str] = set()
+    for part in declared.replace(" ", "").split(","):
+        low, _, high = part.partition("-")
+        if not (low.isdigit() and len(low) == 2
+                and (not high or (high.isdigit() and len(high) == 2))):
+            raise ValueError(f"owned instances {declared!r}: {part!r} is no instance (00 to 99) "
+                             f"nor range (such as 01-09)")
+        if int(high or low) < int(low):
+            raise ValueError(f"owned instances {declared!r}: range {part!r} ends before it "
+                             f"starts")
+        out.update(f"{i:02d}" for i in range(int(low), int(high or low) + 1))
+    return frozenset(out)
 
 
 def _engine_for(url: str) -> Engine:
@@ -337,15 +350,18 @@ def merged(per_shard: Mapping[str, list[dict[str, Any]]]) -> list[dict[str, Any]
     return [{"shard": name, **row} for name in sorted(per_shard) for row in per_shard[name]]
 
 
+def named_urls(urls: Mapping[str, str] | Sequence[str]) -> dict[str, str]:
+    """Shard name → URL: a list gets the names shard0, shard1, ..."""
+    return dict(urls) if isinstance(urls, Mapping) else \
+        {f"shard{i}": url for i, url in enumerate(urls)}
+
+
 def iter_shards(urls: Mapping[str, str] | list[str]) -> Iterator[tuple[str, Engine]]:
-    """(name, engine) per URL: a list gets names shard0, shard1, ...; libpq URLs use psycopg."""
-    named = urls if isinstance(urls, Mapping) else {f"shard{i}": u for i, u in enumerate(urls)}
-    for name, url in named.items():
+    """(name, engine) per URL (``named_urls``); libpq URLs use psycopg."""
+    for name, url in named_urls(urls).items():
         yield name, _engine_for(url)
 
 
 def from_urls(urls: Mapping[str, str] | list[str]) -> ShardMap:
     """A shard map without tenants over these URLs (for reports and maintain across shards)."""
-    engines = dict(iter_shards(urls))
-    named = urls if isinstance(urls, Mapping) else {f"shard{i}": u for i, u in enumerate(urls)}
-    return ShardMap(engines, urls=dict(named))
+    return ShardMap(dict(iter_shards(urls)), urls=named_urls(urls))

@@ -13,7 +13,7 @@ from sqlalchemy import Connection
 from hivenet_db.cli.database import USABLE, parse_target, require
 from hivenet_db.cli.output import CommandError, Output
 from hivenet_db.dburl import engine_for, libpq_url
-from hivenet_db.shards import shard_urls_in
+from hivenet_db.shards import merged, named_urls, shard_urls_in
 
 T = TypeVar("T")
 
@@ -32,7 +32,7 @@ def shard_urls(args: argparse.Namespace) -> dict[str, str] | None:
         if getattr(args, "url", None):
             raise CommandError("--shards names the databases: drop --url")
         urls = [u.strip() for u in args.shards.split(",") if u.strip()]
-        return {f"shard{i}": libpq_url(u) for i, u in enumerate(urls)}
+        return {name: libpq_url(url) for name, url in named_urls(urls).items()}
     if getattr(args, "shard_map", None):
         if getattr(args, "url", None):
             raise CommandError("--shard-map names the databases: drop --url")
@@ -73,8 +73,7 @@ def merged_sections(per_shard: dict[str, dict[str, list[dict[str, Any]] | str]]
         bodies = {name: s[title] for name, s in per_shard.items() if title in s}
         tables = {name: b for name, b in bodies.items() if isinstance(b, list)}
         if len(tables) == len(bodies):
-            out[title] = [{"shard": name, **row} for name, body in tables.items()
-                          for row in body]
+            out[title] = merged(tables)
         else:
             texts = {name: b if isinstance(b, str) else f"{len(b)} rows"
                      for name, b in bodies.items()}
