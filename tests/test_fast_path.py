@@ -19,7 +19,6 @@ from tests.helpers import scalar, usage_only_role
 
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"
 SCOPE = '{"system": "C0001", "module": "A01", "instance": "01"}'
-SEQ = 'hivenet."seq_unified_C0001A0101"'
 STRIDE = 10 ** 14
 ROLE = "hivenet_fast_test"
 
@@ -33,6 +32,21 @@ def failure(conn: psycopg.Connection, sql: str, params: Any = None) -> tuple[str
 
 def _prepare(db: psycopg.Connection) -> None:
     db.execute("SELECT hivenet.prepare_scope('unified', %s)", (SCOPE,))
+
+
+def _lane(db: psycopg.Connection) -> str:
+    """The lane of scope C0001A0101 of format unified (its counter: allocate.sql)."""
+    return str(scalar(db, "SELECT hivenet._lane(f, 'C0001A0101')::text FROM hivenet.format f "
+                          "WHERE f.name = 'unified'"))
+
+
+def _lanes_in_today(db: psycopg.Connection) -> None:
+    """Every lane of unified and system in today's period, as on a busy day (the first
+    allocation of the day in each lane moves it there by the slow path: _advance)."""
+    db.execute("SELECT setval(c, greatest(pg_sequence_last_value(c), %s)) "
+               "FROM hivenet.format f, generate_series(0, 63) AS l, LATERAL (SELECT "
+               "('hivenet.' || hivenet._lane_sequence_name(f.name, l))::regclass AS c) AS c "
+               "WHERE f.name IN ('unified', 'system')", (_today_period(db) * STRIDE,))
 
 
 def _today_period(db: psycopg.Connection) -> int:
@@ -72,7 +86,7 @@ def test_a_prepared_statement_runs_no_plpgsql_function(db: psycopg.Connection) -
     """The guard of issue 13's goal: the plain case is one inlined expression (fails when
     next_unified_serial is PL/pgSQL, SECURITY DEFINER, has SET, or the fast path stops being
     inlinable, e.g. a FROM clause or nextval used twice)."""
-    _prepare(db)
+    _lanes_in_today(db)
     db.execute("PREPARE alloc(text, text, text) AS "
                "SELECT hivenet.next_unified_serial($1, $2, $3)")
     db.execute("SET plan_cache_mode = force_generic_plan")
@@ -80,13 +94,15 @@ def test_a_prepared_statement_runs_no_plpgsql_function(db: psycopg.Connection) -
         "EXPLAIN (VERBOSE) EXECUTE alloc('C0001', 'A01', '01')"))
     assert "next_unified_serial" not in plan and "_fast_unified" not in plan, plan
     assert "hivenet._" not in plan, plan
-    assert "nextval(to_regclass(" in plan and "next_serial('unified'" in plan, plan
+    # The lane by a constant: no name look-up (to_regclass) on the fast path.
+    assert "nextval(('{hivenet.lane_unified_0," in plan and "to_regclass" not in plan, plan
+    assert "next_serial('unified'" in plan, plan
     calls = _plpgsql_calls(db, "EXECUTE alloc('C0001', 'A01', '01')")
     assert calls == {}, calls
     for kind in ("unified", "system"):
+        # A new scope too: its first use is an ordinary allocation from its lane.
         calls = _plpgsql_calls(db, f"SELECT hivenet.next_{kind}_serial('C0001', 'A01', '02')")
-        assert calls.get("next_serial") == 3 and "_allocate" in calls  # a new scope: slow path
-    db.execute("SELECT hivenet.prepare_scope('system', %s)", (SCOPE,))
+        assert calls == {}, calls
     assert _plpgsql_calls(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')") == {}
 
 
@@ -103,7 +119,7 @@ def test_the_fast_paths_are_generated_with_their_constants_written_in(
     for kind, seq_width in (("unified", 10), ("system", 12)):
         body = _fast_path_body(db, kind)
         assert "_format_constant" not in body and "_setting_constant" not in body, body
-        assert f"'seq_{kind}'" not in body and f"'{kind}'" in body  # the format's name
+        assert f"hivenet.lane_{kind}_63}}'" in body and "to_regclass" not in body  # its lanes
         assert "[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}" in body      # its field pattern
         assert f"{seq_width}, '0'" in body and "'UTC'" in body       # seq width, time zone
 
@@ -122,8 +138,8 @@ def test_the_fast_paths_follow_a_change_of_setting(db: psycopg.Connection) -> No
 
 
 def test_fast_path_continues_the_scope_counter_in_order(db: psycopg.Connection) -> None:
-    first = scalar(db, UNIFIED)  # cold counter, slow path
-    _prepare(db)
+    first = scalar(db, UNIFIED)
+    _prepare(db)  # a no-op for a laned format
     serials = [scalar(db, UNIFIED) for _ in range(5)]
     assert first < serials[0] and serials == sorted(set(serials))
     assert all(s[:10] == "C0001A0101" and s[10:18] == _today(db) and len(s) == 28
@@ -136,7 +152,7 @@ def test_fast_path_continues_the_scope_counter_in_order(db: psycopg.Connection) 
 
 def test_a_counter_of_an_older_period_is_reset_by_the_slow_path(db: psycopg.Connection) -> None:
     _prepare(db)
-    db.execute(f"SELECT setval('{SEQ}', %s)", ((_today_period(db) - 1) * STRIDE + 500,))
+    db.execute("SELECT setval(%s, %s)", (_lane(db), (_today_period(db) - 1) * STRIDE + 500))
     calls = _plpgsql_calls(db, UNIFIED, times=1)
     assert calls.get("_advance") == 1, calls
     assert scalar(db, UNIFIED) == f"C0001A0101{_today(db)}0000000002"
@@ -147,7 +163,7 @@ def test_a_counter_ahead_of_the_clock_prints_its_own_period(db: psycopg.Connecti
     """Clock stepped back (or a day borrowed): the value's period is newer than the clock's;
     the fast path must not print today's date with it."""
     _prepare(db)
-    db.execute(f"SELECT setval('{SEQ}', %s)", ((_today_period(db) + 1) * STRIDE + 7,))
+    db.execute("SELECT setval(%s, %s)", (_lane(db), (_today_period(db) + 1) * STRIDE + 7))
     serial = scalar(db, UNIFIED)
     tomorrow = (dt.datetime.strptime(_today(db), "%Y%m%d") + dt.timedelta(days=1))
     # 8 was taken by the fast path and left as a gap (as _issue does before _advance).
@@ -156,11 +172,11 @@ def test_a_counter_ahead_of_the_clock_prints_its_own_period(db: psycopg.Connecti
 
 def test_exhaustion_still_raises_hn010(db: psycopg.Connection) -> None:
     _prepare(db)
-    db.execute(f"SELECT setval('{SEQ}', %s)", (_today_period(db) * STRIDE + 9999999998,))
+    db.execute("SELECT setval(%s, %s)", (_lane(db), _today_period(db) * STRIDE + 9999999998))
     assert scalar(db, UNIFIED).endswith("9999999999")
     for _ in range(2):
         code, message = failure(db, UNIFIED)
-        assert code == "HN010" and "9999999999" in message
+        assert code == "HN010" and "9999999999" in message and "lane " in message
 
 
 @pytest.mark.parametrize("args, code", [
@@ -194,11 +210,11 @@ def test_the_fake_clock_and_the_registry_take_the_full_path(
 def test_a_role_with_schema_usage_takes_values_but_never_sets_them(
         db: psycopg.Connection, app: psycopg.Connection) -> None:
     app.execute("RESET ROLE")
-    _prepare(db)
+    lane = _lane(db)
     app.execute(f"SET ROLE {ROLE}")
-    # Through the fast path: without USAGE on the scope's sequence, nextval would fail here.
+    # Through the fast path: without USAGE on the scope's lane, nextval would fail here.
     assert scalar(app, UNIFIED)[10:18] == _today(app)
-    for sql in (f"SELECT setval('{SEQ}', 1)", f"ALTER SEQUENCE {SEQ} RESTART",
+    for sql in (f"SELECT setval('{lane}', 1)", f"ALTER SEQUENCE {lane} RESTART",
                 "SELECT nextval('hivenet.cold_unified')"):
         with pytest.raises(psycopg.errors.InsufficientPrivilege), app.transaction():
             app.execute(sql)

@@ -15,6 +15,19 @@
 -- period reset, before returning: a serial issued after another call returned is never
 -- smaller, whatever the clock did (seed 004's guard, for every format; SPEC guarantee 3).
 --
+-- Hash lanes (a format whose seq segment has "lanes": unified and system, 64 each): the
+-- format's scopes share a bounded set of sequences, its lanes (hivenet.lane_<format>_<n>, made
+-- with the format), scope S drawing from lane _lane_of(S) = hashtext(S) & (lanes - 1), with the
+-- same encoding (period * stride + seq) and the same reset, so everything below holds per
+-- lane. Nothing is created on a scope's first use (an ordinary allocation), and the cost is
+-- flat in the number of scopes: a backend opens at most `lanes` sequences per format, where a
+-- sequence per scope makes each backend load every scope it meets (docs/benchmarks.md). What
+-- it changes: a scope's serials increase but are not consecutive (the scopes of a lane
+-- interleave) and do not start at 1 each period (seq starts at 1 per lane); a lane's capacity
+-- is shared by its scopes; HN010 names the lane. hashtext must stay the same function for the
+-- lanes' life (it has since PostgreSQL 8.4): a scope moved to another lane could go back.
+--
+-- The formats without lanes:
 -- A scope's own sequence is created by hivenet.maintain() (or prepare_scope), in a transaction
 -- of the owner's, never in the caller's: created there, it would vanish with a rollback and
 -- start over (reissuing serials), and make every other first user wait for the commit. Until
@@ -90,6 +103,50 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     WHERE p_format.key_fields IS NULL OR f.i = ANY (p_format.key_fields)
 $$;
 
+-- The lane sequence p_lane (0 .. lanes - 1) of format p_format: at most 5 + 31 + 1 + 4
+-- characters (format names are at most 31).
+CREATE FUNCTION hivenet._lane_sequence_name(p_format text, p_lane integer) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT 'lane_' || p_format || '_' || p_lane
+$$;
+
+-- The lane (0 .. p_lanes - 1, a power of two) of counter scope p_scope: the one definition of
+-- the hash, on the full path (_lane) and in the generated fast paths. Inlined: a SQL-standard
+-- body without SET (see _period_index).
+CREATE FUNCTION hivenet._lane_of(p_scope text, p_lanes integer) RETURNS integer
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT hashtext(p_scope) & (p_lanes - 1);
+END;
+
+-- The lane sequence of counter scope p_scope of laned format p_format.
+CREATE FUNCTION hivenet._lane(p_format hivenet.format, p_scope text) RETURNS regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ('hivenet.' || quote_ident(hivenet._lane_sequence_name(
+        p_format.name, hivenet._lane_of(p_scope, p_format.lanes))))::regclass
+$$;
+
+-- Creates the lanes of format p_format that do not exist yet, and moves every lane to at
+-- least p_floor (a value every scope of the format has passed: revision 0017).
+CREATE FUNCTION hivenet._create_lanes(p_format hivenet.format, p_floor bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_lane regclass;
+BEGIN
+    FOR i IN 0 .. coalesce(p_format.lanes, 0) - 1 LOOP
+        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
+                       hivenet._lane_sequence_name(p_format.name, i));
+        -- For the fast path, which runs as the caller (privileges.sql): nextval only.
+        EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC',
+                       hivenet._lane_sequence_name(p_format.name, i));
+        v_lane := ('hivenet.' || quote_ident(hivenet._lane_sequence_name(p_format.name, i)))
+                  ::regclass;
+        IF coalesce(pg_sequence_last_value(v_lane), 0) < p_floor THEN
+            PERFORM setval(v_lane, p_floor, true);
+        END IF;
+    END LOOP;
+END $$;
+
 CREATE FUNCTION hivenet._cold_sequence_name(p_format text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 'cold_' || p_format $$;
 
@@ -129,7 +186,8 @@ BEGIN
         true);
 END $$;
 
--- Trigger: every format gets its cold counter (and clock) in the transaction that defines it.
+-- Trigger: every format gets its cold counter (and clock), and a laned format its lanes, in
+-- the transaction that defines it.
 CREATE FUNCTION hivenet._create_cold_counter() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -138,6 +196,7 @@ BEGIN
     IF NEW.clock_unit IS NOT NULL THEN
         PERFORM hivenet._create_clock(hivenet._cold_sequence_name(NEW.name), 0);
     END IF;
+    PERFORM hivenet._create_lanes(NEW, 0);
     RETURN NULL;
 END $$;
 
@@ -148,10 +207,14 @@ CREATE TRIGGER format_cold_counter AFTER INSERT ON hivenet.format
 DO $$
 DECLARE
     v_name text;
+    v_format hivenet.format;
 BEGIN
     FOR v_name IN SELECT name FROM hivenet.format ORDER BY name LOOP
         EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
                        hivenet._cold_sequence_name(v_name));
+    END LOOP;
+    FOR v_format IN SELECT * FROM hivenet.format WHERE lanes IS NOT NULL ORDER BY name LOOP
+        PERFORM hivenet._create_lanes(v_format, 0);
     END LOOP;
     FOR v_name IN SELECT name FROM hivenet.format WHERE clock_unit IS NOT NULL ORDER BY name LOOP
         PERFORM hivenet._create_clock(hivenet._cold_sequence_name(v_name), 0);
@@ -214,7 +277,9 @@ END $$;
 
 -- hivenet.prepare_scope(format, fields) → void (administrators)
 --   Gives the counter scope of fields its own sequence now, so that its serials start at 1
---   from the first (maintain() does the same for every scope that has been used). Commits
+--   from the first (maintain() does the same for every scope that has been used). For a
+--   format with lanes it only checks (fields, ownership): its scopes have no sequence of their
+--   own, and there is nothing to prepare (a first use is an ordinary allocation). Commits
 --   with the caller's transaction: run it in a short one of its own, since allocations of
 --   new scopes of the format wait for it. HN001 for an unknown format or bad field values;
 --   HN002 for an instance (or a format) this database does not own (ownership.sql).
@@ -232,6 +297,9 @@ BEGIN
     v_values := hivenet._field_values(v_format, p_fields);
     PERFORM hivenet._check_fields(v_format, v_values);
     PERFORM hivenet._check_owned(v_format, v_values);
+    IF v_format.lanes IS NOT NULL THEN
+        RETURN;
+    END IF;
     PERFORM hivenet._promote_scope(v_format, hivenet._scope_of(v_format, v_values),
                                    hivenet._scope_fields(v_format, v_values));
 END $$;
@@ -564,6 +632,16 @@ BEGIN
     ELSE
         v_scope := hivenet._scope_of(v_format, v_values);
     END IF;
+    IF v_format.lanes IS NOT NULL THEN
+        -- No first use to check ownership at: every call of a laned format is checked
+        -- (ownership.sql; the fast path has the owned instances written in).
+        IF hivenet._setting_constant('owned_instances') IS DISTINCT FROM 'all' THEN
+            PERFORM hivenet._check_owned(v_format, v_values);
+        END IF;
+        RETURN hivenet._issue(hivenet._lane(v_format, v_scope), v_format, v_values, p_count,
+            format('lane %s (shared by scope %L and the other scopes hashed to it)',
+                   hivenet._lane_of(v_scope, v_format.lanes), v_scope));
+    END IF;
     v_seq := to_regclass(
         'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
     IF v_seq IS NULL THEN
@@ -613,8 +691,10 @@ END $$;
 -- the call to next_serial (_allocate: the full checks, the exact errors, the slow paths): a
 -- format whose printed fields are its values and the date (no time of day, which _issue keeps
 -- monotonic), reset daily, every field in the counter key; valid values (one regex, the digit
--- bounds); no registry check; no fake clock; a scope with its own sequence (to_regclass: NULL,
--- so nextval NULL, for a new scope, which draws from the cold counter in _issue_cold); a
+-- bounds); no registry check; no fake clock; the scope's lane (a laned format: unified and
+-- system; the lanes' OIDs written in as a constant array, and the owned instances when
+-- ownership is declared) or a scope with its own sequence (to_regclass: NULL, so nextval
+-- NULL, for a new scope, which draws from the cold counter in _issue_cold); a
 -- value of today's period within capacity (a new period, a clock stepped back, exhaustion:
 -- the value taken here is a gap, as when _issue hands over to _advance). The time is the
 -- statement's (stable, so one instant for the period check and the printed date:
@@ -650,6 +730,9 @@ DECLARE
     v_bounds text[] := ARRAY[]::text[];
     v_printed text;
     v_field text;
+    v_counter text;
+    v_owned text;
+    v_node integer;
 BEGIN
     IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
        OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
@@ -668,6 +751,32 @@ BEGIN
             v_bounds := v_bounds || format('%s::numeric <= %s', v_field, p_format.field_max[i]);
         END IF;
     END LOOP;
+    -- The counter: the scope's lane, by a constant (the lanes' OIDs written in: no name
+    -- look-up), or the scope's own sequence (NULL, so nextval NULL, for a new scope).
+    IF p_format.lanes IS NOT NULL THEN
+        v_counter := format('(%L::regclass[])[hivenet._lane_of(p_a || p_b || p_c, %s) + 1]',
+            (SELECT array_agg(('hivenet.' || quote_ident(hivenet._lane_sequence_name(
+                 p_format.name, l)))::regclass::oid ORDER BY l)
+             FROM generate_series(0, p_format.lanes - 1) AS l),
+            p_format.lanes);
+        -- A laned format has no first use to check ownership at (ownership.sql): the owned
+        -- instances are written in, and an unowned one goes to the full path (HN002).
+        v_owned := (SELECT value FROM hivenet.setting WHERE name = 'owned_instances');
+        IF v_owned IS DISTINCT FROM 'all' AND v_owned IS NOT NULL THEN
+            v_node := array_position(p_format.field_names, hivenet._node_field(p_format));
+            IF v_node IS NULL THEN
+                RETURN 'NULL::text';
+            END IF;
+            v_bounds := v_bounds || format('%s = ANY (%L::text[])',
+                (ARRAY['p_a', 'p_b', 'p_c'])[v_node],
+                ARRAY(SELECT to_char(i, 'FM00') FROM generate_series(0, 99) AS i
+                      WHERE hivenet._instance_in(to_char(i, 'FM00'), v_owned) ORDER BY i));
+        END IF;
+    ELSE
+        v_counter := format('to_regclass(''hivenet.'' || quote_ident('
+                            'hivenet._scope_sequence_name(%L, p_a || p_b || p_c)))',
+                            p_format.name);
+    END IF;
     -- The values then the date (the built-in layouts): no format() at run time.
     v_printed := CASE WHEN starts_with(p_format.head_pattern, '"%1$s""%2$s""%3$s"')
         THEN format('p_a || p_b || p_c || to_char(%s, %L)', v_local,
@@ -679,13 +788,12 @@ BEGIN
         $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
     WHEN coalesce(current_setting('hivenet.fake_now', true), '') = '' AND %s
     THEN %s || lpad(nullif(nullif(least(greatest(
-             nextval(to_regclass('hivenet.' || quote_ident(
-                 hivenet._scope_sequence_name(%L, p_a || p_b || p_c))))
+             nextval(%s)
              - hivenet._period_index(%s, 'day') * %s,
              0), %s), 0), %s)::text, %s, '0')
     END END$f$,
         p_format.field_pattern, coalesce(array_to_string(v_bounds, ' AND '), 'true'),
-        v_printed, p_format.name, v_local, p_format.stride, p_format.capacity + 1,
+        v_printed, v_counter, v_local, p_format.stride, p_format.capacity + 1,
         p_format.capacity + 1, p_format.seq_width);
 END $$;
 

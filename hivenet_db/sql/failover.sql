@@ -3,8 +3,8 @@
 -- A standby promoted after an asynchronous failover (or a server restored to an earlier
 -- point) has lost the WAL its old primary wrote last: its sequences stand below values the
 -- old primary already issued, so it would issue them again. It cannot know how many, so the
--- fence moves every counter (each scope's sequence and each format's cold counter) forward
--- by a gap, no earlier than the clock's period. Guarantee: no serial is issued twice as long
+-- fence moves every counter (each scope's sequence, each lane of a laned format and each
+-- format's cold counter) forward by a gap, no earlier than the clock's period. Guarantee: no serial is issued twice as long
 -- as the old primary issued at most `gap` serials per format in the WAL the new one lacks
 -- (rule: gap >= peak serials per second of one format x maximum replication lag in seconds)
 -- and its clock was not ahead of the new primary's. A promotion shows as a new timeline.
@@ -84,10 +84,16 @@ BEGIN
         PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
         v_period := hivenet._period_index(
             hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), v_format.reset);
+        -- A laned format's lanes, not the sequences its scopes had before revision 0017
+        -- (retired, never drawn from again).
         FOR counter IN
             SELECT hivenet._cold_sequence_name(v_format.name)
             UNION ALL
-            (SELECT s.sequence_name FROM hivenet.scope s WHERE s.format = v_format.name
+            (SELECT hivenet._lane_sequence_name(v_format.name, l)
+             FROM generate_series(0, coalesce(v_format.lanes, 0) - 1) AS l ORDER BY l)
+            UNION ALL
+            (SELECT s.sequence_name FROM hivenet.scope s
+             WHERE s.format = v_format.name AND v_format.lanes IS NULL
              ORDER BY s.sequence_name)
         LOOP
             v_seq := to_regclass('hivenet.' || quote_ident(counter));

@@ -105,7 +105,11 @@ CREATE TABLE hivenet.format (
     -- merchant_trade: second): each scope then keeps the latest instant it has issued, in this
     -- unit, in a clock sequence of its own, so its time of day never goes back (allocate.sql).
     -- NULL when the counter's period is all the time printed.
-    clock_unit         text
+    clock_unit         text,
+    -- Hash lanes (allocate.sql): the number of counter sequences the format's scopes share,
+    -- a scope drawing from lane hashtext(scope) & (lanes - 1); NULL: a sequence per scope.
+    -- From the seq segment's "lanes" (unified and system: 64).
+    lanes              integer
 );
 COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
 
@@ -200,13 +204,13 @@ BEGIN
         WHERE k <> ALL (CASE v_kind
             WHEN 'field' THEN ARRAY['field', 'width', 'charset', 'min', 'max', 'printed', 'counter']
             WHEN 'literal' THEN ARRAY['literal'] WHEN 'time' THEN ARRAY['time']
-            ELSE ARRAY['seq', 'reset'] END);
+            ELSE ARRAY['seq', 'reset', 'lanes'] END);
         IF v_unknown IS NOT NULL THEN
             PERFORM hivenet._format_error(p_name, format(
                 '%s segment %s has unknown keys %s (a %s segment takes %s)', v_kind,
                 hivenet._shown(v_seg::text), v_unknown, v_kind, CASE v_kind
                 WHEN 'field' THEN 'field, width, charset, min, max, printed, counter'
-                WHEN 'seq' THEN 'seq, reset' ELSE v_kind END));
+                WHEN 'seq' THEN 'seq, reset, lanes' ELSE v_kind END));
         END IF;
         CASE v_kind
         WHEN 'field' THEN
@@ -309,11 +313,23 @@ BEGIN
                     'reset %s must be second, minute, hour, day, month, year or never',
                     v_seg -> 'reset'));
             END IF;
+            -- Lanes: a power of two (the lane is a bit mask of the hash), 0 or absent for a
+            -- sequence per scope.
+            IF v_seg ? 'lanes' AND (jsonb_typeof(v_seg -> 'lanes') <> 'number'
+                OR (v_seg ->> 'lanes') NOT IN ('0', '2', '4', '8', '16', '32', '64', '128',
+                                               '256', '512', '1024')) THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'seq lanes %s must be a power of two from 2 to 1024, or 0 for a sequence '
+                    'per scope', hivenet._shown(v_seg ->> 'lanes')));
+            END IF;
+            v_row.lanes := nullif((v_seg ->> 'lanes')::integer, 0);
             v_row.seq_width := v_width;
             v_row.head_pattern := v_pattern;
             v_pattern := '';
             v_segments := v_segments || jsonb_build_array(jsonb_build_object(
-                'seq', v_width, 'reset', v_row.reset));
+                'seq', v_width, 'reset', v_row.reset)
+                || CASE WHEN v_row.lanes IS NULL THEN '{}'
+                        ELSE jsonb_build_object('lanes', v_row.lanes) END);
         END CASE;
         v_row.length := v_row.length + v_width;
     END LOOP;
@@ -350,6 +366,14 @@ BEGIN
                              THEN v_keys END;
     v_row.clock_unit := CASE WHEN hivenet._unit_rank(v_finest) < hivenet._unit_rank(v_row.reset)
                              THEN v_finest END;
+    -- A clock sequence is per counter: a lane's would keep the time of day of every scope of
+    -- the lane, and its name is derived from a scope's (allocate.sql).
+    IF v_row.lanes IS NOT NULL AND v_row.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._format_error(p_name, format(
+            'seq lanes need a format that prints no time finer than its reset period (this one '
+            'prints the %s and resets every %s): give it no lanes', v_row.clock_unit,
+            v_row.reset));
+    END IF;
     v_row.segments := v_segments;
     v_row.borrow_next_period := coalesce(p_borrow_next_period, false);
     v_row.builtin := false;
@@ -410,9 +434,11 @@ DECLARE
     v_def record;
 BEGIN
     FOR v_def IN SELECT * FROM (VALUES
-        ('unified', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 10, "reset": "day"}]',
+        -- unified and system: 10^10-1 and 10^12-1 serials a day, capacity to share: 64 hash
+        -- lanes (allocate.sql); the others keep a sequence per scope.
+        ('unified', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 10, "reset": "day", "lanes": 64}]',
          'unified serial (统一流水号): one business transaction across all systems'),
-        ('system', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 12, "reset": "day"}]',
+        ('system', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 12, "reset": "day", "lanes": 64}]',
          'system serial (系统流水号): one processing step; retries reuse it'),
         ('interface', v_scope || '[{"field": "target", "width": 5, "charset": "alnum"},
                                    {"time": "YYYYMMDDHHMISS"}, {"seq": 10, "reset": "day"}]',

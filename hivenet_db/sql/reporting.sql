@@ -22,7 +22,9 @@ $$;
 
 -- hivenet.scope_usage: one row per counter scope (format + field values) with a sequence of
 --   its own, and one per format for its cold counter (scope '(new scopes)', fields {}), which
---   new scopes share until maintain() gives them their own.
+--   new scopes share until maintain() gives them their own; for a format with hash lanes
+--   (unified, system: allocate.sql), one row per lane instead (scope '(lane N)', fields {}:
+--   its scopes share it; issued counts them all), and none for its scopes or cold counter.
 --   format, scope, fields (jsonb: the counter-key fields given to next_serial), reset,
 --   period_start (business-local start of the scope's current period: the clock's period, or
 --   a later one when the clock went back or the format borrowed the next period),
@@ -41,8 +43,12 @@ WITH clock AS (
     FROM (SELECT c.format, c.scope, c.fields, c.sequence_name FROM hivenet.scope c
           UNION ALL
           SELECT n.name, '(new scopes)', '{}'::jsonb, 'cold_' || n.name FROM hivenet.format n
+          UNION ALL
+          SELECT n.name, '(lane ' || l || ')', '{}'::jsonb, hivenet._lane_sequence_name(n.name, l)
+          FROM hivenet.format n CROSS JOIN generate_series(0, n.lanes - 1) AS l
          ) AS s
     JOIN hivenet.format f ON f.name = s.format
+                         AND (f.lanes IS NULL OR s.sequence_name LIKE 'lane\_%')
     CROSS JOIN clock c
     CROSS JOIN LATERAL (SELECT hivenet._scope_counter_value(s.sequence_name) AS value) v
 ), usage AS (
