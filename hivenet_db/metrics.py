@@ -52,7 +52,8 @@ SCOPE = ("format", "scope")
 METRICS = (
     Spec("scope_usage", "issued", "hivenet_scope_issued",
          "serials issued in the current period of the scope (scope '(new scopes)': the "
-         "format's shared cold counter)", SCOPE),
+         "format's shared cold counter; '(lane N)': a lane its scopes share, formats with "
+         "hash lanes)", SCOPE),
     Spec("scope_usage", "capacity", "hivenet_scope_capacity",
          "serials a period of the scope can hold", SCOPE),
     Spec("scope_usage", "remaining", "hivenet_scope_remaining",

@@ -77,15 +77,17 @@ def test_batch_is_ordered_and_unique(db: psycopg.Connection) -> None:
 
 
 def test_scopes_never_share_numbers(db: psycopg.Connection) -> None:
+    """Formats with a sequence per scope (interface; unified and system share hash lanes:
+    tests/test_lanes.py)."""
     scopes = [("C0001", "A01", "01"), ("C0001", "A01", "02"), ("C0001", "A02", "01")]
     for system, module, instance in scopes:
-        db.execute("SELECT hivenet.prepare_scope('unified', jsonb_build_object('system', "
-                   "%s::text, 'module', %s::text, 'instance', %s::text))",
+        db.execute("SELECT hivenet.prepare_scope('interface', jsonb_build_object('system', "
+                   "%s::text, 'module', %s::text, 'instance', %s::text, 'target', 'B0001'))",
                    (system, module, instance))
-    a, b, c = (scalar(db, "SELECT hivenet.next_unified_serial(%s, %s, %s)", scope)
+    a, b, c = (scalar(db, "SELECT hivenet.next_interface_serial(%s, %s, %s, 'B0001')", scope)
                for scope in scopes)
     assert a[-10:] == b[-10:] == c[-10:] == "0000000001"  # own counters, different prefixes
-    assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE format = 'unified'") == 3
+    assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE format = 'interface'") == 3
 
 
 def test_reset_never_counts_on(db: psycopg.Connection, fake_clock: SetClock) -> None:

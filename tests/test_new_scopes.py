@@ -1,5 +1,7 @@
 """New counter scopes without DDL in the caller's transaction: the format's cold counter, and
 promotion to a sequence of the scope's own by maintain() or prepare_scope() (issue 9, part 2).
+Formats without hash lanes only: a laned format's scopes have none of this (tests/test_lanes.py),
+so these tests use "scoped", the unified layout without lanes.
 """
 
 from __future__ import annotations
@@ -13,7 +15,17 @@ import pytest
 
 from tests.helpers import Connect, SetClock, in_parallel, scalar, wait_until_blocked
 
-NEXT = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"
+NEXT = ("SELECT hivenet.next_serial('scoped', jsonb_build_object("
+        "'system', 'C0001', 'module', 'A01', 'instance', %s::text))")
+SCOPED = """[{"field": "system", "width": 5, "charset": "alnum"},
+             {"field": "module", "width": 3, "charset": "alnum"},
+             {"field": "instance", "width": 2, "charset": "digit", "min": 1},
+             {"time": "YYYYMMDD"}, {"seq": 10, "reset": "day"}]"""
+
+
+@pytest.fixture(autouse=True)
+def scoped(db: psycopg.Connection) -> None:
+    db.execute("SELECT hivenet.define_format('scoped', %s)", (SCOPED,))
 
 
 def seq(serial: str) -> int:
@@ -38,11 +50,11 @@ def test_new_scopes_share_the_cold_counter_until_maintain_gives_each_its_own(db:
 
 
 def test_a_prepared_scope_starts_at_one(db: psycopg.Connection) -> None:
-    db.execute("""SELECT hivenet.prepare_scope('unified',
+    db.execute("""SELECT hivenet.prepare_scope('scoped',
                   '{"system": "C0001", "module": "A01", "instance": "21"}')""")
     assert seq(scalar(db, NEXT, ("21",))) == 1
     with pytest.raises(psycopg.Error, match="instance") as bad:
-        db.execute("""SELECT hivenet.prepare_scope('unified',
+        db.execute("""SELECT hivenet.prepare_scope('scoped',
                       '{"system": "C0001", "module": "A01", "instance": "0"}')""")
     assert bad.value.sqlstate == "HN001"
 
@@ -50,9 +62,9 @@ def test_a_prepared_scope_starts_at_one(db: psycopg.Connection) -> None:
 def test_two_promotions_of_one_scope_at_once(connect: Connect) -> None:
     """The second waits for the first's commit, then sees its sequence (not a stale "none")."""
     first, second = connect(autocommit=False), connect(autocommit=False)
-    prepare = """SELECT hivenet.prepare_scope('unified',
+    prepare = """SELECT hivenet.prepare_scope('scoped',
                  '{"system": "C0001", "module": "A01", "instance": "22"}')"""
-    second.execute("SELECT to_regclass('hivenet.\"seq_unified_C0001A0122\"')")  # cache "none"
+    second.execute("SELECT to_regclass('hivenet.\"seq_scoped_C0001A0122\"')")  # cache "none"
     first.execute(prepare)
     done: list[BaseException | None] = []
 

@@ -1,5 +1,6 @@
 """Reporting view hivenet.scope_usage: per-scope period, issued, capacity and headroom (of
-scopes with a counter of their own, and of each format's cold counter of new scopes)."""
+scopes with a counter of their own, of each format's cold counter of new scopes, and of each
+lane of a format with hash lanes). "scoped" is the unified layout without lanes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from hivenet_db import migrate
 from hivenet_db.errors import SequenceExhausted, translated
 
 SetClock = Callable[[psycopg.Connection, str], None]
-UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01') FROM generate_series(1, %s)"
+UNIFIED = ("SELECT hivenet.next_serial('scoped', '{\"system\": \"C0001\", \"module\": \"A01\", "
+           "\"instance\": \"01\"}') FROM generate_series(1, %s)")
+SCOPED = """[{"field": "system", "width": 5, "charset": "alnum"},
+             {"field": "module", "width": 3, "charset": "alnum"},
+             {"field": "instance", "width": 2, "charset": "digit", "min": 1},
+             {"time": "YYYYMMDD"}, {"seq": 10, "reset": "day"}]"""
 NEW_SCOPES = "(new scopes)"
 
 
@@ -24,18 +30,20 @@ def prepare(db: psycopg.Connection) -> None:
     counter never goes back to an earlier period) so that seq starts at 1."""
     db.execute("""SELECT hivenet.define_format('tiny', '[{"field": "desk", "width": 2,
         "charset": "digit"}, {"time": "YYYYMMDD"}, {"seq": 2, "reset": "day"}]')""")
-    for format, fields in (("unified", '{"system": "C0001", "module": "A01", "instance": "01"}'),
+    db.execute("SELECT hivenet.define_format('scoped', %s)", (SCOPED,))
+    for format, fields in (("scoped", '{"system": "C0001", "module": "A01", "instance": "01"}'),
                            ("tiny", '{"desk": "07"}')):
         db.execute("SELECT hivenet.prepare_scope(%s, %s)", (format, fields))
 
 
-def usage(conn: psycopg.Connection, format: str = "unified",
-          scope_kind: str = "own") -> dict[str, Any]:
-    """The row of format's one scope with its own counter, or of its cold counter."""
-    cold = "=" if scope_kind == "cold" else "<>"
+def usage(conn: psycopg.Connection, format: str = "scoped",
+          scope: str | None = None) -> dict[str, Any]:
+    """The row of format's one scope with its own counter, or of scope (a cold counter: '(new
+    scopes)', a lane: '(lane N)')."""
     with conn.cursor(row_factory=dict_row) as cur:
-        (row,) = cur.execute(f"SELECT * FROM hivenet.scope_usage WHERE format = %s "
-                             f"AND scope {cold} %s", (format, NEW_SCOPES)).fetchall()
+        (row,) = cur.execute("SELECT * FROM hivenet.scope_usage WHERE format = %s "
+                             "AND (scope = %s OR %s::text IS NULL AND scope NOT LIKE '(%%')",
+                             (format, scope, scope)).fetchall()
     return row
 
 
@@ -96,13 +104,22 @@ def test_exhausted_scope_has_no_headroom(db: psycopg.Connection) -> None:
 
 def test_new_scopes_used_in_a_rolled_back_transaction_count_in_the_cold_counter(
         connect: Callable[..., psycopg.Connection], db: psycopg.Connection) -> None:
+    prepare(db)
     conn = connect(autocommit=False)
+    conn.execute("SELECT hivenet.next_serial('scoped', '{\"system\": \"C0001\", \"module\": "
+                 "\"A01\", \"instance\": \"02\"}') FROM generate_series(1, 4)")
     conn.execute("SELECT hivenet.next_system_serial('C0001', 'A01', '02') "
-                 "FROM generate_series(1, 4)")
+                 "FROM generate_series(1, 3)")
     conn.rollback()
-    # The cold counter is not transactional: the gap counts as issued, for every new scope.
-    row = usage(db, "system", "cold")
+    # Counters are not transactional: the gap counts as issued, for every new scope (the
+    # cold counter), and for every scope of a lane.
+    row = usage(db, "scoped", NEW_SCOPES)
     assert (row["fields"], row["issued"]) == ({}, 4)
+    lane = db.execute("SELECT hivenet._lane_of('C0001A0102', 64)").fetchone()
+    assert lane is not None
+    row = usage(db, "system", f"(lane {lane[0]})")
+    assert (row["fields"], row["issued"]) == ({}, 3)
+    assert usage(db, "system", "(lane 63)" if lane[0] != 63 else "(lane 0)")["issued"] == 0
 
 
 def test_reporting_role_needs_only_select_on_the_view(db: psycopg.Connection) -> None:
@@ -115,7 +132,7 @@ def test_reporting_role_needs_only_select_on_the_view(db: psycopg.Connection) ->
         db.execute("SET ROLE hivenet_reporter_test")
         assert usage(db)["issued"] == 2
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            db.execute('SELECT last_value FROM hivenet."seq_unified_C0001A0101"')
+            db.execute('SELECT last_value FROM hivenet."seq_scoped_C0001A0101"')
     finally:
         db.execute("RESET ROLE")
         db.execute("DROP OWNED BY hivenet_reporter_test")
@@ -129,8 +146,8 @@ def test_downgrade_drops_what_0004_created(hivenet_url: str, db: psycopg.Connect
                       "to_regproc('hivenet._scope_counter_value'), "
                       "to_regproc('hivenet._reporting_local_now')").fetchone() == (None,) * 3
     migrate.upgrade(hivenet_url)
-    assert db.execute("SELECT count(*) FROM hivenet.scope_usage WHERE scope <> %s",
-                      (NEW_SCOPES,)).fetchone() == (2,)  # the two prepared scopes
+    assert db.execute("SELECT count(*) FROM hivenet.scope_usage WHERE scope NOT LIKE '(%'"
+                      ).fetchone() == (2,)  # the two prepared scopes
 
 
 def test_the_documented_reporting_grants_read_every_view(db: psycopg.Connection) -> None:

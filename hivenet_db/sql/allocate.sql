@@ -684,17 +684,16 @@ END $$;
 -- inlined: LANGUAGE sql, one SELECT without FROM, no SECURITY DEFINER, no SET (a SQL-standard
 -- body is bound to its functions when created, so no search path can redirect it), and the
 -- one volatile call (nextval) used once. It runs with the caller's rights: the caller needs
--- USAGE on the scope's sequence (granted to PUBLIC when the sequence is made, privileges.sql:
+-- USAGE on the lanes (granted to PUBLIC when they are made, privileges.sql:
 -- it lets a caller consume values, which any caller of next_serial can, and never setval).
 --
 -- It serves only the plain case and returns NULL for anything else, so that its caller hands
 -- the call to next_serial (_allocate: the full checks, the exact errors, the slow paths): a
 -- format whose printed fields are its values and the date (no time of day, which _issue keeps
 -- monotonic), reset daily, every field in the counter key; valid values (one regex, the digit
--- bounds); no registry check; no fake clock; the scope's lane (a laned format: unified and
--- system; the lanes' OIDs written in as a constant array, and the owned instances when
--- ownership is declared) or a scope with its own sequence (to_regclass: NULL, so nextval
--- NULL, for a new scope, which draws from the cold counter in _issue_cold); a
+-- bounds); no registry check; no fake clock; a format with hash lanes (unified and system:
+-- the scope's lane, the lanes' OIDs written in as a constant array, and the owned instances
+-- when ownership is declared, since there is no first use to check them at); a
 -- value of today's period within capacity (a new period, a clock stepped back, exhaustion:
 -- the value taken here is a gap, as when _issue hands over to _advance). The time is the
 -- statement's (stable, so one instant for the period check and the printed date:
@@ -735,6 +734,7 @@ DECLARE
     v_node integer;
 BEGIN
     IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
+       OR p_format.lanes IS NULL
        OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
        OR cardinality(p_format.field_names) <> 3
        -- Outside the quoted field values, the pattern prints the date only.
@@ -752,30 +752,25 @@ BEGIN
         END IF;
     END LOOP;
     -- The counter: the scope's lane, by a constant (the lanes' OIDs written in: no name
-    -- look-up), or the scope's own sequence (NULL, so nextval NULL, for a new scope).
-    IF p_format.lanes IS NOT NULL THEN
-        v_counter := format('(%L::regclass[])[hivenet._lane_of(p_a || p_b || p_c, %s) + 1]',
-            (SELECT array_agg(('hivenet.' || quote_ident(hivenet._lane_sequence_name(
-                 p_format.name, l)))::regclass::oid ORDER BY l)
-             FROM generate_series(0, p_format.lanes - 1) AS l),
-            p_format.lanes);
-        -- A laned format has no first use to check ownership at (ownership.sql): the owned
-        -- instances are written in, and an unowned one goes to the full path (HN002).
-        v_owned := (SELECT value FROM hivenet.setting WHERE name = 'owned_instances');
-        IF v_owned IS DISTINCT FROM 'all' AND v_owned IS NOT NULL THEN
-            v_node := array_position(p_format.field_names, hivenet._node_field(p_format));
-            IF v_node IS NULL THEN
-                RETURN 'NULL::text';
-            END IF;
-            v_bounds := v_bounds || format('%s = ANY (%L::text[])',
-                (ARRAY['p_a', 'p_b', 'p_c'])[v_node],
-                ARRAY(SELECT to_char(i, 'FM00') FROM generate_series(0, 99) AS i
-                      WHERE hivenet._instance_in(to_char(i, 'FM00'), v_owned) ORDER BY i));
+    -- look-up, which cost ~3%).
+    v_counter := format('(%L::regclass[])[hivenet._lane_of(p_a || p_b || p_c, %s) + 1]',
+        (SELECT array_agg(('hivenet.' || quote_ident(hivenet._lane_sequence_name(
+             p_format.name, l)))::regclass::oid ORDER BY l)
+         FROM generate_series(0, p_format.lanes - 1) AS l),
+        p_format.lanes);
+    -- No first use to check ownership at (ownership.sql): the owned instances are written in,
+    -- and an unowned one goes to the full path (HN002). (No setting yet while the schema's
+    -- first files are installed.)
+    v_owned := (SELECT value FROM hivenet.setting WHERE name = 'owned_instances');
+    IF v_owned IS DISTINCT FROM 'all' AND v_owned IS NOT NULL THEN
+        v_node := array_position(p_format.field_names, hivenet._node_field(p_format));
+        IF v_node IS NULL THEN
+            RETURN 'NULL::text';
         END IF;
-    ELSE
-        v_counter := format('to_regclass(''hivenet.'' || quote_ident('
-                            'hivenet._scope_sequence_name(%L, p_a || p_b || p_c)))',
-                            p_format.name);
+        v_bounds := v_bounds || format('%s = ANY (%L::text[])',
+            (ARRAY['p_a', 'p_b', 'p_c'])[v_node],
+            ARRAY(SELECT to_char(i, 'FM00') FROM generate_series(0, 99) AS i
+                  WHERE hivenet._instance_in(to_char(i, 'FM00'), v_owned) ORDER BY i));
     END IF;
     -- The values then the date (the built-in layouts): no format() at run time.
     v_printed := CASE WHEN starts_with(p_format.head_pattern, '"%1$s""%2$s""%3$s"')

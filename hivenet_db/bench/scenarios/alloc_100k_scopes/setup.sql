@@ -1,10 +1,12 @@
--- 100,000 counter scopes of the unified format, each with its own sequence (as maintain()
--- leaves every scope that has been used): systems S0000..S9999 x instances 01..10. Prepared
--- in transactions of 1000 (one transaction would exceed the lock table: each new sequence is
--- a relation). Skipped when already there (setups may run again on the same database).
--- Minutes: every sequence is a relation, a file and catalog rows. Under --check and --quick
--- (bench_small on) 100 systems only: the scripts then touch scopes that have no sequence yet,
--- which is still a valid allocation.
+-- 100,000 counter scopes of the unified format: systems S0000..S9999 x instances 01..10.
+-- unified has hash lanes (allocate.sql, revision 0017): its scopes share 64 lane sequences and
+-- have none of their own, so prepare_scope only checks the fields (and ownership) and creates
+-- nothing; the loop is kept so that the scenario measures the same scopes on a format without
+-- lanes (where it gives each scope its own sequence, as maintain() does for every scope used:
+-- minutes, every sequence being a relation, a file and catalog rows; in transactions of 1000,
+-- since one transaction would exceed the lock table). Skipped when already there (hivenet.scope
+-- rows: never for a laned format, whose loop is seconds). Under --check and --quick
+-- (bench_small on) 100 systems only.
 SELECT set_config('bench.systems', CASE WHEN :'bench_small' = 'on' THEN '100' ELSE '10000' END,
                   false);
 DO $$
