@@ -34,6 +34,7 @@ BUILTIN_FORMATS_JSON = r"""{
             },
             {
                 "seq": 12,
+                "lanes": 64,
                 "reset": "day"
             }
         ],
@@ -72,6 +73,7 @@ BUILTIN_FORMATS_JSON = r"""{
             },
             {
                 "seq": 10,
+                "lanes": 64,
                 "reset": "day"
             }
         ],

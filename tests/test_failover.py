@@ -38,28 +38,36 @@ def counters(db: psycopg.Connection) -> dict[str, int]:
     return {name: value for name, value in db.execute(
         "SELECT sequencename, coalesce(last_value, 0) FROM pg_sequences "
         "WHERE schemaname = 'hivenet' AND (sequencename LIKE 'seq\\_%' "
-        "OR sequencename LIKE 'cold\\_%')").fetchall()}
+        "OR sequencename LIKE 'cold\\_%' OR sequencename LIKE 'lane\\_%')").fetchall()}
 
 
 def test_the_fence_moves_every_counter_past_a_gap_once_per_timeline(
         db: psycopg.Connection) -> None:
-    db.execute("SELECT hivenet.prepare_scope('unified', %s)", (Jsonb(fields("01")),))
-    before = [scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)", (i,))
-              for i in ("01", COLD)]
+    """A scope's own sequence and a cold counter (interface), and every lane (unified)."""
+    interface = "SELECT hivenet.next_interface_serial('C0001', 'A01', %s, 'B0001')"
+    db.execute("SELECT hivenet.prepare_scope('interface', %s)",
+               (Jsonb({**fields("01"), "target": "B0001"}),))
+    before = [scalar(db, interface, (i,)) for i in ("01", COLD)]
+    lane = scalar(db, "SELECT hivenet._lane_of('C0001A0101', 64)")
+    unified = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
     # The install recorded this timeline: nothing to fence without force.
     assert db.execute("SELECT * FROM hivenet.fence_failover(1000)").fetchall() == []
     old = counters(db)
     rows = db.execute("SELECT counter, from_value, to_value, parked "
                       "FROM hivenet.fence_failover(1000, true)").fetchall()
     moved = {counter: (start, end, parked) for counter, start, end, parked in rows}
-    assert set(moved) == set(old)  # every scope sequence and every cold counter
-    assert moved["seq_unified_C0001A0101"][:2] == (
-        old["seq_unified_C0001A0101"], old["seq_unified_C0001A0101"] + 1000)
-    assert counters(db)["cold_unified"] == old["cold_unified"] + 1000
-    after = [scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)", (i,))
-             for i in ("01", COLD)]
+    assert set(moved) == set(old)  # every scope sequence, cold counter and lane
+    assert {f"lane_unified_{i}" for i in range(64)} <= set(moved)
+    own = "seq_interface_C0001A0101B0001"
+    assert moved[own][:2] == (old[own], old[own] + 1000)
+    assert counters(db)["cold_interface"] == old["cold_interface"] + 1000
+    assert moved[f"lane_unified_{lane}"][:2] == (old[f"lane_unified_{lane}"],
+                                                 old[f"lane_unified_{lane}"] + 1000)
+    after = [scalar(db, interface, (i,)) for i in ("01", COLD)]
     for earlier, later in zip(before, after, strict=True):
         assert int(later[-10:]) - int(earlier[-10:]) == 1001
+    later = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
+    assert int(later[-10:]) - int(unified[-10:]) == 1001
     recorded = db.execute("SELECT gap, applied_by FROM hivenet.failover_fence "
                           "WHERE timeline = hivenet._timeline()").fetchone()
     assert recorded == (1000, "command")

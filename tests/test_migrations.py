@@ -249,3 +249,39 @@ def test_after_the_upgrade_to_0009_time_of_day_serials_do_not_go_back(
                      "(clock_timestamp() - interval '1 hour')::text, false)")
         after = [scalar(conn, own), scalar(conn, cold)]
     assert after[0] > before[0] and after[1] > before[1]
+
+
+def test_scopes_used_before_the_lanes_continue_above_their_old_values(
+        new_db: Callable[[], str]) -> None:
+    """Revision 0017 starts every lane of unified and system above every value their counters
+    reached (scope sequences, parked or not, and the cold counter), so no scope goes back
+    when it moves to its lane; its downgrade restarts those counters above the lanes."""
+    db = new_db()
+    replay(db, "0016")
+    unified = "SELECT hivenet.next_unified_serial(%s, 'A01', %s)"
+    scopes = [("C0001", "01"), ("C0001", "02"), ("C0002", "01")]
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT hivenet.prepare_scope('unified', %s)",
+                     ('{"system": "C0001", "module": "A01", "instance": "01"}',))
+        conn.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01') "
+                     "FROM generate_series(1, 500)")
+        conn.execute("SELECT hivenet.next_system_serial('C0003', 'A01', '01') "
+                     "FROM generate_series(1, 300)")  # the cold counter of system
+        before = {s: scalar(conn, unified, s) for s in scopes}  # C0001/02, C0002: cold
+        before_system = scalar(conn, "SELECT hivenet.next_system_serial('C0003', 'A01', '01')")
+        assert scalar(conn, "SELECT count(*) FROM hivenet.scope_pending") > 0
+    migrate.upgrade(db)
+    with psycopg.connect(db, autocommit=True) as conn:
+        assert scalar(conn, "SELECT count(*) FROM hivenet.scope_pending") == 0
+        after = {s: scalar(conn, unified, s) for s in scopes}
+        for scope in scopes:
+            assert after[scope] > before[scope] and after[scope][:18] == before[scope][:18]
+        after_system = scalar(conn, "SELECT hivenet.next_system_serial('C0003', 'A01', '01')")
+        assert after_system > before_system
+        conn.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01') "
+                     "FROM generate_series(1, 700)")  # its lane beyond its old sequence
+        laned = {s: scalar(conn, unified, s) for s in scopes}
+    migrate.downgrade(db, "0016")
+    with psycopg.connect(db, autocommit=True) as conn:
+        for scope in scopes:
+            assert scalar(conn, unified, scope) > laned[scope]

@@ -98,6 +98,7 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         "hivenet.next_serials", "hivenet.parse_serial",
         "hivenet.claim_interface_serial", "hivenet.call_chain", "hivenet.claim",
         "hivenet.begin_step", "hivenet.finish_step", "hivenet._step_lease",
+        "hivenet._lane_of", "hivenet._lane_sequence_name",
         "hivenet.begin_request", "hivenet.finish_request",
         "hivenet._period_index", "hivenet._period_start", "hivenet._scope_counter_value",
         "hivenet._reporting_local_now",
@@ -420,8 +421,8 @@ def test_no_argument_reaches_another_relation(hivenet_app: psycopg.Connection) -
     """_scope_counter_value (in view scope_usage, so executable by every role) takes a
     sequence name: a table's name, qualified names and other schemas' relations give NULL.
     A table's name raised 42809 before revision 0010."""
-    hivenet_app.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
-    assert scalar(hivenet_app, "SELECT hivenet._scope_counter_value('cold_unified')") > 0
+    hivenet_app.execute("SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'B0001')")
+    assert scalar(hivenet_app, "SELECT hivenet._scope_counter_value('cold_interface')") > 0
     for name in ["setting", "claim_record", "pg_authid", "pg_catalog.pg_authid",
                  "hivenet.cold_unified", "../cold_unified", "cold_unified'; --"]:
         assert scalar(hivenet_app, "SELECT hivenet._scope_counter_value(%s)", (name,)) is None
