@@ -57,7 +57,7 @@ def _counters(db: psycopg.Connection) -> dict[str, Any]:
 
 
 def test_builtin_lanes_and_formats_without(db: psycopg.Connection) -> None:
-    lanes = dict(db.execute("SELECT name, lanes FROM hivenet.format").fetchall())
+    lanes: dict[str, int | None] = dict(db.execute("SELECT name, lanes FROM hivenet.format").fetchall())
     assert lanes == {"unified": 64, "system": 64, "interface": None, "id_service": None,
                      "merchant_trade": None, "per_second": None}
     assert scalar(db, "SELECT count(*) FROM pg_class WHERE relkind = 'S' AND relname "
@@ -69,7 +69,7 @@ def test_a_first_use_creates_nothing_and_a_scope_only_goes_up(db: psycopg.Connec
     first = [_unified(db, "N0001", f"{i:02d}") for i in range(1, 11)]
     again = [_unified(db, "N0001", f"{i:02d}") for i in range(1, 11)]
     assert _counters(db) == before
-    assert all(b > a and b[:18] == a[:18] for a, b in zip(first, again))
+    assert all(b > a and b[:18] == a[:18] for a, b in zip(first, again, strict=True))
     # prepare_scope creates nothing either (it checks the fields).
     db.execute("SELECT hivenet.prepare_scope('unified', %s)",
                (json.dumps({"system": "N0002", "module": "A01", "instance": "01"}),))
