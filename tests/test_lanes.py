@@ -57,7 +57,8 @@ def _counters(db: psycopg.Connection) -> dict[str, Any]:
 
 
 def test_builtin_lanes_and_formats_without(db: psycopg.Connection) -> None:
-    lanes: dict[str, int | None] = dict(db.execute("SELECT name, lanes FROM hivenet.format").fetchall())
+    lanes: dict[str, int | None] = dict(
+        db.execute("SELECT name, lanes FROM hivenet.format").fetchall())
     assert lanes == {"unified": 64, "system": 64, "interface": None, "id_service": None,
                      "merchant_trade": None, "per_second": None}
     assert scalar(db, "SELECT count(*) FROM pg_class WHERE relkind = 'S' AND relname "
