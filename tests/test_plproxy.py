@@ -144,11 +144,13 @@ def test_a_serial_allocated_through_the_proxy_comes_from_the_owning_shard(
                         )[-10:]) > low[-1].seq > low[0].seq
     assert int(on_shard(cluster, 1, "SELECT hivenet.next_system_serial('R0001', 'A01', '77')"
                         )[-12:]) > high[-1].seq > high[0].seq
-    # and only the owner has used the scope
-    assert (scopes_on(cluster, 0, "unified", "R0001A0107"),
-            scopes_on(cluster, 1, "unified", "R0001A0107")) == (1, 0)
-    assert (scopes_on(cluster, 0, "system", "R0001A0177"),
-            scopes_on(cluster, 1, "system", "R0001A0177")) == (0, 1)
+    # and the other shard refuses the scope (unified and system have hash lanes: no scope is
+    # recorded, every call is checked)
+    for number, sql in ((1, "SELECT hivenet.next_unified_serial('R0001', 'A01', '07')"),
+                        (0, "SELECT hivenet.next_system_serial('R0001', 'A01', '77')")):
+        with pytest.raises(psycopg.Error) as refused:
+            on_shard(cluster, number, sql)
+        assert refused.value.sqlstate == "HN002"
 
 
 def test_formats_without_a_node_field_go_to_the_single_primary(

@@ -28,6 +28,8 @@ from tests.helpers import failure, in_parallel, scalar
 from tests.shard_clusters import ShardClusters, shard_clusters
 
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"
+# A format with a sequence per scope (unified and system have hash lanes: no scope recorded).
+INTERFACE = "SELECT hivenet.next_interface_serial('C0001', 'A01', %s, 'B0001')"
 
 
 @pytest.fixture(scope="module")
@@ -139,24 +141,31 @@ def test_giving_up_an_instance_with_scopes_is_refused_unless_forced_which_parks_
         conns: list[psycopg.Connection]) -> None:
     a = conns[0]
     own(conns, "01-09")
-    first = scalar(a, UNIFIED, ("05",))
+    first = scalar(a, INTERFACE, ("05",))
+    laned = scalar(a, UNIFIED, ("05",))
     a.execute("SELECT hivenet.maintain()")
-    second = scalar(a, UNIFIED, ("05",))  # from the scope's own sequence: the fast path
+    second = scalar(a, INTERFACE, ("05",))  # from the scope's own sequence
     state, message = failure(a, "SELECT hivenet.own_instances('01-04,06-09')")
-    assert state == "HN001" and "scope 'C0001A0105'" in message and "p_force" in message
+    assert state == "HN001" and "scope 'C0001A0105B0001'" in message and "p_force" in message
     assert scalar(a, "SELECT hivenet.own_instances('01-04, 06-09', NULL, true)") == "01-04,06-09"
-    # The fast path finds no sequence: the first-use path and its check refuse.
-    state, message = failure(a, UNIFIED, ("05",))
+    # The parked scope finds no sequence: the first-use path and its check refuse; the laned
+    # formats check every call (the fast path has the owned instances written in).
+    state, message = failure(a, INTERFACE, ("05",))
     assert state == "HN002" and "instance '05'" in message
-    state, _ = failure(a, "SELECT hivenet.next_system_serial('C0001', 'A01', '05')")
-    assert state == "HN002"
+    for sql in (UNIFIED, "SELECT hivenet.next_system_serial('C0001', 'A01', %s)"):
+        state, message = failure(a, sql, ("05",))
+        assert state == "HN002" and "instance '05'" in message
     assert scalar(a, "SELECT hivenet.own_instances('01-09')") == "01-09"
-    third = scalar(a, UNIFIED, ("05",))  # the parked counter, restored
+    third = scalar(a, INTERFACE, ("05",))  # the parked counter, restored
     assert first < second < third
+    assert scalar(a, UNIFIED, ("05",)) > laned  # its lane went on
     assert scalar(a, "SELECT owned_instances FROM hivenet.ownership()") == "01-09"
     state, message = failure(a, "UPDATE hivenet.setting SET value = '01-04' "
                                 "WHERE name = 'owned_instances'")
     assert state == "HN001" and "p_force" in message
+    # Only laned formats used for an instance: nothing recorded, nothing to force.
+    scalar(a, UNIFIED, ("03",))
+    assert scalar(a, "SELECT hivenet.own_instances('01-02,04-09')") == "01-02,04-09"
 
 
 def test_a_wrong_shard_step_or_claim_is_refused(conns: list[psycopg.Connection]) -> None:
@@ -360,12 +369,12 @@ def test_sharded_session_routes_orm_objects_by_tenant(
 def test_downgrading_past_0014_gives_parked_scopes_their_counters_back(
         conns: list[psycopg.Connection], urls: list[str]) -> None:
     a = conns[0]
-    first = scalar(a, UNIFIED, ("05",))
+    first = scalar(a, INTERFACE, ("05",))
     a.execute("SELECT hivenet.maintain()")
     a.execute("SELECT hivenet.own_instances('01-04', NULL, true)")
     migrate.downgrade(urls[0], "0013")
-    assert scalar(a, "SELECT sequence_name FROM hivenet.scope") == "seq_unified_C0001A0105"
-    assert scalar(a, UNIFIED, ("05",)) > first
+    assert scalar(a, "SELECT sequence_name FROM hivenet.scope") == "seq_interface_C0001A0105B0001"
+    assert scalar(a, INTERFACE, ("05",)) > first
     migrate.upgrade(urls[0])
     assert scalar(a, "SELECT owned_instances FROM hivenet.ownership()") == "all"
 
@@ -437,8 +446,7 @@ def test_giving_up_an_instance_while_16_connections_allocate_for_it(
     issued twice, before or after the scope is parked and restored."""
     a = conns[0]
     own(conns, "01-09")
-    scalar(a, UNIFIED, ("05",))
-    a.execute("SELECT hivenet.maintain()")  # its own sequence: the fast path
+    scalar(a, UNIFIED, ("05",))  # its lane: the fast path, the owned instances written in
     workers = [psycopg.connect(urls[0], autocommit=True) for _ in range(16)]
     stop = threading.Event()
     given_up_at: list[float] = []
