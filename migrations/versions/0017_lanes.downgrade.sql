@@ -308,6 +308,45 @@ SELECT u.format, u.scope, u.fields, u.reset,
        hivenet._period_start(u.value_period, u.reset) AS last_period_start
 FROM usage u;
 
+-- hivenet_db/sql/settings.sql
+-- Trigger: reject a value that does not parse as the setting's kind, and a business time zone
+-- behind the current one once serials exist (their dates and times would go backwards).
+-- hivenet.scope and hivenet.scope_pending (allocate.sql) are read when the trigger runs.
+CREATE OR REPLACE FUNCTION hivenet._setting_check() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    BEGIN
+        CASE NEW.kind
+            WHEN 'boolean' THEN PERFORM NEW.value::boolean;
+            WHEN 'interval' THEN PERFORM NEW.value::interval;
+            WHEN 'time_zone' THEN PERFORM now() AT TIME ZONE NEW.value;
+            -- A positive integer: 0 or less divides by zero (division_by_zero is a
+            -- data_exception, caught below like a value that is no integer).
+            WHEN 'count' THEN PERFORM 1 / (NEW.value::integer > 0)::integer;
+            ELSE NULL;
+        END CASE;
+    EXCEPTION WHEN data_exception OR invalid_parameter_value OR feature_not_supported THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('setting %s: %s is not a valid %s', NEW.name,
+                             hivenet._shown(NEW.value), NEW.kind);
+    END;
+    IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
+       AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
+       AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
+        -- Nested: the tables are looked up only once they exist (not during an install).
+        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending) THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
+                                 'issued: their business dates and times would go backwards '
+                                 '(choose the zone before the first serial)', NEW.name,
+                                 hivenet._shown(NEW.value),
+                                 (now() AT TIME ZONE OLD.value) - (now() AT TIME ZONE NEW.value),
+                                 hivenet._shown(OLD.value));
+        END IF;
+    END IF;
+    RETURN NEW;
+END $$;
+
 DROP FUNCTION hivenet._create_lanes(hivenet.format, bigint);
 DROP FUNCTION hivenet._lane(hivenet.format, text);
 DROP FUNCTION hivenet._lane_of(text, integer);
