@@ -4,10 +4,11 @@
 -- point) has lost the WAL its old primary wrote last: its sequences stand below values the
 -- old primary already issued, so it would issue them again. It cannot know how many, so the
 -- fence moves every counter (each scope's sequence, each lane of a laned format and each
--- format's cold counter) forward by a gap, no earlier than the clock's period. Guarantee: no serial is issued twice as long
--- as the old primary issued at most `gap` serials per format in the WAL the new one lacks
--- (rule: gap >= peak serials per second of one format x maximum replication lag in seconds)
--- and its clock was not ahead of the new primary's. A promotion shows as a new timeline.
+-- format's cold counter) forward by a gap, no earlier than the clock's period. Guarantee: no
+-- serial is issued twice as long as the old primary issued at most `gap` serials per format
+-- in the WAL the new one lacks (rule: gap >= peak serials per second of one format x maximum
+-- replication lag in seconds) and its clock was not ahead of the new primary's. A promotion
+-- shows as a new timeline.
 
 -- The timeline of each fence, and the one the schema was installed on (gap NULL): a timeline
 -- without a row here is one nobody has fenced yet.
