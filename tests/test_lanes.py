@@ -95,6 +95,20 @@ def test_a_rolled_back_first_use_is_a_gap_never_reissued(db: psycopg.Connection,
     assert _unified(db, "R0001") > rolled_back
 
 
+def test_nobody_waits_for_another_callers_commit_in_a_lane(
+        connect: Connect, db: psycopg.Connection, fake_clock: SetClock) -> None:
+    """A transaction that moved a lane to a new day (_advance) and stays open blocks no other
+    scope of the lane: the reset's lock is held for one setval, never until commit."""
+    a, b = _scopes_in(db, 13, 2)
+    holder, other = connect(autocommit=False), connect()
+    for conn in (holder, other):
+        fake_clock(conn, "2031-06-01 09:00+00")
+    first = _unified(holder, a)  # the lane's first of the day: _advance, transaction open
+    other.execute("SET lock_timeout = '500ms'")
+    assert int(_unified(other, b)[18:]) > int(first[18:])
+    holder.rollback()
+
+
 def test_16_connections_in_one_lane_issue_no_serial_twice(connect: Connect,
                                                           db: psycopg.Connection) -> None:
     systems = _scopes_in(db, 9, 4)
