@@ -100,9 +100,9 @@ def test_the_application_role_reads_succeeded_steps_only_through_the_replay_view
                "(SELECT attempt FROM hivenet.begin_request('orders', 'k9')), true, '{}')")
     rows = app.execute("SELECT * FROM hivenet._step_replay").fetchall()
     assert [(r[0], r[1], r[4]) for r in rows] == [(done, 1, {"paid": 1})]
-    assert [c.name for c in app.execute("SELECT * FROM hivenet._step_replay LIMIT 0")
-            .description] == ["system_serial", "attempt", "fingerprint", "unified_serial",
-                              "response"]
+    columns = app.execute("SELECT * FROM hivenet._step_replay LIMIT 0").description or []
+    assert [c.name for c in columns] == ["system_serial", "attempt", "fingerprint",
+                                         "unified_serial", "response"]
     for sql in ("UPDATE hivenet._step_replay SET response = '{}'",
                 "DELETE FROM hivenet._step_replay",
                 "SELECT response FROM hivenet.request_attempt",

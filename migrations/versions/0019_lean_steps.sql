@@ -121,14 +121,18 @@ SELECT a.key AS system_serial, a.attempt, a.fingerprint, a.unified_serial, a.res
 FROM hivenet.request_attempt a
 WHERE a.namespace = 'hivenet.steps' AND a.state = 'success';
 
--- _step_replay_window(system serial): the serial of a stored step (so a valid one) is dated
--- inside the window whose steps are kept (HN021, see _begin_step), and no instance needs a
--- check (setting owned_instances 'all'): then begin_step may replay it without _begin_step.
--- Generated (_compile_step_paths) with the layout of format 'system' (parse.sql, _layout_sql)
--- and the settings written in as literals: reading them through _serial_time and
--- _setting_constant was folded to the same plan but cost ~5 ms of planning (their bodies hold
--- every format and setting), paid by every caller that does not prepare its statement.
--- VOLATILE (hivenet.now()), inlined.
+-- _step_replay_window(system serial): the serial (of a stored step, so a valid one) is surely
+-- dated inside the window whose steps are kept (HN021, see _begin_step), and no instance needs
+-- a check (setting owned_instances 'all'): then begin_step may replay it without _begin_step.
+-- Its printed date (YYYYMMDD) compared as text, so no input makes it raise: from two days
+-- after the day of now() - step_retention to today (business time zone). That is inside the
+-- window whatever the time zone's daylight saving does at midnight; a step dated on the
+-- window's first days or after today (step_future_tolerance) goes to _begin_step, which
+-- decides exactly. Generated (_compile_step_paths) from the layout of format 'system'
+-- (parse.sql, _layout_sql: where its date is printed) and the settings, written in as
+-- literals: reading them through _serial_time and _setting_constant was folded to the same
+-- plan but cost ~5 ms of planning (their bodies hold every format and setting), paid by every
+-- caller that does not prepare its statement. VOLATILE (hivenet.now()), inlined.
 CREATE FUNCTION hivenet._step_replay_window(p_serial text) RETURNS boolean
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
@@ -136,23 +140,31 @@ BEGIN ATOMIC
 END;
 
 -- Rewrite _step_replay_window from the tables (the triggers below, on any change of a format
--- or a setting, under the constants' lock of settings.sql).
+-- or a setting, under the constants' lock of settings.sql). 'false' (every call to the full
+-- path) when format 'system' prints no YYYYMMDD date or instances are checked.
 CREATE FUNCTION hivenet._compile_step_paths() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_setting jsonb := (SELECT jsonb_object_agg(s.name, s.value) FROM hivenet.setting s);
     v_time text := (SELECT l.time_of FROM hivenet.format f, hivenet._layout_sql(f) l
                     WHERE f.name = 'system');
+    -- The date's position, when the layout prints year, month and day one after another.
+    v_at integer[] := regexp_match(v_time, '^make_timestamp\(substr\(p_serial, (\d+), 4\)'
+        '::integer, substr\(p_serial, (\d+), 2\)::integer, substr\(p_serial, (\d+), 2\)'
+        '::integer, 0, 0, 0\)$')::integer[];
+    v_window text := 'false';
 BEGIN
+    IF v_at[2] = v_at[1] + 4 AND v_at[3] = v_at[1] + 6
+       AND v_setting ->> 'owned_instances' = 'all' THEN
+        v_window := format(
+            'substr(p_serial, %s, 8) BETWEEN to_char(((hivenet.now() - %L::interval) '
+            'AT TIME ZONE %L)::date + 2, ''YYYYMMDD'') AND to_char((hivenet.now() '
+            'AT TIME ZONE %3$L)::date, ''YYYYMMDD'')',
+            v_at[1], v_setting ->> 'step_retention', v_setting ->> 'time_zone');
+    END IF;
     EXECUTE format(
         'CREATE OR REPLACE FUNCTION hivenet._step_replay_window(p_serial text) RETURNS boolean '
-        'LANGUAGE sql VOLATILE BEGIN ATOMIC SELECT %s; END',
-        CASE WHEN v_time IS NULL OR v_setting ->> 'owned_instances' IS DISTINCT FROM 'all'
-             THEN 'false'
-             ELSE format('(%s)::date::timestamp AT TIME ZONE %L BETWEEN hivenet.now() - %L::interval '
-                         'AND hivenet.now() + %L::interval', v_time,
-                         v_setting ->> 'time_zone', v_setting ->> 'step_retention',
-                         v_setting ->> 'step_future_tolerance') END);
+        'LANGUAGE sql VOLATILE BEGIN ATOMIC SELECT %s; END', v_window);
 END $$;
 
 CREATE FUNCTION hivenet._compile_step_paths_trigger() RETURNS trigger
