@@ -58,6 +58,8 @@ def test_the_application_api_works_with_usage_only(app: psycopg.Connection) -> N
     app.execute("SELECT hivenet.claim('inventory.purchase', 'order-1')")
     attempt = scalar(app, "SELECT attempt FROM hivenet.begin_step(%s, '{}')", (system,))
     app.execute("SELECT hivenet.finish_step(%s, %s, true, '{}')", (system, attempt))
+    assert app.execute("SELECT * FROM hivenet.begin_step(%s, '{}')", (system,)).fetchone() == (
+        "replayed", 1, {})  # the fast path, with the caller's rights (steps.sql)
     attempt = scalar(app, "SELECT attempt FROM hivenet.begin_request('orders', 'k1', '{}')")
     app.execute("SELECT hivenet.finish_request('orders', 'k1', %s, true, '{}')", (attempt,))
     assert isinstance(scalar(app, "SELECT hivenet.now()"), dt.datetime)
@@ -84,6 +86,32 @@ def test_private_and_administrative_parts_are_refused(app: psycopg.Connection, s
         app.execute(sql)
 
 
+def test_the_application_role_reads_succeeded_steps_only_through_the_replay_view(
+        app: psycopg.Connection, db: psycopg.Connection) -> None:
+    """The deliberate grant of the replay fast path (privileges.sql): view _step_replay shows
+    the succeeded steps' serial, attempt, fingerprint, unified serial and response; nothing of
+    other states or namespaces, no write, no other column, no table."""
+    done, running = (scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
+                     for _ in range(2))
+    for serial in (done, running):
+        db.execute("SELECT * FROM hivenet.begin_step(%s, '{}')", (serial,))
+    db.execute("SELECT hivenet.finish_step(%s, 1, true, '{\"paid\": 1}')", (done,))
+    db.execute("SELECT hivenet.finish_request('orders', 'k9', "
+               "(SELECT attempt FROM hivenet.begin_request('orders', 'k9')), true, '{}')")
+    rows = app.execute("SELECT * FROM hivenet._step_replay").fetchall()
+    assert [(r[0], r[1], r[4]) for r in rows] == [(done, 1, {"paid": 1})]
+    columns = app.execute("SELECT * FROM hivenet._step_replay LIMIT 0").description or []
+    assert [c.name for c in columns] == ["system_serial", "attempt", "fingerprint",
+                                         "unified_serial", "response"]
+    for sql in ("UPDATE hivenet._step_replay SET response = '{}'",
+                "DELETE FROM hivenet._step_replay",
+                "SELECT response FROM hivenet.request_attempt",
+                f"SELECT * FROM hivenet._begin_attempt('hivenet.steps', '{running}', NULL, "
+                "'replay', NULL, NULL)"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), app.transaction():
+            app.execute(sql)
+
+
 def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
     """Every function executable by PUBLIC is one privileges.sql grants on purpose."""
     public = {row[0] for row in db.execute("""
@@ -105,6 +133,8 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         "hivenet.ownership",  # what this database owns among several primaries (ownership.sql)
         # In view interface_calls, run as its reader (parse.sql: generated from the layouts).
         "hivenet._serial_field", "hivenet._serial_time",
+        # Inlined into begin_step, run as the caller (steps.sql).
+        "hivenet._begin_step", "hivenet._step_replay_window",
         # Inlined into next_unified_serial / next_system_serial, run as the caller (allocate.sql).
         "hivenet._fast_unified", "hivenet._fast_system", "hivenet._format_constant",
         "hivenet._setting_constant", "hivenet._scope_sequence_name"}
@@ -220,7 +250,8 @@ def test_the_application_role_writes_no_table(hivenet_app: psycopg.Connection,
                                           TRIGGER')""")}
     assert readable == {"hivenet.interface_calls", "hivenet.interface_calls_per_day",
                         "hivenet.step_states", "hivenet.stuck_steps", "hivenet.scope_usage",
-                        "hivenet.request_states", "hivenet.stuck_requests"}
+                        "hivenet.request_states", "hivenet.stuck_requests",
+                        "hivenet._step_replay"}  # SELECT only: begin_step's replay (steps.sql)
     writable = hivenet_app.execute("""
         SELECT c.oid::regclass::text FROM pg_class c
         WHERE c.relnamespace = 'hivenet'::regnamespace

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from hivenet_db import (
@@ -30,6 +31,7 @@ from hivenet_db import (
 from hivenet_db._execute import SyncDB
 from hivenet_db.propagation import unified_serial_context
 from tests.helpers import async_connection, run_sql, scalar, wait_until_blocked
+from tests.test_fast_path import _plpgsql_calls
 
 Connect = Callable[..., psycopg.Connection]
 REQUEST = {"from": "6222020000000001", "to": "6222020000000002", "amount": "100.00"}
@@ -175,6 +177,105 @@ def test_no_request_is_a_request_too(db: psycopg.Connection) -> None:
     assert begin(db, serial, None)[0] == "replayed"
     with sqlstate("HN032"):
         begin(db, serial, {})
+
+
+# --- the replay's fast path (issue 13) -------------------------------------------------------
+
+def succeeded(db: psycopg.Connection, unified: str | None = None) -> str:
+    """A step that succeeded, begun with unified serial ``unified``."""
+    serial = new_serial(db)
+    finish(db, serial, begin(db, serial, unified_serial=unified)[1], True, {"paid": 1})
+    return serial
+
+
+def test_a_replay_is_inlined_and_runs_no_plpgsql(db: psycopg.Connection) -> None:
+    """The guard of issue 13's replay goal (not timed): begin_step is inlined into the caller's
+    prepared statement, the replay is the first branch (a primary-key read of _step_replay) and
+    runs no PL/pgSQL function; a new step runs _begin_step alone (no _begin_attempt), its
+    finish finish_step alone. Fails when begin_step is PL/pgSQL, SECURITY DEFINER or has SET,
+    when its body stops being inlinable, or when a layer comes back."""
+    unified = new_serial(db, "unified")
+    serial = succeeded(db, unified)
+    db.execute("PREPARE replay(text, jsonb, text) AS "
+               "SELECT * FROM hivenet.begin_step($1, $2, 'replay', $3)")
+    db.execute("SET plan_cache_mode = force_generic_plan")
+    args = sql.SQL("({}, {}, {})").format(sql.Literal(serial), sql.Literal(Jsonb(REQUEST)),
+                                          sql.Literal(unified))
+    plan = [row[0] for row in db.execute(
+        sql.SQL("EXPLAIN (VERBOSE) EXECUTE replay") + args)]
+    text = "\n".join(plan)
+    assert "hivenet.begin_step" not in text and "_step_replay_window" not in text, text
+    assert plan[0].startswith("Limit") and "Append" in plan[2], text
+    scans = [line.strip() for line in plan if "Scan" in line]
+    assert scans[0].startswith("->  Index Scan using request_attempt_pkey"), text
+    assert scans[1].startswith("->  Function Scan on hivenet._begin_step"), text
+    execute = (sql.SQL("EXECUTE replay") + args).as_string(db)
+    assert _plpgsql_calls(db, execute) == {}
+    assert db.execute(execute).fetchone() == ("replayed", 1, {"paid": 1})
+    fresh = new_serial(db)
+    assert _plpgsql_calls(db, f"SELECT * FROM hivenet.begin_step('{fresh}', NULL)",
+                          times=1) == {"_begin_step": 1}
+    assert _plpgsql_calls(db, f"SELECT hivenet.finish_step('{fresh}', 1, true)",
+                          times=1) == {"finish_step": 1}
+
+
+@pytest.mark.parametrize(("options", "code"), [
+    ({"on_success": "reject"}, "HN031"),
+    ({"on_success": None}, "HN001"),
+    ({"lease": timedelta(0)}, "HN001"),
+    ({"nowait": None}, "HN001"),
+    ({"unified_serial": "C0001A010120261121000000000001"}, "HN001"),  # a system serial
+    ({"request": {"amount": "1"}}, "HN032"),
+])
+def test_a_succeeded_step_still_gets_every_error_of_its_arguments(
+        db: psycopg.Connection, options: dict[str, Any], code: str) -> None:
+    """What the replay's fast path does not vouch for goes to the full path and its error."""
+    serial = succeeded(db)
+    request = options.pop("request", REQUEST)
+    with sqlstate(code):
+        begin(db, serial, request, **options)
+    assert begin(db, serial) == ("replayed", 1, {"paid": 1})
+
+
+def test_a_replay_with_other_options_or_unified_serial_is_still_a_replay(
+        db: psycopg.Connection) -> None:
+    unified, other = new_serial(db, "unified"), new_serial(db, "unified")
+    serial = succeeded(db, unified)
+    for options in ({}, {"unified_serial": unified}, {"unified_serial": other},
+                    {"nowait": True}, {"lease": timedelta(minutes=1)}):
+        assert begin(db, serial, **options) == ("replayed", 1, {"paid": 1}), options
+    [row] = attempts(db, serial)
+    assert row["unified_serial"] == unified  # a replay records nothing
+
+
+def test_a_succeeded_step_leaving_the_window_is_refused_not_replayed(
+        db: psycopg.Connection, fake_clock: Callable[..., None]) -> None:
+    """HN021 as for a new step, also while the step's record is still there (maintain() not
+    run yet), and also with the window changed by a setting (the fast path is rewritten)."""
+    fake_clock(db, "2026-10-01 12:00:00+00")
+    serial = succeeded(db)
+    fake_clock(db, "2026-10-31 00:00:00+00")  # day 2026-10-01 starts 30 days before
+    assert begin(db, serial)[0] == "replayed"
+    fake_clock(db, "2026-10-31 00:00:01+00")
+    with sqlstate("HN021"):
+        begin(db, serial)
+    with db.transaction(force_rollback=True):
+        db.execute("UPDATE hivenet.setting SET value = '40 days' WHERE name = 'step_retention'")
+        assert begin(db, serial)[0] == "replayed"
+    fake_clock(db, "2026-09-30 23:54:59+00")  # the clock stepped back beyond the tolerance
+    with sqlstate("HN021"):
+        begin(db, serial)
+    assert len(attempts(db, serial)) == 1
+
+
+def test_a_succeeded_step_of_an_instance_owned_elsewhere_is_refused(
+        db: psycopg.Connection) -> None:
+    serial = succeeded(db)  # instance 01
+    with db.transaction(force_rollback=True):
+        db.execute("SELECT hivenet.own_instances('02-09', NULL, true)")
+        with sqlstate("HN002"):
+            begin(db, serial)
+    assert begin(db, serial)[0] == "replayed"
 
 
 @pytest.mark.parametrize("bad", [

@@ -2,9 +2,9 @@
 -- roles): hivenet_app may call the application API and read the reporting views; hivenet_admin
 -- also runs the administrative functions and changes settings. The public functions are
 -- SECURITY DEFINER, so neither needs any right on a table, and the private helpers
--- (hivenet._*) stay the owner's, but for the allocation fast path (below). Nothing here
--- opens a connection, and no setting holds a secret. Applied last; a revision that adds
--- functions applies it again.
+-- (hivenet._*) stay the owner's, but for the allocation fast path and the step replay
+-- (below): those run with the caller's rights. Nothing here opens a connection, and no
+-- setting holds a secret. Applied last; a revision that adds functions applies it again.
 
 -- Grant (true) or revoke (false) EXECUTE for PUBLIC on every function of the schema that is
 -- not an extension's.
@@ -58,6 +58,20 @@ GRANT EXECUTE ON FUNCTION
 TO PUBLIC;
 -- What this database owns among several primaries (ownership.sql).
 GRANT EXECUTE ON FUNCTION hivenet.ownership() TO PUBLIC;
+
+-- The replay fast path of begin_step (steps.sql) is inlined into the caller's statement and
+-- runs with the caller's rights: it calls _step_replay_window and, for everything but a plain
+-- replay, _begin_step (SECURITY DEFINER, every check of begin_step: calling it directly can do
+-- nothing begin_step cannot), and reads view _step_replay. So any role that may call
+-- begin_step may read, of every succeeded step, its serial, attempt, request fingerprint,
+-- unified serial and stored response: what begin_step replays to whoever presents the same
+-- request. Not the requests, errors, notes, leases or times, not other namespaces (keyed
+-- requests), and no write: the view is granted SELECT only, the table nothing.
+GRANT EXECUTE ON FUNCTION
+    hivenet._begin_step(text, jsonb, text, text, interval, boolean),
+    hivenet._step_replay_window(text)
+TO PUBLIC;
+GRANT SELECT ON hivenet._step_replay TO PUBLIC;
 
 -- The allocation fast path (allocate.sql, _fast_unified and _fast_system) is inlined into the
 -- caller's statement and runs with the caller's rights, so every function in it must be

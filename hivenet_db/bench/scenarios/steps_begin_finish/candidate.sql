@@ -1,7 +1,9 @@
 -- hivenet.begin_step + hivenet.finish_step of a new step in one transaction, as the Python
--- layer calls it (request fingerprinted, unified serial recorded and validated).
-SELECT nextval('bench_step_n') AS n \gset
+-- layer calls it (serials as parameters; request fingerprinted, unified serial recorded and
+-- validated).
+SELECT 'C0001A0101' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD') || lpad(nextval('bench_step_n')::text, 12, '0') AS serial,
+       'C0001A0101' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD') || '0000000001' AS unified \gset
 BEGIN;
-SELECT attempt FROM hivenet.begin_step(('C0001A0101' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')) || lpad(:n::text, 12, '0'), '{"amount": 100, "account": "6222020000000001"}', 'replay', 'C0001A0101' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD') || '0000000001') \gset
-SELECT hivenet.finish_step(('C0001A0101' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')) || lpad(:n::text, 12, '0'), :attempt, true, '{"ok": true}');
+SELECT attempt FROM hivenet.begin_step(:serial, '{"amount": 100, "account": "6222020000000001"}', 'replay', :unified) \gset
+SELECT hivenet.finish_step(:serial, :attempt, true, '{"ok": true}');
 END;
