@@ -1,7 +1,7 @@
 -- 100 000 steps that succeeded (begun with the unified serial the candidate's retries carry),
 -- in hivenet and, for the baseline, the same rows in a table
 -- like hivenet.request_attempt (its columns, primary key, retention index and storage
--- parameters; until 0019 a narrower table of four columns keyed by the serial alone, whose
+-- parameters; until 0018 a narrower table of four columns keyed by the serial alone, whose
 -- smaller rows and index flattered the baseline). 1000 steps under --check and --quick
 -- (bench_small on).
 SELECT set_config('bench.steps', CASE WHEN :'bench_small' = 'on' THEN '1000' ELSE '100000' END,

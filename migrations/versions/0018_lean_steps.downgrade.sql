@@ -1,4 +1,4 @@
--- Revision 0019 down: begin_step, finish_step, begin_request and finish_request as in revision
+-- Revision 0018 down: begin_step, finish_step, begin_request and finish_request as in revision
 -- 0016 (PL/pgSQL, through _begin_attempt and _finish_attempt); the replay fast path dropped.
 
 -- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',

@@ -1,8 +1,8 @@
 """Lean steps (issue 13): begin_step inlined, a replay without PL/pgSQL; one PL/pgSQL layer for a
 new step and for its finish.
 
-Revision ID: 0019
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-11-24
 """
 
@@ -10,8 +10,8 @@ from alembic import op
 
 from hivenet_db.schema import apply_revision_sql
 
-revision = "0019"
-down_revision = "0016"
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

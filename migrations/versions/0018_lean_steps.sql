@@ -1,4 +1,4 @@
--- Revision 0019 (issue 13): lean steps. begin_step becomes an inlinable LANGUAGE sql function
+-- Revision 0018 (issue 13): lean steps. begin_step becomes an inlinable LANGUAGE sql function
 -- whose replay of a succeeded step reads view _step_replay (no PL/pgSQL call); everything else
 -- goes to _begin_step (the former begin_step, which inserts a new step itself); finish_step,
 -- begin_request and finish_request run their INSERT / UPDATE themselves, without a call of
