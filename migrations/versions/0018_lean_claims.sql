@@ -1,0 +1,262 @@
+-- Revision 0018: lean claims (issue 13). claim_interface_serial and claim take no advisory
+-- lock any more (the unique index's own wait serves every claim; nowait runs under the
+-- shortest lock_timeout instead) and record the plain case with one statement, handing
+-- everything else to their full paths (_claim_interface_serial_checked, _claim_checked) for
+-- the exact error. Redefines claim_interface_serial and claim; drops _interface_lock_space and
+-- _claim_lock_space.
+
+-- hivenet_db/sql/dedup.sql
+-- The full path of claim_interface_serial (its contract below): every check one by one, each
+-- failure with its exact error, then the insert. The fast path hands it every call it did not
+-- record, so this function decides alone what is accepted. Runs as its caller, the
+-- SECURITY DEFINER claim_interface_serial (the table's owner).
+CREATE FUNCTION hivenet._claim_interface_serial_checked(p_serial text, p_unified_serial text,
+    p_system_serial text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_local timestamp;
+    v_day date;
+    v_from timestamp;
+    v_to timestamp;
+    v_window interval;
+    v_tolerance interval;
+    v_recorded timestamptz;
+    v_partition regclass;
+BEGIN
+    -- The layout of format 'interface' checked by one inlined expression generated from its
+    -- definition (parse.sql, _serial_valid). What it does not vouch for, parse_serial
+    -- decides, naming the problem (HN001): the accepted set is exactly parse_serial's.
+    IF NOT coalesce(hivenet._serial_valid('interface', p_serial), false) THEN
+        PERFORM hivenet.parse_serial(p_serial, 'interface');
+    END IF;
+    -- The serials carried for the call chain: only their shape is checked.
+    IF NOT hivenet._serial_shaped('unified', p_unified_serial) THEN
+        PERFORM hivenet._reject_serial(p_unified_serial, 'unified');
+    END IF;
+    IF NOT hivenet._serial_shaped('system', p_system_serial) THEN
+        PERFORM hivenet._reject_serial(p_system_serial, 'system');
+    END IF;
+    -- Several primaries: a serial of an instance another shard owns (ownership.sql).
+    IF hivenet._setting_constant('owned_instances') <> 'all' THEN
+        PERFORM hivenet._check_owned_serial('interface', p_serial);
+    END IF;
+    v_local := hivenet._serial_time('interface', p_serial);
+    v_day := v_local::date;
+    -- Settings from the generated constants (settings.sql): no query on the hot path.
+    v_window := hivenet._setting_constant('interface_window')::interval;
+    v_tolerance := hivenet._setting_constant('interface_future_tolerance')::interval;
+    -- The serial's time is its caller's local time, in a zone it does not name: compared
+    -- with the UTC clock, widened to every zone a caller may be in (_caller_zones).
+    v_from := (v_now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[1] - v_window;
+    v_to := (v_now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[2] + v_tolerance;
+    IF v_local < v_from OR v_local > v_to THEN
+        PERFORM hivenet._refuse_outside_window(p_serial, v_local, v_from, v_to);
+    END IF;
+    -- This session's list of partitions can be stale: a partition attached while this
+    -- transaction already held its lock on the table (an earlier claim) is not in it, and the
+    -- default partition then refuses the row. A lock this transaction does not hold yet
+    -- refreshes that list: the day's partition's (the one the row goes to), or the default
+    -- partition's, while held no ATTACH can complete. The name of
+    -- _interface_partition_name(v_day), spelled out to save a call.
+    v_partition := to_regclass('hivenet.interface_call_' || to_char(v_local, 'YYYYMMDD'));
+    IF v_partition IS NULL THEN
+        LOCK TABLE hivenet.interface_call_default IN ROW EXCLUSIVE MODE;
+    ELSE
+        EXECUTE format('LOCK TABLE %s IN ROW EXCLUSIVE MODE', v_partition);
+    END IF;
+    INSERT INTO hivenet.interface_call
+        (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
+    VALUES (p_serial, v_day, p_unified_serial, p_system_serial, v_now)
+    -- No conflict target: the primary key is the only unique index, and a target makes every
+    -- insert look up which index of the partition matches it in the catalog (measured).
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        SELECT c.recorded_at INTO v_recorded FROM hivenet.interface_call c
+        WHERE c.serial_day = v_day AND c.interface_serial = p_serial;
+        RAISE EXCEPTION USING ERRCODE = 'HN020',
+            MESSAGE = format('interface serial %s is already recorded (at %s)', p_serial,
+                             coalesce(v_recorded::text, 'an earlier step of this transaction'));
+    END IF;
+END $$;
+
+-- The full path under the shortest lock_timeout: where the insert would wait for another
+-- transaction's uncommitted claim of the same serial, it raises HN020 at once. Its own function
+-- (SET clause) so the caller's lock_timeout is untouched, and the subtransaction of the
+-- EXCEPTION block stays off the default path (as _begin_attempt_nowait, requests.sql).
+CREATE FUNCTION hivenet._claim_interface_serial_nowait(p_serial text, p_unified_serial text,
+    p_system_serial text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+BEGIN
+    PERFORM hivenet._claim_interface_serial_checked(p_serial, p_unified_serial,
+                                                    p_system_serial);
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION USING ERRCODE = 'HN020',
+        MESSAGE = format('interface serial %s is being claimed by another transaction in '
+                         'progress (nowait)', p_serial);
+END $$;
+
+-- hivenet.claim_interface_serial(serial, unified_serial default null,
+--                                system_serial default null, nowait default false) → void
+--   Records an incoming interface call in the caller's transaction: its claim commits or
+--   vanishes with that transaction. The unified and system serials are recorded for the call
+--   chain, never checked for duplicates (HiveNet rule 1).
+--   Raises HN001 when serial is no valid interface serial (as parse_serial), or
+--   unified_serial / system_serial is given but not shaped as its format's layout says (the
+--   characters of each field, digits for the date and seq: only their shape is checked;
+--   parse.sql _serial_shaped); HN021 when the serial's own
+--   time (its caller's local time, in any zone from UTC-12 to UTC+14) is older than the
+--   setting interface_window or later than now + interface_future_tolerance in every such
+--   zone, unless this database issued it (its clock stepped back: allocate.sql); HN020 when
+--   it is already recorded; HN002 when this database declared owned instances and does not
+--   own the serial's (its caller's) instance: a retry sent to the wrong shard (ownership.sql,
+--   check_received_instances).
+--   Blocks while another transaction holds an uncommitted claim of the same serial, then
+--   raises HN020 if that one committed, or records the call if it rolled back. With nowait
+--   it raises HN020 at once instead of waiting (also when its insert would wait over a
+--   millisecond for another lock: a maintain() attaching a partition, rarely the table's
+--   growth under heavy load). Under REPEATABLE READ a duplicate committed after the
+--   transaction's snapshot raises 40001 (retry) instead.
+--   Never fails for a missing partition: a day without one is recorded in the default
+--   partition.
+--   The wait is the unique index's own (the insert waits for the transaction holding the
+--   same key): a claim takes no other lock than the table's, so claims of distinct serials
+--   never wait on each other.
+CREATE OR REPLACE FUNCTION hivenet.claim_interface_serial(p_serial text, p_unified_serial text DEFAULT NULL,
+    p_system_serial text DEFAULT NULL, p_nowait boolean DEFAULT false) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_nowait THEN
+        PERFORM hivenet._claim_interface_serial_nowait(p_serial, p_unified_serial,
+                                                       p_system_serial);
+        RETURN;
+    END IF;
+    -- Fast path, run on every incoming call: one statement (its plan cached by the session)
+    -- that records the call only when every check of the full path surely passes, the same
+    -- generated expressions folded into its WHERE: a valid serial (its time read only then:
+    -- casts may fail on others), inside the window, well-shaped carried serials, every
+    -- instance owned, the day's partition there. Anything else, a duplicate included, goes
+    -- to the full path, which decides and raises the exact error. Only while this transaction
+    -- has written nothing: then it holds no lock on the table from an earlier claim, so its
+    -- list of partitions is refreshed when the insert takes that lock (see the full path).
+    INSERT INTO hivenet.interface_call
+        (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
+    SELECT p_serial, c.local_time::date, p_unified_serial, p_system_serial, c.now
+    FROM (SELECT CASE WHEN hivenet._serial_valid('interface', p_serial)
+                      THEN hivenet._serial_time('interface', p_serial) END AS local_time,
+                 hivenet.now() AS now
+          OFFSET 0) c  -- one clock reading for the window and recorded_at
+    WHERE c.local_time >= (c.now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[1]
+                          - hivenet._setting_constant('interface_window')::interval
+      AND c.local_time <= (c.now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[2]
+                          + hivenet._setting_constant('interface_future_tolerance')::interval
+      AND coalesce(hivenet._serial_shaped('unified', p_unified_serial), true)
+      AND coalesce(hivenet._serial_shaped('system', p_system_serial), true)
+      AND hivenet._setting_constant('owned_instances') = 'all'
+      AND to_regclass('hivenet.interface_call_' || to_char(c.local_time, 'YYYYMMDD'))
+          IS NOT NULL
+      AND pg_current_xact_id_if_assigned() IS NULL
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        PERFORM hivenet._claim_interface_serial_checked(p_serial, p_unified_serial,
+                                                        p_system_serial);
+    END IF;
+END $$;
+
+DROP FUNCTION hivenet._interface_lock_space();
+
+-- hivenet_db/sql/claims.sql
+-- The full path of claim (its contract below): each check with its exact error, the insert,
+-- and the retaking of an expired claim. The fast path hands it every claim it did not take.
+-- Runs as its caller, the SECURITY DEFINER claim (the table's owner).
+CREATE FUNCTION hivenet._claim_checked(p_namespace text, p_key text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_expires timestamptz;
+BEGIN
+    PERFORM hivenet._check_claim_namespace(p_namespace);
+    IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('claim key %s of namespace %s must be 1 to 1000 bytes',
+                             hivenet._shown(p_key), hivenet._shown(p_namespace));
+    END IF;
+    SELECT v_now + n.expiry INTO v_expires
+    FROM hivenet.claim_namespace n WHERE n.namespace = p_namespace;
+    INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
+    VALUES (p_namespace, p_key, v_now, v_expires)
+    ON CONFLICT (namespace, key) DO NOTHING;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Taken before; free again if it expired. A concurrent retaking holds the row: this waits
+    -- for it, then finds the claim unexpired (or, under REPEATABLE READ, raises 40001).
+    UPDATE hivenet.claim_record r SET claimed_at = v_now, expires_at = v_expires
+    WHERE r.namespace = p_namespace AND r.key = p_key AND r.expires_at <= v_now;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN040',
+            MESSAGE = format('claim %s / %s is already taken (until %s)',
+                             hivenet._shown(p_namespace), hivenet._shown(p_key), v_expires);
+    END IF;
+END $$;
+
+-- The full path under the shortest lock_timeout: where it would wait for another transaction
+-- taking the same claim, it raises HN040 at once. Its own function (SET clause) so the
+-- caller's lock_timeout is untouched, and the subtransaction of the EXCEPTION block stays off
+-- the default path (as _begin_attempt_nowait, requests.sql).
+CREATE FUNCTION hivenet._claim_nowait(p_namespace text, p_key text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+BEGIN
+    PERFORM hivenet._claim_checked(p_namespace, p_key);
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION USING ERRCODE = 'HN040',
+        MESSAGE = format('claim %s / %s is being taken by another transaction in progress '
+                         '(nowait)', hivenet._shown(p_namespace), hivenet._shown(p_key));
+END $$;
+
+-- hivenet.claim(namespace, key, nowait default false) → void
+--   Takes the claim (namespace, key) in the caller's transaction: it commits or vanishes with
+--   that transaction. A claim whose namespace expiry has passed counts as free (maintain()
+--   deletes such rows later; until then they still block nobody).
+--   Raises HN001 when namespace or key is NULL, empty, or longer than 200 / 1000 bytes; HN040
+--   when the claim is taken.
+--   Blocks while another transaction holds an uncommitted claim of the same key, then raises
+--   HN040 if that one committed, or takes the claim if it rolled back. With nowait it raises
+--   HN040 at once instead (also when it would wait over a millisecond for another lock, rarely:
+--   the table's growth under heavy load). Under REPEATABLE READ a claim committed after the
+--   transaction's snapshot raises 40001 (retry) instead.
+--   The wait is the primary key's own (the insert waits for the transaction holding the same
+--   key): claims of distinct keys never wait on each other.
+CREATE OR REPLACE FUNCTION hivenet.claim(p_namespace text, p_key text, p_nowait boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_nowait THEN
+        PERFORM hivenet._claim_nowait(p_namespace, p_key);
+        RETURN;
+    END IF;
+    -- Fast path: one statement (its plan cached by the session) that takes a free claim of a
+    -- well-sized namespace and key; anything else, a taken claim included, goes to the full
+    -- path, which decides and raises the exact error.
+    INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
+    SELECT p_namespace, p_key, c.now,
+           c.now + (SELECT n.expiry FROM hivenet.claim_namespace n
+                    WHERE n.namespace = p_namespace)
+    FROM (SELECT hivenet.now() AS now OFFSET 0) c  -- one clock reading for both times
+    WHERE octet_length(p_namespace) BETWEEN 1 AND 200
+      AND octet_length(p_key) BETWEEN 1 AND 1000
+    ON CONFLICT (namespace, key) DO NOTHING;
+    IF NOT FOUND THEN
+        PERFORM hivenet._claim_checked(p_namespace, p_key);
+    END IF;
+END $$;
+
+DROP FUNCTION hivenet._claim_lock_space();
+
+-- hivenet_db/sql/privileges.sql (the new functions: the owner's, called by the public ones)
+REVOKE EXECUTE ON FUNCTION
+    hivenet._claim_interface_serial_checked(text, text, text),
+    hivenet._claim_interface_serial_nowait(text, text, text),
+    hivenet._claim_checked(text, text),
+    hivenet._claim_nowait(text, text)
+FROM PUBLIC;
