@@ -1,4 +1,5 @@
-"""Lean claims: claim_interface_serial and claim without advisory locks, one statement on the plain path (issue 13).
+"""Lean claims: claim_interface_serial and claim take no advisory lock and record the plain
+case with one statement (issue 13).
 
 Revision ID: 0018
 Revises: 0016
