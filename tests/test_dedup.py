@@ -563,15 +563,23 @@ def test_a_plain_claim_is_one_insert_and_takes_no_advisory_lock(db: psycopg.Conn
     assert recorded(db, iserial(when=now, seq=9)) == 1
 
 
-def test_a_claim_after_other_writes_takes_the_full_path_with_the_same_result(
+def inserts(plans: list[str]) -> int:
+    return sum("Insert on interface_call" in plan for plan in plans)
+
+
+def test_a_second_claim_of_a_transaction_takes_the_full_path_with_the_same_result(
         clocked: psycopg.Connection) -> None:
-    # The fast path runs only while the transaction has written nothing; the full path
-    # records the call, refuses its duplicate and its bad input the same way.
+    # The fast path runs only for a transaction's first claim (other writes do not matter);
+    # the full path records the call, refuses its duplicate and its bad input the same way.
+    clocked.execute("SELECT hivenet.maintain()")  # the day's partition (else: the full path)
     with clocked.transaction():
-        claim(clocked, iserial(seq=1), UNIFIED)
+        clocked.execute("SELECT hivenet.claim('q', 'written first')")
+        plans, _ = statements_of(clocked, "SELECT hivenet.claim_interface_serial(%s, %s)",
+                                 (iserial(seq=1), UNIFIED))
+        assert inserts(plans) == 1  # the fast path's
         plans, _ = statements_of(clocked, "SELECT hivenet.claim_interface_serial(%s, %s)",
                                  (iserial(seq=2), UNIFIED))
-        assert len(plans) > 2  # the full path's statements
+        assert inserts(plans) == 2  # the fast path's, recording nothing, then the full path's
     assert recorded(clocked, iserial(seq=1)) == 1
     assert recorded(clocked, iserial(seq=2)) == 1
     for refused, state in ((iserial(seq=1), "HN020"), (iserial(when="20310227115900"), "HN021"),
@@ -580,6 +588,15 @@ def test_a_claim_after_other_writes_takes_the_full_path_with_the_same_result(
             claim(clocked, iserial(seq=3))
             assert claim_state(clocked, refused) == state
             raise psycopg.Rollback(tx)
+    # A rolled-back savepoint takes its claim's lock and mark away: the fast path again.
+    with clocked.transaction():
+        with clocked.transaction() as savepoint:
+            claim(clocked, iserial(seq=4))
+            raise psycopg.Rollback(savepoint)
+        plans, _ = statements_of(clocked, "SELECT hivenet.claim_interface_serial(%s)",
+                                 (iserial(seq=5),))
+        assert inserts(plans) == 1
+    assert scalar(clocked, "SELECT current_setting('hivenet.interface_claimed', true)") != "on"
 
 
 # --- Python ------------------------------------------------------------------------------

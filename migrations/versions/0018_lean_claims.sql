@@ -127,10 +127,13 @@ END $$;
 CREATE OR REPLACE FUNCTION hivenet.claim_interface_serial(p_serial text, p_unified_serial text DEFAULT NULL,
     p_system_serial text DEFAULT NULL, p_nowait boolean DEFAULT false) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_mark text;  -- an assignment is a simple expression; PERFORM would run the executor
 BEGIN
     IF p_nowait THEN
         PERFORM hivenet._claim_interface_serial_nowait(p_serial, p_unified_serial,
                                                        p_system_serial);
+        v_mark := set_config('hivenet.interface_claimed', 'on', true);
         RETURN;
     END IF;
     -- Fast path, run on every incoming call: one statement (its plan cached by the session)
@@ -138,9 +141,11 @@ BEGIN
     -- generated expressions folded into its WHERE: a valid serial (its time read only then:
     -- casts may fail on others), inside the window, well-shaped carried serials, every
     -- instance owned, the day's partition there. Anything else, a duplicate included, goes
-    -- to the full path, which decides and raises the exact error. Only while this transaction
-    -- has written nothing: then it holds no lock on the table from an earlier claim, so its
-    -- list of partitions is refreshed when the insert takes that lock (see the full path).
+    -- to the full path, which decides and raises the exact error. Only for the transaction's
+    -- first claim (hivenet.interface_claimed, set locally at the end of every claim, undone
+    -- by a rolled-back savepoint as the claim's locks are): then it holds no lock on the
+    -- table yet, so its list of partitions is refreshed when the insert takes that lock (see
+    -- the full path).
     INSERT INTO hivenet.interface_call
         (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
     SELECT p_serial, c.local_time::date, p_unified_serial, p_system_serial, c.now
@@ -157,12 +162,13 @@ BEGIN
       AND hivenet._setting_constant('owned_instances') = 'all'
       AND to_regclass('hivenet.interface_call_' || to_char(c.local_time, 'YYYYMMDD'))
           IS NOT NULL
-      AND pg_current_xact_id_if_assigned() IS NULL
+      AND current_setting('hivenet.interface_claimed', true) IS DISTINCT FROM 'on'
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         PERFORM hivenet._claim_interface_serial_checked(p_serial, p_unified_serial,
                                                         p_system_serial);
     END IF;
+    v_mark := set_config('hivenet.interface_claimed', 'on', true);
 END $$;
 
 DROP FUNCTION hivenet._interface_lock_space();
