@@ -184,3 +184,32 @@ async def run_sql_async(db: AsyncDB, sql: str, **params: Any) -> Rows:
 
 Connect = Callable[..., psycopg.Connection]  # the ``connect`` fixture
 SetClock = Callable[[psycopg.Connection, str], None]  # the ``fake_clock`` fixture
+
+
+def statements_of(conn: psycopg.Connection, sql: str, params: Any = None
+                  ) -> tuple[list[str], int]:
+    """The plans of every statement sql runs, its functions' included (auto_explain), and the
+    number of advisory locks its transaction holds at its end. Runs sql in a transaction of
+    its own on conn (autocommit)."""
+    plans: list[str] = []
+
+    def collect(diag: psycopg.errors.Diagnostic) -> None:
+        if (diag.message_primary or "").startswith("duration:"):
+            plans.append(diag.message_primary or "")
+
+    conn.add_notice_handler(collect)
+    conn.execute("LOAD 'auto_explain'")
+    for name, value in (("log_nested_statements", "on"), ("log_analyze", "on"),
+                        ("log_timing", "off"), ("log_level", "notice")):
+        conn.execute(f"SET auto_explain.{name} = {value}")
+    try:
+        with conn.transaction():
+            conn.execute("SET auto_explain.log_min_duration = 0")
+            conn.execute(sql, params)
+            conn.execute("SET auto_explain.log_min_duration = -1")
+            advisory = int(scalar(conn, "SELECT count(*) FROM pg_locks WHERE pid = "
+                                        "pg_backend_pid() AND locktype = 'advisory'"))
+    finally:
+        conn.execute("SET auto_explain.log_min_duration = -1")
+        conn.remove_notice_handler(collect)
+    return plans, advisory

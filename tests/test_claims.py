@@ -21,6 +21,7 @@ from tests.helpers import (
     race,
     run_sql,
     scalar,
+    statements_of,
     wait_until_blocked,
 )
 
@@ -150,6 +151,26 @@ def test_nowait_claim_fails_at_once(connect: Callable[..., psycopg.Connection]) 
         assert claim_state(loser, "q", "other", nowait=True) is None
         raise psycopg.Rollback(tx)
     assert claim_state(loser, "q", "m", nowait=True) is None
+    assert scalar(loser, "SHOW lock_timeout") == "5s"  # the nowait timeout was its own
+
+
+def test_a_plain_claim_is_one_insert_through_its_key_and_takes_no_advisory_lock(
+        db: psycopg.Connection) -> None:
+    """Not timed (issue 13): a free claim runs one statement in the function, the insert,
+    whose conflict check is the primary key's (its arbiter), and takes no advisory lock; the
+    expiry of its namespace is read through that table's key."""
+    db.execute("SELECT hivenet.set_claim_expiry('q', '1 hour')")
+    for key in range(6):  # a session plans a statement for good after its fifth run
+        assert claim_state(db, "q", f"warm-{key}") is None
+    plans, advisory = statements_of(db, "SELECT hivenet.claim('q', 'm')")
+    assert advisory == 0
+    insert, caller = plans
+    assert "Conflict Arbiter Indexes: claim_record_pkey" in insert
+    assert "Seq Scan" not in insert
+    assert "Index Scan using claim_namespace_pkey" in insert
+    assert "hivenet.claim" in caller
+    assert scalar(db, "SELECT expires_at - claimed_at FROM hivenet.claim_record "
+                      "WHERE namespace = 'q' AND key = 'm'") == dt.timedelta(hours=1)
 
 
 @pytest.mark.parametrize("nowait", [False, True])

@@ -30,6 +30,7 @@ from tests.helpers import (
     run_sql,
     run_sql_async,
     scalar,
+    statements_of,
     wait_until_blocked,
 )
 
@@ -265,6 +266,7 @@ def test_nowait_claim_fails_at_once(clocked_conns: Callable[[int], list[psycopg.
         claim(loser, iserial(seq=2), nowait=True)  # other serials go through
         raise psycopg.Rollback(tx)
     claim(loser, serial, nowait=True)
+    assert scalar(loser, "SHOW lock_timeout") == "5s"  # the nowait timeout was its own
 
 
 def test_repeatable_read_sees_a_later_duplicate_as_serialization_failure(
@@ -514,12 +516,14 @@ def test_duplicate_check_touches_one_partition_through_its_unique_index(
                         ("log_analyze", "on"), ("log_timing", "off"), ("log_level", "notice")):
         clocked.execute(f"SET auto_explain.{name} = {value}")
     assert claim_state(clocked, serial) == "HN020"
-    insert = next(p for p in plans if "Insert on interface_call" in p)
-    assert "Conflicting Tuples: 1" in insert
+    # The fast path's insert finds the conflict, then the full path's (for the exact error).
+    inserts = [p for p in plans if "Insert on interface_call" in p]
+    assert len(inserts) == 2
+    assert all("Conflicting Tuples: 1" in insert for insert in inserts)
     # Nothing else of the claim reads the calls: the conflict is found by the insert, in the
     # unique index of the one partition its row is routed to (the primary key, the only one).
-    # Past the insert, only the HN020 message's lookup of when the serial was recorded.
-    (lookup,) = [p for p in plans if "interface_call" in p and p is not insert]
+    # Past the inserts, only the HN020 message's lookup of when the serial was recorded.
+    (lookup,) = [p for p in plans if "interface_call" in p and p not in inserts]
     assert "Index Scan using interface_call_20310301_pkey on interface_call_20310301" in lookup
     assert lookup.count(" on interface_call_") == 1
     assert clocked.execute(
@@ -536,6 +540,63 @@ def test_duplicate_check_touches_one_partition_through_its_unique_index(
     assert "Index Only Scan using interface_call_20310301_pkey" in plan
     assert plan.count("Index Only Scan") == 1
     assert "Subplans Removed" in plan
+
+
+def test_a_plain_claim_is_one_insert_and_takes_no_advisory_lock(db: psycopg.Connection) -> None:
+    """Issue 13's guard of the claim (not timed): a claim of a fresh serial runs one statement
+    in the function, the insert (no check statement, no advisory lock, no other function),
+    and nothing of it scans a table: the duplicate check is the insert's own, in the primary
+    key of the one partition the row is routed to (the test above). On the real clock: a fake
+    one runs statements of its own (_fake_now)."""
+    db.execute("SELECT hivenet.maintain()")
+    now = str(scalar(db, "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDDHH24MISS')"))
+    for seq in range(1, 7):  # a session plans a statement for good after its fifth run
+        claim(db, iserial(when=now, seq=seq), UNIFIED)
+    plans, advisory = statements_of(
+        db, "SELECT hivenet.claim_interface_serial(%s, %s)", (iserial(when=now, seq=9), UNIFIED))
+    assert advisory == 0
+    insert, caller = plans  # the function's one statement, then the caller's SELECT
+    assert "Insert on interface_call" in insert
+    assert "Conflict Resolution: NOTHING" in insert
+    assert "Seq Scan" not in insert and "Index" not in insert  # no table read
+    assert "claim_interface_serial" in caller
+    assert recorded(db, iserial(when=now, seq=9)) == 1
+
+
+def inserts(plans: list[str]) -> int:
+    return sum("Insert on interface_call" in plan for plan in plans)
+
+
+def test_a_second_claim_of_a_transaction_takes_the_full_path_with_the_same_result(
+        clocked: psycopg.Connection) -> None:
+    # The fast path runs only for a transaction's first claim (other writes do not matter);
+    # the full path records the call, refuses its duplicate and its bad input the same way.
+    clocked.execute("SELECT hivenet.maintain()")  # the day's partition (else: the full path)
+    with clocked.transaction():
+        clocked.execute("SELECT hivenet.claim('q', 'written first')")
+        plans, _ = statements_of(clocked, "SELECT hivenet.claim_interface_serial(%s, %s)",
+                                 (iserial(seq=1), UNIFIED))
+        assert inserts(plans) == 1  # the fast path's
+        plans, _ = statements_of(clocked, "SELECT hivenet.claim_interface_serial(%s, %s)",
+                                 (iserial(seq=2), UNIFIED))
+        assert inserts(plans) == 2  # the fast path's, recording nothing, then the full path's
+    assert recorded(clocked, iserial(seq=1)) == 1
+    assert recorded(clocked, iserial(seq=2)) == 1
+    for refused, state in ((iserial(seq=1), "HN020"), (iserial(when="20310227115900"), "HN021"),
+                           ("C0001A0101T0001203103011159000000000000", "HN001")):
+        with clocked.transaction() as tx:
+            claim(clocked, iserial(seq=3))
+            assert claim_state(clocked, refused) == state
+            raise psycopg.Rollback(tx)
+    # A rolled-back savepoint takes its claim's lock and mark away: the fast path again.
+    with clocked.transaction():
+        with clocked.transaction() as savepoint:
+            claim(clocked, iserial(seq=4))
+            raise psycopg.Rollback(savepoint)
+        plans, _ = statements_of(clocked, "SELECT hivenet.claim_interface_serial(%s)",
+                                 (iserial(seq=5),))
+        assert inserts(plans) == 1
+    assert scalar(clocked, "SELECT current_setting('hivenet.interface_claimed', true)") != "on"
 
 
 # --- Python ------------------------------------------------------------------------------

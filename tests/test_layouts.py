@@ -71,6 +71,22 @@ def state(conn: psycopg.Connection, sql: str, params: Any = None) -> str | None:
     return None
 
 
+@pytest.mark.parametrize("format, serial", [
+    ("unified", "C0001A0101202611240000000001"),
+    ("system", "C0001A010120261121000000000013"),
+    ("interface", "C0001A0101T0001202611210930150000000042"),
+])
+def test_the_shape_checks_the_length_exactly(tx: psycopg.Connection, format: str,
+                                             serial: str) -> None:
+    """The generated shape check is the length, then a regex whose last run is unbounded (a
+    bounded run is three times slower): a digit more or less is no shape, and no valid serial
+    (fails when the length check is left out)."""
+    checks = "SELECT hivenet._serial_valid(%s, %s), hivenet._serial_shaped(%s, %s)"
+    assert tx.execute(checks, (format, serial) * 2).fetchone() == (True, True)
+    for bad in (serial + "0", serial[:-1], serial + "00000"):
+        assert tx.execute(checks, (format, bad) * 2).fetchone() == (False, False), bad
+
+
 def test_a_custom_format_is_read_by_its_layout_and_a_new_layout_changes_every_reader(
         tx: psycopg.Connection) -> None:
     """Define a format, read a serial of it; after a rollback define the same name with other

@@ -24,11 +24,6 @@ COMMENT ON TABLE hivenet.claim_record IS 'one row per taken claim (hivenet.claim
 CREATE INDEX claim_record_expiry ON hivenet.claim_record (expires_at)
     WHERE expires_at IS NOT NULL;
 
--- Advisory lock namespace of claims in progress: (this key, hash of namespace and key), held
--- by every claim until commit so that a nowait claim sees at once that one is in flight.
-CREATE FUNCTION hivenet._claim_lock_space() RETURNS integer
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210202 $$;
-
 -- HN001 unless p_namespace is 1 to 200 bytes: what claim() and set_claim_expiry() take (a
 -- longer one would not fit the primary key's index row, 54000).
 CREATE FUNCTION hivenet._check_claim_namespace(p_namespace text) RETURNS void
@@ -41,23 +36,13 @@ BEGIN
     END IF;
 END $$;
 
--- hivenet.claim(namespace, key, nowait default false) → void
---   Takes the claim (namespace, key) in the caller's transaction: it commits or vanishes with
---   that transaction. A claim whose namespace expiry has passed counts as free (maintain()
---   deletes such rows later; until then they still block nobody).
---   Raises HN001 when namespace or key is NULL, empty, or longer than 200 / 1000 bytes; HN040
---   when the claim is taken.
---   Blocks while another transaction holds an uncommitted claim of the same key, then raises
---   HN040 if that one committed, or takes the claim if it rolled back. With nowait it raises
---   HN040 at once instead (also, once in about 4 billion, for another key claimed at that
---   moment whose 32-bit hash is the same). Under REPEATABLE READ a claim committed after the
---   transaction's snapshot raises 40001 (retry) instead.
-CREATE FUNCTION hivenet.claim(p_namespace text, p_key text, p_nowait boolean DEFAULT false)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- The full path of claim (its contract below): each check with its exact error, the insert,
+-- and the retaking of an expired claim. The fast path hands it every claim it did not take.
+-- Runs as its caller, the SECURITY DEFINER claim (the table's owner).
+CREATE FUNCTION hivenet._claim_checked(p_namespace text, p_key text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := hivenet.now();
-    v_lock integer;
     v_expires timestamptz;
 BEGIN
     PERFORM hivenet._check_claim_namespace(p_namespace);
@@ -65,14 +50,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('claim key %s of namespace %s must be 1 to 1000 bytes',
                              hivenet._shown(p_key), hivenet._shown(p_namespace));
-    END IF;
-    v_lock := hashtext(p_namespace || chr(31) || p_key);
-    IF NOT p_nowait THEN
-        PERFORM pg_advisory_xact_lock(hivenet._claim_lock_space(), v_lock);
-    ELSIF NOT pg_try_advisory_xact_lock(hivenet._claim_lock_space(), v_lock) THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN040',
-            MESSAGE = format('claim %s / %s is being taken by another transaction in progress '
-                             '(nowait)', hivenet._shown(p_namespace), hivenet._shown(p_key));
     END IF;
     SELECT v_now + n.expiry INTO v_expires
     FROM hivenet.claim_namespace n WHERE n.namespace = p_namespace;
@@ -82,13 +59,65 @@ BEGIN
     IF FOUND THEN
         RETURN;
     END IF;
-    -- Rare path: taken before; free again if it expired.
+    -- Taken before; free again if it expired. A concurrent retaking holds the row: this waits
+    -- for it, then finds the claim unexpired (or, under REPEATABLE READ, raises 40001).
     UPDATE hivenet.claim_record r SET claimed_at = v_now, expires_at = v_expires
     WHERE r.namespace = p_namespace AND r.key = p_key AND r.expires_at <= v_now;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN040',
             MESSAGE = format('claim %s / %s is already taken (until %s)',
                              hivenet._shown(p_namespace), hivenet._shown(p_key), v_expires);
+    END IF;
+END $$;
+
+-- The full path under the shortest lock_timeout: where it would wait for another transaction
+-- taking the same claim, it raises HN040 at once. Its own function (SET clause) so the
+-- caller's lock_timeout is untouched, and the subtransaction of the EXCEPTION block stays off
+-- the default path (as _begin_attempt_nowait, requests.sql).
+CREATE FUNCTION hivenet._claim_nowait(p_namespace text, p_key text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+BEGIN
+    PERFORM hivenet._claim_checked(p_namespace, p_key);
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION USING ERRCODE = 'HN040',
+        MESSAGE = format('claim %s / %s is being taken by another transaction in progress '
+                         '(nowait)', hivenet._shown(p_namespace), hivenet._shown(p_key));
+END $$;
+
+-- hivenet.claim(namespace, key, nowait default false) → void
+--   Takes the claim (namespace, key) in the caller's transaction: it commits or vanishes with
+--   that transaction. A claim whose namespace expiry has passed counts as free (maintain()
+--   deletes such rows later; until then they still block nobody).
+--   Raises HN001 when namespace or key is NULL, empty, or longer than 200 / 1000 bytes; HN040
+--   when the claim is taken.
+--   Blocks while another transaction holds an uncommitted claim of the same key, then raises
+--   HN040 if that one committed, or takes the claim if it rolled back. With nowait it raises
+--   HN040 at once instead (also when it would wait over a millisecond for another lock, rarely:
+--   the table's growth under heavy load). Under REPEATABLE READ a claim committed after the
+--   transaction's snapshot raises 40001 (retry) instead.
+--   The wait is the primary key's own (the insert waits for the transaction holding the same
+--   key): claims of distinct keys never wait on each other.
+CREATE FUNCTION hivenet.claim(p_namespace text, p_key text, p_nowait boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_nowait THEN
+        PERFORM hivenet._claim_nowait(p_namespace, p_key);
+        RETURN;
+    END IF;
+    -- Fast path: one statement (its plan cached by the session) that takes a free claim of a
+    -- well-sized namespace and key; anything else, a taken claim included, goes to the full
+    -- path, which decides and raises the exact error.
+    INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
+    SELECT p_namespace, p_key, c.now,
+           c.now + (SELECT n.expiry FROM hivenet.claim_namespace n
+                    WHERE n.namespace = p_namespace)
+    FROM (SELECT hivenet.now() AS now OFFSET 0) c  -- one clock reading for both times
+    WHERE octet_length(p_namespace) BETWEEN 1 AND 200
+      AND octet_length(p_key) BETWEEN 1 AND 1000
+    ON CONFLICT (namespace, key) DO NOTHING;
+    IF NOT FOUND THEN
+        PERFORM hivenet._claim_checked(p_namespace, p_key);
     END IF;
 END $$;
 

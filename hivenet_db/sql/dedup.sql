@@ -36,11 +36,6 @@ COMMENT ON TABLE hivenet.interface_call IS
 CREATE INDEX interface_call_unified ON hivenet.interface_call (unified_serial)
     WHERE unified_serial IS NOT NULL;
 
--- Advisory lock namespace of claims in progress: (this key, hash of the serial). Every claim
--- takes it until commit, so a nowait claim can see at once that another one is in flight.
-CREATE FUNCTION hivenet._interface_lock_space() RETURNS integer
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210201 $$;
-
 CREATE FUNCTION hivenet._interface_partition_name(p_day date) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT 'interface_call_' || to_char(p_day, 'YYYYMMDD')
@@ -130,31 +125,13 @@ BEGIN
         MESSAGE = format('%s is no valid %s serial', hivenet._shown(p_serial), p_format);
 END $$;
 
--- hivenet.claim_interface_serial(serial, unified_serial default null,
---                                system_serial default null, nowait default false) → void
---   Records an incoming interface call in the caller's transaction: its claim commits or
---   vanishes with that transaction. The unified and system serials are recorded for the call
---   chain, never checked for duplicates (HiveNet rule 1).
---   Raises HN001 when serial is no valid interface serial (as parse_serial), or
---   unified_serial / system_serial is given but not shaped as its format's layout says (the
---   characters of each field, digits for the date and seq: only their shape is checked;
---   parse.sql _serial_shaped); HN021 when the serial's own
---   time (its caller's local time, in any zone from UTC-12 to UTC+14) is older than the
---   setting interface_window or later than now + interface_future_tolerance in every such
---   zone, unless this database issued it (its clock stepped back: allocate.sql); HN020 when
---   it is already recorded; HN002 when this database declared owned instances and does not
---   own the serial's (its caller's) instance: a retry sent to the wrong shard (ownership.sql,
---   check_received_instances).
---   Blocks while another transaction holds an uncommitted claim of the same serial, then
---   raises HN020 if that one committed, or records the call if it rolled back. With nowait
---   it raises HN020 at once instead of waiting (also, once in about 4 billion, for another
---   serial claimed at that moment whose 32-bit hash is the same). Under REPEATABLE READ a
---   duplicate committed after the transaction's snapshot raises 40001 (retry) instead.
---   Never fails for a missing partition: a day without one is recorded in the default
---   partition.
-CREATE FUNCTION hivenet.claim_interface_serial(p_serial text, p_unified_serial text DEFAULT NULL,
-    p_system_serial text DEFAULT NULL, p_nowait boolean DEFAULT false) RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- The full path of claim_interface_serial (its contract below): every check one by one, each
+-- failure with its exact error, then the insert. The fast path hands it every call it did not
+-- record, so this function decides alone what is accepted. Runs as its caller, the
+-- SECURITY DEFINER claim_interface_serial (the table's owner).
+CREATE FUNCTION hivenet._claim_interface_serial_checked(p_serial text, p_unified_serial text,
+    p_system_serial text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := hivenet.now();
     v_local timestamp;
@@ -164,10 +141,10 @@ DECLARE
     v_window interval;
     v_tolerance interval;
     v_recorded timestamptz;
+    v_partition regclass;
 BEGIN
-    -- This runs on every incoming call: the layout of format 'interface' checked by one
-    -- inlined expression generated from its definition (parse.sql, _serial_valid; a call of
-    -- a function with SET search_path costs). What it does not vouch for, parse_serial
+    -- The layout of format 'interface' checked by one inlined expression generated from its
+    -- definition (parse.sql, _serial_valid). What it does not vouch for, parse_serial
     -- decides, naming the problem (HN001): the accepted set is exactly parse_serial's.
     IF NOT coalesce(hivenet._serial_valid('interface', p_serial), false) THEN
         PERFORM hivenet.parse_serial(p_serial, 'interface');
@@ -195,20 +172,17 @@ BEGIN
     IF v_local < v_from OR v_local > v_to THEN
         PERFORM hivenet._refuse_outside_window(p_serial, v_local, v_from, v_to);
     END IF;
-    IF NOT p_nowait THEN
-        PERFORM pg_advisory_xact_lock(hivenet._interface_lock_space(), hashtext(p_serial));
-    ELSIF NOT pg_try_advisory_xact_lock(hivenet._interface_lock_space(), hashtext(p_serial)) THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN020',
-            MESSAGE = format('interface serial %s is being claimed by another transaction '
-                             'in progress (nowait)', p_serial);
-    END IF;
-    -- The name of _interface_partition_name(v_day), spelled out to save a call.
-    IF to_regclass('hivenet.interface_call_' || to_char(v_local, 'YYYYMMDD')) IS NULL THEN
-        -- To the default partition, unless the day's partition was attached since this
-        -- session last looked (this session's list of partitions can be stale, and the
-        -- default partition then refuses the row). The first lock on the default partition
-        -- in a transaction refreshes that list, and while held no ATTACH can complete.
+    -- This session's list of partitions can be stale: a partition attached while this
+    -- transaction already held its lock on the table (an earlier claim) is not in it, and the
+    -- default partition then refuses the row. A lock this transaction does not hold yet
+    -- refreshes that list: the day's partition's (the one the row goes to), or the default
+    -- partition's, while held no ATTACH can complete. The name of
+    -- _interface_partition_name(v_day), spelled out to save a call.
+    v_partition := to_regclass('hivenet.interface_call_' || to_char(v_local, 'YYYYMMDD'));
+    IF v_partition IS NULL THEN
         LOCK TABLE hivenet.interface_call_default IN ROW EXCLUSIVE MODE;
+    ELSE
+        EXECUTE format('LOCK TABLE %s IN ROW EXCLUSIVE MODE', v_partition);
     END IF;
     INSERT INTO hivenet.interface_call
         (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
@@ -223,6 +197,95 @@ BEGIN
             MESSAGE = format('interface serial %s is already recorded (at %s)', p_serial,
                              coalesce(v_recorded::text, 'an earlier step of this transaction'));
     END IF;
+END $$;
+
+-- The full path under the shortest lock_timeout: where the insert would wait for another
+-- transaction's uncommitted claim of the same serial, it raises HN020 at once. Its own function
+-- (SET clause) so the caller's lock_timeout is untouched, and the subtransaction of the
+-- EXCEPTION block stays off the default path (as _begin_attempt_nowait, requests.sql).
+CREATE FUNCTION hivenet._claim_interface_serial_nowait(p_serial text, p_unified_serial text,
+    p_system_serial text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+BEGIN
+    PERFORM hivenet._claim_interface_serial_checked(p_serial, p_unified_serial,
+                                                    p_system_serial);
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION USING ERRCODE = 'HN020',
+        MESSAGE = format('interface serial %s is being claimed by another transaction in '
+                         'progress (nowait)', p_serial);
+END $$;
+
+-- hivenet.claim_interface_serial(serial, unified_serial default null,
+--                                system_serial default null, nowait default false) → void
+--   Records an incoming interface call in the caller's transaction: its claim commits or
+--   vanishes with that transaction. The unified and system serials are recorded for the call
+--   chain, never checked for duplicates (HiveNet rule 1).
+--   Raises HN001 when serial is no valid interface serial (as parse_serial), or
+--   unified_serial / system_serial is given but not shaped as its format's layout says (the
+--   characters of each field, digits for the date and seq: only their shape is checked;
+--   parse.sql _serial_shaped); HN021 when the serial's own
+--   time (its caller's local time, in any zone from UTC-12 to UTC+14) is older than the
+--   setting interface_window or later than now + interface_future_tolerance in every such
+--   zone, unless this database issued it (its clock stepped back: allocate.sql); HN020 when
+--   it is already recorded; HN002 when this database declared owned instances and does not
+--   own the serial's (its caller's) instance: a retry sent to the wrong shard (ownership.sql,
+--   check_received_instances).
+--   Blocks while another transaction holds an uncommitted claim of the same serial, then
+--   raises HN020 if that one committed, or records the call if it rolled back. With nowait
+--   it raises HN020 at once instead of waiting (also when its insert would wait over a
+--   millisecond for another lock: a maintain() attaching a partition, rarely the table's
+--   growth under heavy load). Under REPEATABLE READ a duplicate committed after the
+--   transaction's snapshot raises 40001 (retry) instead.
+--   Never fails for a missing partition: a day without one is recorded in the default
+--   partition.
+--   The wait is the unique index's own (the insert waits for the transaction holding the
+--   same key): a claim takes no other lock than the table's, so claims of distinct serials
+--   never wait on each other.
+CREATE FUNCTION hivenet.claim_interface_serial(p_serial text, p_unified_serial text DEFAULT NULL,
+    p_system_serial text DEFAULT NULL, p_nowait boolean DEFAULT false) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_mark text;  -- an assignment is a simple expression; PERFORM would run the executor
+BEGIN
+    IF p_nowait THEN
+        PERFORM hivenet._claim_interface_serial_nowait(p_serial, p_unified_serial,
+                                                       p_system_serial);
+        v_mark := set_config('hivenet.interface_claimed', 'on', true);
+        RETURN;
+    END IF;
+    -- Fast path, run on every incoming call: one statement (its plan cached by the session)
+    -- that records the call only when every check of the full path surely passes, the same
+    -- generated expressions folded into its WHERE: a valid serial (its time read only then:
+    -- casts may fail on others), inside the window, well-shaped carried serials, every
+    -- instance owned, the day's partition there. Anything else, a duplicate included, goes
+    -- to the full path, which decides and raises the exact error. Only for the transaction's
+    -- first claim (hivenet.interface_claimed, set locally at the end of every claim, undone
+    -- by a rolled-back savepoint as the claim's locks are): then it holds no lock on the
+    -- table yet, so its list of partitions is refreshed when the insert takes that lock (see
+    -- the full path).
+    INSERT INTO hivenet.interface_call
+        (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
+    SELECT p_serial, c.local_time::date, p_unified_serial, p_system_serial, c.now
+    FROM (SELECT CASE WHEN hivenet._serial_valid('interface', p_serial)
+                      THEN hivenet._serial_time('interface', p_serial) END AS local_time,
+                 hivenet.now() AS now
+          OFFSET 0) c  -- one clock reading for the window and recorded_at
+    WHERE c.local_time >= (c.now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[1]
+                          - hivenet._setting_constant('interface_window')::interval
+      AND c.local_time <= (c.now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[2]
+                          + hivenet._setting_constant('interface_future_tolerance')::interval
+      AND coalesce(hivenet._serial_shaped('unified', p_unified_serial), true)
+      AND coalesce(hivenet._serial_shaped('system', p_system_serial), true)
+      AND hivenet._setting_constant('owned_instances') = 'all'
+      AND to_regclass('hivenet.interface_call_' || to_char(c.local_time, 'YYYYMMDD'))
+          IS NOT NULL
+      AND current_setting('hivenet.interface_claimed', true) IS DISTINCT FROM 'on'
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        PERFORM hivenet._claim_interface_serial_checked(p_serial, p_unified_serial,
+                                                        p_system_serial);
+    END IF;
+    v_mark := set_config('hivenet.interface_claimed', 'on', true);
 END $$;
 
 -- hivenet.interface_calls: every recorded call with the fields of its interface serial.
