@@ -215,8 +215,9 @@ def test_a_replay_is_inlined_and_runs_no_plpgsql(db: psycopg.Connection) -> None
     fresh = new_serial(db)
     assert _plpgsql_calls(db, f"SELECT * FROM hivenet.begin_step('{fresh}', NULL)",
                           times=1) == {"_begin_step": 1}
+    # One PL/pgSQL layer: finish_step is inlined into its call of finish_request.
     assert _plpgsql_calls(db, f"SELECT hivenet.finish_step('{fresh}', 1, true)",
-                          times=1) == {"finish_step": 1}
+                          times=1) == {"finish_request": 1}
 
 
 @pytest.mark.parametrize(("options", "code"), [

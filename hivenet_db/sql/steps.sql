@@ -270,23 +270,13 @@ END;
 CREATE FUNCTION hivenet.finish_step(
     p_system_serial text, p_attempt integer, p_succeeded boolean, p_response jsonb DEFAULT NULL)
 RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    -- _finish_attempt's UPDATE, without its call on the hot path; when it finds nothing,
-    -- _finish_attempt runs it again (finding nothing) and names the problem.
-    UPDATE hivenet.request_attempt a
-    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
-                     ELSE 'failed'::hivenet.step_state END,
-        finished_at = hivenet.now(),
-        response = CASE WHEN p_succeeded THEN p_response END,
-        error = CASE WHEN NOT p_succeeded THEN p_response END
-    WHERE a.namespace = 'hivenet.steps' AND a.key = p_system_serial AND a.attempt = p_attempt
-      AND a.state = 'processing' AND p_succeeded IS NOT NULL;
-    IF NOT FOUND THEN
-        PERFORM hivenet._finish_attempt('hivenet.steps', p_system_serial, p_attempt,
-                                        p_succeeded, p_response);
-    END IF;
-END $$;
+-- finish_request on the steps' namespace (the same UPDATE, the same errors), inlined into the
+-- caller's statement: no PL/pgSQL layer of its own.
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT hivenet.finish_request('hivenet.steps', p_system_serial, p_attempt, p_succeeded,
+                                  p_response);
+END;
 
 -- hivenet.resolve_step(system_serial, attempt, succeeded, note, response default null) → void
 --   Operator action for a stuck step (hivenet.stuck_steps): once the real outcome of attempt

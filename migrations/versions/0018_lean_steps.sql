@@ -1,8 +1,9 @@
 -- Revision 0018 (issue 13): lean steps. begin_step becomes an inlinable LANGUAGE sql function
 -- whose replay of a succeeded step reads view _step_replay (no PL/pgSQL call); everything else
--- goes to _begin_step (the former begin_step, which inserts a new step itself); finish_step,
+-- goes to _begin_step (the former begin_step, which inserts a new step itself);
 -- begin_request and finish_request run their INSERT / UPDATE themselves, without a call of
--- _begin_attempt / _finish_attempt on the hot path. Bodies as in hivenet_db/sql/steps.sql,
+-- _begin_attempt / _finish_attempt on the hot path, and finish_step is finish_request on the
+-- steps' namespace, inlined. Bodies as in hivenet_db/sql/steps.sql,
 -- requests.sql and privileges.sql.
 
 -- hivenet_db/sql/requests.sql (begin_request, finish_request)
@@ -335,23 +336,13 @@ END;
 CREATE OR REPLACE FUNCTION hivenet.finish_step(
     p_system_serial text, p_attempt integer, p_succeeded boolean, p_response jsonb DEFAULT NULL)
 RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    -- _finish_attempt's UPDATE, without its call on the hot path; when it finds nothing,
-    -- _finish_attempt runs it again (finding nothing) and names the problem.
-    UPDATE hivenet.request_attempt a
-    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
-                     ELSE 'failed'::hivenet.step_state END,
-        finished_at = hivenet.now(),
-        response = CASE WHEN p_succeeded THEN p_response END,
-        error = CASE WHEN NOT p_succeeded THEN p_response END
-    WHERE a.namespace = 'hivenet.steps' AND a.key = p_system_serial AND a.attempt = p_attempt
-      AND a.state = 'processing' AND p_succeeded IS NOT NULL;
-    IF NOT FOUND THEN
-        PERFORM hivenet._finish_attempt('hivenet.steps', p_system_serial, p_attempt,
-                                        p_succeeded, p_response);
-    END IF;
-END $$;
+-- finish_request on the steps' namespace (the same UPDATE, the same errors), inlined into the
+-- caller's statement: no PL/pgSQL layer of its own.
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT hivenet.finish_request('hivenet.steps', p_system_serial, p_attempt, p_succeeded,
+                                  p_response);
+END;
 
 
 -- hivenet_db/sql/privileges.sql (the new functions and view)
