@@ -87,6 +87,31 @@ def test_the_shape_checks_the_length_exactly(tx: psycopg.Connection, format: str
         assert tx.execute(checks, (format, bad) * 2).fetchone() == (False, False), bad
 
 
+@pytest.mark.parametrize("format, serial", [
+    ("unified", "C0001A0101999999990000000001"),   # month 99: shaped, not valid
+    ("system", "C0001A010120261131000000000013"),  # 31 November
+    ("interface", "C0001A0101T0001202611219961150000000042"),  # hour 99
+    ("id_service", "9999999999999999999999999999"),
+    ("unified", "C0001A0101"),                      # too short: empty substrings
+])
+def test_the_time_of_a_serial_that_is_not_valid_is_null_never_an_error(
+        tx: psycopg.Connection, format: str, serial: str) -> None:
+    """_serial_time is public (the reporting views call it as their reader): a serial that
+    only looks right gets NULL, not 22008 / 22P02 (found by test_hostile_input)."""
+    assert tx.execute("SELECT hivenet._serial_time(%s, %s)", (format, serial)).fetchone() == (
+        None,)
+
+
+def test_a_lane_count_no_format_can_have_is_no_lane_never_an_error(
+        tx: psycopg.Connection) -> None:
+    """_lane_of is public (the inlined fast path): -2^31 lanes overflowed (22003)."""
+    for lanes in (-2147483648, 0, 2048):
+        assert tx.execute("SELECT hivenet._lane_of('C0001A0101', %s)",
+                          (lanes,)).fetchone() == (None,)
+    assert tx.execute("SELECT hivenet._lane_of('C0001A0101', 64) BETWEEN 0 AND 63"
+                      ).fetchone() == (True,)
+
+
 def test_a_custom_format_is_read_by_its_layout_and_a_new_layout_changes_every_reader(
         tx: psycopg.Connection) -> None:
     """Define a format, read a serial of it; after a rollback define the same name with other

@@ -266,8 +266,7 @@ BEGIN
     INSERT INTO hivenet.interface_call
         (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
     SELECT p_serial, c.local_time::date, p_unified_serial, p_system_serial, c.now
-    FROM (SELECT CASE WHEN hivenet._serial_valid('interface', p_serial)
-                      THEN hivenet._serial_time('interface', p_serial) END AS local_time,
+    FROM (SELECT hivenet._serial_time('interface', p_serial) AS local_time,  -- NULL: invalid
                  hivenet.now() AS now
           OFFSET 0) c  -- one clock reading for the window and recorded_at
     WHERE c.local_time >= (c.now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[1]

@@ -255,7 +255,7 @@ BEGIN ATOMIC
 END;
 
 -- _serial_time(format, serial): the time printed in a valid serial (business-local; midnight
--- for a date), NULL when the format prints none. Only for valid serials (casts may fail).
+-- for a date), NULL when the serial is not valid (as _serial_valid) or the format prints none.
 CREATE FUNCTION hivenet._serial_time(p_format text, p_serial text) RETURNS timestamp
 LANGUAGE sql STABLE
 BEGIN ATOMIC
@@ -296,8 +296,12 @@ BEGIN
     LOOP
         v_valid := v_valid || format(' WHEN %L THEN %s', v_format.name, v_format.valid);
         v_shaped := v_shaped || format(' WHEN %L THEN %s', v_format.name, v_format.shape);
+        -- NULL unless valid: the function is public (views), and casts of a serial that only
+        -- looks right (month 99) would fail.
         v_time := v_time || format(' WHEN %L THEN %s', v_format.name,
-                                   coalesce(v_format.time_of, 'NULL::timestamp'));
+            CASE WHEN v_format.time_of IS NULL THEN 'NULL::timestamp'
+                 ELSE format('CASE WHEN %s THEN %s END', v_format.valid, v_format.time_of)
+                 END);
         v_field := v_field || format(' WHEN %L THEN CASE p_field%s ELSE NULL::text END',
             v_format.name, (SELECT coalesce(string_agg(format(' WHEN %L THEN %s', f.key,
                                                               f.value), '' ORDER BY f.key),

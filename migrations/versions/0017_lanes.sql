@@ -265,7 +265,8 @@ $$;
 CREATE OR REPLACE FUNCTION hivenet._lane_of(p_scope text, p_lanes integer) RETURNS integer
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
-    SELECT hashtext(p_scope) & (p_lanes - 1);
+    -- NULL for a lane count no format can have (the function is public: the fast path).
+    SELECT CASE WHEN p_lanes BETWEEN 1 AND 1024 THEN hashtext(p_scope) & (p_lanes - 1) END;
 END;
 
 -- The lane sequence of counter scope p_scope of laned format p_format.

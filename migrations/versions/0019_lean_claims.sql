@@ -149,8 +149,7 @@ BEGIN
     INSERT INTO hivenet.interface_call
         (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
     SELECT p_serial, c.local_time::date, p_unified_serial, p_system_serial, c.now
-    FROM (SELECT CASE WHEN hivenet._serial_valid('interface', p_serial)
-                      THEN hivenet._serial_time('interface', p_serial) END AS local_time,
+    FROM (SELECT hivenet._serial_time('interface', p_serial) AS local_time,  -- NULL: invalid
                  hivenet.now() AS now
           OFFSET 0) c  -- one clock reading for the window and recorded_at
     WHERE c.local_time >= (c.now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[1]
@@ -417,8 +416,12 @@ BEGIN
     LOOP
         v_valid := v_valid || format(' WHEN %L THEN %s', v_format.name, v_format.valid);
         v_shaped := v_shaped || format(' WHEN %L THEN %s', v_format.name, v_format.shape);
+        -- NULL unless valid: the function is public (views), and casts of a serial that only
+        -- looks right (month 99) would fail.
         v_time := v_time || format(' WHEN %L THEN %s', v_format.name,
-                                   coalesce(v_format.time_of, 'NULL::timestamp'));
+            CASE WHEN v_format.time_of IS NULL THEN 'NULL::timestamp'
+                 ELSE format('CASE WHEN %s THEN %s END', v_format.valid, v_format.time_of)
+                 END);
         v_field := v_field || format(' WHEN %L THEN CASE p_field%s ELSE NULL::text END',
             v_format.name, (SELECT coalesce(string_agg(format(' WHEN %L THEN %s', f.key,
                                                               f.value), '' ORDER BY f.key),
