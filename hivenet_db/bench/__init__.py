@@ -463,9 +463,11 @@ def _record(args: argparse.Namespace, argv: list[str], results: list[Result]) ->
     else:
         postgres = report.first_line([str(find_bin_dir() / "postgres"), "--version"])
         where = "the runner's own PostgreSQL, fsync on"
-    settings = (f"{args.rounds} round(s) alternating, "
-                f"{args.seconds or 'params.json'} s and {args.clients or 'params.json'} "
-                f"clients per pgbench run, prepared statements, {where}"
+    # Without --seconds / --clients each scenario's params.json says (16 clients, 10 s).
+    seconds = f"{args.seconds} s" if args.seconds else "each scenario's seconds (params.json)"
+    clients = f"{args.clients} clients" if args.clients else "its clients (params.json)"
+    settings = (f"{args.rounds} round(s) alternating, {seconds} and {clients} per pgbench "
+                f"run, prepared statements, {where}"
                 + (", --quick (too short to quote)" if args.quick else ""))
     report.record(args.markdown, report.section(
         results, command=" ".join(["hivenet-db bench", *argv]), settings=settings,
