@@ -13,19 +13,15 @@ from collections import defaultdict
 import psycopg
 import pytest
 
-from tests.helpers import Connect, SetClock, in_parallel, scalar, wait_until_blocked
+from tests.helpers import Connect, SetClock, define_scoped, in_parallel, scalar, wait_until_blocked
 
 NEXT = ("SELECT hivenet.next_serial('scoped', jsonb_build_object("
         "'system', 'C0001', 'module', 'A01', 'instance', %s::text))")
-SCOPED = """[{"field": "system", "width": 5, "charset": "alnum"},
-             {"field": "module", "width": 3, "charset": "alnum"},
-             {"field": "instance", "width": 2, "charset": "digit", "min": 1},
-             {"time": "YYYYMMDD"}, {"seq": 10, "reset": "day"}]"""
 
 
 @pytest.fixture(autouse=True)
 def scoped(db: psycopg.Connection) -> None:
-    db.execute("SELECT hivenet.define_format('scoped', %s)", (SCOPED,))
+    define_scoped(db)
 
 
 def seq(serial: str) -> int:

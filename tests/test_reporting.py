@@ -14,14 +14,11 @@ from psycopg.rows import dict_row
 
 from hivenet_db import migrate
 from hivenet_db.errors import SequenceExhausted, translated
+from tests.helpers import define_scoped
 
 SetClock = Callable[[psycopg.Connection, str], None]
 UNIFIED = ("SELECT hivenet.next_serial('scoped', '{\"system\": \"C0001\", \"module\": \"A01\", "
            "\"instance\": \"01\"}') FROM generate_series(1, %s)")
-SCOPED = """[{"field": "system", "width": 5, "charset": "alnum"},
-             {"field": "module", "width": 3, "charset": "alnum"},
-             {"field": "instance", "width": 2, "charset": "digit", "min": 1},
-             {"time": "YYYYMMDD"}, {"seq": 10, "reset": "day"}]"""
 NEW_SCOPES = "(new scopes)"
 
 
@@ -30,7 +27,7 @@ def prepare(db: psycopg.Connection) -> None:
     counter never goes back to an earlier period) so that seq starts at 1."""
     db.execute("""SELECT hivenet.define_format('tiny', '[{"field": "desk", "width": 2,
         "charset": "digit"}, {"time": "YYYYMMDD"}, {"seq": 2, "reset": "day"}]')""")
-    db.execute("SELECT hivenet.define_format('scoped', %s)", (SCOPED,))
+    define_scoped(db)
     for format, fields in (("scoped", '{"system": "C0001", "module": "A01", "instance": "01"}'),
                            ("tiny", '{"desk": "07"}')):
         db.execute("SELECT hivenet.prepare_scope(%s, %s)", (format, fields))
