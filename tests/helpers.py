@@ -186,6 +186,16 @@ Connect = Callable[..., psycopg.Connection]  # the ``connect`` fixture
 SetClock = Callable[[psycopg.Connection, str], None]  # the ``fake_clock`` fixture
 
 
+def explain_to_notices(conn: psycopg.Connection, analyze: bool = False) -> None:
+    """Load auto_explain on conn to send the plan of every statement, those run inside
+    functions included, as a notice (with row counts when analyze). Nothing is logged until
+    the caller sets auto_explain.log_min_duration (to 0)."""
+    conn.execute("LOAD 'auto_explain'")
+    for name, value in (("log_nested_statements", "on"), ("log_level", "notice"),
+                        *((("log_analyze", "on"), ("log_timing", "off")) if analyze else ())):
+        conn.execute(f"SET auto_explain.{name} = {value}")
+
+
 def statements_of(conn: psycopg.Connection, sql: str, params: Any = None
                   ) -> tuple[list[str], int]:
     """The plans of every statement sql runs, its functions' included (auto_explain), and the
@@ -198,10 +208,7 @@ def statements_of(conn: psycopg.Connection, sql: str, params: Any = None
             plans.append(diag.message_primary or "")
 
     conn.add_notice_handler(collect)
-    conn.execute("LOAD 'auto_explain'")
-    for name, value in (("log_nested_statements", "on"), ("log_analyze", "on"),
-                        ("log_timing", "off"), ("log_level", "notice")):
-        conn.execute(f"SET auto_explain.{name} = {value}")
+    explain_to_notices(conn, analyze=True)
     try:
         with conn.transaction():
             conn.execute("SET auto_explain.log_min_duration = 0")

@@ -26,6 +26,7 @@ from hivenet_db.propagation import unified_serial_context
 from tests.helpers import (
     async_connection,
     claim_and_end,
+    explain_to_notices,
     race,
     run_sql,
     run_sql_async,
@@ -511,10 +512,8 @@ def test_duplicate_check_touches_one_partition_through_its_unique_index(
     # The claim's own statements, as run inside the function (auto_explain).
     plans: list[str] = []
     clocked.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
-    clocked.execute("LOAD 'auto_explain'")
-    for name, value in (("log_min_duration", "0"), ("log_nested_statements", "on"),
-                        ("log_analyze", "on"), ("log_timing", "off"), ("log_level", "notice")):
-        clocked.execute(f"SET auto_explain.{name} = {value}")
+    explain_to_notices(clocked, analyze=True)
+    clocked.execute("SET auto_explain.log_min_duration = 0")
     assert claim_state(clocked, serial) == "HN020"
     # The fast path's insert finds the conflict, then the full path's (for the exact error).
     inserts = [p for p in plans if "Insert on interface_call" in p]

@@ -28,7 +28,13 @@ from hivenet_db import (
     StepInProgress,
 )
 from hivenet_db._execute import SyncDB
-from tests.helpers import async_connection, race, sqlstate_of, wait_until_blocked
+from tests.helpers import (
+    async_connection,
+    explain_to_notices,
+    race,
+    sqlstate_of,
+    wait_until_blocked,
+)
 from tests.test_steps import Background, sqlstate
 
 Connect = Callable[..., psycopg.Connection]
@@ -261,10 +267,8 @@ def test_retention_deletes_through_the_index_not_by_scanning_live_rows(
                          now() - n * interval '1 second'
                   FROM generate_series(1, 20000) AS n""")
     db.execute("ANALYZE hivenet.request_attempt")
-    db.execute("LOAD 'auto_explain'")
+    explain_to_notices(db)
     db.execute("SET auto_explain.log_min_duration = 0")
-    db.execute("SET auto_explain.log_nested_statements = on")
-    db.execute("SET auto_explain.log_level = notice")
     plans: list[str] = []
     db.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
     db.execute("SELECT hivenet._purge_requests('x', now() - interval '19900 seconds')")
