@@ -1,6 +1,6 @@
 """hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency inside PostgreSQL."""
 
-from hivenet_db.allocation import AsyncSerialRepository, SerialRepository
+from hivenet_db.allocation import AsyncSerialRepository, SerialRepository, flush_at_commit
 from hivenet_db.dedup import (
     AsyncClaimRepository,
     AsyncInterfaceDedup,
@@ -58,5 +58,6 @@ __all__ = [
     "StepRun",
     "StepStart",
     "UnknownScope",
+    "flush_at_commit",
     "parse_serial",
 ]

@@ -13,6 +13,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -84,6 +85,14 @@ def _parent_pid(proc: Path) -> int | None:
         return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        # the state follows "(comm)": Z for a zombie
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _free_port() -> int:
@@ -306,13 +315,18 @@ class EmbeddedPostgres:
         """SIGKILL the postmaster and every backend at once, as a crash of the whole server
         would; the next start runs crash recovery."""
         pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
-        children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-                    and _parent_pid(p) == pid]
-        for victim in (pid, *children):
+        # Stopped first, so that it forks no backend between the listing and the kill: one
+        # that escaped would keep the shared memory, and the next start would refuse to run.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+        victims = [pid, *(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                          and _parent_pid(p) == pid)]
+        for victim in victims:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(victim, 9)
-        for _ in range(200):
-            if self._run("pg_ctl", "status", "-D", self.data_dir, check=False).returncode != 0:
+                os.kill(victim, signal.SIGKILL)
+        for _ in range(200):  # until each is dead (a zombie has released its memory) and reaped
+            if not any(_alive(victim) for victim in victims) and self._run(
+                    "pg_ctl", "status", "-D", self.data_dir, check=False).returncode != 0:
                 return
             time.sleep(0.05)
 

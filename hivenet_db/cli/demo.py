@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from hivenet_db.allocation import SerialRepository
+from hivenet_db.allocation import SerialRepository, flush_at_commit
 from hivenet_db.cli.database import USABLE, database_url, require_url
 from hivenet_db.cli.output import CommandError, Output, format_table, redact
 from hivenet_db.cli.parser import Commands
@@ -93,6 +93,7 @@ class Demo:
     def issue(self, caller: System, kind: str, target: System | None = None) -> str:
         """A serial committed before it leaves the caller (it is sent to another system)."""
         with self.engine.begin() as conn:
+            flush_at_commit(conn)
             repo = SerialRepository(conn)
             if kind == "unified":
                 return repo.next_unified(caller.system, caller.module, caller.instance)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hivenet_db.allocation import SerialRepository
+from hivenet_db.allocation import SerialRepository, flush_at_commit
 from hivenet_db.cli.database import transaction
 from hivenet_db.cli.output import CommandError, Output, cell, dump_json
 from hivenet_db.cli.parser import Commands
@@ -45,6 +45,7 @@ def cmd_next(args: argparse.Namespace, out: Output) -> None:
     # enough that its round trip costs little next to its work.
     with transaction(args, out) as conn, \
             out.progress(f"issuing {args.format} serials", total=args.count) as step:
+        flush_at_commit(conn)
         repository = SerialRepository(conn)
         while len(serials) < args.count:
             chunk = repository.next_many(args.format, min(NEXT_CHUNK, args.count - len(serials)),
