@@ -121,7 +121,7 @@ def test_the_fast_paths_are_generated_with_their_constants_written_in(
         assert "_format_constant" not in body and "_setting_constant" not in body, body
         assert f"hivenet.lane_{kind}_63}}'" in body and "to_regclass" not in body  # its lanes
         assert "[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}" in body      # its field pattern
-        assert f"{seq_width}, '0'" in body and "'UTC'" in body       # seq width, time zone
+        assert f"'FM{'0' * seq_width}'" in body and "'UTC'" in body  # seq width, time zone
 
 
 def test_the_fast_paths_follow_a_change_of_setting(db: psycopg.Connection) -> None:
@@ -205,6 +205,28 @@ def test_the_fake_clock_and_the_registry_take_the_full_path(
     db.execute("SELECT set_config('hivenet.fake_now', '', false)")
     db.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'enforce_registry'")
     assert failure(db, UNIFIED)[0] == "HN002"
+
+
+def test_where_no_fake_clock_is_allowed_the_fast_path_does_not_read_one(
+        db: psycopg.Connection) -> None:
+    """Reading hivenet.fake_now cost ~7% of a call: only a database that allows a fake clock
+    pays for it. Elsewhere a session's fake clock moves no serial (the fast path issues by
+    the real clock), and every function that reads the clock refuses it (HN001), as does the
+    full path of allocation (a period's first serial, and every other case)."""
+    for kind in ("unified", "system"):
+        assert "fake_now" not in _fast_path_body(db, kind)
+    with db.transaction(force_rollback=True):
+        db.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'allow_fake_clock'")
+        assert all("fake_now" in _fast_path_body(db, kind) for kind in ("unified", "system"))
+    system = "SELECT hivenet.next_system_serial('C0001', 'A01', '01')"
+    scalar(db, UNIFIED), scalar(db, system)  # today's period begun: the fast path's case
+    db.execute("SELECT set_config('hivenet.fake_now', '2031-05-06 10:00+00', false)")
+    assert scalar(db, UNIFIED)[10:18] == _today(db)
+    assert scalar(db, system)[10:18] == _today(db)
+    for sql in ("SELECT hivenet.now()", f"SELECT hivenet.next_serials('unified', '{SCOPE}', 1)",
+                "SELECT hivenet.next_serial('merchant_trade', "
+                "'{\"merchant\": \"600000000001\"}')"):
+        assert failure(db, sql)[0] == "HN001", sql
 
 
 def test_a_role_with_schema_usage_takes_values_but_never_sets_them(

@@ -351,11 +351,16 @@ def test_the_application_role_changes_no_setting_and_no_clock(
                 "SET session_replication_role = replica"]:
         assert refused_code(hivenet_app, sql) == "42501", sql
     assert owner.execute("SELECT name, value FROM hivenet.setting ORDER BY 1").fetchall() == before
-    # Its own session's fake clock moves nothing: fake clocks are not allowed here.
+    # Its own session's fake clock moves nothing: fake clocks are not allowed here. The
+    # allocation fast path does not read it (tests/test_fast_path.py): it issues by the real
+    # clock; everything else refuses it.
+    unified = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"
+    scalar(hivenet_app, unified)  # today's period begun: the fast path's case
     hivenet_app.execute("SET hivenet.fake_now = '2000-01-01 00:00+00'")
-    for sql in ["SELECT hivenet.now()", "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')",
-                "SELECT hivenet.claim('n', 'k')"]:
+    for sql in ["SELECT hivenet.now()", "SELECT hivenet.claim('n', 'k')"]:
         assert refused_code(hivenet_app, sql) == "HN001", sql
+    today = scalar(owner, "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYYMMDD')")
+    assert scalar(hivenet_app, unified)[10:18] == today
 
 
 EVIL = """
