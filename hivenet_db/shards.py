@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, text
 
+from .dburl import sqlalchemy_url
 from .parsing import parse_builtin
 
 T = TypeVar("T")
@@ -85,10 +86,8 @@ def expand_instances(declared: str) -> frozenset[str]:
 
 
 def _engine_for(url: str) -> Engine:
-    # A libpq URL (postgresql://...) names the psycopg 3 driver for SQLAlchemy.
-    if url.startswith(("postgresql://", "postgres://")):
-        url = "postgresql+psycopg://" + url.split("://", 1)[1]
-    return create_engine(url)
+    """A pooled engine for a shard (a libpq URL names the psycopg 3 driver)."""
+    return create_engine(sqlalchemy_url(url))
 
 
 class ShardMap:
