@@ -111,6 +111,25 @@ def wait_until_blocked(db: psycopg.Connection, pid: int, timeout: float = 10.0) 
 
 
 
+def behind_a_table_lock(holder: psycopg.Connection, claimer: psycopg.Connection, table: str,
+                        claim: Callable[[], str | None]) -> str | None:
+    """``claim()`` on ``claimer`` while ``holder`` keeps an ACCESS EXCLUSIVE lock on ``table``
+    (as a maintain() creating a partition does) until the claim waits for it: the claim's
+    refusal (its SQLSTATE), or None once it went through."""
+    result: dict[str, str | None] = {}
+    thread = threading.Thread(target=lambda: result.update(state=claim()))
+    with holder.transaction():
+        holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        thread.start()
+        deadline = time.monotonic() + 10
+        while thread.is_alive() and time.monotonic() < deadline and scalar(
+                holder, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                (claimer.info.backend_pid,)) != "Lock":
+            time.sleep(0.005)
+    thread.join(10)
+    return result["state"]
+
+
 def claim_and_end(conn: psycopg.Connection, claim: Callable[[], str | None],
                   roll_back: bool) -> str:
     """Claim in a transaction of its own, then commit or roll it back. Returns the claim's

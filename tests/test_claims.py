@@ -17,6 +17,7 @@ from hivenet_db import AsyncClaimRepository, ClaimRepository, DuplicateClaim, In
 from hivenet_db._execute import SyncDB
 from tests.helpers import (
     async_connection,
+    behind_a_table_lock,
     claim_and_end,
     race,
     run_sql,
@@ -152,6 +153,14 @@ def test_nowait_claim_fails_at_once(connect: Callable[..., psycopg.Connection]) 
         raise psycopg.Rollback(tx)
     assert claim_state(loser, "q", "m", nowait=True) is None
     assert scalar(loser, "SHOW lock_timeout") == "5s"  # the nowait timeout was its own
+
+
+def test_a_nowait_claim_waits_for_a_lock_on_the_whole_table_and_is_no_false_duplicate(
+        connect: Callable[..., psycopg.Connection]) -> None:
+    holder, claimer = connect(), connect()
+    assert behind_a_table_lock(holder, claimer, "hivenet.claim_record", lambda: claim_state(
+        claimer, "q", "locked", nowait=True)) is None
+    assert taken(holder, "q", "locked") == 1
 
 
 def test_a_plain_claim_is_one_insert_through_its_key_and_takes_no_advisory_lock(

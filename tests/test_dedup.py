@@ -25,6 +25,7 @@ from hivenet_db._execute import SyncDB
 from hivenet_db.propagation import unified_serial_context
 from tests.helpers import (
     async_connection,
+    behind_a_table_lock,
     claim_and_end,
     explain_to_notices,
     race,
@@ -268,6 +269,16 @@ def test_nowait_claim_fails_at_once(clocked_conns: Callable[[int], list[psycopg.
         raise psycopg.Rollback(tx)
     claim(loser, serial, nowait=True)
     assert scalar(loser, "SHOW lock_timeout") == "5s"  # the nowait timeout was its own
+
+
+def test_a_nowait_claim_waits_for_a_lock_on_the_whole_table_and_is_no_false_duplicate(
+        clocked_conns: Callable[[int], list[psycopg.Connection]]) -> None:
+    """A maintain() creating a partition locks the table a moment: under the nowait path's
+    1 ms lock_timeout that wait raised HN020, a duplicate, for a serial nobody had claimed."""
+    holder, claimer = clocked_conns(2)
+    assert behind_a_table_lock(holder, claimer, "hivenet.interface_call", lambda: claim_state(
+        claimer, iserial(seq=7), nowait=True)) is None
+    assert recorded(holder, iserial(seq=7)) == 1
 
 
 def test_repeatable_read_sees_a_later_duplicate_as_serialization_failure(

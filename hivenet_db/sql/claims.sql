@@ -93,8 +93,9 @@ END $$;
 --   Blocks while another transaction holds an uncommitted claim of the same key, then raises
 --   HN040 if that one committed, or takes the claim if it rolled back. With nowait it raises
 --   HN040 at once instead (also when it would wait over a millisecond for another lock, rarely:
---   the table's growth under heavy load). Under REPEATABLE READ a claim committed after the
---   transaction's snapshot raises 40001 (retry) instead.
+--   the table's growth under heavy load; a lock on the whole table is waited for first).
+--   Under REPEATABLE READ a claim committed after the transaction's snapshot raises 40001
+--   (retry) instead.
 --   The wait is the primary key's own (the insert waits for the transaction holding the same
 --   key): claims of distinct keys never wait on each other.
 CREATE FUNCTION hivenet.claim(p_namespace text, p_key text, p_nowait boolean DEFAULT false)
@@ -102,6 +103,10 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF p_nowait THEN
+        -- The table's lock first, waited for as by any statement (as claim_interface_serial,
+        -- dedup.sql): a wait for it under the nowait path's lock_timeout would read as a
+        -- claim of this key in progress (a false HN040).
+        LOCK TABLE hivenet.claim_record IN ROW EXCLUSIVE MODE;
         PERFORM hivenet._claim_nowait(p_namespace, p_key);
         RETURN;
     END IF;

@@ -233,9 +233,10 @@ END $$;
 --   Blocks while another transaction holds an uncommitted claim of the same serial, then
 --   raises HN020 if that one committed, or records the call if it rolled back. With nowait
 --   it raises HN020 at once instead of waiting (also when its insert would wait over a
---   millisecond for another lock: a maintain() attaching a partition, rarely the table's
---   growth under heavy load). Under REPEATABLE READ a duplicate committed after the
---   transaction's snapshot raises 40001 (retry) instead.
+--   millisecond for another lock: rarely, the table's growth under heavy load; a lock on the
+--   whole table, as a maintain() creating a partition takes, is waited for first). Under
+--   REPEATABLE READ a duplicate committed after the transaction's snapshot raises 40001
+--   (retry) instead.
 --   Never fails for a missing partition: a day without one is recorded in the default
 --   partition.
 --   The wait is the unique index's own (the insert waits for the transaction holding the
@@ -248,6 +249,10 @@ DECLARE
     v_mark text;  -- an assignment is a simple expression; PERFORM would run the executor
 BEGIN
     IF p_nowait THEN
+        -- The table's lock first, waited for as by any statement: a maintain() creating a
+        -- partition holds the table a moment, and under the nowait path's lock_timeout that
+        -- wait would read as a claim of this serial in progress (a false HN020).
+        LOCK TABLE hivenet.interface_call IN ROW EXCLUSIVE MODE;
         PERFORM hivenet._claim_interface_serial_nowait(p_serial, p_unified_serial,
                                                        p_system_serial);
         v_mark := set_config('hivenet.interface_claimed', 'on', true);
