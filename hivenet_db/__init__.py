@@ -1,6 +1,11 @@
 """hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency inside PostgreSQL."""
 
-from hivenet_db.allocation import AsyncSerialRepository, SerialRepository, flush_at_commit
+from hivenet_db.allocation import (
+    AsyncSerialRepository,
+    SerialRepository,
+    flush_at_commit,
+    flush_at_commit_async,
+)
 from hivenet_db.dedup import (
     AsyncClaimRepository,
     AsyncInterfaceDedup,
@@ -59,5 +64,6 @@ __all__ = [
     "StepStart",
     "UnknownScope",
     "flush_at_commit",
+    "flush_at_commit_async",
     "parse_serial",
 ]

@@ -63,6 +63,12 @@ def flush_at_commit(db: SyncDB) -> None:
     rows(db, _FLUSH_AT_COMMIT, {})
 
 
+async def flush_at_commit_async(db: AsyncDB) -> None:
+    """``flush_at_commit`` for an AsyncConnection or AsyncSession, or a psycopg
+    AsyncConnection."""
+    await rows_async(db, _FLUSH_AT_COMMIT, {})
+
+
 # The driver's SQL (psycopg placeholders), parameters in this order: system, module,
 # instance[, target].
 _KIND = {
@@ -157,7 +163,7 @@ class AsyncSerialRepository:
     async def next_durable(self, format: str, **fields: str) -> Serial:
         """``SerialRepository.next_durable``: committed on a connection of its own."""
         async with own_transaction_async(self.db) as own:
-            await rows_async(own, _FLUSH_AT_COMMIT, {})
+            await flush_at_commit_async(own)
             return _serials(format, await rows_async(own, _statement(format),
                                                      _params(format, 1, fields)))[0]
 

@@ -20,6 +20,8 @@ from hivenet_db import (
     SequenceExhausted,
     Serial,
     SerialRepository,
+    flush_at_commit,
+    flush_at_commit_async,
     parse_serial,
 )
 from hivenet_db._execute import SyncDB, conninfo_of
@@ -95,6 +97,22 @@ def test_durable_serial_is_committed_before_it_is_returned(any_conn: SyncDB) -> 
     assert durable.format == "unified" and after.seq == durable.seq + 1
 
 
+FLUSHED = ("SELECT pg_current_xact_id_if_assigned() IS NOT NULL "
+           "AND current_setting('synchronous_commit') = 'on'")
+
+
+def test_flush_at_commit_takes_a_transaction_id_and_a_synchronous_commit(any_conn: SyncDB
+                                                                          ) -> None:
+    """What makes PostgreSQL flush the commit of a transaction that only drew serials
+    (tests/test_crash.py shows why it matters), whatever the session's synchronous_commit."""
+    run_sql(any_conn, "SET synchronous_commit = off")
+    SerialRepository(any_conn).next_unified("C0001", "A01", "01")
+    assert run_sql(any_conn, FLUSHED) == [(False,)]
+    flush_at_commit(any_conn)
+    assert run_sql(any_conn, FLUSHED) == [(True,)]
+    any_conn.rollback()
+
+
 def test_a_psycopg_connection_keeps_its_own_row_factory(hivenet_url: str) -> None:
     with psycopg.connect(hivenet_url, row_factory=psycopg.rows.dict_row) as conn:
         serial = SerialRepository(conn).next_unified("C0001", "A01", "01")
@@ -122,6 +140,10 @@ def test_async_allocation_and_durable(hivenet_url: str, async_kind: str) -> None
                 await repo.next_unified("C001", "A01", "01")
             await conn.rollback()
             after = await repo.next_unified("C0001", "A01", "01")
-        assert now and durable.seq > first.seq and after.seq == durable.seq + 1
+            await run_sql_async(conn, "SET synchronous_commit = off")
+            await flush_at_commit_async(conn)
+            [(flushed,)] = await run_sql_async(conn, FLUSHED)
+            await conn.rollback()
+        assert now and durable.seq > first.seq and after.seq == durable.seq + 1 and flushed
 
     asyncio.run(main())
