@@ -79,20 +79,34 @@ def default_data_root() -> Path:
     return Path(base) / "hivenet-db" / "embedded"
 
 
-def _parent_pid(proc: Path) -> int | None:
+def _stat(pid: int | str) -> list[str]:
+    """The fields of /proc/<pid>/stat after "pid (comm)" (comm may hold spaces): state,
+    ppid, ...; none when the process is gone."""
     try:
-        # /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces.
-        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _parent_pid(pid: int | str) -> int | None:
+    fields = _stat(pid)
+    return int(fields[1]) if len(fields) > 1 else None
 
 
 def _alive(pid: int) -> bool:
+    return _stat(pid)[:1] not in (["Z"], [])  # a zombie has released its memory
+
+
+def _attached(shmid: int | None) -> int:
+    """How many processes are attached to System V shared memory segment ``shmid``."""
     try:
-        # the state follows "(comm)": Z for a zombie
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+        for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]:
+            fields = line.split()  # key shmid perms size cpid lpid nattch ...
+            if int(fields[1]) == shmid:
+                return int(fields[6])
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0
 
 
 def _free_port() -> int:
@@ -314,19 +328,29 @@ class EmbeddedPostgres:
     def kill(self) -> None:
         """SIGKILL the postmaster and every backend at once, as a crash of the whole server
         would; the next start runs crash recovery."""
-        pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        pidfile = (self.data_dir / "postmaster.pid").read_text().splitlines()
+        pid = int(pidfile[0])
+        # Line 7: the shared memory's key and id. The next start refuses to run while any
+        # process is still attached to it.
+        shmid = int(pidfile[6].split()[1]) if len(pidfile) > 6 else None
         # Stopped first, so that it forks no backend between the listing and the kill: one
         # that escaped would keep the shared memory, and the next start would refuse to run.
+        # The signal only asks: the listing waits until the postmaster is seen stopped.
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGSTOP)
+        for _ in range(200):
+            if _stat(pid)[:1] in (["T"], []):
+                break
+            time.sleep(0.005)
         victims = [pid, *(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-                          and _parent_pid(p) == pid)]
+                          and _parent_pid(p.name) == pid)]
         for victim in victims:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(victim, signal.SIGKILL)
-        for _ in range(200):  # until each is dead (a zombie has released its memory) and reaped
-            if not any(_alive(victim) for victim in victims) and self._run(
-                    "pg_ctl", "status", "-D", self.data_dir, check=False).returncode != 0:
+        for _ in range(200):  # until each is dead, the memory free and the postmaster reaped
+            if not any(_alive(victim) for victim in victims) and not _attached(shmid) \
+                    and self._run("pg_ctl", "status", "-D", self.data_dir,
+                                  check=False).returncode != 0:
                 return
             time.sleep(0.05)
 
