@@ -110,7 +110,6 @@ def wait_until_blocked(db: psycopg.Connection, pid: int, timeout: float = 10.0) 
     raise AssertionError(f"backend {pid} never waited for a lock")
 
 
-
 def behind_a_table_lock(holder: psycopg.Connection, claimer: psycopg.Connection, table: str,
                         claim: Callable[[], str | None]) -> str | None:
     """``claim()`` on ``claimer`` while ``holder`` keeps an ACCESS EXCLUSIVE lock on ``table``
@@ -121,11 +120,7 @@ def behind_a_table_lock(holder: psycopg.Connection, claimer: psycopg.Connection,
     with holder.transaction():
         holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
         thread.start()
-        deadline = time.monotonic() + 10
-        while thread.is_alive() and time.monotonic() < deadline and scalar(
-                holder, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
-                (claimer.info.backend_pid,)) != "Lock":
-            time.sleep(0.005)
+        wait_until_blocked(holder, claimer.info.backend_pid)
     thread.join(10)
     return result["state"]
 
