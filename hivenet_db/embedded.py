@@ -109,6 +109,13 @@ def _attached(shmid: int | None) -> int:
     return 0
 
 
+def _wait_until(done: Callable[[], bool], seconds: float) -> None:
+    """Poll ``done`` every 5 ms until it holds, for at most ``seconds`` (then go on anyway)."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -338,21 +345,15 @@ class EmbeddedPostgres:
         # The signal only asks: the listing waits until the postmaster is seen stopped.
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGSTOP)
-        for _ in range(200):
-            if _stat(pid)[:1] in (["T"], []):
-                break
-            time.sleep(0.005)
+        _wait_until(lambda: _stat(pid)[:1] in (["T"], []), seconds=1)
         victims = [pid, *(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
                           and _parent_pid(p.name) == pid)]
         for victim in victims:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(victim, signal.SIGKILL)
-        for _ in range(200):  # until each is dead, the memory free and the postmaster reaped
-            if not any(_alive(victim) for victim in victims) and not _attached(shmid) \
-                    and self._run("pg_ctl", "status", "-D", self.data_dir,
-                                  check=False).returncode != 0:
-                return
-            time.sleep(0.05)
+        # until each is dead, the memory free and the postmaster reaped
+        _wait_until(lambda: not any(_alive(victim) for victim in victims)
+                    and not _attached(shmid) and not self.running, seconds=10)
 
     def remove(self) -> None:
         self.stop("immediate")
