@@ -127,6 +127,7 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         "hivenet.claim_interface_serial", "hivenet.call_chain", "hivenet.claim",
         "hivenet.begin_step", "hivenet.finish_step", "hivenet._step_lease",
         "hivenet._lane_of", "hivenet._lane_sequence_name",
+        "hivenet._lane_sequence",  # in trigger _setting_check, run as the setting's writer
         "hivenet.begin_request", "hivenet.finish_request",
         "hivenet._period_index", "hivenet._period_start", "hivenet._scope_counter_value",
         "hivenet._reporting_local_now",
@@ -134,7 +135,7 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         # In view interface_calls, run as its reader (parse.sql: generated from the layouts).
         "hivenet._serial_field", "hivenet._serial_time",
         # Inlined into begin_step, run as the caller (steps.sql).
-        "hivenet._begin_step", "hivenet._step_replay_window",
+        "hivenet._begin_step", "hivenet._step_replay_window", "hivenet._fingerprint",
         # Inlined into next_unified_serial / next_system_serial, run as the caller (allocate.sql).
         "hivenet._fast_unified", "hivenet._fast_system", "hivenet._format_constant",
         "hivenet._setting_constant", "hivenet._scope_sequence_name"}

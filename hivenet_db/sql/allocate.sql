@@ -110,6 +110,12 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT 'lane_' || p_format || '_' || p_lane
 $$;
 
+-- That lane sequence itself (which must exist).
+CREATE FUNCTION hivenet._lane_sequence(p_format text, p_lane integer) RETURNS regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ('hivenet.' || quote_ident(hivenet._lane_sequence_name(p_format, p_lane)))::regclass
+$$;
+
 -- The lane (0 .. p_lanes - 1, a power of two) of counter scope p_scope: the one definition of
 -- the hash, on the full path (_lane) and in the generated fast paths. Inlined: a SQL-standard
 -- body without SET (see _period_index).
@@ -123,8 +129,7 @@ END;
 -- The lane sequence of counter scope p_scope of laned format p_format.
 CREATE FUNCTION hivenet._lane(p_format hivenet.format, p_scope text) RETURNS regclass
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT ('hivenet.' || quote_ident(hivenet._lane_sequence_name(
-        p_format.name, hivenet._lane_of(p_scope, p_format.lanes))))::regclass
+    SELECT hivenet._lane_sequence(p_format.name, hivenet._lane_of(p_scope, p_format.lanes))
 $$;
 
 -- Creates the lanes of format p_format that do not exist yet, and moves every lane to at
@@ -140,8 +145,7 @@ BEGIN
         -- For the fast path, which runs as the caller (privileges.sql): nextval only.
         EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC',
                        hivenet._lane_sequence_name(p_format.name, i));
-        v_lane := ('hivenet.' || quote_ident(hivenet._lane_sequence_name(p_format.name, i)))
-                  ::regclass;
+        v_lane := hivenet._lane_sequence(p_format.name, i);
         IF coalesce(pg_sequence_last_value(v_lane), 0) < p_floor THEN
             PERFORM setval(v_lane, p_floor, true);
         END IF;
@@ -759,8 +763,7 @@ BEGIN
     -- The counter: the scope's lane, by a constant (the lanes' OIDs written in: no name
     -- look-up, which cost ~3%).
     v_counter := format('(%L::regclass[])[hivenet._lane_of(p_a || p_b || p_c, %s) + 1]',
-        (SELECT array_agg(('hivenet.' || quote_ident(hivenet._lane_sequence_name(
-             p_format.name, l)))::regclass::oid ORDER BY l)
+        (SELECT array_agg(hivenet._lane_sequence(p_format.name, l)::oid ORDER BY l)
          FROM generate_series(0, p_format.lanes - 1) AS l),
         p_format.lanes);
     -- No first use to check ownership at (ownership.sql): the owned instances are written in,

@@ -47,6 +47,7 @@ GRANT EXECUTE ON FUNCTION
     hivenet._period_start(bigint, text),
     hivenet._scope_counter_value(text),
     hivenet._lane_sequence_name(text, integer),  -- in view scope_usage, likewise
+    hivenet._lane_sequence(text, integer),  -- in _setting_check, run as the setting's writer
     hivenet._reporting_local_now(),
     hivenet._serial_field(text, text, text),  -- in view interface_calls, likewise
     hivenet._serial_time(text, text)
@@ -69,7 +70,8 @@ GRANT EXECUTE ON FUNCTION hivenet.ownership() TO PUBLIC;
 -- requests), and no write: the view is granted SELECT only, the table nothing.
 GRANT EXECUTE ON FUNCTION
     hivenet._begin_step(text, jsonb, text, text, interval, boolean),
-    hivenet._step_replay_window(text)
+    hivenet._step_replay_window(text),
+    hivenet._fingerprint(jsonb)
 TO PUBLIC;
 GRANT SELECT ON hivenet._step_replay TO PUBLIC;
 

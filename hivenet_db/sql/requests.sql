@@ -133,6 +133,17 @@ BEGIN
     END IF;
 END $$;
 
+-- The request's fingerprint, kept with every attempt and compared on every later begin: sha256
+-- of the jsonb text (jsonb normalises key order and whitespace); no request counts as JSON
+-- null. The one definition, for begin_request, begin_step and their full paths. Inlined (a
+-- SQL-standard body without SET), so PUBLIC may execute it: begin_step's replay runs with the
+-- caller's rights (privileges.sql).
+CREATE FUNCTION hivenet._fingerprint(p_request jsonb) RETURNS bytea
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8'));
+END;
+
 -- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
 -- already checked by the caller (begin_request, begin_step). See begin_request for what it
 -- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
@@ -143,7 +154,7 @@ CREATE FUNCTION hivenet._begin_attempt(
     p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    v_fingerprint bytea := sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8'));
+    v_fingerprint bytea := hivenet._fingerprint(p_request);
     v_attempt integer := 1;
     v_last hivenet.request_attempt;
 BEGIN
@@ -269,8 +280,7 @@ BEGIN
     -- path, as _begin_step in steps.sql); a conflict hands over to _begin_attempt.
     INSERT INTO hivenet.request_attempt
         (namespace, key, attempt, state, fingerprint, lease, started_at)
-    VALUES (p_namespace, p_key, 1, 'processing',
-            sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8')), p_lease,
+    VALUES (p_namespace, p_key, 1, 'processing', hivenet._fingerprint(p_request), p_lease,
             hivenet.now())
     ON CONFLICT DO NOTHING;
     IF FOUND THEN

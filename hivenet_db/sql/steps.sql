@@ -143,15 +143,12 @@ BEGIN
         p_on_success IN ('replay', 'reject') AND NOT p_nowait
         AND (p_lease IS NULL OR p_lease > interval '0')
         AND hivenet._setting_constant('owned_instances') = 'all'
-        AND CASE WHEN hivenet._serial_valid('system', p_system_serial)
-                      AND (p_unified_serial IS NULL
-                           OR hivenet._serial_valid('unified', p_unified_serial))
-            THEN hivenet._serial_time('system', p_system_serial)::date::timestamp
-                     AT TIME ZONE hivenet._setting_constant('time_zone')
-                 BETWEEN hivenet.now() - hivenet._setting_constant('step_retention')::interval
-                     AND hivenet.now()
-                         + hivenet._setting_constant('step_future_tolerance')::interval
-            END,
+        AND (p_unified_serial IS NULL OR hivenet._serial_valid('unified', p_unified_serial))
+        -- NULL for a system serial that is not valid (_serial_time checks it): the slow path
+        AND hivenet._serial_time('system', p_system_serial)::date::timestamp
+                AT TIME ZONE hivenet._setting_constant('time_zone')
+            BETWEEN hivenet.now() - hivenet._setting_constant('step_retention')::interval
+                AND hivenet.now() + hivenet._setting_constant('step_future_tolerance')::interval,
         false) THEN
         PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
         PERFORM hivenet.parse_serial(p_system_serial, 'system');
@@ -180,8 +177,7 @@ BEGIN
     -- _begin_attempt's first move, for a new step (see there).
     INSERT INTO hivenet.request_attempt
         (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at)
-    VALUES ('hivenet.steps', p_system_serial, 1, 'processing',
-            sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8')),
+    VALUES ('hivenet.steps', p_system_serial, 1, 'processing', hivenet._fingerprint(p_request),
             p_unified_serial, p_lease, hivenet.now())
     ON CONFLICT DO NOTHING;
     IF FOUND THEN
@@ -246,7 +242,7 @@ BEGIN ATOMIC
     (SELECT 'replayed'::text, r.attempt, r.response
      FROM hivenet._step_replay r
      WHERE r.system_serial = p_system_serial
-       AND r.fingerprint = sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8'))
+       AND r.fingerprint = hivenet._fingerprint(p_request)
        -- Plain options; the unified serial the step was begun with (so a valid one) or none.
        AND p_on_success = 'replay' AND p_nowait IS NOT NULL
        AND (p_lease IS NULL OR p_lease > interval '0')
