@@ -26,6 +26,19 @@ window="%(time)s::timestamp BETWEEN (now() AT TIME ZONE 'UTC') - interval '36 ho
     "INSERT INTO hivenet.interface_call $columns SELECT %(serial)s,
         (now() AT TIME ZONE 'UTC')::date, %(unified)s, NULL, now() WHERE $window
         ON CONFLICT DO NOTHING" \
+    "INSERT INTO hivenet.interface_call $columns
+        SELECT %(serial)s, c.local_time::date, %(unified)s, NULL, c.now
+        FROM (SELECT hivenet._serial_time('interface', %(serial)s) AS local_time,
+                     hivenet.now() AS now OFFSET 0) c
+        WHERE c.local_time >= (c.now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[1]
+                              - hivenet._setting_constant('interface_window')::interval
+          AND c.local_time <= (c.now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[2]
+                              + hivenet._setting_constant('interface_future_tolerance')::interval
+          AND coalesce(hivenet._serial_shaped('unified', %(unified)s), true)
+          AND hivenet._setting_constant('owned_instances') = 'all'
+          AND to_regclass('hivenet.interface_call_' || to_char(c.local_time, 'YYYYMMDD'))
+              IS NOT NULL
+        ON CONFLICT DO NOTHING" \
     "INSERT INTO prototype.interface_claim VALUES (%(serial)s, %(unified)s, NULL)" \
     "INSERT INTO prototype.interface_claim_regex VALUES (%(serial)s, %(unified)s, NULL)" \
     "SELECT hivenet.claim_interface_serial(%(serial)s, %(unified)s)"
