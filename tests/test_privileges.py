@@ -127,7 +127,6 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         "hivenet.claim_interface_serial", "hivenet.call_chain", "hivenet.claim",
         "hivenet.begin_step", "hivenet.finish_step", "hivenet._step_lease",
         "hivenet._lane_of", "hivenet._lane_sequence_name",
-        "hivenet._lane_sequence",  # in trigger _setting_check, run as the setting's writer
         "hivenet.begin_request", "hivenet.finish_request",
         "hivenet._period_index", "hivenet._period_start", "hivenet._scope_counter_value",
         "hivenet._reporting_local_now",

@@ -47,7 +47,6 @@ GRANT EXECUTE ON FUNCTION
     hivenet._period_start(bigint, text),
     hivenet._scope_counter_value(text),
     hivenet._lane_sequence_name(text, integer),  -- in view scope_usage, likewise
-    hivenet._lane_sequence(text, integer),  -- in _setting_check, run as the setting's writer
     hivenet._reporting_local_now(),
     hivenet._serial_field(text, text, text),  -- in view interface_calls, likewise
     hivenet._serial_time(text, text)

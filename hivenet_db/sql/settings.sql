@@ -52,8 +52,8 @@ BEGIN
         IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending)
            -- A lane that has issued a value (never-used lanes have none).
            OR EXISTS (SELECT FROM hivenet.format f, generate_series(0, f.lanes - 1) AS l
-                      WHERE pg_sequence_last_value(hivenet._lane_sequence(f.name, l))
-                            IS NOT NULL) THEN
+                      WHERE pg_sequence_last_value(('hivenet.' || quote_ident(
+                          hivenet._lane_sequence_name(f.name, l)))::regclass) IS NOT NULL) THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
                                  'issued: their business dates and times would go backwards '

@@ -3,7 +3,8 @@
 -- * hivenet._fingerprint(request): the request's fingerprint, until now spelled out in
 --   _begin_attempt, begin_request, _begin_step and begin_step.
 -- * hivenet._lane_sequence(format, lane): a lane's sequence as a regclass, until now built from
---   its name in _lane, _create_lanes, _fast_path_expression and _setting_check.
+--   its name in _lane, _create_lanes and _fast_path_expression (trigger _setting_check keeps
+--   its own: it runs as the setting's writer, and this helper is the owner's).
 -- * _begin_step no longer tests the system serial with _serial_valid before _serial_time,
 --   which checks the same layout and is NULL for a serial that fails it.
 -- Redefines those functions; behaviour unchanged.
@@ -124,51 +125,6 @@ BEGIN
         date '2000-01-01' - hivenet._period_index(timestamp '2000-01-01', 'day')::integer,
         p_format.stride, p_format.capacity + 1, p_format.capacity + 1,
         'FM' || repeat('0', p_format.seq_width));
-END $$;
-
-
--- hivenet_db/sql/settings.sql
--- Trigger: reject a value that does not parse as the setting's kind, and a business time zone
--- behind the current one once serials exist (their dates and times would go backwards).
--- hivenet.scope, hivenet.scope_pending and the lanes (allocate.sql) are read when the trigger
--- runs.
-CREATE OR REPLACE FUNCTION hivenet._setting_check() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    BEGIN
-        CASE NEW.kind
-            WHEN 'boolean' THEN PERFORM NEW.value::boolean;
-            WHEN 'interval' THEN PERFORM NEW.value::interval;
-            WHEN 'time_zone' THEN PERFORM now() AT TIME ZONE NEW.value;
-            -- A positive integer: 0 or less divides by zero (division_by_zero is a
-            -- data_exception, caught below like a value that is no integer).
-            WHEN 'count' THEN PERFORM 1 / (NEW.value::integer > 0)::integer;
-            ELSE NULL;
-        END CASE;
-    EXCEPTION WHEN data_exception OR invalid_parameter_value OR feature_not_supported THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('setting %s: %s is not a valid %s', NEW.name,
-                             hivenet._shown(NEW.value), NEW.kind);
-    END;
-    IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
-       AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
-       AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
-        -- Nested: the tables are looked up only once they exist (not during an install).
-        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending)
-           -- A lane that has issued a value (never-used lanes have none).
-           OR EXISTS (SELECT FROM hivenet.format f, generate_series(0, f.lanes - 1) AS l
-                      WHERE pg_sequence_last_value(hivenet._lane_sequence(f.name, l))
-                            IS NOT NULL) THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
-                                 'issued: their business dates and times would go backwards '
-                                 '(choose the zone before the first serial)', NEW.name,
-                                 hivenet._shown(NEW.value),
-                                 (now() AT TIME ZONE OLD.value) - (now() AT TIME ZONE NEW.value),
-                                 hivenet._shown(OLD.value));
-        END IF;
-    END IF;
-    RETURN NEW;
 END $$;
 
 
@@ -460,9 +416,7 @@ BEGIN ATOMIC
 END;
 
 
--- hivenet_db/sql/privileges.sql (the new functions: _lane_sequence runs in trigger
--- _setting_check as the setting's writer, _fingerprint inlined into begin_step as its caller)
-GRANT EXECUTE ON FUNCTION
-    hivenet._lane_sequence(text, integer),
-    hivenet._fingerprint(jsonb)
-TO PUBLIC;
+-- hivenet_db/sql/privileges.sql (the new functions: _lane_sequence is the owner's,
+-- _fingerprint is inlined into begin_step and runs as its caller)
+REVOKE EXECUTE ON FUNCTION hivenet._lane_sequence(text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION hivenet._fingerprint(jsonb) TO PUBLIC;
