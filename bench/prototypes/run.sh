@@ -2,18 +2,17 @@
 # The prototypes of docs/benchmarks.md ("What the claim and step goals would take"), on a
 # scratch database migrated to head whose server runs nothing else:
 #     bash bench/prototypes/run.sh postgresql://owner@127.0.0.1:PORT/db
-# Backend CPU per statement (bench/probe_cpu.py), then pgbench A/B of the step prototypes
-# (16 clients, prepared, rounds alternating, median tps). About 10 minutes. Checkpoints add
-# full-page images to whichever statement runs after them: give the server a long
-# checkpoint_timeout and max_wal_size for the run.
+# Backend CPU per statement (bench/probe_cpu.py), then the step prototypes as scenarios of
+# the benchmark runner (`hivenet-db bench --scenarios-dir`, its own server). About 10
+# minutes. Checkpoints add full-page images to whichever statement runs after them: give the
+# scratch server a long checkpoint_timeout and max_wal_size for the run.
 set -euo pipefail
 url=$1
 here=$(cd "$(dirname "$0")" && pwd)
 scenarios=$here/../../hivenet_db/bench/scenarios
 python=${PYTHON:-python3}
-pgbin=$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)
 psql -q -v ON_ERROR_STOP=1 "$url" -f "$scenarios/dedup_interface/setup.sql" \
-    -f "$scenarios/steps_begin_finish/setup.sql" -f "$here/objects.sql"
+    -f "$here/objects.sql"
 
 echo "== a claim: backend CPU per statement (µs)"
 columns="(interface_serial, serial_day, unified_serial, system_serial, recorded_at)"
@@ -55,32 +54,28 @@ echo "== parts of a check: backend CPU per statement (µs)"
     "SELECT prototype.definer(%(serial)s::text)" \
     "SELECT prototype.definer_set(%(serial)s::text)"
 
-echo "== a step begun and finished: pgbench tps (16 clients, 3 rounds of 8 s)"
-scripts=$(mktemp -d)
-cp "$scenarios/steps_begin_finish/baseline.sql" "$scripts/raw.sql"
-cp "$scenarios/steps_begin_finish/candidate.sql" "$scripts/functions.sql"
+echo "== a step begun and finished: hivenet-db bench, its own server (3 rounds of 8 s)"
+# Three scenarios against the raw insert + update (steps_begin_finish's baseline), run by the
+# benchmark runner in a folder of their own: begin_step + finish_step, and the two rules.
+folder=$(mktemp -d)
+mkdir "$folder/functions" "$folder/step_begin" "$folder/step_begin_unchecked"
+cp "$scenarios/steps_begin_finish/candidate.sql" "$folder/functions/"
 for view in step_begin step_begin_unchecked; do
-    sed -n '/^SELECT/,/gset$/{p;/gset$/q}' "$scenarios/steps_begin_finish/candidate.sql" > "$scripts/$view.sql"
-    cat >> "$scripts/$view.sql" <<SQL
+    sed -n '/^SELECT/,/gset$/{p;/gset$/q}' "$scenarios/steps_begin_finish/candidate.sql" \
+        > "$folder/$view/candidate.sql"
+    cat >> "$folder/$view/candidate.sql" <<SQL
 BEGIN;
 INSERT INTO prototype.$view VALUES (:serial, '{"amount": 100, "account": "6222020000000001"}', :unified) RETURNING 1 AS attempt \gset
 INSERT INTO prototype.step_finish VALUES (:serial, :attempt, true, '{"ok": true}') RETURNING 1;
 END;
 SQL
 done
-declare -A tps
-names="raw functions step_begin step_begin_unchecked"
-for round in 1 2 3; do
-    order=$names
-    (( round % 2 )) || order=$(echo $names | tr ' ' '\n' | tac | tr '\n' ' ')
-    for name in $order; do
-        t=$("$pgbin/pgbench" -n -M prepared -c 16 -j 2 -T 8 -f "$scripts/$name.sql" "$url" 2>&1 \
-            | sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p')
-        tps[$name]="${tps[$name]:-} $t"
-    done
+for name in functions step_begin step_begin_unchecked; do
+    cp "$scenarios/steps_begin_finish/baseline.sql" "$folder/$name/"
+    printf '\\ir %s\n\\ir %s\n' "$scenarios/steps_begin_finish/setup.sql" "$here/objects.sql" \
+        > "$folder/$name/setup.sql"
+    echo "{\"clients\": 16, \"seconds\": 8, \"description\": \"$name vs raw insert + update\"}" \
+        > "$folder/$name/params.json"
 done
-for name in $names; do
-    median=$(echo ${tps[$name]} | tr ' ' '\n' | sort -n | sed -n 2p)
-    echo "$name median $median (${tps[$name]} )"
-done
-rm -rf "$scripts"
+"$python" -m hivenet_db.bench --scenarios-dir "$folder" --rounds 3
+rm -rf "$folder"
