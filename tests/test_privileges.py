@@ -112,6 +112,33 @@ def test_the_application_role_reads_succeeded_steps_only_through_the_replay_view
             app.execute(sql)
 
 
+def test_the_application_role_starts_new_steps_through_the_start_view_and_no_more(
+        app: psycopg.Connection, db: psycopg.Connection) -> None:
+    """The deliberate grant of a new step's start (privileges.sql): the application role may
+    insert into view _step_start, whose rule writes attempt 1 of a new step as begin_step
+    would; input begin_step refuses (or sends to its full path) writes nothing, a step that
+    has an attempt is left alone, and the view can be neither read nor changed otherwise."""
+    serial, other = (scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
+                     for _ in range(2))
+    start = "INSERT INTO hivenet._step_start VALUES (%s, '{}', %s, %s) RETURNING 1"
+    assert app.execute(start, (serial, None, None)).fetchall() == [(1,)]
+    assert app.execute(start, (serial, None, None)).fetchall() == []  # it has an attempt
+    old = "C0001A0101" + "20200101" + other[18:]  # valid, dated before step_retention
+    for refused in [("not a serial", None, None), (other, "not a serial", None),
+                    (other, None, dt.timedelta(0)), (old, None, None)]:
+        assert app.execute(start, refused).fetchall() == [], refused
+    db.execute("RESET ROLE")  # app is db acting as the role: read the table as the owner
+    stored = db.execute("SELECT key, attempt, state::text FROM hivenet.request_attempt "
+                        "WHERE namespace = 'hivenet.steps' AND key IN (%s, %s, %s, %s) "
+                        "ORDER BY key", (serial, other, old, "not a serial")).fetchall()
+    db.execute(f"SET ROLE {ROLE}")
+    assert stored == [(serial, 1, "processing")]
+    with pytest.raises(psycopg.errors.InsufficientPrivilege), app.transaction():
+        app.execute("SELECT * FROM hivenet._step_start")
+    assert scalar(app, "SELECT has_table_privilege('hivenet._step_start', "
+                       "'SELECT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')") is False
+
+
 def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
     """Every function executable by PUBLIC is one privileges.sql grants on purpose."""
     public = {row[0] for row in db.execute("""
@@ -134,7 +161,9 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         # In view interface_calls, run as its reader (parse.sql: generated from the layouts).
         "hivenet._serial_field", "hivenet._serial_time",
         # Inlined into begin_step, run as the caller (steps.sql).
-        "hivenet._begin_step", "hivenet._step_replay_window", "hivenet._fingerprint",
+        "hivenet._begin_step", "hivenet._step_in_window", "hivenet._fingerprint",
+        # In the rule of view _step_start, run as its inserter (steps.sql).
+        "hivenet._serial_valid",
         # Inlined into next_unified_serial / next_system_serial, run as the caller (allocate.sql).
         "hivenet._fast_unified", "hivenet._fast_system", "hivenet._format_constant",
         "hivenet._setting_constant", "hivenet._scope_sequence_name"}
@@ -251,12 +280,13 @@ def test_the_application_role_writes_no_table(hivenet_app: psycopg.Connection,
     assert readable == {"hivenet.interface_calls", "hivenet.interface_calls_per_day",
                         "hivenet.step_states", "hivenet.stuck_steps", "hivenet.scope_usage",
                         "hivenet.request_states", "hivenet.stuck_requests",
-                        "hivenet._step_replay"}  # SELECT only: begin_step's replay (steps.sql)
+                        "hivenet._step_replay",  # SELECT only: begin_step's replay (steps.sql)
+                        "hivenet._step_start"}  # INSERT only: a new step's start (steps.sql)
     writable = hivenet_app.execute("""
         SELECT c.oid::regclass::text FROM pg_class c
         WHERE c.relnamespace = 'hivenet'::regnamespace
           AND has_table_privilege(c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE')""").fetchall()
-    assert writable == []
+    assert writable == [("hivenet._step_start",)]
 
 
 def test_the_application_role_cannot_move_a_sequence(hivenet_app: psycopg.Connection,

@@ -204,7 +204,7 @@ def test_a_replay_is_inlined_and_runs_no_plpgsql(db: psycopg.Connection) -> None
     plan = [row[0] for row in db.execute(
         sql.SQL("EXPLAIN (VERBOSE) EXECUTE replay") + args)]
     text = "\n".join(plan)
-    assert "hivenet.begin_step" not in text and "_step_replay_window" not in text, text
+    assert "hivenet.begin_step" not in text and "_step_in_window" not in text, text
     assert plan[0].startswith("Limit") and "Append" in plan[2], text
     scans = [line.strip() for line in plan if "Scan" in line]
     assert scans[0].startswith("->  Index Scan using request_attempt_pkey"), text
@@ -746,6 +746,53 @@ def test_repository_begin_finish_and_errors(any_conn: SyncDB, db: psycopg.Connec
         with pytest.raises(error):
             call()
         conn.rollback()
+
+
+def _functions_run(db: psycopg.Connection, call: Callable[[], object]) -> dict[str, int]:
+    """Calls of each function of schema hivenet (but IMMUTABLE ones) while ``call()`` runs on
+    ``db``, in a transaction rolled back afterwards."""
+    count = ("SELECT f.funcname, f.calls FROM pg_stat_xact_user_functions f "
+             "JOIN pg_proc p ON p.oid = f.funcid "
+             "WHERE f.schemaname = 'hivenet' AND p.provolatile <> 'i'")
+    with db.transaction():
+        db.execute("SET LOCAL track_functions = 'all'")
+        before: dict[str, int] = dict(db.execute(count).fetchall())
+        call()
+        after: dict[str, int] = dict(db.execute(count).fetchall())
+        raise psycopg.Rollback
+    return {name: n - before.get(name, 0) for name, n in after.items()
+            if n != before.get(name, 0)}
+
+
+def test_the_repository_starts_a_new_step_without_a_function_call(
+        db: psycopg.Connection) -> None:
+    """The guard of issue 13's steps goal (not timed): StepRepository.begin starts a new step
+    by one INSERT into view _step_start, whose rule runs no function (its checks are inlined);
+    nowait, or a step that has an attempt (here a failed one), goes on to begin_step."""
+    steps, serial = StepRepository(db), new_serial(db)
+    assert _functions_run(db, lambda: steps.begin(serial, REQUEST)) == {}
+    assert _functions_run(db, lambda: steps.begin(serial, REQUEST, nowait=True))[
+        "_begin_step"] == 1
+    steps.finish(serial, steps.begin(serial, REQUEST).attempt, False)
+    retry: list[StepStart] = []
+    assert _functions_run(db, lambda: retry.append(steps.begin(serial, REQUEST)))[
+        "_begin_step"] == 1
+    assert retry == [StepStart("started", 2)]
+
+
+def test_the_start_view_evaluates_what_is_inserted_once(db: psycopg.Connection) -> None:
+    """A rule puts the inserted expression in place of every NEW; the VALUES list of
+    _step_start's rule makes a volatile one run once, so the serial checked is the serial
+    stored. Here its first evaluation is a valid serial, any later one is not."""
+    serial = new_serial(db)
+    db.execute("CREATE TEMP SEQUENCE evaluations")
+    stored = db.execute(
+        "INSERT INTO hivenet._step_start VALUES (CASE WHEN nextval('evaluations') = 1 "
+        "THEN %s ELSE 'not a serial' END, NULL, NULL, NULL) RETURNING system_serial",
+        (serial,)).fetchall()
+    assert stored == [(serial,)]
+    assert scalar(db, "SELECT currval('evaluations')") == 1
+    assert [a["attempt"] for a in attempts(db, serial)] == [1]
 
 
 def test_context_manager_three_lines(any_conn: SyncDB, db: psycopg.Connection) -> None:

@@ -17,7 +17,8 @@ SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN length(p); END $$;
 -- function call): the window of the SPEC checked on the serial's printed time as text, the
 -- day's partition by a constant (maintain() would rewrite it), the layout NOT checked.
 -- (Rules expand NEW once per reference: a volatile expression inserted into the view, such as
--- a fresh serial, would be evaluated several times. One reason this shape did not land.)
+-- a fresh serial, would be evaluated several times. The steps' view that landed, revision
+-- 0023's _step_start, reads NEW through a one-row VALUES list, evaluated once.)
 DO $$
 BEGIN
     EXECUTE format('CREATE FUNCTION prototype.partition_days(p_day text) RETURNS boolean '
@@ -51,7 +52,9 @@ WHERE NEW.interface_serial ~ '^[0-9A-Za-z]{8}(0[1-9]|[1-9][0-9])[0-9A-Za-z]{5}[0
 ON CONFLICT DO NOTHING;
 
 -- A step begun and finished by one INSERT each into views whose rules write the attempt with
--- the owner's rights: begin with begin_step's checks (both serials' layouts, the window, the
+-- the owner's rights (the begin became view hivenet._step_start in revision 0023; the finish
+-- as a rule cannot tell its caller what it did: an INSERT rewritten into an UPDATE returns no
+-- rows through the extended protocol, nor FOUND in PL/pgSQL): begin with begin_step's checks (both serials' layouts, the window, the
 -- fingerprint), or without the serial checks; finish as finish_request's UPDATE. RETURNING
 -- tells the caller whether the fast path did it (else it would call the function).
 CREATE VIEW prototype.step_begin AS
@@ -64,7 +67,7 @@ SELECT 'hivenet.steps', NEW.system_serial, 1, 'processing', hivenet._fingerprint
        NEW.unified_serial, NULL, hivenet.now()
 WHERE hivenet._serial_valid('system', NEW.system_serial)
   AND (NEW.unified_serial IS NULL OR hivenet._serial_valid('unified', NEW.unified_serial))
-  AND hivenet._step_replay_window(NEW.system_serial)
+  AND hivenet._step_in_window(NEW.system_serial)
 ON CONFLICT DO NOTHING
 RETURNING key, NULL::jsonb, unified_serial;
 CREATE VIEW prototype.step_begin_unchecked AS TABLE prototype.step_begin;

@@ -2,8 +2,8 @@
 -- roles): hivenet_app may call the application API and read the reporting views; hivenet_admin
 -- also runs the administrative functions and changes settings. The public functions are
 -- SECURITY DEFINER, so neither needs any right on a table, and the private helpers
--- (hivenet._*) stay the owner's, but for the allocation fast path and the step replay
--- (below): those run with the caller's rights. Nothing here opens a connection, and no
+-- (hivenet._*) stay the owner's, but for the allocation fast path, the step replay and a
+-- new step's start (below): those run with the caller's rights. Nothing here opens a connection, and no
 -- setting holds a secret. Applied last; a revision that adds functions applies it again.
 
 -- Grant (true) or revoke (false) EXECUTE for PUBLIC on every function of the schema that is
@@ -60,7 +60,7 @@ TO PUBLIC;
 GRANT EXECUTE ON FUNCTION hivenet.ownership() TO PUBLIC;
 
 -- The replay fast path of begin_step (steps.sql) is inlined into the caller's statement and
--- runs with the caller's rights: it calls _step_replay_window and, for everything but a plain
+-- runs with the caller's rights: it calls _step_in_window and, for everything but a plain
 -- replay, _begin_step (SECURITY DEFINER, every check of begin_step: calling it directly can do
 -- nothing begin_step cannot), and reads view _step_replay. So any role that may call
 -- begin_step may read, of every succeeded step, its serial, attempt, request fingerprint,
@@ -69,10 +69,18 @@ GRANT EXECUTE ON FUNCTION hivenet.ownership() TO PUBLIC;
 -- requests), and no write: the view is granted SELECT only, the table nothing.
 GRANT EXECUTE ON FUNCTION
     hivenet._begin_step(text, jsonb, text, text, interval, boolean),
-    hivenet._step_replay_window(text),
+    hivenet._step_in_window(text),
     hivenet._fingerprint(jsonb)
 TO PUBLIC;
 GRANT SELECT ON hivenet._step_replay TO PUBLIC;
+
+-- A new step's first attempt (steps.sql, view _step_start: the Python layer's begin) is one
+-- INSERT into a view whose rule writes with the owner's rights: PUBLIC may insert, not read.
+-- PostgreSQL runs a view's functions as its user, so the rule's checks must be executable by
+-- the caller too: the generated layout check _serial_valid joins _serial_time (above), as
+-- public (it says whether a text is a valid serial of a format; no secret).
+GRANT INSERT ON hivenet._step_start TO PUBLIC;
+GRANT EXECUTE ON FUNCTION hivenet._serial_valid(text, text) TO PUBLIC;
 
 -- The allocation fast path (allocate.sql, _fast_unified and _fast_system) is inlined into the
 -- caller's statement and runs with the caller's rights, so every function in it must be

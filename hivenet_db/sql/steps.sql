@@ -56,49 +56,62 @@ SELECT a.key AS system_serial, a.attempt, a.fingerprint, a.unified_serial, a.res
 FROM hivenet.request_attempt a
 WHERE a.namespace = 'hivenet.steps' AND a.state = 'success';
 
--- _step_replay_window(system serial): the serial (of a stored step, so a valid one) is surely
--- dated inside the window whose steps are kept (HN021, see _begin_step), and no instance needs
--- a check (setting owned_instances 'all'): then begin_step may replay it without _begin_step.
--- Its printed date (YYYYMMDD) compared as text, so no input makes it raise: from two days
--- after the day of now() - step_retention to today (business time zone). That is inside the
--- window whatever the time zone's daylight saving does at midnight; a step dated on the
+-- _step_in_window(system serial): the serial, if valid, is surely dated inside the window whose
+-- steps are kept (HN021, see _begin_step), and no instance needs a check (setting
+-- owned_instances 'all'). Then begin_step may replay a stored step without _begin_step, and
+-- view _step_start may start a new one (its layout checked there). When the layout prints
+-- the date as YYYYMMDD, that date compared as text, so no input makes it raise: from two
+-- days after the day of now() - step_retention to today (business time zone). That is inside
+-- the window whatever the time zone's daylight saving does at midnight; a step dated on the
 -- window's first days or after today (step_future_tolerance) goes to _begin_step, which
 -- decides exactly. Generated (_compile_step_paths) from the layout of format 'system'
--- (parse.sql, _layout_sql: where its date is printed) and the settings, written in as
--- literals: reading them through _serial_time and _setting_constant was folded to the same
--- plan but cost ~5 ms of planning (their bodies hold every format and setting), paid by every
--- caller that does not prepare its statement. VOLATILE (hivenet.now()), inlined.
-CREATE FUNCTION hivenet._step_replay_window(p_serial text) RETURNS boolean
+-- (parse.sql, _layout_sql) and the settings, written in as literals: reading them through
+-- _serial_time and _setting_constant was folded to the same plan but cost ~5 ms of planning
+-- (their bodies hold every format and setting), paid by every caller that does not prepare
+-- its statement. VOLATILE (hivenet.now()), inlined.
+CREATE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
     SELECT false;
 END;
 
--- Rewrite _step_replay_window from the tables (the triggers below, on any change of a format
--- or a setting, under the constants' lock of settings.sql). 'false' (every call to the full
--- path) when format 'system' prints no YYYYMMDD date or instances are checked.
+-- Rewrite _step_in_window from the tables (the triggers below, on any change of a format or a
+-- setting, under the constants' lock of settings.sql). A layout that prints its date
+-- otherwise gets the exact window of its printed time, behind its validity check (dearer: the
+-- casts); 'false' (every call to the full path) when it prints no time or instances are
+-- checked.
 CREATE FUNCTION hivenet._compile_step_paths() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_setting jsonb := (SELECT jsonb_object_agg(s.name, s.value) FROM hivenet.setting s);
-    v_time text := (SELECT l.time_of FROM hivenet.format f, hivenet._layout_sql(f) l
-                    WHERE f.name = 'system');
-    -- The date's position, when the layout prints year, month and day one after another.
-    v_at integer[] := regexp_match(v_time, '^make_timestamp\(substr\(p_serial, (\d+), 4\)'
-        '::integer, substr\(p_serial, (\d+), 2\)::integer, substr\(p_serial, (\d+), 2\)'
-        '::integer, 0, 0, 0\)$')::integer[];
-    v_window text := 'false';
+    v_valid text;
+    v_time text;
+    v_at integer[];
+    v_window text;
 BEGIN
-    IF v_at[2] = v_at[1] + 4 AND v_at[3] = v_at[1] + 6
-       AND v_setting ->> 'owned_instances' = 'all' THEN
+    SELECT l.valid, l.time_of INTO v_valid, v_time
+    FROM hivenet.format f, hivenet._layout_sql(f) l WHERE f.name = 'system';
+    -- The date's position, when the layout prints year, month and day one after another.
+    v_at := regexp_match(v_time, '^make_timestamp\(substr\(p_serial, (\d+), 4\)::integer, '
+        'substr\(p_serial, (\d+), 2\)::integer, substr\(p_serial, (\d+), 2\)::integer, '
+        '0, 0, 0\)$')::integer[];
+    IF v_setting ->> 'owned_instances' IS DISTINCT FROM 'all' OR v_time IS NULL THEN
+        v_window := 'false';
+    ELSIF v_at[2] = v_at[1] + 4 AND v_at[3] = v_at[1] + 6 THEN
         v_window := format(
             'substr(p_serial, %s, 8) BETWEEN to_char(((hivenet.now() - %L::interval) '
             'AT TIME ZONE %L)::date + 2, ''YYYYMMDD'') AND to_char((hivenet.now() '
             'AT TIME ZONE %3$L)::date, ''YYYYMMDD'')',
             v_at[1], v_setting ->> 'step_retention', v_setting ->> 'time_zone');
+    ELSE
+        v_window := format(
+            'CASE WHEN %s THEN (%s)::date::timestamp AT TIME ZONE %L BETWEEN hivenet.now() - '
+            '%L::interval AND hivenet.now() + %L::interval ELSE false END',
+            v_valid, v_time, v_setting ->> 'time_zone',
+            v_setting ->> 'step_retention', v_setting ->> 'step_future_tolerance');
     END IF;
     EXECUTE format(
-        'CREATE OR REPLACE FUNCTION hivenet._step_replay_window(p_serial text) RETURNS boolean '
+        'CREATE OR REPLACE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean '
         'LANGUAGE sql VOLATILE BEGIN ATOMIC SELECT %s; END', v_window);
 END $$;
 
@@ -117,11 +130,45 @@ CREATE TRIGGER step_paths AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivene
 
 SELECT hivenet._compile_step_paths();
 
--- begin_step's full path, in the step owner's rights: every check with its exact error, then
--- the state machine (requests.sql). The new step, the common case, is inserted here without
--- a call of _begin_attempt; a conflict (an attempt already there, maybe being started right
--- now) hands over to _begin_attempt, which inserts again or explains. Not set-returning (OUT
--- parameters): no tuplestore of its own.
+-- The first attempt of a new step, written by one INSERT into this view (its rule runs with the
+-- owner's rights): the Python layer's begin (steps.py) and _begin_step's common case. The rule
+-- checks what a new step with plain options needs and inserts attempt 1; it writes nothing
+-- for a step that has an attempt, or for input it does not vouch for, and then begin_step
+-- decides and names the problem. No function call: the PL/pgSQL layer (SECURITY DEFINER, SET)
+-- cost a fifth of a step (issue 13, docs/benchmarks.md). Insert-only, for PUBLIC
+-- (privileges.sql): the row it writes is the one begin_step would write, and reading the view
+-- shows nothing.
+--   The checks are generated from the definitions of formats 'system' and 'unified' and from
+--   the settings (parse.sql, _serial_valid; _step_in_window above): inlined, no query. A
+--   serial dated on the window's first two days or after today, or instances to check, take
+--   the full path. Options are not columns: the callers take this path only for on_success
+--   'replay' or 'reject' without nowait, which start a new step alike.
+--   The VALUES list evaluates each inserted expression once. A rule puts the expression in
+--   place of every NEW, so a volatile one (a fresh serial) would be checked as one value and
+--   stored as another; for parameters and constants the planner folds the list away.
+CREATE VIEW hivenet._step_start AS
+SELECT NULL::text AS system_serial, NULL::jsonb AS request, NULL::text AS unified_serial,
+       NULL::interval AS lease
+WHERE false;
+CREATE RULE start AS ON INSERT TO hivenet._step_start DO INSTEAD
+INSERT INTO hivenet.request_attempt
+    (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at)
+SELECT 'hivenet.steps', n.system_serial, 1, 'processing', hivenet._fingerprint(n.request),
+       n.unified_serial, n.lease, hivenet.now()
+FROM (VALUES (NEW.system_serial, NEW.request, NEW.unified_serial, NEW.lease))
+     AS n (system_serial, request, unified_serial, lease)
+WHERE hivenet._serial_valid('system', n.system_serial)
+  AND hivenet._step_in_window(n.system_serial)
+  AND (n.unified_serial IS NULL OR hivenet._serial_valid('unified', n.unified_serial))
+  AND (n.lease IS NULL OR n.lease > interval '0')
+ON CONFLICT DO NOTHING
+RETURNING key, NULL::jsonb, unified_serial, lease;
+
+-- begin_step's full path, in the step owner's rights. A new step with plain options is
+-- started through view _step_start; whatever that does not write (bad input, nowait,
+-- instances to check, a serial outside the window, a step that has an attempt) gets every
+-- check with its exact error (parse_serial names the problem), then the state machine
+-- (requests.sql). Not set-returning (OUT parameters): no tuplestore of its own.
 CREATE FUNCTION hivenet._begin_step(
     p_system_serial text, p_request jsonb, p_on_success text, p_unified_serial text,
     p_lease interval, p_nowait boolean, OUT outcome text, OUT attempt integer,
@@ -131,58 +178,36 @@ DECLARE
     v_day date;
     v_day_start timestamptz;
 BEGIN
-    -- The common case is decided by one expression: plpgsql prepares every expression once
-    -- per transaction, a good part of this function's cost. The layouts of formats 'system'
-    -- and 'unified' are checked by expressions generated from their definitions (parse.sql,
-    -- _serial_valid: inlined, constants folded), the settings read from the generated
-    -- constants (settings.sql): no query. Whatever they do not vouch for (bad input, nowait,
-    -- instances to check, a serial outside the window) takes the slow path below, where
-    -- parse_serial decides and names the problem: the accepted set is exactly parse_serial's
-    -- (a test checks it), at a fraction of its cost.
-    IF NOT coalesce(
-        p_on_success IN ('replay', 'reject') AND NOT p_nowait
-        AND (p_lease IS NULL OR p_lease > interval '0')
-        AND hivenet._setting_constant('owned_instances') = 'all'
-        AND (p_unified_serial IS NULL OR hivenet._serial_valid('unified', p_unified_serial))
-        -- NULL for a system serial that is not valid (_serial_time checks it): the slow path
-        AND hivenet._serial_time('system', p_system_serial)::date::timestamp
-                AT TIME ZONE hivenet._setting_constant('time_zone')
-            BETWEEN hivenet.now() - hivenet._setting_constant('step_retention')::interval
-                AND hivenet.now() + hivenet._setting_constant('step_future_tolerance')::interval,
-        false) THEN
-        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-        PERFORM hivenet.parse_serial(p_system_serial, 'system');
-        IF p_unified_serial IS NOT NULL THEN
-            PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
-        END IF;
-        -- Several primaries: a serial of an instance another shard owns (ownership.sql).
-        IF hivenet._setting_constant('owned_instances') <> 'all' THEN
-            PERFORM hivenet._check_owned_serial('system', p_system_serial);
-        END IF;
-        -- Old serials are refused, not run again: their record may be purged (HN021).
-        v_day := hivenet._serial_time('system', p_system_serial)::date;
-        v_day_start := v_day::timestamp AT TIME ZONE hivenet._setting_constant('time_zone');
-        IF v_day_start < hivenet.now() - hivenet._setting_constant('step_retention')::interval
-           OR v_day_start > hivenet.now()
-                            + hivenet._setting_constant('step_future_tolerance')::interval THEN
-            PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
-        END IF;
-        IF p_nowait THEN
-            SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-            FROM hivenet._begin_attempt_nowait('hivenet.steps', p_system_serial, p_request,
-                                               p_on_success, p_unified_serial, p_lease) b;
+    IF coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false) THEN
+        INSERT INTO hivenet._step_start
+        VALUES (p_system_serial, p_request, p_unified_serial, p_lease);
+        IF FOUND THEN
+            outcome := 'started';
+            attempt := 1;
             RETURN;
         END IF;
     END IF;
-    -- _begin_attempt's first move, for a new step (see there).
-    INSERT INTO hivenet.request_attempt
-        (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at)
-    VALUES ('hivenet.steps', p_system_serial, 1, 'processing', hivenet._fingerprint(p_request),
-            p_unified_serial, p_lease, hivenet.now())
-    ON CONFLICT DO NOTHING;
-    IF FOUND THEN
-        outcome := 'started';
-        attempt := 1;
+    PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+    PERFORM hivenet.parse_serial(p_system_serial, 'system');
+    IF p_unified_serial IS NOT NULL THEN
+        PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
+    END IF;
+    -- Several primaries: a serial of an instance another shard owns (ownership.sql).
+    IF hivenet._setting_constant('owned_instances') <> 'all' THEN
+        PERFORM hivenet._check_owned_serial('system', p_system_serial);
+    END IF;
+    -- Old serials are refused, not run again: their record may be purged (HN021).
+    v_day := hivenet._serial_time('system', p_system_serial)::date;
+    v_day_start := v_day::timestamp AT TIME ZONE hivenet._setting_constant('time_zone');
+    IF v_day_start < hivenet.now() - hivenet._setting_constant('step_retention')::interval
+       OR v_day_start > hivenet.now()
+                        + hivenet._setting_constant('step_future_tolerance')::interval THEN
+        PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
+    END IF;
+    IF p_nowait THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_nowait('hivenet.steps', p_system_serial, p_request,
+                                           p_on_success, p_unified_serial, p_lease) b;
         RETURN;
     END IF;
     SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
@@ -247,7 +272,7 @@ BEGIN ATOMIC
        AND p_on_success = 'replay' AND p_nowait IS NOT NULL
        AND (p_lease IS NULL OR p_lease > interval '0')
        AND (p_unified_serial IS NULL OR p_unified_serial = r.unified_serial)
-       AND hivenet._step_replay_window(r.system_serial)
+       AND hivenet._step_in_window(r.system_serial)
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
      FROM hivenet._begin_step(p_system_serial, p_request, p_on_success, p_unified_serial,
