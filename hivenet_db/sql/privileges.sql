@@ -3,8 +3,9 @@
 -- also runs the administrative functions and changes settings. The public functions are
 -- SECURITY DEFINER, so neither needs any right on a table, and the private helpers
 -- (hivenet._*) stay the owner's, but for the allocation fast path, the step replay and a
--- new step's start (below): those run with the caller's rights. Nothing here opens a connection, and no
--- setting holds a secret. Applied last; a revision that adds functions applies it again.
+-- new step's start (below): those run with the caller's rights. Nothing here opens a
+-- connection, and no setting holds a secret. Applied last; a revision that adds functions
+-- applies it again.
 
 -- Grant (true) or revoke (false) EXECUTE for PUBLIC on every function of the schema that is
 -- not an extension's.
