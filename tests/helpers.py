@@ -50,6 +50,23 @@ def scalar(conn: psycopg.Connection, sql: str, params: Any = None) -> Any:
     return row[0]
 
 
+def functions_run(db: psycopg.Connection, call: Callable[[], object]) -> dict[str, int]:
+    """Calls of each function of schema hivenet run while ``call()`` runs on ``db`` (in a
+    transaction of its own, committed), but for IMMUTABLE ones (folded when a statement with
+    constants is planned: not a cost of each call). The difference of the session's pending
+    counts, which may hold earlier transactions'."""
+    count = ("SELECT f.funcname, f.calls FROM pg_stat_xact_user_functions f "
+             "JOIN pg_proc p ON p.oid = f.funcid "
+             "WHERE f.schemaname = 'hivenet' AND p.provolatile <> 'i'")
+    with db.transaction():
+        db.execute("SET LOCAL track_functions = 'all'")
+        before: dict[str, int] = dict(db.execute(count).fetchall())
+        call()
+        after: dict[str, int] = dict(db.execute(count).fetchall())
+    return {name: n - before.get(name, 0) for name, n in after.items()
+            if n != before.get(name, 0)}
+
+
 def sqlstate_of(error: BaseException) -> str | None:
     """The SQLSTATE of an exception caught elsewhere (None when it is not a database error)."""
     return getattr(getattr(error, "diag", None), "sqlstate", None)

@@ -15,7 +15,7 @@ import pytest
 
 from hivenet_db import migrate
 from hivenet_db.embedded import EmbeddedPostgres
-from tests.helpers import scalar, usage_only_role
+from tests.helpers import functions_run, scalar, usage_only_role
 
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"
 SCOPE = '{"system": "C0001", "module": "A01", "instance": "01"}'
@@ -55,20 +55,8 @@ def _today_period(db: psycopg.Connection) -> int:
 
 
 def _plpgsql_calls(db: psycopg.Connection, sql: str, times: int = 3) -> dict[str, int]:
-    """Calls of each function of schema hivenet run while running sql, but for IMMUTABLE ones
-    (folded when a statement with constants is planned: not a cost of each call). The
-    difference of the session's pending counts, which may hold earlier transactions'."""
-    count = ("SELECT f.funcname, f.calls FROM pg_stat_xact_user_functions f "
-             "JOIN pg_proc p ON p.oid = f.funcid "
-             "WHERE f.schemaname = 'hivenet' AND p.provolatile <> 'i'")
-    with db.transaction():
-        db.execute("SET LOCAL track_functions = 'all'")
-        before: dict[str, int] = dict(db.execute(count).fetchall())
-        for _ in range(times):
-            db.execute(sql)
-        after: dict[str, int] = dict(db.execute(count).fetchall())
-    return {name: n - before.get(name, 0) for name, n in after.items()
-            if n != before.get(name, 0)}
+    """Calls of each function of schema hivenet (but IMMUTABLE ones) while sql runs times."""
+    return functions_run(db, lambda: [db.execute(sql) for _ in range(times)])
 
 
 def _today(db: psycopg.Connection) -> str:

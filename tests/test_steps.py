@@ -30,7 +30,13 @@ from hivenet_db import (
 )
 from hivenet_db._execute import SyncDB
 from hivenet_db.propagation import unified_serial_context
-from tests.helpers import async_connection, run_sql, scalar, wait_until_blocked
+from tests.helpers import (
+    async_connection,
+    functions_run,
+    run_sql,
+    scalar,
+    wait_until_blocked,
+)
 from tests.test_fast_path import _plpgsql_calls
 
 Connect = Callable[..., psycopg.Connection]
@@ -748,36 +754,20 @@ def test_repository_begin_finish_and_errors(any_conn: SyncDB, db: psycopg.Connec
         conn.rollback()
 
 
-def _functions_run(db: psycopg.Connection, call: Callable[[], object]) -> dict[str, int]:
-    """Calls of each function of schema hivenet (but IMMUTABLE ones) while ``call()`` runs on
-    ``db``, in a transaction rolled back afterwards."""
-    count = ("SELECT f.funcname, f.calls FROM pg_stat_xact_user_functions f "
-             "JOIN pg_proc p ON p.oid = f.funcid "
-             "WHERE f.schemaname = 'hivenet' AND p.provolatile <> 'i'")
-    with db.transaction():
-        db.execute("SET LOCAL track_functions = 'all'")
-        before: dict[str, int] = dict(db.execute(count).fetchall())
-        call()
-        after: dict[str, int] = dict(db.execute(count).fetchall())
-        raise psycopg.Rollback
-    return {name: n - before.get(name, 0) for name, n in after.items()
-            if n != before.get(name, 0)}
-
-
 def test_the_repository_starts_a_new_step_without_a_function_call(
         db: psycopg.Connection) -> None:
     """The guard of issue 13's steps goal (not timed): StepRepository.begin starts a new step
     by one INSERT into view _step_start, whose rule runs no function (its checks are inlined);
     nowait, or a step that has an attempt (here a failed one), goes on to begin_step."""
     steps, serial = StepRepository(db), new_serial(db)
-    assert _functions_run(db, lambda: steps.begin(serial, REQUEST)) == {}
-    assert _functions_run(db, lambda: steps.begin(serial, REQUEST, nowait=True))[
-        "_begin_step"] == 1
-    steps.finish(serial, steps.begin(serial, REQUEST).attempt, False)
+    assert functions_run(db, lambda: steps.begin(serial, REQUEST)) == {}
+    steps.finish(serial, 1, False)
     retry: list[StepStart] = []
-    assert _functions_run(db, lambda: retry.append(steps.begin(serial, REQUEST)))[
+    assert functions_run(db, lambda: retry.append(steps.begin(serial, REQUEST)))[
         "_begin_step"] == 1
     assert retry == [StepStart("started", 2)]
+    assert functions_run(db, lambda: steps.begin(new_serial(db), REQUEST, nowait=True))[
+        "_begin_step"] == 1
 
 
 def test_the_start_view_evaluates_what_is_inserted_once(db: psycopg.Connection) -> None:
