@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 from sqlalchemy import text
 
 from hivenet_db._execute import AsyncDB, Rows, SyncDB, json_text, rows, rows_async
+from hivenet_db._start import started, started_async
 from hivenet_db.propagation import current_unified_serial
 
 Outcome = Literal["started", "replayed"]
@@ -30,8 +31,8 @@ OnSuccess = Literal["replay", "reject"]
 
 # A new step is started by one INSERT into view hivenet._step_start, whose rule checks the
 # input and writes attempt 1 with the owner's rights, no function called (steps.sql); when it
-# writes nothing (the step has an attempt, or input it does not vouch for), begin_step decides
-# and raises the exact error.
+# writes nothing (the step has an attempt, or input it does not vouch for), or the database
+# has no such view (hivenet_db._start), begin_step decides and raises the exact error.
 _START = text(
     "INSERT INTO hivenet._step_start VALUES (:serial, CAST(:request AS jsonb), :unified, :lease)"
     " RETURNING 1"
@@ -123,13 +124,8 @@ def start_of(result: Rows) -> StepStart:
     return StepStart(outcome, attempt, response)
 
 
-_STARTED = StepStart("started", 1)
-
-
-def _may_start_through_the_view(params: dict[str, Any]) -> bool:
-    """The options _START leaves out are plain: either policy starts a new step alike, and
-    nowait must not wait for a concurrent start, as the INSERT would."""
-    return params["on_success"] in ("replay", "reject") and params["nowait"] is False
+# What begin found when the start view wrote the first attempt (hivenet_db._start).
+STARTED = StepStart("started", 1)
 
 
 def error_report(error: BaseException) -> dict[str, str]:
@@ -199,8 +195,8 @@ class StepRepository:
               lease: timedelta | None = None, nowait: bool = False) -> StepStart:
         """Receive the step; the unified serial defaults to ``current_unified_serial()``."""
         params = _begin_params(system_serial, request, on_success, unified_serial, lease, nowait)
-        if _may_start_through_the_view(params) and rows(self.db, _START, params):
-            return _STARTED
+        if started(self.db, "hivenet._step_start", _START, params):
+            return STARTED
         return start_of(rows(self.db, _BEGIN, params))
 
     def finish(self, system_serial: str, attempt: int, succeeded: bool,
@@ -250,8 +246,8 @@ class AsyncStepRepository:
                     on_success: OnSuccess = "replay", unified_serial: str | None = None,
                     lease: timedelta | None = None, nowait: bool = False) -> StepStart:
         params = _begin_params(system_serial, request, on_success, unified_serial, lease, nowait)
-        if _may_start_through_the_view(params) and await rows_async(self.db, _START, params):
-            return _STARTED
+        if await started_async(self.db, "hivenet._step_start", _START, params):
+            return STARTED
         return start_of(await rows_async(self.db, _BEGIN, params))
 
     async def finish(self, system_serial: str, attempt: int, succeeded: bool,
@@ -285,5 +281,5 @@ class AsyncStepRepository:
         return run.response
 
 
-__all__ = ["AsyncStepRepository", "Guarded", "StepRepository", "StepRun", "StepStart",
+__all__ = ["STARTED", "AsyncStepRepository", "Guarded", "StepRepository", "StepRun", "StepStart",
            "as_json", "error_report", "guarded", "guarded_async", "start_of"]

@@ -31,7 +31,9 @@ from hivenet_db._execute import SyncDB
 from tests.helpers import (
     async_connection,
     explain_to_notices,
+    functions_run,
     race,
+    scalar,
     sqlstate_of,
     wait_until_blocked,
 )
@@ -353,6 +355,41 @@ def test_repository_begin_finish_resolve_and_errors(any_conn: SyncDB) -> None:
     repo.set_retention("orders", timedelta(hours=2))
     repo.set_retention("orders", None)
     any_conn.rollback()
+
+
+def test_the_repository_starts_a_new_key_without_a_function_call(
+        db: psycopg.Connection) -> None:
+    """As a new step's: RequestRepository.begin starts a new key by one INSERT into view
+    _request_start, no function run; nowait, or a key that has an attempt (here a failed
+    one), goes on to begin_request."""
+    requests, request_key = RequestRepository(db), key()
+    assert functions_run(db, lambda: requests.begin("orders", request_key, {"n": 1})) == {}
+    requests.finish("orders", request_key, 1, False)
+    retry: list[RequestStart] = []
+    assert functions_run(db, lambda: retry.append(
+        requests.begin("orders", request_key, {"n": 1})))["begin_request"] == 1
+    assert retry == [RequestStart("started", 2)]
+    assert functions_run(db, lambda: requests.begin("orders", key(), nowait=True))[
+        "begin_request"] == 1
+
+
+def test_the_start_view_writes_no_namespace_of_the_library(db: psycopg.Connection) -> None:
+    """_request_start writes what begin_request would: never a step (namespace hivenet.steps)
+    nor any other name begin_request refuses, also for a volatile input, evaluated once (its
+    first value is a namespace of the library's own, any later one is not)."""
+    serial = scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
+    db.execute("CREATE TEMP SEQUENCE evaluations")
+    start = "INSERT INTO hivenet._request_start VALUES (%s, %s, NULL, NULL) RETURNING 1"
+    for namespace, bad_key in [("hivenet.steps", serial), ("orders", "bad\x01key"),
+                               ("", "k"), ("orders", "k" * 256)]:
+        assert db.execute(start, (namespace, bad_key)).fetchall() == [], (namespace, bad_key)
+    volatile = db.execute(
+        "INSERT INTO hivenet._request_start VALUES (CASE WHEN nextval('evaluations') = 1 "
+        "THEN 'hivenet.steps' ELSE 'orders' END, %s, NULL, NULL) RETURNING 1",
+        (serial,)).fetchall()
+    assert volatile == [] and scalar(db, "SELECT currval('evaluations')") == 1
+    assert scalar(db, "SELECT count(*) FROM hivenet.request_attempt WHERE key = %s",
+                  (serial,)) == 0
 
 
 def test_request_context_manager_and_run(any_conn: SyncDB, db: psycopg.Connection) -> None:

@@ -81,6 +81,9 @@ GRANT SELECT ON hivenet._step_replay TO PUBLIC;
 -- the caller too: the generated layout check _serial_valid joins _serial_time (above), as
 -- public (it says whether a text is a valid serial of a format; no secret).
 GRANT INSERT ON hivenet._step_start TO PUBLIC;
+-- The same for a new keyed request (requests.sql, view _request_start): its checks call no
+-- function of the schema but the fingerprint and the clock, both public.
+GRANT INSERT ON hivenet._request_start TO PUBLIC;
 GRANT EXECUTE ON FUNCTION hivenet._serial_valid(text, text) TO PUBLIC;
 
 -- The allocation fast path (allocate.sql, _fast_unified and _fast_system) is inlined into the

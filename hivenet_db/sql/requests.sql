@@ -223,6 +223,32 @@ EXCEPTION WHEN lock_not_available THEN
                          hivenet._attempt_subject(p_namespace, p_key));
 END $$;
 
+-- The first attempt of a new keyed request, written by one INSERT into this view (its rule
+-- runs with the owner's rights): the Python layer's begin (requests.py) and begin_request's
+-- common case, as view _step_start for steps (steps.sql, where the why is). The rule checks
+-- the names and the lease as begin_request does (the checks' exact errors stay there) and
+-- inserts attempt 1; it writes nothing for a key that has an attempt or for input it does not
+-- vouch for (a namespace of the library's own among them), and then begin_request decides.
+-- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_request would
+-- write. The VALUES list evaluates each inserted expression once (see _step_start).
+CREATE VIEW hivenet._request_start AS
+SELECT NULL::text AS namespace, NULL::text AS key, NULL::jsonb AS request,
+       NULL::interval AS lease
+WHERE false;
+CREATE RULE start AS ON INSERT TO hivenet._request_start DO INSTEAD
+INSERT INTO hivenet.request_attempt
+    (namespace, key, attempt, state, fingerprint, lease, started_at)
+SELECT n.namespace, n.key, 1, 'processing', hivenet._fingerprint(n.request), n.lease,
+       hivenet.now()
+FROM (VALUES (NEW.namespace, NEW.key, NEW.request, NEW.lease)) AS n (namespace, key, request, lease)
+WHERE length(n.namespace) BETWEEN 1 AND 255 AND length(n.key) BETWEEN 1 AND 255
+  -- one search for a control character (an anchored {1,255} repetition measured dearer)
+  AND n.namespace || n.key !~ '[\x01-\x1f\x7f-\x9f]'
+  AND left(n.namespace, 8) <> 'hivenet.'
+  AND (n.lease IS NULL OR n.lease > interval '0')
+ON CONFLICT DO NOTHING
+RETURNING namespace, key, NULL::jsonb, lease;
+
 -- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',
 --                       lease default null, nowait default false)
 --   → table(outcome text, attempt int, response jsonb), exactly one row.
@@ -255,37 +281,25 @@ CREATE FUNCTION hivenet.begin_request(
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    -- The common case in one expression (plpgsql prepares each expression once per
-    -- transaction); whatever fails it is explained by the checks.
-    IF NOT coalesce(
-        p_on_success IN ('replay', 'reject') AND NOT p_nowait
-        AND (p_lease IS NULL OR p_lease > interval '0')
-        AND length(p_namespace) BETWEEN 1 AND 255 AND length(p_key) BETWEEN 1 AND 255
-        -- one search for a control character (an anchored {1,255} repetition measured dearer)
-        AND p_namespace || p_key !~ '[\x01-\x1f\x7f-\x9f]'
-        AND left(p_namespace, 8) <> 'hivenet.',
-        false) THEN
-        PERFORM hivenet._check_request_name('namespace', p_namespace);
-        PERFORM hivenet._check_request_name('key', p_key);
-        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-        IF p_nowait THEN
-            SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-            FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success,
-                                               NULL, p_lease) b;
+    -- A new key with plain options: attempt 1 through view _request_start. Whatever that does
+    -- not write (bad input, nowait, a key that has an attempt) gets every check with its exact
+    -- error, then the state machine.
+    IF coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false) THEN
+        INSERT INTO hivenet._request_start VALUES (p_namespace, p_key, p_request, p_lease);
+        IF FOUND THEN
+            outcome := 'started';
+            attempt := 1;
             RETURN NEXT;
             RETURN;
         END IF;
     END IF;
-    -- _begin_attempt's first move, for a new key, without its call (a layer less on the hot
-    -- path, as _begin_step in steps.sql); a conflict hands over to _begin_attempt.
-    INSERT INTO hivenet.request_attempt
-        (namespace, key, attempt, state, fingerprint, lease, started_at)
-    VALUES (p_namespace, p_key, 1, 'processing', hivenet._fingerprint(p_request), p_lease,
-            hivenet.now())
-    ON CONFLICT DO NOTHING;
-    IF FOUND THEN
-        outcome := 'started';
-        attempt := 1;
+    PERFORM hivenet._check_request_name('namespace', p_namespace);
+    PERFORM hivenet._check_request_name('key', p_key);
+    PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+    IF p_nowait THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
+                                           p_lease) b;
     ELSE
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
