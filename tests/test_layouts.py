@@ -229,8 +229,8 @@ def test_begin_step_and_the_carried_serials_follow_a_changed_system_layout(
 def test_a_system_layout_dated_otherwise_still_starts_steps_through_the_view(
         tx: psycopg.Connection, fake_clock: SetClock) -> None:
     """_step_in_window is generated for any printed time: a system format dated YYMMDD gets
-    the exact window of its date, so a new step starts through view _step_start (and a
-    succeeded one replays without _begin_step); one dated outside is left to begin_step."""
+    the exact window of its date, so a new step starts through view _step_start; one dated
+    outside is left to begin_step, and a serial that is not valid is outside, never an error."""
     fake_clock(tx, "2031-03-01 12:00:00+00")
     redefine(tx, "system", [*SCOPE, {"time": "YYMMDD"}, {"seq": 12, "reset": "day"}])
     start = "INSERT INTO hivenet._step_start VALUES (%s, NULL, NULL, NULL) RETURNING 1"
