@@ -162,8 +162,9 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         "hivenet._serial_field", "hivenet._serial_time",
         # Inlined into begin_step, run as the caller (steps.sql).
         "hivenet._begin_step", "hivenet._step_in_window", "hivenet._fingerprint",
-        # In the rule of view _step_start, run as its inserter (steps.sql).
-        "hivenet._serial_valid",
+        # In the rules of views _step_start and _request_start, run as their inserter
+        # (steps.sql, requests.sql).
+        "hivenet._serial_valid", "hivenet._step_start_valid", "hivenet._request_start_valid",
         # Inlined into next_unified_serial / next_system_serial, run as the caller (allocate.sql).
         "hivenet._fast_unified", "hivenet._fast_system", "hivenet._format_constant",
         "hivenet._setting_constant", "hivenet._scope_sequence_name"}

@@ -367,7 +367,8 @@ def test_the_repository_starts_a_new_key_without_a_function_call(
     requests.finish("orders", request_key, 1, False)
     retry: list[RequestStart] = []
     assert functions_run(db, lambda: retry.append(
-        requests.begin("orders", request_key, {"n": 1})))["begin_request"] == 1
+        requests.begin("orders", request_key, {"n": 1}))) == {
+        "begin_request": 1, "_begin_attempt": 1}  # no check again (revision 0025)
     assert retry == [RequestStart("started", 2)]
     assert functions_run(db, lambda: requests.begin("orders", key(), nowait=True))[
         "begin_request"] == 1

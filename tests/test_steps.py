@@ -758,16 +758,37 @@ def test_the_repository_starts_a_new_step_without_a_function_call(
         db: psycopg.Connection) -> None:
     """The guard of issue 13's steps goal (not timed): StepRepository.begin starts a new step
     by one INSERT into view _step_start, whose rule runs no function (its checks are inlined);
-    nowait, or a step that has an attempt (here a failed one), goes on to begin_step."""
+    nowait, or a step that has an attempt (here a failed one), goes on to begin_step. A retry
+    whose input the view vouched for goes straight to the state machine: no serial is parsed
+    again (revision 0025)."""
     steps, serial = StepRepository(db), new_serial(db)
     assert functions_run(db, lambda: steps.begin(serial, REQUEST)) == {}
     steps.finish(serial, 1, False)
     retry: list[StepStart] = []
-    assert functions_run(db, lambda: retry.append(steps.begin(serial, REQUEST)))[
-        "_begin_step"] == 1
+    assert functions_run(db, lambda: retry.append(steps.begin(serial, REQUEST))) == {
+        "_begin_step": 1, "_begin_attempt": 1}
     assert retry == [StepStart("started", 2)]
     assert functions_run(db, lambda: steps.begin(new_serial(db), REQUEST, nowait=True))[
         "_begin_step"] == 1
+
+
+def test_a_step_that_has_an_attempt_still_gets_every_check(
+        db: psycopg.Connection, fake_clock: Callable[..., None]) -> None:
+    """After the start view wrote nothing, _begin_step skips the full checks only for input
+    the view vouches for (revision 0025): a retry of a failed step with a bad unified serial,
+    lease or option, or one that left the window, still raises exactly, writing nothing."""
+    fake_clock(db, "2026-10-01 12:00:00+00")
+    serial = new_serial(db)
+    begin(db, serial)
+    finish(db, serial, 1, False)
+    for options in [{"unified_serial": "C0001A0101" + "9" * 18},
+                    {"lease": timedelta(0)}, {"on_success": "again"}]:
+        with sqlstate("HN001"), db.transaction():
+            begin(db, serial, **options)
+    fake_clock(db, "2026-10-31 00:00:01+00")  # day 2026-10-01 left the 30 days' window
+    with sqlstate("HN021"):
+        begin(db, serial)
+    assert [a["attempt"] for a in attempts(db, serial)] == [1]
 
 
 def test_the_start_view_evaluates_what_is_inserted_once(db: psycopg.Connection) -> None:

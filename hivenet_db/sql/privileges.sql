@@ -78,13 +78,19 @@ GRANT SELECT ON hivenet._step_replay TO PUBLIC;
 -- A new step's first attempt (steps.sql, view _step_start: the Python layer's begin) is one
 -- INSERT into a view whose rule writes with the owner's rights: PUBLIC may insert, not read.
 -- PostgreSQL runs a view's functions as its user, so the rule's checks must be executable by
--- the caller too: the generated layout check _serial_valid joins _serial_time (above), as
--- public (it says whether a text is a valid serial of a format; no secret).
+-- the caller too: _step_start_valid and the generated layout check _serial_valid it calls join
+-- _serial_time (above), as public (they say whether a text is a valid serial of a format, or
+-- a valid start; no secret).
 GRANT INSERT ON hivenet._step_start TO PUBLIC;
--- The same for a new keyed request (requests.sql, view _request_start): its checks call no
--- function of the schema but the fingerprint and the clock, both public.
+-- The same for a new keyed request (requests.sql, view _request_start): its checks
+-- (_request_start_valid) call no function of the schema but the fingerprint and the clock,
+-- both public.
 GRANT INSERT ON hivenet._request_start TO PUBLIC;
-GRANT EXECUTE ON FUNCTION hivenet._serial_valid(text, text) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    hivenet._serial_valid(text, text),
+    hivenet._step_start_valid(text, text, interval),
+    hivenet._request_start_valid(text, text, interval)
+TO PUBLIC;
 
 -- The allocation fast path (allocate.sql, _fast_unified and _fast_system) is inlined into the
 -- caller's statement and runs with the caller's rights, so every function in it must be

@@ -223,11 +223,25 @@ EXCEPTION WHEN lock_not_available THEN
                          hivenet._attempt_subject(p_namespace, p_key));
 END $$;
 
+-- What view _request_start vouches for (below), and begin_request after the view wrote nothing:
+-- what _check_request_name and _check_begin_options accept, for plain options. Inlined where
+-- it is called: no function runs.
+CREATE FUNCTION hivenet._request_start_valid(p_namespace text, p_key text, p_lease interval)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT length(p_namespace) BETWEEN 1 AND 255 AND length(p_key) BETWEEN 1 AND 255
+       -- one search for a control character (an anchored {1,255} repetition measured dearer)
+       AND p_namespace || p_key !~ '[\x01-\x1f\x7f-\x9f]'
+       AND left(p_namespace, 8) <> 'hivenet.'
+       AND (p_lease IS NULL OR p_lease > interval '0');
+END;
+
 -- The first attempt of a new keyed request, written by one INSERT into this view (its rule
 -- runs with the owner's rights): the Python layer's begin (requests.py) and begin_request's
 -- common case, as view _step_start for steps (steps.sql, where the why is). The rule checks
--- the names and the lease as begin_request does (the checks' exact errors stay there) and
--- inserts attempt 1; it writes nothing for a key that has an attempt or for input it does not
+-- the names and the lease (_request_start_valid, above; the checks' exact errors stay in
+-- begin_request) and inserts attempt 1; it writes nothing for a key that has an attempt or for input it does not
 -- vouch for (a namespace of the library's own among them), and then begin_request decides.
 -- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_request would
 -- write. The VALUES list evaluates each inserted expression once (see _step_start).
@@ -241,11 +255,7 @@ INSERT INTO hivenet.request_attempt
 SELECT n.namespace, n.key, 1, 'processing', hivenet._fingerprint(n.request), n.lease,
        hivenet.now()
 FROM (VALUES (NEW.namespace, NEW.key, NEW.request, NEW.lease)) AS n (namespace, key, request, lease)
-WHERE length(n.namespace) BETWEEN 1 AND 255 AND length(n.key) BETWEEN 1 AND 255
-  -- one search for a control character (an anchored {1,255} repetition measured dearer)
-  AND n.namespace || n.key !~ '[\x01-\x1f\x7f-\x9f]'
-  AND left(n.namespace, 8) <> 'hivenet.'
-  AND (n.lease IS NULL OR n.lease > interval '0')
+WHERE hivenet._request_start_valid(n.namespace, n.key, n.lease)
 ON CONFLICT DO NOTHING
 RETURNING namespace, key, NULL::jsonb, lease;
 
@@ -280,11 +290,12 @@ CREATE FUNCTION hivenet.begin_request(
     p_nowait boolean DEFAULT false)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    -- The options view _request_start serves (they start a new key alike).
+    v_plain boolean := coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
 BEGIN
-    -- A new key with plain options: attempt 1 through view _request_start. Whatever that does
-    -- not write (bad input, nowait, a key that has an attempt) gets every check with its exact
-    -- error, then the state machine.
-    IF coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false) THEN
+    -- A new key with plain options: attempt 1 through view _request_start.
+    IF v_plain THEN
         INSERT INTO hivenet._request_start VALUES (p_namespace, p_key, p_request, p_lease);
         IF FOUND THEN
             outcome := 'started';
@@ -293,9 +304,15 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    PERFORM hivenet._check_request_name('namespace', p_namespace);
-    PERFORM hivenet._check_request_name('key', p_key);
-    PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+    -- Nothing written. Input the view vouches for met a key that has an attempt: the state
+    -- machine decides. Anything else (bad input, nowait) gets every check with its exact
+    -- error first.
+    IF NOT (v_plain AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease),
+                                 false)) THEN
+        PERFORM hivenet._check_request_name('namespace', p_namespace);
+        PERFORM hivenet._check_request_name('key', p_key);
+        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+    END IF;
     IF p_nowait THEN
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,

@@ -130,6 +130,20 @@ CREATE TRIGGER step_paths AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivene
 
 SELECT hivenet._compile_step_paths();
 
+-- What view _step_start vouches for (below), and _begin_step after the view wrote nothing: both
+-- serials valid (the layouts generated from the formats, parse.sql), the system serial surely
+-- inside the window (_step_in_window) and a positive lease or none. Inlined where it is called:
+-- no function runs. VOLATILE (hivenet.now()).
+CREATE FUNCTION hivenet._step_start_valid(p_system_serial text, p_unified_serial text,
+                                          p_lease interval) RETURNS boolean
+LANGUAGE sql
+BEGIN ATOMIC
+    SELECT hivenet._serial_valid('system', p_system_serial)
+       AND hivenet._step_in_window(p_system_serial)
+       AND (p_unified_serial IS NULL OR hivenet._serial_valid('unified', p_unified_serial))
+       AND (p_lease IS NULL OR p_lease > interval '0');
+END;
+
 -- The first attempt of a new step, written by one INSERT into this view (its rule runs with the
 -- owner's rights): the Python layer's begin (steps.py) and _begin_step's common case. The rule
 -- checks what a new step with plain options needs and inserts attempt 1; it writes nothing
@@ -138,8 +152,9 @@ SELECT hivenet._compile_step_paths();
 -- of server CPU, through this view 118, the bare INSERT 65 (issue 13, docs/benchmarks.md).
 -- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_step would
 -- write, and reading the view shows nothing.
---   The checks are generated from the definitions of formats 'system' and 'unified' and from
---   the settings (parse.sql, _serial_valid; _step_in_window above): inlined, no query. A
+--   The checks (_step_start_valid, above) are generated from the definitions of formats
+--   'system' and 'unified' and from the settings (parse.sql, _serial_valid;
+--   _step_in_window): inlined, no query. A
 --   serial dated on the window's first two days or after today, or instances to check, take
 --   the full path. Options are not columns: the callers take this path only for on_success
 --   'replay' or 'reject' without nowait, which start a new step alike.
@@ -157,28 +172,28 @@ SELECT 'hivenet.steps', n.system_serial, 1, 'processing', hivenet._fingerprint(n
        n.unified_serial, n.lease, hivenet.now()
 FROM (VALUES (NEW.system_serial, NEW.request, NEW.unified_serial, NEW.lease))
      AS n (system_serial, request, unified_serial, lease)
-WHERE hivenet._serial_valid('system', n.system_serial)
-  AND hivenet._step_in_window(n.system_serial)
-  AND (n.unified_serial IS NULL OR hivenet._serial_valid('unified', n.unified_serial))
-  AND (n.lease IS NULL OR n.lease > interval '0')
+WHERE hivenet._step_start_valid(n.system_serial, n.unified_serial, n.lease)
 ON CONFLICT DO NOTHING
 RETURNING key, NULL::jsonb, unified_serial, lease;
 
 -- begin_step's full path, in the step owner's rights. A new step with plain options is
--- started through view _step_start; whatever that does not write (bad input, nowait,
--- instances to check, a serial outside the window, a step that has an attempt) gets every
--- check with its exact error (parse_serial names the problem), then the state machine
--- (requests.sql). Not set-returning (OUT parameters): no tuplestore of its own.
+-- started through view _step_start. A step that has an attempt, its input vouched for by the
+-- same test (_step_start_valid), goes to the state machine (requests.sql); everything else
+-- (bad input, nowait, instances to check, a serial near the window's edges) gets every check
+-- with its exact error first (parse_serial names the problem). Not set-returning (OUT
+-- parameters): no tuplestore of its own.
 CREATE FUNCTION hivenet._begin_step(
     p_system_serial text, p_request jsonb, p_on_success text, p_unified_serial text,
     p_lease interval, p_nowait boolean, OUT outcome text, OUT attempt integer,
     OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    -- The options view _step_start serves (they start a new step alike).
+    v_plain boolean := coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
     v_day date;
     v_day_start timestamptz;
 BEGIN
-    IF coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false) THEN
+    IF v_plain THEN
         INSERT INTO hivenet._step_start
         VALUES (p_system_serial, p_request, p_unified_serial, p_lease);
         IF FOUND THEN
@@ -187,22 +202,27 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-    PERFORM hivenet.parse_serial(p_system_serial, 'system');
-    IF p_unified_serial IS NOT NULL THEN
-        PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
-    END IF;
-    -- Several primaries: a serial of an instance another shard owns (ownership.sql).
-    IF hivenet._setting_constant('owned_instances') <> 'all' THEN
-        PERFORM hivenet._check_owned_serial('system', p_system_serial);
-    END IF;
-    -- Old serials are refused, not run again: their record may be purged (HN021).
-    v_day := hivenet._serial_time('system', p_system_serial)::date;
-    v_day_start := v_day::timestamp AT TIME ZONE hivenet._setting_constant('time_zone');
-    IF v_day_start < hivenet.now() - hivenet._setting_constant('step_retention')::interval
-       OR v_day_start > hivenet.now()
-                        + hivenet._setting_constant('step_future_tolerance')::interval THEN
-        PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
+    -- Nothing written. Input the view vouches for met a step that has an attempt: the state
+    -- machine decides, without parse_serial (~200 µs a serial). Anything else first.
+    IF NOT (v_plain AND coalesce(hivenet._step_start_valid(p_system_serial, p_unified_serial,
+                                                           p_lease), false)) THEN
+        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+        PERFORM hivenet.parse_serial(p_system_serial, 'system');
+        IF p_unified_serial IS NOT NULL THEN
+            PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
+        END IF;
+        -- Several primaries: a serial of an instance another shard owns (ownership.sql).
+        IF hivenet._setting_constant('owned_instances') <> 'all' THEN
+            PERFORM hivenet._check_owned_serial('system', p_system_serial);
+        END IF;
+        -- Old serials are refused, not run again: their record may be purged (HN021).
+        v_day := hivenet._serial_time('system', p_system_serial)::date;
+        v_day_start := v_day::timestamp AT TIME ZONE hivenet._setting_constant('time_zone');
+        IF v_day_start < hivenet.now() - hivenet._setting_constant('step_retention')::interval
+           OR v_day_start > hivenet.now()
+                            + hivenet._setting_constant('step_future_tolerance')::interval THEN
+            PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
+        END IF;
     END IF;
     IF p_nowait THEN
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
