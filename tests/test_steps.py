@@ -781,8 +781,9 @@ def test_a_step_that_has_an_attempt_still_gets_every_check(
     serial = new_serial(db)
     begin(db, serial)
     finish(db, serial, 1, False)
-    for options in [{"unified_serial": "C0001A0101" + "9" * 18},
-                    {"lease": timedelta(0)}, {"on_success": "again"}]:
+    bad: list[dict[str, Any]] = [{"unified_serial": "C0001A0101" + "9" * 18},
+                                 {"lease": timedelta(0)}, {"on_success": "again"}]
+    for options in bad:
         with sqlstate("HN001"), db.transaction():
             begin(db, serial, **options)
     fake_clock(db, "2026-10-31 00:00:01+00")  # day 2026-10-01 left the 30 days' window
