@@ -344,34 +344,24 @@ BEGIN
                         v_last.state) END;
 END $$;
 
--- The state machine's end of an attempt (finish_request, finish_step; resolve): see
--- finish_request. The checks stay off the hot path, after an UPDATE that found nothing. No
--- SET clause, as _begin_attempt: only called by functions that set the search path.
-CREATE FUNCTION hivenet._finish_attempt(
-    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_response jsonb)
+-- Why finish_request's UPDATE found no attempt to finish, raised: HN001 for a namespace or key
+-- begin_request would refuse, or a NULL succeeded; else HN033 naming what is there. Off the hot
+-- path. No SET clause, as _begin_attempt: only called by functions that set the search path.
+CREATE FUNCTION hivenet._raise_unfinished(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    UPDATE hivenet.request_attempt a
-    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
-                     ELSE 'failed'::hivenet.step_state END,
-        finished_at = hivenet.now(),
-        response = CASE WHEN p_succeeded THEN p_response END,
-        error = CASE WHEN NOT p_succeeded THEN p_response END
-    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
-      AND a.state = 'processing' AND p_succeeded IS NOT NULL;
-    IF NOT FOUND THEN
-        IF p_namespace IS DISTINCT FROM 'hivenet.steps' THEN
-            PERFORM hivenet._check_request_name('namespace', p_namespace);
-            PERFORM hivenet._check_request_name('key', p_key);
-        END IF;
-        IF p_succeeded IS NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('%s attempt %s: succeeded is NULL',
-                                 hivenet._attempt_subject(p_namespace, p_key), p_attempt);
-        END IF;
-        PERFORM hivenet._raise_stale_attempt(p_namespace, p_key, p_attempt);
+    IF p_namespace IS DISTINCT FROM 'hivenet.steps' THEN
+        PERFORM hivenet._check_request_name('namespace', p_namespace);
+        PERFORM hivenet._check_request_name('key', p_key);
     END IF;
+    IF p_succeeded IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s attempt %s: succeeded is NULL',
+                             hivenet._attempt_subject(p_namespace, p_key), p_attempt);
+    END IF;
+    PERFORM hivenet._raise_stale_attempt(p_namespace, p_key, p_attempt);
 END $$;
 
 -- The operator's resolution of a processing attempt (resolve_request, resolve_step).
@@ -387,7 +377,7 @@ BEGIN
                              hivenet._attempt_subject(p_namespace, p_key), p_attempt);
     END IF;
     -- finish's fencing and state change; the note goes on the row it just locked.
-    PERFORM hivenet._finish_attempt(p_namespace, p_key, p_attempt, p_succeeded, p_response);
+    PERFORM hivenet.finish_request(p_namespace, p_key, p_attempt, p_succeeded, p_response);
     UPDATE hivenet.request_attempt a SET resolved_by = session_user, note = p_note
     WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt;
 END $$;
@@ -407,8 +397,6 @@ CREATE FUNCTION hivenet.finish_request(
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    -- _finish_attempt's UPDATE, without its call on the hot path; when it finds nothing,
-    -- _finish_attempt runs it again (finding nothing) and names the problem.
     UPDATE hivenet.request_attempt a
     SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
                      ELSE 'failed'::hivenet.step_state END,
@@ -418,8 +406,7 @@ BEGIN
     WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
       AND a.state = 'processing' AND p_succeeded IS NOT NULL;
     IF NOT FOUND THEN
-        PERFORM hivenet._finish_attempt(p_namespace, p_key, p_attempt, p_succeeded,
-                                        p_response);
+        PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
     END IF;
 END $$;
 
