@@ -26,6 +26,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from hivenet_db._proc import stat
+
 SUPERUSER = "postgres"
 DEFAULT_DATABASE = "hivenet"  # the database the command uses on the embedded server
 _BIN_NAMES = ("initdb", "pg_ctl", "postgres")
@@ -79,22 +81,13 @@ def default_data_root() -> Path:
     return Path(base) / "hivenet-db" / "embedded"
 
 
-def _stat(pid: int | str) -> list[str]:
-    """The fields of /proc/<pid>/stat after "pid (comm)" (comm may hold spaces): state,
-    ppid, ...; none when the process is gone."""
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
 def _parent_pid(pid: int | str) -> int | None:
-    fields = _stat(pid)
+    fields = stat(pid)
     return int(fields[1]) if len(fields) > 1 else None
 
 
 def _alive(pid: int) -> bool:
-    return _stat(pid)[:1] not in (["Z"], [])  # a zombie has released its memory
+    return stat(pid)[:1] not in (["Z"], [])  # a zombie has released its memory
 
 
 def _attached(shmid: int | None) -> int:
@@ -345,7 +338,7 @@ class EmbeddedPostgres:
         # The signal only asks: the listing waits until the postmaster is seen stopped.
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGSTOP)
-        _wait_until(lambda: _stat(pid)[:1] in (["T"], []), seconds=1)
+        _wait_until(lambda: stat(pid)[:1] in (["T"], []), seconds=1)
         victims = [pid, *(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
                           and _parent_pid(p.name) == pid)]
         for victim in victims:

@@ -32,7 +32,6 @@ to stdout; no password is ever printed (URLs in messages are shown without it).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -52,6 +51,7 @@ import psycopg
 from sqlalchemy.exc import SQLAlchemyError
 
 from hivenet_db import migrate
+from hivenet_db._proc import cpu_seconds
 from hivenet_db.dburl import libpq_url
 from hivenet_db.embedded import EmbeddedError, EmbeddedPostgres, find_bin_dir
 
@@ -234,20 +234,16 @@ class CpuMeter:
 
     def __init__(self, data_dir: Path) -> None:
         self.postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
-        self.tick = os.sysconf("SC_CLK_TCK")
-
-    def _stat(self, pid: int | str) -> list[str]:
-        # Fields after the command name: utime stime cutime cstime are 11..14 from here.
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
     def seconds(self) -> float:
-        ticks = sum(int(x) for x in self._stat(self.postmaster)[11:15])
+        total = cpu_seconds(self.postmaster, reaped_children=True)
+        if total is None:
+            raise RuntimeError(f"the server's postmaster (pid {self.postmaster}) is gone")
         children = Path(f"/proc/{self.postmaster}/task/{self.postmaster}/children")
         for pid in children.read_text().split():
-            # A process that ended meanwhile is counted in the postmaster's cutime once reaped.
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                ticks += sum(int(x) for x in self._stat(pid)[11:13])
-        return ticks / self.tick
+            # A process that ended meanwhile is counted in the postmaster's once reaped.
+            total += cpu_seconds(pid) or 0.0
+        return total
 
 
 def pgbench(url: str, script: Path, clients: int, seconds: int | None = None,

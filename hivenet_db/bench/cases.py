@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psycopg
 
+from hivenet_db._proc import cpu_seconds
 from hivenet_db.bench import BenchError, CpuMeter, Result, pgbench
 
 Say = Callable[[str], None]
@@ -67,8 +68,10 @@ def redis_server() -> tuple[str, str] | None:
 
 
 def _cpu_of(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    seconds = cpu_seconds(pid)
+    if seconds is None:
+        raise RuntimeError(f"process {pid} is gone")
+    return seconds
 
 
 def _free_port() -> int:

@@ -11,13 +11,12 @@ the server is local), which a busy machine hardly moves.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from sqlalchemy import Connection, text
 
+from hivenet_db._proc import cpu_seconds
 from hivenet_db.allocation import SerialRepository
 from hivenet_db.bench import Result
 from hivenet_db.dburl import engine_for
@@ -31,22 +30,13 @@ WARM_UP = 200
 _NEXTVAL = text("SELECT nextval('public.bench_python_seq')")
 
 
-def _backend_cpu(pid: int) -> float | None:
-    """CPU seconds used so far by server process ``pid`` (local server on Linux), or None."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _rate(conn: Connection, call: Callable[[], object], seconds: float,
           backend: int) -> tuple[float, float | None]:
     """Calls per second of ``call`` over ``seconds``, and the CPU microseconds per call of
     this process plus its server process (None when the server's is not readable): on a
     busy machine the wall clock mostly measures waiting for a CPU."""
     done = 0
-    start, cpu, server = time.perf_counter(), time.process_time(), _backend_cpu(backend)
+    start, cpu, server = time.perf_counter(), time.process_time(), cpu_seconds(backend)
     deadline = start + seconds
     while True:
         for _ in range(COMMIT_EVERY):
@@ -55,7 +45,7 @@ def _rate(conn: Connection, call: Callable[[], object], seconds: float,
         done += COMMIT_EVERY
         now = time.perf_counter()
         if now >= deadline:
-            server_after = _backend_cpu(backend)
+            server_after = cpu_seconds(backend)
             used = (None if server is None or server_after is None
                     else time.process_time() - cpu + server_after - server)
             return done / (now - start), (None if used is None else used / done * 1e6)
