@@ -12,7 +12,8 @@ import hivenet_db
 
 PACKAGE = Path(hivenet_db.__file__).parent
 TOOLS = ("hivenet_db.cli", "hivenet_db.bench", "hivenet_db.embedded", "hivenet_db.dburl",
-         "hivenet_db.migrate", "hivenet_db.testing", "hivenet_db.bootstrap", "hivenet_db.proxy")
+         "hivenet_db.migrate", "hivenet_db.testing", "hivenet_db.bootstrap", "hivenet_db.proxy",
+         "hivenet_db._proc")
 
 
 def module_name(path: Path) -> str:
