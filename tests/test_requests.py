@@ -374,6 +374,21 @@ def test_the_repository_starts_a_new_key_without_a_function_call(
         "begin_request"] == 1
 
 
+def test_a_key_that_has_an_attempt_still_gets_every_check(db: psycopg.Connection) -> None:
+    """After the start view wrote nothing, begin_request skips the checks only for input the
+    view vouches for (revision 0025): a failed key's retry with a lease that is not positive
+    or an unknown on_success still raises HN001, writing nothing."""
+    request_key = key()
+    db.execute("SELECT * FROM hivenet.begin_request('orders', %s)", (request_key,))
+    db.execute("SELECT hivenet.finish_request('orders', %s, 1, false)", (request_key,))
+    for options in ["p_lease => interval '0'", "p_on_success => 'again'"]:
+        with sqlstate("HN001"), db.transaction():
+            db.execute(f"SELECT * FROM hivenet.begin_request('orders', %s, {options})",
+                       (request_key,))
+    assert scalar(db, "SELECT count(*) FROM hivenet.request_attempt "
+                      "WHERE namespace = 'orders' AND key = %s", (request_key,)) == 1
+
+
 def test_the_start_view_writes_no_namespace_of_the_library(db: psycopg.Connection) -> None:
     """_request_start writes what begin_request would: never a step (namespace hivenet.steps)
     nor any other name begin_request refuses, also for a volatile input, evaluated once (its

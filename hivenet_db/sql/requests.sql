@@ -241,8 +241,9 @@ END;
 -- runs with the owner's rights): the Python layer's begin (requests.py) and begin_request's
 -- common case, as view _step_start for steps (steps.sql, where the why is). The rule checks
 -- the names and the lease (_request_start_valid, above; the checks' exact errors stay in
--- begin_request) and inserts attempt 1; it writes nothing for a key that has an attempt or for input it does not
--- vouch for (a namespace of the library's own among them), and then begin_request decides.
+-- begin_request) and inserts attempt 1; it writes nothing for a key that has an attempt or
+-- for input it does not vouch for (a namespace of the library's own among them), and then
+-- begin_request decides.
 -- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_request would
 -- write. The VALUES list evaluates each inserted expression once (see _step_start).
 CREATE VIEW hivenet._request_start AS

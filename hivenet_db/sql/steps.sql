@@ -153,10 +153,9 @@ END;
 -- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_step would
 -- write, and reading the view shows nothing.
 --   The checks (_step_start_valid, above) are generated from the definitions of formats
---   'system' and 'unified' and from the settings (parse.sql, _serial_valid;
---   _step_in_window): inlined, no query. A
---   serial dated on the window's first two days or after today, or instances to check, take
---   the full path. Options are not columns: the callers take this path only for on_success
+--   'system' and 'unified' and from the settings (parse.sql, _serial_valid; _step_in_window):
+--   inlined, no query. A serial dated on the window's first two days or after today, or
+--   instances to check, take the full path. Options are not columns: the callers take this path only for on_success
 --   'replay' or 'reject' without nowait, which start a new step alike.
 --   The VALUES list evaluates each inserted expression once. A rule puts the expression in
 --   place of every NEW, so a volatile one (a fresh serial) would be checked as one value and
