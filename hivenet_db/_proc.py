@@ -9,7 +9,8 @@ from pathlib import Path
 
 def stat(pid: int | str) -> list[str]:
     """The fields after "pid (comm)" (comm may hold spaces): state, ppid, ...; utime and stime
-    are 11 and 12, the reaped children's 13 and 14. None when the process is gone."""
+    are 11 and 12, the reaped children's 13 and 14. An empty list when the process is
+    gone."""
     try:
         return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):

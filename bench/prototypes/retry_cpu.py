@@ -58,7 +58,7 @@ def main() -> None:
         conn.execute("SET synchronous_commit = off")
         for r in range(rounds):
             for name in _BODIES if r % 2 == 0 else reversed(_BODIES):
-                retry = (f"SELECT * FROM {_BODIES[name]}(%s, %s, 'replay', NULL, NULL, false)")
+                retry = f"SELECT * FROM {_BODIES[name]}(%s, %s, 'replay', NULL, NULL, false)"
                 serials = _failed_steps(conn, _WARM_UP + _RETRIES)
                 for serial in serials[:_WARM_UP]:
                     conn.execute(retry, (serial, _REQUEST), prepare=True)
