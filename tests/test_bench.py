@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from hivenet_db import bench
+from hivenet_db.embedded import find_bin_dir
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "hivenet_db" / "bench" / "scenarios"
 
@@ -106,6 +109,29 @@ def test_a_run_is_recorded_as_markdown_newest_first(tmp_path: Path, hivenet_url:
     assert cells[1] == "tps" and float(cells[4]) > 0 and cells[6] == "a / b"
     assert "--rounds 1 --markdown" in text and "PostgreSQL 1" in text and "CPUs" in text
     assert "the given database (--url)" in text
+
+
+def test_the_record_names_the_pgbench_that_ran(tmp_path: Path, hivenet_url: str,
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # Another pgbench first on PATH (another PostgreSQL's client): the runner uses the one
+    # beside the server binaries (HIVENET_PG_BINDIR, a PostgreSQL 18 say), and so must the
+    # record's machine line.
+    other = tmp_path / "bin"
+    other.mkdir()
+    (other / "pgbench").write_text("#!/bin/sh\necho 'pgbench (PostgreSQL) 0.0 other'\n")
+    (other / "pgbench").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{other}:{os.environ['PATH']}")
+    scenarios = tmp_path / "scenarios"
+    make_scenario(scenarios, "tiny", {"clients": 1, "seconds": 1})
+    doc = tmp_path / "benchmarks.md"
+    code = bench.main(["--scenarios-dir", str(scenarios), "--url", hivenet_url,
+                       "--rounds", "1", "--markdown", str(doc)])
+    assert code == 0, capsys.readouterr().err
+    ran = subprocess.run([str(find_bin_dir() / "pgbench"), "--version"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    (line,) = [x for x in doc.read_text().splitlines() if x.startswith("- Machine: ")]
+    assert ran in line and "0.0 other" not in line
 
 
 def test_every_shipped_scenario_runs(hivenet_url: str) -> None:

@@ -467,7 +467,8 @@ def _record(args: argparse.Namespace, argv: list[str], results: list[Result]) ->
                 + (", --quick (too short to quote)" if args.quick else ""))
     report.record(args.markdown, report.section(
         results, command=" ".join(["hivenet-db bench", *argv]), settings=settings,
-        postgres=postgres))
+        # The pgbench that ran (_tool: the server's own first), not the one on PATH.
+        versions=f"{postgres}, {report.first_line([_tool('pgbench'), '--version'])}"))
 
 
 def _run_all(args: argparse.Namespace, chosen: list[Scenario], chosen_cases: list[Case],

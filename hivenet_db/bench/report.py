@@ -45,20 +45,21 @@ def _system() -> str:
     return platform.platform()
 
 
-def machine(postgres: str) -> str:
-    """One line: CPUs, memory, system, the server's version, pgbench's, the load when asked."""
+def machine(versions: str) -> str:
+    """One line: CPUs, memory, system, the programs' versions (the server's, pgbench's), the
+    load average now (the run's end)."""
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{os.cpu_count()} CPUs, {_memory()}, {_system()}, {postgres}, "
-            f"{first_line(['pgbench', '--version'])}; load average at the end {load}")
+    return (f"{os.cpu_count()} CPUs, {_memory()}, {_system()}, {versions}; "
+            f"load average at the end {load}")
 
 
-def section(results: Sequence[Result], *, command: str, settings: str, postgres: str,
+def section(results: Sequence[Result], *, command: str, settings: str, versions: str,
             when: dt.datetime | None = None) -> str:
     """The Markdown section of one run."""
     when = when or dt.datetime.now(dt.UTC)
     lines = [f"## Run of {when:%Y-%m-%d %H:%M} UTC (`hivenet-db bench --markdown`)", "",
              f"- Command: `{hide_password(command)}`",
-             f"- Machine: {machine(postgres)}",
+             f"- Machine: {machine(versions)}",
              f"- Settings: {settings}", "",
              "| case | unit | baseline (median) | candidate (median) | ratio | cpu ratio | "
              "what is compared |",
