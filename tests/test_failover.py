@@ -73,6 +73,31 @@ def test_the_fence_moves_every_counter_past_a_gap_once_per_timeline(
     assert recorded == (1000, "command")
 
 
+def test_the_fence_moves_every_lane_past_the_greatest(db: psycopg.Connection) -> None:
+    """On a server of the other byte order hashtext picks other lanes for the same scopes
+    (allocate.sql); after the fence a scope meets no value it was issued, whichever lane it
+    draws from: every lane stands past the greatest lane."""
+    lane_of = "SELECT hivenet._lane_of('C0001A01' || %s, 64)"
+    busy = "01"
+    quiet = next(i for i in (f"{n:02d}" for n in range(2, 100))
+                 if scalar(db, lane_of, (i,)) != scalar(db, lane_of, (busy,)))
+    unified = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"
+    issued = [scalar(db, unified, (busy,)) for _ in range(50)] + [scalar(db, unified, (quiet,))]
+    old = counters(db)
+    top = max(value for name, value in old.items() if name.startswith("lane_unified_"))
+    assert old[f"lane_unified_{scalar(db, lane_of, (quiet,))}"] < top
+    rows = db.execute("SELECT counter, to_value FROM hivenet.fence_failover(1000, true) "
+                      "WHERE format = 'unified'").fetchall()
+    assert {counter for counter, _ in rows} == {
+        *(f"lane_unified_{i}" for i in range(64)), "cold_unified"}
+    assert {to_value for _, to_value in rows} == {top + 1000}
+    # Drawn from its own lane or from the busy one, the quiet scope's next serial is past
+    # every serial issued before the fence, by the gap.
+    highest = max(int(serial[-10:]) for serial in issued)
+    after = [scalar(db, unified, (quiet,)), scalar(db, unified, (busy,))]
+    assert [int(serial[-10:]) for serial in after] == [highest + 1001, highest + 1001]
+
+
 def test_a_counter_whose_period_cannot_hold_the_gap_is_parked_at_its_capacity(
         db: psycopg.Connection) -> None:
     id_fields = Jsonb({"recon_type": "01", "merchant": "123456789012", "shard": "01"})
@@ -113,6 +138,35 @@ def test_maintain_fences_a_timeline_nobody_fenced(db: psycopg.Connection) -> Non
     db.execute("SELECT hivenet.maintain()")  # fenced once: never again on this timeline
     assert counters(db)["cold_unified"] == moved
     assert not any("was not fenced" in w for w in warnings)
+
+
+def test_maintain_fences_after_a_restore_from_the_other_byte_order(
+        db: psycopg.Connection) -> None:
+    """A dump restored onto a server of the other byte order brings fence rows whose lane hash
+    is not this server's (here: changed by hand, as no such server is at hand). Every lane
+    then moves past the greatest, by maintain() (with a WARNING) or by the command without
+    --force; afterwards the row carries this server's hash and nothing moves again."""
+    for instance in ("01", "01", "01", "02"):
+        db.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', %s)", (instance,))
+    db.execute("UPDATE hivenet.failover_fence SET lane_hash = lane_hash # 1")
+    top = max(v for name, v in counters(db).items() if name.startswith("lane_unified_"))
+    warnings: list[str] = []
+    db.add_notice_handler(lambda notice: warnings.append(notice.message_primary or ""))
+    db.execute("SELECT hivenet.maintain()")
+    gap = scalar(db, "SELECT hivenet._default_failover_gap()")
+    lanes = {v for name, v in counters(db).items() if name.startswith("lane_unified_")}
+    assert lanes == {top + gap}
+    assert any("other byte order" in w for w in warnings), warnings
+    assert scalar(db, "SELECT lane_hash = hivenet._lane_hash() FROM hivenet.failover_fence "
+                      "WHERE timeline = hivenet._timeline()")
+    db.execute("SELECT hivenet.maintain()")  # fenced on this server now: nothing moves
+    assert {v for name, v in counters(db).items() if name.startswith("lane_unified_")} == lanes
+    assert db.execute("SELECT * FROM hivenet.fence_failover(1000)").fetchall() == []
+    # The command, without --force, on another such restore.
+    db.execute("UPDATE hivenet.failover_fence SET lane_hash = lane_hash # 1")
+    rows = db.execute("SELECT to_value FROM hivenet.fence_failover(1000) "
+                      "WHERE counter LIKE 'lane\\_unified\\_%'").fetchall()
+    assert {to_value for (to_value,) in rows} == {top + gap + 1000}
 
 
 def test_the_application_role_may_not_fence(db: psycopg.Connection) -> None:

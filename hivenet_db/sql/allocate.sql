@@ -25,7 +25,10 @@
 -- it changes: a scope's serials increase but are not consecutive (the scopes of a lane
 -- interleave) and do not start at 1 each period (seq starts at 1 per lane); a lane's capacity
 -- is shared by its scopes; HN010 names the lane. hashtext must stay the same function for the
--- lanes' life (it has since PostgreSQL 8.4): a scope moved to another lane could go back.
+-- lanes' life (it has since PostgreSQL 8.4): a scope moved to another lane could go back. It
+-- differs between byte orders: after a restore onto a server of the other one, the failover
+-- fence (failover.sql; maintain() as a backstop, _lane_hash) moves every lane past the
+-- greatest first (docs/operations.md).
 --
 -- The formats without lanes:
 -- A scope's own sequence is created by hivenet.maintain() (or prepare_scope), in a transaction
@@ -124,6 +127,16 @@ LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
     -- NULL for a lane count no format can have (the function is public: the fast path).
     SELECT CASE WHEN p_lanes BETWEEN 1 AND 1024 THEN hashtext(p_scope) & (p_lanes - 1) END;
+END;
+
+-- hashtext of a fixed text on this server. It differs between servers of the two byte orders
+-- (hash_bytes reads the text in native words), and so do the lanes of the same scopes: the
+-- failover fence records it and maintain() compares it (failover.sql), since a database
+-- restored onto a server where it differs needs the fence before it issues a serial.
+CREATE FUNCTION hivenet._lane_hash() RETURNS integer
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT hashtext('hivenet lanes');
 END;
 
 -- The lane sequence of counter scope p_scope of laned format p_format.

@@ -17,7 +17,10 @@ CREATE TABLE hivenet.failover_fence (
     fenced_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
     gap        bigint,
     counters   integer NOT NULL DEFAULT 0,
-    applied_by text NOT NULL CHECK (applied_by IN ('install', 'command', 'maintain'))
+    applied_by text NOT NULL CHECK (applied_by IN ('install', 'command', 'maintain')),
+    -- _lane_hash() of the server that wrote the row (allocate.sql): another value here means
+    -- a restore onto a server of the other byte order, whose lanes the fence must move.
+    lane_hash  integer NOT NULL DEFAULT hivenet._lane_hash()
 );
 COMMENT ON TABLE hivenet.failover_fence IS
     'timelines whose counters were fenced after a promotion or restore (gap NULL: the install)';
@@ -38,12 +41,17 @@ CREATE FUNCTION hivenet._default_failover_gap() RETURNS bigint
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 100000::bigint $$;
 
 -- hivenet.fence_failover(gap, force) → table (administrators; `hivenet-db failover-fence`)
---   Run on a promoted standby before it takes traffic. Moves each counter to
---   greatest(its last value, the start of the clock's period) + p_gap; a counter of a format
+--   Run on a promoted standby before it takes traffic, and after restoring onto a server of
+--   the other byte order. Moves each counter to greatest(its last value, the start of the
+--   clock's period) + p_gap, and every counter of a laned format (allocate.sql) to the
+--   greatest of its lanes' values + p_gap: a scope that draws from another lane afterwards
+--   (hashtext, which picks the lane, differs between byte orders) then meets no value it was
+--   issued before, whichever lane it drew from. A counter of a format
 --   that does not borrow the next period and whose period cannot hold the gap is parked at
 --   its capacity (HN010 until the next period: every number of this one may have been
 --   issued). p_gap NULL: _default_failover_gap(). One row per counter moved. Does nothing
---   (no row) when this timeline was fenced already, unless p_force. Commits with the caller; holds every format's cold lock until
+--   (no row) when this timeline was fenced already on a server of this byte order
+--   (lane_hash), unless p_force. Commits with the caller; holds every format's cold lock until
 --   then, so run it in a short transaction of its own. HN001 for a gap below 1.
 CREATE FUNCTION hivenet.fence_failover(p_gap bigint DEFAULT NULL, p_force boolean DEFAULT false)
 RETURNS TABLE (timeline integer, format text, counter text, from_value bigint,
@@ -67,6 +75,7 @@ DECLARE
     v_base bigint;
     v_to bigint;
     v_last bigint;
+    v_lanes_top bigint;
     v_count integer := 0;
 BEGIN
     IF p_gap IS NULL OR p_gap < 1 THEN
@@ -77,7 +86,8 @@ BEGIN
     -- maintain()'s lock: one fence at a time, never beside a maintain() run.
     PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), 0);
     IF NOT p_force AND EXISTS (SELECT FROM hivenet.failover_fence f
-                               WHERE f.timeline = v_timeline) THEN
+                               WHERE f.timeline = v_timeline
+                                 AND f.lane_hash = hivenet._lane_hash()) THEN
         RETURN;
     END IF;
     FOR v_format IN SELECT * FROM hivenet.format ORDER BY name LOOP
@@ -85,6 +95,10 @@ BEGIN
         PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
         v_period := hivenet._period_index(
             hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), v_format.reset);
+        -- The greatest lane of a laned format (NULL otherwise): all its lanes move past it.
+        v_lanes_top := (SELECT max(pg_sequence_last_value(to_regclass('hivenet.' || quote_ident(
+                                   hivenet._lane_sequence_name(v_format.name, l)))))
+                        FROM generate_series(0, coalesce(v_format.lanes, 0) - 1) AS l);
         -- A laned format's lanes, not the sequences its scopes had before revision 0017
         -- (retired, never drawn from again).
         FOR counter IN
@@ -102,7 +116,7 @@ BEGIN
             -- The period reset's lock (_advance), until commit: no setval of theirs between.
             PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), v_seq::oid::integer);
             v_from := coalesce(pg_sequence_last_value(v_seq), 0);
-            v_base := greatest(v_from, v_period * v_format.stride);
+            v_base := greatest(v_from, v_period * v_format.stride, v_lanes_top);
             v_to := v_base + p_gap;
             v_last := (v_base / v_format.stride) * v_format.stride + v_format.capacity;
             parked := NOT v_format.borrow_next_period AND v_to > v_last;
@@ -122,7 +136,8 @@ BEGIN
     VALUES (v_timeline, p_gap, v_count, p_by)
     ON CONFLICT ON CONSTRAINT failover_fence_pkey DO UPDATE
         SET fenced_at = clock_timestamp(), gap = coalesce(f.gap, 0) + EXCLUDED.gap,
-            counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by;
+            counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by,
+            lane_hash = EXCLUDED.lane_hash;
 END $$;
 
 -- hivenet.replication_warning() → text: why failover could reissue serials, or NULL.
@@ -139,20 +154,31 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     HAVING count(*) > 0 AND current_setting('synchronous_standby_names') = ''
 $$;
 
--- Part of maintain(): fences a timeline nobody fenced (a backstop: serials issued between
--- the promotion and this run are not covered), and warns about asynchronous standbys.
+-- Part of maintain(): fences a timeline nobody fenced, or fenced on a server of the other byte
+-- order (a restore: the scopes hash to other lanes here), as a backstop: serials issued
+-- between the promotion or restore and this run are not covered. Warns about asynchronous
+-- standbys.
 CREATE FUNCTION hivenet._maintain_failover() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_timeline integer := hivenet._timeline();
+    v_other_byte_order boolean;
     v_warning text;
 BEGIN
-    IF NOT EXISTS (SELECT FROM hivenet.failover_fence WHERE timeline = v_timeline) THEN
+    IF NOT EXISTS (SELECT FROM hivenet.failover_fence
+                   WHERE timeline = v_timeline AND lane_hash = hivenet._lane_hash()) THEN
+        v_other_byte_order := EXISTS (SELECT FROM hivenet.failover_fence
+                                      WHERE timeline = v_timeline);
         PERFORM hivenet._fence(hivenet._default_failover_gap(), false, 'maintain');
         RAISE WARNING USING MESSAGE = format(
-            'hivenet: timeline %s was not fenced (a promoted standby or a restore): maintain() '
-            'moved every counter forward by %s; run `hivenet-db failover-fence` before '
-            'traffic next time', v_timeline, hivenet._default_failover_gap());
+            'hivenet: %s: maintain() moved every counter forward by %s; run `hivenet-db '
+            'failover-fence` before traffic next time',
+            CASE WHEN v_other_byte_order
+                 THEN format('timeline %s was fenced on a server of the other byte order (a '
+                             'restore: scopes hash to other lanes here)', v_timeline)
+                 ELSE format('timeline %s was not fenced (a promoted standby or a restore)',
+                             v_timeline) END,
+            hivenet._default_failover_gap());
     END IF;
     v_warning := hivenet.replication_warning();
     IF v_warning IS NOT NULL THEN
