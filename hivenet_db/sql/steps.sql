@@ -68,7 +68,12 @@ WHERE a.namespace = 'hivenet.steps' AND a.state = 'success';
 -- (parse.sql, _layout_sql) and the settings, written in as literals: reading them through
 -- _serial_time and _setting_constant was folded to the same plan but cost ~5 ms of planning
 -- (their bodies hold every format and setting), paid by every caller that does not prepare
--- its statement. VOLATILE (hivenet.now()), inlined.
+-- its statement. VOLATILE (hivenet.now()), inlined, but only for an argument that is a column
+-- or a parameter: the body reads p_serial twice, and PostgreSQL does not inline a function
+-- that would compute an expensive argument twice (called on an expression, it ran as a SQL
+-- function: 68 µs against 35 inlined; docs/benchmarks.md, "Where a replay's time goes"). The
+-- same holds for the generated layout checks (parse.sql) and _step_start_valid; every caller
+-- here passes a column or a parameter.
 CREATE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
