@@ -46,13 +46,13 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 100000
 --   clock's period) + p_gap, and every counter of a laned format (allocate.sql) to the
 --   greatest of its lanes' values + p_gap: a scope that draws from another lane afterwards
 --   (hashtext, which picks the lane, differs between byte orders) then meets no value it was
---   issued before, whichever lane it drew from. A counter of a format
---   that does not borrow the next period and whose period cannot hold the gap is parked at
---   its capacity (HN010 until the next period: every number of this one may have been
---   issued). p_gap NULL: _default_failover_gap(). One row per counter moved. Does nothing
---   (no row) when this timeline was fenced already on a server of this byte order
---   (lane_hash), unless p_force. Commits with the caller; holds every format's cold lock until
---   then, so run it in a short transaction of its own. HN001 for a gap below 1.
+--   issued before, whichever lane it drew from. A counter of a format that does not borrow
+--   the next period and whose period cannot hold the gap is parked at its capacity (HN010
+--   until the next period: every number of this one may have been issued). p_gap NULL:
+--   _default_failover_gap(). One row per counter moved. Does nothing (no row) when this
+--   timeline was fenced already on a server of this byte order (lane_hash), unless p_force.
+--   Commits with the caller; holds every format's cold lock until then, so run it in a short
+--   transaction of its own. HN001 for a gap below 1.
 CREATE FUNCTION hivenet.fence_failover(p_gap bigint DEFAULT NULL, p_force boolean DEFAULT false)
 RETURNS TABLE (timeline integer, format text, counter text, from_value bigint,
                to_value bigint, parked boolean)
