@@ -55,7 +55,8 @@ class UnknownScope(HivenetError):
 
 
 class SequenceExhausted(HivenetError):
-    """HN010: every serial of the current period is used."""
+    """HN010: every serial of the current period is used (or, after a restore onto a server of
+    the other byte order, the hash lanes wait for `hivenet-db failover-fence`)."""
 
     sqlstate = "HN010"
 

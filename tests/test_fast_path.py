@@ -82,6 +82,8 @@ def test_a_prepared_statement_runs_no_plpgsql_function(db: psycopg.Connection) -
         "EXPLAIN (VERBOSE) EXECUTE alloc('C0001', 'A01', '01')"))
     assert "next_unified_serial" not in plan and "_fast_unified" not in plan, plan
     assert "hivenet._" not in plan, plan
+    # The lanes' byte-order guard (_lanes_aligned, allocate.sql) folded away at planning.
+    assert "hivenet lanes" not in plan, plan
     # The lane by a constant: no name look-up (to_regclass) on the fast path.
     assert "nextval(('{hivenet.lane_unified_0," in plan and "to_regclass" not in plan, plan
     assert "next_serial('unified'" in plan, plan

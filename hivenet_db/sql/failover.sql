@@ -35,6 +35,28 @@ $$;
 
 INSERT INTO hivenet.failover_fence (timeline, applied_by) VALUES (hivenet._timeline(), 'install');
 
+-- Rewrites _lanes_aligned (allocate.sql) from the lane hash of this timeline's fence (else of
+-- the latest one: not by time alone, since a restored row may carry a later time from another
+-- server's clock): the lanes are aligned on this server when that fence (or the install) ran
+-- on one whose hashtext is this one's. The text _lane_hash hashes is written in: a call of
+-- _lane_hash there cost ~6 µs of planning per unprepared allocation (a SQL function run when
+-- the statement is planned), the text ~1. Run by the install and by every fence, under the
+-- fence's lock (_fence), so never two at once; a dump carries the rewritten function to the
+-- server it is restored on.
+CREATE FUNCTION hivenet._compile_lanes_aligned() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_hash integer := (SELECT f.lane_hash FROM hivenet.failover_fence f
+                       ORDER BY f.timeline = hivenet._timeline() DESC, f.fenced_at DESC
+                       LIMIT 1);
+BEGIN
+    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet._lanes_aligned() RETURNS boolean '
+                   'LANGUAGE sql STABLE BEGIN ATOMIC SELECT %s; END',
+                   coalesce(format('hashtext(%L) = %s', 'hivenet lanes', v_hash), 'true'));
+END $$;
+
+SELECT hivenet._compile_lanes_aligned();
+
 -- The gap maintain() applies when it finds an unfenced timeline, and fence_failover() when
 -- given none.
 CREATE FUNCTION hivenet._default_failover_gap() RETURNS bigint
@@ -138,6 +160,8 @@ BEGIN
         SET fenced_at = clock_timestamp(), gap = coalesce(f.gap, 0) + EXCLUDED.gap,
             counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by,
             lane_hash = EXCLUDED.lane_hash;
+    -- The lanes are past the greatest now: they may issue on this server (a restore's).
+    PERFORM hivenet._compile_lanes_aligned();
 END $$;
 
 -- hivenet.replication_warning() → text: why failover could reissue serials, or NULL.

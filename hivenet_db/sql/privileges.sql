@@ -106,7 +106,8 @@ GRANT EXECUTE ON FUNCTION
     hivenet._format_constant(text),
     hivenet._setting_constant(text),
     hivenet._scope_sequence_name(text, text),
-    hivenet._lane_of(text, integer)
+    hivenet._lane_of(text, integer),
+    hivenet._lanes_aligned()
 TO PUBLIC;
 DO $$
 DECLARE
