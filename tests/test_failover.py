@@ -202,6 +202,18 @@ def test_the_fence_aligns_the_lanes_whatever_time_the_restored_rows_carry(
     assert len(scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")) == 28
 
 
+def test_a_restore_without_the_fence_rows_waits_for_maintain(db: psycopg.Connection) -> None:
+    """A dump made without the data of failover_fence still carries _lanes_aligned, compiled
+    on the old server: nothing issues until maintain() fences the timeline it finds unfenced."""
+    restored_from_the_other_byte_order(db)
+    db.execute("DELETE FROM hivenet.failover_fence")
+    with pytest.raises(psycopg.Error) as refused:
+        db.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
+    assert sqlstate_of(refused.value) == "HN010"
+    db.execute("SELECT hivenet.maintain()")
+    assert len(scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")) == 28
+
+
 def test_maintain_fences_after_a_restore_from_the_other_byte_order(
         db: psycopg.Connection) -> None:
     """A dump restored onto a server of the other byte order brings fence rows whose lane hash
