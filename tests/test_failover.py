@@ -41,6 +41,11 @@ def counters(db: psycopg.Connection) -> dict[str, int]:
         "OR sequencename LIKE 'cold\\_%' OR sequencename LIKE 'lane\\_%')").fetchall()}
 
 
+def unified_lanes(db: psycopg.Connection) -> set[int]:
+    """The distinct values of format unified's lanes (0 for a lane never drawn from)."""
+    return {value for name, value in counters(db).items() if name.startswith("lane_unified_")}
+
+
 def test_the_fence_moves_every_counter_past_a_gap_once_per_timeline(
         db: psycopg.Connection) -> None:
     """A scope's own sequence and a cold counter (interface), and every lane (unified)."""
@@ -226,18 +231,18 @@ def test_maintain_fences_after_a_restore_from_the_other_byte_order(
     with pytest.raises(psycopg.Error) as refused:
         db.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
     assert sqlstate_of(refused.value) == "HN010"
-    top = max(v for name, v in counters(db).items() if name.startswith("lane_unified_"))
+    top = max(unified_lanes(db))
     warnings: list[str] = []
     db.add_notice_handler(lambda notice: warnings.append(notice.message_primary or ""))
     db.execute("SELECT hivenet.maintain()")
     gap = scalar(db, "SELECT hivenet._default_failover_gap()")
-    lanes = {v for name, v in counters(db).items() if name.startswith("lane_unified_")}
+    lanes = unified_lanes(db)
     assert lanes == {top + gap}
     assert any("other byte order" in w for w in warnings), warnings
     assert scalar(db, "SELECT lane_hash = hivenet._lane_hash() FROM hivenet.failover_fence "
                       "WHERE timeline = hivenet._timeline()")
     db.execute("SELECT hivenet.maintain()")  # fenced on this server now: nothing moves
-    assert {v for name, v in counters(db).items() if name.startswith("lane_unified_")} == lanes
+    assert unified_lanes(db) == lanes
     assert db.execute("SELECT * FROM hivenet.fence_failover(1000)").fetchall() == []
     serial = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
     assert int(serial[-10:]) == (top + gap) % 10**14 + 1
