@@ -30,7 +30,7 @@ def call(when: str, seq: int) -> str:
 def test_a_call_is_booked_once(engine: Engine) -> None:
     serial = book_payment(engine, call("20310301115900", 1), 100)
     with engine.connect() as conn:
-        parsed = parse_serial(conn, serial)
+        parsed = parse_serial(serial, db=conn)
         assert (parsed.system, parsed.date) == ("D0001", dt.date(2031, 3, 1))  # the fake day
         assert conn.execute(text("SELECT amount FROM payment")).scalar_one() == 100
         steps = conn.execute(text("SELECT state, steps FROM hivenet.step_states "

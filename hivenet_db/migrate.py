@@ -100,9 +100,9 @@ def upgrade(url: str, revision: str = "head") -> None:
 
     A database without schema hivenet going to head gets the current schema files in one
     transaction, stamped at head: history is for upgrades (procrastinate's model;
-    tests/test_migrations.py proves that replaying the revisions gives the same catalog), and
-    replaying it would need a superuser, since revisions 0001-0005 created the dblink
-    extension that 0006 removed.
+    tests/test_migrations.py proves that replaying the revisions gives the same catalog).
+    Creating the schema comes first, so a role that may not gets that refusal, not one about
+    the version table.
     """
     from alembic import command
 

@@ -1,9 +1,9 @@
 """The packaged SQL of schema ``hivenet``: one file per concern, applied in this order.
 
-Two sources, one result. ``hivenet_db/sql/*.sql`` is the current schema, for reading and for
-fresh installs without alembic (``hivenet-db sql``). Each alembic revision carries its own
-frozen ``.sql`` file beside it (migrations/versions/), the change it made when it was written;
-tests/test_migrations.py proves that replaying the revisions gives exactly this schema.
+``hivenet_db/sql/*.sql`` is the current schema, for reading and for fresh installs
+(``hivenet-db sql`` prints it). Each alembic revision runs its own frozen ``.sql`` file beside it
+(migrations/versions/); until the first release the one baseline's file is this schema, and
+tests/test_migrations.py keeps them equal.
 """
 
 from __future__ import annotations

@@ -111,8 +111,7 @@ def issued(value: str, format: str) -> Serial:
     return serial
 
 
-def parse_serial(serial: Any, format: Any = None, *legacy: Any,
-                 db: SyncDB | None = None) -> Serial:
+def parse_serial(serial: Any, format: Any = None, *, db: SyncDB | None = None) -> Serial:
     """Parse ``serial``: ``parse_serial("C0001A0101201507100123456789")``.
 
     Without ``db``, in Python, for the three standard kinds (told apart by their lengths,
@@ -120,12 +119,7 @@ def parse_serial(serial: Any, format: Any = None, *legacy: Any,
     results and messages as SQL ``hivenet.parse_serial``. With ``db`` (a Connection or
     Session), the database parses it: needed for custom formats (``define_format``).
     Raises ``InvalidInput`` (HN001) when it is no valid serial of that format.
-
-    The older form ``parse_serial(connection, serial, format)`` still works (it asks the
-    database).
     """
-    if serial is not None and not isinstance(serial, str):  # parse_serial(db, serial, format)
-        db, serial, format = serial, format, (legacy[0] if legacy else None)
     if db is None:
         return Serial(serial, parse_builtin(serial, format))
     (row,) = rows(db, _PARSE, {"serial": serial, "format": format})

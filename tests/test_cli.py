@@ -366,8 +366,7 @@ def test_alembic_branch_in_an_application_tree(hivenet_url: str, tmp_path: Path,
 
     alembic_("revision", "-m", "app", "--head", "base", "--branch-label", "app",
              "--version-path", "migrations/versions", "--rev-id", "a001")
-    alembic_("upgrade", "hivenet@0005")  # a database of the dblink era, through the branch
-    alembic_("upgrade", "heads")          # upgrades like `hivenet-db migrate` does
+    alembic_("upgrade", "heads")  # the packaged revisions through the branch, and the app's
     assert sorted(r[0] for r in db.execute("SELECT version_num FROM alembic_version")) == \
         sorted([migrate.head(), "a001"])
     assert len(db.execute("SELECT hivenet.next_system_serial('C0001','A01','01')")

@@ -232,7 +232,7 @@ def test_schema_newer_than_the_package(command: list[str], newer_url: str,
 @pytest.mark.parametrize("command", [["report"], ["migrate"], ["migrate", "--check"]])
 def test_version_table_with_two_revisions(command: list[str], hivenet_url: str,
                                           db: psycopg.Connection) -> None:
-    older = migrate.revisions()[0]
+    older = "0000"  # a row left behind: its revision need not exist
     db.execute("INSERT INTO hivenet_alembic_version VALUES (%s)", (older,))
     line = failure(_run(*command, "--url", hivenet_url))
     assert line == f"hivenet_alembic_version in database {_dbname(hivenet_url)} holds 2 " \
@@ -303,6 +303,7 @@ def test_check_at_head(hivenet_url: str) -> None:
                                        "state": "head"}, f"database {db} is at head {head}")
 
 
+@pytest.mark.skipif(len(migrate.revisions()) < 2, reason="one revision: none is behind head")
 def test_check_behind_then_migrate(hivenet_url: str) -> None:
     db, head, oldest = _dbname(hivenet_url), migrate.head(), migrate.revisions()[0]
     migrate.downgrade(hivenet_url, oldest)

@@ -19,7 +19,6 @@ from hivenet_db import (
     InterfaceDedup,
     InvalidInput,
     SerialOutsideWindow,
-    migrate,
 )
 from hivenet_db._execute import SyncDB
 from hivenet_db.propagation import unified_serial_context
@@ -666,23 +665,3 @@ def test_python_async_interface_dedup(hivenet_url: str, fake_clock: SetClock,
             assert [c.interface_serial for c in await dedup.call_chain(UNIFIED)] == [
                 iserial()]
     asyncio.run(main())
-
-
-# --- migration ---------------------------------------------------------------------------
-
-def test_downgrade_removes_everything_and_upgrade_restores_it(hivenet_url: str) -> None:
-    migrate.downgrade(hivenet_url, "0001")
-    with psycopg.connect(hivenet_url, autocommit=True) as conn:
-        left = conn.execute(
-            "SELECT count(*) FROM pg_class WHERE relnamespace = 'hivenet'::regnamespace "
-            "AND (relname LIKE 'interface%' OR relname LIKE 'claim%')").fetchone()[0]
-        functions = conn.execute(
-            "SELECT count(*) FROM pg_proc WHERE pronamespace = 'hivenet'::regnamespace "
-            "AND (proname LIKE '%interface%' OR proname LIKE '%claim%' "
-            "OR proname = 'call_chain') AND proname <> 'next_interface_serial'").fetchone()[0]
-        settings_left = conn.execute(
-            "SELECT count(*) FROM hivenet.setting WHERE name LIKE 'interface%'").fetchone()[0]
-    assert (left, functions, settings_left) == (0, 0, 0)
-    migrate.upgrade(hivenet_url)
-    with psycopg.connect(hivenet_url, autocommit=True) as conn:
-        conn.execute("SELECT hivenet.claim('n', 'k')")

@@ -13,8 +13,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from hivenet_db import migrate
-from hivenet_db.embedded import EmbeddedPostgres
 from tests.helpers import functions_run, scalar, usage_only_role
 
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"
@@ -230,37 +228,6 @@ def test_a_role_with_schema_usage_takes_values_but_never_sets_them(
                 "SELECT nextval('hivenet.cold_unified')"):
         with pytest.raises(psycopg.errors.InsufficientPrivilege), app.transaction():
             app.execute(sql)
-
-
-def test_scopes_made_before_the_fast_path_are_granted_by_the_upgrade(
-        hivenet_server: EmbeddedPostgres) -> None:
-    name = "hivenet_fast_upgrade"
-    with psycopg.connect(hivenet_server.url(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {name}")
-    url = hivenet_server.url(name)
-    try:
-        from alembic import command
-        command.upgrade(migrate._config(url), "0008")
-        with psycopg.connect(url, autocommit=True) as conn:
-            _prepare(conn)
-            before = scalar(conn, UNIFIED)
-        migrate.upgrade(url)
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"CREATE ROLE {ROLE}")
-            try:
-                conn.execute(f"GRANT USAGE ON SCHEMA hivenet TO {ROLE}")
-                conn.execute(f"SET ROLE {ROLE}")
-                after = scalar(conn, UNIFIED)  # the fast path: nextval as this role
-                assert after > before and after[:18] == before[:18]
-                conn.execute("RESET ROLE")
-                conn.execute(f"DROP OWNED BY {ROLE}")
-            finally:
-                conn.execute("RESET ROLE")
-                conn.execute(f"DROP ROLE {ROLE}")
-    finally:
-        with psycopg.connect(hivenet_server.url(), autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 def test_the_interface_claim_uses_its_index(db: psycopg.Connection) -> None:

@@ -60,11 +60,12 @@ def test_the_serial_is_the_primary_key_after_flush(engine: Engine) -> None:
         session.add_all([first, second])
         session.flush()  # INSERT ... RETURNING serial: the key is known before the commit
         for payment in (first, second):
-            parsed = parse_serial(session, payment.serial)
+            parsed = parse_serial(payment.serial, db=session)
             assert (parsed.format, parsed.system, parsed.module, parsed.instance) == (
                 "unified", "C0001", "A01", "01")
         assert second.serial > first.serial
-        assert parse_serial(session, second.serial).seq > parse_serial(session, first.serial).seq
+        assert parse_serial(second.serial, db=session).seq > \
+            parse_serial(first.serial, db=session).seq
         session.commit()
         assert session.get(Payment, first.serial) is first
 
@@ -77,7 +78,7 @@ def test_the_package_construct_as_server_default(engine: Engine) -> None:
         order = Order(item="apple")
         session.add(order)
         session.flush()
-        parsed = parse_serial(session, order.serial, "id_service")
+        parsed = parse_serial(order.serial, "id_service", db=session)
         assert (parsed.merchant, parsed.shard) == ("123456789012", "01")
 
 
@@ -86,7 +87,7 @@ def test_a_sql_expression_default_fills_a_column_that_is_not_the_key(engine: Eng
         tickets = [Ticket(), Ticket(), Ticket()]
         session.add_all(tickets)
         session.flush()
-        seqs = [parse_serial(session, t.serial).seq for t in tickets]
+        seqs = [parse_serial(t.serial, db=session).seq for t in tickets]
         assert seqs == sorted(set(seqs))
         assert all(t.serial.startswith("C0001A0102") for t in tickets)
 

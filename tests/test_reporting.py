@@ -12,7 +12,6 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from hivenet_db import migrate
 from hivenet_db.errors import SequenceExhausted, translated
 from tests.helpers import define_scoped
 
@@ -134,17 +133,6 @@ def test_reporting_role_needs_only_select_on_the_view(db: psycopg.Connection) ->
         db.execute("RESET ROLE")
         db.execute("DROP OWNED BY hivenet_reporter_test")
         db.execute("DROP ROLE hivenet_reporter_test")
-
-
-def test_downgrade_drops_what_0004_created(hivenet_url: str, db: psycopg.Connection) -> None:
-    prepare(db)
-    migrate.downgrade(hivenet_url, "0003")
-    assert db.execute("SELECT to_regclass('hivenet.scope_usage'), "
-                      "to_regproc('hivenet._scope_counter_value'), "
-                      "to_regproc('hivenet._reporting_local_now')").fetchone() == (None,) * 3
-    migrate.upgrade(hivenet_url)
-    assert db.execute("SELECT count(*) FROM hivenet.scope_usage WHERE scope NOT LIKE '(%'"
-                      ).fetchone() == (2,)  # the two prepared scopes
 
 
 def test_the_documented_reporting_grants_read_every_view(db: psycopg.Connection) -> None:

@@ -21,7 +21,7 @@ from sqlalchemy import Engine, String, create_engine, text
 from sqlalchemy.ext.horizontal_shard import ShardedSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from hivenet_db import InterfaceDedup, SerialRepository, StepRepository, migrate
+from hivenet_db import InterfaceDedup, SerialRepository, StepRepository
 from hivenet_db.errors import UnknownScope
 from hivenet_db.shards import Placement, ShardMap, ShardMapError, from_urls
 from tests.helpers import failure, in_parallel, scalar
@@ -364,19 +364,6 @@ def test_sharded_session_routes_orm_objects_by_tenant(
     found = shard_map.rows("SELECT tenant FROM orders")
     assert sorted((r["shard"], r["tenant"]) for r in found) == [
         ("s0", "C0001/17"), ("s2", "C0001/68")]
-
-
-def test_downgrading_past_0014_gives_parked_scopes_their_counters_back(
-        conns: list[psycopg.Connection], urls: list[str]) -> None:
-    a = conns[0]
-    first = scalar(a, INTERFACE, ("05",))
-    a.execute("SELECT hivenet.maintain()")
-    a.execute("SELECT hivenet.own_instances('01-04', NULL, true)")
-    migrate.downgrade(urls[0], "0013")
-    assert scalar(a, "SELECT sequence_name FROM hivenet.scope") == "seq_interface_C0001A0105B0001"
-    assert scalar(a, INTERFACE, ("05",)) > first
-    migrate.upgrade(urls[0])
-    assert scalar(a, "SELECT owned_instances FROM hivenet.ownership()") == "all"
 
 
 def test_an_administrator_changes_ownership_and_an_application_reads_it(

@@ -871,19 +871,3 @@ def test_async_repository(hivenet_url: str, db: psycopg.Connection, async_kind: 
         return results
 
     assert asyncio.run(scenario()) == [{"paid": 1}, {"paid": 1}]
-
-
-def test_downgrade_removes_what_the_revision_created(hivenet_url: str,
-                                                     db: psycopg.Connection) -> None:
-    from hivenet_db import migrate
-
-    objects = """SELECT count(*) FROM pg_class WHERE relnamespace = 'hivenet'::regnamespace
-                 AND relname LIKE 'step%%'"""
-    migrate.downgrade(hivenet_url, "0002")
-    assert db.execute(objects).fetchone()[0] == 0
-    assert db.execute("SELECT count(*) FROM pg_proc WHERE pronamespace = 'hivenet'::regnamespace "
-                      "AND proname ~ 'step'").fetchone()[0] == 0
-    assert db.execute("SELECT count(*) FROM hivenet.setting WHERE name ~ '^step_'"
-                      ).fetchone()[0] == 0
-    migrate.upgrade(hivenet_url)
-    assert begin(db, new_serial(db)) == ("started", 1, None)

@@ -61,7 +61,7 @@ def cmd_next(args: argparse.Namespace, out: Output) -> None:
 
 def cmd_parse(args: argparse.Namespace, out: Output) -> None:
     with transaction(args, out) as conn:
-        serial = parse_serial(conn, args.serial, args.format)
+        serial = parse_serial(args.serial, args.format, db=conn)
     row = _serial_row(serial)
     if out.as_json:
         print(dump_json(row))

@@ -1,0 +1,29 @@
+"""Baseline: the whole schema hivenet of the first release.
+
+Until 0.1.0 is released, this revision's SQL is the schema files (hivenet_db/sql/, in the order
+of hivenet_db.schema.PARTS), kept equal to them by tests/test_migrations.py; from the release
+on, it never changes, and the next release's changes collect in a revision of their own
+(CONTRIBUTING.md).
+
+Revision ID: 0001
+Revises:
+Create Date: 2026-11-26
+"""
+
+from alembic import op
+
+from hivenet_db.schema import apply_revision_sql
+
+revision = "0001"
+down_revision = None
+branch_labels = ("hivenet",)
+depends_on = None
+
+
+def upgrade() -> None:
+    apply_revision_sql(op.get_bind(), __file__)
+
+
+def downgrade() -> None:
+    # Counter sequences, partitions and views live in the schema and go with it.
+    op.execute("DROP SCHEMA hivenet CASCADE")
