@@ -83,10 +83,10 @@ def test_errors_are_typed_and_carry_the_sqlstate(any_conn: SyncDB) -> None:
 
 
 def test_parse_serial(any_conn: SyncDB) -> None:
-    parsed = parse_serial(any_conn, "C0001A0101201507100123456789")
+    parsed = parse_serial("C0001A0101201507100123456789", db=any_conn)
     assert parsed.seq == 123456789 and parsed.date == dt.date(2015, 7, 10)
     with pytest.raises(InvalidInput, match="XYZ"):
-        parse_serial(any_conn, "XYZ")
+        parse_serial("XYZ", db=any_conn)
 
 
 def test_durable_serial_is_committed_before_it_is_returned(any_conn: SyncDB) -> None:
