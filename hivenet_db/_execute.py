@@ -20,6 +20,7 @@ pooling).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import cache
@@ -72,21 +73,24 @@ def _checked(params: Mapping[str, Any]) -> None:
             raise InvalidInput(f"{name} {value} is out of range (a PostgreSQL integer)")
 
 
-def _nul_in(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_nul_in(k) or _nul_in(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return any(_nul_in(item) for item in value)
-    return False
+# A NUL in a string of the value, as json.dumps writes it: \u0000 after an even number of
+# backslashes (an odd one is an escaped backslash followed by the text "u0000").
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def json_text(name: str, value: Any) -> str:
-    """``value`` as a JSON parameter; InvalidInput (HN001) when a string in it holds NUL."""
-    if _nul_in(value):
+    """``value`` as a JSON parameter; InvalidInput (HN001) for what JSON or PostgreSQL cannot
+    hold: NaN or Infinity (no JSON number; the database would answer 22P02), nesting deeper
+    than Python can write (RecursionError), a string holding NUL."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except ValueError as error:
+        raise InvalidInput(f"{name} holds NaN or Infinity, which JSON cannot ({error})") from None
+    except RecursionError:
+        raise InvalidInput(f"{name} is nested too deeply to be sent as JSON") from None
+    if _JSON_NUL.search(text):
         raise InvalidInput(f"{name} holds a NUL character, which PostgreSQL text cannot")
-    return json.dumps(value)
+    return text
 
 
 def _cursor_rows(conn: psycopg.Connection[Any], sql: Any, params: Any) -> Rows:

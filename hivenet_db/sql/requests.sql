@@ -475,6 +475,8 @@ BEGIN
     LOOP
         SELECT r.retention INTO v_retention FROM hivenet.request_namespace r
         WHERE r.namespace = v_namespace;
-        PERFORM hivenet._purge_requests(v_namespace, v_now - coalesce(v_retention, v_default));
+        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp.
+        PERFORM hivenet._purge_requests(v_namespace, v_now - least(
+            coalesce(v_retention, v_default), hivenet._longest_interval()));
     END LOOP;
 END $$;

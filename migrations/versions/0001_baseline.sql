@@ -7,14 +7,22 @@ CREATE SCHEMA IF NOT EXISTS hivenet;
 COMMENT ON SCHEMA hivenet IS 'hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency';
 
 -- A value as messages echo it: quoted (quote_literal), and cut to its first 32 characters
--- plus its length when longer than 40, so no message echoes a megabyte; 'NULL' for NULL.
--- hivenet_db/parsing.py shown() is the same for messages made in Python.
+-- plus its length when longer than 40, so no message echoes a megabyte; 'NULL' for NULL. A
+-- control character is shown as \xNN: a raw newline or escape sequence would forge lines of
+-- the server log or a terminal. hivenet_db/parsing.py shown() is the same for messages made in
+-- Python.
 CREATE FUNCTION hivenet._shown(p_value text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE WHEN p_value IS NULL THEN 'NULL'
-                WHEN length(p_value) <= 40 THEN quote_literal(p_value)
-                ELSE quote_literal(left(p_value, 32))
-                     || format('... (%s characters)', length(p_value)) END
+                WHEN q.quoted !~ '[\x01-\x1f\x7f-\x9f]' THEN q.quoted
+                ELSE (SELECT string_agg(CASE WHEN c ~ '[\x01-\x1f\x7f-\x9f]'
+                                             THEN '\x' || lpad(to_hex(ascii(c)), 2, '0')
+                                             ELSE c END, '' ORDER BY i)
+                      FROM unnest(string_to_array(q.quoted, NULL)) WITH ORDINALITY AS t(c, i))
+           END || CASE WHEN length(p_value) > 40
+                       THEN format('... (%s characters)', length(p_value)) ELSE '' END
+    FROM (SELECT quote_literal(CASE WHEN length(p_value) <= 40 THEN p_value
+                                    ELSE left(p_value, 32) END) AS quoted) q
 $$;
 
 CREATE TABLE hivenet.setting (
@@ -3484,7 +3492,9 @@ BEGIN
     LOOP
         SELECT r.retention INTO v_retention FROM hivenet.request_namespace r
         WHERE r.namespace = v_namespace;
-        PERFORM hivenet._purge_requests(v_namespace, v_now - coalesce(v_retention, v_default));
+        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp.
+        PERFORM hivenet._purge_requests(v_namespace, v_now - least(
+            coalesce(v_retention, v_default), hivenet._longest_interval()));
     END LOOP;
 END $$;
 
@@ -3566,7 +3576,7 @@ BEGIN
                          '%s (its caller''s local date, in any zone from UTC-12 to UTC+14): a '
                          'step dated earlier may already be purged (step_retention %s), one '
                          'dated later is beyond the clock tolerance (step_future_tolerance %s)',
-                         hivenet._shown(p_system_serial), p_day,
+                         p_system_serial, p_day,
                          v_from::date + CASE WHEN v_from = v_from::date THEN 0 ELSE 1 END,
                          hivenet._step_days_to(hivenet.now())::date,
                          hivenet._setting_constant('step_retention'),
