@@ -128,7 +128,7 @@ INTERVALS = [None, dt.timedelta(0), dt.timedelta(microseconds=1), dt.timedelta(s
              dt.timedelta(microseconds=-1)]
 TIMESTAMPS = [None, dt.datetime.min, dt.datetime.max, dt.datetime(2026, 2, 29 - 1),
               dt.datetime(1970, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59)]
-TIMESTAMPTZS = [None if t is None else t.replace(tzinfo=dt.timezone.utc) for t in TIMESTAMPS]
+TIMESTAMPTZS = [None if t is None else t.replace(tzinfo=dt.UTC) for t in TIMESTAMPS]
 
 STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "text": texts(),
