@@ -13,9 +13,11 @@ from hivenet_db.dedup import (
     ClaimRepository,
     InterfaceDedup,
 )
+from hivenet_db.durable import configure_durable_pool
 from hivenet_db.errors import (
     DuplicateClaim,
     DuplicateInterfaceSerial,
+    DurablePoolExhausted,
     HivenetError,
     InvalidInput,
     RequestMismatch,
@@ -45,6 +47,7 @@ __all__ = [
     "ClaimRepository",
     "DuplicateClaim",
     "DuplicateInterfaceSerial",
+    "DurablePoolExhausted",
     "HivenetError",
     "InterfaceDedup",
     "InvalidInput",
@@ -63,6 +66,7 @@ __all__ = [
     "StepRun",
     "StepStart",
     "UnknownScope",
+    "configure_durable_pool",
     "flush_at_commit",
     "flush_at_commit_async",
     "parse_serial",

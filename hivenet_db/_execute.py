@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import tuple_row
-from sqlalchemy import Connection, CursorResult, Engine, Result, TextClause
+from sqlalchemy import Connection, CursorResult, Result, TextClause
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -37,7 +36,7 @@ from sqlalchemy.orm import Session
 from hivenet_db.errors import InvalidInput, from_database, translated
 
 if TYPE_CHECKING:  # asyncio support needs greenlet: the optional extra "async"
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 SyncDB: TypeAlias = "Connection | Session | psycopg.Connection[Any]"
 AsyncDB: TypeAlias = "AsyncConnection | AsyncSession | psycopg.AsyncConnection[Any]"
@@ -181,21 +180,27 @@ async def rows_async(db: AsyncDB, statement: TextClause, params: Mapping[str, An
         return result.all() if _returns_rows(result) else []
 
 
-def engine_of(db: Connection | Session) -> Engine:
-    """The engine behind the caller's Connection or Session, for work that must commit on a
-    connection of its own (durable allocation)."""
-    bind = db.get_bind() if isinstance(db, Session) else db
-    return bind if isinstance(bind, Engine) else bind.engine
+def driver_of(db: SyncDB) -> psycopg.Connection[Any]:
+    """The psycopg connection under the caller's SQLAlchemy Connection or Session (or itself):
+    which database it is connected to, and as whom (durable allocation's own connections)."""
+    if isinstance(db, psycopg.Connection):
+        return db
+    conn = db.connection() if isinstance(db, Session) else db
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    return driver
 
 
-def async_engine_of(db: AsyncConnection | AsyncSession) -> AsyncEngine:
-    """``engine_of`` for an AsyncConnection or AsyncSession."""
-    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+async def driver_of_async(db: AsyncDB) -> psycopg.AsyncConnection[Any]:
+    """``driver_of`` for an AsyncConnection or AsyncSession, or a psycopg AsyncConnection."""
+    if isinstance(db, psycopg.AsyncConnection):
+        return db
+    from sqlalchemy.ext.asyncio import AsyncSession
 
-    bind = db.bind if isinstance(db, AsyncSession) else db
-    if bind is None:
-        raise ValueError("the AsyncSession is bound to no engine")
-    return bind if isinstance(bind, AsyncEngine) else bind.engine
+    conn = await db.connection() if isinstance(db, AsyncSession) else db
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert isinstance(driver, psycopg.AsyncConnection)
+    return driver
 
 
 def conninfo_of(db: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str:
@@ -204,30 +209,5 @@ def conninfo_of(db: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> s
     return make_conninfo(db.info.dsn, password=db.info.password)
 
 
-@contextmanager
-def own_transaction(db: SyncDB) -> Iterator[SyncDB]:
-    """A transaction on a connection of its own, committed when the block ends: a connection
-    from the same engine for SQLAlchemy, a new connection with the same conninfo (closed
-    afterwards, not pooled) for a psycopg Connection."""
-    if isinstance(db, psycopg.Connection):
-        with psycopg.Connection.connect(conninfo_of(db)) as own:  # commits, then closes
-            yield own
-    else:
-        with engine_of(db).begin() as own:
-            yield own
-
-
-@asynccontextmanager
-async def own_transaction_async(db: AsyncDB) -> AsyncIterator[AsyncDB]:
-    """``own_transaction`` for an AsyncConnection or AsyncSession, or a psycopg AsyncConnection."""
-    if isinstance(db, psycopg.AsyncConnection):
-        async with await psycopg.AsyncConnection.connect(conninfo_of(db)) as own:
-            yield own
-    else:
-        async with async_engine_of(db).begin() as own:
-            yield own
-
-
-__all__ = ["AsyncDB", "Rows", "SyncDB", "driver_rows", "driver_rows_async", "engine_of",
-           "json_text", "own_transaction", "own_transaction_async", "psycopg_sql", "rows",
-           "rows_async"]
+__all__ = ["AsyncDB", "Rows", "SyncDB", "conninfo_of", "driver_of", "driver_of_async",
+           "driver_rows", "driver_rows_async", "json_text", "psycopg_sql", "rows", "rows_async"]
