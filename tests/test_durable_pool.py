@@ -57,7 +57,7 @@ def saturate(engine: Engine, iterations: int = ITERATIONS) -> tuple[list[str], f
 
 def _engine(url: str, **options: object) -> Engine:
     return create_engine(sqlalchemy_url(url), pool_size=THREADS, max_overflow=0,
-                         pool_timeout=30, **options)  # type: ignore[arg-type]
+                         pool_timeout=30, **options)
 
 
 def test_the_saturated_pool_of_the_issue_finishes_without_a_pool_timeout(
