@@ -19,6 +19,7 @@ pool's connections elsewhere than the caller's (behind PgBouncer: a pool of its 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import math
 import select
@@ -154,6 +155,13 @@ class _Pool:
 _configs: dict[Target, _Config] = {}
 _pools: dict[Target, _Pool] = {}
 _registry_lock = threading.Lock()
+
+
+@atexit.register
+def _close_all() -> None:
+    """The idle connections, closed at exit (not left to the garbage collector)."""
+    for pool in list(_pools.values()):
+        pool.close()
 
 
 def configure_durable_pool(database_url: str, *, size: int = DEFAULT_SIZE,

@@ -118,7 +118,7 @@ def test_namespaces_keep_keys_apart_and_from_steps(db: psycopg.Connection) -> No
     ("orders", "", "key '' is empty"),
     ("orders", "x" * 256, "key '" + "x" * 32 + "'... (256 characters) is longer"),
     ("n" * 256, "k", "namespace '" + "n" * 32 + "'... (256 characters) is longer"),
-    ("orders", "a\nb", "key 'a\nb' contains a control character"),
+    ("orders", "a\nb", "key 'a\\x0ab' contains a control character"),
     ("orders", "a\tb", "contains a control character"),
     ("orders", "a\x7fb", "contains a control character"),
     ("orders", "a\u0085b", "contains a control character"),

@@ -3,6 +3,8 @@ runs, checked with stand-ins for the machine (nothing is removed or installed he
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from tests import system_packages
@@ -18,9 +20,11 @@ def test_on_this_machine_nothing_is_missing_and_nothing_is_said() -> None:
 
 def _machine(monkeypatch: pytest.MonkeyPatch, absent: set[str], root: bool = True) -> None:
     """Stand-ins: the packages in ``absent`` are missing; the newest server is 15."""
+    def there(package: str) -> Callable[[], bool]:
+        return lambda: package not in absent
+
     def needs(original: list[Need]) -> list[Need]:
-        return [Need(n.package, n.why, (lambda p=n.package: p not in absent))
-                for n in original]
+        return [Need(n.package, n.why, there(n.package)) for n in original]
     server, extensions = system_packages.server_needs, system_packages.extension_needs
     monkeypatch.setattr(system_packages, "server_needs", lambda: needs(server()))
     monkeypatch.setattr(system_packages, "extension_needs",
