@@ -25,6 +25,7 @@ import math
 import select
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -248,13 +249,15 @@ async def durable_transaction_async(db: AsyncDB) -> AsyncIterator[psycopg.AsyncC
         slots.release()
 
 
-_loop_slots: dict[tuple[int, int], asyncio.Semaphore] = {}
+# A semaphore belongs to one event loop: per loop (forgotten with it), per pool.
+_loop_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, asyncio.Semaphore]] = (
+    weakref.WeakKeyDictionary())
 
 
 def _async_slots(pool: _Pool) -> asyncio.Semaphore:
-    key = (id(pool), id(asyncio.get_running_loop()))
     with _registry_lock:
-        return _loop_slots.setdefault(key, asyncio.Semaphore(pool.config.size))
+        per_pool = _loop_slots.setdefault(asyncio.get_running_loop(), {})
+        return per_pool.setdefault(id(pool), asyncio.Semaphore(pool.config.size))
 
 
 __all__ = ["configure_durable_pool", "durable_transaction",
