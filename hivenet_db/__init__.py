@@ -23,9 +23,11 @@ if TYPE_CHECKING:
         ClaimRepository,
         InterfaceDedup,
     )
+    from hivenet_db.durable import configure_durable_pool
     from hivenet_db.errors import (
         DuplicateClaim,
         DuplicateInterfaceSerial,
+        DurablePoolExhausted,
         HivenetError,
         InvalidInput,
         RequestMismatch,
@@ -58,6 +60,8 @@ _HOMES: dict[str, str] = {
     "InterfaceDedup": "hivenet_db.dedup",
     "DuplicateClaim": "hivenet_db.errors",
     "DuplicateInterfaceSerial": "hivenet_db.errors",
+    "DurablePoolExhausted": "hivenet_db.errors",
+    "configure_durable_pool": "hivenet_db.durable",
     "HivenetError": "hivenet_db.errors",
     "InvalidInput": "hivenet_db.errors",
     "RequestMismatch": "hivenet_db.errors",
@@ -89,6 +93,7 @@ __all__ = [
     "ClaimRepository",
     "DuplicateClaim",
     "DuplicateInterfaceSerial",
+    "DurablePoolExhausted",
     "HivenetError",
     "InterfaceDedup",
     "InvalidInput",
@@ -107,6 +112,7 @@ __all__ = [
     "StepRun",
     "StepStart",
     "UnknownScope",
+    "configure_durable_pool",
     "flush_at_commit",
     "flush_at_commit_async",
     "parse_serial",

@@ -20,15 +20,15 @@ pooling).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+import re
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import tuple_row
-from sqlalchemy import Connection, CursorResult, Engine, Result, TextClause
+from sqlalchemy import Connection, CursorResult, Result, TextClause
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 from hivenet_db.errors import InvalidInput, from_database, translated
 
 if TYPE_CHECKING:  # asyncio support needs greenlet: the optional extra "async"
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 SyncDB: TypeAlias = "Connection | Session | psycopg.Connection[Any]"
 AsyncDB: TypeAlias = "AsyncConnection | AsyncSession | psycopg.AsyncConnection[Any]"
@@ -72,21 +72,24 @@ def _checked(params: Mapping[str, Any]) -> None:
             raise InvalidInput(f"{name} {value} is out of range (a PostgreSQL integer)")
 
 
-def _nul_in(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_nul_in(k) or _nul_in(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return any(_nul_in(item) for item in value)
-    return False
+# A NUL in a string of the value, as json.dumps writes it: \u0000 after an even number of
+# backslashes (an odd one is an escaped backslash followed by the text "u0000").
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def json_text(name: str, value: Any) -> str:
-    """``value`` as a JSON parameter; InvalidInput (HN001) when a string in it holds NUL."""
-    if _nul_in(value):
+    """``value`` as a JSON parameter; InvalidInput (HN001) for what JSON or PostgreSQL cannot
+    hold: NaN or Infinity (no JSON number; the database would answer 22P02), nesting deeper
+    than Python can write (RecursionError), a string holding NUL."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except ValueError as error:
+        raise InvalidInput(f"{name} holds NaN or Infinity, which JSON cannot ({error})") from None
+    except RecursionError:
+        raise InvalidInput(f"{name} is nested too deeply to be sent as JSON") from None
+    if _JSON_NUL.search(text):
         raise InvalidInput(f"{name} holds a NUL character, which PostgreSQL text cannot")
-    return json.dumps(value)
+    return text
 
 
 def _cursor_rows(conn: psycopg.Connection[Any], sql: Any, params: Any) -> Rows:
@@ -177,21 +180,27 @@ async def rows_async(db: AsyncDB, statement: TextClause, params: Mapping[str, An
         return result.all() if _returns_rows(result) else []
 
 
-def engine_of(db: Connection | Session) -> Engine:
-    """The engine behind the caller's Connection or Session, for work that must commit on a
-    connection of its own (durable allocation)."""
-    bind = db.get_bind() if isinstance(db, Session) else db
-    return bind if isinstance(bind, Engine) else bind.engine
+def driver_of(db: SyncDB) -> psycopg.Connection[Any]:
+    """The psycopg connection under the caller's SQLAlchemy Connection or Session (or itself):
+    which database it is connected to, and as whom (durable allocation's own connections)."""
+    if isinstance(db, psycopg.Connection):
+        return db
+    conn = db.connection() if isinstance(db, Session) else db
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    return driver
 
 
-def async_engine_of(db: AsyncConnection | AsyncSession) -> AsyncEngine:
-    """``engine_of`` for an AsyncConnection or AsyncSession."""
-    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+async def driver_of_async(db: AsyncDB) -> psycopg.AsyncConnection[Any]:
+    """``driver_of`` for an AsyncConnection or AsyncSession, or a psycopg AsyncConnection."""
+    if isinstance(db, psycopg.AsyncConnection):
+        return db
+    from sqlalchemy.ext.asyncio import AsyncSession
 
-    bind = db.bind if isinstance(db, AsyncSession) else db
-    if bind is None:
-        raise ValueError("the AsyncSession is bound to no engine")
-    return bind if isinstance(bind, AsyncEngine) else bind.engine
+    conn = await db.connection() if isinstance(db, AsyncSession) else db
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert isinstance(driver, psycopg.AsyncConnection)
+    return driver
 
 
 def conninfo_of(db: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> str:
@@ -200,30 +209,5 @@ def conninfo_of(db: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> s
     return make_conninfo(db.info.dsn, password=db.info.password)
 
 
-@contextmanager
-def own_transaction(db: SyncDB) -> Iterator[SyncDB]:
-    """A transaction on a connection of its own, committed when the block ends: a connection
-    from the same engine for SQLAlchemy, a new connection with the same conninfo (closed
-    afterwards, not pooled) for a psycopg Connection."""
-    if isinstance(db, psycopg.Connection):
-        with psycopg.Connection.connect(conninfo_of(db)) as own:  # commits, then closes
-            yield own
-    else:
-        with engine_of(db).begin() as own:
-            yield own
-
-
-@asynccontextmanager
-async def own_transaction_async(db: AsyncDB) -> AsyncIterator[AsyncDB]:
-    """``own_transaction`` for an AsyncConnection or AsyncSession, or a psycopg AsyncConnection."""
-    if isinstance(db, psycopg.AsyncConnection):
-        async with await psycopg.AsyncConnection.connect(conninfo_of(db)) as own:
-            yield own
-    else:
-        async with async_engine_of(db).begin() as own:
-            yield own
-
-
-__all__ = ["AsyncDB", "Rows", "SyncDB", "driver_rows", "driver_rows_async", "engine_of",
-           "json_text", "own_transaction", "own_transaction_async", "psycopg_sql", "rows",
-           "rows_async"]
+__all__ = ["AsyncDB", "Rows", "SyncDB", "conninfo_of", "driver_of", "driver_of_async",
+           "driver_rows", "driver_rows_async", "json_text", "psycopg_sql", "rows", "rows_async"]

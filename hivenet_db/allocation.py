@@ -8,7 +8,8 @@ and ``next_interface`` call their own SQL function, whose plain case is inlined 
 statement (allocate.sql), and are sent as the driver's own SQL (``driver_rows``: no
 SQLAlchemy ``text()`` to compile, no ORM execution for a Session; psycopg prepares them once
 they run often, unless the connection turned that off for PgBouncer). The one exception to the
-single round trip, ``next_durable``, commits on a connection of its own, as its name says.
+single round trip, ``next_durable``, commits on a connection of its own, as its name says: from
+a small pool of its own (hivenet_db/durable.py), never from the caller's pool.
 """
 
 from __future__ import annotations
@@ -24,11 +25,10 @@ from hivenet_db._execute import (
     driver_rows,
     driver_rows_async,
     json_text,
-    own_transaction,
-    own_transaction_async,
     rows,
     rows_async,
 )
+from hivenet_db.durable import durable_transaction, durable_transaction_async
 from hivenet_db.parsing import builtin_formats
 from hivenet_db.serial import Serial, issued
 
@@ -120,15 +120,15 @@ class SerialRepository:
     def next_durable(self, format: str, **fields: str) -> Serial:
         """A serial committed before it is returned: safe to send out before your commit.
 
-        Allocated and committed in a transaction of its own, on another connection (so it
-        costs a connection and a commit, and stays issued whatever your transaction does):
-        from the same engine for SQLAlchemy; for a psycopg Connection a new connection with
-        the same conninfo and password, opened and closed on every call (use a pool's
-        connection and commit it yourself when that is too slow). After a crash PostgreSQL
-        may hand out again a value taken by a transaction that never committed; never this
-        one (SPEC §6).
+        Allocated and committed in a transaction of its own, on a connection of durable
+        allocation's own pool for your database (so it costs a commit, and stays issued
+        whatever your transaction does), never one from your engine's pool, which a
+        saturated application holds. ``DurablePoolExhausted`` when that pool (2 connections,
+        2 s by default: ``configure_durable_pool``) or the server pool behind it gives no
+        connection in time. After a crash PostgreSQL may hand out again a value taken by a
+        transaction that never committed; never this one (SPEC §6).
         """
-        with own_transaction(self.db) as own:
+        with durable_transaction(self.db) as own:
             flush_at_commit(own)
             return _serials(format, rows(own, _statement(format), _params(format, 1, fields)))[0]
 
@@ -161,8 +161,9 @@ class AsyncSerialRepository:
                                                  _params(format, n, fields)))
 
     async def next_durable(self, format: str, **fields: str) -> Serial:
-        """``SerialRepository.next_durable``: committed on a connection of its own."""
-        async with own_transaction_async(self.db) as own:
+        """``SerialRepository.next_durable``: committed on a connection of its own (connected
+        for the call, not from your pool; ``configure_durable_pool`` bounds them)."""
+        async with durable_transaction_async(self.db) as own:
             await flush_at_commit_async(own)
             return _serials(format, await rows_async(own, _statement(format),
                                                      _params(format, 1, fields)))[0]

@@ -105,6 +105,13 @@ class DuplicateClaim(HivenetError):
     sqlstate = "HN040"
 
 
+class DurablePoolExhausted(HivenetError):
+    """Durable allocation got no connection of its own pool, or no server session for one,
+    within the pool's timeout: size that pool (``hivenet_db.configure_durable_pool``) or the
+    server / PgBouncer pool behind it (docs/operations.md). Raised by the Python layer, not
+    the database: no SQLSTATE."""
+
+
 BY_SQLSTATE: dict[str, type[HivenetError]] = {
     cls.sqlstate: cls
     for cls in (InvalidInput, UnknownScope, SequenceExhausted, DuplicateInterfaceSerial,

@@ -47,14 +47,17 @@ def quote_literal(value: str) -> str:
     return "E" + quoted if "\\" in value else quoted
 
 
+_CONTROL = re.compile("[\x01-\x1f\x7f-\x9f]")
+
+
 def shown(value: str | None) -> str:
     """A value as messages echo it (SQL ``hivenet._shown``): quoted, cut to 32 characters
-    plus its length when longer than 40."""
+    plus its length when longer than 40, each control character shown as ``\\xNN``."""
     if value is None:
         return "NULL"
-    if len(value) <= 40:
-        return quote_literal(value)
-    return f"{quote_literal(value[:32])}... ({len(value)} characters)"
+    quoted = quote_literal(value if len(value) <= 40 else value[:32])
+    quoted = _CONTROL.sub(lambda c: f"\\x{ord(c.group()):02x}", quoted)
+    return quoted if len(value) <= 40 else f"{quoted}... ({len(value)} characters)"
 
 
 def field_problem(segment: dict[str, Any], value: str) -> str | None:

@@ -6,9 +6,18 @@ import psycopg
 import pytest
 
 from hivenet_db._execute import SyncDB
+from tests import system_packages
 from tests.helpers import ASYNC_KINDS, SYNC_KINDS, sync_connection
 
 pytest_plugins = ["hivenet_db.testing", "pytester"]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Install what the suite needs from the machine when it is missing (as root, with
+    apt-get: tests/system_packages.py), so the README's command passes on a fresh machine."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    system_packages.ensure(lambda line: reporter.write_line(f"hivenet-db tests: {line}")
+                           if reporter is not None else print(line))
 
 
 @pytest.fixture

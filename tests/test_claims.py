@@ -57,14 +57,27 @@ def test_claim_once(db: psycopg.Connection) -> None:
 
 
 @pytest.mark.parametrize(("namespace", "key"), [
-    (None, "k"), ("", "k"), ("n" * 201, "k"), ("n", None), ("n", ""), ("n", "k" * 1001),
+    (None, "k"), ("", "k"), ("n" * 256, "k"), ("n", None), ("n", ""), ("n", "k" * 256),
+    # The rule of keyed requests (issue 29 point 6): no control character, not the library's.
+    ("orders\n", "k"), ("orders\x1b[2J", "k"), ("n", "k\u0085"), ("hivenet.x", "k"),
 ])
 def test_invalid_claims(db: psycopg.Connection, namespace: str | None, key: str | None) -> None:
     assert claim_state(db, namespace, key) == "HN001"
 
 
 def test_longest_key_is_accepted(db: psycopg.Connection) -> None:
-    assert claim_state(db, "n" * 200, "k" * 1000) is None
+    assert claim_state(db, "n" * 255, "k" * 255) is None
+    assert claim_state(db, "🐝" * 255, "🐝" * 255) is None  # 1,020 bytes each fit the index
+
+
+def test_messages_quote_control_characters(db: psycopg.Connection) -> None:
+    """A raw newline or ESC sequence in a message would forge lines of the server log and of
+    a terminal: every control character is shown escaped."""
+    with pytest.raises(psycopg.Error) as caught:
+        db.execute("SELECT hivenet.claim(%s, 'k')", ("a\nb\x1b[2J\x85",))
+    message = caught.value.diag.message_primary or ""
+    assert "'a\\x0ab\\x1b[2J\\x85'" in message, message
+    assert not any(ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in message)
 
 
 def test_rolled_back_claim_is_free_again(db: psycopg.Connection) -> None:

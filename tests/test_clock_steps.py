@@ -36,6 +36,9 @@ STEPS: dict[str, tuple[str, str]] = {
     "one hour": ("2026-03-01 12:00:00+00", "2026-03-01 11:00:00+00"),
     "across midnight": ("2026-03-02 00:00:30+00", "2026-03-01 23:59:50+00"),
     "one day": ("2026-03-02 12:00:00+00", "2026-03-01 12:00:00+00"),
+    # Past what the window of a caller's date (UTC+14) makes up for: 2026-03-02 is more than
+    # 14 hours ahead of 2026-03-01 00:30 UTC.
+    "a day across midnight": ("2026-03-02 00:30:00+00", "2026-03-01 00:30:00+00"),
 }
 
 
@@ -88,11 +91,12 @@ def _assert_never_backwards(issued: list[Issued]) -> None:
 
 
 def _run(connect: Connect, fake_clock: SetClock, fmt: str, clocks: list[str],
-         between: str | None = None, claim: bool = False,
+         between: str | None = None, receive: str | None = None,
          fields: dict[str, str] | None = None) -> list[Issued]:
     """CLIENTS connections allocate CALLS calls at each clock of ``clocks`` in turn (all of
     them at one clock at a time); ``between`` runs on one connection between the phases;
-    ``claim`` claims every serial right after it is issued, on the issuing connection."""
+    ``receive`` (SQL taking the serial) runs on every serial right after it is issued, on the
+    issuing connection."""
     conns = [connect() for _ in range(CLIENTS)]
     control = connect()
     values = Jsonb(FIELDS[fmt] if fields is None else fields)
@@ -108,10 +112,9 @@ def _run(connect: Connect, fake_clock: SetClock, fmt: str, clocks: list[str],
             fake_clock(conn, clock)
             for call in range(CALLS):
                 issued = _allocate(conn, client, fmt, values, call)
-                if claim:
+                if receive is not None:
                     for item in issued:
-                        conn.execute("SELECT hivenet.claim_interface_serial(%s)",
-                                     (item.serial,))
+                        conn.execute(receive, (item.serial,))
                 out += issued
         return out
 
@@ -187,8 +190,37 @@ def test_the_database_accepts_its_own_serials_after_a_step_back(connect: Connect
     and after the step, 16 clients at once; none is refused (HN021) and none is a duplicate."""
     before, after = STEPS[step]
     issued = _run(connect, fake_clock, "interface", [before, after],
-                  between="SELECT hivenet.maintain()", claim=True)
+                  between="SELECT hivenet.maintain()",
+                  receive="SELECT hivenet.claim_interface_serial(%s)")
     _assert_never_backwards(issued)
+
+
+@pytest.mark.parametrize("step", ["one hour", "across midnight", "a day across midnight"])
+def test_begin_step_accepts_the_databases_own_serials_after_a_step_back(
+        connect: Connect, fake_clock: SetClock, step: str) -> None:
+    """Issue 29 point 2: each fresh system serial is begun as a step at once by its issuer,
+    before and after the step back, 16 clients at once: none is refused (HN021), none is
+    begun twice (a duplicate raises HN030)."""
+    before, after = STEPS[step]
+    issued = _run(connect, fake_clock, "system", [before, after],
+                  between="SELECT hivenet.maintain()",
+                  receive="SELECT * FROM hivenet.begin_step(%s)")
+    _assert_never_backwards(issued)
+
+
+def test_a_future_system_serial_of_another_scope_is_still_refused(
+        db: psycopg.Connection, fake_clock: SetClock) -> None:
+    """Only the days this database issued in the serial's own scope widen begin_step's window."""
+    before, after = STEPS["a day across midnight"]
+    fake_clock(db, before)
+    own = scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
+    fake_clock(db, after)
+    other = "C0002" + own[5:]
+    with pytest.raises(psycopg.Error) as refused:
+        db.execute("SELECT * FROM hivenet.begin_step(%s)", (other,))
+    assert refused.value.diag.sqlstate == "HN021"
+    assert db.execute("SELECT outcome FROM hivenet.begin_step(%s)", (own,)).fetchone() == (
+        "started",)
 
 
 def test_own_serials_are_accepted_in_any_business_zone(db: psycopg.Connection,

@@ -32,6 +32,7 @@ from hivenet_db import (
     HivenetError,
     InterfaceDedup,
     InvalidInput,
+    RequestRepository,
     SerialRepository,
     StepRepository,
 )
@@ -127,6 +128,7 @@ INTERVALS = [None, dt.timedelta(0), dt.timedelta(microseconds=1), dt.timedelta(s
              dt.timedelta(microseconds=-1)]
 TIMESTAMPS = [None, dt.datetime.min, dt.datetime.max, dt.datetime(2026, 2, 29 - 1),
               dt.datetime(1970, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59)]
+TIMESTAMPTZS = [None if t is None else t.replace(tzinfo=dt.UTC) for t in TIMESTAMPS]
 
 STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "text": texts(),
@@ -136,6 +138,7 @@ STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "boolean": st.sampled_from([None, True, False]),
     "interval": st.sampled_from(INTERVALS),
     "timestamp without time zone": st.sampled_from(TIMESTAMPS),
+    "timestamp with time zone": st.sampled_from(TIMESTAMPTZS),
 }
 
 # --- the database's state ----------------------------------------------------------------------
@@ -401,12 +404,12 @@ def test_set_claim_expiry_refuses_a_megabyte_namespace_as_claim_does(
         owner: psycopg.Connection) -> None:
     """It failed with 54000 (index row too large) after passing its own checks."""
     before = checksums(owner)
-    for namespace in ["n" * MEGABYTE, "n" * 201, "é" * 101]:
+    for namespace in ["n" * MEGABYTE, "n" * 256, "é" * 256]:
         error = refused(owner, "SELECT hivenet.set_claim_expiry(%s, '1 day')", (namespace,))
         assert error.diag.sqlstate == "HN001"
-        assert "must be 1 to 200 bytes" in (error.diag.message_primary or "")
+        assert "is longer than 255 characters" in (error.diag.message_primary or "")
     assert checksums(owner) == before
-    owner.execute("SELECT hivenet.set_claim_expiry(%s, '1 day')", ("n" * 200,))
+    owner.execute("SELECT hivenet.set_claim_expiry(%s, '1 day')", ("🐝" * 255,))
 
 
 @pytest.mark.parametrize(("sql", "code"), [
@@ -490,6 +493,18 @@ def test_max_serials_per_call_must_be_a_positive_integer(owner: psycopg.Connecti
     assert "is not a valid count" in (error.diag.message_primary or "")
 
 
+def _nested(depth: int) -> Any:
+    value: Any = "leaf \\u0000"  # a backslash, then the text u0000: no NUL
+    for _ in range(depth):
+        value = {"a": [value]}
+    return value
+
+
+def test_a_string_like_the_escape_of_nul_is_sent(owner: psycopg.Connection) -> None:
+    """A backslash, then the text u0000, is no NUL: JSON writes it with the backslash escaped."""
+    assert RequestRepository(owner).begin("json", "k", _nested(3)).started
+
+
 @pytest.mark.parametrize(("call", "message"), [
     (lambda db: SerialRepository(db).next("unified", system="C\x000001", module="A01",
                                           instance="01"), "fields holds a NUL"),
@@ -500,6 +515,12 @@ def test_max_serials_per_call_must_be_a_positive_integer(owner: psycopg.Connecti
                                                module="A01", instance="01"),
      "count 2147483648 is out of range"),
     (lambda db: StepRepository(db).finish("x", -2**31 - 1, True), "attempt -2147483649 is out"),
+    # Issue 29 point 6: 22P02 from the database, a RecursionError in Python.
+    (lambda db: StepRepository(db).begin("x", {"amount": float("nan")}), "holds NaN or Infinity"),
+    (lambda db: RequestRepository(db).begin("n", "k", [float("inf")]), "holds NaN or Infinity"),
+    (lambda db: RequestRepository(db).finish("n", "k", 1, True, {"a": -float("inf")}),
+     "holds NaN or Infinity"),
+    (lambda db: RequestRepository(db).begin("n", "k", _nested(500)), "nested too deeply"),
 ])
 def test_python_arguments_postgresql_cannot_take_are_invalid_input(
         owner: psycopg.Connection, call: Callable[[psycopg.Connection], Any],

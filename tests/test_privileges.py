@@ -165,6 +165,10 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         # In the rules of views _step_start and _request_start, run as their inserter
         # (steps.sql, requests.sql).
         "hivenet._serial_valid", "hivenet._step_start_valid", "hivenet._request_start_valid",
+        # Inlined into those checks and _step_in_window: the callers' clock, the bound on
+        # intervals, the rule for names and keys (clock.sql, claims.sql).
+        "hivenet._caller_now", "hivenet._longest_interval", "hivenet._interval_allowed",
+        "hivenet._name_valid",
         # Inlined into next_unified_serial / next_system_serial, run as the caller (allocate.sql).
         "hivenet._fast_unified", "hivenet._fast_system", "hivenet._format_constant",
         "hivenet._setting_constant", "hivenet._scope_sequence_name",

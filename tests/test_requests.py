@@ -9,7 +9,7 @@ import asyncio
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +118,7 @@ def test_namespaces_keep_keys_apart_and_from_steps(db: psycopg.Connection) -> No
     ("orders", "", "key '' is empty"),
     ("orders", "x" * 256, "key '" + "x" * 32 + "'... (256 characters) is longer"),
     ("n" * 256, "k", "namespace '" + "n" * 32 + "'... (256 characters) is longer"),
-    ("orders", "a\nb", "key 'a\nb' contains a control character"),
+    ("orders", "a\nb", "key 'a\\x0ab' contains a control character"),
     ("orders", "a\tb", "contains a control character"),
     ("orders", "a\x7fb", "contains a control character"),
     ("orders", "a\u0085b", "contains a control character"),
@@ -318,6 +318,44 @@ def test_stuck_requests_and_request_states(db: psycopg.Connection,
     assert states == [("processing", 1), ("success", 1), ("failed", 1)]
     assert db.execute("SELECT count(*) FROM hivenet.request_states "
                       "WHERE namespace = 'hivenet.steps'").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("call", [
+    "SELECT * FROM hivenet.begin_request('bounds', 'k', p_lease => %(v)s)",
+    "SELECT * FROM hivenet.begin_request('bounds', 'k', p_lease => %(v)s, p_nowait => true)",
+    "SELECT * FROM hivenet.begin_step(hivenet.next_system_serial('C0001', 'A01', '01'), "
+    "p_lease => %(v)s)",
+    "SELECT hivenet.set_request_retention('bounds', %(v)s)",
+    "SELECT hivenet.set_claim_expiry('bounds', %(v)s)",
+])
+def test_every_interval_a_caller_passes_is_bounded(db: psycopg.Connection, call: str) -> None:
+    """Issue 29 point 4: a lease of a million years was accepted and broke the views for every
+    reader. HN001 names the bound; the bound itself is accepted."""
+    for value in ("1000000 years", "10 years 1 second", "0", "-1 day"):
+        with pytest.raises(psycopg.Error) as caught:
+            db.execute(call, {"v": value})
+        assert caught.value.sqlstate == "HN001"
+        assert "is not between 0 (excluded) and 10 years" in str(caught.value), caught.value
+    db.execute(call, {"v": "10 years"})
+
+
+def test_the_views_never_fail_on_stored_data(db: psycopg.Connection,
+                                             fake_clock: Callable[..., None]) -> None:
+    """Attempts and retentions stored before the bound (written here as the owner) leave the
+    views, the report's queries and maintain() working; the lease in force is the bound."""
+    fake_clock(db, "2026-11-21 10:00:00+00")
+    db.execute("""
+        INSERT INTO hivenet.request_attempt (namespace, key, attempt, state, fingerprint, lease,
+                                             started_at)
+        VALUES ('stored', 'k', 1, 'processing', '', '1000000 years', '2000-01-01'),
+               ('hivenet.steps', 'C0001A010120000101000000000001', 1, 'processing', '',
+                '1000000 years', '2000-01-01');
+        INSERT INTO hivenet.request_namespace VALUES ('stored', '1000000 years')""")
+    for view in ("stuck_requests", "stuck_steps", "request_states", "step_states"):
+        db.execute(f"SELECT * FROM hivenet.{view}").fetchall()
+    assert db.execute("SELECT lease_expired_at::date FROM hivenet.stuck_requests "
+                      "WHERE namespace = 'stored'").fetchall() == [(date(2010, 1, 1),)]
+    db.execute("SELECT hivenet.maintain()")
 
 
 # --- Python ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -260,16 +260,19 @@ def test_a_succeeded_step_leaving_the_window_is_refused_not_replayed(
     """HN021 as for a new step, also while the step's record is still there (maintain() not
     run yet), and also with the window changed by a setting (the fast path is rewritten)."""
     fake_clock(db, "2026-10-01 12:00:00+00")
-    serial = succeeded(db)
-    fake_clock(db, "2026-10-31 00:00:00+00")  # day 2026-10-01 starts 30 days before
+    serial = dated("20261001")  # made elsewhere: no serial of its scope was issued here
+    finish(db, serial, begin(db, serial)[1], True, {"paid": 1})
+    # Day 2026-10-01 starts 30 days before the earliest callers' clock (UTC-12) reads 10-31.
+    fake_clock(db, "2026-10-31 12:00:00+00")
     assert begin(db, serial)[0] == "replayed"
-    fake_clock(db, "2026-10-31 00:00:01+00")
+    fake_clock(db, "2026-10-31 12:00:01+00")
     with sqlstate("HN021"):
         begin(db, serial)
     with db.transaction(force_rollback=True):
         db.execute("UPDATE hivenet.setting SET value = '40 days' WHERE name = 'step_retention'")
         assert begin(db, serial)[0] == "replayed"
-    fake_clock(db, "2026-09-30 23:54:59+00")  # the clock stepped back beyond the tolerance
+    # The clock stepped back beyond the latest callers' clock (UTC+14) and the tolerance.
+    fake_clock(db, "2026-09-30 09:54:59+00")
     with sqlstate("HN021"):
         begin(db, serial)
     assert len(attempts(db, serial)) == 1
@@ -358,19 +361,23 @@ def test_begin_step_accepts_exactly_the_serials_parse_serial_accepts(
 # --- old serials are refused, not run again (issue 12 part 2) -------------------------------
 
 def dated(day: str) -> str:
-    return f"C0001A0101{day}{random.randrange(1, 10**12):012d}"
+    """A system serial made elsewhere (system F0001: this database issues none of its scope)."""
+    return f"F0001A0101{day}{random.randrange(1, 10**12):012d}"
 
 
 @pytest.mark.parametrize(("now", "day", "accepted"), [
-    # step_retention 30 days: the cutoff is 2026-10-22 12:00, the first whole day the 23rd
-    ("2026-11-21 12:00:00+00", "20261023", True),
-    ("2026-11-21 12:00:00+00", "20261022", False),
-    ("2026-11-21 00:00:00+00", "20261022", True),   # the cutoff at midnight: the day is kept
-    ("2026-11-21 00:00:01+00", "20261022", False),
-    # step_future_tolerance 5 minutes: tomorrow from 23:55
-    ("2026-11-21 23:55:00+00", "20261122", True),
-    ("2026-11-21 23:54:59+00", "20261122", False),
-    ("2026-11-21 23:55:00+00", "20261123", False),
+    # A serial's date is its caller's, in any zone from UTC-12 to UTC+14. step_retention 30
+    # days: at 12:00 UTC the earliest callers' clock reads 00:00, the cutoff 2026-10-22 00:00.
+    ("2026-11-21 12:00:00+00", "20261022", True),
+    ("2026-11-21 12:00:00+00", "20261021", False),
+    ("2026-11-21 12:00:01+00", "20261022", False),
+    ("2026-11-21 11:59:59+00", "20261022", True),
+    # step_future_tolerance 5 minutes: the latest callers' clock (UTC+14) reads tomorrow
+    # 23:55 at 09:55 UTC
+    ("2026-11-21 09:55:00+00", "20261122", True),
+    ("2026-11-21 09:54:59+00", "20261122", False),
+    ("2026-11-21 09:55:00+00", "20261123", False),
+    ("2026-11-21 12:00:00+00", "20261122", True),   # a caller at UTC+14 after its midnight
 ])
 def test_a_serial_dated_outside_the_kept_window_is_refused(
         db: psycopg.Connection, fake_clock: Callable[..., None], now: str, day: str,
@@ -394,8 +401,9 @@ def test_the_window_message_names_its_days_and_settings(
     with pytest.raises(psycopg.Error) as caught:
         begin(db, dated("20261001"))
     message = str(caught.value).splitlines()[0]
-    assert message.endswith("is dated 2026-10-01, outside the window of steps from 2026-10-23 "
-                            "to 2026-11-21: a step dated earlier may already be purged "
+    assert message.endswith("is dated 2026-10-01, outside the window of steps from 2026-10-22 "
+                            "to 2026-11-22 (its caller's local date, in any zone from UTC-12 to "
+                            "UTC+14): a step dated earlier may already be purged "
                             "(step_retention 30 days), one dated later is beyond the clock "
                             "tolerance (step_future_tolerance 5 minutes)")
 
@@ -412,6 +420,80 @@ def test_a_purged_step_is_refused_not_run_again(
     assert attempts(db, serial) == []
     with sqlstate("HN021"):
         begin(db, serial)
+
+
+def test_a_step_dated_ahead_is_not_purged_while_it_may_run_again(
+        db: psycopg.Connection, fake_clock: Callable[..., None]) -> None:
+    """Issue 29 point 1: a serial dated D+1, begun and finished at D 23:57, with step_retention
+    2 days. Purged by its finish time at D+2 23:58, it started again; kept until begin_step
+    refuses its date, it is replayed."""
+    db.execute("UPDATE hivenet.setting SET value = '2 days' WHERE name = 'step_retention'")
+    fake_clock(db, "2026-11-20 23:57:00+00")
+    serial = dated("20261121")
+    finish(db, serial, begin(db, serial)[1], True, {"paid": 1})
+    fake_clock(db, "2026-11-22 23:58:00+00")
+    db.execute("SELECT hivenet.maintain()")
+    assert begin(db, serial) == ("replayed", 1, {"paid": 1})
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+# The edges of the window a step's serial may be dated in, for both tolerances: begun at the
+# first instant its date is accepted (dated ahead: UTC+14 and step_future_tolerance) and at the
+# last (dated behind: UTC-12 and step_retention).
+@pytest.mark.parametrize("tolerance", ["5 minutes", "1 day"])
+@pytest.mark.parametrize("retention", ["2 days", "30 days"])
+@pytest.mark.parametrize("edge", ["ahead", "behind"])
+def test_purged_steps_are_refused_at_every_edge_of_the_window(
+        db: psycopg.Connection, fake_clock: Callable[..., None], edge: str, retention: str,
+        tolerance: str) -> None:
+    """At every instant from the step's begin until well after its purge: after maintain(),
+    begin_step replays the step or refuses its serial (HN021), never starts it again; the
+    record is purged exactly when it is refused and its last attempt ended step_retention ago;
+    and it is purged in the end."""
+    db.execute("UPDATE hivenet.setting SET value = %s WHERE name = 'step_retention'",
+               (retention,))
+    db.execute("UPDATE hivenet.setting SET value = %s WHERE name = 'step_future_tolerance'",
+               (tolerance,))
+    day = _instant("2026-11-21T00:00:00+00:00")
+    keep, ahead = (timedelta(days=int(v.split()[0])) if "day" in v else timedelta(minutes=5)
+                   for v in (retention, tolerance))
+    # The day's start read by the latest caller (UTC+14) plus the tolerance; by the earliest
+    # caller (UTC-12) minus the retention.
+    first_accepted = day - timedelta(hours=14) - ahead
+    last_accepted = day + timedelta(hours=12) + keep
+    begun = first_accepted if edge == "ahead" else last_accepted
+    serial = dated("20261121")
+    second = timedelta(seconds=1)
+    fake_clock(db, (begun - second if edge == "ahead" else begun + second).isoformat())
+    with sqlstate("HN021"):  # a second outside the window
+        begin(db, serial)
+    fake_clock(db, begun.isoformat())
+    finish(db, serial, begin(db, serial)[1], True, {"paid": 1})
+    finished_kept = begun + keep  # the last instant the finish time keeps the record
+    edges = [last_accepted, finished_kept]
+    instants = sorted({begun + timedelta(hours=h) for h in range(0, int(
+        (max(edges) - begun) / timedelta(hours=1)) + 26, 5)}
+        | {e + d for e in edges for d in (-second, timedelta(0), second)})
+    purged_at = None
+    for instant in instants:
+        if instant < begun:
+            continue
+        fake_clock(db, instant.isoformat())
+        db.execute("SELECT hivenet.maintain()")
+        kept = bool(attempts(db, serial))
+        refused = instant > last_accepted
+        assert kept == (not refused or instant <= finished_kept), instant
+        if refused:
+            with sqlstate("HN021"):
+                begin(db, serial)
+        else:
+            assert begin(db, serial) == ("replayed", 1, {"paid": 1}), instant
+        if not kept and purged_at is None:
+            purged_at = instant
+    assert purged_at == min(i for i in instants if i > max(edges))
 
 
 def test_the_repository_raises_serial_outside_window(
@@ -786,7 +868,7 @@ def test_a_step_that_has_an_attempt_still_gets_every_check(
     for options in bad:
         with sqlstate("HN001"), db.transaction():
             begin(db, serial, **options)
-    fake_clock(db, "2026-10-31 00:00:01+00")  # day 2026-10-01 left the 30 days' window
+    fake_clock(db, "2026-10-31 12:00:01+00")  # day 2026-10-01 left the window (UTC-12)
     with sqlstate("HN021"):
         begin(db, serial)
     assert [a["attempt"] for a in attempts(db, serial)] == [1]

@@ -450,29 +450,46 @@ $$;
 
 -- The latest instant format p_format has issued in counter scope p_scope, business-local:
 -- from the scope's own clock, or, while the scope waits for maintain() (a pending row), its
--- format's cold clock (shared by the new scopes); NULL when the format has no clock_unit or
--- issued nothing there. Pending first, then the catalog: a promotion committing in between is
--- seen by one of the two. Off the hot path (it refreshes the catalog cache):
--- claim_interface_serial asks it only for a serial dated past its window.
+-- format's cold clock (shared by the new scopes); for a format without a clock_unit (dates
+-- only), the start of the latest period its counter (lane, own sequence, or cold counter while
+-- pending) holds. NULL when it issued nothing there. Pending first, then the catalog: a
+-- promotion committing in between is seen by one of the two. Off the hot path (it refreshes
+-- the catalog cache): claim_interface_serial and begin_step ask it only for a serial dated
+-- past their window.
 CREATE FUNCTION hivenet._latest_issued(p_format text, p_scope text) RETURNS timestamp
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_unit text := (SELECT f.clock_unit FROM hivenet.format f WHERE f.name = p_format);
+    v_format hivenet.format := (SELECT f FROM hivenet.format f WHERE f.name = p_format);
     v_pending boolean;
-    v_instant bigint;
+    v_counter text := hivenet._scope_sequence_name(p_format, p_scope);
+    v_cold text := hivenet._cold_sequence_name(p_format);
+    v_value bigint;
 BEGIN
-    IF v_unit IS NULL THEN
+    IF v_format IS NULL THEN
         RETURN NULL;
     END IF;
     v_pending := EXISTS (SELECT FROM hivenet.scope_pending s
                          WHERE s.format = p_format AND s.scope = p_scope);
-    v_instant := pg_sequence_last_value(hivenet._committed_sequence(
-        hivenet._clock_sequence_name(hivenet._scope_sequence_name(p_format, p_scope))));
-    IF v_pending THEN
-        v_instant := greatest(v_instant, pg_sequence_last_value(hivenet._committed_sequence(
-            hivenet._clock_sequence_name(hivenet._cold_sequence_name(p_format)))));
+    IF v_format.clock_unit IS NOT NULL THEN
+        v_value := pg_sequence_last_value(hivenet._committed_sequence(
+            hivenet._clock_sequence_name(v_counter)));
+        IF v_pending THEN
+            v_value := greatest(v_value, pg_sequence_last_value(hivenet._committed_sequence(
+                hivenet._clock_sequence_name(v_cold))));
+        END IF;
+        RETURN CASE WHEN v_value > 0 THEN hivenet._period_start(v_value, v_format.clock_unit) END;
     END IF;
-    RETURN CASE WHEN v_instant > 0 THEN hivenet._period_start(v_instant, v_unit) END;
+    IF v_format.lanes IS NOT NULL THEN
+        v_value := pg_sequence_last_value(hivenet._lane(v_format, p_scope));
+    ELSE
+        v_value := pg_sequence_last_value(hivenet._committed_sequence(v_counter));
+        IF v_pending THEN
+            v_value := greatest(v_value,
+                                pg_sequence_last_value(hivenet._committed_sequence(v_cold)));
+        END IF;
+    END IF;
+    RETURN CASE WHEN v_value > 0
+                THEN hivenet._period_start(v_value / v_format.stride, v_format.reset) END;
 END $$;
 
 -- HN001 naming the first field of p_values (in p_format's field order) that is invalid, or

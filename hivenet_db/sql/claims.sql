@@ -24,15 +24,36 @@ COMMENT ON TABLE hivenet.claim_record IS 'one row per taken claim (hivenet.claim
 CREATE INDEX claim_record_expiry ON hivenet.claim_record (expires_at)
     WHERE expires_at IS NOT NULL;
 
--- HN001 unless p_namespace is 1 to 200 bytes: what claim() and set_claim_expiry() take (a
--- longer one would not fit the primary key's index row, 54000).
-CREATE FUNCTION hivenet._check_claim_namespace(p_namespace text) RETURNS void
+-- Whether p_value is a valid namespace or key: 1 to 255 characters, none of them a control
+-- character. The one rule for the names and keys of claims and keyed requests (requests.sql).
+-- Inlined into the fast paths (claim, _request_start_valid): no function runs.
+CREATE FUNCTION hivenet._name_valid(p_value text) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT length(p_value) BETWEEN 1 AND 255 AND p_value !~ '[\x01-\x1f\x7f-\x9f]';
+END;
+
+-- HN001 unless p_value is a valid namespace or key (p_what names which: 'namespace', 'key',
+-- 'claim namespace', 'claim key'): _name_valid, each failure named. Namespaces starting
+-- 'hivenet.' are the library's own.
+CREATE FUNCTION hivenet._check_name(p_what text, p_value text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF p_namespace IS NULL OR p_namespace = '' OR octet_length(p_namespace) > 200 THEN
+    IF p_value IS NULL OR p_value = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('claim namespace %s must be 1 to 200 bytes',
-                             hivenet._shown(p_namespace));
+            MESSAGE = format('%s %s is empty', p_what, hivenet._shown(p_value));
+    ELSIF length(p_value) > 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is longer than 255 characters', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains a control character', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_what LIKE '%namespace' AND left(p_value, 8) = 'hivenet.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('namespace %s is reserved (namespaces starting with ''hivenet.'' '
+                             'are the library''s own)', hivenet._shown(p_value));
     END IF;
 END $$;
 
@@ -45,12 +66,8 @@ DECLARE
     v_now timestamptz := hivenet.now();
     v_expires timestamptz;
 BEGIN
-    PERFORM hivenet._check_claim_namespace(p_namespace);
-    IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 1000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('claim key %s of namespace %s must be 1 to 1000 bytes',
-                             hivenet._shown(p_key), hivenet._shown(p_namespace));
-    END IF;
+    PERFORM hivenet._check_name('claim namespace', p_namespace);
+    PERFORM hivenet._check_name('claim key', p_key);
     SELECT v_now + n.expiry INTO v_expires
     FROM hivenet.claim_namespace n WHERE n.namespace = p_namespace;
     INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
@@ -88,8 +105,9 @@ END $$;
 --   Takes the claim (namespace, key) in the caller's transaction: it commits or vanishes with
 --   that transaction. A claim whose namespace expiry has passed counts as free (maintain()
 --   deletes such rows later; until then they still block nobody).
---   Raises HN001 when namespace or key is NULL, empty, or longer than 200 / 1000 bytes; HN040
---   when the claim is taken.
+--   Raises HN001 when namespace or key is NULL, empty, longer than 255 characters or holds a
+--   control character, or the namespace starts 'hivenet.' (the library's own): the rule of
+--   keyed requests (_check_name); HN040 when the claim is taken.
 --   Blocks while another transaction holds an uncommitted claim of the same key, then raises
 --   HN040 if that one committed, or takes the claim if it rolled back. With nowait it raises
 --   HN040 at once instead (also when it would wait over a millisecond for another lock, rarely:
@@ -118,8 +136,8 @@ BEGIN
            c.now + (SELECT n.expiry FROM hivenet.claim_namespace n
                     WHERE n.namespace = p_namespace)
     FROM (SELECT hivenet.now() AS now OFFSET 0) c  -- one clock reading for both times
-    WHERE octet_length(p_namespace) BETWEEN 1 AND 200
-      AND octet_length(p_key) BETWEEN 1 AND 1000
+    WHERE hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key)
+      AND left(p_namespace, 8) <> 'hivenet.'
     ON CONFLICT (namespace, key) DO NOTHING;
     IF NOT FOUND THEN
         PERFORM hivenet._claim_checked(p_namespace, p_key);
@@ -127,18 +145,15 @@ BEGIN
 END $$;
 
 -- hivenet.set_claim_expiry(namespace, expiry) → void: claims of namespace taken from now on
---   expire after expiry (NULL: never). Raises HN001 when namespace is NULL, empty or longer
---   than 200 bytes (as claim() takes it), or expiry is not positive. Runs in the caller's
+--   expire after expiry (NULL: never). Raises HN001 when namespace is not valid (as claim()
+--   takes it), or expiry is not positive or longer than 10 years. Runs in the caller's
 --   transaction; blocks only a concurrent change of the same namespace.
 CREATE FUNCTION hivenet.set_claim_expiry(p_namespace text, p_expiry interval) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM hivenet._check_claim_namespace(p_namespace);
-    IF p_expiry <= interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('claim expiry %s of namespace %s must be positive', p_expiry,
-                             hivenet._shown(p_namespace));
-    END IF;
+    PERFORM hivenet._check_name('claim namespace', p_namespace);
+    PERFORM hivenet._check_interval(format('claim expiry of namespace %s',
+                                           hivenet._shown(p_namespace)), p_expiry);
     INSERT INTO hivenet.claim_namespace (namespace, expiry) VALUES (p_namespace, p_expiry)
     ON CONFLICT (namespace) DO UPDATE SET expiry = excluded.expiry;
 END $$;

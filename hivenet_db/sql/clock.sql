@@ -37,3 +37,48 @@ BEGIN ATOMIC
     SELECT CASE WHEN coalesce(current_setting('hivenet.fake_now', true), '') = ''
                 THEN clock_timestamp() ELSE hivenet._fake_now() END;
 END;
+
+-- What "now" is for a date or time a caller printed: the local time on its clock at p_now,
+-- at edge p_edge of the zones a caller may be in ('earliest': UTC-12, 'latest': UTC+14;
+-- every zone in use lies between). A serial carries no time zone, so each window on a
+-- caller's date or time (the interface check, begin_step, and the partitions and purges that
+-- follow them) is read from these two edges, and from nothing else: a caller anywhere is
+-- never "old" or "in the future" merely for its zone. Inlined (a SQL-standard body without
+-- SET, p_now read once, so a volatile argument such as hivenet.now() does not stop it);
+-- p_edge is a constant at every call, and the CASE folds.
+CREATE FUNCTION hivenet._caller_now(p_now timestamptz, p_edge text) RETURNS timestamp
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT (p_now AT TIME ZONE 'UTC') + CASE p_edge WHEN 'earliest' THEN interval '-12 hours'
+                                                    WHEN 'latest' THEN interval '14 hours' END;
+END;
+
+-- The longest interval a caller may pass (a lease, a retention, an expiry): ten years. Every
+-- such interval is added to or taken from the clock somewhere (a lease's end in the views,
+-- a retention's cutoff in maintain()); bounded, that sum is always a timestamp, so no stored
+-- value can make a view or maintain() fail for everyone (22008).
+CREATE FUNCTION hivenet._longest_interval() RETURNS interval
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT interval '10 years';
+END;
+
+-- Whether p_value is an interval a caller may pass: positive and at most _longest_interval().
+-- Inlined into the fast paths' checks (requests.sql, steps.sql).
+CREATE FUNCTION hivenet._interval_allowed(p_value interval) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT p_value > interval '0' AND p_value <= hivenet._longest_interval();
+END;
+
+-- HN001 unless p_value is NULL or an interval a caller may pass (_interval_allowed); p_what
+-- names it in the message ('lease', 'retention of namespace ''x''', ...).
+CREATE FUNCTION hivenet._check_interval(p_what text, p_value interval) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT hivenet._interval_allowed(p_value) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is not between 0 (excluded) and %s', p_what, p_value,
+                             hivenet._longest_interval());
+    END IF;
+END $$;

@@ -80,16 +80,6 @@ BEGIN
     RETURN true;
 END $$;
 
--- The UTC offsets of the zones an interface serial's caller may print its local time in:
--- UTC-12 to UTC+14 (every zone in use). The duplicate-check window is widened by them, so a
--- caller at UTC+14 just after its midnight is no "future", and one at UTC-12 is not "old".
--- Inlined: a SQL-standard body without SET (see _period_index in formats.sql).
-CREATE FUNCTION hivenet._caller_zones() RETURNS interval[]
-LANGUAGE sql IMMUTABLE
-BEGIN ATOMIC
-    SELECT ARRAY[interval '-12 hours', interval '14 hours'];
-END;
-
 -- Slow path of claim_interface_serial: raises HN021 for interface serial p_serial, dated
 -- p_local (its caller's local time), outside the window from p_from to p_to, unless this
 -- database issued it: after the clock stepped back, its own fresh serials carry a time up to
@@ -165,10 +155,10 @@ BEGIN
     -- Settings from the generated constants (settings.sql): no query on the hot path.
     v_window := hivenet._setting_constant('interface_window')::interval;
     v_tolerance := hivenet._setting_constant('interface_future_tolerance')::interval;
-    -- The serial's time is its caller's local time, in a zone it does not name: compared
-    -- with the UTC clock, widened to every zone a caller may be in (_caller_zones).
-    v_from := (v_now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[1] - v_window;
-    v_to := (v_now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[2] + v_tolerance;
+    -- The serial's time is its caller's local time, in a zone it does not name: the window
+    -- is widened to every zone a caller may be in (clock.sql, _caller_now).
+    v_from := hivenet._caller_now(v_now, 'earliest') - v_window;
+    v_to := hivenet._caller_now(v_now, 'latest') + v_tolerance;
     IF v_local < v_from OR v_local > v_to THEN
         PERFORM hivenet._refuse_outside_window(p_serial, v_local, v_from, v_to);
     END IF;
@@ -274,9 +264,9 @@ BEGIN
     FROM (SELECT hivenet._serial_time('interface', p_serial) AS local_time,  -- NULL: invalid
                  hivenet.now() AS now
           OFFSET 0) c  -- one clock reading for the window and recorded_at
-    WHERE c.local_time >= (c.now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[1]
+    WHERE c.local_time >= hivenet._caller_now(c.now, 'earliest')
                           - hivenet._setting_constant('interface_window')::interval
-      AND c.local_time <= (c.now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[2]
+      AND c.local_time <= hivenet._caller_now(c.now, 'latest')
                           + hivenet._setting_constant('interface_future_tolerance')::interval
       AND coalesce(hivenet._serial_shaped('unified', p_unified_serial), true)
       AND coalesce(hivenet._serial_shaped('system', p_system_serial), true)
@@ -351,9 +341,10 @@ CREATE FUNCTION hivenet._maintain_interface_calls() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := hivenet.now();
-    -- Days are the serials' own (their callers' local dates): on the UTC clock, widened to
-    -- the callers' zones as claim_interface_serial's window is.
-    v_utc timestamp := v_now AT TIME ZONE 'UTC';
+    -- Days are the serials' own (their callers' local dates), read as claim_interface_serial's
+    -- window reads them (_caller_now).
+    v_earliest timestamp := hivenet._caller_now(v_now, 'earliest');
+    v_latest timestamp := hivenet._caller_now(v_now, 'latest');
     v_window interval := hivenet._setting_value('interface_window')::interval;
     v_tolerance interval := hivenet._setting_value('interface_future_tolerance')::interval;
     v_keep interval := greatest(hivenet._setting_value('interface_retention')::interval,
@@ -363,11 +354,10 @@ DECLARE
     v_partition record;
 BEGIN
     DELETE FROM hivenet.interface_call_default
-    WHERE (serial_day + 1) < v_utc + (hivenet._caller_zones())[1] - v_keep - interval '1 hour';
+    WHERE (serial_day + 1) < v_earliest - v_keep - interval '1 hour';
     FOR v_day IN
-        SELECT generate_series((v_utc + (hivenet._caller_zones())[1] - v_window)::date,
-                               (v_utc + (hivenet._caller_zones())[2]
-                                + greatest(v_tolerance, v_ahead))::date,
+        SELECT generate_series((v_earliest - v_window)::date,
+                               (v_latest + greatest(v_tolerance, v_ahead))::date,
                                interval '1 day')::date
     LOOP
         PERFORM hivenet._create_interface_partition(v_day);
@@ -379,7 +369,7 @@ BEGIN
         WHERE i.inhparent = 'hivenet.interface_call'::regclass
           AND c.relname ~ '^interface_call_[0-9]{8}$'
           AND (to_date(right(c.relname, 8), 'YYYYMMDD') + 1)
-              < v_utc + (hivenet._caller_zones())[1] - v_keep - interval '1 hour'
+              < v_earliest - v_keep - interval '1 hour'
         ORDER BY c.relname
     LOOP
         BEGIN

@@ -91,6 +91,14 @@ GRANT EXECUTE ON FUNCTION
     hivenet._step_start_valid(text, text, interval),
     hivenet._request_start_valid(text, text, interval)
 TO PUBLIC;
+-- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the callers'
+-- clock, the bound on intervals, the rule for names and keys.
+GRANT EXECUTE ON FUNCTION
+    hivenet._caller_now(timestamptz, text),
+    hivenet._longest_interval(),
+    hivenet._interval_allowed(interval),
+    hivenet._name_valid(text)
+TO PUBLIC;
 
 -- The allocation fast path (allocate.sql, _fast_unified and _fast_system) is inlined into the
 -- caller's statement and runs with the caller's rights, so every function in it must be

@@ -77,12 +77,15 @@ INSERT INTO hivenet.setting (name, value, kind, description) VALUES
 -- Helpers are plpgsql, not sql: a sql function with SET search_path is never inlined and on
 -- PostgreSQL 15 is planned again at every call (about 10x the cost on the hot path).
 
--- The lease in force of an attempt. SECURITY DEFINER: views stuck_steps and stuck_requests
--- call it as their reader, who may not read hivenet.setting.
+-- The lease in force of an attempt, never longer than a caller may pass (clock.sql,
+-- _longest_interval): its end is a timestamp whatever is stored, so the views never fail.
+-- SECURITY DEFINER: views stuck_steps and stuck_requests call it as their reader, who may not
+-- read hivenet.setting.
 CREATE FUNCTION hivenet._step_lease(p_lease interval) RETURNS interval
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    RETURN coalesce(p_lease, hivenet._setting_value('step_lease')::interval);
+    RETURN least(coalesce(p_lease, hivenet._setting_value('step_lease')::interval),
+                 hivenet._longest_interval());
 END $$;
 
 -- How messages name a key: 'step <serial>' in the namespace of steps, else the request.
@@ -92,29 +95,6 @@ BEGIN
     RETURN CASE WHEN p_namespace = 'hivenet.steps' THEN 'step ' || hivenet._shown(p_key)
                 ELSE format('request %s in namespace %s', hivenet._shown(p_key),
                             hivenet._shown(p_namespace)) END;
-END $$;
-
--- HN001 unless p_value is a valid namespace or key (p_what names which): 1 to 255 characters,
--- none of them a control character. Namespaces starting 'hivenet.' are the library's own.
-CREATE FUNCTION hivenet._check_request_name(p_what text, p_value text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF p_value IS NULL OR p_value = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('%s %s is empty', p_what, hivenet._shown(p_value));
-    ELSIF length(p_value) > 255 THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('%s %s is longer than 255 characters', p_what,
-                             hivenet._shown(p_value));
-    ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('%s %s contains a control character', p_what,
-                             hivenet._shown(p_value));
-    ELSIF p_what = 'namespace' AND left(p_value, 8) = 'hivenet.' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('namespace %s is reserved (namespaces starting with ''hivenet.'' '
-                             'are the library''s own)', hivenet._shown(p_value));
-    END IF;
 END $$;
 
 -- HN001 unless the options of a begin are valid.
@@ -127,9 +107,9 @@ BEGIN
             MESSAGE = format('on_success %s is neither ''replay'' nor ''reject''',
                              hivenet._shown(p_on_success));
     END IF;
-    IF p_lease <= interval '0' OR p_nowait IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('lease %s is not positive or nowait is NULL', p_lease);
+    PERFORM hivenet._check_interval('lease', p_lease);
+    IF p_nowait IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'nowait is NULL';
     END IF;
 END $$;
 
@@ -224,17 +204,15 @@ EXCEPTION WHEN lock_not_available THEN
 END $$;
 
 -- What view _request_start vouches for (below), and begin_request after the view wrote nothing:
--- what _check_request_name and _check_begin_options accept, for plain options. Inlined where
+-- what _check_name and _check_begin_options accept, for plain options. Inlined where
 -- it is called: no function runs.
 CREATE FUNCTION hivenet._request_start_valid(p_namespace text, p_key text, p_lease interval)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
-    SELECT length(p_namespace) BETWEEN 1 AND 255 AND length(p_key) BETWEEN 1 AND 255
-       -- one search for a control character (an anchored {1,255} repetition measured dearer)
-       AND p_namespace || p_key !~ '[\x01-\x1f\x7f-\x9f]'
+    SELECT hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key)
        AND left(p_namespace, 8) <> 'hivenet.'
-       AND (p_lease IS NULL OR p_lease > interval '0');
+       AND (p_lease IS NULL OR hivenet._interval_allowed(p_lease));
 END;
 
 -- The first attempt of a new keyed request, written by one INSERT into this view (its rule
@@ -278,7 +256,7 @@ RETURNING namespace, key, NULL::jsonb, lease;
 --   lease: how long `processing` is trusted (default: setting step_lease).
 --   HN001: namespace or key NULL, empty, longer than 255 characters or with a control
 --   character, a namespace starting 'hivenet.' (the library's own), on_success not
---   'replay'/'reject', lease not positive, nowait NULL.
+--   'replay'/'reject', lease not positive or longer than 10 years, nowait NULL.
 --   A key is never accepted twice while its record is kept: finished requests are removed by
 --   maintain() once their last attempt ended longer ago than the namespace's retention
 --   (set_request_retention; default the setting request_retention, 24 hours).
@@ -310,8 +288,8 @@ BEGIN
     -- error first.
     IF NOT (v_plain AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease),
                                  false)) THEN
-        PERFORM hivenet._check_request_name('namespace', p_namespace);
-        PERFORM hivenet._check_request_name('key', p_key);
+        PERFORM hivenet._check_name('namespace', p_namespace);
+        PERFORM hivenet._check_name('key', p_key);
         PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
     END IF;
     IF p_nowait THEN
@@ -354,8 +332,8 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     IF p_namespace IS DISTINCT FROM 'hivenet.steps' THEN
-        PERFORM hivenet._check_request_name('namespace', p_namespace);
-        PERFORM hivenet._check_request_name('key', p_key);
+        PERFORM hivenet._check_name('namespace', p_namespace);
+        PERFORM hivenet._check_name('key', p_key);
     END IF;
     IF p_succeeded IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
@@ -432,19 +410,18 @@ END $$;
 --   Finished requests of the namespace are kept for `retention` after their last attempt
 --   ended (then maintain() removes them, and the same key starts afresh); NULL: back to the
 --   setting request_retention (24 hours). Keep it longer than any client retries.
---   HN001: namespace not valid (as begin_request), retention not positive.
+--   HN001: namespace not valid (as begin_request), retention not positive or longer than 10
+--   years.
 CREATE FUNCTION hivenet.set_request_retention(p_namespace text, p_retention interval)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM hivenet._check_request_name('namespace', p_namespace);
+    PERFORM hivenet._check_name('namespace', p_namespace);
     IF p_retention IS NULL THEN
         DELETE FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
-    ELSIF p_retention <= interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('retention %s of namespace %s is not positive', p_retention,
-                             hivenet._shown(p_namespace));
     ELSE
+        PERFORM hivenet._check_interval(format('retention of namespace %s',
+                                               hivenet._shown(p_namespace)), p_retention);
         INSERT INTO hivenet.request_namespace AS n (namespace, retention)
         VALUES (p_namespace, p_retention)
         ON CONFLICT (namespace) DO UPDATE SET retention = EXCLUDED.retention;
@@ -452,17 +429,20 @@ BEGIN
 END $$;
 
 -- Remove every attempt of the keys of namespace p_namespace whose attempts all ended before
--- p_cutoff. A processing key is never removed. Candidates come from the index (namespace || '',
--- started_at): an attempt that ended before the cutoff also started before it. The keys are
+-- p_cutoff; for the steps' namespace, only of the keys (system serials) dated before
+-- p_dated_before (_maintain_steps: what begin_step refuses). A processing key is never
+-- removed. Candidates come from the index (namespace || '', started_at): an attempt that ended before the cutoff also started before it. The keys are
 -- collected first and deleted by primary key, so no plan can turn the delete into a scan (a
 -- join would be hashed against every row of the namespace).
-CREATE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamptz) RETURNS void
+CREATE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamptz,
+                                        p_dated_before timestamp DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_keys text[];
 BEGIN
     SELECT array_agg(DISTINCT o.key) INTO v_keys FROM hivenet.request_attempt o
     WHERE o.namespace || '' = p_namespace AND o.started_at < p_cutoff  -- the index's expression
+      AND (p_dated_before IS NULL OR hivenet._serial_time('system', o.key) < p_dated_before)
       AND NOT EXISTS (SELECT 1 FROM hivenet.request_attempt y
                       WHERE y.namespace = p_namespace AND y.key = o.key
                         AND (y.finished_at IS NULL OR y.finished_at >= p_cutoff));
@@ -495,6 +475,8 @@ BEGIN
     LOOP
         SELECT r.retention INTO v_retention FROM hivenet.request_namespace r
         WHERE r.namespace = v_namespace;
-        PERFORM hivenet._purge_requests(v_namespace, v_now - coalesce(v_retention, v_default));
+        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp.
+        PERFORM hivenet._purge_requests(v_namespace, v_now - least(
+            coalesce(v_retention, v_default), hivenet._longest_interval()));
     END LOOP;
 END $$;

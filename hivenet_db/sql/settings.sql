@@ -6,14 +6,22 @@ CREATE SCHEMA IF NOT EXISTS hivenet;
 COMMENT ON SCHEMA hivenet IS 'hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency';
 
 -- A value as messages echo it: quoted (quote_literal), and cut to its first 32 characters
--- plus its length when longer than 40, so no message echoes a megabyte; 'NULL' for NULL.
--- hivenet_db/parsing.py shown() is the same for messages made in Python.
+-- plus its length when longer than 40, so no message echoes a megabyte; 'NULL' for NULL. A
+-- control character is shown as \xNN: a raw newline or escape sequence would forge lines of
+-- the server log or a terminal. hivenet_db/parsing.py shown() is the same for messages made in
+-- Python.
 CREATE FUNCTION hivenet._shown(p_value text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE WHEN p_value IS NULL THEN 'NULL'
-                WHEN length(p_value) <= 40 THEN quote_literal(p_value)
-                ELSE quote_literal(left(p_value, 32))
-                     || format('... (%s characters)', length(p_value)) END
+                WHEN q.quoted !~ '[\x01-\x1f\x7f-\x9f]' THEN q.quoted
+                ELSE (SELECT string_agg(CASE WHEN c ~ '[\x01-\x1f\x7f-\x9f]'
+                                             THEN '\x' || lpad(to_hex(ascii(c)), 2, '0')
+                                             ELSE c END, '' ORDER BY i)
+                      FROM unnest(string_to_array(q.quoted, NULL)) WITH ORDINALITY AS t(c, i))
+           END || CASE WHEN length(p_value) > 40
+                       THEN format('... (%s characters)', length(p_value)) ELSE '' END
+    FROM (SELECT quote_literal(CASE WHEN length(p_value) <= 40 THEN p_value
+                                    ELSE left(p_value, 32) END) AS quoted) q
 $$;
 
 CREATE TABLE hivenet.setting (

@@ -4,15 +4,22 @@
 -- 30-character system serial: the same table, the same state machine, the same errors. What
 -- steps add: the serial is checked (HN001), must be dated inside the window whose records are
 -- kept (HN021), and the business transaction's unified serial is recorded for audit.
+--
+-- The window and the purge are one rule (_step_days_from): a serial's date is read as its
+-- caller's local date, in any zone from UTC-12 to UTC+14 (clock.sql, _caller_now), and
+-- begin_step refuses a serial whose day starts before the earliest local time any caller
+-- reads now minus step_retention. maintain() purges a step's record only once that refusal
+-- covers its serial (and its last attempt ended step_retention ago): every purged step is
+-- refused, so none can run again.
 
 INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('step_retention', '30 days', 'interval',
-     'finished steps whose last attempt ended longer ago are purged by maintain(); begin_step '
-     'refuses system serials dated before then (HN021), so keep it longer than any caller '
-     'retries'),
+     'begin_step refuses system serials dated before now minus this in every caller''s zone '
+     '(UTC-12 to UTC+14; HN021), and maintain() purges exactly the finished steps it refuses '
+     'whose last attempt ended longer ago: keep it longer than any caller retries'),
     ('step_future_tolerance', '5 minutes', 'interval',
-     'begin_step refuses system serials dated later than now plus this (HN021): clock skew '
-     'between systems');
+     'begin_step refuses system serials dated later than now plus this in every caller''s '
+     'zone (HN021), but for those this database issued: clock skew between systems');
 
 -- The steps as they were stored before requests.sql: one row per attempt of a system serial.
 CREATE VIEW hivenet.step_attempt AS
@@ -23,26 +30,56 @@ WHERE a.namespace = 'hivenet.steps';
 COMMENT ON VIEW hivenet.step_attempt IS
     'every attempt of every processing step (system serial); the latest attempt is the step''s state';
 
+-- The start of the earliest day a step's system serial may be dated at p_now: the earliest
+-- local time a caller reads (UTC-12) minus step_retention. begin_step refuses a serial dated
+-- before (HN021), and maintain() purges the records of such steps only (_maintain_steps):
+-- the one measure of both, so a purged step is always refused.
+CREATE FUNCTION hivenet._step_days_from(p_now timestamptz) RETURNS timestamp
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT hivenet._caller_now(p_now, 'earliest')
+           - hivenet._setting_constant('step_retention')::interval;
+END;
+
+-- The latest start a step's system serial's day may have at p_now: the latest local time a
+-- caller reads (UTC+14) plus step_future_tolerance. begin_step refuses a serial dated later
+-- (HN021) unless this database issued it (_step_issued_here).
+CREATE FUNCTION hivenet._step_days_to(p_now timestamptz) RETURNS timestamp
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT hivenet._caller_now(p_now, 'latest')
+           + hivenet._setting_constant('step_future_tolerance')::interval;
+END;
+
+-- Whether this database has issued system serials of p_system_serial's scope dated p_day or
+-- later: after its clock stepped back, its own fresh serials keep the latest day already
+-- issued (allocate.sql), maybe past _step_days_to, and begin_step accepts them (SPEC §2
+-- guarantee 3: a serial a database issued is always accepted by its own checks).
+CREATE FUNCTION hivenet._step_issued_here(p_system_serial text, p_day date) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN coalesce(p_day <= hivenet._latest_issued(
+        'system', hivenet._serial_scope('system', p_system_serial)), false);
+END $$;
+
 -- HN021 naming the window: the system serial p_system_serial is dated p_day, outside it.
 CREATE FUNCTION hivenet._raise_step_outside_window(p_system_serial text, p_day date)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_zone text := hivenet._setting_value('time_zone');
-    v_from timestamp := (hivenet.now() - hivenet._setting_value('step_retention')::interval)
-                        AT TIME ZONE v_zone;
-    v_to timestamp := (hivenet.now() + hivenet._setting_value('step_future_tolerance')::interval)
-                      AT TIME ZONE v_zone;
+    v_from timestamp := hivenet._step_days_from(hivenet.now());
 BEGIN
     -- The first and last days whose start lies inside the window.
     RAISE EXCEPTION USING ERRCODE = 'HN021',
         MESSAGE = format('system serial %s is dated %s, outside the window of steps from %s to '
-                         '%s: a step dated earlier may already be purged (step_retention %s), '
-                         'one dated later is beyond the clock tolerance (step_future_tolerance '
-                         '%s)', p_system_serial, p_day,
+                         '%s (its caller''s local date, in any zone from UTC-12 to UTC+14): a '
+                         'step dated earlier may already be purged (step_retention %s), one '
+                         'dated later is beyond the clock tolerance (step_future_tolerance %s)',
+                         p_system_serial, p_day,
                          v_from::date + CASE WHEN v_from = v_from::date THEN 0 ELSE 1 END,
-                         v_to::date, hivenet._setting_value('step_retention'),
-                         hivenet._setting_value('step_future_tolerance'));
+                         hivenet._step_days_to(hivenet.now())::date,
+                         hivenet._setting_constant('step_retention'),
+                         hivenet._setting_constant('step_future_tolerance'));
 END $$;
 
 -- The succeeded steps, for begin_step's inlined replay, which runs with the caller's rights:
@@ -60,20 +97,20 @@ WHERE a.namespace = 'hivenet.steps' AND a.state = 'success';
 -- steps are kept (HN021, see _begin_step), and no instance needs a check (setting
 -- owned_instances 'all'). Then begin_step may replay a stored step without _begin_step, and
 -- view _step_start may start a new one (its layout checked there). When the layout prints
--- the date as YYYYMMDD, that date compared as text, so no input makes it raise: from two
--- days after the day of now() - step_retention to today (business time zone). That is inside
--- the window whatever the time zone's daylight saving does at midnight; a step dated on the
--- window's first days or after today (step_future_tolerance) goes to _begin_step, which
--- decides exactly. Generated (_compile_step_paths) from the layout of format 'system'
--- (parse.sql, _layout_sql) and the settings, written in as literals: reading them through
--- _serial_time and _setting_constant was folded to the same plan but cost ~5 ms of planning
--- (their bodies hold every format and setting), paid by every caller that does not prepare
--- its statement. VOLATILE (hivenet.now()), inlined, but only for an argument that is a column
--- or a parameter: the body reads p_serial twice, and PostgreSQL does not inline a function
--- that would compute an expensive argument twice (called on an expression, it ran as a SQL
--- function: 68 µs against 35 inlined; docs/benchmarks.md, "Where a replay's time goes"). The
--- same holds for the generated layout checks (parse.sql) and _step_start_valid; every caller
--- here passes a column or a parameter.
+-- the date as YYYYMMDD, that date compared as text, so no input makes it raise: from the day
+-- after the day of _step_days_from to the day of _step_days_to (exact at that end); a step
+-- dated on the window's first day or later goes to _begin_step, which decides exactly (and
+-- accepts this database's own serials past the end). Generated (_compile_step_paths) from the
+-- layout of format 'system' (parse.sql, _layout_sql) and the settings, written in as
+-- literals: reading them through _serial_time and _setting_constant was folded to the same
+-- plan but cost ~5 ms of planning (their bodies hold every format and setting), paid by every
+-- caller that does not prepare its statement. The edges of the callers' zones come from
+-- _caller_now, as everywhere. VOLATILE (hivenet.now()), inlined, but only for an argument
+-- that is a column or a parameter: the body reads p_serial twice, and PostgreSQL does not
+-- inline a function that would compute an expensive argument twice (called on an expression,
+-- it ran as a SQL function: 68 µs against 35 inlined; docs/benchmarks.md, "Where a replay's
+-- time goes"). The same holds for the generated layout checks (parse.sql) and
+-- _step_start_valid; every caller here passes a column or a parameter.
 CREATE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
@@ -104,16 +141,18 @@ BEGIN
         v_window := 'false';
     ELSIF v_at[2] = v_at[1] + 4 AND v_at[3] = v_at[1] + 6 THEN
         v_window := format(
-            'substr(p_serial, %s, 8) BETWEEN to_char(((hivenet.now() - %L::interval) '
-            'AT TIME ZONE %L)::date + 2, ''YYYYMMDD'') AND to_char((hivenet.now() '
-            'AT TIME ZONE %3$L)::date, ''YYYYMMDD'')',
-            v_at[1], v_setting ->> 'step_retention', v_setting ->> 'time_zone');
+            'substr(p_serial, %s, 8) BETWEEN to_char((hivenet._caller_now(hivenet.now(), '
+            '''earliest'') - %L::interval)::date + 1, ''YYYYMMDD'') AND '
+            'to_char((hivenet._caller_now(hivenet.now(), ''latest'') + %L::interval)::date, '
+            '''YYYYMMDD'')',
+            v_at[1], v_setting ->> 'step_retention', v_setting ->> 'step_future_tolerance');
     ELSE
         v_window := format(
-            'CASE WHEN %s THEN (%s)::date::timestamp AT TIME ZONE %L BETWEEN hivenet.now() - '
-            '%L::interval AND hivenet.now() + %L::interval ELSE false END',
-            v_valid, v_time, v_setting ->> 'time_zone',
-            v_setting ->> 'step_retention', v_setting ->> 'step_future_tolerance');
+            'CASE WHEN %s THEN (%s)::date::timestamp BETWEEN hivenet._caller_now(hivenet.now(), '
+            '''earliest'') - %L::interval AND hivenet._caller_now(hivenet.now(), ''latest'') + '
+            '%L::interval ELSE false END',
+            v_valid, v_time, v_setting ->> 'step_retention',
+            v_setting ->> 'step_future_tolerance');
     END IF;
     EXECUTE format(
         'CREATE OR REPLACE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean '
@@ -137,8 +176,8 @@ SELECT hivenet._compile_step_paths();
 
 -- What view _step_start vouches for (below), and _begin_step after the view wrote nothing: both
 -- serials valid (the layouts generated from the formats, parse.sql), the system serial surely
--- inside the window (_step_in_window) and a positive lease or none. Inlined where it is called:
--- no function runs. VOLATILE (hivenet.now()).
+-- inside the window (_step_in_window) and an allowed lease or none (clock.sql,
+-- _interval_allowed). Inlined where it is called: no function runs. VOLATILE (hivenet.now()).
 CREATE FUNCTION hivenet._step_start_valid(p_system_serial text, p_unified_serial text,
                                           p_lease interval) RETURNS boolean
 LANGUAGE sql
@@ -146,7 +185,7 @@ BEGIN ATOMIC
     SELECT hivenet._serial_valid('system', p_system_serial)
        AND hivenet._step_in_window(p_system_serial)
        AND (p_unified_serial IS NULL OR hivenet._serial_valid('unified', p_unified_serial))
-       AND (p_lease IS NULL OR p_lease > interval '0');
+       AND (p_lease IS NULL OR hivenet._interval_allowed(p_lease));
 END;
 
 -- The first attempt of a new step, written by one INSERT into this view (its rule runs with the
@@ -195,7 +234,6 @@ DECLARE
     -- The options view _step_start serves (they start a new step alike).
     v_plain boolean := coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
     v_day date;
-    v_day_start timestamptz;
 BEGIN
     IF v_plain THEN
         INSERT INTO hivenet._step_start
@@ -221,10 +259,9 @@ BEGIN
         END IF;
         -- Old serials are refused, not run again: their record may be purged (HN021).
         v_day := hivenet._serial_time('system', p_system_serial)::date;
-        v_day_start := v_day::timestamp AT TIME ZONE hivenet._setting_constant('time_zone');
-        IF v_day_start < hivenet.now() - hivenet._setting_constant('step_retention')::interval
-           OR v_day_start > hivenet.now()
-                            + hivenet._setting_constant('step_future_tolerance')::interval THEN
+        IF v_day < hivenet._step_days_from(hivenet.now())
+           OR (v_day > hivenet._step_days_to(hivenet.now())
+               AND NOT hivenet._step_issued_here(p_system_serial, v_day)) THEN
             PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
         END IF;
     END IF;
@@ -258,10 +295,13 @@ END $$;
 --   unified_serial: the business transaction's unified serial, kept for audit.
 --   lease: how long `processing` is trusted (default: setting step_lease).
 --   HN001: system serial no valid system serial (as parse_serial(serial, 'system')), unified
---   serial no valid unified serial, on_success not 'replay'/'reject', lease not positive.
---   HN021 SerialOutsideWindow: the serial's date (business time zone) starts before now -
---   step_retention (the step's record may already be purged: it must not run again) or
---   after now + step_future_tolerance.
+--   serial no valid unified serial, on_success not 'replay'/'reject', lease not positive or
+--   longer than 10 years.
+--   HN021 SerialOutsideWindow: the serial's date, read as its caller's local date in any zone
+--   from UTC-12 to UTC+14, starts before now - step_retention in every such zone (the step's
+--   record may already be purged: it must not run again), or after now +
+--   step_future_tolerance in every such zone, unless this database issued serials of its
+--   scope dated that day or later (its clock stepped back).
 --   HN002 UnknownScope: a database that declared owned instances does not own the serial's
 --   instance (a retry sent to the wrong shard; ownership.sql, check_received_instances).
 --   Blocks while another transaction has started the same attempt and not yet committed or
@@ -368,10 +408,15 @@ ORDER BY s.state;
 COMMENT ON VIEW hivenet.step_states IS 'number of steps per state (the state of their latest attempt)';
 
 -- Retention of steps (run by hivenet.maintain()): purge every attempt of the steps whose
--- attempts all ended before now() - step_retention; a processing step is never purged.
+-- attempts all ended before now() - step_retention and whose serial begin_step refuses as
+-- dated too early (_step_days_from): a step is purged only when it can no longer start. A
+-- processing step is never purged.
 CREATE FUNCTION hivenet._maintain_steps() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := hivenet.now();
 BEGIN
-    PERFORM hivenet._purge_requests('hivenet.steps', hivenet.now()
-                                    - hivenet._setting_value('step_retention')::interval);
+    PERFORM hivenet._purge_requests(
+        'hivenet.steps', v_now - hivenet._setting_constant('step_retention')::interval,
+        hivenet._step_days_from(v_now));
 END $$;

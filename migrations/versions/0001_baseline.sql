@@ -7,14 +7,22 @@ CREATE SCHEMA IF NOT EXISTS hivenet;
 COMMENT ON SCHEMA hivenet IS 'hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency';
 
 -- A value as messages echo it: quoted (quote_literal), and cut to its first 32 characters
--- plus its length when longer than 40, so no message echoes a megabyte; 'NULL' for NULL.
--- hivenet_db/parsing.py shown() is the same for messages made in Python.
+-- plus its length when longer than 40, so no message echoes a megabyte; 'NULL' for NULL. A
+-- control character is shown as \xNN: a raw newline or escape sequence would forge lines of
+-- the server log or a terminal. hivenet_db/parsing.py shown() is the same for messages made in
+-- Python.
 CREATE FUNCTION hivenet._shown(p_value text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE WHEN p_value IS NULL THEN 'NULL'
-                WHEN length(p_value) <= 40 THEN quote_literal(p_value)
-                ELSE quote_literal(left(p_value, 32))
-                     || format('... (%s characters)', length(p_value)) END
+                WHEN q.quoted !~ '[\x01-\x1f\x7f-\x9f]' THEN q.quoted
+                ELSE (SELECT string_agg(CASE WHEN c ~ '[\x01-\x1f\x7f-\x9f]'
+                                             THEN '\x' || lpad(to_hex(ascii(c)), 2, '0')
+                                             ELSE c END, '' ORDER BY i)
+                      FROM unnest(string_to_array(q.quoted, NULL)) WITH ORDINALITY AS t(c, i))
+           END || CASE WHEN length(p_value) > 40
+                       THEN format('... (%s characters)', length(p_value)) ELSE '' END
+    FROM (SELECT quote_literal(CASE WHEN length(p_value) <= 40 THEN p_value
+                                    ELSE left(p_value, 32) END) AS quoted) q
 $$;
 
 CREATE TABLE hivenet.setting (
@@ -191,6 +199,51 @@ BEGIN ATOMIC
     SELECT CASE WHEN coalesce(current_setting('hivenet.fake_now', true), '') = ''
                 THEN clock_timestamp() ELSE hivenet._fake_now() END;
 END;
+
+-- What "now" is for a date or time a caller printed: the local time on its clock at p_now,
+-- at edge p_edge of the zones a caller may be in ('earliest': UTC-12, 'latest': UTC+14;
+-- every zone in use lies between). A serial carries no time zone, so each window on a
+-- caller's date or time (the interface check, begin_step, and the partitions and purges that
+-- follow them) is read from these two edges, and from nothing else: a caller anywhere is
+-- never "old" or "in the future" merely for its zone. Inlined (a SQL-standard body without
+-- SET, p_now read once, so a volatile argument such as hivenet.now() does not stop it);
+-- p_edge is a constant at every call, and the CASE folds.
+CREATE FUNCTION hivenet._caller_now(p_now timestamptz, p_edge text) RETURNS timestamp
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT (p_now AT TIME ZONE 'UTC') + CASE p_edge WHEN 'earliest' THEN interval '-12 hours'
+                                                    WHEN 'latest' THEN interval '14 hours' END;
+END;
+
+-- The longest interval a caller may pass (a lease, a retention, an expiry): ten years. Every
+-- such interval is added to or taken from the clock somewhere (a lease's end in the views,
+-- a retention's cutoff in maintain()); bounded, that sum is always a timestamp, so no stored
+-- value can make a view or maintain() fail for everyone (22008).
+CREATE FUNCTION hivenet._longest_interval() RETURNS interval
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT interval '10 years';
+END;
+
+-- Whether p_value is an interval a caller may pass: positive and at most _longest_interval().
+-- Inlined into the fast paths' checks (requests.sql, steps.sql).
+CREATE FUNCTION hivenet._interval_allowed(p_value interval) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT p_value > interval '0' AND p_value <= hivenet._longest_interval();
+END;
+
+-- HN001 unless p_value is NULL or an interval a caller may pass (_interval_allowed); p_what
+-- names it in the message ('lease', 'retention of namespace ''x''', ...).
+CREATE FUNCTION hivenet._check_interval(p_what text, p_value interval) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT hivenet._interval_allowed(p_value) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is not between 0 (excluded) and %s', p_what, p_value,
+                             hivenet._longest_interval());
+    END IF;
+END $$;
 
 -- hivenet_db/sql/formats.sql
 -- Serial formats: a declarative layout (segments) per format, checked when defined.
@@ -1220,29 +1273,46 @@ $$;
 
 -- The latest instant format p_format has issued in counter scope p_scope, business-local:
 -- from the scope's own clock, or, while the scope waits for maintain() (a pending row), its
--- format's cold clock (shared by the new scopes); NULL when the format has no clock_unit or
--- issued nothing there. Pending first, then the catalog: a promotion committing in between is
--- seen by one of the two. Off the hot path (it refreshes the catalog cache):
--- claim_interface_serial asks it only for a serial dated past its window.
+-- format's cold clock (shared by the new scopes); for a format without a clock_unit (dates
+-- only), the start of the latest period its counter (lane, own sequence, or cold counter while
+-- pending) holds. NULL when it issued nothing there. Pending first, then the catalog: a
+-- promotion committing in between is seen by one of the two. Off the hot path (it refreshes
+-- the catalog cache): claim_interface_serial and begin_step ask it only for a serial dated
+-- past their window.
 CREATE FUNCTION hivenet._latest_issued(p_format text, p_scope text) RETURNS timestamp
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_unit text := (SELECT f.clock_unit FROM hivenet.format f WHERE f.name = p_format);
+    v_format hivenet.format := (SELECT f FROM hivenet.format f WHERE f.name = p_format);
     v_pending boolean;
-    v_instant bigint;
+    v_counter text := hivenet._scope_sequence_name(p_format, p_scope);
+    v_cold text := hivenet._cold_sequence_name(p_format);
+    v_value bigint;
 BEGIN
-    IF v_unit IS NULL THEN
+    IF v_format IS NULL THEN
         RETURN NULL;
     END IF;
     v_pending := EXISTS (SELECT FROM hivenet.scope_pending s
                          WHERE s.format = p_format AND s.scope = p_scope);
-    v_instant := pg_sequence_last_value(hivenet._committed_sequence(
-        hivenet._clock_sequence_name(hivenet._scope_sequence_name(p_format, p_scope))));
-    IF v_pending THEN
-        v_instant := greatest(v_instant, pg_sequence_last_value(hivenet._committed_sequence(
-            hivenet._clock_sequence_name(hivenet._cold_sequence_name(p_format)))));
+    IF v_format.clock_unit IS NOT NULL THEN
+        v_value := pg_sequence_last_value(hivenet._committed_sequence(
+            hivenet._clock_sequence_name(v_counter)));
+        IF v_pending THEN
+            v_value := greatest(v_value, pg_sequence_last_value(hivenet._committed_sequence(
+                hivenet._clock_sequence_name(v_cold))));
+        END IF;
+        RETURN CASE WHEN v_value > 0 THEN hivenet._period_start(v_value, v_format.clock_unit) END;
     END IF;
-    RETURN CASE WHEN v_instant > 0 THEN hivenet._period_start(v_instant, v_unit) END;
+    IF v_format.lanes IS NOT NULL THEN
+        v_value := pg_sequence_last_value(hivenet._lane(v_format, p_scope));
+    ELSE
+        v_value := pg_sequence_last_value(hivenet._committed_sequence(v_counter));
+        IF v_pending THEN
+            v_value := greatest(v_value,
+                                pg_sequence_last_value(hivenet._committed_sequence(v_cold)));
+        END IF;
+    END IF;
+    RETURN CASE WHEN v_value > 0
+                THEN hivenet._period_start(v_value / v_format.stride, v_format.reset) END;
 END $$;
 
 -- HN001 naming the first field of p_values (in p_format's field order) that is invalid, or
@@ -2474,16 +2544,6 @@ BEGIN
     RETURN true;
 END $$;
 
--- The UTC offsets of the zones an interface serial's caller may print its local time in:
--- UTC-12 to UTC+14 (every zone in use). The duplicate-check window is widened by them, so a
--- caller at UTC+14 just after its midnight is no "future", and one at UTC-12 is not "old".
--- Inlined: a SQL-standard body without SET (see _period_index in formats.sql).
-CREATE FUNCTION hivenet._caller_zones() RETURNS interval[]
-LANGUAGE sql IMMUTABLE
-BEGIN ATOMIC
-    SELECT ARRAY[interval '-12 hours', interval '14 hours'];
-END;
-
 -- Slow path of claim_interface_serial: raises HN021 for interface serial p_serial, dated
 -- p_local (its caller's local time), outside the window from p_from to p_to, unless this
 -- database issued it: after the clock stepped back, its own fresh serials carry a time up to
@@ -2559,10 +2619,10 @@ BEGIN
     -- Settings from the generated constants (settings.sql): no query on the hot path.
     v_window := hivenet._setting_constant('interface_window')::interval;
     v_tolerance := hivenet._setting_constant('interface_future_tolerance')::interval;
-    -- The serial's time is its caller's local time, in a zone it does not name: compared
-    -- with the UTC clock, widened to every zone a caller may be in (_caller_zones).
-    v_from := (v_now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[1] - v_window;
-    v_to := (v_now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[2] + v_tolerance;
+    -- The serial's time is its caller's local time, in a zone it does not name: the window
+    -- is widened to every zone a caller may be in (clock.sql, _caller_now).
+    v_from := hivenet._caller_now(v_now, 'earliest') - v_window;
+    v_to := hivenet._caller_now(v_now, 'latest') + v_tolerance;
     IF v_local < v_from OR v_local > v_to THEN
         PERFORM hivenet._refuse_outside_window(p_serial, v_local, v_from, v_to);
     END IF;
@@ -2668,9 +2728,9 @@ BEGIN
     FROM (SELECT hivenet._serial_time('interface', p_serial) AS local_time,  -- NULL: invalid
                  hivenet.now() AS now
           OFFSET 0) c  -- one clock reading for the window and recorded_at
-    WHERE c.local_time >= (c.now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[1]
+    WHERE c.local_time >= hivenet._caller_now(c.now, 'earliest')
                           - hivenet._setting_constant('interface_window')::interval
-      AND c.local_time <= (c.now AT TIME ZONE 'UTC') + (hivenet._caller_zones())[2]
+      AND c.local_time <= hivenet._caller_now(c.now, 'latest')
                           + hivenet._setting_constant('interface_future_tolerance')::interval
       AND coalesce(hivenet._serial_shaped('unified', p_unified_serial), true)
       AND coalesce(hivenet._serial_shaped('system', p_system_serial), true)
@@ -2745,9 +2805,10 @@ CREATE FUNCTION hivenet._maintain_interface_calls() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := hivenet.now();
-    -- Days are the serials' own (their callers' local dates): on the UTC clock, widened to
-    -- the callers' zones as claim_interface_serial's window is.
-    v_utc timestamp := v_now AT TIME ZONE 'UTC';
+    -- Days are the serials' own (their callers' local dates), read as claim_interface_serial's
+    -- window reads them (_caller_now).
+    v_earliest timestamp := hivenet._caller_now(v_now, 'earliest');
+    v_latest timestamp := hivenet._caller_now(v_now, 'latest');
     v_window interval := hivenet._setting_value('interface_window')::interval;
     v_tolerance interval := hivenet._setting_value('interface_future_tolerance')::interval;
     v_keep interval := greatest(hivenet._setting_value('interface_retention')::interval,
@@ -2757,11 +2818,10 @@ DECLARE
     v_partition record;
 BEGIN
     DELETE FROM hivenet.interface_call_default
-    WHERE (serial_day + 1) < v_utc + (hivenet._caller_zones())[1] - v_keep - interval '1 hour';
+    WHERE (serial_day + 1) < v_earliest - v_keep - interval '1 hour';
     FOR v_day IN
-        SELECT generate_series((v_utc + (hivenet._caller_zones())[1] - v_window)::date,
-                               (v_utc + (hivenet._caller_zones())[2]
-                                + greatest(v_tolerance, v_ahead))::date,
+        SELECT generate_series((v_earliest - v_window)::date,
+                               (v_latest + greatest(v_tolerance, v_ahead))::date,
                                interval '1 day')::date
     LOOP
         PERFORM hivenet._create_interface_partition(v_day);
@@ -2773,7 +2833,7 @@ BEGIN
         WHERE i.inhparent = 'hivenet.interface_call'::regclass
           AND c.relname ~ '^interface_call_[0-9]{8}$'
           AND (to_date(right(c.relname, 8), 'YYYYMMDD') + 1)
-              < v_utc + (hivenet._caller_zones())[1] - v_keep - interval '1 hour'
+              < v_earliest - v_keep - interval '1 hour'
         ORDER BY c.relname
     LOOP
         BEGIN
@@ -2814,15 +2874,36 @@ COMMENT ON TABLE hivenet.claim_record IS 'one row per taken claim (hivenet.claim
 CREATE INDEX claim_record_expiry ON hivenet.claim_record (expires_at)
     WHERE expires_at IS NOT NULL;
 
--- HN001 unless p_namespace is 1 to 200 bytes: what claim() and set_claim_expiry() take (a
--- longer one would not fit the primary key's index row, 54000).
-CREATE FUNCTION hivenet._check_claim_namespace(p_namespace text) RETURNS void
+-- Whether p_value is a valid namespace or key: 1 to 255 characters, none of them a control
+-- character. The one rule for the names and keys of claims and keyed requests (requests.sql).
+-- Inlined into the fast paths (claim, _request_start_valid): no function runs.
+CREATE FUNCTION hivenet._name_valid(p_value text) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT length(p_value) BETWEEN 1 AND 255 AND p_value !~ '[\x01-\x1f\x7f-\x9f]';
+END;
+
+-- HN001 unless p_value is a valid namespace or key (p_what names which: 'namespace', 'key',
+-- 'claim namespace', 'claim key'): _name_valid, each failure named. Namespaces starting
+-- 'hivenet.' are the library's own.
+CREATE FUNCTION hivenet._check_name(p_what text, p_value text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF p_namespace IS NULL OR p_namespace = '' OR octet_length(p_namespace) > 200 THEN
+    IF p_value IS NULL OR p_value = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('claim namespace %s must be 1 to 200 bytes',
-                             hivenet._shown(p_namespace));
+            MESSAGE = format('%s %s is empty', p_what, hivenet._shown(p_value));
+    ELSIF length(p_value) > 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is longer than 255 characters', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains a control character', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_what LIKE '%namespace' AND left(p_value, 8) = 'hivenet.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('namespace %s is reserved (namespaces starting with ''hivenet.'' '
+                             'are the library''s own)', hivenet._shown(p_value));
     END IF;
 END $$;
 
@@ -2835,12 +2916,8 @@ DECLARE
     v_now timestamptz := hivenet.now();
     v_expires timestamptz;
 BEGIN
-    PERFORM hivenet._check_claim_namespace(p_namespace);
-    IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 1000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('claim key %s of namespace %s must be 1 to 1000 bytes',
-                             hivenet._shown(p_key), hivenet._shown(p_namespace));
-    END IF;
+    PERFORM hivenet._check_name('claim namespace', p_namespace);
+    PERFORM hivenet._check_name('claim key', p_key);
     SELECT v_now + n.expiry INTO v_expires
     FROM hivenet.claim_namespace n WHERE n.namespace = p_namespace;
     INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
@@ -2878,8 +2955,9 @@ END $$;
 --   Takes the claim (namespace, key) in the caller's transaction: it commits or vanishes with
 --   that transaction. A claim whose namespace expiry has passed counts as free (maintain()
 --   deletes such rows later; until then they still block nobody).
---   Raises HN001 when namespace or key is NULL, empty, or longer than 200 / 1000 bytes; HN040
---   when the claim is taken.
+--   Raises HN001 when namespace or key is NULL, empty, longer than 255 characters or holds a
+--   control character, or the namespace starts 'hivenet.' (the library's own): the rule of
+--   keyed requests (_check_name); HN040 when the claim is taken.
 --   Blocks while another transaction holds an uncommitted claim of the same key, then raises
 --   HN040 if that one committed, or takes the claim if it rolled back. With nowait it raises
 --   HN040 at once instead (also when it would wait over a millisecond for another lock, rarely:
@@ -2908,8 +2986,8 @@ BEGIN
            c.now + (SELECT n.expiry FROM hivenet.claim_namespace n
                     WHERE n.namespace = p_namespace)
     FROM (SELECT hivenet.now() AS now OFFSET 0) c  -- one clock reading for both times
-    WHERE octet_length(p_namespace) BETWEEN 1 AND 200
-      AND octet_length(p_key) BETWEEN 1 AND 1000
+    WHERE hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key)
+      AND left(p_namespace, 8) <> 'hivenet.'
     ON CONFLICT (namespace, key) DO NOTHING;
     IF NOT FOUND THEN
         PERFORM hivenet._claim_checked(p_namespace, p_key);
@@ -2917,18 +2995,15 @@ BEGIN
 END $$;
 
 -- hivenet.set_claim_expiry(namespace, expiry) → void: claims of namespace taken from now on
---   expire after expiry (NULL: never). Raises HN001 when namespace is NULL, empty or longer
---   than 200 bytes (as claim() takes it), or expiry is not positive. Runs in the caller's
+--   expire after expiry (NULL: never). Raises HN001 when namespace is not valid (as claim()
+--   takes it), or expiry is not positive or longer than 10 years. Runs in the caller's
 --   transaction; blocks only a concurrent change of the same namespace.
 CREATE FUNCTION hivenet.set_claim_expiry(p_namespace text, p_expiry interval) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM hivenet._check_claim_namespace(p_namespace);
-    IF p_expiry <= interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('claim expiry %s of namespace %s must be positive', p_expiry,
-                             hivenet._shown(p_namespace));
-    END IF;
+    PERFORM hivenet._check_name('claim namespace', p_namespace);
+    PERFORM hivenet._check_interval(format('claim expiry of namespace %s',
+                                           hivenet._shown(p_namespace)), p_expiry);
     INSERT INTO hivenet.claim_namespace (namespace, expiry) VALUES (p_namespace, p_expiry)
     ON CONFLICT (namespace) DO UPDATE SET expiry = excluded.expiry;
 END $$;
@@ -3019,12 +3094,15 @@ INSERT INTO hivenet.setting (name, value, kind, description) VALUES
 -- Helpers are plpgsql, not sql: a sql function with SET search_path is never inlined and on
 -- PostgreSQL 15 is planned again at every call (about 10x the cost on the hot path).
 
--- The lease in force of an attempt. SECURITY DEFINER: views stuck_steps and stuck_requests
--- call it as their reader, who may not read hivenet.setting.
+-- The lease in force of an attempt, never longer than a caller may pass (clock.sql,
+-- _longest_interval): its end is a timestamp whatever is stored, so the views never fail.
+-- SECURITY DEFINER: views stuck_steps and stuck_requests call it as their reader, who may not
+-- read hivenet.setting.
 CREATE FUNCTION hivenet._step_lease(p_lease interval) RETURNS interval
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    RETURN coalesce(p_lease, hivenet._setting_value('step_lease')::interval);
+    RETURN least(coalesce(p_lease, hivenet._setting_value('step_lease')::interval),
+                 hivenet._longest_interval());
 END $$;
 
 -- How messages name a key: 'step <serial>' in the namespace of steps, else the request.
@@ -3034,29 +3112,6 @@ BEGIN
     RETURN CASE WHEN p_namespace = 'hivenet.steps' THEN 'step ' || hivenet._shown(p_key)
                 ELSE format('request %s in namespace %s', hivenet._shown(p_key),
                             hivenet._shown(p_namespace)) END;
-END $$;
-
--- HN001 unless p_value is a valid namespace or key (p_what names which): 1 to 255 characters,
--- none of them a control character. Namespaces starting 'hivenet.' are the library's own.
-CREATE FUNCTION hivenet._check_request_name(p_what text, p_value text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF p_value IS NULL OR p_value = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('%s %s is empty', p_what, hivenet._shown(p_value));
-    ELSIF length(p_value) > 255 THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('%s %s is longer than 255 characters', p_what,
-                             hivenet._shown(p_value));
-    ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('%s %s contains a control character', p_what,
-                             hivenet._shown(p_value));
-    ELSIF p_what = 'namespace' AND left(p_value, 8) = 'hivenet.' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('namespace %s is reserved (namespaces starting with ''hivenet.'' '
-                             'are the library''s own)', hivenet._shown(p_value));
-    END IF;
 END $$;
 
 -- HN001 unless the options of a begin are valid.
@@ -3069,9 +3124,9 @@ BEGIN
             MESSAGE = format('on_success %s is neither ''replay'' nor ''reject''',
                              hivenet._shown(p_on_success));
     END IF;
-    IF p_lease <= interval '0' OR p_nowait IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('lease %s is not positive or nowait is NULL', p_lease);
+    PERFORM hivenet._check_interval('lease', p_lease);
+    IF p_nowait IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'nowait is NULL';
     END IF;
 END $$;
 
@@ -3166,17 +3221,15 @@ EXCEPTION WHEN lock_not_available THEN
 END $$;
 
 -- What view _request_start vouches for (below), and begin_request after the view wrote nothing:
--- what _check_request_name and _check_begin_options accept, for plain options. Inlined where
+-- what _check_name and _check_begin_options accept, for plain options. Inlined where
 -- it is called: no function runs.
 CREATE FUNCTION hivenet._request_start_valid(p_namespace text, p_key text, p_lease interval)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
-    SELECT length(p_namespace) BETWEEN 1 AND 255 AND length(p_key) BETWEEN 1 AND 255
-       -- one search for a control character (an anchored {1,255} repetition measured dearer)
-       AND p_namespace || p_key !~ '[\x01-\x1f\x7f-\x9f]'
+    SELECT hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key)
        AND left(p_namespace, 8) <> 'hivenet.'
-       AND (p_lease IS NULL OR p_lease > interval '0');
+       AND (p_lease IS NULL OR hivenet._interval_allowed(p_lease));
 END;
 
 -- The first attempt of a new keyed request, written by one INSERT into this view (its rule
@@ -3220,7 +3273,7 @@ RETURNING namespace, key, NULL::jsonb, lease;
 --   lease: how long `processing` is trusted (default: setting step_lease).
 --   HN001: namespace or key NULL, empty, longer than 255 characters or with a control
 --   character, a namespace starting 'hivenet.' (the library's own), on_success not
---   'replay'/'reject', lease not positive, nowait NULL.
+--   'replay'/'reject', lease not positive or longer than 10 years, nowait NULL.
 --   A key is never accepted twice while its record is kept: finished requests are removed by
 --   maintain() once their last attempt ended longer ago than the namespace's retention
 --   (set_request_retention; default the setting request_retention, 24 hours).
@@ -3252,8 +3305,8 @@ BEGIN
     -- error first.
     IF NOT (v_plain AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease),
                                  false)) THEN
-        PERFORM hivenet._check_request_name('namespace', p_namespace);
-        PERFORM hivenet._check_request_name('key', p_key);
+        PERFORM hivenet._check_name('namespace', p_namespace);
+        PERFORM hivenet._check_name('key', p_key);
         PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
     END IF;
     IF p_nowait THEN
@@ -3296,8 +3349,8 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     IF p_namespace IS DISTINCT FROM 'hivenet.steps' THEN
-        PERFORM hivenet._check_request_name('namespace', p_namespace);
-        PERFORM hivenet._check_request_name('key', p_key);
+        PERFORM hivenet._check_name('namespace', p_namespace);
+        PERFORM hivenet._check_name('key', p_key);
     END IF;
     IF p_succeeded IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
@@ -3374,19 +3427,18 @@ END $$;
 --   Finished requests of the namespace are kept for `retention` after their last attempt
 --   ended (then maintain() removes them, and the same key starts afresh); NULL: back to the
 --   setting request_retention (24 hours). Keep it longer than any client retries.
---   HN001: namespace not valid (as begin_request), retention not positive.
+--   HN001: namespace not valid (as begin_request), retention not positive or longer than 10
+--   years.
 CREATE FUNCTION hivenet.set_request_retention(p_namespace text, p_retention interval)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM hivenet._check_request_name('namespace', p_namespace);
+    PERFORM hivenet._check_name('namespace', p_namespace);
     IF p_retention IS NULL THEN
         DELETE FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
-    ELSIF p_retention <= interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('retention %s of namespace %s is not positive', p_retention,
-                             hivenet._shown(p_namespace));
     ELSE
+        PERFORM hivenet._check_interval(format('retention of namespace %s',
+                                               hivenet._shown(p_namespace)), p_retention);
         INSERT INTO hivenet.request_namespace AS n (namespace, retention)
         VALUES (p_namespace, p_retention)
         ON CONFLICT (namespace) DO UPDATE SET retention = EXCLUDED.retention;
@@ -3394,17 +3446,20 @@ BEGIN
 END $$;
 
 -- Remove every attempt of the keys of namespace p_namespace whose attempts all ended before
--- p_cutoff. A processing key is never removed. Candidates come from the index (namespace || '',
--- started_at): an attempt that ended before the cutoff also started before it. The keys are
+-- p_cutoff; for the steps' namespace, only of the keys (system serials) dated before
+-- p_dated_before (_maintain_steps: what begin_step refuses). A processing key is never
+-- removed. Candidates come from the index (namespace || '', started_at): an attempt that ended before the cutoff also started before it. The keys are
 -- collected first and deleted by primary key, so no plan can turn the delete into a scan (a
 -- join would be hashed against every row of the namespace).
-CREATE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamptz) RETURNS void
+CREATE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamptz,
+                                        p_dated_before timestamp DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_keys text[];
 BEGIN
     SELECT array_agg(DISTINCT o.key) INTO v_keys FROM hivenet.request_attempt o
     WHERE o.namespace || '' = p_namespace AND o.started_at < p_cutoff  -- the index's expression
+      AND (p_dated_before IS NULL OR hivenet._serial_time('system', o.key) < p_dated_before)
       AND NOT EXISTS (SELECT 1 FROM hivenet.request_attempt y
                       WHERE y.namespace = p_namespace AND y.key = o.key
                         AND (y.finished_at IS NULL OR y.finished_at >= p_cutoff));
@@ -3437,7 +3492,9 @@ BEGIN
     LOOP
         SELECT r.retention INTO v_retention FROM hivenet.request_namespace r
         WHERE r.namespace = v_namespace;
-        PERFORM hivenet._purge_requests(v_namespace, v_now - coalesce(v_retention, v_default));
+        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp.
+        PERFORM hivenet._purge_requests(v_namespace, v_now - least(
+            coalesce(v_retention, v_default), hivenet._longest_interval()));
     END LOOP;
 END $$;
 
@@ -3448,15 +3505,22 @@ END $$;
 -- 30-character system serial: the same table, the same state machine, the same errors. What
 -- steps add: the serial is checked (HN001), must be dated inside the window whose records are
 -- kept (HN021), and the business transaction's unified serial is recorded for audit.
+--
+-- The window and the purge are one rule (_step_days_from): a serial's date is read as its
+-- caller's local date, in any zone from UTC-12 to UTC+14 (clock.sql, _caller_now), and
+-- begin_step refuses a serial whose day starts before the earliest local time any caller
+-- reads now minus step_retention. maintain() purges a step's record only once that refusal
+-- covers its serial (and its last attempt ended step_retention ago): every purged step is
+-- refused, so none can run again.
 
 INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('step_retention', '30 days', 'interval',
-     'finished steps whose last attempt ended longer ago are purged by maintain(); begin_step '
-     'refuses system serials dated before then (HN021), so keep it longer than any caller '
-     'retries'),
+     'begin_step refuses system serials dated before now minus this in every caller''s zone '
+     '(UTC-12 to UTC+14; HN021), and maintain() purges exactly the finished steps it refuses '
+     'whose last attempt ended longer ago: keep it longer than any caller retries'),
     ('step_future_tolerance', '5 minutes', 'interval',
-     'begin_step refuses system serials dated later than now plus this (HN021): clock skew '
-     'between systems');
+     'begin_step refuses system serials dated later than now plus this in every caller''s '
+     'zone (HN021), but for those this database issued: clock skew between systems');
 
 -- The steps as they were stored before requests.sql: one row per attempt of a system serial.
 CREATE VIEW hivenet.step_attempt AS
@@ -3467,26 +3531,56 @@ WHERE a.namespace = 'hivenet.steps';
 COMMENT ON VIEW hivenet.step_attempt IS
     'every attempt of every processing step (system serial); the latest attempt is the step''s state';
 
+-- The start of the earliest day a step's system serial may be dated at p_now: the earliest
+-- local time a caller reads (UTC-12) minus step_retention. begin_step refuses a serial dated
+-- before (HN021), and maintain() purges the records of such steps only (_maintain_steps):
+-- the one measure of both, so a purged step is always refused.
+CREATE FUNCTION hivenet._step_days_from(p_now timestamptz) RETURNS timestamp
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT hivenet._caller_now(p_now, 'earliest')
+           - hivenet._setting_constant('step_retention')::interval;
+END;
+
+-- The latest start a step's system serial's day may have at p_now: the latest local time a
+-- caller reads (UTC+14) plus step_future_tolerance. begin_step refuses a serial dated later
+-- (HN021) unless this database issued it (_step_issued_here).
+CREATE FUNCTION hivenet._step_days_to(p_now timestamptz) RETURNS timestamp
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT hivenet._caller_now(p_now, 'latest')
+           + hivenet._setting_constant('step_future_tolerance')::interval;
+END;
+
+-- Whether this database has issued system serials of p_system_serial's scope dated p_day or
+-- later: after its clock stepped back, its own fresh serials keep the latest day already
+-- issued (allocate.sql), maybe past _step_days_to, and begin_step accepts them (SPEC §2
+-- guarantee 3: a serial a database issued is always accepted by its own checks).
+CREATE FUNCTION hivenet._step_issued_here(p_system_serial text, p_day date) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN coalesce(p_day <= hivenet._latest_issued(
+        'system', hivenet._serial_scope('system', p_system_serial)), false);
+END $$;
+
 -- HN021 naming the window: the system serial p_system_serial is dated p_day, outside it.
 CREATE FUNCTION hivenet._raise_step_outside_window(p_system_serial text, p_day date)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_zone text := hivenet._setting_value('time_zone');
-    v_from timestamp := (hivenet.now() - hivenet._setting_value('step_retention')::interval)
-                        AT TIME ZONE v_zone;
-    v_to timestamp := (hivenet.now() + hivenet._setting_value('step_future_tolerance')::interval)
-                      AT TIME ZONE v_zone;
+    v_from timestamp := hivenet._step_days_from(hivenet.now());
 BEGIN
     -- The first and last days whose start lies inside the window.
     RAISE EXCEPTION USING ERRCODE = 'HN021',
         MESSAGE = format('system serial %s is dated %s, outside the window of steps from %s to '
-                         '%s: a step dated earlier may already be purged (step_retention %s), '
-                         'one dated later is beyond the clock tolerance (step_future_tolerance '
-                         '%s)', p_system_serial, p_day,
+                         '%s (its caller''s local date, in any zone from UTC-12 to UTC+14): a '
+                         'step dated earlier may already be purged (step_retention %s), one '
+                         'dated later is beyond the clock tolerance (step_future_tolerance %s)',
+                         p_system_serial, p_day,
                          v_from::date + CASE WHEN v_from = v_from::date THEN 0 ELSE 1 END,
-                         v_to::date, hivenet._setting_value('step_retention'),
-                         hivenet._setting_value('step_future_tolerance'));
+                         hivenet._step_days_to(hivenet.now())::date,
+                         hivenet._setting_constant('step_retention'),
+                         hivenet._setting_constant('step_future_tolerance'));
 END $$;
 
 -- The succeeded steps, for begin_step's inlined replay, which runs with the caller's rights:
@@ -3504,20 +3598,20 @@ WHERE a.namespace = 'hivenet.steps' AND a.state = 'success';
 -- steps are kept (HN021, see _begin_step), and no instance needs a check (setting
 -- owned_instances 'all'). Then begin_step may replay a stored step without _begin_step, and
 -- view _step_start may start a new one (its layout checked there). When the layout prints
--- the date as YYYYMMDD, that date compared as text, so no input makes it raise: from two
--- days after the day of now() - step_retention to today (business time zone). That is inside
--- the window whatever the time zone's daylight saving does at midnight; a step dated on the
--- window's first days or after today (step_future_tolerance) goes to _begin_step, which
--- decides exactly. Generated (_compile_step_paths) from the layout of format 'system'
--- (parse.sql, _layout_sql) and the settings, written in as literals: reading them through
--- _serial_time and _setting_constant was folded to the same plan but cost ~5 ms of planning
--- (their bodies hold every format and setting), paid by every caller that does not prepare
--- its statement. VOLATILE (hivenet.now()), inlined, but only for an argument that is a column
--- or a parameter: the body reads p_serial twice, and PostgreSQL does not inline a function
--- that would compute an expensive argument twice (called on an expression, it ran as a SQL
--- function: 68 µs against 35 inlined; docs/benchmarks.md, "Where a replay's time goes"). The
--- same holds for the generated layout checks (parse.sql) and _step_start_valid; every caller
--- here passes a column or a parameter.
+-- the date as YYYYMMDD, that date compared as text, so no input makes it raise: from the day
+-- after the day of _step_days_from to the day of _step_days_to (exact at that end); a step
+-- dated on the window's first day or later goes to _begin_step, which decides exactly (and
+-- accepts this database's own serials past the end). Generated (_compile_step_paths) from the
+-- layout of format 'system' (parse.sql, _layout_sql) and the settings, written in as
+-- literals: reading them through _serial_time and _setting_constant was folded to the same
+-- plan but cost ~5 ms of planning (their bodies hold every format and setting), paid by every
+-- caller that does not prepare its statement. The edges of the callers' zones come from
+-- _caller_now, as everywhere. VOLATILE (hivenet.now()), inlined, but only for an argument
+-- that is a column or a parameter: the body reads p_serial twice, and PostgreSQL does not
+-- inline a function that would compute an expensive argument twice (called on an expression,
+-- it ran as a SQL function: 68 µs against 35 inlined; docs/benchmarks.md, "Where a replay's
+-- time goes"). The same holds for the generated layout checks (parse.sql) and
+-- _step_start_valid; every caller here passes a column or a parameter.
 CREATE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
@@ -3548,16 +3642,18 @@ BEGIN
         v_window := 'false';
     ELSIF v_at[2] = v_at[1] + 4 AND v_at[3] = v_at[1] + 6 THEN
         v_window := format(
-            'substr(p_serial, %s, 8) BETWEEN to_char(((hivenet.now() - %L::interval) '
-            'AT TIME ZONE %L)::date + 2, ''YYYYMMDD'') AND to_char((hivenet.now() '
-            'AT TIME ZONE %3$L)::date, ''YYYYMMDD'')',
-            v_at[1], v_setting ->> 'step_retention', v_setting ->> 'time_zone');
+            'substr(p_serial, %s, 8) BETWEEN to_char((hivenet._caller_now(hivenet.now(), '
+            '''earliest'') - %L::interval)::date + 1, ''YYYYMMDD'') AND '
+            'to_char((hivenet._caller_now(hivenet.now(), ''latest'') + %L::interval)::date, '
+            '''YYYYMMDD'')',
+            v_at[1], v_setting ->> 'step_retention', v_setting ->> 'step_future_tolerance');
     ELSE
         v_window := format(
-            'CASE WHEN %s THEN (%s)::date::timestamp AT TIME ZONE %L BETWEEN hivenet.now() - '
-            '%L::interval AND hivenet.now() + %L::interval ELSE false END',
-            v_valid, v_time, v_setting ->> 'time_zone',
-            v_setting ->> 'step_retention', v_setting ->> 'step_future_tolerance');
+            'CASE WHEN %s THEN (%s)::date::timestamp BETWEEN hivenet._caller_now(hivenet.now(), '
+            '''earliest'') - %L::interval AND hivenet._caller_now(hivenet.now(), ''latest'') + '
+            '%L::interval ELSE false END',
+            v_valid, v_time, v_setting ->> 'step_retention',
+            v_setting ->> 'step_future_tolerance');
     END IF;
     EXECUTE format(
         'CREATE OR REPLACE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean '
@@ -3581,8 +3677,8 @@ SELECT hivenet._compile_step_paths();
 
 -- What view _step_start vouches for (below), and _begin_step after the view wrote nothing: both
 -- serials valid (the layouts generated from the formats, parse.sql), the system serial surely
--- inside the window (_step_in_window) and a positive lease or none. Inlined where it is called:
--- no function runs. VOLATILE (hivenet.now()).
+-- inside the window (_step_in_window) and an allowed lease or none (clock.sql,
+-- _interval_allowed). Inlined where it is called: no function runs. VOLATILE (hivenet.now()).
 CREATE FUNCTION hivenet._step_start_valid(p_system_serial text, p_unified_serial text,
                                           p_lease interval) RETURNS boolean
 LANGUAGE sql
@@ -3590,7 +3686,7 @@ BEGIN ATOMIC
     SELECT hivenet._serial_valid('system', p_system_serial)
        AND hivenet._step_in_window(p_system_serial)
        AND (p_unified_serial IS NULL OR hivenet._serial_valid('unified', p_unified_serial))
-       AND (p_lease IS NULL OR p_lease > interval '0');
+       AND (p_lease IS NULL OR hivenet._interval_allowed(p_lease));
 END;
 
 -- The first attempt of a new step, written by one INSERT into this view (its rule runs with the
@@ -3639,7 +3735,6 @@ DECLARE
     -- The options view _step_start serves (they start a new step alike).
     v_plain boolean := coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
     v_day date;
-    v_day_start timestamptz;
 BEGIN
     IF v_plain THEN
         INSERT INTO hivenet._step_start
@@ -3665,10 +3760,9 @@ BEGIN
         END IF;
         -- Old serials are refused, not run again: their record may be purged (HN021).
         v_day := hivenet._serial_time('system', p_system_serial)::date;
-        v_day_start := v_day::timestamp AT TIME ZONE hivenet._setting_constant('time_zone');
-        IF v_day_start < hivenet.now() - hivenet._setting_constant('step_retention')::interval
-           OR v_day_start > hivenet.now()
-                            + hivenet._setting_constant('step_future_tolerance')::interval THEN
+        IF v_day < hivenet._step_days_from(hivenet.now())
+           OR (v_day > hivenet._step_days_to(hivenet.now())
+               AND NOT hivenet._step_issued_here(p_system_serial, v_day)) THEN
             PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
         END IF;
     END IF;
@@ -3702,10 +3796,13 @@ END $$;
 --   unified_serial: the business transaction's unified serial, kept for audit.
 --   lease: how long `processing` is trusted (default: setting step_lease).
 --   HN001: system serial no valid system serial (as parse_serial(serial, 'system')), unified
---   serial no valid unified serial, on_success not 'replay'/'reject', lease not positive.
---   HN021 SerialOutsideWindow: the serial's date (business time zone) starts before now -
---   step_retention (the step's record may already be purged: it must not run again) or
---   after now + step_future_tolerance.
+--   serial no valid unified serial, on_success not 'replay'/'reject', lease not positive or
+--   longer than 10 years.
+--   HN021 SerialOutsideWindow: the serial's date, read as its caller's local date in any zone
+--   from UTC-12 to UTC+14, starts before now - step_retention in every such zone (the step's
+--   record may already be purged: it must not run again), or after now +
+--   step_future_tolerance in every such zone, unless this database issued serials of its
+--   scope dated that day or later (its clock stepped back).
 --   HN002 UnknownScope: a database that declared owned instances does not own the serial's
 --   instance (a retry sent to the wrong shard; ownership.sql, check_received_instances).
 --   Blocks while another transaction has started the same attempt and not yet committed or
@@ -3812,12 +3909,17 @@ ORDER BY s.state;
 COMMENT ON VIEW hivenet.step_states IS 'number of steps per state (the state of their latest attempt)';
 
 -- Retention of steps (run by hivenet.maintain()): purge every attempt of the steps whose
--- attempts all ended before now() - step_retention; a processing step is never purged.
+-- attempts all ended before now() - step_retention and whose serial begin_step refuses as
+-- dated too early (_step_days_from): a step is purged only when it can no longer start. A
+-- processing step is never purged.
 CREATE FUNCTION hivenet._maintain_steps() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := hivenet.now();
 BEGIN
-    PERFORM hivenet._purge_requests('hivenet.steps', hivenet.now()
-                                    - hivenet._setting_value('step_retention')::interval);
+    PERFORM hivenet._purge_requests(
+        'hivenet.steps', v_now - hivenet._setting_constant('step_retention')::interval,
+        hivenet._step_days_from(v_now));
 END $$;
 
 -- hivenet_db/sql/reporting.sql
@@ -4225,6 +4327,14 @@ GRANT EXECUTE ON FUNCTION
     hivenet._serial_valid(text, text),
     hivenet._step_start_valid(text, text, interval),
     hivenet._request_start_valid(text, text, interval)
+TO PUBLIC;
+-- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the callers'
+-- clock, the bound on intervals, the rule for names and keys.
+GRANT EXECUTE ON FUNCTION
+    hivenet._caller_now(timestamptz, text),
+    hivenet._longest_interval(),
+    hivenet._interval_allowed(interval),
+    hivenet._name_valid(text)
 TO PUBLIC;
 
 -- The allocation fast path (allocate.sql, _fast_unified and _fast_system) is inlined into the

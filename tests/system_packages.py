@@ -1,0 +1,103 @@
+"""What the suite needs from the machine, installed when missing at the start of the session
+(tests/conftest.py), so that the README's test command passes on a fresh machine.
+
+The suite starts its own PostgreSQL servers, PgBouncer and Redis, and loads two extensions
+into its servers; each comes from a Debian package. When one is missing and we are root on a
+machine with apt-get, ``apt-get update`` and one ``apt-get install`` add them, saying so;
+otherwise the session says what to install (the tests that need it then fail naming it).
+Nothing is printed, and nothing run, when everything is there.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Need:
+    package: str
+    why: str
+    present: Callable[[], bool]
+
+
+def _binary(name: str) -> Callable[[], bool]:
+    # Debian puts daemons in /usr/sbin, which a non-root PATH often lacks.
+    return lambda: (shutil.which(name) or shutil.which(name, path="/usr/sbin")) is not None
+
+
+def _dpkg(package: str) -> Callable[[], bool]:
+    return lambda: subprocess.run(["dpkg", "-s", package], capture_output=True,
+                                  check=False).returncode == 0
+
+
+def newest_major() -> str | None:
+    """The newest PostgreSQL server installed (the one the suite starts), or None."""
+    majors = [path.split("/")[4] for path in glob.glob("/usr/lib/postgresql/*/bin/pg_ctl")]
+    return max(majors, key=int) if majors else None
+
+
+def server_needs() -> list[Need]:
+    return [Need("postgresql", "the PostgreSQL servers the tests start",
+                 lambda: newest_major() is not None or shutil.which("pg_ctl") is not None),
+            Need("postgresql-contrib", "auto_explain, for the tests that read plans",
+                 lambda: bool(glob.glob("/usr/lib/postgresql/*/lib/auto_explain.so")))]
+
+
+def extension_needs(major: str) -> list[Need]:
+    """Needs built for server version ``major``."""
+    return [
+        Need("pgbouncer", "tests/test_pgbouncer.py, tests/test_durable_pool.py",
+             _binary("pgbouncer")),
+        Need("redis-tools", "the bench's Redis (tests/test_bench.py)",
+             _binary("redis-benchmark")),
+        Need(f"postgresql-{major}-plpgsql-check", "tests/test_plpgsql_check.py",
+             _dpkg(f"postgresql-{major}-plpgsql-check")),
+        Need(f"postgresql-{major}-plproxy", "tests/test_plproxy.py, the bench's scale_out",
+             _dpkg(f"postgresql-{major}-plproxy")),
+    ]
+
+
+def missing(needs: list[Need]) -> list[Need]:
+    return [need for need in needs if not need.present()]
+
+
+def install_commands(packages: list[str]) -> list[list[str]]:
+    return [["apt-get", "update", "-q"],
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]]
+
+
+def can_install() -> bool:
+    return os.geteuid() == 0 and shutil.which("apt-get") is not None
+
+
+def ensure(say: Callable[[str], None],
+           run: Callable[[list[str]], None] | None = None) -> list[str]:
+    """Install what is missing (the server first: the extensions are built for its version);
+    returns the packages it installed. ``run`` runs one command (``subprocess.run`` checked,
+    with a non-interactive apt)."""
+    run = run or _run
+    installed: list[str] = []
+    for needs in (server_needs, lambda: extension_needs(newest_major() or "15")):
+        absent = missing(needs())
+        if not absent:
+            continue
+        names = [need.package for need in absent]
+        if not can_install():
+            say(f"missing {', '.join(names)} (apt-get install them as root): the tests that "
+                "need them will fail")
+            return installed
+        say("installing " + ", ".join(f"{need.package} ({need.why})" for need in absent))
+        for command in install_commands(names):
+            run(command)
+        installed += names
+    return installed
+
+
+def _run(command: list[str]) -> None:
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})

@@ -1,0 +1,154 @@
+"""Durable allocation never stalls a saturated pool (SPEC §6; issue 29 point 5): the shape of
+the issue, an engine of 8 connections and 8 threads each inside ``engine.begin()`` calling
+``next_durable`` every 10th iteration, directly and through PgBouncer (pool 4). It stalled for
+the engine's pool timeout (30 s) at every durable call; it must finish without one, and a
+durable call that cannot get a connection fails within its pool's timeout, naming it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+from sqlalchemy import Engine, create_engine
+
+from hivenet_db import DurablePoolExhausted, SerialRepository, configure_durable_pool
+from hivenet_db.dburl import sqlalchemy_url
+from hivenet_db.embedded import SUPERUSER, EmbeddedPostgres
+from tests.servers import pgbouncer
+
+THREADS = 8
+ITERATIONS = 60  # per thread; every 10th calls next_durable
+BOUNCER_POOL = 4
+
+
+def saturate(engine: Engine, iterations: int = ITERATIONS) -> tuple[list[str], float]:
+    """The issue's shape: THREADS threads, each ``iterations`` transactions of the engine, a
+    durable serial in every 10th. The serials, and the seconds it took."""
+    serials: list[str] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(THREADS)
+
+    def client(t: int) -> None:
+        try:
+            barrier.wait(timeout=60)
+            for k in range(iterations):
+                with engine.begin() as conn:
+                    repo = SerialRepository(conn)
+                    serials.append(repo.next_unified("D0001", "A01", f"{t + 1:02d}"))
+                    if k % 10 == 9:
+                        serials.append(repo.next_durable("unified", system="D0001",
+                                                         module="A01", instance=f"{t + 1:02d}"))
+        except BaseException as error:
+            errors.append(error)
+            barrier.abort()
+
+    threads = [threading.Thread(target=client, args=(t,)) for t in range(THREADS)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert errors == [], errors[:3]
+    return serials, time.monotonic() - started
+
+
+def _engine(url: str, **options: object) -> Engine:
+    return create_engine(sqlalchemy_url(url), pool_size=THREADS, max_overflow=0,
+                         pool_timeout=30, **options)
+
+
+def test_the_saturated_pool_of_the_issue_finishes_without_a_pool_timeout(
+        hivenet_url: str) -> None:
+    engine = _engine(hivenet_url)
+    try:
+        serials, seconds = saturate(engine)
+    finally:
+        engine.dispose()
+    assert len(serials) == len(set(serials)) == THREADS * ITERATIONS * 11 // 10
+    assert seconds < 20, f"{seconds:.1f} s: a durable call waited for the engine's pool"
+
+
+@pytest.fixture(scope="module")
+def bouncer_port(hivenet_server: EmbeddedPostgres) -> Iterator[int]:
+    """PgBouncer (transaction pooling, 4 server sessions) in front of the suite's server."""
+    try:
+        with pgbouncer(hivenet_server.port, pool_size=BOUNCER_POOL, max_clients=64,
+                       user=SUPERUSER) as port:
+            yield port
+    except FileNotFoundError as missing:
+        pytest.fail(str(missing))
+
+
+def _via(url: str, port: int) -> str:
+    return f"postgresql://{SUPERUSER}@127.0.0.1:{port}/{urlsplit(url).path.lstrip('/')}"
+
+
+def test_through_pgbouncer_with_a_pool_of_its_own_it_finishes(hivenet_url: str,
+                                                               bouncer_port: int) -> None:
+    """8 business connections share PgBouncer's 4 server sessions, each holding one for its
+    transaction; durable allocation goes to a pool PgBouncer does not share with them (here
+    the server itself: docs/operations.md names both ways)."""
+    bounced = _via(hivenet_url, bouncer_port)
+    configure_durable_pool(bounced, size=2, timeout=2, url=hivenet_url)
+    engine = _engine(bounced, connect_args={"prepare_threshold": None})
+    try:
+        serials, seconds = saturate(engine)
+    finally:
+        engine.dispose()
+    assert len(serials) == len(set(serials)) == THREADS * ITERATIONS * 11 // 10
+    assert seconds < 20, f"{seconds:.1f} s: a durable call waited for a server session"
+
+
+def test_through_a_shared_pgbouncer_pool_it_fails_within_its_timeout(hivenet_url: str,
+                                                                    bouncer_port: int) -> None:
+    """Sharing PgBouncer's pool with the business transactions that hold it all, the durable
+    connection gets no server session: an error naming what to size after the pool's timeout,
+    not a stall for PgBouncer's query_wait_timeout."""
+    bounced = _via(hivenet_url, bouncer_port)
+    configure_durable_pool(bounced, size=2, timeout=1)
+    engine = _engine(bounced, connect_args={"prepare_threshold": None})
+    holders = [engine.connect() for _ in range(BOUNCER_POOL)]
+    try:
+        for conn in holders:  # every server session held by a business transaction
+            SerialRepository(conn).next_unified("D0001", "A01", "01")
+        started = time.monotonic()
+        with pytest.raises(DurablePoolExhausted, match=r"server session .* default_pool_size"):
+            SerialRepository(holders[0]).next_durable("unified", system="D0001", module="A01",
+                                                      instance="01")
+        assert time.monotonic() - started < 5
+    finally:
+        for conn in holders:
+            conn.close()
+        engine.dispose()
+
+
+def test_a_busy_pool_fails_within_its_timeout_naming_itself(hivenet_url: str) -> None:
+    configure_durable_pool(hivenet_url, size=1, timeout=0.5)
+    engine = _engine(hivenet_url)
+    inside = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:  # one durable call that keeps the pool's only connection
+        with engine.begin() as conn:
+            from hivenet_db.durable import durable_transaction
+
+            with durable_transaction(conn):
+                inside.set()
+                release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert inside.wait(30)
+        with engine.begin() as conn, pytest.raises(
+                DurablePoolExhausted, match=r"0.5 s for a free connection .* \(1 connections\)"):
+            SerialRepository(conn).next_durable("unified", system="D0001", module="A01",
+                                                instance="01")
+    finally:
+        release.set()
+        holder.join(30)
+        engine.dispose()
+        configure_durable_pool(hivenet_url)
