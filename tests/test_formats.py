@@ -41,7 +41,7 @@ def test_the_standards_example(at_example_time: psycopg.Connection) -> None:
     ("SELECT hivenet.next_interface_serial('C0001', 'A01', '03', 'D0001')",
      "C0001A0103D0001" "20150710230110" "0000000001"),
     ("""SELECT hivenet.next_serial('id_service',
-        '{"recon_type":"01","merchant":"123456789012","shard":"05"}')""",
+        '{"merchant":"123456789012","shard":"05"}')""",
      "123456789012" "20150710" "05" "000001"),
     ("""SELECT hivenet.next_serial('merchant_trade', '{"merchant":"123456789012"}')""",
      "123456789012" "20150710230110" "000001"),

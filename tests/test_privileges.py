@@ -50,7 +50,7 @@ def test_the_application_api_works_with_usage_only(app: psycopg.Connection) -> N
     interface = scalar(
         app, "SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'D0001')")
     assert scalar(app, """SELECT count(*) FROM hivenet.next_serials('id_service',
-                          '{"recon_type": "01", "merchant": "123456789012",
+                          '{"merchant": "123456789012",
                             "shard": "01"}', 3)""") == 3
     assert scalar(app, "SELECT hivenet.parse_serial(%s)", (unified,))["format"] == "unified"
     app.execute("SELECT hivenet.claim_interface_serial(%s, %s, %s)", (interface, unified, system))

@@ -110,7 +110,7 @@ def test_id_service_owns_by_its_shard_field_and_prepare_scope_checks(
         conns: list[psycopg.Connection]) -> None:
     a = conns[0]
     own(conns, "00-04")
-    fields = {"merchant": "100000000001", "recon_type": "01"}
+    fields = {"merchant": "100000000001"}
     names = json.loads(scalar(a, "SELECT hivenet.parse_serial(hivenet.next_serial("
                                  "'id_service', %s), 'id_service')::text",
                               (json.dumps({**fields, "shard": "03"}),)))

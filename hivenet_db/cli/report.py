@@ -30,9 +30,10 @@ def report_sections(conn: Connection, unified: str | None, limit: int
         else:
             sections[f"call chain of {unified}"] = "(hivenet.call_chain is not installed)"
     views = (  # title, view, columns, order
+        # The scopes in use first, the least headroom first; idle scopes after them.
         ("usage and headroom of the current period", "hivenet.scope_usage",
          "format, scope, period_start, issued, capacity, remaining, used_percent",
-         "ORDER BY used_percent DESC, format, scope"),
+         "ORDER BY issued > 0 DESC, remaining::float8 / capacity, format, scope"),
         ("interface calls per day", "hivenet.interface_calls_per_day", "*", ""),
         ("steps per state", "hivenet.step_states", "*", ""),
         ("stuck steps", "hivenet.stuck_steps", "*", ""),
@@ -41,8 +42,15 @@ def report_sections(conn: Connection, unified: str | None, limit: int
     )
     for title, view, columns, order in views:
         if exists(conn, "relation", view):
-            sections[title] = dicts(conn, f"SELECT {columns} FROM {view} {order} LIMIT :n",
-                                     {"n": limit})
+            rows = dicts(conn, f"SELECT {columns}, count(*) OVER () AS total_rows__ "
+                               f"FROM {view} {order} LIMIT :n", {"n": limit})
+            total = rows[0].pop("total_rows__") if rows else 0
+            for row in rows[1:]:
+                del row["total_rows__"]
+            sections[title] = rows
+            if total > len(rows):
+                sections[f"{title}: left out"] = (
+                    f"{total - len(rows)} more rows past --limit {limit}")
     if exists(conn, "function", "hivenet.replication_warning") and conn.execute(text(
             "SELECT has_function_privilege('hivenet.replication_warning()', 'EXECUTE')")
             ).scalar():
