@@ -66,9 +66,10 @@ BEGIN
     LOOP
         PERFORM hivenet.prepare_scope(v_format, (
             SELECT coalesce(jsonb_agg(jsonb_build_object('system', p_system, 'module', p_module,
-                                                'instance', i) ORDER BY i), '[]')
-            FROM to_char(generate_series(1, 99), 'FM00') AS i
-            WHERE hivenet._instance_in(i, hivenet._setting_value('owned_instances'))));
+                                                'instance', to_char(i, 'FM00')) ORDER BY i), '[]')
+            FROM generate_series(1, 99) AS i
+            WHERE hivenet._instance_in(to_char(i, 'FM00'),
+                                       hivenet._setting_value('owned_instances'))));
     END LOOP;
 END $$;
 

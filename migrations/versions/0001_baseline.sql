@@ -727,9 +727,10 @@ BEGIN
     LOOP
         PERFORM hivenet.prepare_scope(v_format, (
             SELECT coalesce(jsonb_agg(jsonb_build_object('system', p_system, 'module', p_module,
-                                                'instance', i) ORDER BY i), '[]')
-            FROM to_char(generate_series(1, 99), 'FM00') AS i
-            WHERE hivenet._instance_in(i, hivenet._setting_value('owned_instances'))));
+                                                'instance', to_char(i, 'FM00')) ORDER BY i), '[]')
+            FROM generate_series(1, 99) AS i
+            WHERE hivenet._instance_in(to_char(i, 'FM00'),
+                                       hivenet._setting_value('owned_instances'))));
     END LOOP;
 END $$;
 
@@ -979,8 +980,9 @@ BEGIN
 END $$;
 
 -- hivenet.prepare_scope(format, fields) → void (administrators; `hivenet-db prepare`)
---   Gives the counter scope of fields (a JSON object), or of each of fields (a JSON array of
---   objects), its own sequence now, so that it counts from 1 from its first serial; a scope
+--   Gives the counter scope of fields (a JSON object of the counter's fields: the interface
+--   serial's target may be left out), or of each of fields (a JSON array of such objects),
+--   its own sequence now, so that it counts from 1 from its first serial; a scope
 --   prepared already is left as it is. Prepare at deployment: a scope first used unprepared
 --   draws from its format's shared cold counter until maintain() promotes it. Commits with the
 --   caller's transaction: run it in a short one of its own (at most a few thousand scopes:
@@ -1004,7 +1006,7 @@ BEGIN
                                   WHEN 'array' THEN p_fields ELSE jsonb_build_array(p_fields)
                                   END) AS f LOOP
         v_values := hivenet._field_values(v_format, v_fields);
-        PERFORM hivenet._check_fields(v_format, v_values);
+        PERFORM hivenet._check_fields(v_format, v_values, true);
         PERFORM hivenet._check_owned(v_format, v_values);
         v_scope := hivenet._scope_of(v_format, v_values);
         CONTINUE WHEN EXISTS (SELECT FROM hivenet.scope s
@@ -1140,8 +1142,10 @@ BEGIN
 END $$;
 
 -- HN001 naming the first field of p_values (in p_format's field order) that is invalid, or
--- saying how many values the format takes; returns when every value is valid.
-CREATE FUNCTION hivenet._check_fields(p_format hivenet.format, p_values text[]) RETURNS void
+-- saying how many values the format takes; returns when every value is valid. With
+-- p_key_only, a field outside the counter key may be missing (prepare_scope).
+CREATE FUNCTION hivenet._check_fields(p_format hivenet.format, p_values text[],
+    p_key_only boolean DEFAULT false) RETURNS void
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_seg jsonb;
@@ -1151,6 +1155,8 @@ BEGIN
     FOR v_seg IN SELECT s FROM jsonb_array_elements(p_format.segments) AS s WHERE s ? 'field'
     LOOP
         v_index := v_index + 1;
+        CONTINUE WHEN p_key_only AND p_values[v_index] IS NULL
+                      AND v_index <> ALL (coalesce(p_format.key_fields, ARRAY[v_index]));
         v_problem := hivenet._field_problem(v_seg, p_values[v_index]);
         IF v_problem IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format(
