@@ -134,11 +134,9 @@ def test_next_prints_committed_serials(run: Run, db: psycopg.Connection) -> None
     assert len(out) == 3 and all(len(s) == 28 and s.startswith("C0001A0101") for s in out)
     seqs = [int(s[-10:]) for s in out]
     assert seqs == sorted(seqs) and len(set(seqs)) == 3
-    # Committed before printing: another session sees the scope's counter (its lane: unified
-    # has hash lanes) moved past them.
-    assert db.execute("SELECT pg_sequence_last_value(hivenet._lane(f, 'C0001A0101')) "
-                      "FROM hivenet.format f WHERE f.name = 'unified'").fetchone()[0] \
-        % 10**10 == seqs[-1]
+    # Committed before printing: another session sees the scope's counter moved past them.
+    assert db.execute("SELECT pg_sequence_last_value('hivenet.\"seq_unified_C0001A0101\"')"
+                      ).fetchone()[0] % 10**10 == seqs[-1]
 
 
 def test_next_json_and_interface_target(run: Run) -> None:
@@ -231,14 +229,21 @@ def test_migrate_sets_the_business_time_zone_and_report_shows_it(run: Run,
 
 
 def test_maintain_and_report(run: Run) -> None:
-    # A new scope of a format without lanes: the cold counter, until maintain gives it its own.
+    # An unprepared scope: the cold counter, until maintain gives it its own.
     run("next", "interface", *SCOPE, "--target", "B0001", "--count", "2")
     assert "done" in run("maintain").stdout
     sections = json.loads(run("report", "--json").stdout)
-    (usage,) = [row for row in sections["usage and headroom of the current period"]
-                if row["scope"] == "C0001A0101B0001"]
-    assert usage["format"] == "interface" and usage["issued"] == 2
+    usage = sections["usage and headroom of the current period"]
+    # The scope in use first, with the cold counter it drew from; the idle ones after them.
+    assert {(row["format"], row["scope"], row["issued"]) for row in usage[:2]} == {
+        ("interface", "C0001A0101", 2), ("interface", "(unprepared scopes)", 2)}
+    assert {row["issued"] for row in usage[2:]} == {0}
     assert "usage and headroom" in run("report").stdout
+    # What --limit left out is counted: six formats' cold counters and the scope.
+    sections = json.loads(run("report", "--json", "--limit", "2").stdout)
+    assert len(sections["usage and headroom of the current period"]) == 2
+    assert sections["usage and headroom of the current period: left out"] == (
+        "5 more rows past --limit 2")
 
 
 def test_report_shows_keyed_requests(run: Run, db: psycopg.Connection) -> None:

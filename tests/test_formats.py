@@ -77,8 +77,7 @@ def test_batch_is_ordered_and_unique(db: psycopg.Connection) -> None:
 
 
 def test_scopes_never_share_numbers(db: psycopg.Connection) -> None:
-    """Formats with a sequence per scope (interface; unified and system share hash lanes:
-    tests/test_lanes.py)."""
+    """Every scope has a counter of its own (tests/test_counting.py for every format)."""
     scopes = [("C0001", "A01", "01"), ("C0001", "A01", "02"), ("C0001", "A02", "01")]
     for system, module, instance in scopes:
         db.execute("SELECT hivenet.prepare_scope('interface', jsonb_build_object('system', "
