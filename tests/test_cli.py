@@ -18,6 +18,7 @@ import pytest
 from hivenet_db import cli, embedded, migrate
 from hivenet_db.cli.serials import NEXT_CHUNK
 from hivenet_db.embedded import EmbeddedPostgres
+from tests.helpers import scalar
 
 COMMAND = Path(sys.executable).with_name("hivenet-db")
 SCOPE = ["--system", "C0001", "--module", "A01", "--instance", "01"]
@@ -110,6 +111,35 @@ def test_next_in_chunks_with_a_progress_bar_on_a_terminal(hivenet_url: str) -> N
     seqs = [int(s[-10:]) for s in serials[:-1]]
     assert seqs == sorted(set(seqs))
     assert b"issuing system serials" in drawn  # the bar, on stderr only
+
+
+def test_prepare_takes_scopes_and_a_file_with_a_progress_bar(
+        hivenet_url: str, tmp_path: Path, db: psycopg.Connection) -> None:
+    """Each scope in each format (default: the three counted per channel), in transactions of
+    its own; the bar on stderr, the summary on stdout; then each scope counts from 1."""
+    scopes = tmp_path / "scopes.txt"
+    scopes.write_text("# channels of C0002\nsystem=C0002,module=A01,instance=01\n\n"
+                      '{"system": "C0002", "module": "A01", "instance": "02"}\n')
+    result, drawn = on_a_terminal("--json", "prepare", "system=C0001,module=A01,instance=01",
+                                  "--file", str(scopes), "--url", hivenet_url)
+    assert b"preparing scopes" in drawn
+    assert json.loads(result.stdout) == [{"format": f, "scopes": 3}
+                                         for f in ("unified", "system", "interface")]
+    assert db.execute("SELECT format, count(*) FROM hivenet.scope GROUP BY format "
+                      "ORDER BY format").fetchall() == [
+        ("interface", 3), ("system", 3), ("unified", 3)]
+    assert scalar(db, "SELECT hivenet.next_unified_serial('C0002', 'A01', '02')").endswith(
+        "0000000001")
+    result, _ = on_a_terminal("prepare", "--format", "id_service",
+                              "merchant=123456789012,shard=07", "--url", hivenet_url)
+    assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE format = 'id_service'") == 1
+
+
+def test_prepare_refuses_a_malformed_scope(run: Run) -> None:
+    result = run("prepare", "system=C0001,module", rc=2)
+    assert "expected NAME=VALUE" in result.stderr and result.stderr.count("\n") == 1
+    result = run("prepare", "system=C0001,module=A01,instance=00", rc=1)
+    assert "HN001" in result.stderr and "instance" in result.stderr
 
 
 @pytest.mark.parametrize(("args", "shown"), [

@@ -47,8 +47,9 @@ def _epoch(day: dt.date) -> float:
 @pytest.fixture
 def activity(db: psycopg.Connection) -> None:
     """3 unified serials in a prepared scope (another prepared one stays idle), 2 system
-    serials of an unprepared scope (its format's cold counter), a step stuck past its 1 µs lease, three keyed requests (one stuck, one done, one
-    failed), a claim and an interface call."""
+    serials of an unprepared scope (its format's cold counter), a step stuck past its 1 µs
+    lease, three keyed requests (one stuck, one done, one failed), a claim and an interface
+    call."""
     db.execute("SELECT hivenet.maintain()")
     db.execute("""SELECT hivenet.prepare_scope('unified',
                   '[{"system": "C0001", "module": "A01", "instance": "01"},

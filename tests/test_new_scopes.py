@@ -154,6 +154,8 @@ def test_a_full_cold_counter_names_what_is_shared(db: psycopg.Connection, fake_c
     for branch in range(9):
         db.execute("SELECT hivenet.next_serial('tiny', jsonb_build_object('branch', %s::text))",
                    (f"{branch:02d}",))
-    with pytest.raises(psycopg.Error, match=r"cold counter of unprepared scopes \(scope '99'.*hivenet-db prepare") as full:
+    with pytest.raises(psycopg.Error,
+                       match=r"cold counter of unprepared scopes \(scope '99'.*hivenet-db prepare"
+                       ) as full:
         db.execute("""SELECT hivenet.next_serial('tiny', '{"branch": "99"}')""")
     assert full.value.sqlstate == "HN010"
