@@ -337,7 +337,7 @@ def prepare_scopes(run: CaseRun) -> Result:
                                 "jsonb_build_object('system', 'P' || lpad((k / 10)::text, 4,"
                                 " '0'), 'module', 'B' || %s || 'A', 'instance', "
                                 "lpad((k %% 10 + 1)::text, 2, '0')))) "
-                                "FROM generate_series(%s, %s) AS k",
+                                "FROM generate_series(%s::integer, %s::integer) AS k",
                                 (i % 10, start, start + PREPARE_BATCH - 1))
                 took = time.perf_counter() - started
                 (result.baseline_tps if kind == "baseline" else result.candidate_tps).append(
