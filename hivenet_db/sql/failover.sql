@@ -39,8 +39,8 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 100000
 
 -- hivenet.fence_failover(gap, force) → table (administrators; `hivenet-db failover-fence`)
 --   Run on a promoted standby before it takes traffic. Moves each counter to greatest(its
---   last value, the start of the clock's period) + p_gap. A counter of a format that does not borrow
---   the next period and whose period cannot hold the gap is parked at its capacity (HN010
+--   last value, the start of the clock's period) + p_gap. A counter of a format that does not
+--   borrow the next period and whose period cannot hold the gap is parked at its capacity (HN010
 --   until the next period: every number of this one may have been issued). p_gap NULL:
 --   _default_failover_gap(). One row per counter moved. Does nothing (no row) when this
 --   timeline was fenced already, unless p_force.

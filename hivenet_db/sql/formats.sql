@@ -364,9 +364,9 @@ END $$;
 --   name that was rolled back start over when they do not fit this one: every serial they
 --   issued belonged to that rolled-back transaction. (Only databases from before revision
 --   0006 can hold such counters: scopes now get their own only from maintain(), for
---   committed formats.) The format's cold counter is made with it (allocate.sql),
---   and vanish with it on a rollback. Never delete rows of hivenet.format by hand. Takes a row lock on the new name, and a new
---   format waits for another transaction defining one (or changing a setting) to commit.
+--   committed formats.) The format's cold counter is made with it (allocate.sql), and
+--   vanishes with it on a rollback. Never delete rows of hivenet.format by hand. Takes a row
+--   lock on the new name, and a new format waits for another transaction defining one (or changing a setting) to commit.
 CREATE FUNCTION hivenet.define_format(p_name text, p_segments jsonb,
     p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

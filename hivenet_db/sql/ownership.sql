@@ -271,7 +271,7 @@ BEGIN
         UPDATE hivenet.scope SET sequence_name = v_live
         WHERE format = p_format AND scope = p_scope;
     END IF;
-    PERFORM hivenet._compile_fast_paths();
+    PERFORM hivenet._compile_scope_counters();
 END $$;
 
 -- hivenet.own_instances(instances, single_primary_formats default null, force default false)

@@ -31,7 +31,8 @@ $$;
 --   issued (serials issued in that period; gaps of rolled-back transactions count as issued),
 --   capacity (serials per period), remaining (capacity - issued), used_percent,
 --   last_period_start (business-local start of the period of the last serial issued, NULL
---   when none), shared (true for a cold counter). Reads the clock once (hivenet.now()); never blocks; one sequence read per scope.
+--   when none), shared (true for a cold counter). Reads the clock once (hivenet.now());
+--   never blocks; one sequence read per scope.
 CREATE VIEW hivenet.scope_usage AS
 WITH clock AS (
     SELECT hivenet._reporting_local_now() AS local_now

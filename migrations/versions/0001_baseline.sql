@@ -554,9 +554,9 @@ END $$;
 --   name that was rolled back start over when they do not fit this one: every serial they
 --   issued belonged to that rolled-back transaction. (Only databases from before revision
 --   0006 can hold such counters: scopes now get their own only from maintain(), for
---   committed formats.) The format's cold counter is made with it (allocate.sql),
---   and vanish with it on a rollback. Never delete rows of hivenet.format by hand. Takes a row lock on the new name, and a new
---   format waits for another transaction defining one (or changing a setting) to commit.
+--   committed formats.) The format's cold counter is made with it (allocate.sql), and
+--   vanishes with it on a rollback. Never delete rows of hivenet.format by hand. Takes a row
+--   lock on the new name, and a new format waits for another transaction defining one (or changing a setting) to commit.
 CREATE FUNCTION hivenet.define_format(p_name text, p_segments jsonb,
     p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -944,10 +944,10 @@ END $$;
 -- cold counter has issued (and no earlier than the clock's period), and its own clock (a
 -- format with a clock_unit) no earlier than the latest instant the cold counter has issued,
 -- and records the scope.
--- Commits with the caller, who must be the owner's maintain() or prepare_scope(), and then
--- rewrites the fast paths (_compile_fast_paths): holds the format's cold lock exclusive until
--- then, so cold allocations of the format wait for that commit (a short transaction) and then
--- see the new sequence. Safe to run twice.
+-- Commits with the caller, who must be the owner's maintain() or prepare_scope() (which then
+-- rewrite the fast paths' map, _compile_scope_counters): holds the format's cold lock
+-- exclusive until then, so cold allocations of the format wait for that commit (a short
+-- transaction) and then see the new sequence. Safe to run twice.
 CREATE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb)
 RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -1015,7 +1015,7 @@ BEGIN
                                        hivenet._scope_fields(v_format, v_values));
     END LOOP;
     -- Once, not per scope: the fast paths' map of scopes to sequences.
-    PERFORM hivenet._compile_fast_paths();
+    PERFORM hivenet._compile_scope_counters();
 END $$;
 
 -- Part of maintain(): promotes every scope that drew from a cold counter, but those this
@@ -1040,7 +1040,7 @@ BEGIN
         v_promoted := true;
     END LOOP;
     IF v_promoted THEN
-        PERFORM hivenet._compile_fast_paths();
+        PERFORM hivenet._compile_scope_counters();
     END IF;
 END $$;
 
@@ -1409,10 +1409,9 @@ END $$;
 -- bounds); no registry check; no fake clock (where a database allows one: a session that set
 -- hivenet.fake_now goes to the full path; where none is allowed, the fast path does not read
 -- the setting at all, which cost ~7% of a call, and issues by the real clock, while every
--- other function raises HN001); a prepared scope (its sequence found in a constant map of
--- scope to sequence OID written into the function, so no name look-up per call: the map holds
--- the scopes with a live sequence, which belong to owned instances, ownership.sql); a
--- value of today's period within capacity (a new period, a clock stepped back, exhaustion:
+-- other function raises HN001); a prepared scope (its sequence from _scope_counter, below: no
+-- name look-up per call; it knows the scopes with a live sequence, which belong to owned
+-- instances, ownership.sql); a value of today's period within capacity (a new period, a clock stepped back, exhaustion:
 -- the value taken here is a gap, as when _issue hands over to _advance). The time is the
 -- statement's (stable, so one instant for the period check and the printed date:
 -- clock_timestamp() read twice could straddle midnight and print a day that is not the
@@ -1420,10 +1419,8 @@ END $$;
 -- start, arithmetic only (a regex costs several microseconds).
 --
 -- Generated per format (_fast_unified, _fast_system) with the format's pattern, widths,
--- bounds, the business time zone and the map of its scopes written in as literals, rewritten
--- whenever a format or a setting changes (the triggers of formats.sql and settings.sql call
--- _compile_fast_paths) and when scopes get or lose a sequence (prepare_scope, maintain(),
--- _park_scope): a scope prepared since the last rewrite is served by the full path meanwhile;
+-- bounds and the business time zone written in as literals, rewritten whenever a format or a
+-- setting changes (the triggers of formats.sql and settings.sql call _compile_fast_paths):
 -- an expression that read them from _format_constant instead was folded to the same plan,
 -- but folding ~30 reads of the format row cost ~5 ms of planning, paid by every caller that
 -- does not prepare its statement (psql, PgBouncer in transaction pooling, PL/Proxy).
@@ -1438,6 +1435,45 @@ LANGUAGE sql VOLATILE
 BEGIN ATOMIC
     SELECT NULL::text;
 END;
+
+-- The counter of scope p_scope of format p_format (unified or system, the formats with a fast
+-- path) when it has a live sequence of its own, else NULL: a constant map of scope to sequence
+-- OID per format, generated by _compile_scope_counters. A name look-up per call is what made
+-- a sequence per scope slower than a formatted nextval (docs/benchmarks.md); the map written
+-- into the inlined fast path instead made every unprepared caller's planning read it (7.7 ms
+-- with 10,000 scopes, against 0.06), while PL/pgSQL parses it once per session and rewrite.
+-- Runs as the caller (the fast path's rights, privileges.sql); its operators are qualified,
+-- so no search path can change what it does.
+CREATE FUNCTION hivenet._scope_counter(p_format text, p_scope text) RETURNS regclass
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN NULL;
+END $$;
+
+-- Rewrite _scope_counter from hivenet.scope (prepare_scope, maintain(), _park_scope: once per
+-- call, however many scopes it gave a sequence), under the constants' lock until commit (two
+-- rewrites at once would fail); read once the lock is held, so a change committed meanwhile
+-- is seen. A scope missing from it goes to the full path, which finds its sequence by name.
+CREATE FUNCTION hivenet._compile_scope_counters() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hivenet._constants_lock_space(), 0);
+    EXECUTE format($f$CREATE OR REPLACE FUNCTION hivenet._scope_counter(p_format text,
+    p_scope text) RETURNS regclass LANGUAGE plpgsql STABLE AS $b$
+BEGIN
+    RETURN (CASE p_format %s END
+            OPERATOR(pg_catalog.->>) p_scope)::pg_catalog.oid::pg_catalog.regclass;
+END $b$ $f$, (
+        SELECT coalesce(string_agg(format('WHEN %L THEN %L::pg_catalog.jsonb', f.name, (
+                   SELECT coalesce(jsonb_object_agg(s.scope, c.oid::bigint), '{}')
+                   FROM hivenet.scope s
+                   JOIN pg_class c ON c.relnamespace = 'hivenet'::regnamespace
+                                  AND c.relname = s.sequence_name
+                   -- Parked sequences (off_) are left out: ownership.sql.
+                   WHERE s.format = f.name AND starts_with(s.sequence_name, 'seq_'))),
+                   ' ' ORDER BY f.name), 'WHEN NULL THEN NULL')
+        FROM unnest(ARRAY['unified', 'system']) AS f(name)));
+END $$;
 
 -- The expression of the fast path of format p_format (see above), or 'NULL::text' when the
 -- format or the settings leave every call to the full path.
@@ -1469,16 +1505,9 @@ BEGIN
             v_bounds := v_bounds || format('%s::numeric <= %s', v_field, p_format.field_max[i]);
         END IF;
     END LOOP;
-    -- The counter: the scope's own sequence, by its OID from a constant map (NULL for a scope
-    -- not in it: nextval is strict, and the full path takes the call). A jsonb literal: one
-    -- binary search, where a name look-up per call is what made a sequence per scope slower
-    -- than a formatted nextval (docs/benchmarks.md); a parked sequence (off_) is left out.
-    v_counter := format('(%L::jsonb ->> (p_a || p_b || p_c))::oid::regclass',
-        (SELECT coalesce(jsonb_object_agg(s.scope, c.oid::bigint), '{}')
-         FROM hivenet.scope s
-         JOIN pg_class c ON c.relnamespace = 'hivenet'::regnamespace
-                        AND c.relname = s.sequence_name
-         WHERE s.format = p_format.name AND starts_with(s.sequence_name, 'seq_')));
+    -- The counter: the scope's own sequence from _scope_counter (NULL for a scope it does not
+    -- know: nextval is strict, and the full path takes the call).
+    v_counter := format('hivenet._scope_counter(%L, p_a || p_b || p_c)', p_format.name);
     IF (SELECT value FROM hivenet.setting WHERE name = 'allow_fake_clock')::boolean THEN
         v_fake_clock := $f$coalesce(current_setting('hivenet.fake_now', true), '') = '' AND $f$;
     END IF;
@@ -1509,20 +1538,16 @@ BEGIN
 END $$;
 
 -- Rewrite _fast_unified and _fast_system from the tables (called by the triggers that rewrite
--- the generated constants and by whatever gives scopes a sequence or parks one), under the
--- constants' lock until commit (two rewrites at once would fail).
+-- the generated constants, in the same transaction and under the same lock).
 CREATE FUNCTION hivenet._compile_fast_paths() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_zone text;
-    v_registry boolean;
+    v_zone text := (SELECT value FROM hivenet.setting WHERE name = 'time_zone');
+    v_registry boolean := (SELECT value FROM hivenet.setting
+                           WHERE name = 'enforce_registry')::boolean;
     v_format hivenet.format;
     v_name text;
 BEGIN
-    PERFORM pg_advisory_xact_lock(hivenet._constants_lock_space(), 0);
-    -- Read once the lock is held: a change committed meanwhile is seen.
-    v_zone := (SELECT value FROM hivenet.setting WHERE name = 'time_zone');
-    v_registry := (SELECT value FROM hivenet.setting WHERE name = 'enforce_registry')::boolean;
     FOREACH v_name IN ARRAY ARRAY['unified', 'system'] LOOP
         v_format := (SELECT f FROM hivenet.format f WHERE f.name = v_name);
         EXECUTE format('CREATE OR REPLACE FUNCTION hivenet.%I(p_a text, p_b text, p_c text) '
@@ -1847,7 +1872,7 @@ BEGIN
         UPDATE hivenet.scope SET sequence_name = v_live
         WHERE format = p_format AND scope = p_scope;
     END IF;
-    PERFORM hivenet._compile_fast_paths();
+    PERFORM hivenet._compile_scope_counters();
 END $$;
 
 -- hivenet.own_instances(instances, single_primary_formats default null, force default false)
@@ -3735,7 +3760,8 @@ $$;
 --   issued (serials issued in that period; gaps of rolled-back transactions count as issued),
 --   capacity (serials per period), remaining (capacity - issued), used_percent,
 --   last_period_start (business-local start of the period of the last serial issued, NULL
---   when none), shared (true for a cold counter). Reads the clock once (hivenet.now()); never blocks; one sequence read per scope.
+--   when none), shared (true for a cold counter). Reads the clock once (hivenet.now());
+--   never blocks; one sequence read per scope.
 CREATE VIEW hivenet.scope_usage AS
 WITH clock AS (
     SELECT hivenet._reporting_local_now() AS local_now
@@ -3841,8 +3867,8 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 100000
 
 -- hivenet.fence_failover(gap, force) → table (administrators; `hivenet-db failover-fence`)
 --   Run on a promoted standby before it takes traffic. Moves each counter to greatest(its
---   last value, the start of the clock's period) + p_gap. A counter of a format that does not borrow
---   the next period and whose period cannot hold the gap is parked at its capacity (HN010
+--   last value, the start of the clock's period) + p_gap. A counter of a format that does not
+--   borrow the next period and whose period cannot hold the gap is parked at its capacity (HN010
 --   until the next period: every number of this one may have been issued). p_gap NULL:
 --   _default_failover_gap(). One row per counter moved. Does nothing (no row) when this
 --   timeline was fenced already, unless p_force.
@@ -4063,7 +4089,8 @@ GRANT EXECUTE ON FUNCTION
     hivenet._fast_system(text, text, text),
     hivenet._format_constant(text),
     hivenet._setting_constant(text),
-    hivenet._scope_sequence_name(text, text)
+    hivenet._scope_sequence_name(text, text),
+    hivenet._scope_counter(text, text)
 TO PUBLIC;
 DO $$
 DECLARE
