@@ -356,7 +356,7 @@ $$;
 
 -- The latest instant format p_format has issued in counter scope p_scope, business-local:
 -- from the scope's own clock, or, while the scope waits for maintain() (a pending row), its
--- format's cold clock (shared by the new scopes); NULL when the format has no clock_unit or
+-- format's cold clock (shared by unprepared scopes); NULL when the format has no clock_unit or
 -- issued nothing there. Pending first, then the catalog: a promotion committing in between is
 -- seen by one of the two. Off the hot path (it refreshes the catalog cache):
 -- claim_interface_serial asks it only for a serial dated past its window.
