@@ -166,7 +166,7 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         "hivenet._serial_valid", "hivenet._step_start_valid", "hivenet._request_start_valid",
         # Inlined into next_unified_serial / next_system_serial, run as the caller (allocate.sql).
         "hivenet._fast_unified", "hivenet._fast_system", "hivenet._format_constant",
-        "hivenet._setting_constant", "hivenet._scope_sequence_name", "hivenet._scope_counter"}
+        "hivenet._setting_constant", "hivenet._scope_sequence_name"}
 
 
 def test_the_application_role_cannot_reach_superuser_through_a_connection(app: psycopg.Connection,

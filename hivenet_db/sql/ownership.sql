@@ -16,8 +16,8 @@
 -- refused while it has scopes here, unless forced, which parks their sequences (renamed
 -- seq_X → off_X, counters kept): the next allocation finds no sequence, goes through the
 -- first-use path and its check, and gets HN002. Owning the instance again restores them.
--- The fast paths of unified and system serve only the scopes in their map of live sequences,
--- which parking rewrites (_park_scope): a parked scope's next call takes the full path.
+-- The fast paths of unified and system find a scope's sequence by its name, which parking
+-- changes (_park_scope): a parked scope's next call takes the full path.
 -- A change takes effect for transactions that start after it commits.
 --
 -- The receiving side: on a database that declared ownership, begin_step and
@@ -252,8 +252,7 @@ CREATE TRIGGER setting_ownership BEFORE INSERT OR UPDATE ON hivenet.setting
 
 -- Parks (p_park) or restores the own sequence of scope p_scope of format p_format: renamed
 -- seq_X → off_X and back (same length, so the name stays valid), its counter kept, the scope's
--- row following, the fast paths' map rewritten. A parked scope's allocation finds no sequence
--- and takes the first-use path.
+-- row following. A parked scope's allocation finds no sequence and takes the first-use path.
 -- Waits for transactions that used the sequence (ALTER SEQUENCE locks it).
 CREATE FUNCTION hivenet._park_scope(p_format text, p_scope text, p_park boolean) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -271,7 +270,6 @@ BEGIN
         UPDATE hivenet.scope SET sequence_name = v_live
         WHERE format = p_format AND scope = p_scope;
     END IF;
-    PERFORM hivenet._compile_scope_counters();
 END $$;
 
 -- hivenet.own_instances(instances, single_primary_formats default null, force default false)

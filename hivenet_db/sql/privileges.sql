@@ -103,8 +103,7 @@ GRANT EXECUTE ON FUNCTION
     hivenet._fast_system(text, text, text),
     hivenet._format_constant(text),
     hivenet._setting_constant(text),
-    hivenet._scope_sequence_name(text, text),
-    hivenet._scope_counter(text, text)
+    hivenet._scope_sequence_name(text, text)
 TO PUBLIC;
 DO $$
 DECLARE
