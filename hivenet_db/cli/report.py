@@ -42,15 +42,11 @@ def report_sections(conn: Connection, unified: str | None, limit: int
     )
     for title, view, columns, order in views:
         if exists(conn, "relation", view):
-            rows = dicts(conn, f"SELECT {columns}, count(*) OVER () AS total_rows__ "
-                               f"FROM {view} {order} LIMIT :n", {"n": limit})
-            total = rows[0].pop("total_rows__") if rows else 0
-            for row in rows[1:]:
-                del row["total_rows__"]
-            sections[title] = rows
-            if total > len(rows):
-                sections[f"{title}: left out"] = (
-                    f"{total - len(rows)} more rows past --limit {limit}")
+            sections[title] = dicts(conn, f"SELECT {columns} FROM {view} {order} LIMIT :n",
+                                     {"n": limit})
+            left_out = conn.execute(text(f"SELECT count(*) FROM {view}")).scalar_one() - limit
+            if left_out > 0:
+                sections[f"{title}: left out"] = f"{left_out} more rows past --limit {limit}"
     if exists(conn, "function", "hivenet.replication_warning") and conn.execute(text(
             "SELECT has_function_privilege('hivenet.replication_warning()', 'EXECUTE')")
             ).scalar():
@@ -92,12 +88,13 @@ def register(commands: Commands) -> None:
                   "report --shards postgresql://app@shard0/pay,postgresql://app@shard1/pay"],
         description="Print the business time zone and each reporting section this database "
         "has: the call chain of --unified, per-scope usage and headroom of the current "
-        "period, interface calls per day, steps per state and stuck steps, keyed requests "
+        "period (the scopes in use first, the least headroom first), interface calls per day, steps per state and stuck steps, keyed requests "
         "per state and stuck keyed requests. With --shards or --shard-map: on every shard, "
         "the rows merged with a first column shard (docs/scale-out.md).")
     p.add_argument("--unified", metavar="SERIAL", help="list the call chain of this unified "
                    "serial")
-    p.add_argument("--limit", type=int, default=50, help="rows per section (default 50; "
+    p.add_argument("--limit", type=int, default=50, help="rows per section, saying how many "
+                   "more there are (default 50; "
                    "per shard with --shards)")
     add_shard_options(p)
 
