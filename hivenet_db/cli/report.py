@@ -88,14 +88,14 @@ def register(commands: Commands) -> None:
                   "report --shards postgresql://app@shard0/pay,postgresql://app@shard1/pay"],
         description="Print the business time zone and each reporting section this database "
         "has: the call chain of --unified, per-scope usage and headroom of the current "
-        "period (the scopes in use first, the least headroom first), interface calls per day, steps per state and stuck steps, keyed requests "
-        "per state and stuck keyed requests. With --shards or --shard-map: on every shard, "
-        "the rows merged with a first column shard (docs/scale-out.md).")
+        "period (the scopes in use first, the least headroom first), interface calls per "
+        "day, steps per state and stuck steps, keyed requests per state and stuck keyed "
+        "requests. With --shards or --shard-map: on every shard, the rows merged with a first "
+        "column shard (docs/scale-out.md).")
     p.add_argument("--unified", metavar="SERIAL", help="list the call chain of this unified "
                    "serial")
     p.add_argument("--limit", type=int, default=50, help="rows per section, saying how many "
-                   "more there are (default 50; "
-                   "per shard with --shards)")
+                   "more there are (default 50; per shard with --shards)")
     add_shard_options(p)
 
     commands.add(
