@@ -34,7 +34,6 @@ BUILTIN_FORMATS_JSON = r"""{
             },
             {
                 "seq": 12,
-                "lanes": 64,
                 "reset": "day"
             }
         ],
@@ -73,7 +72,6 @@ BUILTIN_FORMATS_JSON = r"""{
             },
             {
                 "seq": 10,
-                "lanes": 64,
                 "reset": "day"
             }
         ],
@@ -108,7 +106,8 @@ BUILTIN_FORMATS_JSON = r"""{
                 "field": "target",
                 "regex": "^[0-9A-Za-z]{5}$",
                 "width": 5,
-                "charset": "alnum"
+                "charset": "alnum",
+                "counter": false
             },
             {
                 "time": "YYYYMMDDHHMISS",
@@ -130,18 +129,10 @@ BUILTIN_FORMATS_JSON = r"""{
         "capacity": 999999,
         "segments": [
             {
-                "field": "recon_type",
-                "regex": "^[0-9]{2}$",
-                "width": 2,
-                "charset": "digit",
-                "printed": false
-            },
-            {
                 "field": "merchant",
                 "regex": "^[0-9]{12}$",
                 "width": 12,
-                "charset": "digit",
-                "counter": false
+                "charset": "digit"
             },
             {
                 "time": "YYYYMMDD",
@@ -161,7 +152,7 @@ BUILTIN_FORMATS_JSON = r"""{
             }
         ],
         "seq_width": 6,
-        "description": "unified ID service (seed 001): merchant + date + shard + daily sequence, counted per reconciliation type (not printed) and shard"
+        "description": "unified ID service (seed 001): merchant + date + shard + daily sequence per merchant and shard"
     },
     "per_second": {
         "reset": "second",

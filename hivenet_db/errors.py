@@ -55,8 +55,8 @@ class UnknownScope(HivenetError):
 
 
 class SequenceExhausted(HivenetError):
-    """HN010: every serial of the current period is used (or, after a restore onto a server of
-    the other byte order, the hash lanes wait for `hivenet-db failover-fence`)."""
+    """HN010: every serial of the current period of the scope is used (for an unprepared
+    scope: of its format's cold counter, shared by every unprepared scope)."""
 
     sqlstate = "HN010"
 

@@ -51,9 +51,9 @@ SCOPE = ("format", "scope")
 # One row per metric; the queries are in hivenet_db/queries/metrics.sql.
 METRICS = (
     Spec("scope_usage", "issued", "hivenet_scope_issued",
-         "serials issued in the current period of the scope (scope '(new scopes)': the "
-         "format's shared cold counter; '(lane N)': a lane its scopes share, formats with "
-         "hash lanes)", SCOPE),
+         "serials issued in the current period of the scope, for the scopes that issued in it "
+         "(scope '(unprepared scopes)': the format's cold counter, shared by the scopes not "
+         "prepared before their first use, always exported)", SCOPE),
     Spec("scope_usage", "capacity", "hivenet_scope_capacity",
          "serials a period of the scope can hold", SCOPE),
     Spec("scope_usage", "remaining", "hivenet_scope_remaining",

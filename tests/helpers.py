@@ -251,14 +251,3 @@ def statements_of(conn: psycopg.Connection, sql: str, params: Any = None
         conn.execute("SET auto_explain.log_min_duration = -1")
         conn.remove_notice_handler(collect)
     return plans, advisory
-
-
-def define_scoped(db: psycopg.Connection) -> None:
-    """Define format 'scoped': the unified layout without hash lanes, so each scope has a
-    counter of its own (its cold counter, promotion and per-scope reports are what the
-    tests of new scopes and reporting exercise; unified itself has lanes)."""
-    db.execute("""SELECT hivenet.define_format('scoped', '[
-        {"field": "system", "width": 5, "charset": "alnum"},
-        {"field": "module", "width": 3, "charset": "alnum"},
-        {"field": "instance", "width": 2, "charset": "digit", "min": 1},
-        {"time": "YYYYMMDD"}, {"seq": 10, "reset": "day"}]')""")

@@ -213,8 +213,9 @@ def test_quick_leaves_out_long_setups_unless_named(tmp_path: Path, hivenet_url: 
 def test_the_cases_are_listed_and_can_be_named(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--list"]) == 0
     listed = capsys.readouterr().out
-    for name in ("serials_vs_redis", "partition_drop", "first_use", "python_next_unified",
-                 "alloc_100k_scopes", "dedup_interface_10m"):
+    for name in ("serials_vs_redis", "partition_drop", "first_use", "prepare_scopes",
+                 "python_next_unified", "alloc_1k_scopes", "alloc_10k_scopes",
+                 "dedup_interface_10m"):
         assert name in listed
 
 
@@ -245,15 +246,16 @@ def test_own_redis_has_no_persistence_and_is_stopped_by_its_pid() -> None:
 def test_the_cases_run_quick(hivenet_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = bench.main(["--url", hivenet_url, "--quick", "--seconds", "1", "--json",
                        "--scenario", "serials_vs_redis", "--scenario", "partition_drop",
-                       "--scenario", "first_use"])
+                       "--scenario", "first_use", "--scenario", "prepare_scopes"])
     out = capsys.readouterr()
     assert code == 0, out.err
-    redis, drop, first = json.loads(out.out)
+    redis, drop, first, prepare = json.loads(out.out)
     assert (redis["scenario"], redis["unit"]) == ("serials_vs_redis", "serials/s")
     assert redis["baseline_median"] > 0 and redis["candidate_median"] > 1000
     assert drop["scenario"] == "partition_drop" and drop["ratio"] > 0
     assert first["scenario"] == "first_use" and first["candidate_median"] > 0
-    assert "ms per call" in out.err and "100,000 rows" in out.err
+    assert prepare["scenario"] == "prepare_scopes" and prepare["candidate_median"] > 0
+    assert "ms per call" in out.err and "100,000 rows" in out.err and "s for 1,000" in out.err
     assert "started Redis on 127.0.0.1:" in out.err
 
 

@@ -18,6 +18,7 @@ import pytest
 from hivenet_db import cli, embedded, migrate
 from hivenet_db.cli.serials import NEXT_CHUNK
 from hivenet_db.embedded import EmbeddedPostgres
+from tests.helpers import scalar
 
 COMMAND = Path(sys.executable).with_name("hivenet-db")
 SCOPE = ["--system", "C0001", "--module", "A01", "--instance", "01"]
@@ -112,6 +113,35 @@ def test_next_in_chunks_with_a_progress_bar_on_a_terminal(hivenet_url: str) -> N
     assert b"issuing system serials" in drawn  # the bar, on stderr only
 
 
+def test_prepare_takes_scopes_and_a_file_with_a_progress_bar(
+        hivenet_url: str, tmp_path: Path, db: psycopg.Connection) -> None:
+    """Each scope in each format (default: the three counted per channel), in transactions of
+    its own; the bar on stderr, the summary on stdout; then each scope counts from 1."""
+    scopes = tmp_path / "scopes.txt"
+    scopes.write_text("# channels of C0002\nsystem=C0002,module=A01,instance=01\n\n"
+                      '{"system": "C0002", "module": "A01", "instance": "02"}\n')
+    result, drawn = on_a_terminal("--json", "prepare", "system=C0001,module=A01,instance=01",
+                                  "--file", str(scopes), "--url", hivenet_url)
+    assert b"preparing scopes" in drawn
+    assert json.loads(result.stdout) == [{"format": f, "scopes": 3}
+                                         for f in ("unified", "system", "interface")]
+    assert db.execute("SELECT format, count(*) FROM hivenet.scope GROUP BY format "
+                      "ORDER BY format").fetchall() == [
+        ("interface", 3), ("system", 3), ("unified", 3)]
+    assert scalar(db, "SELECT hivenet.next_unified_serial('C0002', 'A01', '02')").endswith(
+        "0000000001")
+    result, _ = on_a_terminal("prepare", "--format", "id_service",
+                              "merchant=123456789012,shard=07", "--url", hivenet_url)
+    assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE format = 'id_service'") == 1
+
+
+def test_prepare_refuses_a_malformed_scope(run: Run) -> None:
+    result = run("prepare", "system=C0001,module", rc=2)
+    assert "expected NAME=VALUE" in result.stderr and result.stderr.count("\n") == 1
+    result = run("prepare", "system=C0001,module=A01,instance=00", rc=1)
+    assert "HN001" in result.stderr and "instance" in result.stderr
+
+
 @pytest.mark.parametrize(("args", "shown"), [
     (("migrate",), b"upgrade schema hivenet to head"),
     (("maintain",), b"hivenet.maintain()"),
@@ -134,11 +164,9 @@ def test_next_prints_committed_serials(run: Run, db: psycopg.Connection) -> None
     assert len(out) == 3 and all(len(s) == 28 and s.startswith("C0001A0101") for s in out)
     seqs = [int(s[-10:]) for s in out]
     assert seqs == sorted(seqs) and len(set(seqs)) == 3
-    # Committed before printing: another session sees the scope's counter (its lane: unified
-    # has hash lanes) moved past them.
-    assert db.execute("SELECT pg_sequence_last_value(hivenet._lane(f, 'C0001A0101')) "
-                      "FROM hivenet.format f WHERE f.name = 'unified'").fetchone()[0] \
-        % 10**10 == seqs[-1]
+    # Committed before printing: another session sees the scope's counter moved past them.
+    assert db.execute("SELECT pg_sequence_last_value('hivenet.\"seq_unified_C0001A0101\"')"
+                      ).fetchone()[0] % 10**10 == seqs[-1]
 
 
 def test_next_json_and_interface_target(run: Run) -> None:
@@ -231,14 +259,21 @@ def test_migrate_sets_the_business_time_zone_and_report_shows_it(run: Run,
 
 
 def test_maintain_and_report(run: Run) -> None:
-    # A new scope of a format without lanes: the cold counter, until maintain gives it its own.
+    # An unprepared scope: the cold counter, until maintain gives it its own.
     run("next", "interface", *SCOPE, "--target", "B0001", "--count", "2")
     assert "done" in run("maintain").stdout
     sections = json.loads(run("report", "--json").stdout)
-    (usage,) = [row for row in sections["usage and headroom of the current period"]
-                if row["scope"] == "C0001A0101B0001"]
-    assert usage["format"] == "interface" and usage["issued"] == 2
+    usage = sections["usage and headroom of the current period"]
+    # The scope in use first, with the cold counter it drew from; the idle ones after them.
+    assert {(row["format"], row["scope"], row["issued"]) for row in usage[:2]} == {
+        ("interface", "C0001A0101", 2), ("interface", "(unprepared scopes)", 2)}
+    assert {row["issued"] for row in usage[2:]} == {0}
     assert "usage and headroom" in run("report").stdout
+    # What --limit left out is counted: six formats' cold counters and the scope.
+    sections = json.loads(run("report", "--json", "--limit", "2").stdout)
+    assert len(sections["usage and headroom of the current period"]) == 2
+    assert sections["usage and headroom of the current period: left out"] == (
+        "5 more rows past --limit 2")
 
 
 def test_report_shows_keyed_requests(run: Run, db: psycopg.Connection) -> None:

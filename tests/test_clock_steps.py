@@ -25,7 +25,7 @@ FIELDS: dict[str, dict[str, str]] = {
     "unified": {"system": "C0001", "module": "A01", "instance": "01"},
     "system": {"system": "C0001", "module": "A01", "instance": "01"},
     "interface": {"system": "C0001", "module": "A01", "instance": "01", "target": "B0001"},
-    "id_service": {"recon_type": "01", "merchant": "123456789012", "shard": "01"},
+    "id_service": {"merchant": "123456789012", "shard": "01"},
     "merchant_trade": {"merchant": "123456789012"},
     "per_second": {},
 }

@@ -14,50 +14,71 @@ from tests.helpers import SetClock, scalar
 WHEN = "2015-07-10 23:01:10+00"
 
 
-def _id(db: psycopg.Connection, recon_type: str, merchant: str, shard: str = "05") -> str:
+def _id(db: psycopg.Connection, merchant: str, shard: str = "05") -> str:
     serial: str = scalar(db, "SELECT hivenet.next_serial('id_service', %s)", (json.dumps(
-        {"recon_type": recon_type, "merchant": merchant, "shard": shard}),))
+        {"merchant": merchant, "shard": shard}),))
     return serial
 
 
-def test_id_service_counts_per_reconciliation_type_and_prints_the_merchant(
+def test_id_service_counts_per_printed_merchant_and_shard(
         db: psycopg.Connection, fake_clock: SetClock) -> None:
     fake_clock(db, WHEN)
-    for recon_type in ("01", "02"):
+    for merchant, shard in (("111111111111", "05"), ("222222222222", "05"),
+                            ("111111111111", "06")):
         db.execute("SELECT hivenet.prepare_scope('id_service', %s)", (json.dumps(
-            {"recon_type": recon_type, "merchant": "000000000000", "shard": "05"}),))
-    # Two merchants under one reconciliation type share one daily counter...
-    assert _id(db, "01", "111111111111") == "111111111111" "20150710" "05" "000001"
-    assert _id(db, "01", "222222222222") == "222222222222" "20150710" "05" "000002"
-    # ...and another type counts apart; the type is not printed.
-    assert _id(db, "02", "111111111111") == "111111111111" "20150710" "05" "000001"
-    assert _id(db, "01", "111111111111") == "111111111111" "20150710" "05" "000003"
+            {"merchant": merchant, "shard": shard}),))
+    assert _id(db, "111111111111") == "111111111111" "20150710" "05" "000001"
+    assert _id(db, "222222222222") == "222222222222" "20150710" "05" "000001"
+    assert _id(db, "111111111111", "06") == "111111111111" "20150710" "06" "000001"
+    assert _id(db, "111111111111") == "111111111111" "20150710" "05" "000002"
     assert db.execute("SELECT scope, fields FROM hivenet.scope WHERE format = 'id_service' "
                       "ORDER BY scope").fetchall() == [
-        ("0105", {"recon_type": "01", "shard": "05"}),
-        ("0205", {"recon_type": "02", "shard": "05"})]
+        ("11111111111105", {"merchant": "111111111111", "shard": "05"}),
+        ("11111111111106", {"merchant": "111111111111", "shard": "06"}),
+        ("22222222222205", {"merchant": "222222222222", "shard": "05"})]
     expected = {"format": "id_service", "merchant": "111111111111", "date": "2015-07-10",
-                "shard": "05", "seq": 3}
-    serial = "111111111111" "20150710" "05" "000003"
+                "shard": "05", "seq": 2}
+    serial = "111111111111" "20150710" "05" "000002"
     assert scalar(db, "SELECT hivenet.parse_serial(%s, 'id_service')", (serial,)) == expected
     assert parse_serial(serial, "id_service").fields == {"merchant": "111111111111",
                                                           "shard": "05"}
 
 
-def test_new_counter_keys_wait_in_one_scope_per_key(
+def test_three_reconciliation_types_of_one_merchant_print_three_serials(
         db: psycopg.Connection, fake_clock: SetClock) -> None:
-    """Before maintain(), a new key draws from the cold counter: recorded once per key, not
-    per merchant, and maintain() gives it a sequence named after the key."""
+    """Seed 001's first requirement is global uniqueness: the serials of one statement issuing
+    for types 01, 02 and 03 of one merchant and shard differ (a counter per type, not printed,
+    printed the same serial three times). A type is not needed to allocate, and refused."""
     fake_clock(db, WHEN)
-    first = _id(db, "07", "111111111111")
-    second = _id(db, "07", "222222222222")
+    fields = json.dumps({"merchant": "123456789012", "shard": "05"})
+    db.execute("SELECT hivenet.prepare_scope('id_service', %s)", (fields,))
+    serials = [row[0] for row in db.execute(
+        "SELECT hivenet.next_serial('id_service', %s) FROM (VALUES ('01'), ('02'), ('03')) "
+        "AS t(recon_type)", (fields,))]
+    assert serials == ["123456789012" "20150710" "05" + seq
+                       for seq in ("000001", "000002", "000003")]
+    with pytest.raises(psycopg.Error) as refused:
+        db.execute("SELECT hivenet.next_serial('id_service', %s)", (json.dumps(
+            {"recon_type": "01", "merchant": "123456789012", "shard": "05"}),))
+    assert refused.value.diag.sqlstate == "HN001"
+    assert "has no field 'recon_type'" in (refused.value.diag.message_primary or "")
+
+
+def test_unprepared_scopes_wait_in_one_pending_row_per_scope(
+        db: psycopg.Connection, fake_clock: SetClock) -> None:
+    """Before maintain(), a new scope draws from the cold counter: recorded once, and
+    maintain() gives it a sequence named after the scope."""
+    fake_clock(db, WHEN)
+    first = _id(db, "111111111111", "07")
+    second = _id(db, "111111111111", "07")
     assert first[-6:] < second[-6:]
     assert {r[0] for r in db.execute(
-        "SELECT scope FROM hivenet.scope_pending WHERE format = 'id_service'")} == {"0705"}
+        "SELECT scope FROM hivenet.scope_pending WHERE format = 'id_service'")} == \
+        {"11111111111107"}
     db.execute("SELECT hivenet.maintain()")
     assert scalar(db, "SELECT sequence_name FROM hivenet.scope WHERE format = 'id_service'") \
-        == "seq_id_service_0705"
-    assert _id(db, "07", "333333333333")[-6:] > second[-6:]
+        == "seq_id_service_11111111111107"
+    assert _id(db, "111111111111", "07")[-6:] > second[-6:]
 
 
 def test_a_custom_format_may_print_a_field_outside_its_counter(db: psycopg.Connection) -> None:

@@ -38,22 +38,17 @@ def counters(db: psycopg.Connection) -> dict[str, int]:
     return {name: value for name, value in db.execute(
         "SELECT sequencename, coalesce(last_value, 0) FROM pg_sequences "
         "WHERE schemaname = 'hivenet' AND (sequencename LIKE 'seq\\_%' "
-        "OR sequencename LIKE 'cold\\_%' OR sequencename LIKE 'lane\\_%')").fetchall()}
-
-
-def unified_lanes(db: psycopg.Connection) -> set[int]:
-    """The distinct values of format unified's lanes (0 for a lane never drawn from)."""
-    return {value for name, value in counters(db).items() if name.startswith("lane_unified_")}
+        "OR sequencename LIKE 'cold\\_%')").fetchall()}
 
 
 def test_the_fence_moves_every_counter_past_a_gap_once_per_timeline(
         db: psycopg.Connection) -> None:
-    """A scope's own sequence and a cold counter (interface), and every lane (unified)."""
+    """Every scope's own sequence (interface, unified) and every cold counter."""
     interface = "SELECT hivenet.next_interface_serial('C0001', 'A01', %s, 'B0001')"
     db.execute("SELECT hivenet.prepare_scope('interface', %s)",
                (Jsonb({**fields("01"), "target": "B0001"}),))
     before = [scalar(db, interface, (i,)) for i in ("01", COLD)]
-    lane = scalar(db, "SELECT hivenet._lane_of('C0001A0101', 64)")
+    db.execute("SELECT hivenet.prepare_scope('unified', %s)", (Jsonb(fields("01")),))
     unified = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
     # The install recorded this timeline: nothing to fence without force.
     assert db.execute("SELECT * FROM hivenet.fence_failover(1000)").fetchall() == []
@@ -61,13 +56,12 @@ def test_the_fence_moves_every_counter_past_a_gap_once_per_timeline(
     rows = db.execute("SELECT counter, from_value, to_value, parked "
                       "FROM hivenet.fence_failover(1000, true)").fetchall()
     moved = {counter: (start, end, parked) for counter, start, end, parked in rows}
-    assert set(moved) == set(old)  # every scope sequence, cold counter and lane
-    assert {f"lane_unified_{i}" for i in range(64)} <= set(moved)
-    own = "seq_interface_C0001A0101B0001"
+    assert set(moved) == set(old)  # every scope sequence and cold counter
+    own = "seq_interface_C0001A0101"
     assert moved[own][:2] == (old[own], old[own] + 1000)
     assert counters(db)["cold_interface"] == old["cold_interface"] + 1000
-    assert moved[f"lane_unified_{lane}"][:2] == (old[f"lane_unified_{lane}"],
-                                                 old[f"lane_unified_{lane}"] + 1000)
+    assert moved["seq_unified_C0001A0101"][:2] == (old["seq_unified_C0001A0101"],
+                                                   old["seq_unified_C0001A0101"] + 1000)
     after = [scalar(db, interface, (i,)) for i in ("01", COLD)]
     for earlier, later in zip(before, after, strict=True):
         assert int(later[-10:]) - int(earlier[-10:]) == 1001
@@ -78,39 +72,14 @@ def test_the_fence_moves_every_counter_past_a_gap_once_per_timeline(
     assert recorded == (1000, "command")
 
 
-def test_the_fence_moves_every_lane_past_the_greatest(db: psycopg.Connection) -> None:
-    """On a server of the other byte order hashtext picks other lanes for the same scopes
-    (allocate.sql); after the fence a scope meets no value it was issued, whichever lane it
-    draws from: every lane stands past the greatest lane."""
-    lane_of = "SELECT hivenet._lane_of('C0001A01' || %s, 64)"
-    busy = "01"
-    quiet = next(i for i in (f"{n:02d}" for n in range(2, 100))
-                 if scalar(db, lane_of, (i,)) != scalar(db, lane_of, (busy,)))
-    unified = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"
-    issued = [scalar(db, unified, (busy,)) for _ in range(50)] + [scalar(db, unified, (quiet,))]
-    old = counters(db)
-    top = max(value for name, value in old.items() if name.startswith("lane_unified_"))
-    assert old[f"lane_unified_{scalar(db, lane_of, (quiet,))}"] < top
-    rows = db.execute("SELECT counter, to_value FROM hivenet.fence_failover(1000, true) "
-                      "WHERE format = 'unified'").fetchall()
-    assert {counter for counter, _ in rows} == {
-        *(f"lane_unified_{i}" for i in range(64)), "cold_unified"}
-    assert {to_value for _, to_value in rows} == {top + 1000}
-    # Drawn from its own lane or from the busy one, the quiet scope's next serial is past
-    # every serial issued before the fence, by the gap.
-    highest = max(int(serial[-10:]) for serial in issued)
-    after = [scalar(db, unified, (quiet,)), scalar(db, unified, (busy,))]
-    assert [int(serial[-10:]) for serial in after] == [highest + 1001, highest + 1001]
-
-
 def test_a_counter_whose_period_cannot_hold_the_gap_is_parked_at_its_capacity(
         db: psycopg.Connection) -> None:
-    id_fields = Jsonb({"recon_type": "01", "merchant": "123456789012", "shard": "01"})
+    id_fields = Jsonb({"merchant": "123456789012", "shard": "01"})
     db.execute("SELECT hivenet.prepare_scope('id_service', %s)", (id_fields,))
     db.execute("SELECT hivenet.next_serial('id_service', %s)", (id_fields,))
     rows = db.execute("SELECT counter, parked FROM hivenet.fence_failover(2000000, true) "
                       "WHERE format IN ('id_service', 'unified')").fetchall()
-    assert ("seq_id_service_0101", True) in rows  # recon_type + shard
+    assert ("seq_id_service_12345678901201", True) in rows  # merchant + shard
     assert all(not parked for counter, parked in rows if counter.startswith("cold_unified"))
     with pytest.raises(psycopg.Error) as refused:  # every number of today may have been issued
         db.execute("SELECT hivenet.next_serial('id_service', %s)", (id_fields,))
@@ -143,109 +112,6 @@ def test_maintain_fences_a_timeline_nobody_fenced(db: psycopg.Connection) -> Non
     db.execute("SELECT hivenet.maintain()")  # fenced once: never again on this timeline
     assert counters(db)["cold_unified"] == moved
     assert not any("was not fenced" in w for w in warnings)
-
-
-def restored_from_the_other_byte_order(db: psycopg.Connection) -> None:
-    """What a dump of a server of the other byte order brings (no such server is at hand):
-    fence rows with another lane hash, and _lanes_aligned compiled from them."""
-    db.execute("UPDATE hivenet.failover_fence SET lane_hash = lane_hash # 1")
-    db.execute("SELECT hivenet._compile_lanes_aligned()")
-
-
-UNALIGNED = {  # every way to a lane: the fast paths, then _allocate
-    "next_unified_serial": "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')",
-    "next_system_serial": "SELECT hivenet.next_system_serial('C0001', 'A01', '03')",
-    "next_serial": "SELECT hivenet.next_serial('unified', %s)",
-    "next_serials": "SELECT hivenet.next_serials('system', %s, 2)",
-}
-
-
-@pytest.mark.parametrize("call", sorted(UNALIGNED))
-def test_lanes_aligned_on_the_other_byte_order_issue_nothing_until_the_fence(
-        db: psycopg.Connection, call: str) -> None:
-    """There the scopes hash to other lanes, which may stand below serials they were issued:
-    no lane issues (HN010 naming the byte order) until the fence, whose command needs no
-    --force; then serials continue past every one issued before."""
-    sql = UNALIGNED[call]
-    params = (Jsonb(fields("01")),) if "%s" in sql else None
-    issued = [scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)", (i,))
-              for i in ("01", "01", "02")]
-    restored_from_the_other_byte_order(db)
-    with pytest.raises(psycopg.Error) as refused:
-        db.execute(sql, params)
-    assert sqlstate_of(refused.value) == "HN010"
-    assert "other byte order" in str(refused.value) and "failover-fence" in str(refused.value)
-    assert db.execute("SELECT count(*) FROM hivenet.fence_failover(1000)").fetchone() != (0,)
-    db.execute(sql, params)
-    after = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '02')")
-    assert int(after[-10:]) > max(int(serial[-10:]) for serial in issued) + 1000
-
-
-def test_a_plan_made_before_the_lanes_changed_is_made_again(db: psycopg.Connection) -> None:
-    """The guard is folded when a statement is planned: rewriting _lanes_aligned invalidates
-    the plans that inlined it, both ways (a session's prepared statement, generic plan)."""
-    db.execute("PREPARE alloc AS SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
-    db.execute("SET plan_cache_mode = force_generic_plan")
-    db.execute("EXECUTE alloc")
-    restored_from_the_other_byte_order(db)
-    with pytest.raises(psycopg.Error) as refused:
-        db.execute("EXECUTE alloc")
-    assert sqlstate_of(refused.value) == "HN010"
-    db.execute("SELECT * FROM hivenet.fence_failover(1000)")
-    assert len(scalar(db, "EXECUTE alloc")) == 28
-
-
-def test_the_fence_aligns_the_lanes_whatever_time_the_restored_rows_carry(
-        db: psycopg.Connection) -> None:
-    """A restored fence row of another timeline may carry a later time than this server's
-    clock (the old server's clock ran ahead): this timeline's fence decides, not the time."""
-    restored_from_the_other_byte_order(db)
-    db.execute("INSERT INTO hivenet.failover_fence (timeline, fenced_at, applied_by, lane_hash) "
-               "SELECT hivenet._timeline() + 1, now() + interval '1 day', 'command', lane_hash "
-               "FROM hivenet.failover_fence WHERE timeline = hivenet._timeline()")
-    db.execute("SELECT * FROM hivenet.fence_failover(1000)")
-    assert len(scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")) == 28
-
-
-def test_a_restore_without_the_fence_rows_waits_for_maintain(db: psycopg.Connection) -> None:
-    """A dump made without the data of failover_fence still carries _lanes_aligned, compiled
-    on the old server: nothing issues until maintain() fences the timeline it finds unfenced."""
-    restored_from_the_other_byte_order(db)
-    db.execute("DELETE FROM hivenet.failover_fence")
-    with pytest.raises(psycopg.Error) as refused:
-        db.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
-    assert sqlstate_of(refused.value) == "HN010"
-    db.execute("SELECT hivenet.maintain()")
-    assert len(scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")) == 28
-
-
-def test_maintain_fences_after_a_restore_from_the_other_byte_order(
-        db: psycopg.Connection) -> None:
-    """A dump restored onto a server of the other byte order brings fence rows whose lane hash
-    is not this server's. Every lane then moves past the greatest, by maintain() (with a
-    WARNING) or by the command without --force, and issues again; afterwards the row carries
-    this server's hash and nothing moves again."""
-    for instance in ("01", "01", "01", "02"):
-        db.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', %s)", (instance,))
-    restored_from_the_other_byte_order(db)
-    with pytest.raises(psycopg.Error) as refused:
-        db.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
-    assert sqlstate_of(refused.value) == "HN010"
-    top = max(unified_lanes(db))
-    warnings: list[str] = []
-    db.add_notice_handler(lambda notice: warnings.append(notice.message_primary or ""))
-    db.execute("SELECT hivenet.maintain()")
-    gap = scalar(db, "SELECT hivenet._default_failover_gap()")
-    lanes = unified_lanes(db)
-    assert lanes == {top + gap}
-    assert any("other byte order" in w for w in warnings), warnings
-    assert scalar(db, "SELECT lane_hash = hivenet._lane_hash() FROM hivenet.failover_fence "
-                      "WHERE timeline = hivenet._timeline()")
-    db.execute("SELECT hivenet.maintain()")  # fenced on this server now: nothing moves
-    assert unified_lanes(db) == lanes
-    assert db.execute("SELECT * FROM hivenet.fence_failover(1000)").fetchall() == []
-    serial = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
-    assert int(serial[-10:]) == (top + gap) % 10**14 + 1
 
 
 def test_the_application_role_may_not_fence(db: psycopg.Connection) -> None:

@@ -7,6 +7,7 @@ Also the regression guards of issue 13 that are not timed: plan and statistics c
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,23 +29,14 @@ def failure(conn: psycopg.Connection, sql: str, params: Any = None) -> tuple[str
     return str(error.value.sqlstate), str(error.value.diag.message_primary)
 
 
-def _prepare(db: psycopg.Connection) -> None:
-    db.execute("SELECT hivenet.prepare_scope('unified', %s)", (SCOPE,))
+def _prepare(db: psycopg.Connection, scope: str = SCOPE) -> None:
+    """Prepare the scope of unified and system (their counters start in today's period)."""
+    for kind in ("unified", "system"):
+        db.execute("SELECT hivenet.prepare_scope(%s, %s)", (kind, scope))
 
 
-def _lane(db: psycopg.Connection) -> str:
-    """The lane of scope C0001A0101 of format unified (its counter: allocate.sql)."""
-    return str(scalar(db, "SELECT hivenet._lane(f, 'C0001A0101')::text FROM hivenet.format f "
-                          "WHERE f.name = 'unified'"))
-
-
-def _lanes_in_today(db: psycopg.Connection) -> None:
-    """Every lane of unified and system in today's period, as on a busy day (the first
-    allocation of the day in each lane moves it there by the slow path: _advance)."""
-    db.execute("SELECT setval(c, greatest(pg_sequence_last_value(c), %s)) "
-               "FROM hivenet.format f, generate_series(0, 63) AS l, LATERAL (SELECT "
-               "('hivenet.' || hivenet._lane_sequence_name(f.name, l))::regclass AS c) AS c "
-               "WHERE f.name IN ('unified', 'system')", (_today_period(db) * STRIDE,))
+# The counter of scope C0001A0101 of format unified.
+COUNTER = 'hivenet."seq_unified_C0001A0101"'
 
 
 def _today_period(db: psycopg.Connection) -> int:
@@ -72,7 +64,7 @@ def test_a_prepared_statement_runs_no_plpgsql_function(db: psycopg.Connection) -
     """The guard of issue 13's goal: the plain case is one inlined expression (fails when
     next_unified_serial is PL/pgSQL, SECURITY DEFINER, has SET, or the fast path stops being
     inlinable, e.g. a FROM clause or nextval used twice)."""
-    _lanes_in_today(db)
+    _prepare(db)
     db.execute("PREPARE alloc(text, text, text) AS "
                "SELECT hivenet.next_unified_serial($1, $2, $3)")
     db.execute("SET plan_cache_mode = force_generic_plan")
@@ -80,18 +72,17 @@ def test_a_prepared_statement_runs_no_plpgsql_function(db: psycopg.Connection) -
         "EXPLAIN (VERBOSE) EXECUTE alloc('C0001', 'A01', '01')"))
     assert "next_unified_serial" not in plan and "_fast_unified" not in plan, plan
     assert "hivenet._" not in plan, plan
-    # The lanes' byte-order guard (_lanes_aligned, allocate.sql) folded away at planning.
-    assert "hivenet lanes" not in plan, plan
-    # The lane by a constant: no name look-up (to_regclass) on the fast path.
-    assert "nextval(('{hivenet.lane_unified_0," in plan and "to_regclass" not in plan, plan
+    # The scope's own sequence by its qualified name.
+    assert """nextval(to_regclass((((('hivenet."seq_unified_'""" in plan, plan
     assert "next_serial('unified'" in plan, plan
     calls = _plpgsql_calls(db, "EXECUTE alloc('C0001', 'A01', '01')")
     assert calls == {}, calls
+    # A scope prepared since the statement was planned too.
+    _prepare(db, SCOPE.replace('"01"', '"02"'))
+    assert _plpgsql_calls(db, "EXECUTE alloc('C0001', 'A01', '02')") == {}
     for kind in ("unified", "system"):
-        # A new scope too: its first use is an ordinary allocation from its lane.
         calls = _plpgsql_calls(db, f"SELECT hivenet.next_{kind}_serial('C0001', 'A01', '02')")
         assert calls == {}, calls
-    assert _plpgsql_calls(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')") == {}
 
 
 def _fast_path_body(db: psycopg.Connection, kind: str) -> str:
@@ -104,12 +95,27 @@ def test_the_fast_paths_are_generated_with_their_constants_written_in(
     planning inlines each fast path, so it must read no format or setting through a function
     (folding ~30 reads of _format_constant cost ~5 ms a call); fails when the body reads
     _format_constant or _setting_constant again."""
+    _prepare(db)
     for kind, seq_width in (("unified", 10), ("system", 12)):
         body = _fast_path_body(db, kind)
         assert "_format_constant" not in body and "_setting_constant" not in body, body
-        assert f"hivenet.lane_{kind}_63}}'" in body and "to_regclass" not in body  # its lanes
+        assert f"""to_regclass((((('hivenet."seq_{kind}_'""" in body, body  # by name
         assert "[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}" in body      # its field pattern
         assert f"'FM{'0' * seq_width}'" in body and "'UTC'" in body  # seq width, time zone
+
+
+def test_preparing_scopes_leaves_the_fast_paths_as_they_are(db: psycopg.Connection) -> None:
+    """The guard of unprepared callers with many scopes: nothing of a scope is written into
+    the inlined fast path (a map of 10,000 scopes there cost 7.7 ms of planning a call); a
+    scope's sequence is found by its name, and a parked one is not found."""
+    bodies = {kind: _fast_path_body(db, kind) for kind in ("unified", "system")}
+    db.execute("SELECT hivenet.prepare_scope('unified', %s)", (json.dumps(
+        [{"system": f"M{n:04d}", "module": "A01", "instance": "01"} for n in range(50)]),))
+    assert {kind: _fast_path_body(db, kind) for kind in bodies} == bodies
+    unified = "SELECT hivenet.next_unified_serial('M0049', 'A01', '01')"
+    assert _plpgsql_calls(db, unified, times=1) == {}
+    db.execute("SELECT hivenet.own_instances('02-99', NULL, true)")  # parks the 01 scopes
+    assert failure(db, unified)[0] == "HN002"
 
 
 def test_the_fast_paths_follow_a_change_of_setting(db: psycopg.Connection) -> None:
@@ -126,8 +132,8 @@ def test_the_fast_paths_follow_a_change_of_setting(db: psycopg.Connection) -> No
 
 
 def test_fast_path_continues_the_scope_counter_in_order(db: psycopg.Connection) -> None:
-    first = scalar(db, UNIFIED)
-    _prepare(db)  # a no-op for a laned format
+    first = scalar(db, UNIFIED)  # unprepared: the cold counter
+    _prepare(db)
     serials = [scalar(db, UNIFIED) for _ in range(5)]
     assert first < serials[0] and serials == sorted(set(serials))
     assert all(s[:10] == "C0001A0101" and s[10:18] == _today(db) and len(s) == 28
@@ -140,7 +146,7 @@ def test_fast_path_continues_the_scope_counter_in_order(db: psycopg.Connection) 
 
 def test_a_counter_of_an_older_period_is_reset_by_the_slow_path(db: psycopg.Connection) -> None:
     _prepare(db)
-    db.execute("SELECT setval(%s, %s)", (_lane(db), (_today_period(db) - 1) * STRIDE + 500))
+    db.execute("SELECT setval(%s, %s)", (COUNTER, (_today_period(db) - 1) * STRIDE + 500))
     calls = _plpgsql_calls(db, UNIFIED, times=1)
     assert calls.get("_advance") == 1, calls
     assert scalar(db, UNIFIED) == f"C0001A0101{_today(db)}0000000002"
@@ -151,7 +157,7 @@ def test_a_counter_ahead_of_the_clock_prints_its_own_period(db: psycopg.Connecti
     """Clock stepped back (or a day borrowed): the value's period is newer than the clock's;
     the fast path must not print today's date with it."""
     _prepare(db)
-    db.execute("SELECT setval(%s, %s)", (_lane(db), (_today_period(db) + 1) * STRIDE + 7))
+    db.execute("SELECT setval(%s, %s)", (COUNTER, (_today_period(db) + 1) * STRIDE + 7))
     serial = scalar(db, UNIFIED)
     tomorrow = (dt.datetime.strptime(_today(db), "%Y%m%d") + dt.timedelta(days=1))
     # 8 was taken by the fast path and left as a gap (as _issue does before _advance).
@@ -160,11 +166,11 @@ def test_a_counter_ahead_of_the_clock_prints_its_own_period(db: psycopg.Connecti
 
 def test_exhaustion_still_raises_hn010(db: psycopg.Connection) -> None:
     _prepare(db)
-    db.execute("SELECT setval(%s, %s)", (_lane(db), _today_period(db) * STRIDE + 9999999998))
+    db.execute("SELECT setval(%s, %s)", (COUNTER, _today_period(db) * STRIDE + 9999999998))
     assert scalar(db, UNIFIED).endswith("9999999999")
     for _ in range(2):
         code, message = failure(db, UNIFIED)
-        assert code == "HN010" and "9999999999" in message and "lane " in message
+        assert code == "HN010" and "9999999999" in message and "'C0001A0101'" in message
 
 
 @pytest.mark.parametrize("args, code", [
@@ -201,6 +207,7 @@ def test_where_no_fake_clock_is_allowed_the_fast_path_does_not_read_one(
     pays for it. Elsewhere a session's fake clock moves no serial (the fast path issues by
     the real clock), and every function that reads the clock refuses it (HN001), as does the
     full path of allocation (a period's first serial, and every other case)."""
+    _prepare(db)
     for kind in ("unified", "system"):
         assert "fake_now" not in _fast_path_body(db, kind)
     with db.transaction(force_rollback=True):
@@ -220,11 +227,11 @@ def test_where_no_fake_clock_is_allowed_the_fast_path_does_not_read_one(
 def test_a_role_with_schema_usage_takes_values_but_never_sets_them(
         db: psycopg.Connection, app: psycopg.Connection) -> None:
     app.execute("RESET ROLE")
-    lane = _lane(db)
+    _prepare(app)
     app.execute(f"SET ROLE {ROLE}")
-    # Through the fast path: without USAGE on the scope's lane, nextval would fail here.
+    # Through the fast path: without USAGE on the scope's sequence, nextval would fail here.
     assert scalar(app, UNIFIED)[10:18] == _today(app)
-    for sql in (f"SELECT setval('{lane}', 1)", f"ALTER SEQUENCE {lane} RESTART",
+    for sql in (f"SELECT setval('{COUNTER}', 1)", f"ALTER SEQUENCE {COUNTER} RESTART",
                 "SELECT nextval('hivenet.cold_unified')"):
         with pytest.raises(psycopg.errors.InsufficientPrivilege), app.transaction():
             app.execute(sql)

@@ -41,7 +41,7 @@ def test_the_standards_example(at_example_time: psycopg.Connection) -> None:
     ("SELECT hivenet.next_interface_serial('C0001', 'A01', '03', 'D0001')",
      "C0001A0103D0001" "20150710230110" "0000000001"),
     ("""SELECT hivenet.next_serial('id_service',
-        '{"recon_type":"01","merchant":"123456789012","shard":"05"}')""",
+        '{"merchant":"123456789012","shard":"05"}')""",
      "123456789012" "20150710" "05" "000001"),
     ("""SELECT hivenet.next_serial('merchant_trade', '{"merchant":"123456789012"}')""",
      "123456789012" "20150710230110" "000001"),
@@ -77,8 +77,7 @@ def test_batch_is_ordered_and_unique(db: psycopg.Connection) -> None:
 
 
 def test_scopes_never_share_numbers(db: psycopg.Connection) -> None:
-    """Formats with a sequence per scope (interface; unified and system share hash lanes:
-    tests/test_lanes.py)."""
+    """Every scope has a counter of its own (tests/test_counting.py for every format)."""
     scopes = [("C0001", "A01", "01"), ("C0001", "A01", "02"), ("C0001", "A02", "01")]
     for system, module, instance in scopes:
         db.execute("SELECT hivenet.prepare_scope('interface', jsonb_build_object('system', "

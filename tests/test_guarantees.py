@@ -150,7 +150,7 @@ def test_exhaustion_raises_hn010_and_the_next_period_starts_over(db: psycopg.Con
 
 
 def test_id_service_daily_capacity_is_bounded(db: psycopg.Connection, fake_clock: SetClock) -> None:
-    fields = '{"recon_type": "01", "merchant": "123456789012", "shard": "07"}'
+    fields = '{"merchant": "123456789012", "shard": "07"}'
     fake_clock(db, _day(0))
     # The whole day in one call: above the default per-call limit, within its maximum.
     db.execute("UPDATE hivenet.setting SET value = '1000000' WHERE name = 'max_serials_per_call'")

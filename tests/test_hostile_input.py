@@ -100,7 +100,7 @@ def json_values(nul: bool = False) -> st.SearchStrategy[Any]:
     return st.recursive(leaves, lambda inner: st.one_of(
         st.lists(inner, max_size=4),
         st.dictionaries(st.one_of(st.sampled_from(["system", "module", "instance", "target",
-                                                   "recon_type", "merchant", "shard"]),
+                                                   "merchant", "shard"]),
                                   st.text(ALPHABET, max_size=10)),
                         inner, max_size=5)), max_leaves=8)
 
@@ -113,7 +113,7 @@ def jsons(draw: st.DrawFn) -> Any:
     if kind == 1:  # the fields of a format, each a hostile text
         names = draw(st.sampled_from([["system", "module", "instance"],
                                       ["system", "module", "instance", "target"],
-                                      ["recon_type", "merchant", "shard"]]))
+                                      ["merchant", "shard"]]))
         return Jsonb({n: draw(texts().filter(lambda t: t is not None)) for n in names})
     if kind == 2:
         return Jsonb({"k": huge(draw)})
@@ -242,7 +242,7 @@ def test_every_entry_point_refuses_hostile_input_with_a_documented_code_and_writ
 REPOSITORIES = (SerialRepository, InterfaceDedup, ClaimRepository, StepRepository)
 ASYNC_REPOSITORIES = (AsyncSerialRepository, AsyncInterfaceDedup, AsyncClaimRepository,
                       AsyncStepRepository)
-FIELD_NAMES = ["system", "module", "instance", "target", "recon_type", "merchant", "shard"]
+FIELD_NAMES = ["system", "module", "instance", "target", "merchant", "shard"]
 
 def _async_body(value: Any) -> Callable[[], Awaitable[Any]]:
     async def body() -> Any:

@@ -102,16 +102,6 @@ def test_the_time_of_a_serial_that_is_not_valid_is_null_never_an_error(
         None,)
 
 
-def test_a_lane_count_no_format_can_have_is_no_lane_never_an_error(
-        tx: psycopg.Connection) -> None:
-    """_lane_of is public (the inlined fast path): -2^31 lanes overflowed (22003)."""
-    for lanes in (-2147483648, 0, 2048):
-        assert tx.execute("SELECT hivenet._lane_of('C0001A0101', %s)",
-                          (lanes,)).fetchone() == (None,)
-    assert tx.execute("SELECT hivenet._lane_of('C0001A0101', 64) BETWEEN 0 AND 63"
-                      ).fetchone() == (True,)
-
-
 def test_a_custom_format_is_read_by_its_layout_and_a_new_layout_changes_every_reader(
         tx: psycopg.Connection) -> None:
     """Define a format, read a serial of it; after a rollback define the same name with other

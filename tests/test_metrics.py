@@ -46,12 +46,14 @@ def _epoch(day: dt.date) -> float:
 
 @pytest.fixture
 def activity(db: psycopg.Connection) -> None:
-    """3 unified serials in one scope (its lane: unified has hash lanes), 2 system serials of a
-    new scope, a step stuck past its 1 µs lease, three keyed requests (one stuck, one done, one
-    failed), a claim and an interface call."""
+    """3 unified serials in a prepared scope (another prepared one stays idle), 2 system
+    serials of an unprepared scope (its format's cold counter), a step stuck past its 1 µs
+    lease, three keyed requests (one stuck, one done, one failed), a claim and an interface
+    call."""
     db.execute("SELECT hivenet.maintain()")
     db.execute("""SELECT hivenet.prepare_scope('unified',
-                  '{"system": "C0001", "module": "A01", "instance": "01"}')""")
+                  '[{"system": "C0001", "module": "A01", "instance": "01"},
+                    {"system": "C0001", "module": "A01", "instance": "02"}]')""")
     db.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01') "
                "FROM generate_series(1, 3)")
     step = db.execute("SELECT hivenet.next_system_serial('C0002', 'A01', '01')").fetchone()[0]
@@ -68,24 +70,21 @@ def activity(db: psycopg.Connection) -> None:
     db.execute("SELECT hivenet.claim_interface_serial(%s)", (call,))
 
 
-def _lane(db: psycopg.Connection, scope: str = "C0001A0101") -> str:
-    """The scope_usage row of the lane of scope (unified and system: 64 lanes)."""
-    row = db.execute("SELECT hivenet._lane_of(%s, 64)", (scope,)).fetchone()
-    assert row is not None
-    return f"(lane {row[0]})"
-
-
 def test_values_match_what_the_test_created(activity: None, any_conn: SyncDB,
                                             db: psycopg.Connection) -> None:
     samples = parsed(metrics.exposition(metrics.read(any_conn)))
-    unified = {"format": "unified", "scope": _lane(db)}
+    unified = {"format": "unified", "scope": "C0001A0101"}
     assert value(samples, "hivenet_scope_issued", **unified) == 3
     capacity = value(samples, "hivenet_scope_capacity", **unified)
     assert value(samples, "hivenet_scope_remaining", **unified) == capacity - 3
     assert value(samples, "hivenet_scope_headroom_ratio", **unified) == (capacity - 3) / capacity
-    # The new scope's lane.
+    # The unprepared scope's cold counter; no series for the idle prepared scope, and every
+    # cold counter's headroom (the alert on unprepared scopes reads it).
     assert value(samples, "hivenet_scope_issued", format="system",
-                 scope=_lane(db, "C0002A0101")) == 2
+                 scope="(unprepared scopes)") == 2
+    assert not any(("scope", "C0001A0102") in k[1] for k in samples)
+    assert value(samples, "hivenet_scope_headroom_ratio", format="unified",
+                 scope="(unprepared scopes)") == 1
     assert value(samples, "hivenet_stuck_steps") == 1
     assert value(samples, "hivenet_stuck_step_overdue_seconds") > 0
     assert value(samples, "hivenet_steps", state="processing") == 1
@@ -167,7 +166,7 @@ def test_command_prints_the_exposition(activity: None, hivenet_url: str,
         return result.stdout
 
     samples = parsed(run())
-    assert value(samples, "hivenet_scope_issued", format="unified", scope=_lane(db)) == 3
+    assert value(samples, "hivenet_scope_issued", format="unified", scope="C0001A0101") == 3
     assert value(samples, "hivenet_stuck_steps") == 1
     as_json = json.loads(run("--json"))
     assert _names(as_json) == {spec.name for spec in metrics.METRICS}

@@ -1,8 +1,5 @@
-"""New counter scopes without DDL in the caller's transaction: the format's cold counter, and
-promotion to a sequence of the scope's own by maintain() or prepare_scope() (issue 9, part 2).
-Formats without hash lanes only: a laned format's scopes have none of this (tests/test_lanes.py),
-so these tests use "scoped", the unified layout without lanes.
-"""
+"""Unprepared counter scopes without DDL in the caller's transaction: the format's cold
+counter, and promotion to a sequence of the scope's own by maintain() or prepare_scope()."""
 
 from __future__ import annotations
 
@@ -13,15 +10,10 @@ from collections import defaultdict
 import psycopg
 import pytest
 
-from tests.helpers import Connect, SetClock, define_scoped, in_parallel, scalar, wait_until_blocked
+from tests.helpers import Connect, SetClock, in_parallel, scalar, wait_until_blocked
 
-NEXT = ("SELECT hivenet.next_serial('scoped', jsonb_build_object("
+NEXT = ("SELECT hivenet.next_serial('unified', jsonb_build_object("
         "'system', 'C0001', 'module', 'A01', 'instance', %s::text))")
-
-
-@pytest.fixture(autouse=True)
-def scoped(db: psycopg.Connection) -> None:
-    define_scoped(db)
 
 
 def seq(serial: str) -> int:
@@ -46,11 +38,11 @@ def test_new_scopes_share_the_cold_counter_until_maintain_gives_each_its_own(db:
 
 
 def test_a_prepared_scope_starts_at_one(db: psycopg.Connection) -> None:
-    db.execute("""SELECT hivenet.prepare_scope('scoped',
+    db.execute("""SELECT hivenet.prepare_scope('unified',
                   '{"system": "C0001", "module": "A01", "instance": "21"}')""")
     assert seq(scalar(db, NEXT, ("21",))) == 1
     with pytest.raises(psycopg.Error, match="instance") as bad:
-        db.execute("""SELECT hivenet.prepare_scope('scoped',
+        db.execute("""SELECT hivenet.prepare_scope('unified',
                       '{"system": "C0001", "module": "A01", "instance": "0"}')""")
     assert bad.value.sqlstate == "HN001"
 
@@ -58,9 +50,9 @@ def test_a_prepared_scope_starts_at_one(db: psycopg.Connection) -> None:
 def test_two_promotions_of_one_scope_at_once(connect: Connect) -> None:
     """The second waits for the first's commit, then sees its sequence (not a stale "none")."""
     first, second = connect(autocommit=False), connect(autocommit=False)
-    prepare = """SELECT hivenet.prepare_scope('scoped',
+    prepare = """SELECT hivenet.prepare_scope('unified',
                  '{"system": "C0001", "module": "A01", "instance": "22"}')"""
-    second.execute("SELECT to_regclass('hivenet.\"seq_scoped_C0001A0122\"')")  # cache "none"
+    second.execute("SELECT to_regclass('hivenet.\"seq_unified_C0001A0122\"')")  # cache "none"
     first.execute(prepare)
     done: list[BaseException | None] = []
 
@@ -162,6 +154,8 @@ def test_a_full_cold_counter_names_what_is_shared(db: psycopg.Connection, fake_c
     for branch in range(9):
         db.execute("SELECT hivenet.next_serial('tiny', jsonb_build_object('branch', %s::text))",
                    (f"{branch:02d}",))
-    with pytest.raises(psycopg.Error, match=r"new scopes.*'99'.*cold counter") as full:
+    with pytest.raises(psycopg.Error,
+                       match=r"cold counter of unprepared scopes \(scope '99'.*hivenet-db prepare"
+                       ) as full:
         db.execute("""SELECT hivenet.next_serial('tiny', '{"branch": "99"}')""")
     assert full.value.sqlstate == "HN010"

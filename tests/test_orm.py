@@ -33,7 +33,7 @@ class Order(Base):
     __tablename__ = "shop_order"
     serial: Mapped[str] = mapped_column(
         Text, primary_key=True,
-        server_default=next_serial("id_service", recon_type="01", merchant="123456789012",
+        server_default=next_serial("id_service", merchant="123456789012",
                                    shard="01"))
     item: Mapped[str] = mapped_column(Text)
 
@@ -73,7 +73,7 @@ def test_the_serial_is_the_primary_key_after_flush(engine: Engine) -> None:
 def test_the_package_construct_as_server_default(engine: Engine) -> None:
     ddl = str(CreateTable(Base.metadata.tables["shop_order"]).compile(engine))
     assert ("DEFAULT hivenet.next_serial('id_service', CAST('{\"merchant\": \"123456789012\", "
-            "\"recon_type\": \"01\", \"shard\": \"01\"}' AS JSONB))") in ddl
+            "\"shard\": \"01\"}' AS JSONB))") in ddl
     with Session(engine) as session:
         order = Order(item="apple")
         session.add(order)

@@ -144,8 +144,7 @@ def test_a_serial_allocated_through_the_proxy_comes_from_the_owning_shard(
                         )[-10:]) > low[-1].seq > low[0].seq
     assert int(on_shard(cluster, 1, "SELECT hivenet.next_system_serial('R0001', 'A01', '77')"
                         )[-12:]) > high[-1].seq > high[0].seq
-    # and the other shard refuses the scope (unified and system have hash lanes: no scope is
-    # recorded, every call is checked)
+    # and the other shard refuses the scope (its first use there is checked)
     for number, sql in ((1, "SELECT hivenet.next_unified_serial('R0001', 'A01', '07')"),
                         (0, "SELECT hivenet.next_system_serial('R0001', 'A01', '77')")):
         with pytest.raises(psycopg.Error) as refused:

@@ -50,7 +50,7 @@ def test_the_application_api_works_with_usage_only(app: psycopg.Connection) -> N
     interface = scalar(
         app, "SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'D0001')")
     assert scalar(app, """SELECT count(*) FROM hivenet.next_serials('id_service',
-                          '{"recon_type": "01", "merchant": "123456789012",
+                          '{"merchant": "123456789012",
                             "shard": "01"}', 3)""") == 3
     assert scalar(app, "SELECT hivenet.parse_serial(%s)", (unified,))["format"] == "unified"
     app.execute("SELECT hivenet.claim_interface_serial(%s, %s, %s)", (interface, unified, system))
@@ -153,7 +153,6 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         "hivenet.next_serials", "hivenet.parse_serial",
         "hivenet.claim_interface_serial", "hivenet.call_chain", "hivenet.claim",
         "hivenet.begin_step", "hivenet.finish_step", "hivenet._step_lease",
-        "hivenet._lane_of", "hivenet._lane_sequence_name",
         "hivenet.begin_request", "hivenet.finish_request",
         "hivenet._period_index", "hivenet._period_start", "hivenet._scope_counter_value",
         "hivenet._reporting_local_now",
@@ -171,9 +170,7 @@ def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
         "hivenet._name_valid",
         # Inlined into next_unified_serial / next_system_serial, run as the caller (allocate.sql).
         "hivenet._fast_unified", "hivenet._fast_system", "hivenet._format_constant",
-        "hivenet._setting_constant", "hivenet._scope_sequence_name",
-        # In _lane_of, inlined into the fast path: the lanes wait for a fence (allocate.sql).
-        "hivenet._lanes_aligned"}
+        "hivenet._setting_constant", "hivenet._scope_sequence_name"}
 
 
 def test_the_application_role_cannot_reach_superuser_through_a_connection(app: psycopg.Connection,
@@ -393,7 +390,9 @@ def test_the_application_role_changes_no_setting_and_no_clock(
     # allocation fast path does not read it (tests/test_fast_path.py): it issues by the real
     # clock; everything else refuses it.
     unified = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"
-    scalar(hivenet_app, unified)  # today's period begun: the fast path's case
+    owner.execute("""SELECT hivenet.prepare_scope('unified',
+                     '{"system": "C0001", "module": "A01", "instance": "01"}')""")
+    scalar(hivenet_app, unified)  # a prepared scope, today's period begun: the fast path's case
     hivenet_app.execute("SET hivenet.fake_now = '2000-01-01 00:00+00'")
     for sql in ["SELECT hivenet.now()", "SELECT hivenet.claim('n', 'k')"]:
         assert refused_code(hivenet_app, sql) == "HN001", sql

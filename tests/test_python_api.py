@@ -60,8 +60,8 @@ def test_serial_is_a_str_with_parsed_fields(any_conn: SyncDB) -> None:
 
 def test_generic_next_and_next_many(any_conn: SyncDB) -> None:
     repo = SerialRepository(any_conn)
-    one = repo.next("id_service", recon_type="01", merchant="123456789012", shard="01")
-    many = repo.next_many("id_service", 5, recon_type="01", merchant="123456789012",
+    one = repo.next("id_service", merchant="123456789012", shard="01")
+    many = repo.next_many("id_service", 5, merchant="123456789012",
                           shard="01")
     any_conn.commit()
     assert one.shard == "01" and one.merchant == "123456789012"

@@ -1,6 +1,5 @@
 """Reporting view hivenet.scope_usage: per-scope period, issued, capacity and headroom (of
-scopes with a counter of their own, of each format's cold counter of new scopes, and of each
-lane of a format with hash lanes). "scoped" is the unified layout without lanes."""
+scopes with a counter of their own, and of each format's cold counter of unprepared scopes)."""
 
 from __future__ import annotations
 
@@ -13,12 +12,11 @@ import pytest
 from psycopg.rows import dict_row
 
 from hivenet_db.errors import SequenceExhausted, translated
-from tests.helpers import define_scoped
 
 SetClock = Callable[[psycopg.Connection, str], None]
-UNIFIED = ("SELECT hivenet.next_serial('scoped', '{\"system\": \"C0001\", \"module\": \"A01\", "
+UNIFIED = ("SELECT hivenet.next_serial('unified', '{\"system\": \"C0001\", \"module\": \"A01\", "
            "\"instance\": \"01\"}') FROM generate_series(1, %s)")
-NEW_SCOPES = "(new scopes)"
+UNPREPARED = "(unprepared scopes)"
 
 
 def prepare(db: psycopg.Connection) -> None:
@@ -26,16 +24,15 @@ def prepare(db: psycopg.Connection) -> None:
     counter never goes back to an earlier period) so that seq starts at 1."""
     db.execute("""SELECT hivenet.define_format('tiny', '[{"field": "desk", "width": 2,
         "charset": "digit"}, {"time": "YYYYMMDD"}, {"seq": 2, "reset": "day"}]')""")
-    define_scoped(db)
-    for format, fields in (("scoped", '{"system": "C0001", "module": "A01", "instance": "01"}'),
+    for format, fields in (("unified", '{"system": "C0001", "module": "A01", "instance": "01"}'),
                            ("tiny", '{"desk": "07"}')):
         db.execute("SELECT hivenet.prepare_scope(%s, %s)", (format, fields))
 
 
-def usage(conn: psycopg.Connection, format: str = "scoped",
+def usage(conn: psycopg.Connection, format: str = "unified",
           scope: str | None = None) -> dict[str, Any]:
-    """The row of format's one scope with its own counter, or of scope (a cold counter: '(new
-    scopes)', a lane: '(lane N)')."""
+    """The row of format's one scope with its own counter, or of scope (a cold counter:
+    '(unprepared scopes)')."""
     with conn.cursor(row_factory=dict_row) as cur:
         (row,) = cur.execute("SELECT * FROM hivenet.scope_usage WHERE format = %s "
                              "AND (scope = %s OR %s::text IS NULL AND scope NOT LIKE '(%%')",
@@ -98,24 +95,21 @@ def test_exhausted_scope_has_no_headroom(db: psycopg.Connection) -> None:
     assert usage(db, "tiny")["issued"] == 99
 
 
-def test_new_scopes_used_in_a_rolled_back_transaction_count_in_the_cold_counter(
+def test_unprepared_scopes_used_in_a_rolled_back_transaction_count_in_the_cold_counter(
         connect: Callable[..., psycopg.Connection], db: psycopg.Connection) -> None:
     prepare(db)
     conn = connect(autocommit=False)
-    conn.execute("SELECT hivenet.next_serial('scoped', '{\"system\": \"C0001\", \"module\": "
-                 "\"A01\", \"instance\": \"02\"}') FROM generate_series(1, 4)")
+    conn.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '02') "
+                 "FROM generate_series(1, 4)")
     conn.execute("SELECT hivenet.next_system_serial('C0001', 'A01', '02') "
                  "FROM generate_series(1, 3)")
     conn.rollback()
-    # Counters are not transactional: the gap counts as issued, for every new scope (the
-    # cold counter), and for every scope of a lane.
-    row = usage(db, "scoped", NEW_SCOPES)
-    assert (row["fields"], row["issued"]) == ({}, 4)
-    lane = db.execute("SELECT hivenet._lane_of('C0001A0102', 64)").fetchone()
-    assert lane is not None
-    row = usage(db, "system", f"(lane {lane[0]})")
-    assert (row["fields"], row["issued"]) == ({}, 3)
-    assert usage(db, "system", "(lane 63)" if lane[0] != 63 else "(lane 0)")["issued"] == 0
+    # Counters are not transactional: the gap counts as issued, in each format's cold counter,
+    # which the view marks as shared.
+    for format, issued in (("unified", 4), ("system", 3)):
+        row = usage(db, format, UNPREPARED)
+        assert (row["fields"], row["issued"], row["shared"]) == ({}, issued, True)
+    assert usage(db)["shared"] is False
 
 
 def test_reporting_role_needs_only_select_on_the_view(db: psycopg.Connection) -> None:
@@ -128,7 +122,7 @@ def test_reporting_role_needs_only_select_on_the_view(db: psycopg.Connection) ->
         db.execute("SET ROLE hivenet_reporter_test")
         assert usage(db)["issued"] == 2
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            db.execute('SELECT last_value FROM hivenet."seq_scoped_C0001A0101"')
+            db.execute('SELECT last_value FROM hivenet."seq_unified_C0001A0101"')
     finally:
         db.execute("RESET ROLE")
         db.execute("DROP OWNED BY hivenet_reporter_test")

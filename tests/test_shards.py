@@ -28,7 +28,6 @@ from tests.helpers import failure, in_parallel, scalar
 from tests.shard_clusters import ShardClusters, shard_clusters
 
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"
-# A format with a sequence per scope (unified and system have hash lanes: no scope recorded).
 INTERFACE = "SELECT hivenet.next_interface_serial('C0001', 'A01', %s, 'B0001')"
 
 
@@ -110,7 +109,7 @@ def test_id_service_owns_by_its_shard_field_and_prepare_scope_checks(
         conns: list[psycopg.Connection]) -> None:
     a = conns[0]
     own(conns, "00-04")
-    fields = {"merchant": "100000000001", "recon_type": "01"}
+    fields = {"merchant": "100000000001"}
     names = json.loads(scalar(a, "SELECT hivenet.parse_serial(hivenet.next_serial("
                                  "'id_service', %s), 'id_service')::text",
                               (json.dumps({**fields, "shard": "03"}),)))
@@ -142,14 +141,14 @@ def test_giving_up_an_instance_with_scopes_is_refused_unless_forced_which_parks_
     a = conns[0]
     own(conns, "01-09")
     first = scalar(a, INTERFACE, ("05",))
-    laned = scalar(a, UNIFIED, ("05",))
+    unified = scalar(a, UNIFIED, ("05",))
     a.execute("SELECT hivenet.maintain()")
     second = scalar(a, INTERFACE, ("05",))  # from the scope's own sequence
     state, message = failure(a, "SELECT hivenet.own_instances('01-04,06-09')")
-    assert state == "HN001" and "scope 'C0001A0105B0001'" in message and "p_force" in message
+    assert state == "HN001" and "scope 'C0001A0105'" in message and "p_force" in message
     assert scalar(a, "SELECT hivenet.own_instances('01-04, 06-09', NULL, true)") == "01-04,06-09"
-    # The parked scope finds no sequence: the first-use path and its check refuse; the laned
-    # formats check every call (the fast path has the owned instances written in).
+    # The parked scopes find no sequence (the fast paths' map lost them): the first-use path
+    # and its check refuse, as for a scope never used (system).
     state, message = failure(a, INTERFACE, ("05",))
     assert state == "HN002" and "instance '05'" in message
     for sql in (UNIFIED, "SELECT hivenet.next_system_serial('C0001', 'A01', %s)"):
@@ -158,14 +157,17 @@ def test_giving_up_an_instance_with_scopes_is_refused_unless_forced_which_parks_
     assert scalar(a, "SELECT hivenet.own_instances('01-09')") == "01-09"
     third = scalar(a, INTERFACE, ("05",))  # the parked counter, restored
     assert first < second < third
-    assert scalar(a, UNIFIED, ("05",)) > laned  # its lane went on
+    assert scalar(a, UNIFIED, ("05",)) > unified  # its parked counter, restored
     assert scalar(a, "SELECT owned_instances FROM hivenet.ownership()") == "01-09"
     state, message = failure(a, "UPDATE hivenet.setting SET value = '01-04' "
                                 "WHERE name = 'owned_instances'")
     assert state == "HN001" and "p_force" in message
-    # Only laned formats used for an instance: nothing recorded, nothing to force.
+    # An unprepared scope's first use is recorded too: giving its instance up needs force,
+    # which drops the pending first use.
     scalar(a, UNIFIED, ("03",))
-    assert scalar(a, "SELECT hivenet.own_instances('01-02,04-09')") == "01-02,04-09"
+    assert failure(a, "SELECT hivenet.own_instances('01-02,04-09')")[0] == "HN001"
+    assert scalar(a, "SELECT hivenet.own_instances('01-02,04-09', NULL, true)") == "01-02,04-09"
+    assert scalar(a, "SELECT count(*) FROM hivenet.scope_pending") == 0
 
 
 def test_a_wrong_shard_step_or_claim_is_refused(conns: list[psycopg.Connection]) -> None:
@@ -433,7 +435,8 @@ def test_giving_up_an_instance_while_16_connections_allocate_for_it(
     issued twice, before or after the scope is parked and restored."""
     a = conns[0]
     own(conns, "01-09")
-    scalar(a, UNIFIED, ("05",))  # its lane: the fast path, the owned instances written in
+    a.execute("""SELECT hivenet.prepare_scope('unified',
+                 '{"system": "C0001", "module": "A01", "instance": "05"}')""")  # the fast path
     workers = [psycopg.connect(urls[0], autocommit=True) for _ in range(16)]
     stop = threading.Event()
     given_up_at: list[float] = []

@@ -334,6 +334,7 @@ def builtin_cases() -> dict[str, Case]:
         Case("serials_vs_redis", cases.SERIALS_VS_REDIS, cases.serials_vs_redis, redis_missing),
         Case("partition_drop", cases.PARTITION_DROP, cases.partition_drop),
         Case("first_use", cases.FIRST_USE, cases.first_use),
+        Case("prepare_scopes", cases.PREPARE_SCOPES, cases.prepare_scopes),
     ]}
 
 

@@ -10,8 +10,12 @@ candidate in the same run, rounds alternating, and gives a ``Result`` like the s
 - ``partition_drop``: dropping the day partition of one million recorded interface calls
   (``hivenet._drop_interface_partition``, what maintain() does) against ``DELETE`` of the same
   day's rows from an unpartitioned copy of the table (same columns and indexes).
-- ``first_use``: the first allocation of a new scope against an allocation of a used one,
-  each in its own committed transaction (milliseconds per call).
+- ``first_use``: the first allocation of an unprepared scope (its format's cold counter)
+  against an allocation of a prepared one, each in its own committed transaction
+  (milliseconds per call).
+- ``prepare_scopes``: preparing 10,000 scopes (``hivenet.prepare_scope``, 500 a transaction,
+  as ``hivenet-db prepare``) against creating 10,000 bare sequences in the same transactions
+  (seconds for all).
 """
 
 from __future__ import annotations
@@ -258,10 +262,10 @@ def partition_drop(run: CaseRun) -> Result:
 
 # --- first_use --------------------------------------------------------------------------
 
-FIRST_USE = ("first allocation of a new scope (next_unified_serial) vs one of a used scope, "
-             "each in a transaction of its own, the statement timed (not the commit: a "
-             "business transaction pays its commit anyway); per second (ms per call in the "
-             "progress lines; goal <= 0.5 ms)")
+FIRST_USE = ("first allocation of an unprepared scope (next_unified_serial: the cold counter) "
+             "vs one of a prepared scope, each in a transaction of its own, the statement "
+             "timed (not the commit: a business transaction pays its commit anyway); per "
+             "second (ms per call in the progress lines; goal <= 0.5 ms)")
 FIRST_USES = 100
 QUICK_FIRST_USES = 20
 
@@ -280,12 +284,8 @@ def first_use(run: CaseRun) -> Result:
             conn.commit()
             return took
 
-        for _ in range(20):  # warm: plans, caches
+        for k in range(20):  # warm: plans, caches, the cold counter's first of the day
             timed("C0001")
-        # unified has hash lanes: the first allocation of the day in each lane moves it to
-        # the new day (_advance, once per lane and day, 64 in all: not per scope). Warm every
-        # lane, so that a new scope's first use is measured, not a lane's first of the day.
-        for k in range(1000):
             timed(f"W{k:04d}")
         for i in range(run.rounds):
             order = ["baseline", "candidate"] if i % 2 == 0 else ["candidate", "baseline"]
@@ -302,3 +302,47 @@ def first_use(run: CaseRun) -> Result:
                 run.say(f"  first_use round {i + 1}/{run.rounds} {kind:<9} "
                         f"{median * 1000:8.3f} ms per call (median of {n})")
     return result
+
+
+# --- prepare_scopes ---------------------------------------------------------------------
+
+PREPARE_SCOPES = ("preparing 10,000 unified scopes (prepare_scope, 500 a transaction, as "
+                  "`hivenet-db prepare`) vs creating 10,000 bare sequences in the same "
+                  "transactions; per second (seconds for all in the progress lines; goal: "
+                  "<= 30 s)")
+SCOPES_PREPARED = 10_000
+QUICK_SCOPES_PREPARED = 1_000
+PREPARE_BATCH = 500
+
+
+def prepare_scopes(run: CaseRun) -> Result:
+    n = QUICK_SCOPES_PREPARED if run.quick else SCOPES_PREPARED
+    result = Result(scenario="prepare_scopes", description=PREPARE_SCOPES, clients=1,
+                    seconds=0, unit="per s")
+    with psycopg.connect(run.url, autocommit=True) as conn:
+        for i in range(run.rounds):
+            order = ["baseline", "candidate"] if i % 2 == 0 else ["candidate", "baseline"]
+            for kind in order:
+                started = time.perf_counter()
+                for start in range(0, n, PREPARE_BATCH):
+                    with conn.transaction():
+                        if kind == "baseline":  # one statement a batch, as prepare_scope
+                            conn.execute(
+                                f"DO $$ BEGIN FOR k IN {start} .. {start + PREPARE_BATCH - 1} "
+                                f"LOOP EXECUTE format('CREATE SEQUENCE public.%I AS bigint "
+                                f"MINVALUE 0 START 0', 'bench_p{i}_' || k); END LOOP; END $$")
+                        else:
+                            conn.execute(
+                                "SELECT hivenet.prepare_scope('unified', jsonb_agg("
+                                "jsonb_build_object('system', 'P' || lpad((k / 10)::text, 4,"
+                                " '0'), 'module', 'B' || %s || 'A', 'instance', "
+                                "lpad((k %% 10 + 1)::text, 2, '0')))) "
+                                "FROM generate_series(%s::integer, %s::integer) AS k",
+                                (i % 10, start, start + PREPARE_BATCH - 1))
+                took = time.perf_counter() - started
+                (result.baseline_tps if kind == "baseline" else result.candidate_tps).append(
+                    n / took)
+                run.say(f"  prepare_scopes round {i + 1}/{run.rounds} {kind:<9} "
+                        f"{took:8.1f} s for {n:,}")
+    return result
+

@@ -28,15 +28,25 @@ import sys
 import traceback
 from types import ModuleType
 
-from hivenet_db.cli import bench, demo, embedded, install, maintain, proxy, report, serials
+from hivenet_db.cli import (
+    bench,
+    demo,
+    embedded,
+    install,
+    maintain,
+    prepare,
+    proxy,
+    report,
+    serials,
+)
 from hivenet_db.cli.database import package_version
 from hivenet_db.cli.failures import INTERRUPTED, explain
 from hivenet_db.cli.output import PROG, Output, one_line, redact
 from hivenet_db.cli.parser import Commands, Parser, common_options
 
 # In the order `hivenet-db --help` lists them.
-COMMAND_MODULES: tuple[ModuleType, ...] = (install, serials, report, maintain, proxy, demo,
-                                           bench, embedded)
+COMMAND_MODULES: tuple[ModuleType, ...] = (install, prepare, serials, report, maintain, proxy,
+                                           demo, bench, embedded)
 
 
 def build_parser() -> argparse.ArgumentParser:

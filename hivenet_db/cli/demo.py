@@ -204,10 +204,9 @@ class Demo:
 
 
 def prepare_scopes(engine: Engine) -> None:
-    """Give every interface scope the demo uses a counter of its own first, so that its
-    serials count from 1 as in the standard's examples. (A new scope otherwise draws from its
-    format's shared counter until ``maintain()`` promotes it: docs/operations.md; for unified
-    and system, which have hash lanes, prepare_scope only checks.) A role without the right
+    """Prepare every scope the demo uses first, so that its serials count from 1 as in the
+    standard's examples (an unprepared scope draws from its format's shared cold counter
+    until ``maintain()`` promotes it: docs/operations.md). A role without the right
     (``hivenet_app``) runs the demo without this."""
     scopes = [("unified", CHANNEL, None), ("system", CHANNEL, None), ("system", HUB, None),
               ("interface", CHANNEL, HUB), ("interface", HUB, CORE)]

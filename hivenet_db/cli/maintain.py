@@ -52,11 +52,8 @@ def register(commands: Commands) -> None:
         "traffic: move every counter past what the old primary may have issued",
         examples=["failover-fence --gap 1000000 --url postgresql://admin@new-primary/app"],
         description="Run hivenet.fence_failover(): move every counter (scope sequences, "
-        "hash lanes, cold counters) forward by --gap, the lanes of a format past the "
-        "greatest of them, so that a standby promoted after an asynchronous "
+        "cold counters) forward by --gap, so that a standby promoted after an asynchronous "
         "failover never issues a serial its old primary issued in the WAL it never got. "
-        "Run it after restoring onto a server of the other byte order too (scopes hash "
-        "to other lanes there: docs/operations.md). "
         "Choose the gap >= peak serials per second of one format x maximum replication "
         "lag in seconds (docs/operations.md, Failover). Does nothing when this timeline was "
         "fenced already (--force fences again). Counters whose period cannot hold the gap "

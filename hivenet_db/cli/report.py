@@ -30,9 +30,10 @@ def report_sections(conn: Connection, unified: str | None, limit: int
         else:
             sections[f"call chain of {unified}"] = "(hivenet.call_chain is not installed)"
     views = (  # title, view, columns, order
+        # The scopes in use first, the least headroom first; idle scopes after them.
         ("usage and headroom of the current period", "hivenet.scope_usage",
          "format, scope, period_start, issued, capacity, remaining, used_percent",
-         "ORDER BY used_percent DESC, format, scope"),
+         "ORDER BY issued > 0 DESC, remaining::float8 / capacity, format, scope"),
         ("interface calls per day", "hivenet.interface_calls_per_day", "*", ""),
         ("steps per state", "hivenet.step_states", "*", ""),
         ("stuck steps", "hivenet.stuck_steps", "*", ""),
@@ -43,6 +44,9 @@ def report_sections(conn: Connection, unified: str | None, limit: int
         if exists(conn, "relation", view):
             sections[title] = dicts(conn, f"SELECT {columns} FROM {view} {order} LIMIT :n",
                                      {"n": limit})
+            left_out = conn.execute(text(f"SELECT count(*) FROM {view}")).scalar_one() - limit
+            if left_out > 0:
+                sections[f"{title}: left out"] = f"{left_out} more rows past --limit {limit}"
     if exists(conn, "function", "hivenet.replication_warning") and conn.execute(text(
             "SELECT has_function_privilege('hivenet.replication_warning()', 'EXECUTE')")
             ).scalar():
@@ -84,13 +88,14 @@ def register(commands: Commands) -> None:
                   "report --shards postgresql://app@shard0/pay,postgresql://app@shard1/pay"],
         description="Print the business time zone and each reporting section this database "
         "has: the call chain of --unified, per-scope usage and headroom of the current "
-        "period, interface calls per day, steps per state and stuck steps, keyed requests "
-        "per state and stuck keyed requests. With --shards or --shard-map: on every shard, "
-        "the rows merged with a first column shard (docs/scale-out.md).")
+        "period (the scopes in use first, the least headroom first), interface calls per "
+        "day, steps per state and stuck steps, keyed requests per state and stuck keyed "
+        "requests. With --shards or --shard-map: on every shard, the rows merged with a first "
+        "column shard (docs/scale-out.md).")
     p.add_argument("--unified", metavar="SERIAL", help="list the call chain of this unified "
                    "serial")
-    p.add_argument("--limit", type=int, default=50, help="rows per section (default 50; "
-                   "per shard with --shards)")
+    p.add_argument("--limit", type=int, default=50, help="rows per section, saying how many "
+                   "more there are (default 50; per shard with --shards)")
     add_shard_options(p)
 
     commands.add(

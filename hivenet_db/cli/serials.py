@@ -12,7 +12,7 @@ from hivenet_db.cli.parser import Commands
 from hivenet_db.serial import parse_serial
 
 # Options that name a serial field directly; any other field goes through --field NAME=VALUE.
-FIELD_OPTIONS = ("system", "module", "instance", "target", "merchant", "shard", "recon_type")
+FIELD_OPTIONS = ("system", "module", "instance", "target", "merchant", "shard")
 NEXT_CHUNK = 10_000  # serials per round trip of `next -n N`
 SCOPE_EXAMPLE = "--system C0001 --module A01 --instance 01"
 

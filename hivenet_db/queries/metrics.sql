@@ -3,10 +3,13 @@
 -- column of which query is which metric and which columns are its labels. Read only.
 
 -- name: scope_usage
--- Per scope of the current period; scope '(new scopes)' is each format's shared cold counter.
+-- The scopes that issued in the current period (not the idle ones: a bank has thousands of
+-- prepared scopes), and each format's shared cold counter, scope '(unprepared scopes)',
+-- always: its headroom is what the alert on unprepared scopes reads.
 SELECT format, scope, issued, capacity, remaining,
        remaining::float8 / capacity AS headroom
 FROM hivenet.scope_usage
+WHERE issued > 0 OR shared
 ORDER BY format, scope;
 
 -- name: stuck_steps

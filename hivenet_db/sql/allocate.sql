@@ -15,29 +15,18 @@
 -- period reset, before returning: a serial issued after another call returned is never
 -- smaller, whatever the clock did (seed 004's guard, for every format; SPEC guarantee 3).
 --
--- Hash lanes (a format whose seq segment has "lanes": unified and system, 64 each): the
--- format's scopes share a bounded set of sequences, its lanes (hivenet.lane_<format>_<n>, made
--- with the format), scope S drawing from lane _lane_of(S) = hashtext(S) & (lanes - 1), with the
--- same encoding (period * stride + seq) and the same reset, so everything below holds per
--- lane. Nothing is created on a scope's first use (an ordinary allocation), and the cost is
--- flat in the number of scopes: a backend opens at most `lanes` sequences per format, where a
--- sequence per scope makes each backend load every scope it meets (docs/benchmarks.md). What
--- it changes: a scope's serials increase but are not consecutive (the scopes of a lane
--- interleave) and do not start at 1 each period (seq starts at 1 per lane); a lane's capacity
--- is shared by its scopes; HN010 names the lane. hashtext must stay the same function for the
--- lanes' life (it has since PostgreSQL 8.4): a scope moved to another lane could go back. It
--- differs between byte orders: after a restore onto a server of the other one, no lane issues
--- (HN010, _lanes_aligned) until the failover fence (failover.sql; maintain() as a backstop)
--- moves every lane past the greatest (docs/operations.md).
---
--- The formats without lanes:
--- A scope's own sequence is created by hivenet.maintain() (or prepare_scope), in a transaction
--- of the owner's, never in the caller's: created there, it would vanish with a rollback and
--- start over (reissuing serials), and make every other first user wait for the commit. Until
--- then a new scope draws from its format's shared cold counter (hivenet.cold_<format>, made
--- when the format is defined): unique and increasing, but its first serials do not start at 1.
--- A scope is promoted under the format's cold lock (below), so no allocation can take a cold
--- value after its own sequence has started.
+-- Every scope counts on a sequence of its own, from 1 each period (seed 000: the day's order
+-- of that channel's business). It is created in a transaction of the owner's, never in the
+-- caller's: created there, it would vanish with a rollback and start over (reissuing serials),
+-- and make every other first user wait for the commit. So scopes are prepared before use:
+-- register_module (the instances this database owns), prepare_scope and `hivenet-db prepare`.
+-- An unprepared scope draws from its format's shared cold counter (hivenet.cold_<format>,
+-- made when the format is defined): unique and increasing, but it cannot count from 1, and
+-- its period's capacity is shared by every unprepared scope of the format. maintain() then
+-- gives the scope its own sequence (promotes it) under the format's cold lock (below), so no
+-- allocation can take a cold value after its own sequence has started; that sequence starts
+-- after every cold value the scope may have printed (guarantee 2), so a scope prepared after
+-- the cold counter ran out starts exhausted until the next period.
 
 -- No foreign key to hivenet.format: scopes are created in a transaction of their own, which
 -- cannot see a format defined in the caller's still-open transaction. `definition` tells
@@ -87,7 +76,7 @@ END;
 -- The counter scope of field values p_values (in p_format's field order): the values of the
 -- format's counter-key fields, concatenated (fixed widths: unambiguous). Every field is in
 -- the key unless the format marks it "counter": false (printed only); a "printed": false
--- field is in the key without being printed (seed 001's reconciliation type).
+-- field is in the key without being printed (custom formats).
 -- On every allocation: inlined, a SQL-standard body without SET (see _period_index).
 CREATE FUNCTION hivenet._scope_of(p_format hivenet.format, p_values text[]) RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -105,100 +94,6 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     FROM unnest(p_format.field_names) WITH ORDINALITY AS f(name, i)
     WHERE p_format.key_fields IS NULL OR f.i = ANY (p_format.key_fields)
 $$;
-
--- The lane sequence p_lane (0 .. lanes - 1) of format p_format: at most 5 + 31 + 1 + 4
--- characters (format names are at most 31).
-CREATE FUNCTION hivenet._lane_sequence_name(p_format text, p_lane integer) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT 'lane_' || p_format || '_' || p_lane
-$$;
-
--- That lane sequence itself (which must exist).
-CREATE FUNCTION hivenet._lane_sequence(p_format text, p_lane integer) RETURNS regclass
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT ('hivenet.' || quote_ident(hivenet._lane_sequence_name(p_format, p_lane)))::regclass
-$$;
-
--- hashtext of a fixed text on this server. It differs between servers of the two byte orders
--- (hash_bytes reads the text in native words), and so do the lanes of the same scopes: a
--- database restored onto a server where it differs draws each scope from another lane, one
--- that may stand below serials the scope was issued. The failover fence records it
--- (failover.sql); _compile_lanes_aligned writes the same text into _lanes_aligned.
-CREATE FUNCTION hivenet._lane_hash() RETURNS integer
-LANGUAGE sql IMMUTABLE
-BEGIN ATOMIC
-    SELECT hashtext('hivenet lanes');
-END;
-
--- Whether the lanes were last aligned (installed or fenced) on a server whose _lane_hash() is
--- this one's. Generated by the fence (failover.sql, _compile_lanes_aligned) as
--- `hashtext('hivenet lanes') = <the hash the last fence recorded>` (_lane_hash's text), which
--- the planner folds: the fast path pays nothing for it. A dump restored onto a server of the
--- other byte order brings the old constant, so it is false there until the fence: no lane
--- issues a serial (_lane_of NULL, _lane HN010). Public and inlined: the fast path runs as its
--- caller. STABLE, not IMMUTABLE: an immutable function without arguments is evaluated when a
--- statement is planned and leaves no trace in the plan, so rewriting it would not make the
--- plans that used it be made again; a stable one is inlined, and they are.
-CREATE FUNCTION hivenet._lanes_aligned() RETURNS boolean
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT true;
-END;
-
--- The lane (0 .. p_lanes - 1, a power of two) of counter scope p_scope: the one definition of
--- the hash, on the full path (_lane) and in the generated fast paths. Inlined: a SQL-standard
--- body without SET (see _period_index). STABLE, as _lanes_aligned, which it reads.
-CREATE FUNCTION hivenet._lane_of(p_scope text, p_lanes integer) RETURNS integer
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    -- NULL for a lane count no format can have (the function is public: the fast path), and
-    -- while the lanes wait for a fence (_lanes_aligned): the fast path then yields NULL and
-    -- hands the call to _allocate, whose _lane raises.
-    SELECT CASE WHEN p_lanes BETWEEN 1 AND 1024 AND hivenet._lanes_aligned()
-                THEN hashtext(p_scope) & (p_lanes - 1) END;
-END;
-
--- HN010 for laned format p_format while its lanes wait for a fence (_lanes_aligned): none may
--- issue a serial, as if their capacity were used up, until `hivenet-db failover-fence` or
--- maintain() moves them all past the greatest. VOLATILE: never evaluated ahead of its turn.
-CREATE FUNCTION hivenet._raise_lanes_unaligned(p_format text) RETURNS regclass
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = 'HN010',
-        MESSAGE = format('format %s: its lanes were last aligned on a server of the other byte '
-                         'order (a restore: hashtext picks other lanes here), so none issues a '
-                         'serial until `hivenet-db failover-fence` (or maintain()) moves them '
-                         'past the greatest', hivenet._shown(p_format));
-END $$;
-
--- The lane sequence of counter scope p_scope of laned format p_format.
-CREATE FUNCTION hivenet._lane(p_format hivenet.format, p_scope text) RETURNS regclass
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE WHEN hivenet._lanes_aligned()
-                THEN hivenet._lane_sequence(p_format.name,
-                                            hivenet._lane_of(p_scope, p_format.lanes))
-                ELSE hivenet._raise_lanes_unaligned(p_format.name) END
-$$;
-
--- Creates the lanes of format p_format that do not exist yet, and moves every lane to at
--- least p_floor (a value every scope of the format has passed: revision 0017).
-CREATE FUNCTION hivenet._create_lanes(p_format hivenet.format, p_floor bigint) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_lane regclass;
-BEGIN
-    FOR i IN 0 .. coalesce(p_format.lanes, 0) - 1 LOOP
-        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
-                       hivenet._lane_sequence_name(p_format.name, i));
-        -- For the fast path, which runs as the caller (privileges.sql): nextval only.
-        EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC',
-                       hivenet._lane_sequence_name(p_format.name, i));
-        v_lane := hivenet._lane_sequence(p_format.name, i);
-        IF coalesce(pg_sequence_last_value(v_lane), 0) < p_floor THEN
-            PERFORM setval(v_lane, p_floor, true);
-        END IF;
-    END LOOP;
-END $$;
 
 CREATE FUNCTION hivenet._cold_sequence_name(p_format text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 'cold_' || p_format $$;
@@ -239,8 +134,7 @@ BEGIN
         true);
 END $$;
 
--- Trigger: every format gets its cold counter (and clock), and a laned format its lanes, in
--- the transaction that defines it.
+-- Trigger: every format gets its cold counter (and clock) in the transaction that defines it.
 CREATE FUNCTION hivenet._create_cold_counter() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -249,7 +143,6 @@ BEGIN
     IF NEW.clock_unit IS NOT NULL THEN
         PERFORM hivenet._create_clock(hivenet._cold_sequence_name(NEW.name), 0);
     END IF;
-    PERFORM hivenet._create_lanes(NEW, 0);
     RETURN NULL;
 END $$;
 
@@ -265,9 +158,6 @@ BEGIN
     FOR v_name IN SELECT name FROM hivenet.format ORDER BY name LOOP
         EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
                        hivenet._cold_sequence_name(v_name));
-    END LOOP;
-    FOR v_format IN SELECT * FROM hivenet.format WHERE lanes IS NOT NULL ORDER BY name LOOP
-        PERFORM hivenet._create_lanes(v_format, 0);
     END LOOP;
     FOR v_name IN SELECT name FROM hivenet.format WHERE clock_unit IS NOT NULL ORDER BY name LOOP
         PERFORM hivenet._create_clock(hivenet._cold_sequence_name(v_name), 0);
@@ -328,33 +218,41 @@ BEGIN
     ON CONFLICT DO NOTHING;
 END $$;
 
--- hivenet.prepare_scope(format, fields) → void (administrators)
---   Gives the counter scope of fields its own sequence now, so that its serials start at 1
---   from the first (maintain() does the same for every scope that has been used). For a
---   format with lanes it only checks (fields, ownership): its scopes have no sequence of their
---   own, and there is nothing to prepare (a first use is an ordinary allocation). Commits
---   with the caller's transaction: run it in a short one of its own, since allocations of
---   new scopes of the format wait for it. HN001 for an unknown format or bad field values;
---   HN002 for an instance (or a format) this database does not own (ownership.sql).
+-- hivenet.prepare_scope(format, fields) → void (administrators; `hivenet-db prepare`)
+--   Gives the counter scope of fields (a JSON object of the counter's fields: the interface
+--   serial's target may be left out), or of each of fields (a JSON array of such objects),
+--   its own sequence now, so that it counts from 1 from its first serial; a scope
+--   prepared already is left as it is. Prepare at deployment: a scope first used unprepared
+--   draws from its format's shared cold counter until maintain() promotes it. Commits with the
+--   caller's transaction: run it in a short one of its own (at most a few thousand scopes:
+--   each new sequence holds a lock until commit), since allocations of unprepared scopes of
+--   the format wait for it. HN001 for an unknown format or bad field values; HN002 for an
+--   instance (or a format) this database does not own (ownership.sql).
 CREATE FUNCTION hivenet.prepare_scope(p_format text, p_fields jsonb) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_format hivenet.format;
+    v_fields jsonb;
     v_values text[];
+    v_scope text;
 BEGIN
     SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('unknown format %s', hivenet._shown(p_format));
     END IF;
-    v_values := hivenet._field_values(v_format, p_fields);
-    PERFORM hivenet._check_fields(v_format, v_values);
-    PERFORM hivenet._check_owned(v_format, v_values);
-    IF v_format.lanes IS NOT NULL THEN
-        RETURN;
-    END IF;
-    PERFORM hivenet._promote_scope(v_format, hivenet._scope_of(v_format, v_values),
-                                   hivenet._scope_fields(v_format, v_values));
+    FOR v_fields IN SELECT f FROM jsonb_array_elements(CASE jsonb_typeof(p_fields)
+                                  WHEN 'array' THEN p_fields ELSE jsonb_build_array(p_fields)
+                                  END) AS f LOOP
+        v_values := hivenet._field_values(v_format, v_fields);
+        PERFORM hivenet._check_fields(v_format, v_values, true);
+        PERFORM hivenet._check_owned(v_format, v_values);
+        v_scope := hivenet._scope_of(v_format, v_values);
+        CONTINUE WHEN EXISTS (SELECT FROM hivenet.scope s
+                              WHERE s.format = p_format AND s.scope = v_scope);
+        PERFORM hivenet._promote_scope(v_format, v_scope,
+                                       hivenet._scope_fields(v_format, v_values));
+    END LOOP;
 END $$;
 
 -- Part of maintain(): promotes every scope that drew from a cold counter, but those this
@@ -450,8 +348,8 @@ $$;
 
 -- The latest instant format p_format has issued in counter scope p_scope, business-local:
 -- from the scope's own clock, or, while the scope waits for maintain() (a pending row), its
--- format's cold clock (shared by the new scopes); for a format without a clock_unit (dates
--- only), the start of the latest period its counter (lane, own sequence, or cold counter while
+-- format's cold clock (shared by unprepared scopes); for a format without a clock_unit (dates
+-- only), the start of the latest period its counter (own sequence, or cold counter while
 -- pending) holds. NULL when it issued nothing there. Pending first, then the catalog: a
 -- promotion committing in between is seen by one of the two. Off the hot path (it refreshes
 -- the catalog cache): claim_interface_serial and begin_step ask it only for a serial dated
@@ -479,22 +377,19 @@ BEGIN
         END IF;
         RETURN CASE WHEN v_value > 0 THEN hivenet._period_start(v_value, v_format.clock_unit) END;
     END IF;
-    IF v_format.lanes IS NOT NULL THEN
-        v_value := pg_sequence_last_value(hivenet._lane(v_format, p_scope));
-    ELSE
-        v_value := pg_sequence_last_value(hivenet._committed_sequence(v_counter));
-        IF v_pending THEN
-            v_value := greatest(v_value,
-                                pg_sequence_last_value(hivenet._committed_sequence(v_cold)));
-        END IF;
+    v_value := pg_sequence_last_value(hivenet._committed_sequence(v_counter));
+    IF v_pending THEN
+        v_value := greatest(v_value, pg_sequence_last_value(hivenet._committed_sequence(v_cold)));
     END IF;
     RETURN CASE WHEN v_value > 0
                 THEN hivenet._period_start(v_value / v_format.stride, v_format.reset) END;
 END $$;
 
 -- HN001 naming the first field of p_values (in p_format's field order) that is invalid, or
--- saying how many values the format takes; returns when every value is valid.
-CREATE FUNCTION hivenet._check_fields(p_format hivenet.format, p_values text[]) RETURNS void
+-- saying how many values the format takes; returns when every value is valid. With
+-- p_key_only, a field outside the counter key may be missing (prepare_scope).
+CREATE FUNCTION hivenet._check_fields(p_format hivenet.format, p_values text[],
+    p_key_only boolean DEFAULT false) RETURNS void
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_seg jsonb;
@@ -504,6 +399,8 @@ BEGIN
     FOR v_seg IN SELECT s FROM jsonb_array_elements(p_format.segments) AS s WHERE s ? 'field'
     LOOP
         v_index := v_index + 1;
+        CONTINUE WHEN p_key_only AND p_values[v_index] IS NULL
+                      AND v_index <> ALL (coalesce(p_format.key_fields, ARRAY[v_index]));
         v_problem := hivenet._field_problem(v_seg, p_values[v_index]);
         IF v_problem IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format(
@@ -625,8 +522,10 @@ BEGIN
             v_out := hivenet._issue(
                 ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass,
                 p_format, p_values, p_count,
-                format('new scopes (among them %L, sharing the format''s cold counter until '
-                       'hivenet.maintain() gives each its own)', v_scope));
+                format('the cold counter of unprepared scopes (scope %L was not prepared '
+                       'before its first use; prepare scopes at deployment, `hivenet-db '
+                       'prepare`: one prepared now starts after every cold value, so it is '
+                       'exhausted too until the next period)', v_scope));
             -- Once per scope, not per serial: a busy new scope would pile up rows.
             INSERT INTO hivenet.scope_pending (format, scope, fields)
             SELECT p_format.name, v_scope, hivenet._scope_fields(p_format, p_values)
@@ -702,16 +601,6 @@ BEGIN
     ELSE
         v_scope := hivenet._scope_of(v_format, v_values);
     END IF;
-    IF v_format.lanes IS NOT NULL THEN
-        -- No first use to check ownership at: every call of a laned format is checked
-        -- (ownership.sql; the fast path has the owned instances written in).
-        IF hivenet._setting_constant('owned_instances') IS DISTINCT FROM 'all' THEN
-            PERFORM hivenet._check_owned(v_format, v_values);
-        END IF;
-        RETURN hivenet._issue(hivenet._lane(v_format, v_scope), v_format, v_values, p_count,
-            format('lane %s (shared by scope %L and the other scopes hashed to it)',
-                   hivenet._lane_of(v_scope, v_format.lanes), v_scope));
-    END IF;
     v_seq := to_regclass(
         'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
     IF v_seq IS NULL THEN
@@ -754,7 +643,7 @@ END $$;
 -- inlined: LANGUAGE sql, one SELECT without FROM, no SECURITY DEFINER, no SET (a SQL-standard
 -- body is bound to its functions when created, so no search path can redirect it), and the
 -- one volatile call (nextval) used once. It runs with the caller's rights: the caller needs
--- USAGE on the lanes (granted to PUBLIC when they are made, privileges.sql:
+-- USAGE on the scopes' sequences (granted when they are made, _promote_scope, privileges.sql:
 -- it lets a caller consume values, which any caller of next_serial can, and never setval).
 --
 -- It serves only the plain case and returns NULL for anything else, so that its caller hands
@@ -764,10 +653,8 @@ END $$;
 -- bounds); no registry check; no fake clock (where a database allows one: a session that set
 -- hivenet.fake_now goes to the full path; where none is allowed, the fast path does not read
 -- the setting at all, which cost ~7% of a call, and issues by the real clock, while every
--- other function raises HN001); a format with hash lanes (unified and system:
--- the scope's lane, the lanes' OIDs written in as a constant array, and the owned instances
--- when ownership is declared, since there is no first use to check them at); a
--- value of today's period within capacity (a new period, a clock stepped back, exhaustion:
+-- other function raises HN001); a prepared scope (its sequence found by name: every scope
+-- sequence belongs to an owned instance, ownership.sql); a value of today's period within capacity (a new period, a clock stepped back, exhaustion:
 -- the value taken here is a gap, as when _issue hands over to _advance). The time is the
 -- statement's (stable, so one instant for the period check and the printed date:
 -- clock_timestamp() read twice could straddle midnight and print a day that is not the
@@ -803,12 +690,9 @@ DECLARE
     v_printed text;
     v_field text;
     v_counter text;
-    v_owned text;
-    v_node integer;
     v_fake_clock text := '';
 BEGIN
     IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
-       OR p_format.lanes IS NULL
        OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
        OR cardinality(p_format.field_names) <> 3
        -- Outside the quoted field values, the pattern prints the date only.
@@ -825,26 +709,16 @@ BEGIN
             v_bounds := v_bounds || format('%s::numeric <= %s', v_field, p_format.field_max[i]);
         END IF;
     END LOOP;
-    -- The counter: the scope's lane, by a constant (the lanes' OIDs written in: no name
-    -- look-up, which cost ~3%).
-    v_counter := format('(%L::regclass[])[hivenet._lane_of(p_a || p_b || p_c, %s) + 1]',
-        (SELECT array_agg(hivenet._lane_sequence(p_format.name, l)::oid ORDER BY l)
-         FROM generate_series(0, p_format.lanes - 1) AS l),
-        p_format.lanes);
-    -- No first use to check ownership at (ownership.sql): the owned instances are written in,
-    -- and an unowned one goes to the full path (HN002). (No setting yet while the schema's
-    -- first files are installed.)
-    v_owned := (SELECT value FROM hivenet.setting WHERE name = 'owned_instances');
-    IF v_owned IS DISTINCT FROM 'all' AND v_owned IS NOT NULL THEN
-        v_node := array_position(p_format.field_names, hivenet._node_field(p_format));
-        IF v_node IS NULL THEN
-            RETURN 'NULL::text';
-        END IF;
-        v_bounds := v_bounds || format('%s = ANY (%L::text[])',
-            (ARRAY['p_a', 'p_b', 'p_c'])[v_node],
-            ARRAY(SELECT to_char(i, 'FM00') FROM generate_series(0, 99) AS i
-                  WHERE hivenet._instance_in(to_char(i, 'FM00'), v_owned) ORDER BY i));
-    END IF;
+    -- The counter: the scope's own sequence by its qualified name, NULL for a scope without
+    -- one (unprepared, or parked: ownership.sql), which nextval (strict) passes on to the full
+    -- path. The values are alnum here (the pattern matched), so the quoted name is theirs.
+    -- Measured against a constant map of scope to OID (docs/benchmarks.md): the same cost
+    -- per call, ~0.7 us, and nothing to plan: a map written in here was read again whenever a
+    -- statement was planned (7.7 ms with 10,000 scopes), one in a PL/pgSQL function cost twice
+    -- as much per call. The session's catalog cache may not see a sequence created since its
+    -- transaction began: NULL then too, and the full path finds it (_issue_cold).
+    v_counter := format('to_regclass(%L || p_a || p_b || p_c || %L)',
+                        'hivenet."' || hivenet._scope_sequence_name(p_format.name, ''), '"');
     IF (SELECT value FROM hivenet.setting WHERE name = 'allow_fake_clock')::boolean THEN
         v_fake_clock := $f$coalesce(current_setting('hivenet.fake_now', true), '') = '' AND $f$;
     END IF;

@@ -105,11 +105,7 @@ CREATE TABLE hivenet.format (
     -- merchant_trade: second): each scope then keeps the latest instant it has issued, in this
     -- unit, in a clock sequence of its own, so its time of day never goes back (allocate.sql).
     -- NULL when the counter's period is all the time printed.
-    clock_unit         text,
-    -- Hash lanes (allocate.sql): the number of counter sequences the format's scopes share,
-    -- a scope drawing from lane hashtext(scope) & (lanes - 1); NULL: a sequence per scope.
-    -- From the seq segment's "lanes" (unified and system: 64).
-    lanes              integer
+    clock_unit         text
 );
 COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
 
@@ -204,13 +200,13 @@ BEGIN
         WHERE k <> ALL (CASE v_kind
             WHEN 'field' THEN ARRAY['field', 'width', 'charset', 'min', 'max', 'printed', 'counter']
             WHEN 'literal' THEN ARRAY['literal'] WHEN 'time' THEN ARRAY['time']
-            ELSE ARRAY['seq', 'reset', 'lanes'] END);
+            ELSE ARRAY['seq', 'reset'] END);
         IF v_unknown IS NOT NULL THEN
             PERFORM hivenet._format_error(p_name, format(
                 '%s segment %s has unknown keys %s (a %s segment takes %s)', v_kind,
                 hivenet._shown(v_seg::text), v_unknown, v_kind, CASE v_kind
                 WHEN 'field' THEN 'field, width, charset, min, max, printed, counter'
-                WHEN 'seq' THEN 'seq, reset, lanes' ELSE v_kind END));
+                WHEN 'seq' THEN 'seq, reset' ELSE v_kind END));
         END IF;
         CASE v_kind
         WHEN 'field' THEN
@@ -313,23 +309,11 @@ BEGIN
                     'reset %s must be second, minute, hour, day, month, year or never',
                     v_seg -> 'reset'));
             END IF;
-            -- Lanes: a power of two (the lane is a bit mask of the hash), 0 or absent for a
-            -- sequence per scope.
-            IF v_seg ? 'lanes' AND (jsonb_typeof(v_seg -> 'lanes') <> 'number'
-                OR (v_seg ->> 'lanes') NOT IN ('0', '2', '4', '8', '16', '32', '64', '128',
-                                               '256', '512', '1024')) THEN
-                PERFORM hivenet._format_error(p_name, format(
-                    'seq lanes %s must be a power of two from 2 to 1024, or 0 for a sequence '
-                    'per scope', hivenet._shown(v_seg ->> 'lanes')));
-            END IF;
-            v_row.lanes := nullif((v_seg ->> 'lanes')::integer, 0);
             v_row.seq_width := v_width;
             v_row.head_pattern := v_pattern;
             v_pattern := '';
             v_segments := v_segments || jsonb_build_array(jsonb_build_object(
-                'seq', v_width, 'reset', v_row.reset)
-                || CASE WHEN v_row.lanes IS NULL THEN '{}'
-                        ELSE jsonb_build_object('lanes', v_row.lanes) END);
+                'seq', v_width, 'reset', v_row.reset));
         END CASE;
         v_row.length := v_row.length + v_width;
     END LOOP;
@@ -366,14 +350,6 @@ BEGIN
                              THEN v_keys END;
     v_row.clock_unit := CASE WHEN hivenet._unit_rank(v_finest) < hivenet._unit_rank(v_row.reset)
                              THEN v_finest END;
-    -- A clock sequence is per counter: a lane's would keep the time of day of every scope of
-    -- the lane, and its name is derived from a scope's (allocate.sql).
-    IF v_row.lanes IS NOT NULL AND v_row.clock_unit IS NOT NULL THEN
-        PERFORM hivenet._format_error(p_name, format(
-            'seq lanes need a format that prints no time finer than its reset period (this one '
-            'prints the %s and resets every %s): give it no lanes', v_row.clock_unit,
-            v_row.reset));
-    END IF;
     v_row.segments := v_segments;
     v_row.borrow_next_period := coalesce(p_borrow_next_period, false);
     v_row.builtin := false;
@@ -388,9 +364,9 @@ END $$;
 --   name that was rolled back start over when they do not fit this one: every serial they
 --   issued belonged to that rolled-back transaction. (Only databases from before revision
 --   0006 can hold such counters: scopes now get their own only from maintain(), for
---   committed formats.) The format's cold counter and lanes are made with it (allocate.sql),
---   and vanish with it on a rollback. Never delete rows of hivenet.format by hand. Takes a row lock on the new name, and a new
---   format waits for another transaction defining one (or changing a setting) to commit.
+--   committed formats.) The format's cold counter is made with it (allocate.sql), and
+--   vanishes with it on a rollback. Never delete rows of hivenet.format by hand. Takes a row
+--   lock on the new name, and a new format waits for another transaction defining one (or changing a setting) to commit.
 CREATE FUNCTION hivenet.define_format(p_name text, p_segments jsonb,
     p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -426,6 +402,8 @@ END $$;
 -- The built-in formats of the HiveNet Sequence Standards (seed 000) and seeds 001 and 004.
 DO $$
 DECLARE
+    -- Seed 000: the seq is the order of the day's business of the channel (system, module,
+    -- instance); an interface serial's target system is printed, not part of its counter.
     v_scope constant jsonb := '[{"field": "system", "width": 5, "charset": "alnum"},
                                 {"field": "module", "width": 3, "charset": "alnum"},
                                 {"field": "instance", "width": 2, "charset": "digit", "min": 1}]';
@@ -434,26 +412,23 @@ DECLARE
     v_def record;
 BEGIN
     FOR v_def IN SELECT * FROM (VALUES
-        -- unified and system: 10^10-1 and 10^12-1 serials a day, capacity to share: 64 hash
-        -- lanes (allocate.sql); the others keep a sequence per scope.
-        ('unified', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 10, "reset": "day", "lanes": 64}]',
+        ('unified', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 10, "reset": "day"}]',
          'unified serial (统一流水号): one business transaction across all systems'),
-        ('system', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 12, "reset": "day", "lanes": 64}]',
+        ('system', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 12, "reset": "day"}]',
          'system serial (系统流水号): one processing step; retries reuse it'),
-        ('interface', v_scope || '[{"field": "target", "width": 5, "charset": "alnum"},
+        ('interface', v_scope || '[{"field": "target", "width": 5, "charset": "alnum",
+                                    "counter": false},
                                    {"time": "YYYYMMDDHHMISS"}, {"seq": 10, "reset": "day"}]',
          'interface serial (接口流水号): one interface call'),
-        -- Seed 001: printed merchant + date + shard + seq, counted per reconciliation type
-        -- (对账类型, the Redis key; not printed) and shard; the merchant is only printed.
-        ('id_service', '[{"field": "recon_type", "width": 2, "charset": "digit",
-                          "printed": false},
-                         {"field": "merchant", "width": 12, "charset": "digit",
-                          "counter": false},
+        -- Seed 001: merchant + date + shard + seq, counted per printed merchant and shard, so
+        -- no two calls print the same serial (its first requirement, global uniqueness; its
+        -- hint to key a Redis counter by reconciliation type would break it).
+        ('id_service', '[{"field": "merchant", "width": 12, "charset": "digit"},
                          {"time": "YYYYMMDD"},
                          {"field": "shard", "width": 2, "charset": "digit"},
                          {"seq": 6, "reset": "day"}]',
-         'unified ID service (seed 001): merchant + date + shard + daily sequence, counted '
-         'per reconciliation type (not printed) and shard'),
+         'unified ID service (seed 001): merchant + date + shard + daily sequence per merchant '
+         'and shard'),
         ('merchant_trade', v_merchant || '[{"time": "YYYYMMDDHHMISS"}, {"seq": 6, "reset": "day"}]',
          'merchant trade number: merchant + date-time + daily sequence'),
         ('per_second', '[{"time": "yyMMddHHmmss"}, {"seq": 5, "reset": "second"}]',

@@ -16,12 +16,8 @@
 -- refused while it has scopes here, unless forced, which parks their sequences (renamed
 -- seq_X → off_X, counters kept): the next allocation finds no sequence, goes through the
 -- first-use path and its check, and gets HN002. Owning the instance again restores them.
--- Formats with hash lanes (unified, system: allocate.sql) have no first use: every call is
--- checked (the fast path has the owned instances written in as a literal, rewritten with the
--- setting; the full path checks when ownership is declared). Their scopes are not recorded,
--- so this database does not know which instances it issued them for: giving an instance up
--- needs no force for them, parks nothing, and refuses the instance's next call; owning it
--- again continues from its lanes, which only go up (never a reissue).
+-- The fast paths of unified and system find a scope's sequence by its name, which parking
+-- changes (_park_scope): a parked scope's next call takes the full path.
 -- A change takes effect for transactions that start after it commits.
 --
 -- The receiving side: on a database that declared ownership, begin_step and
@@ -195,8 +191,7 @@ BEGIN
 END $$;
 
 -- Counter scopes with a sequence of their own (parked or not) or waiting for one, with their
--- format and node value. Not those of laned formats (sequences retired by revision 0017: their
--- scopes draw from lanes, which ownership never parks).
+-- format and node value.
 CREATE FUNCTION hivenet._scopes_by_node()
 RETURNS TABLE (format hivenet.format, scope text, node text, sequence_name text)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -205,7 +200,6 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
           UNION ALL
           SELECT DISTINCT p.format, p.scope, p.fields, NULL FROM hivenet.scope_pending p) AS s
     JOIN hivenet.format f ON f.name = s.format
-    WHERE f.lanes IS NULL
 $$;
 
 -- Trigger on hivenet.setting, for owned_instances and single_primary_formats: writes the

@@ -47,7 +47,6 @@ GRANT EXECUTE ON FUNCTION
     hivenet._period_index(timestamp, text),  -- in view scope_usage, likewise
     hivenet._period_start(bigint, text),
     hivenet._scope_counter_value(text),
-    hivenet._lane_sequence_name(text, integer),  -- in view scope_usage, likewise
     hivenet._reporting_local_now(),
     hivenet._serial_field(text, text, text),  -- in view interface_calls, likewise
     hivenet._serial_time(text, text)
@@ -106,16 +105,13 @@ TO PUBLIC;
 -- currval), never UPDATE (setval, which only the owner's slow path runs) nor ALTER. Granted to
 -- PUBLIC like the allocation functions: taking a value is what any caller of next_serial
 -- does. The constants say what the formats and settings are (no secret: settings.sql). A
--- scope's sequence, and a laned format's lanes, get their grant when made (_promote_scope,
--- _create_lanes); this covers older scopes.
+-- scope's sequence gets its grant when made (_promote_scope); this covers older scopes.
 GRANT EXECUTE ON FUNCTION
     hivenet._fast_unified(text, text, text),
     hivenet._fast_system(text, text, text),
     hivenet._format_constant(text),
     hivenet._setting_constant(text),
-    hivenet._scope_sequence_name(text, text),
-    hivenet._lane_of(text, integer),
-    hivenet._lanes_aligned()
+    hivenet._scope_sequence_name(text, text)
 TO PUBLIC;
 DO $$
 DECLARE

@@ -32,11 +32,17 @@ BEGIN
 END $$;
 
 -- hivenet.register_module(system, module, description) → void
---   Registers a module of a registered system. HN001 for a malformed module, HN002 when the
---   system is not registered.
+--   Registers a module of a registered system, and prepares its counter scopes (prepare_scope)
+--   for every instance this database owns (ownership.sql; 01 to 99 on one primary) in every
+--   format counted per system, module and instance (unified, system, interface), so that each
+--   counts from 1 from its first serial. HN001 for a malformed module, HN002 when the system
+--   is not registered. Commits with the caller: allocations of unprepared scopes of those
+--   formats wait for that commit (prepare_scope).
 CREATE FUNCTION hivenet.register_module(p_system text, p_module text,
     p_description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_format text;
 BEGIN
     IF p_module IS NULL OR p_module !~ '^[0-9A-Za-z]{3}$' OR octet_length(p_module) <> 3 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
@@ -51,6 +57,20 @@ BEGIN
     VALUES (p_system, p_module, p_description)
     ON CONFLICT (system, module) DO UPDATE
         SET description = coalesce(EXCLUDED.description, registered_module.description);
+    FOR v_format IN
+        SELECT f.name FROM hivenet.format f
+        WHERE ARRAY(SELECT f.field_names[k] FROM generate_subscripts(f.field_names, 1) AS k
+                    WHERE f.key_fields IS NULL OR k = ANY (f.key_fields) ORDER BY 1)
+              = ARRAY['instance', 'module', 'system']
+        ORDER BY f.name
+    LOOP
+        PERFORM hivenet.prepare_scope(v_format, (
+            SELECT coalesce(jsonb_agg(jsonb_build_object('system', p_system, 'module', p_module,
+                                                'instance', to_char(i, 'FM00')) ORDER BY i), '[]')
+            FROM generate_series(1, 99) AS i
+            WHERE hivenet._instance_in(to_char(i, 'FM00'),
+                                       hivenet._setting_value('owned_instances'))));
+    END LOOP;
 END $$;
 
 -- HN002 when a system, target system or module in p_fields is unknown. The caller calls it

@@ -21,34 +21,33 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 
 $$;
 
 -- hivenet.scope_usage: one row per counter scope (format + field values) with a sequence of
---   its own, and one per format for its cold counter (scope '(new scopes)', fields {}), which
---   new scopes share until maintain() gives them their own; for a format with hash lanes
---   (unified, system: allocate.sql), one row per lane instead (scope '(lane N)', fields {}:
---   its scopes share it; issued counts them all), and none for its scopes or cold counter.
+--   its own, and one per format for its cold counter (scope '(unprepared scopes)', fields {},
+--   shared true), which the scopes not prepared before their first use share until maintain()
+--   gives each its own: when it runs out, every unprepared scope of the format is refused for
+--   the period, and a scope prepared then starts exhausted (allocate.sql).
 --   format, scope, fields (jsonb: the counter-key fields given to next_serial), reset,
 --   period_start (business-local start of the scope's current period: the clock's period, or
 --   a later one when the clock went back or the format borrowed the next period),
 --   issued (serials issued in that period; gaps of rolled-back transactions count as issued),
 --   capacity (serials per period), remaining (capacity - issued), used_percent,
 --   last_period_start (business-local start of the period of the last serial issued, NULL
---   when none). Reads the clock once (hivenet.now()); never blocks; one sequence read per scope.
+--   when none), shared (true for a cold counter). Reads the clock once (hivenet.now());
+--   never blocks; one sequence read per scope.
 CREATE VIEW hivenet.scope_usage AS
 WITH clock AS (
     SELECT hivenet._reporting_local_now() AS local_now
 ), counter AS (
-    SELECT s.format, s.scope, s.fields, f.reset, f.capacity,
+    SELECT s.format, s.scope, s.fields, s.shared, f.reset, f.capacity,
            v.value / f.stride AS value_period,
            v.value % f.stride AS value_seq,
            greatest(hivenet._period_index(c.local_now, f.reset), v.value / f.stride) AS period
-    FROM (SELECT c.format, c.scope, c.fields, c.sequence_name FROM hivenet.scope c
+    FROM (SELECT c.format, c.scope, c.fields, c.sequence_name, false AS shared
+          FROM hivenet.scope c
           UNION ALL
-          SELECT n.name, '(new scopes)', '{}'::jsonb, 'cold_' || n.name FROM hivenet.format n
-          UNION ALL
-          SELECT n.name, '(lane ' || l || ')', '{}'::jsonb, hivenet._lane_sequence_name(n.name, l)
-          FROM hivenet.format n CROSS JOIN generate_series(0, n.lanes - 1) AS l
+          SELECT n.name, '(unprepared scopes)', '{}'::jsonb, 'cold_' || n.name, true
+          FROM hivenet.format n
          ) AS s
     JOIN hivenet.format f ON f.name = s.format
-                         AND (f.lanes IS NULL OR s.sequence_name LIKE 'lane\_%')
     CROSS JOIN clock c
     CROSS JOIN LATERAL (SELECT hivenet._scope_counter_value(s.sequence_name) AS value) v
 ), usage AS (
@@ -61,7 +60,8 @@ SELECT u.format, u.scope, u.fields, u.reset,
        hivenet._period_start(u.period, u.reset) AS period_start,
        u.issued, u.capacity, u.capacity - u.issued AS remaining,
        round(100.0 * u.issued / u.capacity, 2) AS used_percent,
-       hivenet._period_start(u.value_period, u.reset) AS last_period_start
+       hivenet._period_start(u.value_period, u.reset) AS last_period_start,
+       u.shared
 FROM usage u;
 COMMENT ON VIEW hivenet.scope_usage IS
     'per counter scope: current period, serials issued in it, capacity and remaining headroom';

@@ -33,8 +33,7 @@ CREATE TABLE hivenet.setting (
 
 -- Trigger: reject a value that does not parse as the setting's kind, and a business time zone
 -- behind the current one once serials exist (their dates and times would go backwards).
--- hivenet.scope, hivenet.scope_pending and the lanes (allocate.sql) are read when the trigger
--- runs.
+-- hivenet.scope and hivenet.scope_pending (allocate.sql) are read when the trigger runs.
 CREATE FUNCTION hivenet._setting_check() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -57,11 +56,7 @@ BEGIN
        AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
        AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
         -- Nested: the tables are looked up only once they exist (not during an install).
-        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending)
-           -- A lane that has issued a value (never-used lanes have none).
-           OR EXISTS (SELECT FROM hivenet.format f, generate_series(0, f.lanes - 1) AS l
-                      WHERE pg_sequence_last_value(('hivenet.' || quote_ident(
-                          hivenet._lane_sequence_name(f.name, l)))::regclass) IS NOT NULL) THEN
+        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending) THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
                                  'issued: their business dates and times would go backwards '

@@ -34,8 +34,7 @@ CREATE TABLE hivenet.setting (
 
 -- Trigger: reject a value that does not parse as the setting's kind, and a business time zone
 -- behind the current one once serials exist (their dates and times would go backwards).
--- hivenet.scope, hivenet.scope_pending and the lanes (allocate.sql) are read when the trigger
--- runs.
+-- hivenet.scope and hivenet.scope_pending (allocate.sql) are read when the trigger runs.
 CREATE FUNCTION hivenet._setting_check() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -58,11 +57,7 @@ BEGIN
        AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
        AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
         -- Nested: the tables are looked up only once they exist (not during an install).
-        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending)
-           -- A lane that has issued a value (never-used lanes have none).
-           OR EXISTS (SELECT FROM hivenet.format f, generate_series(0, f.lanes - 1) AS l
-                      WHERE pg_sequence_last_value(('hivenet.' || quote_ident(
-                          hivenet._lane_sequence_name(f.name, l)))::regclass) IS NOT NULL) THEN
+        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending) THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
                                  'issued: their business dates and times would go backwards '
@@ -353,11 +348,7 @@ CREATE TABLE hivenet.format (
     -- merchant_trade: second): each scope then keeps the latest instant it has issued, in this
     -- unit, in a clock sequence of its own, so its time of day never goes back (allocate.sql).
     -- NULL when the counter's period is all the time printed.
-    clock_unit         text,
-    -- Hash lanes (allocate.sql): the number of counter sequences the format's scopes share,
-    -- a scope drawing from lane hashtext(scope) & (lanes - 1); NULL: a sequence per scope.
-    -- From the seq segment's "lanes" (unified and system: 64).
-    lanes              integer
+    clock_unit         text
 );
 COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
 
@@ -452,13 +443,13 @@ BEGIN
         WHERE k <> ALL (CASE v_kind
             WHEN 'field' THEN ARRAY['field', 'width', 'charset', 'min', 'max', 'printed', 'counter']
             WHEN 'literal' THEN ARRAY['literal'] WHEN 'time' THEN ARRAY['time']
-            ELSE ARRAY['seq', 'reset', 'lanes'] END);
+            ELSE ARRAY['seq', 'reset'] END);
         IF v_unknown IS NOT NULL THEN
             PERFORM hivenet._format_error(p_name, format(
                 '%s segment %s has unknown keys %s (a %s segment takes %s)', v_kind,
                 hivenet._shown(v_seg::text), v_unknown, v_kind, CASE v_kind
                 WHEN 'field' THEN 'field, width, charset, min, max, printed, counter'
-                WHEN 'seq' THEN 'seq, reset, lanes' ELSE v_kind END));
+                WHEN 'seq' THEN 'seq, reset' ELSE v_kind END));
         END IF;
         CASE v_kind
         WHEN 'field' THEN
@@ -561,23 +552,11 @@ BEGIN
                     'reset %s must be second, minute, hour, day, month, year or never',
                     v_seg -> 'reset'));
             END IF;
-            -- Lanes: a power of two (the lane is a bit mask of the hash), 0 or absent for a
-            -- sequence per scope.
-            IF v_seg ? 'lanes' AND (jsonb_typeof(v_seg -> 'lanes') <> 'number'
-                OR (v_seg ->> 'lanes') NOT IN ('0', '2', '4', '8', '16', '32', '64', '128',
-                                               '256', '512', '1024')) THEN
-                PERFORM hivenet._format_error(p_name, format(
-                    'seq lanes %s must be a power of two from 2 to 1024, or 0 for a sequence '
-                    'per scope', hivenet._shown(v_seg ->> 'lanes')));
-            END IF;
-            v_row.lanes := nullif((v_seg ->> 'lanes')::integer, 0);
             v_row.seq_width := v_width;
             v_row.head_pattern := v_pattern;
             v_pattern := '';
             v_segments := v_segments || jsonb_build_array(jsonb_build_object(
-                'seq', v_width, 'reset', v_row.reset)
-                || CASE WHEN v_row.lanes IS NULL THEN '{}'
-                        ELSE jsonb_build_object('lanes', v_row.lanes) END);
+                'seq', v_width, 'reset', v_row.reset));
         END CASE;
         v_row.length := v_row.length + v_width;
     END LOOP;
@@ -614,14 +593,6 @@ BEGIN
                              THEN v_keys END;
     v_row.clock_unit := CASE WHEN hivenet._unit_rank(v_finest) < hivenet._unit_rank(v_row.reset)
                              THEN v_finest END;
-    -- A clock sequence is per counter: a lane's would keep the time of day of every scope of
-    -- the lane, and its name is derived from a scope's (allocate.sql).
-    IF v_row.lanes IS NOT NULL AND v_row.clock_unit IS NOT NULL THEN
-        PERFORM hivenet._format_error(p_name, format(
-            'seq lanes need a format that prints no time finer than its reset period (this one '
-            'prints the %s and resets every %s): give it no lanes', v_row.clock_unit,
-            v_row.reset));
-    END IF;
     v_row.segments := v_segments;
     v_row.borrow_next_period := coalesce(p_borrow_next_period, false);
     v_row.builtin := false;
@@ -636,9 +607,9 @@ END $$;
 --   name that was rolled back start over when they do not fit this one: every serial they
 --   issued belonged to that rolled-back transaction. (Only databases from before revision
 --   0006 can hold such counters: scopes now get their own only from maintain(), for
---   committed formats.) The format's cold counter and lanes are made with it (allocate.sql),
---   and vanish with it on a rollback. Never delete rows of hivenet.format by hand. Takes a row lock on the new name, and a new
---   format waits for another transaction defining one (or changing a setting) to commit.
+--   committed formats.) The format's cold counter is made with it (allocate.sql), and
+--   vanishes with it on a rollback. Never delete rows of hivenet.format by hand. Takes a row
+--   lock on the new name, and a new format waits for another transaction defining one (or changing a setting) to commit.
 CREATE FUNCTION hivenet.define_format(p_name text, p_segments jsonb,
     p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -674,6 +645,8 @@ END $$;
 -- The built-in formats of the HiveNet Sequence Standards (seed 000) and seeds 001 and 004.
 DO $$
 DECLARE
+    -- Seed 000: the seq is the order of the day's business of the channel (system, module,
+    -- instance); an interface serial's target system is printed, not part of its counter.
     v_scope constant jsonb := '[{"field": "system", "width": 5, "charset": "alnum"},
                                 {"field": "module", "width": 3, "charset": "alnum"},
                                 {"field": "instance", "width": 2, "charset": "digit", "min": 1}]';
@@ -682,26 +655,23 @@ DECLARE
     v_def record;
 BEGIN
     FOR v_def IN SELECT * FROM (VALUES
-        -- unified and system: 10^10-1 and 10^12-1 serials a day, capacity to share: 64 hash
-        -- lanes (allocate.sql); the others keep a sequence per scope.
-        ('unified', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 10, "reset": "day", "lanes": 64}]',
+        ('unified', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 10, "reset": "day"}]',
          'unified serial (统一流水号): one business transaction across all systems'),
-        ('system', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 12, "reset": "day", "lanes": 64}]',
+        ('system', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 12, "reset": "day"}]',
          'system serial (系统流水号): one processing step; retries reuse it'),
-        ('interface', v_scope || '[{"field": "target", "width": 5, "charset": "alnum"},
+        ('interface', v_scope || '[{"field": "target", "width": 5, "charset": "alnum",
+                                    "counter": false},
                                    {"time": "YYYYMMDDHHMISS"}, {"seq": 10, "reset": "day"}]',
          'interface serial (接口流水号): one interface call'),
-        -- Seed 001: printed merchant + date + shard + seq, counted per reconciliation type
-        -- (对账类型, the Redis key; not printed) and shard; the merchant is only printed.
-        ('id_service', '[{"field": "recon_type", "width": 2, "charset": "digit",
-                          "printed": false},
-                         {"field": "merchant", "width": 12, "charset": "digit",
-                          "counter": false},
+        -- Seed 001: merchant + date + shard + seq, counted per printed merchant and shard, so
+        -- no two calls print the same serial (its first requirement, global uniqueness; its
+        -- hint to key a Redis counter by reconciliation type would break it).
+        ('id_service', '[{"field": "merchant", "width": 12, "charset": "digit"},
                          {"time": "YYYYMMDD"},
                          {"field": "shard", "width": 2, "charset": "digit"},
                          {"seq": 6, "reset": "day"}]',
-         'unified ID service (seed 001): merchant + date + shard + daily sequence, counted '
-         'per reconciliation type (not printed) and shard'),
+         'unified ID service (seed 001): merchant + date + shard + daily sequence per merchant '
+         'and shard'),
         ('merchant_trade', v_merchant || '[{"time": "YYYYMMDDHHMISS"}, {"seq": 6, "reset": "day"}]',
          'merchant trade number: merchant + date-time + daily sequence'),
         ('per_second', '[{"time": "yyMMddHHmmss"}, {"seq": 5, "reset": "second"}]',
@@ -776,11 +746,17 @@ BEGIN
 END $$;
 
 -- hivenet.register_module(system, module, description) → void
---   Registers a module of a registered system. HN001 for a malformed module, HN002 when the
---   system is not registered.
+--   Registers a module of a registered system, and prepares its counter scopes (prepare_scope)
+--   for every instance this database owns (ownership.sql; 01 to 99 on one primary) in every
+--   format counted per system, module and instance (unified, system, interface), so that each
+--   counts from 1 from its first serial. HN001 for a malformed module, HN002 when the system
+--   is not registered. Commits with the caller: allocations of unprepared scopes of those
+--   formats wait for that commit (prepare_scope).
 CREATE FUNCTION hivenet.register_module(p_system text, p_module text,
     p_description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_format text;
 BEGIN
     IF p_module IS NULL OR p_module !~ '^[0-9A-Za-z]{3}$' OR octet_length(p_module) <> 3 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
@@ -795,6 +771,20 @@ BEGIN
     VALUES (p_system, p_module, p_description)
     ON CONFLICT (system, module) DO UPDATE
         SET description = coalesce(EXCLUDED.description, registered_module.description);
+    FOR v_format IN
+        SELECT f.name FROM hivenet.format f
+        WHERE ARRAY(SELECT f.field_names[k] FROM generate_subscripts(f.field_names, 1) AS k
+                    WHERE f.key_fields IS NULL OR k = ANY (f.key_fields) ORDER BY 1)
+              = ARRAY['instance', 'module', 'system']
+        ORDER BY f.name
+    LOOP
+        PERFORM hivenet.prepare_scope(v_format, (
+            SELECT coalesce(jsonb_agg(jsonb_build_object('system', p_system, 'module', p_module,
+                                                'instance', to_char(i, 'FM00')) ORDER BY i), '[]')
+            FROM generate_series(1, 99) AS i
+            WHERE hivenet._instance_in(to_char(i, 'FM00'),
+                                       hivenet._setting_value('owned_instances'))));
+    END LOOP;
 END $$;
 
 -- HN002 when a system, target system or module in p_fields is unknown. The caller calls it
@@ -838,29 +828,18 @@ END $$;
 -- period reset, before returning: a serial issued after another call returned is never
 -- smaller, whatever the clock did (seed 004's guard, for every format; SPEC guarantee 3).
 --
--- Hash lanes (a format whose seq segment has "lanes": unified and system, 64 each): the
--- format's scopes share a bounded set of sequences, its lanes (hivenet.lane_<format>_<n>, made
--- with the format), scope S drawing from lane _lane_of(S) = hashtext(S) & (lanes - 1), with the
--- same encoding (period * stride + seq) and the same reset, so everything below holds per
--- lane. Nothing is created on a scope's first use (an ordinary allocation), and the cost is
--- flat in the number of scopes: a backend opens at most `lanes` sequences per format, where a
--- sequence per scope makes each backend load every scope it meets (docs/benchmarks.md). What
--- it changes: a scope's serials increase but are not consecutive (the scopes of a lane
--- interleave) and do not start at 1 each period (seq starts at 1 per lane); a lane's capacity
--- is shared by its scopes; HN010 names the lane. hashtext must stay the same function for the
--- lanes' life (it has since PostgreSQL 8.4): a scope moved to another lane could go back. It
--- differs between byte orders: after a restore onto a server of the other one, no lane issues
--- (HN010, _lanes_aligned) until the failover fence (failover.sql; maintain() as a backstop)
--- moves every lane past the greatest (docs/operations.md).
---
--- The formats without lanes:
--- A scope's own sequence is created by hivenet.maintain() (or prepare_scope), in a transaction
--- of the owner's, never in the caller's: created there, it would vanish with a rollback and
--- start over (reissuing serials), and make every other first user wait for the commit. Until
--- then a new scope draws from its format's shared cold counter (hivenet.cold_<format>, made
--- when the format is defined): unique and increasing, but its first serials do not start at 1.
--- A scope is promoted under the format's cold lock (below), so no allocation can take a cold
--- value after its own sequence has started.
+-- Every scope counts on a sequence of its own, from 1 each period (seed 000: the day's order
+-- of that channel's business). It is created in a transaction of the owner's, never in the
+-- caller's: created there, it would vanish with a rollback and start over (reissuing serials),
+-- and make every other first user wait for the commit. So scopes are prepared before use:
+-- register_module (the instances this database owns), prepare_scope and `hivenet-db prepare`.
+-- An unprepared scope draws from its format's shared cold counter (hivenet.cold_<format>,
+-- made when the format is defined): unique and increasing, but it cannot count from 1, and
+-- its period's capacity is shared by every unprepared scope of the format. maintain() then
+-- gives the scope its own sequence (promotes it) under the format's cold lock (below), so no
+-- allocation can take a cold value after its own sequence has started; that sequence starts
+-- after every cold value the scope may have printed (guarantee 2), so a scope prepared after
+-- the cold counter ran out starts exhausted until the next period.
 
 -- No foreign key to hivenet.format: scopes are created in a transaction of their own, which
 -- cannot see a format defined in the caller's still-open transaction. `definition` tells
@@ -910,7 +889,7 @@ END;
 -- The counter scope of field values p_values (in p_format's field order): the values of the
 -- format's counter-key fields, concatenated (fixed widths: unambiguous). Every field is in
 -- the key unless the format marks it "counter": false (printed only); a "printed": false
--- field is in the key without being printed (seed 001's reconciliation type).
+-- field is in the key without being printed (custom formats).
 -- On every allocation: inlined, a SQL-standard body without SET (see _period_index).
 CREATE FUNCTION hivenet._scope_of(p_format hivenet.format, p_values text[]) RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -928,100 +907,6 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     FROM unnest(p_format.field_names) WITH ORDINALITY AS f(name, i)
     WHERE p_format.key_fields IS NULL OR f.i = ANY (p_format.key_fields)
 $$;
-
--- The lane sequence p_lane (0 .. lanes - 1) of format p_format: at most 5 + 31 + 1 + 4
--- characters (format names are at most 31).
-CREATE FUNCTION hivenet._lane_sequence_name(p_format text, p_lane integer) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT 'lane_' || p_format || '_' || p_lane
-$$;
-
--- That lane sequence itself (which must exist).
-CREATE FUNCTION hivenet._lane_sequence(p_format text, p_lane integer) RETURNS regclass
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT ('hivenet.' || quote_ident(hivenet._lane_sequence_name(p_format, p_lane)))::regclass
-$$;
-
--- hashtext of a fixed text on this server. It differs between servers of the two byte orders
--- (hash_bytes reads the text in native words), and so do the lanes of the same scopes: a
--- database restored onto a server where it differs draws each scope from another lane, one
--- that may stand below serials the scope was issued. The failover fence records it
--- (failover.sql); _compile_lanes_aligned writes the same text into _lanes_aligned.
-CREATE FUNCTION hivenet._lane_hash() RETURNS integer
-LANGUAGE sql IMMUTABLE
-BEGIN ATOMIC
-    SELECT hashtext('hivenet lanes');
-END;
-
--- Whether the lanes were last aligned (installed or fenced) on a server whose _lane_hash() is
--- this one's. Generated by the fence (failover.sql, _compile_lanes_aligned) as
--- `hashtext('hivenet lanes') = <the hash the last fence recorded>` (_lane_hash's text), which
--- the planner folds: the fast path pays nothing for it. A dump restored onto a server of the
--- other byte order brings the old constant, so it is false there until the fence: no lane
--- issues a serial (_lane_of NULL, _lane HN010). Public and inlined: the fast path runs as its
--- caller. STABLE, not IMMUTABLE: an immutable function without arguments is evaluated when a
--- statement is planned and leaves no trace in the plan, so rewriting it would not make the
--- plans that used it be made again; a stable one is inlined, and they are.
-CREATE FUNCTION hivenet._lanes_aligned() RETURNS boolean
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT true;
-END;
-
--- The lane (0 .. p_lanes - 1, a power of two) of counter scope p_scope: the one definition of
--- the hash, on the full path (_lane) and in the generated fast paths. Inlined: a SQL-standard
--- body without SET (see _period_index). STABLE, as _lanes_aligned, which it reads.
-CREATE FUNCTION hivenet._lane_of(p_scope text, p_lanes integer) RETURNS integer
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    -- NULL for a lane count no format can have (the function is public: the fast path), and
-    -- while the lanes wait for a fence (_lanes_aligned): the fast path then yields NULL and
-    -- hands the call to _allocate, whose _lane raises.
-    SELECT CASE WHEN p_lanes BETWEEN 1 AND 1024 AND hivenet._lanes_aligned()
-                THEN hashtext(p_scope) & (p_lanes - 1) END;
-END;
-
--- HN010 for laned format p_format while its lanes wait for a fence (_lanes_aligned): none may
--- issue a serial, as if their capacity were used up, until `hivenet-db failover-fence` or
--- maintain() moves them all past the greatest. VOLATILE: never evaluated ahead of its turn.
-CREATE FUNCTION hivenet._raise_lanes_unaligned(p_format text) RETURNS regclass
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = 'HN010',
-        MESSAGE = format('format %s: its lanes were last aligned on a server of the other byte '
-                         'order (a restore: hashtext picks other lanes here), so none issues a '
-                         'serial until `hivenet-db failover-fence` (or maintain()) moves them '
-                         'past the greatest', hivenet._shown(p_format));
-END $$;
-
--- The lane sequence of counter scope p_scope of laned format p_format.
-CREATE FUNCTION hivenet._lane(p_format hivenet.format, p_scope text) RETURNS regclass
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE WHEN hivenet._lanes_aligned()
-                THEN hivenet._lane_sequence(p_format.name,
-                                            hivenet._lane_of(p_scope, p_format.lanes))
-                ELSE hivenet._raise_lanes_unaligned(p_format.name) END
-$$;
-
--- Creates the lanes of format p_format that do not exist yet, and moves every lane to at
--- least p_floor (a value every scope of the format has passed: revision 0017).
-CREATE FUNCTION hivenet._create_lanes(p_format hivenet.format, p_floor bigint) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_lane regclass;
-BEGIN
-    FOR i IN 0 .. coalesce(p_format.lanes, 0) - 1 LOOP
-        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
-                       hivenet._lane_sequence_name(p_format.name, i));
-        -- For the fast path, which runs as the caller (privileges.sql): nextval only.
-        EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC',
-                       hivenet._lane_sequence_name(p_format.name, i));
-        v_lane := hivenet._lane_sequence(p_format.name, i);
-        IF coalesce(pg_sequence_last_value(v_lane), 0) < p_floor THEN
-            PERFORM setval(v_lane, p_floor, true);
-        END IF;
-    END LOOP;
-END $$;
 
 CREATE FUNCTION hivenet._cold_sequence_name(p_format text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 'cold_' || p_format $$;
@@ -1062,8 +947,7 @@ BEGIN
         true);
 END $$;
 
--- Trigger: every format gets its cold counter (and clock), and a laned format its lanes, in
--- the transaction that defines it.
+-- Trigger: every format gets its cold counter (and clock) in the transaction that defines it.
 CREATE FUNCTION hivenet._create_cold_counter() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -1072,7 +956,6 @@ BEGIN
     IF NEW.clock_unit IS NOT NULL THEN
         PERFORM hivenet._create_clock(hivenet._cold_sequence_name(NEW.name), 0);
     END IF;
-    PERFORM hivenet._create_lanes(NEW, 0);
     RETURN NULL;
 END $$;
 
@@ -1088,9 +971,6 @@ BEGIN
     FOR v_name IN SELECT name FROM hivenet.format ORDER BY name LOOP
         EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
                        hivenet._cold_sequence_name(v_name));
-    END LOOP;
-    FOR v_format IN SELECT * FROM hivenet.format WHERE lanes IS NOT NULL ORDER BY name LOOP
-        PERFORM hivenet._create_lanes(v_format, 0);
     END LOOP;
     FOR v_name IN SELECT name FROM hivenet.format WHERE clock_unit IS NOT NULL ORDER BY name LOOP
         PERFORM hivenet._create_clock(hivenet._cold_sequence_name(v_name), 0);
@@ -1151,33 +1031,41 @@ BEGIN
     ON CONFLICT DO NOTHING;
 END $$;
 
--- hivenet.prepare_scope(format, fields) → void (administrators)
---   Gives the counter scope of fields its own sequence now, so that its serials start at 1
---   from the first (maintain() does the same for every scope that has been used). For a
---   format with lanes it only checks (fields, ownership): its scopes have no sequence of their
---   own, and there is nothing to prepare (a first use is an ordinary allocation). Commits
---   with the caller's transaction: run it in a short one of its own, since allocations of
---   new scopes of the format wait for it. HN001 for an unknown format or bad field values;
---   HN002 for an instance (or a format) this database does not own (ownership.sql).
+-- hivenet.prepare_scope(format, fields) → void (administrators; `hivenet-db prepare`)
+--   Gives the counter scope of fields (a JSON object of the counter's fields: the interface
+--   serial's target may be left out), or of each of fields (a JSON array of such objects),
+--   its own sequence now, so that it counts from 1 from its first serial; a scope
+--   prepared already is left as it is. Prepare at deployment: a scope first used unprepared
+--   draws from its format's shared cold counter until maintain() promotes it. Commits with the
+--   caller's transaction: run it in a short one of its own (at most a few thousand scopes:
+--   each new sequence holds a lock until commit), since allocations of unprepared scopes of
+--   the format wait for it. HN001 for an unknown format or bad field values; HN002 for an
+--   instance (or a format) this database does not own (ownership.sql).
 CREATE FUNCTION hivenet.prepare_scope(p_format text, p_fields jsonb) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_format hivenet.format;
+    v_fields jsonb;
     v_values text[];
+    v_scope text;
 BEGIN
     SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('unknown format %s', hivenet._shown(p_format));
     END IF;
-    v_values := hivenet._field_values(v_format, p_fields);
-    PERFORM hivenet._check_fields(v_format, v_values);
-    PERFORM hivenet._check_owned(v_format, v_values);
-    IF v_format.lanes IS NOT NULL THEN
-        RETURN;
-    END IF;
-    PERFORM hivenet._promote_scope(v_format, hivenet._scope_of(v_format, v_values),
-                                   hivenet._scope_fields(v_format, v_values));
+    FOR v_fields IN SELECT f FROM jsonb_array_elements(CASE jsonb_typeof(p_fields)
+                                  WHEN 'array' THEN p_fields ELSE jsonb_build_array(p_fields)
+                                  END) AS f LOOP
+        v_values := hivenet._field_values(v_format, v_fields);
+        PERFORM hivenet._check_fields(v_format, v_values, true);
+        PERFORM hivenet._check_owned(v_format, v_values);
+        v_scope := hivenet._scope_of(v_format, v_values);
+        CONTINUE WHEN EXISTS (SELECT FROM hivenet.scope s
+                              WHERE s.format = p_format AND s.scope = v_scope);
+        PERFORM hivenet._promote_scope(v_format, v_scope,
+                                       hivenet._scope_fields(v_format, v_values));
+    END LOOP;
 END $$;
 
 -- Part of maintain(): promotes every scope that drew from a cold counter, but those this
@@ -1273,8 +1161,8 @@ $$;
 
 -- The latest instant format p_format has issued in counter scope p_scope, business-local:
 -- from the scope's own clock, or, while the scope waits for maintain() (a pending row), its
--- format's cold clock (shared by the new scopes); for a format without a clock_unit (dates
--- only), the start of the latest period its counter (lane, own sequence, or cold counter while
+-- format's cold clock (shared by unprepared scopes); for a format without a clock_unit (dates
+-- only), the start of the latest period its counter (own sequence, or cold counter while
 -- pending) holds. NULL when it issued nothing there. Pending first, then the catalog: a
 -- promotion committing in between is seen by one of the two. Off the hot path (it refreshes
 -- the catalog cache): claim_interface_serial and begin_step ask it only for a serial dated
@@ -1302,22 +1190,19 @@ BEGIN
         END IF;
         RETURN CASE WHEN v_value > 0 THEN hivenet._period_start(v_value, v_format.clock_unit) END;
     END IF;
-    IF v_format.lanes IS NOT NULL THEN
-        v_value := pg_sequence_last_value(hivenet._lane(v_format, p_scope));
-    ELSE
-        v_value := pg_sequence_last_value(hivenet._committed_sequence(v_counter));
-        IF v_pending THEN
-            v_value := greatest(v_value,
-                                pg_sequence_last_value(hivenet._committed_sequence(v_cold)));
-        END IF;
+    v_value := pg_sequence_last_value(hivenet._committed_sequence(v_counter));
+    IF v_pending THEN
+        v_value := greatest(v_value, pg_sequence_last_value(hivenet._committed_sequence(v_cold)));
     END IF;
     RETURN CASE WHEN v_value > 0
                 THEN hivenet._period_start(v_value / v_format.stride, v_format.reset) END;
 END $$;
 
 -- HN001 naming the first field of p_values (in p_format's field order) that is invalid, or
--- saying how many values the format takes; returns when every value is valid.
-CREATE FUNCTION hivenet._check_fields(p_format hivenet.format, p_values text[]) RETURNS void
+-- saying how many values the format takes; returns when every value is valid. With
+-- p_key_only, a field outside the counter key may be missing (prepare_scope).
+CREATE FUNCTION hivenet._check_fields(p_format hivenet.format, p_values text[],
+    p_key_only boolean DEFAULT false) RETURNS void
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_seg jsonb;
@@ -1327,6 +1212,8 @@ BEGIN
     FOR v_seg IN SELECT s FROM jsonb_array_elements(p_format.segments) AS s WHERE s ? 'field'
     LOOP
         v_index := v_index + 1;
+        CONTINUE WHEN p_key_only AND p_values[v_index] IS NULL
+                      AND v_index <> ALL (coalesce(p_format.key_fields, ARRAY[v_index]));
         v_problem := hivenet._field_problem(v_seg, p_values[v_index]);
         IF v_problem IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format(
@@ -1448,8 +1335,10 @@ BEGIN
             v_out := hivenet._issue(
                 ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass,
                 p_format, p_values, p_count,
-                format('new scopes (among them %L, sharing the format''s cold counter until '
-                       'hivenet.maintain() gives each its own)', v_scope));
+                format('the cold counter of unprepared scopes (scope %L was not prepared '
+                       'before its first use; prepare scopes at deployment, `hivenet-db '
+                       'prepare`: one prepared now starts after every cold value, so it is '
+                       'exhausted too until the next period)', v_scope));
             -- Once per scope, not per serial: a busy new scope would pile up rows.
             INSERT INTO hivenet.scope_pending (format, scope, fields)
             SELECT p_format.name, v_scope, hivenet._scope_fields(p_format, p_values)
@@ -1525,16 +1414,6 @@ BEGIN
     ELSE
         v_scope := hivenet._scope_of(v_format, v_values);
     END IF;
-    IF v_format.lanes IS NOT NULL THEN
-        -- No first use to check ownership at: every call of a laned format is checked
-        -- (ownership.sql; the fast path has the owned instances written in).
-        IF hivenet._setting_constant('owned_instances') IS DISTINCT FROM 'all' THEN
-            PERFORM hivenet._check_owned(v_format, v_values);
-        END IF;
-        RETURN hivenet._issue(hivenet._lane(v_format, v_scope), v_format, v_values, p_count,
-            format('lane %s (shared by scope %L and the other scopes hashed to it)',
-                   hivenet._lane_of(v_scope, v_format.lanes), v_scope));
-    END IF;
     v_seq := to_regclass(
         'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
     IF v_seq IS NULL THEN
@@ -1577,7 +1456,7 @@ END $$;
 -- inlined: LANGUAGE sql, one SELECT without FROM, no SECURITY DEFINER, no SET (a SQL-standard
 -- body is bound to its functions when created, so no search path can redirect it), and the
 -- one volatile call (nextval) used once. It runs with the caller's rights: the caller needs
--- USAGE on the lanes (granted to PUBLIC when they are made, privileges.sql:
+-- USAGE on the scopes' sequences (granted when they are made, _promote_scope, privileges.sql:
 -- it lets a caller consume values, which any caller of next_serial can, and never setval).
 --
 -- It serves only the plain case and returns NULL for anything else, so that its caller hands
@@ -1587,10 +1466,8 @@ END $$;
 -- bounds); no registry check; no fake clock (where a database allows one: a session that set
 -- hivenet.fake_now goes to the full path; where none is allowed, the fast path does not read
 -- the setting at all, which cost ~7% of a call, and issues by the real clock, while every
--- other function raises HN001); a format with hash lanes (unified and system:
--- the scope's lane, the lanes' OIDs written in as a constant array, and the owned instances
--- when ownership is declared, since there is no first use to check them at); a
--- value of today's period within capacity (a new period, a clock stepped back, exhaustion:
+-- other function raises HN001); a prepared scope (its sequence found by name: every scope
+-- sequence belongs to an owned instance, ownership.sql); a value of today's period within capacity (a new period, a clock stepped back, exhaustion:
 -- the value taken here is a gap, as when _issue hands over to _advance). The time is the
 -- statement's (stable, so one instant for the period check and the printed date:
 -- clock_timestamp() read twice could straddle midnight and print a day that is not the
@@ -1626,12 +1503,9 @@ DECLARE
     v_printed text;
     v_field text;
     v_counter text;
-    v_owned text;
-    v_node integer;
     v_fake_clock text := '';
 BEGIN
     IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
-       OR p_format.lanes IS NULL
        OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
        OR cardinality(p_format.field_names) <> 3
        -- Outside the quoted field values, the pattern prints the date only.
@@ -1648,26 +1522,16 @@ BEGIN
             v_bounds := v_bounds || format('%s::numeric <= %s', v_field, p_format.field_max[i]);
         END IF;
     END LOOP;
-    -- The counter: the scope's lane, by a constant (the lanes' OIDs written in: no name
-    -- look-up, which cost ~3%).
-    v_counter := format('(%L::regclass[])[hivenet._lane_of(p_a || p_b || p_c, %s) + 1]',
-        (SELECT array_agg(hivenet._lane_sequence(p_format.name, l)::oid ORDER BY l)
-         FROM generate_series(0, p_format.lanes - 1) AS l),
-        p_format.lanes);
-    -- No first use to check ownership at (ownership.sql): the owned instances are written in,
-    -- and an unowned one goes to the full path (HN002). (No setting yet while the schema's
-    -- first files are installed.)
-    v_owned := (SELECT value FROM hivenet.setting WHERE name = 'owned_instances');
-    IF v_owned IS DISTINCT FROM 'all' AND v_owned IS NOT NULL THEN
-        v_node := array_position(p_format.field_names, hivenet._node_field(p_format));
-        IF v_node IS NULL THEN
-            RETURN 'NULL::text';
-        END IF;
-        v_bounds := v_bounds || format('%s = ANY (%L::text[])',
-            (ARRAY['p_a', 'p_b', 'p_c'])[v_node],
-            ARRAY(SELECT to_char(i, 'FM00') FROM generate_series(0, 99) AS i
-                  WHERE hivenet._instance_in(to_char(i, 'FM00'), v_owned) ORDER BY i));
-    END IF;
+    -- The counter: the scope's own sequence by its qualified name, NULL for a scope without
+    -- one (unprepared, or parked: ownership.sql), which nextval (strict) passes on to the full
+    -- path. The values are alnum here (the pattern matched), so the quoted name is theirs.
+    -- Measured against a constant map of scope to OID (docs/benchmarks.md): the same cost
+    -- per call, ~0.7 us, and nothing to plan: a map written in here was read again whenever a
+    -- statement was planned (7.7 ms with 10,000 scopes), one in a PL/pgSQL function cost twice
+    -- as much per call. The session's catalog cache may not see a sequence created since its
+    -- transaction began: NULL then too, and the full path finds it (_issue_cold).
+    v_counter := format('to_regclass(%L || p_a || p_b || p_c || %L)',
+                        'hivenet."' || hivenet._scope_sequence_name(p_format.name, ''), '"');
     IF (SELECT value FROM hivenet.setting WHERE name = 'allow_fake_clock')::boolean THEN
         v_fake_clock := $f$coalesce(current_setting('hivenet.fake_now', true), '') = '' AND $f$;
     END IF;
@@ -1777,12 +1641,8 @@ END $$;
 -- refused while it has scopes here, unless forced, which parks their sequences (renamed
 -- seq_X → off_X, counters kept): the next allocation finds no sequence, goes through the
 -- first-use path and its check, and gets HN002. Owning the instance again restores them.
--- Formats with hash lanes (unified, system: allocate.sql) have no first use: every call is
--- checked (the fast path has the owned instances written in as a literal, rewritten with the
--- setting; the full path checks when ownership is declared). Their scopes are not recorded,
--- so this database does not know which instances it issued them for: giving an instance up
--- needs no force for them, parks nothing, and refuses the instance's next call; owning it
--- again continues from its lanes, which only go up (never a reissue).
+-- The fast paths of unified and system find a scope's sequence by its name, which parking
+-- changes (_park_scope): a parked scope's next call takes the full path.
 -- A change takes effect for transactions that start after it commits.
 --
 -- The receiving side: on a database that declared ownership, begin_step and
@@ -1956,8 +1816,7 @@ BEGIN
 END $$;
 
 -- Counter scopes with a sequence of their own (parked or not) or waiting for one, with their
--- format and node value. Not those of laned formats (sequences retired by revision 0017: their
--- scopes draw from lanes, which ownership never parks).
+-- format and node value.
 CREATE FUNCTION hivenet._scopes_by_node()
 RETURNS TABLE (format hivenet.format, scope text, node text, sequence_name text)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -1966,7 +1825,6 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
           UNION ALL
           SELECT DISTINCT p.format, p.scope, p.fields, NULL FROM hivenet.scope_pending p) AS s
     JOIN hivenet.format f ON f.name = s.format
-    WHERE f.lanes IS NULL
 $$;
 
 -- Trigger on hivenet.setting, for owned_instances and single_primary_formats: writes the
@@ -3946,34 +3804,33 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 
 $$;
 
 -- hivenet.scope_usage: one row per counter scope (format + field values) with a sequence of
---   its own, and one per format for its cold counter (scope '(new scopes)', fields {}), which
---   new scopes share until maintain() gives them their own; for a format with hash lanes
---   (unified, system: allocate.sql), one row per lane instead (scope '(lane N)', fields {}:
---   its scopes share it; issued counts them all), and none for its scopes or cold counter.
+--   its own, and one per format for its cold counter (scope '(unprepared scopes)', fields {},
+--   shared true), which the scopes not prepared before their first use share until maintain()
+--   gives each its own: when it runs out, every unprepared scope of the format is refused for
+--   the period, and a scope prepared then starts exhausted (allocate.sql).
 --   format, scope, fields (jsonb: the counter-key fields given to next_serial), reset,
 --   period_start (business-local start of the scope's current period: the clock's period, or
 --   a later one when the clock went back or the format borrowed the next period),
 --   issued (serials issued in that period; gaps of rolled-back transactions count as issued),
 --   capacity (serials per period), remaining (capacity - issued), used_percent,
 --   last_period_start (business-local start of the period of the last serial issued, NULL
---   when none). Reads the clock once (hivenet.now()); never blocks; one sequence read per scope.
+--   when none), shared (true for a cold counter). Reads the clock once (hivenet.now());
+--   never blocks; one sequence read per scope.
 CREATE VIEW hivenet.scope_usage AS
 WITH clock AS (
     SELECT hivenet._reporting_local_now() AS local_now
 ), counter AS (
-    SELECT s.format, s.scope, s.fields, f.reset, f.capacity,
+    SELECT s.format, s.scope, s.fields, s.shared, f.reset, f.capacity,
            v.value / f.stride AS value_period,
            v.value % f.stride AS value_seq,
            greatest(hivenet._period_index(c.local_now, f.reset), v.value / f.stride) AS period
-    FROM (SELECT c.format, c.scope, c.fields, c.sequence_name FROM hivenet.scope c
+    FROM (SELECT c.format, c.scope, c.fields, c.sequence_name, false AS shared
+          FROM hivenet.scope c
           UNION ALL
-          SELECT n.name, '(new scopes)', '{}'::jsonb, 'cold_' || n.name FROM hivenet.format n
-          UNION ALL
-          SELECT n.name, '(lane ' || l || ')', '{}'::jsonb, hivenet._lane_sequence_name(n.name, l)
-          FROM hivenet.format n CROSS JOIN generate_series(0, n.lanes - 1) AS l
+          SELECT n.name, '(unprepared scopes)', '{}'::jsonb, 'cold_' || n.name, true
+          FROM hivenet.format n
          ) AS s
     JOIN hivenet.format f ON f.name = s.format
-                         AND (f.lanes IS NULL OR s.sequence_name LIKE 'lane\_%')
     CROSS JOIN clock c
     CROSS JOIN LATERAL (SELECT hivenet._scope_counter_value(s.sequence_name) AS value) v
 ), usage AS (
@@ -3986,7 +3843,8 @@ SELECT u.format, u.scope, u.fields, u.reset,
        hivenet._period_start(u.period, u.reset) AS period_start,
        u.issued, u.capacity, u.capacity - u.issued AS remaining,
        round(100.0 * u.issued / u.capacity, 2) AS used_percent,
-       hivenet._period_start(u.value_period, u.reset) AS last_period_start
+       hivenet._period_start(u.value_period, u.reset) AS last_period_start,
+       u.shared
 FROM usage u;
 COMMENT ON VIEW hivenet.scope_usage IS
     'per counter scope: current period, serials issued in it, capacity and remaining headroom';
@@ -4027,8 +3885,8 @@ COMMENT ON VIEW hivenet.request_states IS
 -- A standby promoted after an asynchronous failover (or a server restored to an earlier
 -- point) has lost the WAL its old primary wrote last: its sequences stand below values the
 -- old primary already issued, so it would issue them again. It cannot know how many, so the
--- fence moves every counter (each scope's sequence, each lane of a laned format and each
--- format's cold counter) forward by a gap, no earlier than the clock's period. Guarantee: no
+-- fence moves every counter (each scope's sequence and each format's cold counter) forward by
+-- a gap, no earlier than the clock's period. Guarantee: no
 -- serial is issued twice as long as the old primary issued at most `gap` serials per format
 -- in the WAL the new one lacks (rule: gap >= peak serials per second of one format x maximum
 -- replication lag in seconds) and its clock was not ahead of the new primary's. A promotion
@@ -4041,10 +3899,7 @@ CREATE TABLE hivenet.failover_fence (
     fenced_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
     gap        bigint,
     counters   integer NOT NULL DEFAULT 0,
-    applied_by text NOT NULL CHECK (applied_by IN ('install', 'command', 'maintain')),
-    -- _lane_hash() of the server that wrote the row (allocate.sql): another value here means
-    -- a restore onto a server of the other byte order, whose lanes the fence must move.
-    lane_hash  integer NOT NULL DEFAULT hivenet._lane_hash()
+    applied_by text NOT NULL CHECK (applied_by IN ('install', 'command', 'maintain'))
 );
 COMMENT ON TABLE hivenet.failover_fence IS
     'timelines whose counters were fenced after a promotion or restore (gap NULL: the install)';
@@ -4059,44 +3914,18 @@ $$;
 
 INSERT INTO hivenet.failover_fence (timeline, applied_by) VALUES (hivenet._timeline(), 'install');
 
--- Rewrites _lanes_aligned (allocate.sql) from the lane hash of this timeline's fence (else of
--- the latest one: not by time alone, since a restored row may carry a later time from another
--- server's clock): the lanes are aligned on this server when that fence (or the install) ran
--- on one whose hashtext is this one's. The text _lane_hash hashes is written in: a call of
--- _lane_hash there cost ~6 µs of planning per unprepared allocation (a SQL function run when
--- the statement is planned), the text ~1. Run by the install and by every fence, under the
--- fence's lock (_fence), so never two at once; a dump carries the rewritten function to the
--- server it is restored on.
-CREATE FUNCTION hivenet._compile_lanes_aligned() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_hash integer := (SELECT f.lane_hash FROM hivenet.failover_fence f
-                       ORDER BY f.timeline = hivenet._timeline() DESC, f.fenced_at DESC
-                       LIMIT 1);
-BEGIN
-    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet._lanes_aligned() RETURNS boolean '
-                   'LANGUAGE sql STABLE BEGIN ATOMIC SELECT %s; END',
-                   coalesce(format('hashtext(%L) = %s', 'hivenet lanes', v_hash), 'true'));
-END $$;
-
-SELECT hivenet._compile_lanes_aligned();
-
 -- The gap maintain() applies when it finds an unfenced timeline, and fence_failover() when
 -- given none.
 CREATE FUNCTION hivenet._default_failover_gap() RETURNS bigint
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 100000::bigint $$;
 
 -- hivenet.fence_failover(gap, force) → table (administrators; `hivenet-db failover-fence`)
---   Run on a promoted standby before it takes traffic, and after restoring onto a server of
---   the other byte order. Moves each counter to greatest(its last value, the start of the
---   clock's period) + p_gap, and every counter of a laned format (allocate.sql) to the
---   greatest of its lanes' values + p_gap: a scope that draws from another lane afterwards
---   (hashtext, which picks the lane, differs between byte orders) then meets no value it was
---   issued before, whichever lane it drew from. A counter of a format that does not borrow
---   the next period and whose period cannot hold the gap is parked at its capacity (HN010
+--   Run on a promoted standby before it takes traffic. Moves each counter to greatest(its
+--   last value, the start of the clock's period) + p_gap. A counter of a format that does not
+--   borrow the next period and whose period cannot hold the gap is parked at its capacity (HN010
 --   until the next period: every number of this one may have been issued). p_gap NULL:
 --   _default_failover_gap(). One row per counter moved. Does nothing (no row) when this
---   timeline was fenced already on a server of this byte order (lane_hash), unless p_force.
+--   timeline was fenced already, unless p_force.
 --   Commits with the caller; holds every format's cold lock until then, so run it in a short
 --   transaction of its own. HN001 for a gap below 1.
 CREATE FUNCTION hivenet.fence_failover(p_gap bigint DEFAULT NULL, p_force boolean DEFAULT false)
@@ -4121,7 +3950,6 @@ DECLARE
     v_base bigint;
     v_to bigint;
     v_last bigint;
-    v_lanes_top bigint;
     v_count integer := 0;
 BEGIN
     IF p_gap IS NULL OR p_gap < 1 THEN
@@ -4132,8 +3960,7 @@ BEGIN
     -- maintain()'s lock: one fence at a time, never beside a maintain() run.
     PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), 0);
     IF NOT p_force AND EXISTS (SELECT FROM hivenet.failover_fence f
-                               WHERE f.timeline = v_timeline
-                                 AND f.lane_hash = hivenet._lane_hash()) THEN
+                               WHERE f.timeline = v_timeline) THEN
         RETURN;
     END IF;
     FOR v_format IN SELECT * FROM hivenet.format ORDER BY name LOOP
@@ -4141,28 +3968,18 @@ BEGIN
         PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
         v_period := hivenet._period_index(
             hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), v_format.reset);
-        -- The greatest lane of a laned format (NULL otherwise): all its lanes move past it.
-        v_lanes_top := (SELECT max(pg_sequence_last_value(to_regclass('hivenet.' || quote_ident(
-                                   hivenet._lane_sequence_name(v_format.name, l)))))
-                        FROM generate_series(0, coalesce(v_format.lanes, 0) - 1) AS l);
-        -- A laned format's lanes, not the sequences its scopes had before revision 0017
-        -- (retired, never drawn from again).
         FOR counter IN
             SELECT hivenet._cold_sequence_name(v_format.name)
             UNION ALL
-            (SELECT hivenet._lane_sequence_name(v_format.name, l)
-             FROM generate_series(0, coalesce(v_format.lanes, 0) - 1) AS l ORDER BY l)
-            UNION ALL
             (SELECT s.sequence_name FROM hivenet.scope s
-             WHERE s.format = v_format.name AND v_format.lanes IS NULL
-             ORDER BY s.sequence_name)
+             WHERE s.format = v_format.name ORDER BY s.sequence_name)
         LOOP
             v_seq := to_regclass('hivenet.' || quote_ident(counter));
             CONTINUE WHEN v_seq IS NULL;
             -- The period reset's lock (_advance), until commit: no setval of theirs between.
             PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), v_seq::oid::integer);
             v_from := coalesce(pg_sequence_last_value(v_seq), 0);
-            v_base := greatest(v_from, v_period * v_format.stride, v_lanes_top);
+            v_base := greatest(v_from, v_period * v_format.stride);
             v_to := v_base + p_gap;
             v_last := (v_base / v_format.stride) * v_format.stride + v_format.capacity;
             parked := NOT v_format.borrow_next_period AND v_to > v_last;
@@ -4182,10 +3999,7 @@ BEGIN
     VALUES (v_timeline, p_gap, v_count, p_by)
     ON CONFLICT ON CONSTRAINT failover_fence_pkey DO UPDATE
         SET fenced_at = clock_timestamp(), gap = coalesce(f.gap, 0) + EXCLUDED.gap,
-            counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by,
-            lane_hash = EXCLUDED.lane_hash;
-    -- The lanes are past the greatest now: they may issue on this server (a restore's).
-    PERFORM hivenet._compile_lanes_aligned();
+            counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by;
 END $$;
 
 -- hivenet.replication_warning() → text: why failover could reissue serials, or NULL.
@@ -4202,31 +4016,20 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     HAVING count(*) > 0 AND current_setting('synchronous_standby_names') = ''
 $$;
 
--- Part of maintain(): fences a timeline nobody fenced, or fenced on a server of the other byte
--- order (a restore: the scopes hash to other lanes here), as a backstop: serials issued
--- between the promotion or restore and this run are not covered. Warns about asynchronous
--- standbys.
+-- Part of maintain(): fences a timeline nobody fenced, as a backstop: serials issued between
+-- the promotion or restore and this run are not covered. Warns about asynchronous standbys.
 CREATE FUNCTION hivenet._maintain_failover() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_timeline integer := hivenet._timeline();
-    v_other_byte_order boolean;
     v_warning text;
 BEGIN
-    IF NOT EXISTS (SELECT FROM hivenet.failover_fence
-                   WHERE timeline = v_timeline AND lane_hash = hivenet._lane_hash()) THEN
-        v_other_byte_order := EXISTS (SELECT FROM hivenet.failover_fence
-                                      WHERE timeline = v_timeline);
+    IF NOT EXISTS (SELECT FROM hivenet.failover_fence WHERE timeline = v_timeline) THEN
         PERFORM hivenet._fence(hivenet._default_failover_gap(), false, 'maintain');
         RAISE WARNING USING MESSAGE = format(
-            'hivenet: %s: maintain() moved every counter forward by %s; run `hivenet-db '
-            'failover-fence` before traffic next time',
-            CASE WHEN v_other_byte_order
-                 THEN format('timeline %s was fenced on a server of the other byte order (a '
-                             'restore: scopes hash to other lanes here)', v_timeline)
-                 ELSE format('timeline %s was not fenced (a promoted standby or a restore)',
-                             v_timeline) END,
-            hivenet._default_failover_gap());
+            'hivenet: timeline %s was not fenced (a promoted standby or a restore): maintain() '
+            'moved every counter forward by %s; run `hivenet-db failover-fence` before '
+            'traffic next time', v_timeline, hivenet._default_failover_gap());
     END IF;
     v_warning := hivenet.replication_warning();
     IF v_warning IS NOT NULL THEN
@@ -4284,7 +4087,6 @@ GRANT EXECUTE ON FUNCTION
     hivenet._period_index(timestamp, text),  -- in view scope_usage, likewise
     hivenet._period_start(bigint, text),
     hivenet._scope_counter_value(text),
-    hivenet._lane_sequence_name(text, integer),  -- in view scope_usage, likewise
     hivenet._reporting_local_now(),
     hivenet._serial_field(text, text, text),  -- in view interface_calls, likewise
     hivenet._serial_time(text, text)
@@ -4343,16 +4145,13 @@ TO PUBLIC;
 -- currval), never UPDATE (setval, which only the owner's slow path runs) nor ALTER. Granted to
 -- PUBLIC like the allocation functions: taking a value is what any caller of next_serial
 -- does. The constants say what the formats and settings are (no secret: settings.sql). A
--- scope's sequence, and a laned format's lanes, get their grant when made (_promote_scope,
--- _create_lanes); this covers older scopes.
+-- scope's sequence gets its grant when made (_promote_scope); this covers older scopes.
 GRANT EXECUTE ON FUNCTION
     hivenet._fast_unified(text, text, text),
     hivenet._fast_system(text, text, text),
     hivenet._format_constant(text),
     hivenet._setting_constant(text),
-    hivenet._scope_sequence_name(text, text),
-    hivenet._lane_of(text, integer),
-    hivenet._lanes_aligned()
+    hivenet._scope_sequence_name(text, text)
 TO PUBLIC;
 DO $$
 DECLARE

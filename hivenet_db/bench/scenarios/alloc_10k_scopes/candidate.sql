@@ -1,0 +1,5 @@
+-- The same allocation in any of the 10,000 prepared scopes (each backend meets most of their
+-- sequences for the first time and loads them into its relation cache).
+\set s random(0, 999)
+\set i random(1, 10)
+SELECT hivenet.next_unified_serial('S' || lpad(:s::text, 4, '0'), 'A01', lpad(:i::text, 2, '0'));
