@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import failure, in_parallel, scalar, usage_only_role
+from tests.helpers import failure, in_parallel, role_in, scalar
 
 Connect = Callable[..., psycopg.Connection]
 SetClock = Callable[[psycopg.Connection, str], None]
@@ -230,7 +230,7 @@ def test_scope_usage_shows_the_lanes(db: psycopg.Connection) -> None:
 
 def test_the_application_role_allocates_and_cannot_set_a_lane(db: psycopg.Connection) -> None:
     lane = f"hivenet.lane_unified_{_lane_of(db, 'P0001A0101')}"
-    with usage_only_role(db, "hivenet_lanes_app") as app:
+    with role_in(db, "hivenet_lanes_app", "hivenet_app") as app:
         assert _unified(app, "P0001")[:10] == "P0001A0101"  # first use, through the fast path
         assert scalar(app, "SELECT hivenet.next_serial('unified', "
                            "'{\"system\": \"P0001\", \"module\": \"A01\", \"instance\": \"01\"}')")

@@ -190,9 +190,11 @@ BEGIN
     FOR i IN 0 .. coalesce(p_format.lanes, 0) - 1 LOOP
         EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
                        hivenet._lane_sequence_name(p_format.name, i));
-        -- For the fast path, which runs as the caller (privileges.sql): nextval only.
-        EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC',
-                       hivenet._lane_sequence_name(p_format.name, i));
+        -- For the fast path, which runs as the caller (privileges.sql: defined after the
+        -- lanes of the built-in formats are made, and grants those itself).
+        IF to_regprocedure('hivenet._grant_counter(text)') IS NOT NULL THEN
+            PERFORM hivenet._grant_counter(hivenet._lane_sequence_name(p_format.name, i));
+        END IF;
         v_lane := hivenet._lane_sequence(p_format.name, i);
         IF coalesce(pg_sequence_last_value(v_lane), 0) < p_floor THEN
             PERFORM setval(v_lane, p_floor, true);
@@ -310,8 +312,7 @@ BEGIN
         RETURN;
     END IF;
     EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
-    -- For the fast path, which runs as the caller (privileges.sql): nextval only.
-    EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC', v_name);
+    PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
     v_seq := ('hivenet.' || quote_ident(v_name))::regclass;
     PERFORM setval(v_seq, greatest(
         pg_sequence_last_value(
@@ -737,7 +738,7 @@ END $$;
 -- inlined: LANGUAGE sql, one SELECT without FROM, no SECURITY DEFINER, no SET (a SQL-standard
 -- body is bound to its functions when created, so no search path can redirect it), and the
 -- one volatile call (nextval) used once. It runs with the caller's rights: the caller needs
--- USAGE on the lanes (granted to PUBLIC when they are made, privileges.sql:
+-- USAGE on the lanes (granted to hivenet_app when they are made, privileges.sql:
 -- it lets a caller consume values, which any caller of next_serial can, and never setval).
 --
 -- It serves only the plain case and returns NULL for anything else, so that its caller hands

@@ -440,10 +440,11 @@ BEGIN
     PERFORM hivenet._check_request_name('namespace', p_namespace);
     IF p_retention IS NULL THEN
         DELETE FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
-    ELSIF p_retention <= interval '0' THEN
+    ELSIF hivenet._interval_conflict('request_retention', p_retention) IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('retention %s of namespace %s is not positive', p_retention,
-                             hivenet._shown(p_namespace));
+            MESSAGE = format('retention %s of namespace %s %s', p_retention,
+                             hivenet._shown(p_namespace),
+                             hivenet._interval_conflict('request_retention', p_retention));
     ELSE
         INSERT INTO hivenet.request_namespace AS n (namespace, retention)
         VALUES (p_namespace, p_retention)
