@@ -254,9 +254,9 @@ def test_the_catalog_grants_exactly_the_table(db: psycopg.Connection) -> None:
               AND CASE WHEN c.relkind = 'S' THEN has_sequence_privilege(r, c.oid, p)
                        ELSE has_table_privilege(r, c.oid, p) END
             GROUP BY c.relname, c.relkind, r""", (list(who), TABLE_RIGHTS)).fetchall()
-        kinds = dict(db.execute("SELECT relname, relkind::text FROM pg_class WHERE "
-                                "relnamespace = 'hivenet'::regnamespace "
-                                "AND relkind IN ('r', 'p', 'v', 'S')").fetchall())
+        kinds: dict[str, str] = dict(db.execute(
+            "SELECT relname, relkind::text FROM pg_class WHERE relnamespace = "
+            "'hivenet'::regnamespace AND relkind IN ('r', 'p', 'v', 'S')").fetchall())
         assert any(name.startswith("seq_") for name in kinds)
         granted: dict[str, dict[str, str]] = {name: {} for name in kinds}
         for name, _, role, rights in relations:

@@ -28,9 +28,10 @@ from hivenet_db._execute import SyncDB, conninfo_of
 from tests.helpers import async_connection, run_sql, run_sql_async
 
 
-def test_allocation_inside_the_callers_transaction(any_conn: SyncDB) -> None:
-    run_sql(any_conn, "CREATE TABLE payment (serial text PRIMARY KEY)")
-    any_conn.commit()
+def test_allocation_inside_the_callers_transaction(any_conn: SyncDB,
+                                                  db: psycopg.Connection) -> None:
+    db.execute("CREATE TABLE payment (serial text PRIMARY KEY)")  # the application's table
+    db.execute("GRANT SELECT, INSERT ON payment TO hivenet_app")
     serial = SerialRepository(any_conn).next_unified("C0001", "A01", "01")
     run_sql(any_conn, "INSERT INTO payment VALUES (:s)", s=serial)
     any_conn.rollback()  # the repository did not commit: the payment row is gone
@@ -69,24 +70,25 @@ def test_generic_next_and_next_many(any_conn: SyncDB) -> None:
     assert all(isinstance(s, Serial) for s in many)
 
 
-def test_errors_are_typed_and_carry_the_sqlstate(any_conn: SyncDB) -> None:
+def test_errors_are_typed_and_carry_the_sqlstate(any_conn: SyncDB, db: psycopg.Connection
+                                                 ) -> None:
     with pytest.raises(InvalidInput, match="C001") as exc:
         SerialRepository(any_conn).next_unified("C001", "A01", "01")
     assert exc.value.sqlstate == "HN001"
     assert isinstance(exc.value, hivenet_db.HivenetError)
     any_conn.rollback()
-    run_sql(any_conn, """SELECT hivenet.define_format('tiny', '[{"literal": "T"},
-                         {"seq": 1, "reset": "never"}]')""")
+    db.execute("""SELECT hivenet.define_format('tiny', '[{"literal": "T"},
+                  {"seq": 1, "reset": "never"}]')""")  # an administrator's
     SerialRepository(any_conn).next_many("tiny", 9)
     with pytest.raises(SequenceExhausted):
         SerialRepository(any_conn).next("tiny")
 
 
 def test_parse_serial(any_conn: SyncDB) -> None:
-    parsed = parse_serial(any_conn, "C0001A0101201507100123456789")
+    parsed = parse_serial("C0001A0101201507100123456789", db=any_conn)
     assert parsed.seq == 123456789 and parsed.date == dt.date(2015, 7, 10)
     with pytest.raises(InvalidInput, match="XYZ"):
-        parse_serial(any_conn, "XYZ")
+        parse_serial("XYZ", db=any_conn)
 
 
 def test_durable_serial_is_committed_before_it_is_returned(any_conn: SyncDB) -> None:
