@@ -156,6 +156,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "claim_interface_serial": (APP,), "claim": (APP,), "begin_step": (APP,),
     "finish_step": (APP,), "begin_request": (APP,), "finish_request": (APP,),
     "ownership": (APP, ADMIN), "call_chain": ALL, "parse_serial": ALL,
+    "_durable_mark": (APP,),  # makes a durable allocation's commit flush (allocation.py)
     # now() and its fake clock, inlined into the callers and the views stuck_*.
     "now": ALL, "_fake_now": ALL,
     # Inlined into next_unified_serial / next_system_serial (allocate.sql).

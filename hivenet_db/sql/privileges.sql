@@ -67,7 +67,8 @@ BEGIN
             hivenet.finish_step(text, integer, boolean, jsonb),
             hivenet.begin_request(text, text, jsonb, text, interval, boolean),
             hivenet.finish_request(text, text, integer, boolean, jsonb),
-            hivenet.ownership()
+            hivenet.ownership(),
+            hivenet._durable_mark()  -- a durable allocation's commit (allocation.py)
         TO hivenet_app;
         -- now() is inlined into the caller: its fake clock (clock.sql) runs as the caller.
         GRANT EXECUTE ON FUNCTION hivenet._fake_now() TO hivenet_app;

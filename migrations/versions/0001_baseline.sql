@@ -1737,6 +1737,20 @@ BEGIN
                               ARRAY[p_system, p_module, p_instance, p_target], 1))[1];
 END $$;
 
+-- hivenet._durable_mark() → void: makes the caller's commit wait for the disk, for a durable
+--   allocation (hivenet_db/allocation.py flush_at_commit). PostgreSQL flushes a commit only
+--   for a transaction that has an id AND wrote WAL itself; the nextval that logged a
+--   serial's range may be another, uncommitted transaction's, so drawing is not enough. This
+--   takes an id and writes one small WAL record (a setval of sequence durable_mark, whose
+--   value means nothing). Never waits for another transaction (no row lock).
+CREATE SEQUENCE hivenet.durable_mark;
+CREATE FUNCTION hivenet._durable_mark() RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM pg_current_xact_id();
+    PERFORM setval('hivenet.durable_mark', 1);
+END $$;
+
 -- hivenet_db/sql/ownership.sql
 -- Instance ownership: several primaries, serials that never collide (SPEC §1 "Several
 -- primaries", docs/scale-out.md).
@@ -4258,7 +4272,8 @@ BEGIN
             hivenet.finish_step(text, integer, boolean, jsonb),
             hivenet.begin_request(text, text, jsonb, text, interval, boolean),
             hivenet.finish_request(text, text, integer, boolean, jsonb),
-            hivenet.ownership()
+            hivenet.ownership(),
+            hivenet._durable_mark()  -- a durable allocation's commit (allocation.py)
         TO hivenet_app;
         -- now() is inlined into the caller: its fake clock (clock.sql) runs as the caller.
         GRANT EXECUTE ON FUNCTION hivenet._fake_now() TO hivenet_app;
