@@ -13,13 +13,16 @@ from hivenet_db.testing import SetClock
 
 
 @pytest.fixture
-def engine(hivenet_engine: Engine, hivenet_clock: SetClock) -> Engine:
-    """The test's database (at the package's head revision) with the application's table, on
-    a fixed day: 1 March 2031, noon."""
+def engine(hivenet_engine: Engine, hivenet_app_engine: Engine, hivenet_clock: SetClock
+           ) -> Engine:
+    """The application's engine: a login granted only hivenet_app, as in production, on the
+    test's database (at the package's head revision) with the application's table, on a fixed
+    day: 1 March 2031, noon. The owner's engine sets up the table and its grant."""
     with hivenet_engine.begin() as conn:
         conn.execute(text("CREATE TABLE payment (system_serial text PRIMARY KEY, amount int)"))
+        conn.execute(text("GRANT SELECT, INSERT ON payment TO hivenet_app"))
     hivenet_clock("2031-03-01 12:00:00+00")
-    return hivenet_engine
+    return hivenet_app_engine
 
 
 def call(when: str, seq: int) -> str:
@@ -27,12 +30,13 @@ def call(when: str, seq: int) -> str:
     return f"C0001A0101D0001{when}{seq:010d}"
 
 
-def test_a_call_is_booked_once(engine: Engine) -> None:
+def test_a_call_is_booked_once(engine: Engine, hivenet_engine: Engine) -> None:
     serial = book_payment(engine, call("20310301115900", 1), 100)
     with engine.connect() as conn:
         parsed = parse_serial(serial, db=conn)
         assert (parsed.system, parsed.date) == ("D0001", dt.date(2031, 3, 1))  # the fake day
         assert conn.execute(text("SELECT amount FROM payment")).scalar_one() == 100
+    with hivenet_engine.connect() as conn:  # the reporting views: not the application's
         steps = conn.execute(text("SELECT state, steps FROM hivenet.step_states "
                                   "WHERE steps > 0")).all()
     assert [tuple(row) for row in steps] == [("success", 1)]

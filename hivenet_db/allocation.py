@@ -43,16 +43,15 @@ _ALLOCATE = text(
     "ORDER BY i"
 )
 
-# A commit waits for the disk only in a transaction that has an id, and with synchronous_commit
-# on (the default, but a server or role may turn it off; set locally, so nothing stays on a
-# pooled session). Drawing serials takes no id: nextval WAL-logs 32 values ahead in whichever
-# transaction draws past the logged range, and the values after it are written nowhere by the
-# transactions that take them. If that range's transaction has not committed when the server
-# dies, the range is lost and its values are issued again, committed or not
-# (tests/test_crash.py). Taking an id makes the commit flush the WAL up to itself, the range
-# included.
-_FLUSH_AT_COMMIT = text(
-    "SELECT set_config('synchronous_commit', 'on', true), pg_current_xact_id()")
+# A commit waits for the disk only in a transaction that has an id and wrote WAL itself, and
+# with synchronous_commit on (the default, but a server or role may turn it off; set locally,
+# so nothing stays on a pooled session). Drawing serials does neither: nextval WAL-logs 32
+# values ahead in whichever transaction draws past the logged range, and the values after it
+# are written nowhere by the transactions that take them. If that range's transaction has not
+# committed when the server dies, the range is lost and its values are issued again,
+# committed or not (tests/test_crash.py). hivenet.flush_at_commit() takes an id and writes a
+# WAL record, so the commit flushes the WAL up to itself, the range included.
+_FLUSH_AT_COMMIT = text("SELECT hivenet.flush_at_commit()")
 
 
 def flush_at_commit(db: SyncDB) -> None:

@@ -1,9 +1,9 @@
 """``hivenet-db bootstrap``: the one step of an install that needs more than the owner's rights.
 
-Run once by a superuser or a managed server's administrator; it creates roles ``hivenet_app``
-and ``hivenet_admin`` and lets the schema owner create schema ``hivenet`` and grant those
-roles (see ``hivenet_db/sql/bootstrap.sql``). Everything after it (``hivenet-db migrate``,
-grants to login roles) is done by the owner, no superuser at run time.
+Run once by a superuser or a managed server's administrator; it creates roles ``hivenet_app``,
+``hivenet_reporting`` and ``hivenet_admin`` and lets the schema owner create schema ``hivenet``
+and grant those roles (see ``hivenet_db/sql/bootstrap.sql``). Everything after it
+(``hivenet-db migrate``, grants to login roles) is done by the owner, no superuser at run time.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from importlib.resources import files
 import psycopg
 
 APP_ROLE = "hivenet_app"
+REPORTING_ROLE = "hivenet_reporting"
 ADMIN_ROLE = "hivenet_admin"
+ROLES = (APP_ROLE, REPORTING_ROLE, ADMIN_ROLE)
 
 
 class BootstrapError(Exception):

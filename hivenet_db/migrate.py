@@ -177,3 +177,15 @@ def status(url: str) -> MigrationStatus:
     """Where the database at ``url`` stands (see status_of)."""
     with engine_for(url) as engine, engine.connect() as conn:
         return status_of(conn)
+
+
+def missing_roles(url: str) -> list[str]:
+    """The roles schema hivenet grants to (``hivenet-db bootstrap`` creates them) that do not
+    exist in the cluster of ``url``: until they do, only the schema's owner may use it. The
+    migration creates them itself when the migrating role may (superuser or CREATEROLE)."""
+    from hivenet_db.bootstrap import ROLES
+
+    with engine_for(url) as engine, engine.connect() as conn:
+        return list(conn.execute(text(
+            "SELECT r FROM unnest(CAST(:roles AS text[])) WITH ORDINALITY AS x(r, n) "
+            "WHERE to_regrole(r) IS NULL ORDER BY n"), {"roles": list(ROLES)}).scalars())

@@ -15,6 +15,7 @@ import itertools
 import os
 import shutil
 import tempfile
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ import psycopg
 import pytest
 from psycopg import sql
 from sqlalchemy import Engine, create_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from hivenet_db import migrate
 from hivenet_db.dburl import sqlalchemy_url
@@ -32,6 +35,10 @@ if TYPE_CHECKING:
     from pytest_postgresql.janitor import DatabaseJanitor
 
 TEMPLATE = "hivenet_template"
+#: The logins the ``*_app_*`` and ``*_admin_*`` fixtures connect as, granted only that role,
+#: as production's application and administrator logins are.
+APP_LOGIN = "hivenet_test_app"
+ADMIN_LOGIN = "hivenet_test_admin"
 _numbers = itertools.count()
 
 
@@ -70,6 +77,26 @@ def hivenet_template(hivenet_server: EmbeddedPostgres) -> str:
     return TEMPLATE
 
 
+@pytest.fixture(scope="session")
+def hivenet_logins(hivenet_server: EmbeddedPostgres, hivenet_template: str) -> dict[str, str]:
+    """Create the logins ``APP_LOGIN`` (granted only ``hivenet_app``) and ``ADMIN_LOGIN``
+    (only ``hivenet_admin``) on the test server; returns their names by role. The template's
+    migration, run by the server's superuser, created the roles."""
+    password = hivenet_server.password
+    with psycopg.connect(hivenet_server.url(TEMPLATE), autocommit=True) as conn:
+        for login, role in ((APP_LOGIN, "hivenet_app"), (ADMIN_LOGIN, "hivenet_admin")):
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE {} PASSWORD {}").format(
+                sql.Identifier(login), sql.Identifier(role), sql.Literal(password)))
+    return {"hivenet_app": APP_LOGIN, "hivenet_admin": ADMIN_LOGIN}
+
+
+def _as_login(url: str, login: str, password: str | None) -> str:
+    """``url`` with ``login`` (and the server's password, if any) as its user."""
+    parts = urllib.parse.urlsplit(url)
+    user = login if password is None else f"{login}:{urllib.parse.quote(password, safe='')}"
+    return parts._replace(netloc=f"{user}@{parts.hostname}:{parts.port}").geturl()
+
+
 @pytest.fixture
 def hivenet_url(hivenet_server: EmbeddedPostgres, hivenet_template: str) -> Iterator[str]:
     """libpq URL of a fresh database at head, dropped after the test."""
@@ -83,13 +110,47 @@ def hivenet_url(hivenet_server: EmbeddedPostgres, hivenet_template: str) -> Iter
 
 
 @pytest.fixture
+def hivenet_app_url(hivenet_url: str, hivenet_server: EmbeddedPostgres,
+                    hivenet_logins: dict[str, str]) -> str:
+    """The test's database as a login granted only ``hivenet_app``: what the application's
+    code connects with in production, so a privilege it lacks fails here too."""
+    return _as_login(hivenet_url, hivenet_logins["hivenet_app"], hivenet_server.password)
+
+
+@pytest.fixture
+def hivenet_admin_url(hivenet_url: str, hivenet_server: EmbeddedPostgres,
+                      hivenet_logins: dict[str, str]) -> str:
+    """The test's database as a login granted only ``hivenet_admin`` (operators' tools)."""
+    return _as_login(hivenet_url, hivenet_logins["hivenet_admin"], hivenet_server.password)
+
+
+@pytest.fixture
 def hivenet_engine(hivenet_url: str) -> Iterator[Engine]:
-    """SQLAlchemy engine (psycopg 3) on the test's database."""
+    """SQLAlchemy engine (psycopg 3) on the test's database as its owner (the server's
+    superuser): for set-up, such as the application's own tables and their grants."""
     engine = create_engine(sqlalchemy_url(hivenet_url))
     try:
         yield engine
     finally:
         engine.dispose()
+
+
+@pytest.fixture
+def hivenet_app_engine(hivenet_app_url: str) -> Iterator[Engine]:
+    """SQLAlchemy engine on the test's database as the application login (``hivenet_app``)."""
+    engine = create_engine(sqlalchemy_url(hivenet_app_url))
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def hivenet_app_async_engine(hivenet_app_url: str) -> AsyncEngine:
+    """Async SQLAlchemy engine (psycopg 3) as the application login, for a test that runs its
+    own event loop (``asyncio.run``, or an async plugin); needs ``hivenet-db[async]``. Without
+    a pool (``NullPool``): no connection outlives the loop that opened it."""
+    return create_async_engine(sqlalchemy_url(hivenet_app_url), poolclass=NullPool)
 
 
 SetClock = Callable[[str], None]

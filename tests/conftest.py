@@ -53,10 +53,11 @@ def fake_clock(db: psycopg.Connection) -> Callable[[psycopg.Connection, str], No
 
 
 @pytest.fixture(params=SYNC_KINDS)
-def any_conn(request: pytest.FixtureRequest, hivenet_url: str) -> Iterator[SyncDB]:
+def any_conn(request: pytest.FixtureRequest, hivenet_app_url: str) -> Iterator[SyncDB]:
     """The caller's connection, once per kind the repositories accept (SQLAlchemy Connection,
-    Session, psycopg Connection), outside autocommit: the test commits or rolls back."""
-    with sync_connection(request.param, hivenet_url) as conn:
+    Session, psycopg Connection), outside autocommit: the test commits or rolls back. As the
+    application connects in production: a login granted only hivenet_app."""
+    with sync_connection(request.param, hivenet_app_url) as conn:
         yield conn
 
 

@@ -81,10 +81,22 @@ def failure(conn: psycopg.Connection, sql: str, params: Any = None) -> tuple[str
 
 @contextmanager
 def usage_only_role(db: psycopg.Connection, role: str) -> Iterator[psycopg.Connection]:
-    """The connection acting as a new role granted only USAGE on schema hivenet (what PUBLIC
-    may do); the role and its grants are dropped afterwards."""
-    db.execute(f"CREATE ROLE {role}")
-    db.execute(f"GRANT USAGE ON SCHEMA hivenet TO {role}")
+    """The connection acting as a new role granted only USAGE on schema hivenet (what a
+    role that can see the schema, but holds no hivenet role, may do); the role and its
+    grants are dropped afterwards."""
+    with role_in(db, role) as conn:
+        db.execute("RESET ROLE")
+        db.execute(f"GRANT USAGE ON SCHEMA hivenet TO {role}")
+        db.execute(f"SET ROLE {role}")
+        yield conn
+
+
+@contextmanager
+def role_in(db: psycopg.Connection, role: str, *granted: str) -> Iterator[psycopg.Connection]:
+    """The connection (a superuser's) acting as a new role that is granted exactly the roles
+    ``granted`` (none: no right at all), as a login of production would be; dropped
+    afterwards."""
+    db.execute(f"CREATE ROLE {role}" + (f" IN ROLE {', '.join(granted)}" if granted else ""))
     db.execute(f"SET ROLE {role}")
     try:
         yield db

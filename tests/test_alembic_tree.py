@@ -19,12 +19,13 @@ from hivenet_db.migrate import State
 
 BIN = Path(sys.executable).parent
 DOC = Path(__file__).resolve().parent.parent / "docs" / "alembic.md"
+TESTING_DOC = DOC.with_name("testing.md")
 # the installed package's revisions (a package of its own: hivenet_db.migrations)
 PACKAGE_VERSIONS = Path(str(importlib.resources.files("hivenet_db.migrations"))) / "versions"
 
 
-def _doc_block(language: str, containing: str) -> str:
-    blocks = re.findall(rf"```{language}\n(.*?)```", DOC.read_text(), re.S)
+def _doc_block(language: str, containing: str, doc: Path = DOC) -> str:
+    blocks = re.findall(rf"```{language}\n(.*?)```", doc.read_text(), re.S)
     [block] = [b for b in blocks if containing in b]
     return str(block)
 
@@ -107,3 +108,26 @@ def test_the_documented_tree(hivenet_url: str, tmp_path: Path, db: psycopg.Conne
                                   "hivenet_db.migrations:versions"])
 def test_the_documented_ini_has(name: str) -> None:
     assert name in _doc_block("ini", "version_locations")
+
+
+def test_the_tree_on_the_template_of_docs_testing(hivenet_url: str, tmp_path: Path,
+                                                  db: psycopg.Connection,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/testing.md's upgrade_your_tree, as written, on a database installed as the
+    plugin's template is: the tree's revisions run, hivenet's are stamped, not replayed."""
+    tree = Tree(tmp_path, hivenet_url)
+    tree.run("revision", "-m", "create orders", "--head", "base", "--branch-label", "app",
+             "--version-path", "migrations/versions", "--rev-id", "a001",
+             "--depends-on", migrate.head())
+    first = tmp_path / "migrations" / "versions" / "a001_create_orders.py"
+    first.write_text(first.read_text().replace(
+        "def upgrade() -> None:\n", "def upgrade() -> None:\n    op.execute(\"CREATE TABLE orders "
+        "(serial text PRIMARY KEY DEFAULT hivenet.next_unified_serial('C0001', 'A01', '01'), "
+        "item text)\")\n", 1))
+    namespace: dict[str, object] = {}
+    exec(_doc_block("python", "def upgrade_your_tree", TESTING_DOC), namespace)
+    monkeypatch.chdir(tmp_path)
+    namespace["upgrade_your_tree"](hivenet_url)  # type: ignore[operator]
+    assert [r[0] for r in db.execute("SELECT version_num FROM alembic_version")] == ["a001"]
+    serial = db.execute("INSERT INTO orders (item) VALUES ('pear') RETURNING serial").fetchone()
+    assert serial is not None and serial[0].startswith("C0001A0101")

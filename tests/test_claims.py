@@ -20,7 +20,6 @@ from tests.helpers import (
     behind_a_table_lock,
     claim_and_end,
     race,
-    run_sql,
     scalar,
     statements_of,
     wait_until_blocked,
@@ -220,9 +219,9 @@ def test_exactly_one_winner_over_many_trials(connect: Callable[..., psycopg.Conn
 
 # --- Python ------------------------------------------------------------------------------
 
-def test_python_claims(any_conn: SyncDB) -> None:
+def test_python_claims(any_conn: SyncDB, db: psycopg.Connection) -> None:
     claims = ClaimRepository(any_conn)
-    claims.set_expiry("queue.orders", dt.timedelta(minutes=10))
+    ClaimRepository(db).set_expiry("queue.orders", dt.timedelta(minutes=10))  # an admin's
     claims.claim("queue.orders", "m-1")
     with pytest.raises(DuplicateClaim) as raised:
         claims.claim("queue.orders", "m-1", nowait=True)
@@ -233,7 +232,7 @@ def test_python_claims(any_conn: SyncDB) -> None:
     with pytest.raises(InvalidInput):
         claims.claim("", "m-1")
     any_conn.rollback()
-    assert run_sql(any_conn, "SELECT count(*) FROM hivenet.claim_record")[0][0] == 1
+    assert scalar(db, "SELECT count(*) FROM hivenet.claim_record") == 1
 
 
 def test_python_async_claims(hivenet_url: str, async_kind: str) -> None:

@@ -31,10 +31,12 @@ OWNER, APP, OPS = "hivenet_owner", "app_login", "ops_login"
 CLOUD_ADMIN, CLOUD_OWNER, CLOUD_DATABASE = "cloud_admin", "cloud_owner", "hivenet_cloud"
 BOOTSTRAP_STATEMENTS = [
     "CREATE ROLE hivenet_app NOLOGIN",
+    "CREATE ROLE hivenet_reporting NOLOGIN",
     "CREATE ROLE hivenet_admin NOLOGIN",
     f"GRANT CREATE ON DATABASE {DATABASE} TO {OWNER}",
     f"GRANT CREATE ON SCHEMA public TO {OWNER}",
     f"GRANT hivenet_app TO {OWNER} WITH ADMIN OPTION",
+    f"GRANT hivenet_reporting TO {OWNER} WITH ADMIN OPTION",
     f"GRANT hivenet_admin TO {OWNER} WITH ADMIN OPTION",
 ]
 
@@ -127,6 +129,36 @@ def test_the_server_demands_a_password(cluster: Cluster, host: str,
         assert _scalar(conn, "SELECT current_user") == SUPERUSER
 
 
+def test_migrate_without_bootstrap_says_which_command_creates_the_roles(
+        cluster: Cluster) -> None:
+    """Before bootstrap (no roles yet), an owner that may not create roles installs a working
+    schema for itself, says in one line what creates the roles, and grants nothing to PUBLIC.
+    Runs before `installed` (file order): the roles do not exist yet."""
+    early = "hivenet_early"
+    with psycopg.connect(cluster.server.url(DATABASE), autocommit=True) as conn:
+        assert _scalar(conn, "SELECT count(*) FROM pg_roles WHERE rolname IN "
+                             "('hivenet_app', 'hivenet_reporting', 'hivenet_admin')") == 0
+        conn.execute(f"CREATE DATABASE {early} OWNER {OWNER}")
+    try:
+        migrate = _hivenet_db("migrate", "--url", cluster.url(OWNER, early))
+        assert migrate.returncode == 0, migrate.stderr
+        notes = [line for line in migrate.stderr.splitlines() if "bootstrap" in line]
+        assert notes == ["hivenet-db: role(s) hivenet_app, hivenet_reporting, hivenet_admin do "
+                         "not exist, so only the schema's owner may use it: a superuser creates "
+                         "them with `hivenet-db bootstrap --owner ROLE`"]
+        with psycopg.connect(cluster.url(OWNER, early)) as conn:
+            assert _scalar(conn, "SELECT hivenet.next_unified_serial('D0009', 'M01', '01')")
+            assert _scalar(conn, """
+                SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'hivenet'::regnamespace
+                  AND has_function_privilege('public', p.oid, 'EXECUTE')""") == 0
+            assert _scalar(conn, """
+                SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'hivenet'::regnamespace
+                  AND c.relacl::text ~ '[{,]='""") == 0  # an entry for PUBLIC
+    finally:
+        with psycopg.connect(cluster.server.url(DATABASE), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {early}")
+
+
 def test_bootstrap_says_what_it_did_then_that_nothing_is_left(
         cluster: Cluster, installed: subprocess.CompletedProcess[str]) -> None:
     assert installed.stdout.splitlines() == [f"ran: {s}" for s in BOOTSTRAP_STATEMENTS]
@@ -153,7 +185,8 @@ def test_bootstrap_roles_cannot_log_in_and_the_owner_can_grant_them(
             SELECT r.rolname, r.rolcanlogin, m.admin_option
             FROM pg_roles r JOIN pg_auth_members m ON m.roleid = r.oid
             WHERE m.member = %s::regrole ORDER BY r.rolname""", (OWNER,)).fetchall()
-        assert rows == [("hivenet_admin", False, True), ("hivenet_app", False, True)]
+        assert rows == [("hivenet_admin", False, True), ("hivenet_app", False, True),
+                        ("hivenet_reporting", False, True)]
         # Granted by the owner itself, not by the superuser.
         grantors = conn.execute("""
             SELECT m.member::regrole::text, m.grantor::regrole::text FROM pg_auth_members m
@@ -308,10 +341,12 @@ def test_a_managed_servers_administrator_bootstraps_its_own_database(
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "already done: CREATE ROLE hivenet_app NOLOGIN",
+        "already done: CREATE ROLE hivenet_reporting NOLOGIN",
         "already done: CREATE ROLE hivenet_admin NOLOGIN",
         f"ran: GRANT CREATE ON DATABASE {CLOUD_DATABASE} TO {CLOUD_OWNER}",
         f"ran: GRANT CREATE ON SCHEMA public TO {CLOUD_OWNER}",
         f"ran: GRANT hivenet_app TO {CLOUD_OWNER} WITH ADMIN OPTION",
+        f"ran: GRANT hivenet_reporting TO {CLOUD_OWNER} WITH ADMIN OPTION",
         f"ran: GRANT hivenet_admin TO {CLOUD_OWNER} WITH ADMIN OPTION",
     ]
     migrate = _hivenet_db("migrate", "--url", cluster.url(CLOUD_OWNER, CLOUD_DATABASE))

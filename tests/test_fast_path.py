@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import functions_run, scalar, usage_only_role
+from tests.helpers import functions_run, role_in, scalar
 
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"
 SCOPE = '{"system": "C0001", "module": "A01", "instance": "01"}'
@@ -55,8 +55,8 @@ def _today(db: psycopg.Connection) -> str:
 
 @pytest.fixture
 def app(db: psycopg.Connection) -> Iterator[psycopg.Connection]:
-    """The connection acting as a role granted only USAGE on the schema."""
-    with usage_only_role(db, ROLE) as app:
+    """The connection acting as a role granted hivenet_app, as the application's login."""
+    with role_in(db, ROLE, "hivenet_app") as app:
         yield app
 
 

@@ -308,18 +308,23 @@ def draw_call(data: st.DataObject, name: str,
     return args, kwargs
 
 
+OPERATOR = "hivenet_operator_test"
+
+
 @pytest.fixture
 def admin(hivenet_url: str, owner: psycopg.Connection) -> Iterator[psycopg.Connection]:
-    """The caller's connection (a transaction of its own per call) acting as hivenet_admin,
-    which may run every method, the operator's too."""
-    with psycopg.connect(hivenet_url) as conn:
-        conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
-        conn.commit()
-        with acting_as(owner, "hivenet_admin"):
-            owner.execute("RESET ROLE")  # the owner's connection stays the owner's
-            conn.execute("SET ROLE hivenet_admin")
+    """The caller's connection (a transaction of its own per call) acting as an operator's
+    login granted hivenet_app and hivenet_admin, which may run every method, the operator's
+    too."""
+    owner.execute(f"CREATE ROLE {OPERATOR} IN ROLE hivenet_app, hivenet_admin")
+    try:
+        with psycopg.connect(hivenet_url) as conn:
+            conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
+            conn.execute(f"SET ROLE {OPERATOR}")
             conn.commit()
             yield conn
+    finally:
+        owner.execute(f"DROP ROLE {OPERATOR}")
 
 
 @settings(max_examples=EXAMPLES, deadline=None,
@@ -349,10 +354,10 @@ def test_every_repository_method_raises_only_hivenet_errors_and_writes_nothing(
 
 async def _call_async(url: str, cls: type, name: str, args: list[Any],
                       kwargs: dict[str, Any]) -> str | None:
-    """Call one async method on a connection acting as hivenet_admin: None when it succeeded,
+    """Call one async method on a connection acting as OPERATOR: None when it succeeded,
     '' when it raised a HivenetError, else what it raised."""
     async with await psycopg.AsyncConnection.connect(url) as conn:
-        await conn.execute("SET ROLE hivenet_admin")
+        await conn.execute(f"SET ROLE {OPERATOR}")
         await conn.execute(f"SET statement_timeout = '{STATEMENT_TIMEOUT}'")
         try:
             result = getattr(cls(conn), name)(*args, **kwargs)

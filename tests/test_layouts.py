@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 
 from hivenet_db import InvalidInput
 from hivenet_db.serial import parse_serial
-from tests.helpers import scalar
+from tests.helpers import role_in, scalar
 
 Connect = Callable[..., psycopg.Connection]
 SetClock = Callable[[psycopg.Connection, str], None]
@@ -257,20 +257,11 @@ def test_the_hot_paths_call_no_generated_function(db: psycopg.Connection) -> Non
 def test_a_reporting_reader_reads_the_interface_calls_through_the_generated_functions(
         db: psycopg.Connection) -> None:
     """The view interface_calls calls the generated reads as its reader: a role granted
-    SELECT on the view (as hivenet_app is) reads it without any right on a private function
-    but those two (fails with 42501 when privileges.sql does not grant them)."""
+    hivenet_reporting reads it (fails with 42501 when privileges.sql does not grant them)."""
     today = str(scalar(db, "SELECT to_char(hivenet.now() AT TIME ZONE 'UTC', 'YYYYMMDD')"))
     db.execute("SELECT hivenet.claim_interface_serial(%s)",
                (f"C0001A0101T0001{today}0000000000000001",))
-    db.execute("CREATE ROLE hivenet_layout_reader")
-    try:
-        db.execute("GRANT USAGE ON SCHEMA hivenet TO hivenet_layout_reader")
-        db.execute("GRANT SELECT ON hivenet.interface_calls TO hivenet_layout_reader")
-        db.execute("SET ROLE hivenet_layout_reader")
-        assert db.execute("SELECT source_system, target_system, serial_time::date::text "
-                          "FROM hivenet.interface_calls").fetchall() \
+    with role_in(db, "hivenet_layout_reader", "hivenet_reporting") as reader:
+        assert reader.execute("SELECT source_system, target_system, serial_time::date::text "
+                              "FROM hivenet.interface_calls").fetchall() \
             == [("C0001", "T0001", f"{today[:4]}-{today[4:6]}-{today[6:]}")]
-    finally:
-        db.execute("RESET ROLE")
-        db.execute("DROP OWNED BY hivenet_layout_reader")
-        db.execute("DROP ROLE hivenet_layout_reader")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from hivenet_db import metrics
 from hivenet_db._execute import SyncDB
 from hivenet_db.embedded import EmbeddedPostgres
+from tests.helpers import SYNC_KINDS, sync_connection
 from tests.test_cli import COMMAND
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -70,9 +71,17 @@ def activity(db: psycopg.Connection) -> None:
     db.execute("SELECT hivenet.claim_interface_serial(%s)", (call,))
 
 
-def test_values_match_what_the_test_created(activity: None, any_conn: SyncDB,
+@pytest.fixture(params=SYNC_KINDS)
+def admin_conn(request: pytest.FixtureRequest, hivenet_admin_url: str) -> Iterator[SyncDB]:
+    """metrics.read's connection, once per kind it accepts, as an operator's login granted
+    only hivenet_admin (the role docs/operations.md gives the metrics job)."""
+    with sync_connection(request.param, hivenet_admin_url) as conn:
+        yield conn
+
+
+def test_values_match_what_the_test_created(activity: None, admin_conn: SyncDB,
                                             db: psycopg.Connection) -> None:
-    samples = parsed(metrics.exposition(metrics.read(any_conn)))
+    samples = parsed(metrics.exposition(metrics.read(admin_conn)))
     unified = {"format": "unified", "scope": "C0001A0101"}
     assert value(samples, "hivenet_scope_issued", **unified) == 3
     capacity = value(samples, "hivenet_scope_capacity", **unified)

@@ -152,13 +152,16 @@ def test_a_serial_allocated_through_the_proxy_comes_from_the_owning_shard(
         assert refused.value.sqlstate == "HN002"
 
 
-def test_every_allocation_through_the_proxy_takes_a_transaction_id_on_the_shard(
+def test_every_allocation_through_the_proxy_flushes_its_commit_on_the_shard(
         cluster: Cluster, via_proxy: psycopg.Connection) -> None:
     """Each call commits on the shard before the caller sees the serial; the shard flushes
-    that commit only if it has a transaction id, which drawing a serial alone does not take
-    (a crash could then issue it again: tests/test_crash.py shows the same for next_durable)."""
+    that commit only if it has a transaction id and wrote WAL, which drawing a serial alone
+    does not do: each call runs flush_at_commit() there (a transaction id each, and the WAL
+    record of sequence durable_mark; tests/test_crash.py shows why for next_durable)."""
     next_xid = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
     before = on_shard(cluster, 0, next_xid)
+    wal = "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
+    wal_before = on_shard(cluster, 0, wal)
     calls = ["SELECT hivenet.next_unified_serial('R0001', 'A01', '08')",
              "SELECT hivenet.next_system_serial('R0001', 'A01', '08')",
              "SELECT hivenet.next_interface_serial('R0001', 'A01', '08', 'T0001')",
@@ -172,6 +175,7 @@ def test_every_allocation_through_the_proxy_takes_a_transaction_id_on_the_shard(
     via_proxy.rollback()
     # nextval itself takes one only when it logs a new range, every 32 values at most
     assert on_shard(cluster, 0, next_xid) - before >= 2 * len(calls)
+    assert on_shard(cluster, 0, wal) > wal_before
 
 
 def test_formats_without_a_node_field_go_to_the_single_primary(

@@ -1,4 +1,5 @@
-"""Least privilege: a role with USAGE on the schema runs the application API and no more."""
+"""Least privilege: nothing for PUBLIC; hivenet_app runs the application API and no more,
+hivenet_reporting reads the reporting views and no more, hivenet_admin administers."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import scalar, usage_only_role
+from hivenet_db import cli
+from tests.helpers import role_in, scalar, usage_only_role
 
 ROLE = "hivenet_app_test"
-BOOTSTRAP_ROLES = ("hivenet_app", "hivenet_admin")
+BOOTSTRAP_ROLES = ("hivenet_app", "hivenet_reporting", "hivenet_admin")
 
 
 @contextmanager
@@ -39,12 +41,13 @@ def acting_as(db: psycopg.Connection, role: str) -> Iterator[psycopg.Connection]
 
 @pytest.fixture
 def app(db: psycopg.Connection) -> Iterator[psycopg.Connection]:
-    """The test's connection acting as an application role granted only USAGE."""
-    with usage_only_role(db, ROLE) as app:
+    """The test's connection acting as an application login: a role granted hivenet_app."""
+    with role_in(db, ROLE, "hivenet_app") as app:
         yield app
 
 
-def test_the_application_api_works_with_usage_only(app: psycopg.Connection) -> None:
+def test_the_application_api_works_as_a_login_granted_hivenet_app(
+        app: psycopg.Connection) -> None:
     unified = scalar(app, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
     system = scalar(app, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
     interface = scalar(
@@ -139,38 +142,221 @@ def test_the_application_role_starts_new_steps_through_the_start_view_and_no_mor
                        "'SELECT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')") is False
 
 
-def test_no_new_function_is_public_by_accident(db: psycopg.Connection) -> None:
-    """Every function executable by PUBLIC is one privileges.sql grants on purpose."""
-    public = {row[0] for row in db.execute("""
-        SELECT p.oid::regprocedure::text FROM pg_proc p
-        WHERE p.pronamespace = 'hivenet'::regnamespace
-          AND has_function_privilege('public', p.oid, 'EXECUTE')
-          AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
-                          AND d.objid = p.oid AND d.deptype = 'e')""")}
-    assert {name.split("(")[0] for name in public} == {
-        "hivenet.now", "hivenet._fake_now", "hivenet.next_unified_serial",
-        "hivenet.next_system_serial", "hivenet.next_interface_serial", "hivenet.next_serial",
-        "hivenet.next_serials", "hivenet.parse_serial",
-        "hivenet.claim_interface_serial", "hivenet.call_chain", "hivenet.claim",
-        "hivenet.begin_step", "hivenet.finish_step", "hivenet._step_lease",
-        "hivenet.begin_request", "hivenet.finish_request",
-        "hivenet._period_index", "hivenet._period_start", "hivenet._scope_counter_value",
-        "hivenet._reporting_local_now",
-        "hivenet.ownership",  # what this database owns among several primaries (ownership.sql)
-        # In view interface_calls, run as its reader (parse.sql: generated from the layouts).
-        "hivenet._serial_field", "hivenet._serial_time",
-        # Inlined into begin_step, run as the caller (steps.sql).
-        "hivenet._begin_step", "hivenet._step_in_window", "hivenet._fingerprint",
-        # In the rules of views _step_start and _request_start, run as their inserter
-        # (steps.sql, requests.sql).
-        "hivenet._serial_valid", "hivenet._step_start_valid", "hivenet._request_start_valid",
-        # Inlined into those checks and _step_in_window: the callers' clock, the bound on
-        # intervals, the rule for names and keys (clock.sql, claims.sql).
-        "hivenet._caller_now", "hivenet._longest_interval", "hivenet._interval_allowed",
-        "hivenet._name_valid",
-        # Inlined into next_unified_serial / next_system_serial, run as the caller (allocate.sql).
-        "hivenet._fast_unified", "hivenet._fast_system", "hivenet._format_constant",
-        "hivenet._setting_constant", "hivenet._scope_sequence_name"}
+APP, REPORTING, ADMIN = "hivenet_app", "hivenet_reporting", "hivenet_admin"
+ALL = (APP, REPORTING, ADMIN)
+VIEW_READERS = (REPORTING, ADMIN)
+
+# Who may EXECUTE each function of schema hivenet (privileges.sql says why). Nobody else:
+# not PUBLIC, not a role that only has USAGE on the schema. A function not listed here, or
+# in OWNER_ONLY, fails the test: a new function is a decision about who may run it.
+FUNCTIONS: dict[str, tuple[str, ...]] = {
+    # The application API.
+    "next_unified_serial": (APP,), "next_system_serial": (APP,),
+    "next_interface_serial": (APP,), "next_serial": (APP,), "next_serials": (APP,),
+    "claim_interface_serial": (APP,), "claim": (APP,), "begin_step": (APP,),
+    "finish_step": (APP,), "begin_request": (APP,), "finish_request": (APP,),
+    "ownership": (APP, ADMIN), "call_chain": ALL, "parse_serial": ALL,
+    "flush_at_commit": (APP,),  # makes a durable allocation's commit flush
+    # now() and its fake clock, inlined into the callers and the views stuck_*.
+    "now": ALL, "_fake_now": ALL,
+    # Inlined into next_unified_serial / next_system_serial (allocate.sql).
+    "_fast_unified": (APP,), "_fast_system": (APP,), "_format_constant": (APP,),
+    "_setting_constant": (APP,), "_scope_sequence_name": (APP,),
+    # Inlined into begin_step (steps.sql).
+    "_begin_step": (APP,), "_step_in_window": (APP,), "_fingerprint": (APP,),
+    # In the rules of views _step_start and _request_start, run as their inserter.
+    "_serial_valid": (APP,), "_step_start_valid": (APP,), "_request_start_valid": (APP,),
+    # Inlined into those rules and _step_in_window: the callers' clock, the bound on
+    # intervals, the rule for names and keys (clock.sql, claims.sql).
+    "_caller_now": (APP,), "_longest_interval": (APP,), "_interval_allowed": (APP,),
+    "_name_valid": (APP,),
+    "_serial_time": ALL,  # and in view interface_calls, run as its reader
+    # In the reporting views, run as their reader.
+    "_serial_field": VIEW_READERS, "_step_lease": VIEW_READERS,
+    "_reporting_local_now": VIEW_READERS, "_period_index": VIEW_READERS,
+    "_period_start": VIEW_READERS, "_scope_counter_value": VIEW_READERS,
+    # Administration.
+    "maintain": (ADMIN,), "fence_failover": (ADMIN,), "_timeline": (ADMIN,),
+    "replication_warning": (ADMIN,), "define_format": (ADMIN,), "prepare_scope": (ADMIN,),
+    "register_system": (ADMIN,), "register_module": (ADMIN,), "own_instances": (ADMIN,),
+    "resolve_step": (ADMIN,), "resolve_request": (ADMIN,), "set_claim_expiry": (ADMIN,),
+    "set_request_retention": (ADMIN,),
+}
+OWNER_ONLY = set("""
+    _advance _allocate _attempt_subject _begin_attempt _begin_attempt_nowait
+    _canonical_instances _check_begin_options _check_fields _check_interval _check_name
+    _check_owned _check_owned_serial _check_registry _claim_checked
+    _claim_interface_serial_checked _claim_interface_serial_nowait _claim_nowait _clock_sequence
+    _clock_sequence_name _cold_lock_space _cold_sequence_name _committed_sequence
+    _compile_fast_paths _compile_format _compile_formats _compile_layouts
+    _compile_layouts_trigger _compile_settings _compile_step_paths _compile_step_paths_trigger
+    _constants_lock_space _create_clock _create_cold_counter _create_interface_partition
+    _default_failover_gap _drop_interface_partition _fast_path_expression _fence _field_problem
+    _field_values _format_error _grant_counter _grant_roles _instance_in
+    _interface_partition_name _interval_conflict _issue _issue_cold _latest_issued _layout_sql
+    _lock_constants _maintain_claims _maintain_failover _maintain_interface_calls
+    _maintain_requests _maintain_scopes _maintain_steps _max_period_index _node_field _not_owned
+    _ownership_check _ownership_setting _park_scope _period_last_instant _promote_scope
+    _purge_requests _raise_clock _raise_stale_attempt _raise_step_outside_window
+    _raise_unfinished _refuse_outside_window _reject_serial _reset_lock_space _resolve_attempt
+    _rewrite_constants _scope_fields _scope_of _scopes_by_node _serial_scope _serial_shaped
+    _setting_check _setting_value _shown _step_days_from _step_days_to _step_issued_here
+    _time_pattern _unit_rank
+""".split())  # noqa: SIM905 (a list of words reads best)
+
+# Views and what each role may do with them; SELECT on the reporting views for their
+# readers. Tables: SELECT for hivenet_admin only. Sequences: USAGE (nextval) for hivenet_app
+# on the counters the fast path draws from (scopes'), nothing on the others.
+REPORTING_VIEWS = ("interface_calls", "interface_calls_per_day", "step_states", "stuck_steps",
+                   "scope_usage", "request_states", "stuck_requests")
+VIEWS: dict[str, dict[str, str]] = {
+    **{view: {REPORTING: "SELECT", ADMIN: "SELECT"} for view in REPORTING_VIEWS},
+    "_step_replay": {APP: "SELECT", ADMIN: "SELECT"},  # begin_step's replay, as the caller
+    "_step_start": {APP: "INSERT", ADMIN: "SELECT"},  # a new step's start (steps.sql)
+    "_request_start": {APP: "INSERT", ADMIN: "SELECT"},  # a new key's (requests.sql)
+    "step_attempt": {ADMIN: "SELECT"},
+}
+TABLE_RIGHTS = "SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER"
+
+
+def _expected_relation(name: str, kind: str) -> dict[str, str]:
+    if kind == "v":
+        return VIEWS[name]
+    if kind == "S":
+        return {APP: "USAGE"} if name.startswith("seq_") else {}
+    return {ADMIN: "SELECT, UPDATE" if name == "setting" else "SELECT"}
+
+
+def test_the_catalog_grants_exactly_the_table(db: psycopg.Connection) -> None:
+    """Every function, view, table and sequence of schema hivenet, read from the catalog:
+    which of PUBLIC, the three roles and a role with only USAGE on the schema may use it."""
+    db.execute("SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'D0001')")
+    db.execute("SELECT hivenet.maintain()")  # a scope's own sequence, made at run time
+    db.execute("CREATE ROLE hivenet_usage_test")
+    try:
+        db.execute("GRANT USAGE ON SCHEMA hivenet TO hivenet_usage_test")
+        who = ("public", "hivenet_usage_test", *ALL)
+        functions: dict[str, set[str]] = {}
+        for name, role in db.execute("""
+                SELECT p.proname, r FROM pg_proc p CROSS JOIN unnest(%s::text[]) AS r
+                WHERE p.pronamespace = 'hivenet'::regnamespace
+                  AND has_function_privilege(r, p.oid, 'EXECUTE')""", (list(who),)):
+            functions.setdefault(name, set()).add(role)
+        names = {row[0] for row in db.execute(
+            "SELECT proname FROM pg_proc WHERE pronamespace = 'hivenet'::regnamespace")}
+        assert names - FUNCTIONS.keys() - OWNER_ONLY == set(), "unlisted functions"
+        assert functions == {name: set(roles) for name, roles in FUNCTIONS.items()}
+        relations = db.execute("""
+            SELECT c.relname, c.relkind::text, r, string_agg(p, ', ' ORDER BY o)
+            FROM pg_class c CROSS JOIN unnest(%s::text[]) AS r
+            CROSS JOIN unnest(string_to_array(CASE WHEN c.relkind = 'S'
+                              THEN 'USAGE, SELECT, UPDATE' ELSE %s END, ', '))
+                       WITH ORDINALITY AS x(p, o)
+            WHERE c.relnamespace = 'hivenet'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'S')
+              AND CASE WHEN c.relkind = 'S' THEN has_sequence_privilege(r, c.oid, p)
+                       ELSE has_table_privilege(r, c.oid, p) END
+            GROUP BY c.relname, c.relkind, r""", (list(who), TABLE_RIGHTS)).fetchall()
+        kinds: dict[str, str] = dict(db.execute(
+            "SELECT relname, relkind::text FROM pg_class WHERE relnamespace = "
+            "'hivenet'::regnamespace AND relkind IN ('r', 'p', 'v', 'S')").fetchall())
+        assert any(name.startswith("seq_") for name in kinds)
+        granted: dict[str, dict[str, str]] = {name: {} for name in kinds}
+        for name, _, role, rights in relations:
+            granted[name][role] = rights
+        assert granted == {name: _expected_relation(name, kind) for name, kind in kinds.items()}
+    finally:
+        db.execute("DROP OWNED BY hivenet_usage_test")
+        db.execute("DROP ROLE hivenet_usage_test")
+
+
+FORGING = [
+    "SELECT hivenet.next_system_serial('R0001', 'A01', '01')",
+    "SELECT outcome FROM hivenet.begin_step(%(serial)s, '{\"amount\": 100}')",
+    "SELECT hivenet.finish_step(%(serial)s, 1, true, '{\"posted\": \"forged\"}')",
+    "SELECT hivenet.finish_request('orders', 'k1', 1, true, '{\"posted\": \"forged\"}')",
+    "INSERT INTO hivenet._step_start VALUES (%(other)s, '{}', NULL, NULL)",
+    "INSERT INTO hivenet._request_start VALUES ('orders', 'k2', '{}', NULL)",
+    "SELECT count(*) FROM hivenet._step_replay",
+    "SELECT count(*) FROM hivenet.step_attempt",
+    "SELECT count(*) FROM hivenet.request_attempt",
+    "SELECT hivenet.claim('inventory.purchase', 'order-1')",
+    "SELECT hivenet.claim_interface_serial(%(interface)s)",
+    "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')",
+    "SELECT hivenet.next_serial('unified', "
+    "'{\"system\": \"C0001\", \"module\": \"A01\", \"instance\": \"01\"}')",
+    "SELECT hivenet.next_serials('id_service', '{\"recon_type\": \"01\", "
+    "\"merchant\": \"123456789012\", \"shard\": \"01\"}', 3)",
+    "SELECT hivenet._begin_step(%(other)s, '{}', 'replay', NULL, NULL, false)",
+    "SELECT hivenet._fast_unified('C0001', 'A01', '01')",
+]
+
+
+def _state(owner: psycopg.Connection) -> tuple[Any, ...]:
+    """What forging would change: every attempt, claim and call, and every counter."""
+    return (owner.execute("SELECT namespace, key, attempt, state::text, response "
+                          "FROM hivenet.request_attempt ORDER BY 1, 2, 3").fetchall(),
+            owner.execute("SELECT namespace, key FROM hivenet.claim_record ORDER BY 1, 2"
+                          ).fetchall(),
+            scalar(owner, "SELECT count(*) FROM hivenet.interface_call"),
+            owner.execute("SELECT c.relname, pg_sequence_last_value(c.oid) FROM pg_class c "
+                          "WHERE c.relnamespace = 'hivenet'::regnamespace AND c.relkind = 'S' "
+                          "ORDER BY 1").fetchall())
+
+
+@pytest.mark.parametrize("granted", ["only USAGE on the schema", "hivenet_reporting"])
+def test_a_reader_forges_nothing(db: psycopg.Connection, connect: Any, granted: str) -> None:
+    """Issue 26's forging sequence, and every other way into allocation, steps, requests,
+    claims and stored responses: 42501 at every statement, and nothing changes."""
+    owner = connect()
+    serial, other = (scalar(owner, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
+                     for _ in range(2))
+    owner.execute("SELECT * FROM hivenet.begin_step(%s, '{\"amount\": 100}')", (serial,))
+    owner.execute("SELECT * FROM hivenet.begin_request('orders', 'k1')")
+    interface = scalar(owner,
+                       "SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'D0001')")
+    before = _state(owner)
+    params = {"serial": serial, "other": other, "interface": interface}
+    role = "hivenet_reader_test"
+    with (usage_only_role(db, role) if granted.startswith("only")
+          else role_in(db, role, REPORTING)) as reader:
+        for sql in FORGING:
+            assert refused_code(reader, sql, params) == "42501", sql
+    assert _state(owner) == before
+
+
+def test_a_login_without_any_grant_draws_from_no_sequence_by_oid(
+        db: psycopg.Connection, connect: Any) -> None:
+    """nextval(oid) needs no USAGE on the schema: every sequence of schema hivenet (scopes',
+    lanes', cold counters, clocks) refuses a role that holds no grant at all."""
+    owner = connect()
+    scalar(owner, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
+    owner.execute("SELECT hivenet.maintain()")
+    oids = [row[0] for row in owner.execute(
+        "SELECT c.oid::int FROM pg_class c WHERE c.relnamespace = 'hivenet'::regnamespace "
+        "AND c.relkind = 'S' ORDER BY 1")]
+    assert len(oids) > 10
+    before = _state(owner)
+    with role_in(db, "hivenet_nobody_test") as nobody:
+        for oid in oids:
+            for sql in ("SELECT nextval(%s::oid::regclass)", "SELECT setval(%s::oid::regclass, 1)",
+                        "SELECT currval(%s::oid::regclass)",
+                        "SELECT pg_sequence_last_value(%s::oid::regclass)"):
+                assert refused_code(nobody, sql, (oid,)) == "42501", (sql, oid)
+    assert _state(owner) == before
+
+
+def test_hivenet_reporting_reads_the_reporting_views_and_call_chain(
+        db: psycopg.Connection, connect: Any) -> None:
+    owner = connect()
+    unified = scalar(owner, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
+    interface = scalar(owner,
+                       "SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'D0001')")
+    owner.execute("SELECT hivenet.claim_interface_serial(%s, %s)", (interface, unified))
+    with role_in(db, "hivenet_reporting_test", REPORTING) as reader:
+        for view in REPORTING_VIEWS:
+            reader.execute(f"SELECT * FROM hivenet.{view}").fetchall()
+        assert scalar(reader, "SELECT count(*) FROM hivenet.call_chain(%s)", (unified,)) == 1
+        assert scalar(reader, "SELECT count(*) FROM hivenet.scope_usage") > 0
 
 
 def test_the_application_role_cannot_reach_superuser_through_a_connection(app: psycopg.Connection,
@@ -209,31 +395,6 @@ def test_no_setting_holds_a_connection_string(db: psycopg.Connection) -> None:
         "SELECT pg_get_functiondef(p.oid) FROM pg_proc p "
         "WHERE p.pronamespace = 'hivenet'::regnamespace AND p.prokind = 'f'"))
     assert "password" not in bodies and "dblink" not in bodies
-
-
-def test_the_documented_operator_grants_suffice(db: psycopg.Connection) -> None:
-    db.execute("CREATE ROLE hivenet_ops_test")
-    try:
-        db.execute("GRANT USAGE ON SCHEMA hivenet TO hivenet_ops_test")
-        db.execute("""GRANT EXECUTE ON FUNCTION hivenet.maintain(),
-            hivenet.resolve_step(text, integer, boolean, text, jsonb),
-            hivenet.define_format(text, jsonb, boolean, text), hivenet.register_system(text, text),
-            hivenet.register_module(text, text, text), hivenet.set_claim_expiry(text, interval),
-            hivenet.prepare_scope(text, jsonb) TO hivenet_ops_test""")
-        db.execute("GRANT SELECT, UPDATE ON hivenet.setting TO hivenet_ops_test")
-        db.execute("SET ROLE hivenet_ops_test")
-        db.execute("SELECT hivenet.maintain()")
-        db.execute("SELECT hivenet.register_system('C0001')")
-        db.execute("SELECT hivenet.register_module('C0001', 'A01')")
-        db.execute("SELECT hivenet.set_claim_expiry('q', '1 day')")
-        db.execute("""SELECT hivenet.define_format('ops', '[{"literal": "O"},
-                      {"seq": 3, "reset": "never"}]')""")
-        db.execute("UPDATE hivenet.setting SET value = '2 days' WHERE name = 'interface_window'")
-        assert scalar(db, "SELECT hivenet.next_serial('ops', '{}')") == "O001"
-    finally:
-        db.execute("RESET ROLE")
-        db.execute("DROP OWNED BY hivenet_ops_test")
-        db.execute("DROP ROLE hivenet_ops_test")
 
 
 # --- hivenet_app, as `hivenet-db bootstrap` makes it (issue 10, part 5) -------------------------
@@ -281,10 +442,7 @@ def test_the_application_role_writes_no_table(hivenet_app: psycopg.Connection,
         WHERE c.relnamespace = 'hivenet'::regnamespace
           AND has_table_privilege(c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES,
                                           TRIGGER')""")}
-    assert readable == {"hivenet.interface_calls", "hivenet.interface_calls_per_day",
-                        "hivenet.step_states", "hivenet.stuck_steps", "hivenet.scope_usage",
-                        "hivenet.request_states", "hivenet.stuck_requests",
-                        "hivenet._step_replay",  # SELECT only: begin_step's replay (steps.sql)
+    assert readable == {"hivenet._step_replay",  # SELECT only: begin_step's replay (steps.sql)
                         "hivenet._step_start",  # INSERT only: a new step's start (steps.sql)
                         "hivenet._request_start"}  # the same for a key (requests.sql)
     writable = hivenet_app.execute("""
@@ -490,12 +648,64 @@ def test_no_search_path_trick_reaches_another_schema(db: psycopg.Connection,
         assert scalar(owner, "SELECT count(*) FROM evil.claim_record") == 0
 
 
-def test_no_argument_reaches_another_relation(hivenet_app: psycopg.Connection) -> None:
-    """_scope_counter_value (in view scope_usage, so executable by every role) takes a
-    sequence name: a table's name, qualified names and other schemas' relations give NULL.
-    A table's name raised 42809 before revision 0010."""
-    hivenet_app.execute("SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'B0001')")
-    assert scalar(hivenet_app, "SELECT hivenet._scope_counter_value('cold_interface')") > 0
-    for name in ["setting", "claim_record", "pg_authid", "pg_catalog.pg_authid",
-                 "hivenet.cold_unified", "../cold_unified", "cold_unified'; --"]:
-        assert scalar(hivenet_app, "SELECT hivenet._scope_counter_value(%s)", (name,)) is None
+def test_no_argument_reaches_another_relation(db: psycopg.Connection) -> None:
+    """_scope_counter_value (in view scope_usage, so executable by its readers) takes a
+    sequence name: a table's name, qualified names and other schemas' relations give NULL."""
+    db.execute("SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'B0001')")
+    with role_in(db, "hivenet_reporting_test", REPORTING) as reader:
+        assert scalar(reader, "SELECT hivenet._scope_counter_value('cold_interface')") > 0
+        for name in ["setting", "claim_record", "pg_authid", "pg_catalog.pg_authid",
+                     "hivenet.cold_unified", "../cold_unified", "cold_unified'; --"]:
+            assert scalar(reader, "SELECT hivenet._scope_counter_value(%s)", (name,)) is None
+
+
+# --- hivenet_admin: every command and function documented for it, as a login granted only it --
+
+def test_every_administrative_command_runs_as_a_login_granted_only_hivenet_admin(
+        hivenet_admin_url: str, db: psycopg.Connection, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29, point 3: `failover-fence` failed for hivenet_admin (`permission denied for
+    function _timeline`); and a refused setting must explain itself (HN001), not fail on a
+    private function (42501)."""
+    serial = scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
+    db.execute("SELECT * FROM hivenet.begin_step(%s, '{}', p_lease => '1 second')", (serial,))
+    db.execute("SELECT * FROM hivenet.begin_request('orders', 'k1', p_lease => '1 second')")
+    for command in (["maintain"], ["failover-fence", "--force"], ["report"], ["metrics"]):
+        assert cli.main([*command, "--url", hivenet_admin_url]) == 0, command
+    assert "hivenet_scope_capacity" in capsys.readouterr().out
+    with psycopg.connect(hivenet_admin_url, autocommit=True) as admin:
+        assert scalar(admin, "SELECT current_user") == "hivenet_test_admin"
+        for sql in [
+            "SELECT hivenet.maintain()",
+            "SELECT count(*) FROM hivenet.fence_failover(10, true)",
+            "SELECT hivenet.replication_warning()",
+            "SELECT hivenet.define_format('ops', '[{\"literal\": \"O\"}, "
+            "{\"seq\": 3, \"reset\": \"never\"}]')",
+            "SELECT hivenet.prepare_scope('unified', '{\"system\": \"C0001\", "
+            "\"module\": \"A01\", \"instance\": \"09\"}')",
+            "SELECT hivenet.register_system('C0001')",
+            "SELECT hivenet.register_module('C0001', 'A01')",
+            "SELECT hivenet.own_instances('all')",
+            "SELECT * FROM hivenet.ownership()",
+            "SELECT hivenet.set_claim_expiry('q', '1 day')",
+            "SELECT hivenet.set_request_retention('orders', '2 days')",
+            "SELECT pg_sleep(1.1)",
+            f"SELECT hivenet.resolve_step('{serial}', 1, true, 'settled by hand')",
+            "SELECT hivenet.resolve_request('orders', 'k1', 1, false, 'not sent')",
+            "UPDATE hivenet.setting SET value = '2 days' WHERE name = 'interface_window'",
+            "UPDATE hivenet.setting SET value = '500' WHERE name = 'max_serials_per_call'",
+            "SELECT count(*) FROM hivenet.setting",
+            "SELECT count(*) FROM hivenet.request_attempt",
+            *(f"SELECT count(*) FROM hivenet.{view}" for view in REPORTING_VIEWS),
+        ]:
+            assert refused_code(admin, sql) is None, sql
+        db.execute("UPDATE hivenet.setting SET value = 'Asia/Tokyo' WHERE name = 'time_zone'")
+        for setting, value in [("max_serials_per_call", "0"), ("time_zone", "UTC"),
+                               ("step_retention", "-1 day"), ("step_lease", "0")]:
+            with pytest.raises(psycopg.Error) as refused:
+                admin.execute("UPDATE hivenet.setting SET value = %s WHERE name = %s",
+                              (value, setting))
+            assert refused.value.diag.sqlstate == "HN001", refused.value
+            assert f"setting {setting}: '{value}'" in str(refused.value)
+    assert scalar(db, "SELECT state::text FROM hivenet.step_attempt WHERE system_serial = %s",
+                  (serial,)) == "success"

@@ -28,9 +28,10 @@ from hivenet_db._execute import SyncDB, conninfo_of
 from tests.helpers import async_connection, run_sql, run_sql_async
 
 
-def test_allocation_inside_the_callers_transaction(any_conn: SyncDB) -> None:
-    run_sql(any_conn, "CREATE TABLE payment (serial text PRIMARY KEY)")
-    any_conn.commit()
+def test_allocation_inside_the_callers_transaction(any_conn: SyncDB,
+                                                  db: psycopg.Connection) -> None:
+    db.execute("CREATE TABLE payment (serial text PRIMARY KEY)")  # the application's table
+    db.execute("GRANT SELECT, INSERT ON payment TO hivenet_app")
     serial = SerialRepository(any_conn).next_unified("C0001", "A01", "01")
     run_sql(any_conn, "INSERT INTO payment VALUES (:s)", s=serial)
     any_conn.rollback()  # the repository did not commit: the payment row is gone
@@ -69,14 +70,15 @@ def test_generic_next_and_next_many(any_conn: SyncDB) -> None:
     assert all(isinstance(s, Serial) for s in many)
 
 
-def test_errors_are_typed_and_carry_the_sqlstate(any_conn: SyncDB) -> None:
+def test_errors_are_typed_and_carry_the_sqlstate(any_conn: SyncDB, db: psycopg.Connection
+                                                 ) -> None:
     with pytest.raises(InvalidInput, match="C001") as exc:
         SerialRepository(any_conn).next_unified("C001", "A01", "01")
     assert exc.value.sqlstate == "HN001"
     assert isinstance(exc.value, hivenet_db.HivenetError)
     any_conn.rollback()
-    run_sql(any_conn, """SELECT hivenet.define_format('tiny', '[{"literal": "T"},
-                         {"seq": 1, "reset": "never"}]')""")
+    db.execute("""SELECT hivenet.define_format('tiny', '[{"literal": "T"},
+                  {"seq": 1, "reset": "never"}]')""")  # an administrator's
     SerialRepository(any_conn).next_many("tiny", 9)
     with pytest.raises(SequenceExhausted):
         SerialRepository(any_conn).next("tiny")

@@ -12,6 +12,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from hivenet_db.errors import SequenceExhausted, translated
+from tests.helpers import role_in
 
 SetClock = Callable[[psycopg.Connection, str], None]
 UNIFIED = ("SELECT hivenet.next_serial('unified', '{\"system\": \"C0001\", \"module\": \"A01\", "
@@ -112,44 +113,27 @@ def test_unprepared_scopes_used_in_a_rolled_back_transaction_count_in_the_cold_c
     assert usage(db)["shared"] is False
 
 
-def test_reporting_role_needs_only_select_on_the_view(db: psycopg.Connection) -> None:
+def test_hivenet_reporting_reads_the_view_and_not_the_counters(db: psycopg.Connection) -> None:
     prepare(db)
     db.execute(UNIFIED, (2,))
-    db.execute("CREATE ROLE hivenet_reporter_test")
-    try:
-        db.execute("GRANT USAGE ON SCHEMA hivenet TO hivenet_reporter_test")
-        db.execute("GRANT SELECT ON hivenet.scope_usage TO hivenet_reporter_test")
-        db.execute("SET ROLE hivenet_reporter_test")
-        assert usage(db)["issued"] == 2
+    with role_in(db, "hivenet_reporter_test", "hivenet_reporting") as reader:
+        assert usage(reader)["issued"] == 2
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            db.execute('SELECT last_value FROM hivenet."seq_unified_C0001A0101"')
-    finally:
-        db.execute("RESET ROLE")
-        db.execute("DROP OWNED BY hivenet_reporter_test")
-        db.execute("DROP ROLE hivenet_reporter_test")
+            reader.execute('SELECT last_value FROM hivenet."seq_unified_C0001A0101"')
 
 
 def test_the_documented_reporting_grants_read_every_view(db: psycopg.Connection) -> None:
-    """docs/reporting.md's grants are enough for every view and the call chain."""
+    """docs/reporting.md's grant (hivenet_reporting) is enough for every view and the call
+    chain."""
     prepare(db)
     db.execute(UNIFIED, (2,))
     # Processing steps: one past its own lease, one under the default lease (the setting).
     db.execute("SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001', '{}', "
                "'replay', NULL, '1 microsecond')")
     db.execute("SELECT * FROM hivenet.begin_step('C0001A010120261121000000000002', '{}')")
-    db.execute("CREATE ROLE hivenet_reporting_test")
-    try:
-        db.execute("GRANT USAGE ON SCHEMA hivenet TO hivenet_reporting_test")
-        db.execute("GRANT SELECT ON hivenet.scope_usage, hivenet.interface_calls_per_day, "
-                   "hivenet.step_states, hivenet.stuck_steps TO hivenet_reporting_test")
-        db.execute("GRANT EXECUTE ON FUNCTION hivenet.call_chain(text) "
-                   "TO hivenet_reporting_test")
-        db.execute("SET ROLE hivenet_reporting_test")
+    with role_in(db, "hivenet_reporting_test", "hivenet_reporting") as reader:
         for view in ("scope_usage", "interface_calls_per_day", "step_states", "stuck_steps"):
-            assert db.execute(f"SELECT * FROM hivenet.{view}").fetchall() or view in (
+            assert reader.execute(f"SELECT * FROM hivenet.{view}").fetchall() or view in (
                 "interface_calls_per_day",), view
-        db.execute("SELECT * FROM hivenet.call_chain('C0001A0101202611210000000001')").fetchall()
-    finally:
-        db.execute("RESET ROLE")
-        db.execute("DROP OWNED BY hivenet_reporting_test")
-        db.execute("DROP ROLE hivenet_reporting_test")
+        reader.execute(
+            "SELECT * FROM hivenet.call_chain('C0001A0101202611210000000001')").fetchall()

@@ -3,9 +3,14 @@ example of docs/testing.md (examples/) run as written, in a pytest of its own.""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import psycopg
 import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ["payments.py", "test_payments.py"]
@@ -42,3 +47,28 @@ def test_docs_show_the_example_as_it_is_tested() -> None:
     docs = (ROOT / "docs" / "testing.md").read_text()
     for name in EXAMPLES:
         assert (ROOT / "examples" / name).read_text() in docs, f"docs/testing.md: {name}"
+
+
+def test_the_login_fixtures_have_productions_privileges(
+        hivenet_app_engine: Engine, hivenet_app_async_engine: AsyncEngine,
+        hivenet_admin_url: str) -> None:
+    """The application's engines connect as a login granted only hivenet_app: the API works,
+    an administrator's statement is refused; the admin URL's login holds only hivenet_admin."""
+    member_of = ("SELECT string_agg(b.rolname, ',' ORDER BY b.rolname) FROM pg_auth_members m "
+                 "JOIN pg_roles b ON b.oid = m.roleid WHERE m.member = current_user::regrole")
+    with hivenet_app_engine.connect() as conn:
+        assert conn.execute(text(member_of)).scalar_one() == "hivenet_app"
+        assert conn.execute(text("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
+                            ).scalar_one().startswith("C0001A0101")
+        with pytest.raises(ProgrammingError, match="permission denied"):
+            conn.execute(text("SELECT hivenet.maintain()"))
+
+    async def main() -> str:
+        async with hivenet_app_async_engine.connect() as conn:
+            return str((await conn.execute(text(
+                "SELECT hivenet.next_system_serial('C0001', 'A01', '01')"))).scalar_one())
+
+    assert asyncio.run(main()).startswith("C0001A0101")
+    with psycopg.connect(hivenet_admin_url) as admin:
+        assert admin.execute(member_of).fetchone() == ("hivenet_admin",)
+        admin.execute("SELECT hivenet.maintain()")

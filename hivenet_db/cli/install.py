@@ -32,6 +32,10 @@ def _alembic(action: str, args: argparse.Namespace, out: Output) -> None:
     require_url(url, MIGRATABLE)
     with out.progress(f"{action} schema hivenet to {args.revision}"):
         getattr(migrate, action)(url, args.revision)
+    missing = migrate.missing_roles(url) if action == "upgrade" else []
+    if missing:
+        out.note(f"role(s) {', '.join(missing)} do not exist, so only the schema's owner may "
+                 f"use it: a superuser creates them with `hivenet-db bootstrap --owner ROLE`")
     row = {"database": redact(url), "revision": migrate.current(url)}
     if getattr(args, "time_zone", None) is not None:  # migrate --time-zone, once upgraded
         row["time_zone"] = set_time_zone(url, args.time_zone)
@@ -117,11 +121,13 @@ def cmd_sql(args: argparse.Namespace, out: Output) -> None:
 def register(commands: Commands) -> None:
     p = commands.add(
         "bootstrap", cmd_bootstrap, "once, as a superuser or administrator: roles "
-        "hivenet_app and hivenet_admin, and the rights the schema owner needs",
+        "hivenet_app, hivenet_reporting and hivenet_admin, and the rights the schema owner "
+        "needs",
         examples=["bootstrap --owner hivenet_owner --url postgresql://postgres@db/app"],
-        description="Create roles hivenet_app and hivenet_admin (NOLOGIN) if missing, grant "
-        "OWNER CREATE on this database (for schema hivenet) and on schema public (for its "
-        "version table) and both roles WITH ADMIN OPTION; one line per action. "
+        description="Create roles hivenet_app, hivenet_reporting and hivenet_admin (NOLOGIN) "
+        "if missing, grant OWNER CREATE on this database (for schema hivenet) and on schema "
+        "public (for its version table) and the three roles WITH ADMIN OPTION; one line per "
+        "action. "
         "Safe to run again. Then OWNER runs `hivenet-db migrate` and grants the roles to "
         "login roles. OWNER must exist: CREATE ROLE owner LOGIN PASSWORD '...'.")
     p.add_argument("--owner", required=True, metavar="ROLE",

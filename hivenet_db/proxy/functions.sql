@@ -13,10 +13,9 @@
 -- back to on any unusual case anyway (allocate.sql): same serials, same errors. PL/Proxy sends
 -- every call as a new unprepared statement, and planning the inlined fast path of the two
 -- costs the shard ~10x the call itself (docs/plproxy.md, "Figures").
--- Each takes a transaction id on the shard (pg_current_xact_id): the shard's commit then waits
--- until the serial is on disk, as the caller, told it is committed, expects. Without one,
--- PostgreSQL does not flush a commit that only drew serials, and a crash can issue them again
--- (hivenet_db/allocation.py, flush_at_commit).
+-- Each runs the shard's flush_at_commit() first (allocate.sql): the shard's commit then waits
+-- until the serial is on disk, as the caller, told it is committed, expects. Without it,
+-- PostgreSQL does not flush a commit that only drew serials, and a crash can issue them again.
 CREATE OR REPLACE FUNCTION hivenet.next_unified_serial(p_system text, p_module text,
     p_instance text) RETURNS text
 LANGUAGE plproxy AS $$
@@ -24,7 +23,7 @@ LANGUAGE plproxy AS $$
     RUN ON hivenet_proxy.partition_of(p_instance);
     SELECT hivenet.next_serial('unified', jsonb_build_object('system', p_system,
         'module', p_module, 'instance', p_instance)) AS next_unified_serial
-    WHERE pg_current_xact_id() IS NOT NULL;  -- always: takes the transaction id
+    FROM hivenet.flush_at_commit();
 $$;
 
 CREATE OR REPLACE FUNCTION hivenet.next_system_serial(p_system text, p_module text,
@@ -34,7 +33,7 @@ LANGUAGE plproxy AS $$
     RUN ON hivenet_proxy.partition_of(p_instance);
     SELECT hivenet.next_serial('system', jsonb_build_object('system', p_system,
         'module', p_module, 'instance', p_instance)) AS next_system_serial
-    WHERE pg_current_xact_id() IS NOT NULL;  -- always: takes the transaction id
+    FROM hivenet.flush_at_commit();
 $$;
 
 CREATE OR REPLACE FUNCTION hivenet.next_interface_serial(p_system text, p_module text,
@@ -43,7 +42,7 @@ LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
     RUN ON hivenet_proxy.partition_of(p_instance);
     SELECT hivenet.next_interface_serial(p_system, p_module, p_instance, p_target)
-    WHERE pg_current_xact_id() IS NOT NULL;  -- always: takes the transaction id
+    FROM hivenet.flush_at_commit();
 $$;
 
 CREATE OR REPLACE FUNCTION hivenet.next_serial(p_format text, p_fields jsonb) RETURNS text
@@ -51,7 +50,7 @@ LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
     RUN ON hivenet_proxy.partition_of_fields(p_format, p_fields);
     SELECT hivenet.next_serial(p_format, p_fields)
-    WHERE pg_current_xact_id() IS NOT NULL;  -- always: takes the transaction id
+    FROM hivenet.flush_at_commit();
 $$;
 
 CREATE OR REPLACE FUNCTION hivenet.next_serials(p_format text, p_fields jsonb, p_n integer)
@@ -60,8 +59,8 @@ LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
     RUN ON hivenet_proxy.partition_of_fields(p_format, p_fields);
     SELECT s AS next_serials
-    FROM hivenet.next_serials(p_format, p_fields, p_n) WITH ORDINALITY AS t(s, i)
-    WHERE pg_current_xact_id() IS NOT NULL
+    FROM hivenet.flush_at_commit(),
+         hivenet.next_serials(p_format, p_fields, p_n) WITH ORDINALITY AS t(s, i)
     ORDER BY i;
 $$;
 

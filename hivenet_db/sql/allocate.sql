@@ -200,8 +200,7 @@ BEGIN
         RETURN;
     END IF;
     EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
-    -- For the fast path, which runs as the caller (privileges.sql): nextval only.
-    EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC', v_name);
+    PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
     v_seq := ('hivenet.' || quote_ident(v_name))::regclass;
     PERFORM setval(v_seq, greatest(
         pg_sequence_last_value(
@@ -643,7 +642,8 @@ END $$;
 -- inlined: LANGUAGE sql, one SELECT without FROM, no SECURITY DEFINER, no SET (a SQL-standard
 -- body is bound to its functions when created, so no search path can redirect it), and the
 -- one volatile call (nextval) used once. It runs with the caller's rights: the caller needs
--- USAGE on the scopes' sequences (granted when they are made, _promote_scope, privileges.sql:
+-- USAGE on the scopes' sequences (granted to hivenet_app when they are made, _promote_scope,
+-- privileges.sql _grant_counter:
 -- it lets a caller consume values, which any caller of next_serial can, and never setval).
 --
 -- It serves only the plain case and returns NULL for anything else, so that its caller hands
@@ -807,4 +807,21 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 BEGIN
     RETURN (hivenet._allocate('interface', NULL,
                               ARRAY[p_system, p_module, p_instance, p_target], 1))[1];
+END $$;
+
+-- hivenet.flush_at_commit() → void: makes the caller's commit wait until it, and every serial
+--   drawn in its transaction, is on disk: for a transaction that sends serials out after it
+--   commits and writes nothing else (durable allocation; Python flush_at_commit). PostgreSQL
+--   flushes a commit only with synchronous_commit on, in a transaction that has an id AND
+--   wrote WAL itself; the nextval that logged a serial's range may be another, uncommitted
+--   transaction's, so drawing is not enough, nor is an id alone. This sets synchronous_commit
+--   on for the transaction, takes an id and writes one small WAL record (a setval of sequence
+--   durable_mark, whose value means nothing). Never waits for another transaction.
+CREATE SEQUENCE hivenet.durable_mark;
+CREATE FUNCTION hivenet.flush_at_commit() RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM set_config('synchronous_commit', 'on', true);
+    PERFORM pg_current_xact_id();
+    PERFORM setval('hivenet.durable_mark', 1);
 END $$;

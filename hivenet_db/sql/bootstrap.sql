@@ -34,18 +34,19 @@ BEGIN
 END $$;
 
 -- Makes sure that
---   * roles hivenet_app (application API) and hivenet_admin (maintain, settings, formats,
---     registry) exist, NOLOGIN: the migration grants to them when they exist, it never
---     creates roles (the owner may not);
+--   * roles hivenet_app (application API), hivenet_reporting (the reporting views) and
+--     hivenet_admin (maintain, settings, formats, registry) exist, NOLOGIN: the migration
+--     grants to them when they exist, and creates them only when the migrating role may
+--     (an owner without CREATEROLE may not);
 --   * p_owner can create schema hivenet in the current database (CREATE ON DATABASE), and the
 --     version table hivenet_alembic_version, which `hivenet-db migrate` keeps in schema
 --     public (PostgreSQL 15 no longer lets every role create there);
---   * p_owner holds both roles WITH ADMIN OPTION, so it grants them to login roles itself;
+--   * p_owner holds the three roles WITH ADMIN OPTION, so it grants them to logins itself;
 --   * when schema hivenet was installed before the roles existed, they get their grants now.
 -- Returns one row per step, in order: the statement and its outcome, 'ran', 'already done',
 -- or 'for the owner' (a step the current user may not take: the owner runs the statement).
 -- Raises undefined_object (42704) when p_owner does not exist, invalid_parameter_value
--- (22023) when p_owner is one of the two roles, insufficient_privilege (42501) when the
+-- (22023) when p_owner is one of the three roles, insufficient_privilege (42501) when the
 -- current user may not take a step (nothing is changed then). Runs in the caller's
 -- transaction.
 CREATE FUNCTION pg_temp.hivenet_bootstrap(p_owner text)
@@ -64,12 +65,12 @@ BEGIN
                   HINT = format('create it first: CREATE ROLE %I LOGIN PASSWORD ''...''',
                                 p_owner);
     END IF;
-    IF p_owner IN ('hivenet_app', 'hivenet_admin') THEN
+    IF p_owner IN ('hivenet_app', 'hivenet_reporting', 'hivenet_admin') THEN
         RAISE EXCEPTION 'the owner must be a role of its own, not %', p_owner
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    FOREACH v_role IN ARRAY ARRAY['hivenet_app', 'hivenet_admin'] LOOP
+    FOREACH v_role IN ARRAY ARRAY['hivenet_app', 'hivenet_reporting', 'hivenet_admin'] LOOP
         RETURN QUERY SELECT * FROM pg_temp._hivenet_step(
             format('CREATE ROLE %I NOLOGIN', v_role),
             format('to_regrole(%L) IS NOT NULL', v_role), v_owner);
@@ -86,7 +87,7 @@ BEGIN
     END IF;
 
     -- Only a direct membership with admin option lets the owner grant the role.
-    FOREACH v_role IN ARRAY ARRAY['hivenet_app', 'hivenet_admin'] LOOP
+    FOREACH v_role IN ARRAY ARRAY['hivenet_app', 'hivenet_reporting', 'hivenet_admin'] LOOP
         RETURN QUERY SELECT * FROM pg_temp._hivenet_step(
             format('GRANT %I TO %I WITH ADMIN OPTION', v_role, p_owner),
             format('EXISTS (SELECT FROM pg_auth_members WHERE roleid = to_regrole(%L) '
@@ -100,6 +101,7 @@ BEGIN
     WHERE n.nspname = 'hivenet' AND p.proname = '_grant_roles' AND p.pronargs = 0;
     IF v_grant_roles IS NOT NULL THEN
         v_done := has_schema_privilege('hivenet_app', 'hivenet', 'USAGE')
+                  AND has_schema_privilege('hivenet_reporting', 'hivenet', 'USAGE')
                   AND has_schema_privilege('hivenet_admin', 'hivenet', 'USAGE');
         IF NOT v_done AND NOT (has_schema_privilege('hivenet', 'USAGE')
                                AND has_function_privilege(v_grant_roles, 'EXECUTE')) THEN
@@ -107,6 +109,7 @@ BEGIN
         ELSE
             RETURN QUERY SELECT * FROM pg_temp._hivenet_step('SELECT hivenet._grant_roles()',
                 'has_schema_privilege(''hivenet_app'', ''hivenet'', ''USAGE'') '
+                'AND has_schema_privilege(''hivenet_reporting'', ''hivenet'', ''USAGE'') '
                 'AND has_schema_privilege(''hivenet_admin'', ''hivenet'', ''USAGE'')', v_owner);
         END IF;
     END IF;

@@ -306,8 +306,14 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
+    -- The trigger checks each update against the other setting's value of the moment: the
+    -- update that owns more goes first, so that no state between owns less than the last.
+    IF v_single THEN
+        UPDATE hivenet.setting SET value = 'true' WHERE name = 'single_primary_formats'
+                                                  AND value <> 'true';
+    END IF;
+    UPDATE hivenet.setting SET value = v_owned WHERE name = 'owned_instances';
     UPDATE hivenet.setting SET value = v_single::text WHERE name = 'single_primary_formats'
                                                         AND value <> v_single::text;
-    UPDATE hivenet.setting SET value = v_owned WHERE name = 'owned_instances';
     RETURN v_owned;
 END $$;

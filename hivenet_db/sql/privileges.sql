@@ -1,16 +1,176 @@
--- Least privilege. Two roles, created once by `hivenet-db bootstrap` (the owner may not create
--- roles): hivenet_app may call the application API and read the reporting views; hivenet_admin
--- also runs the administrative functions and changes settings. The public functions are
--- SECURITY DEFINER, so neither needs any right on a table, and the private helpers
--- (hivenet._*) stay the owner's, but for the allocation fast path, the step replay and a
--- new step's start (below): those run with the caller's rights. Nothing here opens a
--- connection, and no setting holds a secret. Applied last; a revision that adds functions
--- applies it again.
+-- Least privilege. Nothing in schema hivenet is granted to PUBLIC: a role that may see the
+-- schema may do nothing in it, and a login with no grant at all may not draw from a counter by
+-- its OID (nextval(oid) needs no USAGE on the schema). Three roles, granted to logins by the
+-- owner (it holds them WITH ADMIN OPTION):
+--   hivenet_app        the application API (allocation, claims, steps, keyed requests);
+--   hivenet_reporting  SELECT on the reporting views and call_chain(): states, counts, ages
+--                      and serials, never a stored request or response;
+--   hivenet_admin      administration (maintain, fence, formats, registry, settings) and the
+--                      reporting views; SELECT on every table.
+-- The public functions are SECURITY DEFINER, so no role needs a right on a table. What runs
+-- with the caller's rights is listed below and granted to the role that calls it: the
+-- inlined fast paths (an inlined function is inlined only if the caller may EXECUTE it, and
+-- what its body reads is checked as the caller), the rules of the start views, and the
+-- functions the views call (PostgreSQL runs a view's functions as its reader). Nothing here
+-- opens a connection, and no setting holds a secret. Applied last.
 
--- Grant (true) or revoke (false) EXECUTE for PUBLIC on every function of the schema that is
--- not an extension's.
-CREATE OR REPLACE FUNCTION hivenet._set_public_execute(p_grant boolean) RETURNS void
+-- The roles, when the migrating role may create them (a superuser, or CREATEROLE: a
+-- developer's laptop, the embedded server). Otherwise `hivenet-db bootstrap` creates them and
+-- runs _grant_roles(); until then only the owner may use the schema (migrate says so).
+DO $$
+DECLARE
+    v_role text;
+BEGIN
+    FOREACH v_role IN ARRAY ARRAY['hivenet_app', 'hivenet_reporting', 'hivenet_admin'] LOOP
+        IF to_regrole(v_role) IS NULL
+           AND (SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
+        END IF;
+    END LOOP;
+END $$;
+
+-- Lets hivenet_app take values (nextval, currval: USAGE) of counter sequence p_name of schema
+-- hivenet, which the allocation fast path draws from as the caller; never UPDATE (setval is
+-- the owner's slow path) nor ALTER. Called when a counter is made (allocate.sql) and for every
+-- counter by _grant_roles(). Nothing when the role does not exist yet.
+CREATE FUNCTION hivenet._grant_counter(p_name text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF to_regrole('hivenet_app') IS NOT NULL THEN
+        EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO hivenet_app', p_name);
+    END IF;
+END $$;
+
+-- Grants to the roles that exist (called here, and by bootstrap when it creates them after the
+-- schema was installed). Safe to run again.
+CREATE FUNCTION hivenet._grant_roles() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_counter text;
+    v_role text;
+BEGIN
+    IF to_regrole('hivenet_app') IS NOT NULL THEN
+        GRANT USAGE ON SCHEMA hivenet TO hivenet_app;
+        -- The application API.
+        GRANT EXECUTE ON FUNCTION
+            hivenet.now(),
+            hivenet.next_unified_serial(text, text, text),
+            hivenet.next_system_serial(text, text, text),
+            hivenet.next_interface_serial(text, text, text, text),
+            hivenet.next_serial(text, jsonb),
+            hivenet.next_serials(text, jsonb, integer),
+            hivenet.parse_serial(text, text),
+            hivenet.claim_interface_serial(text, text, text, boolean),
+            hivenet.call_chain(text),
+            hivenet.claim(text, text, boolean),
+            hivenet.begin_step(text, jsonb, text, text, interval, boolean),
+            hivenet.finish_step(text, integer, boolean, jsonb),
+            hivenet.begin_request(text, text, jsonb, text, interval, boolean),
+            hivenet.finish_request(text, text, integer, boolean, jsonb),
+            hivenet.ownership(),
+            hivenet.flush_at_commit()
+        TO hivenet_app;
+        -- now() is inlined into the caller: its fake clock (clock.sql) runs as the caller.
+        GRANT EXECUTE ON FUNCTION hivenet._fake_now() TO hivenet_app;
+        -- The allocation fast path (allocate.sql, _fast_unified and _fast_system), inlined into
+        -- next_unified_serial / next_system_serial: every function in it, and USAGE on the
+        -- counters it draws from (_grant_counter). The constants say what the formats and
+        -- settings are (no secret: settings.sql).
+        GRANT EXECUTE ON FUNCTION
+            hivenet._fast_unified(text, text, text),
+            hivenet._fast_system(text, text, text),
+            hivenet._format_constant(text),
+            hivenet._setting_constant(text),
+            hivenet._scope_sequence_name(text, text)
+        TO hivenet_app;
+        FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s ORDER BY 1 LOOP
+            IF to_regclass('hivenet.' || quote_ident(v_counter)) IS NOT NULL THEN
+                PERFORM hivenet._grant_counter(v_counter);
+            END IF;
+        END LOOP;
+        -- The replay fast path of begin_step (steps.sql), inlined into the caller's statement:
+        -- _step_in_window, and for everything but a plain replay _begin_step (SECURITY
+        -- DEFINER, every check of begin_step: calling it directly can do nothing begin_step
+        -- cannot), and view _step_replay, SELECT only: of every succeeded step its serial,
+        -- attempt, request fingerprint, unified serial and stored response, what begin_step
+        -- replays to whoever presents the same request. The application's own replays: no
+        -- other role reads them.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._begin_step(text, jsonb, text, text, interval, boolean),
+            hivenet._step_in_window(text),
+            hivenet._fingerprint(jsonb)
+        TO hivenet_app;
+        GRANT SELECT ON hivenet._step_replay TO hivenet_app;
+        -- A new step's or key's first attempt (the Python layer's begin): one INSERT into view
+        -- _step_start / _request_start, whose rule writes with the owner's rights: the role may
+        -- insert, not read. The rules' checks run as the inserter: _step_start_valid and the
+        -- generated layout check _serial_valid with _serial_time (parse.sql), and
+        -- _request_start_valid.
+        GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
+        GRANT EXECUTE ON FUNCTION
+            hivenet._serial_valid(text, text),
+            hivenet._serial_time(text, text),
+            hivenet._step_start_valid(text, text, interval),
+            hivenet._request_start_valid(text, text, interval)
+        TO hivenet_app;
+        -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
+        -- callers' clock, the bound on intervals, the rule for names and keys.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._caller_now(timestamptz, text),
+            hivenet._longest_interval(),
+            hivenet._interval_allowed(interval),
+            hivenet._name_valid(text)
+        TO hivenet_app;
+    END IF;
+
+    -- The reporting views and what they call as their reader, for both roles that read them.
+    FOREACH v_role IN ARRAY ARRAY['hivenet_reporting', 'hivenet_admin'] LOOP
+        CONTINUE WHEN to_regrole(v_role) IS NULL;
+        EXECUTE format('GRANT USAGE ON SCHEMA hivenet TO %I', v_role);
+        EXECUTE format('GRANT SELECT ON hivenet.interface_calls, '
+                       'hivenet.interface_calls_per_day, hivenet.step_states, '
+                       'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
+                       'hivenet.stuck_requests TO %I', v_role);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION '
+                       'hivenet.call_chain(text), '
+                       'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
+                       'hivenet._step_lease(interval), '         -- likewise
+                       'hivenet._reporting_local_now(), '        -- scope_usage
+                       'hivenet._period_index(timestamp, text), '
+                       'hivenet._period_start(bigint, text), '
+                       'hivenet._scope_counter_value(text), '
+                       'hivenet._serial_field(text, text, text), '  -- interface_calls
+                       'hivenet._serial_time(text, text), '
+                       'hivenet.parse_serial(text, text) '          -- in both, for other formats
+                       'TO %I', v_role);
+    END LOOP;
+
+    IF to_regrole('hivenet_admin') IS NOT NULL THEN
+        GRANT SELECT ON ALL TABLES IN SCHEMA hivenet TO hivenet_admin;
+        GRANT UPDATE ON hivenet.setting TO hivenet_admin;
+        GRANT EXECUTE ON FUNCTION
+            hivenet.maintain(),
+            hivenet.fence_failover(bigint, boolean),
+            hivenet._timeline(),  -- `hivenet-db failover-fence` reports this timeline's fence
+            hivenet.replication_warning(),
+            hivenet.define_format(text, jsonb, boolean, text),
+            hivenet.prepare_scope(text, jsonb),
+            hivenet.register_system(text, text),
+            hivenet.register_module(text, text, text),
+            hivenet.own_instances(text, boolean, boolean),
+            hivenet.ownership(),
+            hivenet.resolve_step(text, integer, boolean, text, jsonb),
+            hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
+            hivenet.set_claim_expiry(text, interval),
+            hivenet.set_request_retention(text, interval)
+        TO hivenet_admin;
+    END IF;
+END $$;
+
+-- Functions are executable by PUBLIC when created: take that back from every function of the
+-- schema that is not an extension's. (Generated functions are replaced, never created anew,
+-- so they keep their grants.)
+DO $$
 DECLARE
     v_function regprocedure;
 BEGIN
@@ -21,139 +181,8 @@ BEGIN
                           AND d.objid = p.oid AND d.deptype = 'e')
         ORDER BY p.oid::regprocedure::text
     LOOP
-        EXECUTE format(CASE WHEN p_grant THEN 'GRANT EXECUTE ON FUNCTION %s TO PUBLIC'
-                            ELSE 'REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC' END, v_function);
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', v_function);
     END LOOP;
 END $$;
-
-SELECT hivenet._set_public_execute(false);
-
--- The application API: executable by every role, usable by those with USAGE on the schema.
-GRANT EXECUTE ON FUNCTION
-    hivenet.now(),
-    hivenet._fake_now(),                 -- inlined into now(): runs with the caller's rights
-    hivenet.next_unified_serial(text, text, text),
-    hivenet.next_system_serial(text, text, text),
-    hivenet.next_interface_serial(text, text, text, text),
-    hivenet.next_serial(text, jsonb),
-    hivenet.next_serials(text, jsonb, integer),
-    hivenet.parse_serial(text, text),
-    hivenet.claim_interface_serial(text, text, text, boolean),
-    hivenet.call_chain(text),
-    hivenet.claim(text, text, boolean),
-    hivenet.begin_step(text, jsonb, text, text, interval, boolean),
-    hivenet.finish_step(text, integer, boolean, jsonb),
-    hivenet._step_lease(interval),       -- in views stuck_steps/_requests, as the reader
-    hivenet._period_index(timestamp, text),  -- in view scope_usage, likewise
-    hivenet._period_start(bigint, text),
-    hivenet._scope_counter_value(text),
-    hivenet._reporting_local_now(),
-    hivenet._serial_field(text, text, text),  -- in view interface_calls, likewise
-    hivenet._serial_time(text, text)
-TO PUBLIC;
--- Keyed requests (requests.sql).
-GRANT EXECUTE ON FUNCTION
-    hivenet.begin_request(text, text, jsonb, text, interval, boolean),
-    hivenet.finish_request(text, text, integer, boolean, jsonb)
-TO PUBLIC;
--- What this database owns among several primaries (ownership.sql).
-GRANT EXECUTE ON FUNCTION hivenet.ownership() TO PUBLIC;
-
--- The replay fast path of begin_step (steps.sql) is inlined into the caller's statement and
--- runs with the caller's rights: it calls _step_in_window and, for everything but a plain
--- replay, _begin_step (SECURITY DEFINER, every check of begin_step: calling it directly can do
--- nothing begin_step cannot), and reads view _step_replay. So any role that may call
--- begin_step may read, of every succeeded step, its serial, attempt, request fingerprint,
--- unified serial and stored response: what begin_step replays to whoever presents the same
--- request. Not the requests, errors, notes, leases or times, not other namespaces (keyed
--- requests), and no write: the view is granted SELECT only, the table nothing.
-GRANT EXECUTE ON FUNCTION
-    hivenet._begin_step(text, jsonb, text, text, interval, boolean),
-    hivenet._step_in_window(text),
-    hivenet._fingerprint(jsonb)
-TO PUBLIC;
-GRANT SELECT ON hivenet._step_replay TO PUBLIC;
-
--- A new step's first attempt (steps.sql, view _step_start: the Python layer's begin) is one
--- INSERT into a view whose rule writes with the owner's rights: PUBLIC may insert, not read.
--- PostgreSQL runs a view's functions as its user, so the rule's checks must be executable by
--- the caller too: _step_start_valid and the generated layout check _serial_valid it calls join
--- _serial_time (above), as public (they say whether a text is a valid serial of a format, or
--- a valid start; no secret).
-GRANT INSERT ON hivenet._step_start TO PUBLIC;
--- The same for a new keyed request (requests.sql, view _request_start): its checks
--- (_request_start_valid) call no function of the schema but the fingerprint and the clock,
--- both public.
-GRANT INSERT ON hivenet._request_start TO PUBLIC;
-GRANT EXECUTE ON FUNCTION
-    hivenet._serial_valid(text, text),
-    hivenet._step_start_valid(text, text, interval),
-    hivenet._request_start_valid(text, text, interval)
-TO PUBLIC;
--- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the callers'
--- clock, the bound on intervals, the rule for names and keys.
-GRANT EXECUTE ON FUNCTION
-    hivenet._caller_now(timestamptz, text),
-    hivenet._longest_interval(),
-    hivenet._interval_allowed(interval),
-    hivenet._name_valid(text)
-TO PUBLIC;
-
--- The allocation fast path (allocate.sql, _fast_unified and _fast_system) is inlined into the
--- caller's statement and runs with the caller's rights, so every function in it must be
--- executable by the caller, and the caller may take values of the counter sequences of scopes: USAGE (nextval,
--- currval), never UPDATE (setval, which only the owner's slow path runs) nor ALTER. Granted to
--- PUBLIC like the allocation functions: taking a value is what any caller of next_serial
--- does. The constants say what the formats and settings are (no secret: settings.sql). A
--- scope's sequence gets its grant when made (_promote_scope); this covers older scopes.
-GRANT EXECUTE ON FUNCTION
-    hivenet._fast_unified(text, text, text),
-    hivenet._fast_system(text, text, text),
-    hivenet._format_constant(text),
-    hivenet._setting_constant(text),
-    hivenet._scope_sequence_name(text, text)
-TO PUBLIC;
-DO $$
-DECLARE
-    v_name text;
-BEGIN
-    FOR v_name IN SELECT sequence_name FROM hivenet.scope ORDER BY sequence_name LOOP
-        IF to_regclass('hivenet.' || quote_ident(v_name)) IS NOT NULL THEN
-            EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC', v_name);
-        END IF;
-    END LOOP;
-END $$;
-
--- Grants to hivenet_app and hivenet_admin, for those of them that exist (bootstrap creates
--- them; called again by bootstrap when it runs after the schema was installed).
-CREATE OR REPLACE FUNCTION hivenet._grant_roles() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF to_regrole('hivenet_app') IS NOT NULL THEN
-        GRANT USAGE ON SCHEMA hivenet TO hivenet_app;
-        GRANT SELECT ON hivenet.interface_calls, hivenet.interface_calls_per_day,
-            hivenet.step_states, hivenet.stuck_steps, hivenet.scope_usage TO hivenet_app;
-        GRANT SELECT ON hivenet.request_states, hivenet.stuck_requests TO hivenet_app;
-    END IF;
-    IF to_regrole('hivenet_admin') IS NOT NULL THEN
-        GRANT USAGE ON SCHEMA hivenet TO hivenet_admin;
-        GRANT SELECT ON ALL TABLES IN SCHEMA hivenet TO hivenet_admin;
-        GRANT UPDATE ON hivenet.setting TO hivenet_admin;
-        GRANT EXECUTE ON FUNCTION hivenet.maintain(),
-            hivenet.resolve_step(text, integer, boolean, text, jsonb),
-            hivenet.define_format(text, jsonb, boolean, text),
-            hivenet.register_system(text, text), hivenet.register_module(text, text, text),
-            hivenet.set_claim_expiry(text, interval), hivenet.prepare_scope(text, jsonb),
-            hivenet.fence_failover(bigint, boolean), hivenet.replication_warning()
-        TO hivenet_admin;
-        GRANT EXECUTE ON FUNCTION hivenet.own_instances(text, boolean, boolean)
-        TO hivenet_admin;
-        GRANT EXECUTE ON FUNCTION
-            hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
-            hivenet.set_request_retention(text, interval)
-        TO hivenet_admin;
-    END IF;
-END $$;
-REVOKE EXECUTE ON FUNCTION hivenet._grant_roles() FROM PUBLIC;
 
 SELECT hivenet._grant_roles();

@@ -422,6 +422,12 @@ BEGIN
     ELSE
         PERFORM hivenet._check_interval(format('retention of namespace %s',
                                                hivenet._shown(p_namespace)), p_retention);
+        IF hivenet._interval_conflict('request_retention', p_retention) IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('retention %s of namespace %s %s', p_retention,
+                                 hivenet._shown(p_namespace),
+                                 hivenet._interval_conflict('request_retention', p_retention));
+        END IF;
         INSERT INTO hivenet.request_namespace AS n (namespace, retention)
         VALUES (p_namespace, p_retention)
         ON CONFLICT (namespace) DO UPDATE SET retention = EXCLUDED.retention;

@@ -31,11 +31,52 @@ CREATE TABLE hivenet.setting (
     description text NOT NULL
 );
 
--- Trigger: reject a value that does not parse as the setting's kind, and a business time zone
--- behind the current one once serials exist (their dates and times would go backwards).
--- hivenet.scope and hivenet.scope_pending (allocate.sql) are read when the trigger runs.
+-- Why interval setting p_name may not take value p_value, or NULL. Every interval is positive
+-- (a tolerance may be 0) and at most _longest_interval() (clock.sql: ten years, the bound of
+-- every interval a caller passes, so no time computed from it overflows). Every retention of
+-- finished steps and requests is at least the lease, step_lease: a record purged sooner lets
+-- a retry the lease still covers start the money step again (seed 003, 3.3).
+-- set_request_retention (requests.sql) asks as request_retention for a namespace's retention.
+CREATE FUNCTION hivenet._interval_conflict(p_name text, p_value interval) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_lease interval := hivenet._setting_value('step_lease')::interval;
+    v_shortest record;
+BEGIN
+    IF p_name LIKE '%\_tolerance'
+       AND NOT p_value BETWEEN interval '0' AND hivenet._longest_interval() THEN
+        RETURN format('must be from 0 to %s', hivenet._longest_interval());
+    ELSIF p_name NOT LIKE '%\_tolerance' AND NOT hivenet._interval_allowed(p_value) THEN
+        RETURN format('must be positive and at most %s', hivenet._longest_interval());
+    ELSIF p_name IN ('step_retention', 'request_retention') AND p_value < v_lease THEN
+        RETURN format('must be at least step_lease %s: a step or request purged before its '
+                      'lease ends would run again when retried', v_lease);
+    ELSIF p_name = 'step_lease' THEN
+        SELECT r.name, r.retention INTO v_shortest
+        FROM (SELECT s.name, s.value::interval AS retention FROM hivenet.setting s
+              WHERE s.name IN ('step_retention', 'request_retention')
+              UNION ALL
+              SELECT 'the retention of namespace ' || hivenet._shown(n.namespace), n.retention
+              FROM hivenet.request_namespace n) AS r
+        WHERE r.retention < p_value
+        ORDER BY r.retention, r.name LIMIT 1;
+        IF FOUND THEN
+            RETURN format('must not exceed %s %s: a retention must outlive the lease',
+                          v_shortest.name, v_shortest.retention);
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- Trigger: reject a value that does not parse as the setting's kind, an interval out of its
+-- bounds (_interval_conflict), and a business time zone behind the current one once serials
+-- exist (their dates and times would go backwards).
+-- hivenet.scope and hivenet.scope_pending (allocate.sql) are read when the trigger runs. SECURITY DEFINER: an administrator updates the table without any right on what the
+-- checks read, and gets their HN001, never 42501.
 CREATE FUNCTION hivenet._setting_check() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_conflict text;
 BEGIN
     BEGIN
         CASE NEW.kind
@@ -52,6 +93,13 @@ BEGIN
             MESSAGE = format('setting %s: %s is not a valid %s', NEW.name,
                              hivenet._shown(NEW.value), NEW.kind);
     END;
+    IF NEW.kind = 'interval' THEN
+        v_conflict := hivenet._interval_conflict(NEW.name, NEW.value::interval);
+        IF v_conflict IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format('setting %s: %s %s',
+                NEW.name, hivenet._shown(NEW.value), v_conflict);
+        END IF;
+    END IF;
     IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
        AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
        AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN

@@ -32,11 +32,52 @@ CREATE TABLE hivenet.setting (
     description text NOT NULL
 );
 
--- Trigger: reject a value that does not parse as the setting's kind, and a business time zone
--- behind the current one once serials exist (their dates and times would go backwards).
--- hivenet.scope and hivenet.scope_pending (allocate.sql) are read when the trigger runs.
+-- Why interval setting p_name may not take value p_value, or NULL. Every interval is positive
+-- (a tolerance may be 0) and at most _longest_interval() (clock.sql: ten years, the bound of
+-- every interval a caller passes, so no time computed from it overflows). Every retention of
+-- finished steps and requests is at least the lease, step_lease: a record purged sooner lets
+-- a retry the lease still covers start the money step again (seed 003, 3.3).
+-- set_request_retention (requests.sql) asks as request_retention for a namespace's retention.
+CREATE FUNCTION hivenet._interval_conflict(p_name text, p_value interval) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_lease interval := hivenet._setting_value('step_lease')::interval;
+    v_shortest record;
+BEGIN
+    IF p_name LIKE '%\_tolerance'
+       AND NOT p_value BETWEEN interval '0' AND hivenet._longest_interval() THEN
+        RETURN format('must be from 0 to %s', hivenet._longest_interval());
+    ELSIF p_name NOT LIKE '%\_tolerance' AND NOT hivenet._interval_allowed(p_value) THEN
+        RETURN format('must be positive and at most %s', hivenet._longest_interval());
+    ELSIF p_name IN ('step_retention', 'request_retention') AND p_value < v_lease THEN
+        RETURN format('must be at least step_lease %s: a step or request purged before its '
+                      'lease ends would run again when retried', v_lease);
+    ELSIF p_name = 'step_lease' THEN
+        SELECT r.name, r.retention INTO v_shortest
+        FROM (SELECT s.name, s.value::interval AS retention FROM hivenet.setting s
+              WHERE s.name IN ('step_retention', 'request_retention')
+              UNION ALL
+              SELECT 'the retention of namespace ' || hivenet._shown(n.namespace), n.retention
+              FROM hivenet.request_namespace n) AS r
+        WHERE r.retention < p_value
+        ORDER BY r.retention, r.name LIMIT 1;
+        IF FOUND THEN
+            RETURN format('must not exceed %s %s: a retention must outlive the lease',
+                          v_shortest.name, v_shortest.retention);
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- Trigger: reject a value that does not parse as the setting's kind, an interval out of its
+-- bounds (_interval_conflict), and a business time zone behind the current one once serials
+-- exist (their dates and times would go backwards).
+-- hivenet.scope and hivenet.scope_pending (allocate.sql) are read when the trigger runs. SECURITY DEFINER: an administrator updates the table without any right on what the
+-- checks read, and gets their HN001, never 42501.
 CREATE FUNCTION hivenet._setting_check() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_conflict text;
 BEGIN
     BEGIN
         CASE NEW.kind
@@ -53,6 +94,13 @@ BEGIN
             MESSAGE = format('setting %s: %s is not a valid %s', NEW.name,
                              hivenet._shown(NEW.value), NEW.kind);
     END;
+    IF NEW.kind = 'interval' THEN
+        v_conflict := hivenet._interval_conflict(NEW.name, NEW.value::interval);
+        IF v_conflict IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format('setting %s: %s %s',
+                NEW.name, hivenet._shown(NEW.value), v_conflict);
+        END IF;
+    END IF;
     IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
        AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
        AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
@@ -1013,8 +1061,7 @@ BEGIN
         RETURN;
     END IF;
     EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
-    -- For the fast path, which runs as the caller (privileges.sql): nextval only.
-    EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC', v_name);
+    PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
     v_seq := ('hivenet.' || quote_ident(v_name))::regclass;
     PERFORM setval(v_seq, greatest(
         pg_sequence_last_value(
@@ -1456,7 +1503,8 @@ END $$;
 -- inlined: LANGUAGE sql, one SELECT without FROM, no SECURITY DEFINER, no SET (a SQL-standard
 -- body is bound to its functions when created, so no search path can redirect it), and the
 -- one volatile call (nextval) used once. It runs with the caller's rights: the caller needs
--- USAGE on the scopes' sequences (granted when they are made, _promote_scope, privileges.sql:
+-- USAGE on the scopes' sequences (granted to hivenet_app when they are made, _promote_scope,
+-- privileges.sql _grant_counter:
 -- it lets a caller consume values, which any caller of next_serial can, and never setval).
 --
 -- It serves only the plain case and returns NULL for anything else, so that its caller hands
@@ -1620,6 +1668,23 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 BEGIN
     RETURN (hivenet._allocate('interface', NULL,
                               ARRAY[p_system, p_module, p_instance, p_target], 1))[1];
+END $$;
+
+-- hivenet.flush_at_commit() → void: makes the caller's commit wait until it, and every serial
+--   drawn in its transaction, is on disk: for a transaction that sends serials out after it
+--   commits and writes nothing else (durable allocation; Python flush_at_commit). PostgreSQL
+--   flushes a commit only with synchronous_commit on, in a transaction that has an id AND
+--   wrote WAL itself; the nextval that logged a serial's range may be another, uncommitted
+--   transaction's, so drawing is not enough, nor is an id alone. This sets synchronous_commit
+--   on for the transaction, takes an id and writes one small WAL record (a setval of sequence
+--   durable_mark, whose value means nothing). Never waits for another transaction.
+CREATE SEQUENCE hivenet.durable_mark;
+CREATE FUNCTION hivenet.flush_at_commit() RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM set_config('synchronous_commit', 'on', true);
+    PERFORM pg_current_xact_id();
+    PERFORM setval('hivenet.durable_mark', 1);
 END $$;
 
 -- hivenet_db/sql/ownership.sql
@@ -1931,9 +1996,15 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
+    -- The trigger checks each update against the other setting's value of the moment: the
+    -- update that owns more goes first, so that no state between owns less than the last.
+    IF v_single THEN
+        UPDATE hivenet.setting SET value = 'true' WHERE name = 'single_primary_formats'
+                                                  AND value <> 'true';
+    END IF;
+    UPDATE hivenet.setting SET value = v_owned WHERE name = 'owned_instances';
     UPDATE hivenet.setting SET value = v_single::text WHERE name = 'single_primary_formats'
                                                         AND value <> v_single::text;
-    UPDATE hivenet.setting SET value = v_owned WHERE name = 'owned_instances';
     RETURN v_owned;
 END $$;
 
@@ -3297,6 +3368,12 @@ BEGIN
     ELSE
         PERFORM hivenet._check_interval(format('retention of namespace %s',
                                                hivenet._shown(p_namespace)), p_retention);
+        IF hivenet._interval_conflict('request_retention', p_retention) IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('retention %s of namespace %s %s', p_retention,
+                                 hivenet._shown(p_namespace),
+                                 hivenet._interval_conflict('request_retention', p_retention));
+        END IF;
         INSERT INTO hivenet.request_namespace AS n (namespace, retention)
         VALUES (p_namespace, p_retention)
         ON CONFLICT (namespace) DO UPDATE SET retention = EXCLUDED.retention;
@@ -4038,19 +4115,179 @@ BEGIN
 END $$;
 
 -- hivenet_db/sql/privileges.sql
--- Least privilege. Two roles, created once by `hivenet-db bootstrap` (the owner may not create
--- roles): hivenet_app may call the application API and read the reporting views; hivenet_admin
--- also runs the administrative functions and changes settings. The public functions are
--- SECURITY DEFINER, so neither needs any right on a table, and the private helpers
--- (hivenet._*) stay the owner's, but for the allocation fast path, the step replay and a
--- new step's start (below): those run with the caller's rights. Nothing here opens a
--- connection, and no setting holds a secret. Applied last; a revision that adds functions
--- applies it again.
+-- Least privilege. Nothing in schema hivenet is granted to PUBLIC: a role that may see the
+-- schema may do nothing in it, and a login with no grant at all may not draw from a counter by
+-- its OID (nextval(oid) needs no USAGE on the schema). Three roles, granted to logins by the
+-- owner (it holds them WITH ADMIN OPTION):
+--   hivenet_app        the application API (allocation, claims, steps, keyed requests);
+--   hivenet_reporting  SELECT on the reporting views and call_chain(): states, counts, ages
+--                      and serials, never a stored request or response;
+--   hivenet_admin      administration (maintain, fence, formats, registry, settings) and the
+--                      reporting views; SELECT on every table.
+-- The public functions are SECURITY DEFINER, so no role needs a right on a table. What runs
+-- with the caller's rights is listed below and granted to the role that calls it: the
+-- inlined fast paths (an inlined function is inlined only if the caller may EXECUTE it, and
+-- what its body reads is checked as the caller), the rules of the start views, and the
+-- functions the views call (PostgreSQL runs a view's functions as its reader). Nothing here
+-- opens a connection, and no setting holds a secret. Applied last.
 
--- Grant (true) or revoke (false) EXECUTE for PUBLIC on every function of the schema that is
--- not an extension's.
-CREATE OR REPLACE FUNCTION hivenet._set_public_execute(p_grant boolean) RETURNS void
+-- The roles, when the migrating role may create them (a superuser, or CREATEROLE: a
+-- developer's laptop, the embedded server). Otherwise `hivenet-db bootstrap` creates them and
+-- runs _grant_roles(); until then only the owner may use the schema (migrate says so).
+DO $$
+DECLARE
+    v_role text;
+BEGIN
+    FOREACH v_role IN ARRAY ARRAY['hivenet_app', 'hivenet_reporting', 'hivenet_admin'] LOOP
+        IF to_regrole(v_role) IS NULL
+           AND (SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
+        END IF;
+    END LOOP;
+END $$;
+
+-- Lets hivenet_app take values (nextval, currval: USAGE) of counter sequence p_name of schema
+-- hivenet, which the allocation fast path draws from as the caller; never UPDATE (setval is
+-- the owner's slow path) nor ALTER. Called when a counter is made (allocate.sql) and for every
+-- counter by _grant_roles(). Nothing when the role does not exist yet.
+CREATE FUNCTION hivenet._grant_counter(p_name text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF to_regrole('hivenet_app') IS NOT NULL THEN
+        EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO hivenet_app', p_name);
+    END IF;
+END $$;
+
+-- Grants to the roles that exist (called here, and by bootstrap when it creates them after the
+-- schema was installed). Safe to run again.
+CREATE FUNCTION hivenet._grant_roles() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_counter text;
+    v_role text;
+BEGIN
+    IF to_regrole('hivenet_app') IS NOT NULL THEN
+        GRANT USAGE ON SCHEMA hivenet TO hivenet_app;
+        -- The application API.
+        GRANT EXECUTE ON FUNCTION
+            hivenet.now(),
+            hivenet.next_unified_serial(text, text, text),
+            hivenet.next_system_serial(text, text, text),
+            hivenet.next_interface_serial(text, text, text, text),
+            hivenet.next_serial(text, jsonb),
+            hivenet.next_serials(text, jsonb, integer),
+            hivenet.parse_serial(text, text),
+            hivenet.claim_interface_serial(text, text, text, boolean),
+            hivenet.call_chain(text),
+            hivenet.claim(text, text, boolean),
+            hivenet.begin_step(text, jsonb, text, text, interval, boolean),
+            hivenet.finish_step(text, integer, boolean, jsonb),
+            hivenet.begin_request(text, text, jsonb, text, interval, boolean),
+            hivenet.finish_request(text, text, integer, boolean, jsonb),
+            hivenet.ownership(),
+            hivenet.flush_at_commit()
+        TO hivenet_app;
+        -- now() is inlined into the caller: its fake clock (clock.sql) runs as the caller.
+        GRANT EXECUTE ON FUNCTION hivenet._fake_now() TO hivenet_app;
+        -- The allocation fast path (allocate.sql, _fast_unified and _fast_system), inlined into
+        -- next_unified_serial / next_system_serial: every function in it, and USAGE on the
+        -- counters it draws from (_grant_counter). The constants say what the formats and
+        -- settings are (no secret: settings.sql).
+        GRANT EXECUTE ON FUNCTION
+            hivenet._fast_unified(text, text, text),
+            hivenet._fast_system(text, text, text),
+            hivenet._format_constant(text),
+            hivenet._setting_constant(text),
+            hivenet._scope_sequence_name(text, text)
+        TO hivenet_app;
+        FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s ORDER BY 1 LOOP
+            IF to_regclass('hivenet.' || quote_ident(v_counter)) IS NOT NULL THEN
+                PERFORM hivenet._grant_counter(v_counter);
+            END IF;
+        END LOOP;
+        -- The replay fast path of begin_step (steps.sql), inlined into the caller's statement:
+        -- _step_in_window, and for everything but a plain replay _begin_step (SECURITY
+        -- DEFINER, every check of begin_step: calling it directly can do nothing begin_step
+        -- cannot), and view _step_replay, SELECT only: of every succeeded step its serial,
+        -- attempt, request fingerprint, unified serial and stored response, what begin_step
+        -- replays to whoever presents the same request. The application's own replays: no
+        -- other role reads them.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._begin_step(text, jsonb, text, text, interval, boolean),
+            hivenet._step_in_window(text),
+            hivenet._fingerprint(jsonb)
+        TO hivenet_app;
+        GRANT SELECT ON hivenet._step_replay TO hivenet_app;
+        -- A new step's or key's first attempt (the Python layer's begin): one INSERT into view
+        -- _step_start / _request_start, whose rule writes with the owner's rights: the role may
+        -- insert, not read. The rules' checks run as the inserter: _step_start_valid and the
+        -- generated layout check _serial_valid with _serial_time (parse.sql), and
+        -- _request_start_valid.
+        GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
+        GRANT EXECUTE ON FUNCTION
+            hivenet._serial_valid(text, text),
+            hivenet._serial_time(text, text),
+            hivenet._step_start_valid(text, text, interval),
+            hivenet._request_start_valid(text, text, interval)
+        TO hivenet_app;
+        -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
+        -- callers' clock, the bound on intervals, the rule for names and keys.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._caller_now(timestamptz, text),
+            hivenet._longest_interval(),
+            hivenet._interval_allowed(interval),
+            hivenet._name_valid(text)
+        TO hivenet_app;
+    END IF;
+
+    -- The reporting views and what they call as their reader, for both roles that read them.
+    FOREACH v_role IN ARRAY ARRAY['hivenet_reporting', 'hivenet_admin'] LOOP
+        CONTINUE WHEN to_regrole(v_role) IS NULL;
+        EXECUTE format('GRANT USAGE ON SCHEMA hivenet TO %I', v_role);
+        EXECUTE format('GRANT SELECT ON hivenet.interface_calls, '
+                       'hivenet.interface_calls_per_day, hivenet.step_states, '
+                       'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
+                       'hivenet.stuck_requests TO %I', v_role);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION '
+                       'hivenet.call_chain(text), '
+                       'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
+                       'hivenet._step_lease(interval), '         -- likewise
+                       'hivenet._reporting_local_now(), '        -- scope_usage
+                       'hivenet._period_index(timestamp, text), '
+                       'hivenet._period_start(bigint, text), '
+                       'hivenet._scope_counter_value(text), '
+                       'hivenet._serial_field(text, text, text), '  -- interface_calls
+                       'hivenet._serial_time(text, text), '
+                       'hivenet.parse_serial(text, text) '          -- in both, for other formats
+                       'TO %I', v_role);
+    END LOOP;
+
+    IF to_regrole('hivenet_admin') IS NOT NULL THEN
+        GRANT SELECT ON ALL TABLES IN SCHEMA hivenet TO hivenet_admin;
+        GRANT UPDATE ON hivenet.setting TO hivenet_admin;
+        GRANT EXECUTE ON FUNCTION
+            hivenet.maintain(),
+            hivenet.fence_failover(bigint, boolean),
+            hivenet._timeline(),  -- `hivenet-db failover-fence` reports this timeline's fence
+            hivenet.replication_warning(),
+            hivenet.define_format(text, jsonb, boolean, text),
+            hivenet.prepare_scope(text, jsonb),
+            hivenet.register_system(text, text),
+            hivenet.register_module(text, text, text),
+            hivenet.own_instances(text, boolean, boolean),
+            hivenet.ownership(),
+            hivenet.resolve_step(text, integer, boolean, text, jsonb),
+            hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
+            hivenet.set_claim_expiry(text, interval),
+            hivenet.set_request_retention(text, interval)
+        TO hivenet_admin;
+    END IF;
+END $$;
+
+-- Functions are executable by PUBLIC when created: take that back from every function of the
+-- schema that is not an extension's. (Generated functions are replaced, never created anew,
+-- so they keep their grants.)
+DO $$
 DECLARE
     v_function regprocedure;
 BEGIN
@@ -4061,140 +4298,9 @@ BEGIN
                           AND d.objid = p.oid AND d.deptype = 'e')
         ORDER BY p.oid::regprocedure::text
     LOOP
-        EXECUTE format(CASE WHEN p_grant THEN 'GRANT EXECUTE ON FUNCTION %s TO PUBLIC'
-                            ELSE 'REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC' END, v_function);
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', v_function);
     END LOOP;
 END $$;
-
-SELECT hivenet._set_public_execute(false);
-
--- The application API: executable by every role, usable by those with USAGE on the schema.
-GRANT EXECUTE ON FUNCTION
-    hivenet.now(),
-    hivenet._fake_now(),                 -- inlined into now(): runs with the caller's rights
-    hivenet.next_unified_serial(text, text, text),
-    hivenet.next_system_serial(text, text, text),
-    hivenet.next_interface_serial(text, text, text, text),
-    hivenet.next_serial(text, jsonb),
-    hivenet.next_serials(text, jsonb, integer),
-    hivenet.parse_serial(text, text),
-    hivenet.claim_interface_serial(text, text, text, boolean),
-    hivenet.call_chain(text),
-    hivenet.claim(text, text, boolean),
-    hivenet.begin_step(text, jsonb, text, text, interval, boolean),
-    hivenet.finish_step(text, integer, boolean, jsonb),
-    hivenet._step_lease(interval),       -- in views stuck_steps/_requests, as the reader
-    hivenet._period_index(timestamp, text),  -- in view scope_usage, likewise
-    hivenet._period_start(bigint, text),
-    hivenet._scope_counter_value(text),
-    hivenet._reporting_local_now(),
-    hivenet._serial_field(text, text, text),  -- in view interface_calls, likewise
-    hivenet._serial_time(text, text)
-TO PUBLIC;
--- Keyed requests (requests.sql).
-GRANT EXECUTE ON FUNCTION
-    hivenet.begin_request(text, text, jsonb, text, interval, boolean),
-    hivenet.finish_request(text, text, integer, boolean, jsonb)
-TO PUBLIC;
--- What this database owns among several primaries (ownership.sql).
-GRANT EXECUTE ON FUNCTION hivenet.ownership() TO PUBLIC;
-
--- The replay fast path of begin_step (steps.sql) is inlined into the caller's statement and
--- runs with the caller's rights: it calls _step_in_window and, for everything but a plain
--- replay, _begin_step (SECURITY DEFINER, every check of begin_step: calling it directly can do
--- nothing begin_step cannot), and reads view _step_replay. So any role that may call
--- begin_step may read, of every succeeded step, its serial, attempt, request fingerprint,
--- unified serial and stored response: what begin_step replays to whoever presents the same
--- request. Not the requests, errors, notes, leases or times, not other namespaces (keyed
--- requests), and no write: the view is granted SELECT only, the table nothing.
-GRANT EXECUTE ON FUNCTION
-    hivenet._begin_step(text, jsonb, text, text, interval, boolean),
-    hivenet._step_in_window(text),
-    hivenet._fingerprint(jsonb)
-TO PUBLIC;
-GRANT SELECT ON hivenet._step_replay TO PUBLIC;
-
--- A new step's first attempt (steps.sql, view _step_start: the Python layer's begin) is one
--- INSERT into a view whose rule writes with the owner's rights: PUBLIC may insert, not read.
--- PostgreSQL runs a view's functions as its user, so the rule's checks must be executable by
--- the caller too: _step_start_valid and the generated layout check _serial_valid it calls join
--- _serial_time (above), as public (they say whether a text is a valid serial of a format, or
--- a valid start; no secret).
-GRANT INSERT ON hivenet._step_start TO PUBLIC;
--- The same for a new keyed request (requests.sql, view _request_start): its checks
--- (_request_start_valid) call no function of the schema but the fingerprint and the clock,
--- both public.
-GRANT INSERT ON hivenet._request_start TO PUBLIC;
-GRANT EXECUTE ON FUNCTION
-    hivenet._serial_valid(text, text),
-    hivenet._step_start_valid(text, text, interval),
-    hivenet._request_start_valid(text, text, interval)
-TO PUBLIC;
--- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the callers'
--- clock, the bound on intervals, the rule for names and keys.
-GRANT EXECUTE ON FUNCTION
-    hivenet._caller_now(timestamptz, text),
-    hivenet._longest_interval(),
-    hivenet._interval_allowed(interval),
-    hivenet._name_valid(text)
-TO PUBLIC;
-
--- The allocation fast path (allocate.sql, _fast_unified and _fast_system) is inlined into the
--- caller's statement and runs with the caller's rights, so every function in it must be
--- executable by the caller, and the caller may take values of the counter sequences of scopes: USAGE (nextval,
--- currval), never UPDATE (setval, which only the owner's slow path runs) nor ALTER. Granted to
--- PUBLIC like the allocation functions: taking a value is what any caller of next_serial
--- does. The constants say what the formats and settings are (no secret: settings.sql). A
--- scope's sequence gets its grant when made (_promote_scope); this covers older scopes.
-GRANT EXECUTE ON FUNCTION
-    hivenet._fast_unified(text, text, text),
-    hivenet._fast_system(text, text, text),
-    hivenet._format_constant(text),
-    hivenet._setting_constant(text),
-    hivenet._scope_sequence_name(text, text)
-TO PUBLIC;
-DO $$
-DECLARE
-    v_name text;
-BEGIN
-    FOR v_name IN SELECT sequence_name FROM hivenet.scope ORDER BY sequence_name LOOP
-        IF to_regclass('hivenet.' || quote_ident(v_name)) IS NOT NULL THEN
-            EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO PUBLIC', v_name);
-        END IF;
-    END LOOP;
-END $$;
-
--- Grants to hivenet_app and hivenet_admin, for those of them that exist (bootstrap creates
--- them; called again by bootstrap when it runs after the schema was installed).
-CREATE OR REPLACE FUNCTION hivenet._grant_roles() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF to_regrole('hivenet_app') IS NOT NULL THEN
-        GRANT USAGE ON SCHEMA hivenet TO hivenet_app;
-        GRANT SELECT ON hivenet.interface_calls, hivenet.interface_calls_per_day,
-            hivenet.step_states, hivenet.stuck_steps, hivenet.scope_usage TO hivenet_app;
-        GRANT SELECT ON hivenet.request_states, hivenet.stuck_requests TO hivenet_app;
-    END IF;
-    IF to_regrole('hivenet_admin') IS NOT NULL THEN
-        GRANT USAGE ON SCHEMA hivenet TO hivenet_admin;
-        GRANT SELECT ON ALL TABLES IN SCHEMA hivenet TO hivenet_admin;
-        GRANT UPDATE ON hivenet.setting TO hivenet_admin;
-        GRANT EXECUTE ON FUNCTION hivenet.maintain(),
-            hivenet.resolve_step(text, integer, boolean, text, jsonb),
-            hivenet.define_format(text, jsonb, boolean, text),
-            hivenet.register_system(text, text), hivenet.register_module(text, text, text),
-            hivenet.set_claim_expiry(text, interval), hivenet.prepare_scope(text, jsonb),
-            hivenet.fence_failover(bigint, boolean), hivenet.replication_warning()
-        TO hivenet_admin;
-        GRANT EXECUTE ON FUNCTION hivenet.own_instances(text, boolean, boolean)
-        TO hivenet_admin;
-        GRANT EXECUTE ON FUNCTION
-            hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
-            hivenet.set_request_retention(text, interval)
-        TO hivenet_admin;
-    END IF;
-END $$;
-REVOKE EXECUTE ON FUNCTION hivenet._grant_roles() FROM PUBLIC;
 
 SELECT hivenet._grant_roles();
 
