@@ -408,8 +408,8 @@ def test_embedded_default_initialises_once_and_is_managed(embedded_dir: Path) ->
     moved = _run("embedded", "start", "--port", str(port), "--json", env=env)
     assert moved.returncode == 0 and json.loads(moved.stdout)["port"] == port
     if os.geteuid() == 0:
-        assert f"as root: data in {embedded_dir}/data, server run by user postgres" \
-            in moved.stderr
+        user = os.environ.get("HIVENET_EMBEDDED_USER", "postgres")
+        assert f"as root: data in {embedded_dir}/data, server run by user {user}" in moved.stderr
     after = _run("next", "unified", *SCOPE, env=env)
     assert int(after.stdout[-11:]) == int(second.stdout[-11:]) + 1
     second = after

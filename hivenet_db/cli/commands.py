@@ -7,6 +7,7 @@ port, NAME=VALUE) is checked here, so that its mistake is a usage error."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 
 from hivenet_db.cli.parser import Commands
@@ -16,22 +17,18 @@ FIELD_OPTIONS = ("system", "module", "instance", "target", "merchant", "shard")
 SCOPE_EXAMPLE = "--system C0001 --module A01 --instance 01"
 
 
-def _whole_number(value: str, low: int, high: int | None, what: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = low - 1
-    if number < low or (high is not None and number > high):
-        raise argparse.ArgumentTypeError(f"{value!r}: {what}")
-    return number
+def _number(value: str, low: int, high: int, expected: str) -> int:
+    if not (value.isascii() and value.isdigit() and low <= int(value) <= high):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected {expected}")
+    return int(value)
 
 
 def positive(value: str) -> int:
-    return _whole_number(value, 1, None, "expected a whole number, at least 1")
+    return _number(value, 1, sys.maxsize, "a whole number, at least 1")
 
 
 def port(value: str) -> int:
-    return _whole_number(value, 1, 65535, "expected a TCP port, 1 to 65535")
+    return _number(value, 1, 65535, "a TCP port, 1 to 65535")
 
 
 def name_value(item: str) -> tuple[str, str]:
