@@ -227,19 +227,17 @@ def test_next_streams_committed_chunks_as_json_lines(hivenet_url: str,
     has not taken the first chunk's lines, the command has issued no further serial."""
     db.execute("""SELECT hivenet.prepare_scope('unified',
                   '{"system": "C0001", "module": "A01", "instance": "01"}')""")
-    command = subprocess.Popen(
-        [str(COMMAND), "--json", "next", "unified", *SCOPE, "-n", str(3 * NEXT_CHUNK),
-         "--url", hivenet_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert command.stdout is not None and command.stderr is not None
-    try:
+    with subprocess.Popen(
+            [str(COMMAND), "--json", "next", "unified", *SCOPE, "-n", str(3 * NEXT_CHUNK),
+             "--url", hivenet_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True) as command:
+        assert command.stdout is not None and command.stderr is not None
         first = json.loads(command.stdout.readline())
         # One chunk's lines fill the pipe many times over: the command waits on it.
         assert scalar(db, "SELECT pg_sequence_last_value('hivenet.\"seq_unified_C0001A0101\"')"
                       ) % 10**10 == NEXT_CHUNK
         rows = [first, *json_lines(command.stdout.read())]
-    finally:
-        command.wait(timeout=180)
-    assert command.returncode == 0, command.stderr.read()
+        assert command.wait(timeout=180) == 0, command.stderr.read()
     assert [row["seq"] for row in rows] == list(range(1, 3 * NEXT_CHUNK + 1))
 
 
