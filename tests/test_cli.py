@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -24,6 +27,10 @@ COMMAND = Path(sys.executable).with_name("hivenet-db")
 SCOPE = ["--system", "C0001", "--module", "A01", "--instance", "01"]
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines()]
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -44,10 +51,13 @@ def run(hivenet_url: str) -> Run:
     return _go
 
 
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return dict(parser._subparsers._group_actions[0].choices or {})  # type: ignore[union-attr]
+
+
 def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
     parser = cli.build_parser()
-    choices = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-    commands = set(choices or ())
+    commands = set(subparsers(parser))
     assert {"migrate", "downgrade", "sql", "next", "parse", "report", "maintain", "demo",
             "bench", "embedded"} <= set(commands)
     for name in commands:
@@ -59,6 +69,26 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"Example: `hivenet-db {name}" in text, name
     result = _run("--help")
     assert result.returncode == 0 and "hivenet-db demo" in result.stdout
+
+
+def test_the_parser_loads_no_database_driver_nor_rich() -> None:
+    """`--help` and `--version` stay quick: building the parser imports neither SQLAlchemy
+    nor psycopg nor rich (each command's module is imported when it runs)."""
+    script = ("import sys, hivenet_db.cli as cli; cli.build_parser(); "
+              "print(sorted({m.split('.')[0] for m in sys.modules} "
+              "& {'sqlalchemy', 'psycopg', 'rich'}))")
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=True).stdout
+    assert loaded == "[]\n"
+
+
+def test_every_option_is_spelled_with_hyphens() -> None:
+    parsers = {"": cli.build_parser()}
+    parsers.update(subparsers(parsers[""]))
+    options = {(name, option) for name, parser in parsers.items()
+               for action in parser._actions for option in action.option_strings}
+    assert ("next", "--count") in options and ("migrate", "--time-zone") in options
+    assert {(name, option) for name, option in options if "_" in option} == set()
 
 
 def test_version() -> None:
@@ -170,7 +200,7 @@ def test_next_prints_committed_serials(run: Run, db: psycopg.Connection) -> None
 
 
 def test_next_json_and_interface_target(run: Run) -> None:
-    (row,) = json.loads(run("--json", "next", "interface", *SCOPE, "--target", "B0001").stdout)
+    (row,) = json_lines(run("--json", "next", "interface", *SCOPE, "--target", "B0001").stdout)
     assert row["format"] == "interface" and row["target"] == "B0001"
     assert len(row["serial"]) == 39 and row["seq"] >= 1 and "datetime" in row
     assert list(row)[:6] == ["serial", "format", "system", "module", "instance", "target"]
@@ -180,8 +210,35 @@ def test_next_custom_format_with_field_option(run: Run, db: psycopg.Connection) 
     db.execute("""SELECT hivenet.define_format('branch_slip', '[{"literal": "BR"},
         {"field": "branch", "width": 4, "charset": "digit"}, {"time": "YYYYMMDD"},
         {"seq": 6, "reset": "day"}]')""")
-    (row,) = json.loads(run("next", "branch_slip", "--field", "branch=0042", "--json").stdout)
+    (row,) = json_lines(run("next", "branch_slip", "--field", "branch=0042", "--json").stdout)
     assert row["serial"].startswith("BR0042") and row["branch"] == "0042" and row["seq"] == 1
+    # An unknown format: the known ones, custom ones too, are listed.
+    result = run("next", "branch_slop", "--field", "branch=0042", rc=1)
+    assert result.stderr.count("\n") == 1 and "unknown format 'branch_slop'" in result.stderr
+    assert "known formats: id_service, interface, merchant_trade, per_second, system, " \
+           "unified, branch_slip" in result.stderr
+    result = run("prepare", "--format", "nosuch", "branch=0042", rc=1)
+    assert "unknown format 'nosuch'; known formats: id_service," in result.stderr
+
+
+def test_next_streams_committed_chunks_as_json_lines(hivenet_url: str,
+                                                     db: psycopg.Connection) -> None:
+    """`next --json` prints one object a line, each chunk once committed: while its reader
+    has not taken the first chunk's lines, the command has issued no further serial."""
+    db.execute("""SELECT hivenet.prepare_scope('unified',
+                  '{"system": "C0001", "module": "A01", "instance": "01"}')""")
+    with subprocess.Popen(
+            [str(COMMAND), "--json", "next", "unified", *SCOPE, "-n", str(3 * NEXT_CHUNK),
+             "--url", hivenet_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True) as command:
+        assert command.stdout is not None and command.stderr is not None
+        first = json.loads(command.stdout.readline())
+        # One chunk's lines fill the pipe many times over: the command waits on it.
+        assert scalar(db, "SELECT pg_sequence_last_value('hivenet.\"seq_unified_C0001A0101\"')"
+                      ) % 10**10 == NEXT_CHUNK
+        rows = [first, *json_lines(command.stdout.read())]
+        assert command.wait(timeout=180) == 0, command.stderr.read()
+    assert [row["seq"] for row in rows] == list(range(1, 3 * NEXT_CHUNK + 1))
 
 
 def test_next_rejects_bad_fields_with_the_database_message(run: Run) -> None:
@@ -202,6 +259,20 @@ def test_parse_shows_fields_or_a_clear_error(run: Run) -> None:
                       "date": "2015-07-10", "seq": 123456789}
     result = run("parse", "C0001A01012015071001234567", rc=1)
     assert "HN001" in result.stderr and "C0001A01012015071001234567" in result.stderr
+    assert "--format" not in result.stderr  # no format parses it
+
+
+@pytest.mark.parametrize(("serial", "format"), [
+    ("1234567890122025112607000001", "id_service"),  # 28 characters, as unified
+    ("12345678901220251126103000000001", "merchant_trade"),  # no standard kind's length
+])
+def test_parse_suggests_the_format_a_serial_parses_as(run: Run, serial: str,
+                                                       format: str) -> None:
+    line = run("parse", serial, rc=1).stderr
+    assert line.count("\n") == 1 and line.startswith("hivenet-db: HN001 InvalidInput: ")
+    assert line.endswith(f"; it parses as {format}: try --format {format}\n")
+    assert json.loads(run("parse", serial, "--format", format, "--json").stdout)["format"] \
+        == format
 
 
 def test_sql_builds_the_schema_without_alembic(hivenet_server: EmbeddedPostgres) -> None:
@@ -330,6 +401,16 @@ def test_embedded_default_initialises_once_and_is_managed(embedded_dir: Path) ->
 
     status = json.loads(_run("embedded", "status", "--json", env=env).stdout)
     assert status["running"] is True and status["url"].endswith("/hivenet")
+    # --port moves it (a restart), keeping its data; as root, it says where that lives.
+    port = free_port()
+    moved = _run("embedded", "start", "--port", str(port), "--json", env=env)
+    assert moved.returncode == 0 and json.loads(moved.stdout)["port"] == port
+    if os.geteuid() == 0:
+        user = os.environ.get("HIVENET_EMBEDDED_USER", "postgres")
+        assert f"as root: data in {embedded_dir}/data, server run by user {user}" in moved.stderr
+    after = _run("next", "unified", *SCOPE, env=env)
+    assert int(after.stdout[-11:]) == int(second.stdout[-11:]) + 1
+    second = after
     assert _run("embedded", "stop", env=env).returncode == 0
     assert json.loads(_run("embedded", "status", "--json", env=env).stdout)["running"] is False
 
@@ -337,6 +418,12 @@ def test_embedded_default_initialises_once_and_is_managed(embedded_dir: Path) ->
     third = _run("next", "unified", *SCOPE, env=env)
     assert third.returncode == 0 and "starting the local PostgreSQL" in third.stderr
     assert int(third.stdout[-11:]) > int(second.stdout[-11:])
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def check_demo_events(events: list[dict[str, object]]) -> None:

@@ -279,7 +279,11 @@ def test_traceback_only_with_debug() -> None:
 
 def test_usage_mistake_is_one_line() -> None:
     line = failure(_run("next", "unified", "--count", "x"))
-    assert line == "argument --count/-n: invalid int value: 'x' (see `hivenet-db next --help`)"
+    assert line == "argument --count/-n: 'x': expected a whole number, at least 1 (see " \
+                   "`hivenet-db next --help`)"
+    # A combination argparse cannot check points to the command's help too.
+    line = failure(_run("migrate", "--check", "--time-zone", "UTC"))
+    assert line == "--check changes nothing: drop --time-zone (see `hivenet-db migrate --help`)"
 
 
 def test_hivenet_error_keeps_exit_status_1(hivenet_url: str) -> None:

@@ -6,6 +6,7 @@ tools' modules import each other only in one direction."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import hivenet_db
@@ -56,10 +57,19 @@ def test_the_check_sees_the_library_and_a_tool_import() -> None:
     assert "hivenet_db.migrate" in imported(PACKAGE / "cli" / "database.py")
 
 
-def test_every_command_module_registers_a_command() -> None:
-    from hivenet_db import cli
+def test_every_command_function_runs_a_command() -> None:
+    """Each ``cmd_`` function of the command's modules is the handler of a command, and each
+    command's handler (a name, imported when it runs) names one."""
+    import argparse
 
-    listed = {m.__name__ for m in cli.COMMAND_MODULES}
-    with_register = {module_name(p) for p in (PACKAGE / "cli").glob("*.py")
-                     if "def register(" in p.read_text()}
-    assert listed == with_register
+    from hivenet_db import cli
+    from hivenet_db.cli.parser import handler_of
+
+    parser = cli.build_parser()
+    choices: dict[str, argparse.ArgumentParser] = \
+        parser._subparsers._group_actions[0].choices  # type: ignore[union-attr,assignment]
+    named = {p.get_default("handler") for p in choices.values()}
+    defined = {f"{p.stem}:{name}" for p in (PACKAGE / "cli").glob("*.py")
+               for name in re.findall(r"^def (cmd_\w+)\(", p.read_text(), re.M)}
+    assert named == defined
+    assert all(callable(handler_of(reference)) for reference in named)

@@ -16,9 +16,11 @@ that turns an exception into that line and an exit status:
 - 70 an internal error (a bug: run again with ``--debug`` and report the traceback);
 - 130 interrupted.
 
-Each command lives in the module of its group (``install``, ``serials``, ``report``,
-``maintain``, ``proxy``, ``demo``, ``bench``, ``embedded``), which adds it to the parser in its
-``register``; a new command is a new module and one line in ``COMMAND_MODULES``.
+What each command accepts is in ``commands`` (cheap to import, so that ``--help`` and
+``--version`` load neither SQLAlchemy nor psycopg nor rich); what it does is in the module of
+its group (``install``, ``prepare``, ``serials``, ``report``, ``maintain``, ``proxy``, ``demo``,
+``bench``, ``embedded``), imported only when it runs. A new command is its function in such a
+module and its arguments in ``commands``.
 """
 
 from __future__ import annotations
@@ -26,27 +28,13 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from types import ModuleType
 
-from hivenet_db.cli import (
-    bench,
-    demo,
-    embedded,
-    install,
-    maintain,
-    prepare,
-    proxy,
-    report,
-    serials,
-)
-from hivenet_db.cli.database import package_version
-from hivenet_db.cli.failures import INTERRUPTED, explain
+from hivenet_db.cli.bench import split_argv
+from hivenet_db.cli.commands import GROUPS
 from hivenet_db.cli.output import PROG, Output, one_line, redact
-from hivenet_db.cli.parser import Commands, Parser, common_options
+from hivenet_db.cli.parser import Commands, Parser, common_options, handler_of, package_version
 
-# In the order `hivenet-db --help` lists them.
-COMMAND_MODULES: tuple[ModuleType, ...] = (install, prepare, serials, report, maintain, proxy,
-                                           demo, bench, embedded)
+INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,26 +51,28 @@ def build_parser() -> argparse.ArgumentParser:
                "one line on stderr.")
     parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
     commands = Commands(parser, common, PROG)
-    for module in COMMAND_MODULES:
-        module.register(commands)
+    for group in GROUPS:
+        group(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv, bench_args = bench.split_argv(sys.argv[1:] if argv is None else list(argv))
+    argv, bench_args = split_argv(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(argv)
     if bench_args is not None:
         args.bench_args = bench_args
     args.url = getattr(args, "url", None)
     out = Output(getattr(args, "json", False))
     try:
-        return args.handler(args, out) or 0
+        return handler_of(args.handler)(args, out) or 0
     except BrokenPipeError:  # `hivenet-db sql | head`
         return 0
     except KeyboardInterrupt:
         out.note("interrupted")
         return INTERRUPTED
     except Exception as error:
+        from hivenet_db.cli.failures import explain
+
         failure = explain(error, args)
         if getattr(args, "debug", False):
             print(redact("".join(traceback.format_exception(error))), end="", file=sys.stderr)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 
 from hivenet_db.cli.output import Output
-from hivenet_db.cli.parser import Commands
 
 
 def cmd_bench(args: argparse.Namespace, out: Output) -> int:
@@ -29,11 +28,3 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str] | None]:
         if not arg.startswith("-") and (i == 0 or argv[i - 1] != "--url"):
             break  # another command
     return argv, None
-
-
-
-def register(commands: Commands) -> None:
-    p = commands.add("bench", cmd_bench, "run the benchmarks (arguments go to the benchmark "
-                     "runner)", examples=["bench --list", "bench --quick",
-                                          "bench --rounds 3 --python --json"])
-    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="benchmark options")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import importlib.metadata
 import os
 import time
 from collections.abc import Iterator
@@ -15,12 +14,13 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from hivenet_db import migrate
 from hivenet_db.cli.output import PROG, CommandError, Output, one_line
+from hivenet_db.cli.parser import package_version
 from hivenet_db.dburl import engine_for, from_env, libpq_url, sqlalchemy_url
 from hivenet_db.embedded import DEFAULT_DATABASE, EmbeddedPostgres
 from hivenet_db.migrate import MigrationStatus, State
@@ -131,6 +131,15 @@ def require_url(url: str, allowed: frozenset[State]) -> None:
 
 
 @contextmanager
+def usable_engine(args: argparse.Namespace, out: Output) -> Iterator[Engine]:
+    """An engine on the command's database, whose schema hivenet is checked usable."""
+    with engine_for(database_url(args, out)) as engine:
+        with engine.connect() as conn:
+            require(conn, USABLE)
+        yield engine
+
+
+@contextmanager
 def transaction(args: argparse.Namespace, out: Output) -> Iterator[Connection]:
     """One transaction, committed when the block ends: the command is the caller here, so a
     serial it prints is committed before anyone sees it (SPEC §6)."""
@@ -148,13 +157,6 @@ def exists(conn: Connection, kind: str, name: str) -> bool:
 def dicts(conn: Connection, query: str, params: dict[str, Any] | None = None
            ) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(text(query), params or {})]
-
-
-def package_version() -> str:
-    try:
-        return importlib.metadata.version("hivenet-db")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree
-        return "(source tree)"
 
 
 def status_line(status: MigrationStatus) -> str:

@@ -28,8 +28,8 @@ from sqlalchemy.exc import DBAPIError
 
 from hivenet_db.allocation import SerialRepository, flush_at_commit
 from hivenet_db.cli.database import USABLE, database_url, require_url
-from hivenet_db.cli.output import CommandError, Output, format_table, redact
-from hivenet_db.cli.parser import Commands
+from hivenet_db.cli.output import CommandError, Output, redact
+from hivenet_db.cli.render import format_table
 from hivenet_db.dburl import engine_for, from_env
 from hivenet_db.dedup import InterfaceDedup
 from hivenet_db.errors import HivenetError
@@ -270,13 +270,3 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> None:
             run(url, as_json=out.as_json)
     except Unavailable as error:
         raise CommandError(str(error)) from None
-
-
-def register(commands: Commands) -> None:
-    commands.add(
-        "demo", cmd_demo, "replay the standard's two examples end to end",
-        examples=["demo --json"],
-        description="Replay the HiveNet Sequence Standards' examples: a transaction crossing "
-        "three systems, then a failed step retried with the same system serial; shows a "
-        "duplicate call rejected, a retry replayed and the call chain. Its rows stay in the "
-        "database, so `hivenet-db report` shows them afterwards.")

@@ -11,12 +11,11 @@ from sqlalchemy.exc import DBAPIError
 
 from hivenet_db import migrate
 from hivenet_db.cli.database import UNKNOWN_TARGET, URL_FORM, Target
-from hivenet_db.cli.output import PROG, CommandError
+from hivenet_db.cli.output import PROG, CommandError, UsageError
 from hivenet_db.embedded import EmbeddedError
 from hivenet_db.errors import HivenetError, from_database
 
 INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE
-INTERRUPTED = 130
 
 
 @dataclass(frozen=True)
@@ -110,6 +109,8 @@ def explain(error: Exception, args: argparse.Namespace) -> Failure:
     typed = error if isinstance(error, HivenetError) else from_database(orig)
     if typed is not None:
         return Failure(1, f"{typed.sqlstate} {type(typed).__name__}: {typed.message}")
+    if isinstance(error, UsageError):
+        return Failure(2, f"{error} (see `{PROG} {args.command} --help`)")
     if isinstance(error, CommandError | EmbeddedError):
         return Failure(2, str(error))
     if isinstance(error, migrate.VersionConflict):

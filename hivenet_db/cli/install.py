@@ -14,8 +14,7 @@ from sqlalchemy import text
 
 from hivenet_db import migrate
 from hivenet_db.cli.database import MIGRATABLE, database_url, require_url, status_line
-from hivenet_db.cli.output import CommandError, Output, dump_json, redact
-from hivenet_db.cli.parser import Commands
+from hivenet_db.cli.output import CommandError, Output, UsageError, dump_json, redact
 from hivenet_db.dburl import engine_for
 from hivenet_db.migrate import State
 from hivenet_db.schema import full_schema_sql
@@ -48,7 +47,7 @@ def _alembic(action: str, args: argparse.Namespace, out: Output) -> None:
 def migrate_check(args: argparse.Namespace, out: Output) -> int:
     """``migrate --check``: where the database stands; the exit status says it too."""
     if args.revision != "head":
-        raise CommandError("--check compares the database with the package's head: drop "
+        raise UsageError("--check compares the database with the package's head: drop "
                            "--revision")
     status = migrate.status(database_url(args, out, to_head=False))
     print(dump_json(status.as_dict()) if out.as_json else status_line(status))
@@ -75,12 +74,12 @@ def own_instances(url: str, instances: str, single_primary_formats: bool | None)
 
 def cmd_migrate(args: argparse.Namespace, out: Output) -> int | None:
     if args.single_primary_formats and args.owns_instances is None:
-        raise CommandError("--single-primary-formats goes with --owns-instances")
+        raise UsageError("--single-primary-formats goes with --owns-instances")
     if args.check:
         if args.time_zone is not None:
-            raise CommandError("--check changes nothing: drop --time-zone")
+            raise UsageError("--check changes nothing: drop --time-zone")
         if args.owns_instances is not None:
-            raise CommandError("--check changes nothing: drop --owns-instances")
+            raise UsageError("--check changes nothing: drop --owns-instances")
         return migrate_check(args, out)
     _alembic("upgrade", args, out)
     return None
@@ -115,55 +114,3 @@ def cmd_bootstrap(args: argparse.Namespace, out: Output) -> None:
 
 def cmd_sql(args: argparse.Namespace, out: Output) -> None:
     print(full_schema_sql())
-
-
-
-def register(commands: Commands) -> None:
-    p = commands.add(
-        "bootstrap", cmd_bootstrap, "once, as a superuser or administrator: roles "
-        "hivenet_app, hivenet_reporting and hivenet_admin, and the rights the schema owner "
-        "needs",
-        examples=["bootstrap --owner hivenet_owner --url postgresql://postgres@db/app"],
-        description="Create roles hivenet_app, hivenet_reporting and hivenet_admin (NOLOGIN) "
-        "if missing, grant OWNER CREATE on this database (for schema hivenet) and on schema "
-        "public (for its version table) and the three roles WITH ADMIN OPTION; one line per "
-        "action. "
-        "Safe to run again. Then OWNER runs `hivenet-db migrate` and grants the roles to "
-        "login roles. OWNER must exist: CREATE ROLE owner LOGIN PASSWORD '...'.")
-    p.add_argument("--owner", required=True, metavar="ROLE",
-                   help="the role that will own schema hivenet (runs migrate)")
-
-    p = commands.add(
-        "migrate", cmd_migrate, "create or upgrade schema hivenet (alembic, version table "
-        "hivenet_alembic_version); --check tells where it stands",
-        examples=["migrate --time-zone Asia/Shanghai",
-                  "migrate --owns-instances 01-09 --url postgresql://owner@shard0/app",
-                  "migrate --check --url postgresql://owner@db/app"],
-        description="Create or upgrade schema hivenet to --revision (alembic, version table "
-        "hivenet_alembic_version). With --check, change nothing: print whether the database "
-        "is at the package's head, behind it, ahead of it (a revision this package does not "
-        "know: upgrade the package) or not installed, and exit 0 at head, 3 behind, 4 ahead, "
-        "5 not installed, 6 untracked (schema hivenet whose revision is not recorded).")
-    p.add_argument("--revision", default="head", help="target revision (default: head)")
-    p.add_argument("--check", action="store_true",
-                   help="only tell where the database stands (exit status above)")
-    p.add_argument("--time-zone", metavar="ZONE", help=(
-        "then set the business time zone of the serials' dates (setting time_zone, e.g. "
-        "Asia/Shanghai; default UTC); choose it before the first serial: once serials exist "
-        "the database refuses a zone behind the current one (HN001)"))
-    p.add_argument("--owns-instances", metavar="INSTANCES", help=(
-        "then declare the instances this database allocates for, e.g. 01-09 or 01,03,05 "
-        "(the instance field; the shard field of id_service), for several primaries: "
-        "others raise HN002 (docs/scale-out.md); 'all' (the default) is one primary"))
-    p.add_argument("--single-primary-formats", action="store_true", default=None, help=(
-        "with --owns-instances: this database is the one that issues the formats without "
-        "an instance field (merchant_trade, per_second)"))
-
-    p = commands.add("downgrade", cmd_downgrade, "go back to an older revision",
-                     examples=["downgrade -1"],
-                     description="Go back to REVISION. `base` removes schema hivenet and all "
-                     "its data.")
-    p.add_argument("revision", help="target revision: 0003, -1, base ...")
-
-    commands.add("sql", cmd_sql, "print the full schema SQL (for teams that do not use alembic)",
-                 examples=["sql > hivenet.sql"])

@@ -9,8 +9,7 @@ from sqlalchemy import text
 
 from hivenet_db.cli.database import dicts, transaction
 from hivenet_db.cli.output import Output
-from hivenet_db.cli.parser import Commands
-from hivenet_db.cli.sharding import add_shard_options, each_shard, shard_urls
+from hivenet_db.cli.sharding import each_shard, shard_urls
 
 
 def cmd_maintain(args: argparse.Namespace, out: Output) -> None:
@@ -35,30 +34,3 @@ def cmd_failover_fence(args: argparse.Namespace, out: Output) -> None:
     row = {"fenced": "now" if moved else "already", **(done[0] if done else {}),
            "parked": ", ".join(r["counter"] for r in moved if r["parked"]) or "none"}
     out.rows([row])
-
-
-def register(commands: Commands) -> None:
-    p = commands.add("maintain", cmd_maintain, "run hivenet.maintain() (partitions, "
-                     "retention); run it every few minutes",
-                     examples=["maintain --url postgresql://owner@db/app",
-                               "maintain --shard-map shards.json"],
-                     description="Run hivenet.maintain() (partitions, retention); run it "
-                     "every few minutes. With --shards or --shard-map: on every shard, each "
-                     "in its own transaction.")
-    add_shard_options(p)
-
-    p = commands.add(
-        "failover-fence", cmd_failover_fence, "on a promoted standby, before it takes "
-        "traffic: move every counter past what the old primary may have issued",
-        examples=["failover-fence --gap 1000000 --url postgresql://admin@new-primary/app"],
-        description="Run hivenet.fence_failover(): move every counter (scope sequences, "
-        "cold counters) forward by --gap, so that a standby promoted after an asynchronous "
-        "failover never issues a serial its old primary issued in the WAL it never got. "
-        "Choose the gap >= peak serials per second of one format x maximum replication "
-        "lag in seconds (docs/operations.md, Failover). Does nothing when this timeline was "
-        "fenced already (--force fences again). Counters whose period cannot hold the gap "
-        "are parked (HN010 until their next period) and listed.")
-    p.add_argument("--gap", type=int, default=None,
-                   help="how far to move each counter (default 100000)")
-    p.add_argument("--force", action="store_true",
-                   help="fence again although this timeline was fenced already")

@@ -5,34 +5,22 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import io
 import json
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import IO, Any
-
-from rich import box
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
-from rich.text import Text
+from typing import Any
 
 PROG = "hivenet-db"
 
 
 class CommandError(Exception):
     """A problem of usage or environment: printed as is, exit status 2."""
+
+
+class UsageError(CommandError):
+    """Arguments that do not go together: printed with a pointer to the command's --help."""
 
 
 def _plain(value: Any) -> Any:
@@ -53,39 +41,13 @@ def cell(value: Any) -> str:
     return str(_plain(value))
 
 
-# Plain output (stdout not a terminal): no colour, no wrapping, ASCII, one row per line, so
-# that grep, cut and tests read it; a terminal gets rich's boxes and colours.
-PLAIN_BOX = box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
-PLAIN_WIDTH = 1_000_000  # never wrap or cut a cell: a serial or URL stays whole
-
-
-def _plain_console(file: IO[str]) -> Console:
-    return Console(file=file, width=PLAIN_WIDTH, color_system=None, force_terminal=False,
-                   markup=False, emoji=False, highlight=False, soft_wrap=True)
-
-
-def _table(rows: Sequence[dict[str, Any]], fancy: bool) -> Table:
-    """Rows as a rich Table; column order is the first row's key order."""
-    table = (Table(header_style="bold cyan", box=box.ROUNDED) if fancy else
-             Table(box=PLAIN_BOX, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0)))
-    for column in rows[0]:
-        table.add_column(column, no_wrap=not fancy, overflow="fold" if fancy else "ignore")
-    for row in rows:
-        table.add_row(*(Text(cell(row.get(c))) for c in rows[0]))
-    return table
-
-
-def format_table(rows: Sequence[dict[str, Any]], empty: str = "(none)") -> str:
-    """Rows as a plain aligned text table (header, dashes, one line per row)."""
-    if not rows:
-        return empty
-    buffer = io.StringIO()
-    _plain_console(buffer).print(_table(rows, fancy=False))
-    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
-
-
 def dump_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2, default=_plain)
+
+
+def json_line(value: Any) -> str:
+    """``value`` as one line of JSON Lines."""
+    return json.dumps(value, ensure_ascii=False, default=_plain)
 
 
 ProgressStep = Callable[[int], None]
@@ -105,10 +67,12 @@ class Output:
         print(f"{PROG}: {message}", file=sys.stderr, flush=True)
 
     def table(self, rows: Sequence[dict[str, Any]], empty: str = "(none)") -> None:
+        from hivenet_db.cli import render
+
         if rows and self.fancy:
-            Console().print(_table(rows, fancy=True))
+            render.print_table(rows)
         else:
-            print(format_table(rows, empty))
+            print(render.format_table(rows, empty))
 
     def rows(self, rows: Sequence[dict[str, Any]]) -> None:
         if self.as_json:
@@ -123,7 +87,9 @@ class Output:
             return
         for title, body in sections.items():
             if self.fancy:
-                Console().rule(title, align="left", style="bold")
+                from hivenet_db.cli import render
+
+                render.print_rule(title)
             else:
                 print(f"== {title}")
             if isinstance(body, str):
@@ -135,21 +101,14 @@ class Output:
     @contextmanager
     def progress(self, description: str, total: int | None = None) -> Iterator[ProgressStep]:
         """A progress bar (a spinner without ``total``) on stderr while the block runs, when
-        stderr is a terminal; yields the function that advances it by n. Notes printed
-        meanwhile go above the bar; stdout is drawn through it only when it is the terminal
-        too (else it would end up on stderr)."""
+        stderr is a terminal; yields the function that advances it by n."""
         if not self.live:
             yield lambda n: None
             return
-        columns: list[ProgressColumn] = [SpinnerColumn(), TextColumn("{task.description}")]
-        if total is not None:
-            columns += [BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
-        columns.append(TimeElapsedColumn())
-        with Progress(*columns, console=Console(stderr=True), transient=True,
-                      redirect_stdout=sys.stdout.isatty()) as bar:
-            task = bar.add_task(description, total=total)
-            yield lambda n: bar.advance(task, n)
+        from hivenet_db.cli import render
 
+        with render.progress_bar(description, total) as step:
+            yield step
 
 
 # A password in a URL (scheme://user:PASSWORD@) or as a keyword (password=PASSWORD, in a

@@ -10,10 +10,10 @@ from typing import Any
 
 from sqlalchemy import text
 
-from hivenet_db.cli.database import USABLE, database_url, require
-from hivenet_db.cli.output import CommandError, Output
-from hivenet_db.cli.parser import Commands
-from hivenet_db.dburl import engine_for
+from hivenet_db.cli.database import usable_engine
+from hivenet_db.cli.formats import hinting_formats
+from hivenet_db.cli.output import CommandError, Output, UsageError
+from hivenet_db.errors import translated
 
 # The formats counted per system, module and instance: one channel's scope prepared in each.
 CHANNEL_FORMATS = ("unified", "system", "interface")
@@ -29,13 +29,13 @@ def parse_scope(item: str) -> dict[str, str]:
         try:
             fields = json.loads(item)
         except json.JSONDecodeError as error:
-            raise CommandError(f"scope {item!r}: not a JSON object ({error.msg})") from None
+            raise UsageError(f"scope {item!r}: not a JSON object ({error.msg})") from None
         if not isinstance(fields, dict):
-            raise CommandError(f"scope {item!r}: not a JSON object")
+            raise UsageError(f"scope {item!r}: not a JSON object")
         return {str(k): str(v) for k, v in fields.items()}
     pairs = [part.partition("=") for part in item.split(",")]
     if not all(name.strip() and sep for name, sep, _ in pairs):
-        raise CommandError(f"scope {item!r}: expected NAME=VALUE,NAME=VALUE or a JSON object")
+        raise UsageError(f"scope {item!r}: expected NAME=VALUE,NAME=VALUE or a JSON object")
     return {name.strip(): value.strip() for name, _, value in pairs}
 
 
@@ -49,7 +49,7 @@ def scopes_of(args: argparse.Namespace) -> list[dict[str, str]]:
             raise CommandError(f"--file {args.file}: {error.strerror}") from None
         items += [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
     if not items:
-        raise CommandError("no scope given: name scopes or --file")
+        raise UsageError("no scope given: name scopes or --file")
     return [parse_scope(item) for item in items]
 
 
@@ -57,36 +57,14 @@ def cmd_prepare(args: argparse.Namespace, out: Output) -> None:
     scopes = scopes_of(args)
     formats: list[str] = args.format or list(CHANNEL_FORMATS)
     done: list[dict[str, Any]] = []
-    with engine_for(database_url(args, out)) as engine, \
+    with usable_engine(args, out) as engine, hinting_formats(engine, formats), \
             out.progress("preparing scopes", total=len(scopes) * len(formats)) as step:
-        with engine.connect() as conn:
-            require(conn, USABLE)
         for format in formats:
             for start in range(0, len(scopes), BATCH):
                 batch = scopes[start:start + BATCH]
-                with engine.begin() as conn:  # each batch commits on its own
+                with engine.begin() as conn, translated():  # each batch commits on its own
                     conn.execute(text("SELECT hivenet.prepare_scope(:f, CAST(:s AS jsonb))"),
                                  {"f": format, "s": json.dumps(batch)})
                 step(len(batch))
             done.append({"format": format, "scopes": len(scopes)})
     out.rows(done)
-
-
-def register(commands: Commands) -> None:
-    p = commands.add(
-        "prepare", cmd_prepare, "give counter scopes their own sequences before their first "
-        "use, so that each counts from 1",
-        examples=["prepare system=C0001,module=A01,instance=01",
-                  "prepare --file scopes.txt",
-                  "prepare --format id_service merchant=123456789012,shard=07"],
-        description="Prepare each SCOPE (NAME=VALUE,... or a JSON object of the fields that "
-        "form the counter) in each --format (default: unified, system and interface, which "
-        "count per system, module and instance), in transactions of 500 scopes, with a "
-        "progress bar on stderr. A scope prepared already is left as it is. A scope used "
-        "before it is prepared shares its format's cold counter until maintain() promotes "
-        "it (docs/guarantees.md). register_module prepares the instances this database owns.")
-    p.add_argument("scope", nargs="*", help="NAME=VALUE,NAME=VALUE or a JSON object")
-    p.add_argument("--file", metavar="PATH", help="scopes, one a line (# comments)")
-    p.add_argument("--format", action="append", metavar="NAME",
-                   help="format to prepare the scopes in (repeatable; default: unified, "
-                   "system, interface)")

@@ -9,8 +9,7 @@ from sqlalchemy import Connection, text
 
 from hivenet_db.cli.database import dicts, exists, transaction
 from hivenet_db.cli.output import Output, dump_json
-from hivenet_db.cli.parser import Commands
-from hivenet_db.cli.sharding import add_shard_options, each_shard, merged_sections, shard_urls
+from hivenet_db.cli.sharding import each_shard, merged_sections, shard_urls
 
 
 def report_sections(conn: Connection, unified: str | None, limit: int
@@ -78,31 +77,3 @@ def cmd_metrics(args: argparse.Namespace, out: Output) -> None:
         print(dump_json([m.as_dict() for m in read]))
     else:
         print(metrics.exposition(read), end="")
-
-
-def register(commands: Commands) -> None:
-    p = commands.add(
-        "report", cmd_report, "call chain, step and request states, stuck ones, usage and "
-        "headroom",
-        examples=["report --unified C0001A0101201507100123456789 --limit 20",
-                  "report --shards postgresql://app@shard0/pay,postgresql://app@shard1/pay"],
-        description="Print the business time zone and each reporting section this database "
-        "has: the call chain of --unified, per-scope usage and headroom of the current "
-        "period (the scopes in use first, the least headroom first), interface calls per "
-        "day, steps per state and stuck steps, keyed requests per state and stuck keyed "
-        "requests. With --shards or --shard-map: on every shard, the rows merged with a first "
-        "column shard (docs/scale-out.md).")
-    p.add_argument("--unified", metavar="SERIAL", help="list the call chain of this unified "
-                   "serial")
-    p.add_argument("--limit", type=int, default=50, help="rows per section, saying how many "
-                   "more there are (default 50; per shard with --shards)")
-    add_shard_options(p)
-
-    commands.add(
-        "metrics", cmd_metrics, "print Prometheus metrics: usage and headroom, stuck steps, "
-        "steps, claims, interface calls and partitions",
-        examples=["metrics > /var/lib/node_exporter/textfile/hivenet.prom"],
-        description="Print the metrics of hivenet_db.metrics in the Prometheus text exposition "
-        "format (--json: as a list of metrics), for a textfile collector or a quick look; an "
-        "application serves them on its own endpoint with hivenet_db.metrics.HivenetCollector "
-        "(pip install 'hivenet-db[metrics]'). Alert rules: docs/operations.md.")

@@ -11,31 +11,23 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection
 
 from hivenet_db.cli.database import USABLE, parse_target, require
-from hivenet_db.cli.output import CommandError, Output
+from hivenet_db.cli.output import CommandError, Output, UsageError
 from hivenet_db.dburl import engine_for, libpq_url
 from hivenet_db.shards import merged, named_urls, shard_urls_in
 
 T = TypeVar("T")
 
 
-def add_shard_options(p: argparse.ArgumentParser) -> None:
-    group = p.add_mutually_exclusive_group()
-    group.add_argument("--shards", metavar="URL,URL", help="run on each of these databases "
-                       "(shards shard0, shard1, ...) and merge the rows, each with its shard")
-    group.add_argument("--shard-map", metavar="FILE", help="run on each shard of this shard "
-                       "map (its \"shards\": name → URL; docs/scale-out.md) and merge")
-
-
 def shard_urls(args: argparse.Namespace) -> dict[str, str] | None:
     """Shard name → URL from --shards or --shard-map; None when neither is given."""
     if getattr(args, "shards", None):
         if getattr(args, "url", None):
-            raise CommandError("--shards names the databases: drop --url")
+            raise UsageError("--shards names the databases: drop --url")
         urls = [u.strip() for u in args.shards.split(",") if u.strip()]
         return {name: libpq_url(url) for name, url in named_urls(urls).items()}
     if getattr(args, "shard_map", None):
         if getattr(args, "url", None):
-            raise CommandError("--shard-map names the databases: drop --url")
+            raise UsageError("--shard-map names the databases: drop --url")
         try:
             urls_of = shard_urls_in(args.shard_map)
         except (OSError, ValueError) as error:
