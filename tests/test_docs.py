@@ -1,0 +1,558 @@
+"""Every code block of README.md and docs/*.md is run by the suite, so the docs cannot drift
+from the code: here (SQL against a real database as the login the text names, Python with
+the few names each block assumes, `hivenet-db` commands through the installed command), or
+by the test named in ELSEWHERE, or it is listed in NOT_RUNNABLE with the reason.
+``test_every_block_is_run_or_listed`` fails on a block that is none of these.
+
+A block is named by its page and its first line. The values a page leaves open (a URL, a
+serial, a table of the application) are given here, never written into the page."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from hivenet_db import migrate
+from hivenet_db.dburl import sqlalchemy_url
+from hivenet_db.embedded import EmbeddedPostgres
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BIN = Path(sys.executable).parent
+#: The day the pages' serials are dated (2026-11-21), a little after their interface call.
+CLOCK = "2026-11-21 09:40:00+00"
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str  # page: first line, and its number when the page has another such block
+    language: str
+    text: str
+
+
+def _blocks() -> Iterator[Block]:
+    fence = re.compile(r"^( *)```(\S*)\n(.*?)^ *```$", re.M | re.S)
+    for page in PAGES:
+        seen: dict[str, int] = {}
+        for match in fence.finditer(page.read_text(encoding="utf-8")):
+            indent, language, body = match.groups()
+            text = textwrap.dedent(body) if indent else body
+            name = f"{page.relative_to(ROOT)}: {text.strip().splitlines()[0].strip()}"
+            seen[name] = seen.get(name, 0) + 1
+            yield Block(name if seen[name] == 1 else f"{name} ({seen[name]})", language, text)
+
+
+BLOCKS = {block.name: block for block in _blocks()}
+
+
+# --- blocks run by another test ------------------------------------------------------------
+ELSEWHERE = {
+    "docs/formats.md: SELECT hivenet.prepare_scope('unified',":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.prepare_scope('id_service',":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.define_format('id_service_26', '[":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.next_serial('merchant_trade', "
+    "'{\"merchant\": \"123456789012\"}');":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.next_serial('per_second', '{}');":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.define_format(":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.define_format('till', '[":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT * FROM hivenet.next_serials('unified',":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.define_format('burst', "
+    "'[{\"literal\": \"B\"}, {\"time\": \"YYYYMMDD\"},":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/alembic.md: python -c \"from hivenet_db import migrate; print(migrate.head())\"":
+        "tests/test_alembic_tree.py::test_the_documented_tree (alembic heads)",
+    "docs/alembic.md: [alembic]": "tests/test_alembic_tree.py::test_the_documented_tree",
+    "docs/alembic.md: # your first revision: a branch of its own, in your directory":
+        "tests/test_alembic_tree.py::test_the_documented_tree",
+    "docs/alembic.md: from pathlib import Path":
+        "tests/test_alembic_tree.py::test_the_documented_tree",
+    "docs/alembic.md: hivenet-db migrate --time-zone Asia/Shanghai --url "
+    "postgresql://owner@db/payments":
+        "tests/test_alembic_tree.py::test_the_documented_tree (stamp, drop, upgrade)",
+    "docs/idempotency.md: \"\"\"Seed 002's purchase flow on keyed requests "
+    "(docs/idempotency.md): place an order under the":
+        "tests/test_requests.py::test_the_purchase_flow_example_passes",
+    "docs/testing.md: \"\"\"The application under test in docs/testing.md: a provider "
+    "booking a payment call.\"\"\"":
+        "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
+    "docs/testing.md: \"\"\"Testing book_payment against a real PostgreSQL with the "
+    "hivenet_db.testing fixtures.\"\"\"":
+        "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
+    "docs/testing.md: import psycopg":
+        "tests/test_alembic_tree.py::test_the_tree_on_the_template_of_docs_testing",
+}
+
+# --- blocks that cannot run here, and why --------------------------------------------------
+NOT_RUNNABLE = {
+    "README.md: hivenet_db/        the library: repositories (allocation, dedup, steps, "
+    "requests), errors,": "a directory listing",
+    "docs/architecture.md: application code (inside its own transaction)":
+        "a diagram of a call",
+    "docs/steps.md: stateDiagram-v2": "a state diagram (mermaid)",
+    "docs/operations.md: groups:":
+        "Prometheus alert rules (the metrics they read: tests/test_metrics.py)",
+    "docs/operations.md: SELECT cron.schedule('hivenet-maintain', '*/5 * * * *', "
+    "'SELECT hivenet.maintain()');  -- pg_cron": "needs the pg_cron extension",
+    "docs/scale-out.md: session = ShardedSession(shards=shard_map.engines,":
+        "needs shards on other servers and the application's identity and execute "
+        "choosers (tests/test_shards.py::test_sharded_session_routes_orm_objects_by_tenant "
+        "runs the same calls)",
+}
+
+
+# --- SQL -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sql:
+    """How a ```sql block runs: as which login (``app``: granted only hivenet_app; ``admin``:
+    only hivenet_admin; ``owner``: the schema's owner), after which set-up (as the owner),
+    with which texts standing for the page's placeholders, printing which values."""
+
+    login: str = "app"
+    setup: str = ""
+    values: dict[str, str] = field(default_factory=dict)
+    prints: tuple[str, ...] = ()
+
+
+INTERFACE_CALL = """SELECT hivenet.claim_interface_serial(
+    'C0001A0101T0001202611210930150000000042', 'C0001A0101202611210000000007',
+    'C0001A010120261121000000000013')"""
+STUCK_STEP = """SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001',
+    '{"to": "6222020000000002", "amount": "100.00"}', unified_serial =>
+    'C0001A0101202611210000000007', lease => '1 minute');
+    SET hivenet.fake_now = '2026-11-21 09:45:00+00'"""
+
+SQL = {
+    "README.md: SELECT hivenet.next_unified_serial('C0001', 'A01', '01');   -- "
+    "C0001A0101202611210000000001": Sql(
+        setup="SELECT hivenet.prepare_scope('unified', "
+              "'{\"system\": \"C0001\", \"module\": \"A01\", \"instance\": \"01\"}')",
+        prints=("C0001A0101202611210000000001",)),
+    "docs/guide.md: BEGIN;": Sql(values={
+        ":interface_serial": "'C0001A0101T0001202611210930150000000042'",
+        ":unified_serial": "'C0001A0101202611210000000007'",
+        ":system_serial": "'C0001A010120261121000000000013'",
+        ":request": "'{\"amount\": 100}'", ":attempt": "1", ":response": "'{\"ok\": true}'"}),
+    "docs/asgi.md: -- it did happen: later retries replay this response": Sql(
+        login="admin", values={"8e03978e-…": "8e03978e-0001"},
+        setup="SELECT * FROM hivenet.begin_request('http', '8e03978e-0001')"),
+    "docs/dedup.md: -- first thing when a request arrives, in the transaction that will do "
+    "the work": Sql(),
+    "docs/dedup.md: SELECT * FROM hivenet.call_chain('C0001A0101202611210000000007');": Sql(
+        login="owner", setup=INTERFACE_CALL,
+        prints=("C0001A0101T0001202611210930150000000042",)),
+    "docs/dedup.md: SELECT hivenet.claim('inventory.purchase_input_finished', "
+    "'PO-20261121-0001');": Sql(),
+    "docs/idempotency.md: BEGIN;": Sql(
+        setup="CREATE TABLE purchase_order (key text); "
+              "GRANT INSERT ON purchase_order TO hivenet_app",
+        values={"INSERT INTO purchase_order ...":
+                "INSERT INTO purchase_order VALUES ('req-7f3a')"}),
+    "docs/idempotency.md: SELECT hivenet.set_request_retention('payment-notify', '30 days');"
+    "  -- hivenet_admin": Sql(login="admin"),
+    "docs/operations.md: SELECT name, value, kind, description FROM hivenet.setting ORDER BY "
+    "name;": Sql(login="admin"),
+    "docs/operations.md: SELECT relname, n_live_tup, n_dead_tup, last_autovacuum, "
+    "autovacuum_count": Sql(login="admin"),
+    "docs/operations.md: -- Alert: any scope above 80 % of its period's capacity.":
+        Sql(login="admin"),
+    "docs/orm.md: INSERT INTO payment (serial, amount)": Sql(
+        setup="CREATE TABLE payment (serial text PRIMARY KEY, amount int); "
+              "GRANT INSERT ON payment TO hivenet_app",
+        values={":amounts": "'{100,200,300}'"}),
+    "docs/reporting.md: CREATE ROLE bi_login LOGIN PASSWORD '...';   -- by the administrator":
+        Sql(login="owner", values={"bi_login": "bi_login_docs"}),
+    "docs/reporting.md: -- Scopes closest to exhaustion today (alert above 80 %).":
+        Sql(login="reporting"),
+    "docs/reporting.md: SELECT * FROM hivenet.call_chain('C0001A0101202611210000000001');":
+        Sql(login="reporting"),
+    "docs/reporting.md: -- Traffic between systems over the last 7 days.":
+        Sql(login="reporting"),
+    "docs/reporting.md: SELECT state, steps FROM hivenet.step_states;": Sql(login="reporting"),
+    "docs/reporting.md: SELECT system_serial, attempt, unified_serial, processing_for":
+        Sql(login="reporting", setup=INTERFACE_CALL + ";" + STUCK_STEP),
+    "docs/reporting.md: SELECT namespace, state, requests FROM hivenet.request_states WHERE "
+    "requests > 0;": Sql(login="reporting"),
+    "docs/scale-out.md: SELECT hivenet.own_instances('01-09');            -- '01-09'":
+        Sql(login="admin", prints=("01-09", "01,03,05-07", "10-19")),
+    "docs/steps.md: SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001',": Sql(),
+    "docs/steps.md: SELECT * FROM hivenet.stuck_steps;   -- system_serial, attempt, "
+    "unified_serial, started_at,": Sql(login="admin", setup=STUCK_STEP,
+                                       prints=("C0001A010120261121000000000001",)),
+    "docs/steps.md: UPDATE hivenet.setting SET value = '90 days'   WHERE name = "
+    "'step_retention';": Sql(login="admin"),
+}
+
+
+def _login_url(url: str, login: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(netloc=f"{login}@{parts.hostname}:{parts.port}").geturl()
+
+
+@pytest.fixture
+def urls(hivenet_url: str, hivenet_app_url: str, hivenet_admin_url: str) -> dict[str, str]:
+    """The test database by login, its clock at CLOCK for every connection opened after."""
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        conn.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'allow_fake_clock'")
+        conn.execute(f"ALTER DATABASE {conn.info.dbname} SET hivenet.fake_now = '{CLOCK}'")
+        conn.execute("DO $$ BEGIN CREATE ROLE hivenet_test_reporting LOGIN IN ROLE "
+                     "hivenet_reporting; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    return {"owner": hivenet_url, "app": hivenet_app_url, "admin": hivenet_admin_url,
+            "reporting": _login_url(hivenet_url, "hivenet_test_reporting")}
+
+
+def _given(text: str, values: dict[str, str]) -> str:
+    for placeholder, value in values.items():
+        assert placeholder in text, f"no {placeholder!r} in the block any more"
+        text = text.replace(placeholder, value)
+    return text
+
+
+def _printed(cursor: psycopg.Cursor[Any]) -> set[str]:
+    """Every value of every result of a run of several statements."""
+    printed: set[str] = set()
+    while True:
+        if cursor.description is not None:
+            printed |= {str(value) for row in cursor.fetchall() for value in row}
+        if not cursor.nextset():
+            return printed
+
+
+@pytest.mark.parametrize("name", sorted(SQL))
+def test_sql_block(name: str, urls: dict[str, str]) -> None:
+    how = SQL[name]
+    if how.setup:
+        with psycopg.connect(urls["owner"], autocommit=True) as owner:
+            owner.execute(how.setup)
+    with psycopg.connect(urls[how.login], autocommit=True) as conn:
+        printed = _printed(conn.execute(_given(BLOCKS[name].text, how.values)))
+    for value in how.prints:
+        assert value in printed, (value, printed)
+
+
+# --- the command ---------------------------------------------------------------------------
+#: A `hivenet-db` command in a shell line: at its start, after a prompt, a cron schedule or a
+#: shell operator; up to the next operator, redirection or comment.
+COMMAND = re.compile(r"(?<![\w/-])hivenet-db [^|&;>#\n]*")
+
+
+@dataclass(frozen=True)
+class Commands:
+    """How a ```sh block's `hivenet-db` commands run: as which login (every ``--url`` of the
+    block names the test database as that login), with which values for the page's
+    placeholders, after writing which files into the working directory."""
+
+    login: str = "owner"
+    values: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+SCOPES = "system=C0001,module=A01,instance=02\n"
+COMMANDS = {
+    "docs/guide.md: hivenet-db migrate --url postgresql://owner@db/payments     # or "
+    "HIVENET_DATABASE_URL": Commands(values={"REVISION": migrate.head()}),
+    "docs/formats.md: hivenet-db prepare system=C0001,module=A01,instance=01 --file scopes.txt":
+        Commands(login="admin", files={"scopes.txt": SCOPES}),
+    "docs/operations.md: */5 * * * *  hivenet-db maintain --url \"$HIVENET_DATABASE_URL\"      "
+    "# cron": Commands(login="admin"),
+    "docs/operations.md: hivenet-db failover-fence --gap 1000000 --url "
+    "\"$NEW_PRIMARY_ADMIN_URL\"": Commands(login="admin"),
+    "docs/operations.md: hivenet-db prepare --file scopes.txt --url \"$HIVENET_ADMIN_URL\"":
+        Commands(login="admin", files={"scopes.txt": SCOPES}),
+    "docs/operations.md: hivenet-db migrate --check --url \"$HIVENET_DATABASE_URL\" || case $? in":
+        Commands(),
+    "docs/operations.md: # cron, every minute: an atomic rename so node_exporter never reads "
+    "half a file": Commands(login="admin"),
+}
+
+
+def _command_lines(block: str) -> list[list[str]]:
+    """The block's `hivenet-db` commands, split as the shell would."""
+    return [shlex.split(command) for command in COMMAND.findall(block.replace("\\\n", " "))]
+
+
+def _run(args: list[str], url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    args = [url if before == "--url" else arg
+            for before, arg in zip(["", *args], args, strict=False)]
+    env = {**os.environ, "HIVENET_DATABASE_URL": url}
+    return subprocess.run([str(BIN / args[0]), *args[1:]], cwd=cwd, env=env,
+                          capture_output=True, text=True, check=False, timeout=300)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_command_block(name: str, urls: dict[str, str], tmp_path: Path) -> None:
+    how = COMMANDS[name]
+    for file, content in how.files.items():
+        (tmp_path / file).write_text(content)
+    commands = _command_lines(_given(BLOCKS[name].text, how.values))
+    assert commands, "no hivenet-db command in the block"
+    for args in commands:
+        result = _run(args, urls[how.login], tmp_path)
+        assert result.returncode == 0, (args, result.stdout, result.stderr)
+
+
+# --- Python --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Python:
+    """How a ```python block runs: after the blocks of its page it builds on (``after``), in
+    a namespace where ``setup`` ran (the names the block assumes; ``app_url``, ``admin_url``
+    and ``sa_app_url``, ``sa_admin_url`` name the test database), with the application's
+    tables made by the owner (``tables``), then ``then`` (what shows that it worked). Every
+    URL the block writes names the test database as the application login."""
+
+    setup: str = ""
+    then: str = ""
+    tables: str = ""
+    after: tuple[str, ...] = ()
+    values: dict[str, str] = field(default_factory=dict)
+
+
+ENGINE = "from sqlalchemy import create_engine\nengine = create_engine(sa_app_url)\n"
+CALL = """
+interface_serial = "C0001A0101T0001202611210930150000000042"
+unified = "C0001A0101202611210000000007"
+step = step_serial = system_serial = "C0001A010120261121000000000013"
+call_serial = interface_serial
+request = {"amount": 100}
+"""
+ORDERS = ("CREATE TABLE orders (unified_serial text); "
+          "GRANT INSERT ON orders TO hivenet_app")
+ORDERS_TABLE = """
+from sqlalchemy import Column, MetaData, Table, Text
+orders = Table("orders", MetaData(), Column("unified_serial", Text))
+"""
+COUNT_ORDERS = """
+with create_engine(sa_admin_url.replace("hivenet_test_admin", "postgres")).connect() as c:
+    assert c.exec_driver_sql("SELECT count(*) FROM orders").scalar() == 1
+"""
+KEYED = ENGINE + """
+key, order = "req-7f3a", {"item": "P0001", "amount": 100}
+made = []
+def create_order(conn, order):
+    made.append(order)
+    return {"order_id": len(made)}
+"""
+PAYMENT = ("CREATE TABLE payment (serial text PRIMARY KEY DEFAULT "
+           "hivenet.next_unified_serial('C0001', 'A01', '01'), amount int); "
+           "GRANT SELECT, INSERT ON payment TO hivenet_app")
+ORM = "docs/orm.md: from sqlalchemy import Integer, Text, text"
+
+PYTHON = {
+    "README.md: from sqlalchemy import create_engine, text": Python(
+        setup=CALL + "def post_to_ledger(request):\n    return {'posted': request['amount']}\n",
+        tables=ORDERS, then="assert run.response == {'posted': 100}\n" + COUNT_ORDERS),
+    "README.md: from hivenet_db import RequestRepository": Python(
+        setup=KEYED, then="assert made == [order]"),
+    "docs/asgi.md: from sqlalchemy.ext.asyncio import create_async_engine": Python(),
+    "docs/asgi.md: from typing import Annotated": Python(
+        setup="from pydantic import BaseModel\n"
+              "from sqlalchemy.ext.asyncio import create_async_engine\n"
+              "from sqlalchemy.pool import NullPool\n"
+              "engine = create_async_engine(sa_app_url, poolclass=NullPool)\n"
+              "class Order(BaseModel):\n    sku: str\n",
+        tables="CREATE TABLE orders (id serial PRIMARY KEY, sku text); "
+               "GRANT INSERT ON orders TO hivenet_app; "
+               "GRANT USAGE ON SEQUENCE orders_id_seq TO hivenet_app",
+        then="""
+import asyncio, httpx
+async def twice():
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        headers = {"Idempotency-Key": '"k-1"', "x-client": "c1"}
+        return [await client.post("/orders", json={"sku": "P1"}, headers=headers)
+                for _ in range(2)]
+first, again = asyncio.run(twice())
+assert first.status_code == again.status_code == 201, first.text
+assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
+"""),
+    "docs/asgi.md: engine = create_async_engine(url, connect_args={\"prepare_threshold\": None})":
+        Python(setup="from sqlalchemy.ext.asyncio import create_async_engine\nurl = sa_app_url"),
+    "docs/dedup.md: from hivenet_db import InterfaceDedup, DuplicateInterfaceSerial, "
+    "SerialOutsideWindow": Python(
+        setup=ENGINE + CALL + "from types import SimpleNamespace\n"
+              "request = SimpleNamespace(interface_serial=interface_serial, "
+              "system_serial=system_serial)\n"),
+    "docs/dedup.md: from hivenet_db import ClaimRepository, DuplicateClaim": Python(
+        setup=ENGINE + "conn = engine.connect()\norder_id = 'PO-20261121-0001'\n",
+        then="conn.commit()"),
+    "docs/dedup.md: from sqlalchemy import text": Python(
+        setup=ENGINE + "from types import SimpleNamespace\nacked = []\n"
+              "message = SimpleNamespace(id='m-1', quantity=2, sku='P1', "
+              "ack=lambda: acked.append(1))\n",
+        tables="CREATE TABLE stock (sku text, quantity int); "
+               "INSERT INTO stock VALUES ('P1', 10); GRANT SELECT, UPDATE ON stock TO hivenet_app",
+        then="""
+with engine.connect() as conn:
+    handle(conn, message)
+    handle(conn, message)                                        # redelivered
+    assert conn.execute(text("SELECT quantity FROM stock")).scalar() == 8 and acked == [1, 1]
+"""),
+    "docs/formats.md: from sqlalchemy import create_engine": Python(),
+    "docs/formats.md: from sqlalchemy import create_engine (2)": Python(),
+    "docs/formats.md: from hivenet_db import SerialRepository, flush_at_commit": Python(
+        setup=ENGINE, then="assert len(serials) == 10"),
+    "docs/formats.md: from hivenet_db import parse_serial": Python(),
+    "docs/guide.md: from sqlalchemy import create_engine": Python(
+        setup=ORDERS_TABLE, tables=ORDERS, then=COUNT_ORDERS),
+    "docs/guide.md: from hivenet_db.propagation import (bind_from_headers, outgoing_headers,":
+        Python(setup=ENGINE + CALL + """
+from types import SimpleNamespace
+from hivenet_db import SerialRepository
+conn = engine.connect()
+serials = SerialRepository(conn)
+posted, sent = [], []
+requests = SimpleNamespace(post=lambda url, json, headers: posted.append(headers))
+producer = SimpleNamespace(send=lambda topic, value, headers: sent.append(headers))
+url, body, topic, value = "http://provider/pay", {}, "payments", b"{}"
+request = SimpleNamespace(headers={"X-Hivenet-Unified-Serial": unified,   # a provider's call
+    "X-Hivenet-System-Serial": step_serial, "X-Hivenet-Interface-Serial": call_serial})
+""", then="""
+assert posted[0]["X-Hivenet-Unified-Serial"].startswith("C0001A0101")
+assert posted[0]["X-Hivenet-System-Serial"] == step_serial and len(sent) == 1
+"""),
+    "docs/idempotency.md: from hivenet_db import RequestRepository": Python(
+        setup=KEYED, then="assert made == [order] and answer == {'order_id': 1}"),
+    "docs/idempotency.md: from hivenet_db import RequestRepository, StepInProgress": Python(
+        setup=ENGINE + "from types import SimpleNamespace\napplied = []\n"
+              "def apply_inventory_event(conn, value):\n"
+              "    applied.append(value)\n    return {'applied': True}\n"
+              "message = SimpleNamespace(id='m-1', headers={}, value={'sku': 'P1'})\n",
+        then="assert consume(engine, message) == consume(engine, message) == 'ack'\n"
+             "assert applied == [{'sku': 'P1'}]"),
+    "docs/idempotency.md: from hivenet_db.propagation import outgoing_headers": Python(
+        setup=CALL + "pay_id = 'pay-1'\n",
+        then="assert headers['X-Hivenet-System-Serial'] == step_serial"),
+    "docs/operations.md: conn = psycopg.connect(\"postgresql://app@pgbouncer/payments\", "
+    "prepare_threshold=None)": Python(setup="import psycopg\nfrom sqlalchemy import create_engine",
+        then="conn.close()"),
+    "docs/operations.md: from hivenet_db import configure_durable_pool": Python(),
+    "docs/operations.md: from prometheus_client import REGISTRY": Python(
+        setup="from sqlalchemy import create_engine\nengine = create_engine(sa_admin_url)\n",
+        values={"from prometheus_client import REGISTRY":
+                "from prometheus_client import CollectorRegistry\n"
+                "REGISTRY = CollectorRegistry()  # the test's, not the process's"},
+        then="from prometheus_client import generate_latest\n"
+             "assert b'hivenet_' in generate_latest(REGISTRY)"),
+    ORM: Python(setup=ENGINE, tables=PAYMENT),
+    "docs/orm.md: from hivenet_db.sqlalchemy import next_unified_serial": Python(
+        setup=ENGINE, after=(ORM,)),
+    "docs/orm.md: from sqlalchemy import insert, select, text": Python(
+        setup=ENGINE, tables=PAYMENT, after=(ORM,),
+        values={"session.execute": "session = Session(engine)\nsession.execute"},
+        then="session.commit()\n"
+             "assert session.scalar(text('SELECT count(*) FROM payment')) == 6"),
+    "docs/orm.md: from hivenet_db import InvalidInput": Python(
+        setup=ENGINE + "from sqlalchemy.orm import Session\nsession = Session(engine)\n"),
+    "docs/scale-out.md: from hivenet_db import InterfaceDedup, SerialRepository, StepRepository":
+        Python(setup=CALL + ORDERS_TABLE + """
+import json
+with open("shards.json", "w") as file:
+    json.dump({"shards": {"s0": app_url}, "tenants": {}}, file)
+""", tables=ORDERS, then=COUNT_ORDERS),
+    "docs/steps.md: from hivenet_db import StepRepository": Python(
+        setup=ENGINE + CALL + "def post_to_account(conn, request):\n"
+              "    return {'balance': '900.00'}\n",
+        then="assert book(engine, system_serial, request) == {'balance': '900.00'}\n"
+             "assert book(engine, system_serial, request) == {'balance': '900.00'}  # replay"),
+}
+
+#: An URL in a string of a block: the test database, as the application login.
+URL = re.compile(r"([\"'])postgresql(\+psycopg)?://[^\"']*\1")
+
+
+def _runnable(name: str, how: Python, urls: dict[str, str]) -> str:
+    text = _given(BLOCKS[name].text, how.values)
+    return URL.sub(lambda m: repr(sqlalchemy_url(urls["app"]) if m[2] else urls["app"]), text)
+
+
+@pytest.mark.parametrize("name", sorted(PYTHON))
+def test_python_block(name: str, urls: dict[str, str], tmp_path: Path,
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    how = PYTHON[name]
+    monkeypatch.chdir(tmp_path)
+    if how.tables:
+        with psycopg.connect(urls["owner"], autocommit=True) as owner:
+            owner.execute(how.tables)
+    namespace: dict[str, Any] = {
+        "app_url": urls["app"], "admin_url": urls["admin"],
+        "sa_app_url": sqlalchemy_url(urls["app"]), "sa_admin_url": sqlalchemy_url(urls["admin"])}
+    exec(how.setup, namespace)
+    for earlier in how.after:
+        exec(_runnable(earlier, PYTHON[earlier], urls), namespace)
+    exec(_runnable(name, how, urls), namespace)
+    exec(how.then, namespace)
+
+
+#: docs/operations.md's install on a managed server, in order: SQL of the administrator,
+#: the commands of the administrator and the owner, SQL of the owner.
+INSTALL = (
+    "docs/operations.md: -- 1. The administrator creates the login roles (bootstrap never "
+    "handles a password).",
+    "docs/operations.md: # 2. The administrator, connected to the application's database:",
+    "docs/operations.md: -- 4. The owner, not the administrator, gives the login roles their "
+    "rights:",
+)
+
+
+def test_the_install_on_a_managed_server(hivenet_server: EmbeddedPostgres,
+                                         tmp_path: Path) -> None:
+    """On an empty database; then the application's login allocates. The roles are the
+    server's: dropped after the test."""
+    server_url = hivenet_server.url()
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE hivenet_docs_install")
+    url = hivenet_server.url("hivenet_docs_install")
+    try:
+        with psycopg.connect(url, autocommit=True) as administrator:
+            administrator.execute(BLOCKS[INSTALL[0]].text)
+        for args in _command_lines(BLOCKS[INSTALL[1]].text):
+            login = "hivenet_owner" if args[1] == "migrate" else "postgres"
+            result = _run(args, _login_url(url, login), tmp_path)
+            assert result.returncode == 0, (args, result.stdout, result.stderr)
+        with psycopg.connect(_login_url(url, "hivenet_owner"), autocommit=True) as owner:
+            owner.execute(BLOCKS[INSTALL[2]].text)
+        with psycopg.connect(_login_url(url, "app_login")) as app:
+            row = app.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')").fetchone()
+            assert row is not None and row[0].startswith("C0001A0101")
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS hivenet_docs_install WITH (FORCE)")
+            conn.execute("DROP ROLE IF EXISTS hivenet_owner, app_login, bi_login, ops_login")
+
+
+# --- JSON ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(n for n, b in BLOCKS.items() if b.language == "json"))
+def test_json_block_parses(name: str) -> None:
+    json.loads(BLOCKS[name].text)
+
+
+# --- the list is complete ------------------------------------------------------------------
+def test_every_block_is_run_or_listed() -> None:
+    listed: list[set[str]] = [set(ELSEWHERE), set(NOT_RUNNABLE), set(SQL), set(COMMANDS),
+                              set(PYTHON), set(INSTALL),
+                              {n for n, b in BLOCKS.items() if b.language == "json"}]
+    unlisted = set(BLOCKS).difference(*listed)
+    assert not unlisted, f"neither run nor listed in tests/test_docs.py: {sorted(unlisted)}"
+    stale = set().union(*listed) - set(BLOCKS)
+    assert not stale, f"listed, but no such block: {sorted(stale)}"
+    assert sum(map(len, listed)) == len(BLOCKS), "a block listed twice"
