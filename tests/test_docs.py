@@ -15,19 +15,20 @@ import re
 import shlex
 import subprocess
 import sys
-import textwrap
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from markdown_it import MarkdownIt
 
 from hivenet_db import migrate
 from hivenet_db.dburl import sqlalchemy_url
-from hivenet_db.embedded import EmbeddedPostgres
+from hivenet_db.embedded import EmbeddedPostgres, find_bin_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -44,15 +45,16 @@ class Block:
 
 
 def _blocks() -> Iterator[Block]:
-    fence = re.compile(r"^( *)```(\S*)\n(.*?)^ *```$", re.M | re.S)
+    """Fenced and indented code blocks, as a Markdown reader sees them (also in lists)."""
     for page in PAGES:
         seen: dict[str, int] = {}
-        for match in fence.finditer(page.read_text(encoding="utf-8")):
-            indent, language, body = match.groups()
-            text = textwrap.dedent(body) if indent else body
-            name = f"{page.relative_to(ROOT)}: {text.strip().splitlines()[0].strip()}"
-            seen[name] = seen.get(name, 0) + 1
-            yield Block(name if seen[name] == 1 else f"{name} ({seen[name]})", language, text)
+        for token in MarkdownIt("commonmark").parse(page.read_text(encoding="utf-8")):
+            if token.type in ("fence", "code_block"):
+                first = token.content.strip().splitlines()[0].strip()
+                name = f"{page.relative_to(ROOT)}: {first}"
+                seen[name] = seen.get(name, 0) + 1
+                yield Block(name if seen[name] == 1 else f"{name} ({seen[name]})",
+                            token.info.strip(), token.content)
 
 
 BLOCKS = {block.name: block for block in _blocks()}
@@ -101,6 +103,32 @@ ELSEWHERE = {
         "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
     "docs/testing.md: import psycopg":
         "tests/test_alembic_tree.py::test_the_tree_on_the_template_of_docs_testing",
+    "README.md: python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/hivenet-db demo":
+        "tests/test_cli.py::test_demo (the demo; the install is this suite's own)",
+    "docs/scale-out.md: hivenet-db migrate --owns-instances 01-09 --url "
+    "postgresql://owner@shard0/payments":
+        "tests/test_shards.py::test_the_command_declares_ownership_and_reports_and_maintains_"
+        "across_shards (the same commands, on three databases)",
+    "docs/scale-out.md: hivenet-db report --shards postgresql://app@shard0/payments,"
+    "postgresql://app@shard1/payments":
+        "tests/test_shards.py::test_the_command_declares_ownership_and_reports_and_maintains_"
+        "across_shards (the same commands, on three databases)",
+    "docs/scale-out.md: format unified: instance '12' is not owned by this database (it owns "
+    "01-09): allocate on":
+        "tests/test_shards.py::test_the_same_scope_on_two_databases_never_yields_the_same_serial "
+        "(the message)",
+    "docs/scale-out.md: tenant 'C0001/40' is placed on shard 's1' with instance 40, but that "
+    "instance is owned":
+        "tests/test_shards.py::test_the_shard_map_places_tenants_and_refuses_a_change_that_"
+        "moves_one (the message)",
+    "docs/asgi.md: POST /orders HTTP/1.1":
+        "tests/test_asgi.py::test_finished_request_is_replayed_byte_for_byte (the exchange)",
+}
+
+#: Pages whose blocks are records, not instructions.
+RECORDS = {
+    "docs/benchmarks.md": "measurements: benchmark runs of minutes on a quiet machine and "
+                          "their output (`hivenet-db bench` itself: tests/test_bench.py)",
 }
 
 # --- blocks that cannot run here, and why --------------------------------------------------
@@ -110,6 +138,15 @@ NOT_RUNNABLE = {
     "docs/architecture.md: application code (inside its own transaction)":
         "a diagram of a call",
     "docs/steps.md: stateDiagram-v2": "a state diagram (mermaid)",
+    "README.md: python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python "
+    "-m pytest": "the test suite itself",
+    "docs/asgi.md: pip install 'hivenet-db[asgi]'      # starlette and SQLAlchemy's asyncio "
+    "support": "an install from a package index",
+    "docs/plproxy.md: apt-get install postgresql-15-plproxy          # on the proxy's server "
+    "(.ci/run does)": "a system package and three databases of their own (the proxy, two "
+                      "shards): tests/test_plproxy.py installs the proxy with the same command",
+    "docs/plproxy.md: python -m hivenet_db.bench --scenario scale_out --rounds 5 --seconds 10 "
+    "--json": "a benchmark run of minutes (the scenario: tests/test_bench.py)",
     "docs/operations.md: groups:":
         "Prometheus alert rules (the metrics they read: tests/test_metrics.py)",
     "docs/operations.md: SELECT cron.schedule('hivenet-maintain', '*/5 * * * *', "
@@ -137,10 +174,11 @@ class Sql:
 INTERFACE_CALL = """SELECT hivenet.claim_interface_serial(
     'C0001A0101T0001202611210930150000000042', 'C0001A0101202611210000000007',
     'C0001A010120261121000000000013')"""
-STUCK_STEP = """SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001',
+#: A step begun ten minutes before CLOCK with a lease of one minute: stuck.
+STUCK_STEP = """SET hivenet.fake_now = '2026-11-21 09:30:00+00';
+    SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001',
     '{"to": "6222020000000002", "amount": "100.00"}', unified_serial =>
-    'C0001A0101202611210000000007', lease => '1 minute');
-    SET hivenet.fake_now = '2026-11-21 09:45:00+00'"""
+    'C0001A0101202611210000000007', lease => '1 minute')"""
 
 SQL = {
     "README.md: SELECT hivenet.next_unified_serial('C0001', 'A01', '01');   -- "
@@ -159,7 +197,7 @@ SQL = {
     "docs/dedup.md: -- first thing when a request arrives, in the transaction that will do "
     "the work": Sql(),
     "docs/dedup.md: SELECT * FROM hivenet.call_chain('C0001A0101202611210000000007');": Sql(
-        login="owner", setup=INTERFACE_CALL,
+        login="reporting", setup=INTERFACE_CALL,
         prints=("C0001A0101T0001202611210930150000000042",)),
     "docs/dedup.md: SELECT hivenet.claim('inventory.purchase_input_finished', "
     "'PO-20261121-0001');": Sql(),
@@ -251,9 +289,9 @@ def test_sql_block(name: str, urls: dict[str, str]) -> None:
 
 
 # --- the command ---------------------------------------------------------------------------
-#: A `hivenet-db` command in a shell line: at its start, after a prompt, a cron schedule or a
-#: shell operator; up to the next operator, redirection or comment.
-COMMAND = re.compile(r"(?<![\w/-])hivenet-db [^|&;>#\n]*")
+#: A `hivenet-db` or `psql` command in a shell line: at its start, after a prompt, a cron
+#: schedule or a shell operator; up to the next operator, redirection or comment.
+COMMAND = re.compile(r"(?<![\w/-])(?:hivenet-db|psql) [^|&;>#\n]*")
 
 
 @dataclass(frozen=True)
@@ -286,17 +324,23 @@ COMMANDS = {
 }
 
 
-def _command_lines(block: str) -> list[list[str]]:
-    """The block's `hivenet-db` commands, split as the shell would."""
+def _shell_lines(block: str) -> list[list[str]]:
+    """The block's `hivenet-db` and `psql` commands, split as the shell would."""
     return [shlex.split(command) for command in COMMAND.findall(block.replace("\\\n", " "))]
 
 
 def _run(args: list[str], url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    args = [url if before == "--url" else arg
-            for before, arg in zip(["", *args], args, strict=False)]
+    """A command of a page on the test database: its ``--url`` (``psql``: its connection)
+    is ``url``."""
+    if args[0] == "psql":
+        command = [str(find_bin_dir() / "psql"), "--no-psqlrc", "-v", "ON_ERROR_STOP=1",
+                   url, *(a for a in args[1:] if not a.startswith("postgresql://"))]
+    else:
+        command = [str(BIN / args[0]), *(url if before == "--url" else arg
+                                         for before, arg in pairwise(args))]
     env = {**os.environ, "HIVENET_DATABASE_URL": url}
-    return subprocess.run([str(BIN / args[0]), *args[1:]], cwd=cwd, env=env,
-                          capture_output=True, text=True, check=False, timeout=300)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                          check=False, timeout=300)
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -304,7 +348,7 @@ def test_command_block(name: str, urls: dict[str, str], tmp_path: Path) -> None:
     how = COMMANDS[name]
     for file, content in how.files.items():
         (tmp_path / file).write_text(content)
-    commands = _command_lines(_given(BLOCKS[name].text, how.values))
+    commands = _shell_lines(_given(BLOCKS[name].text, how.values))
     assert commands, "no hivenet-db command in the block"
     for args in commands:
         result = _run(args, urls[how.login], tmp_path)
@@ -503,41 +547,53 @@ def test_python_block(name: str, urls: dict[str, str], tmp_path: Path,
     exec(how.then, namespace)
 
 
-#: docs/operations.md's install on a managed server, in order: SQL of the administrator,
-#: the commands of the administrator and the owner, SQL of the owner.
-INSTALL = (
-    "docs/operations.md: -- 1. The administrator creates the login roles (bootstrap never "
-    "handles a password).",
-    "docs/operations.md: # 2. The administrator, connected to the application's database:",
-    "docs/operations.md: -- 4. The owner, not the administrator, gives the login roles their "
-    "rights:",
-)
+#: The installs of the pages, on an empty database, in order: SQL blocks as the login named
+#: (the administrator: the server's superuser; the owner: ``hivenet_owner``), the commands
+#: of a shell block as the administrator (``bootstrap``) or the owner (the rest). Then the
+#: application's login allocates. The roles a page assumes are made first.
+INSTALLS = {
+    "docs/operations.md": ("", [
+        ("docs/operations.md: -- 1. The administrator creates the login roles (bootstrap "
+         "never handles a password).", "postgres"),
+        ("docs/operations.md: # 2. The administrator, connected to the application's "
+         "database:", ""),
+        ("docs/operations.md: -- 4. The owner, not the administrator, gives the login roles "
+         "their rights:", "hivenet_owner")], "app_login"),
+    "README.md": ("CREATE ROLE hivenet_owner LOGIN; CREATE ROLE app LOGIN", [
+        ("README.md: hivenet-db bootstrap --owner hivenet_owner --url "
+         "postgresql://admin@db/payments  # once, by an administrator", "")], "app"),
+}
+ROLES = "hivenet_owner, app_login, bi_login, ops_login, app"
 
 
-def test_the_install_on_a_managed_server(hivenet_server: EmbeddedPostgres,
-                                         tmp_path: Path) -> None:
-    """On an empty database; then the application's login allocates. The roles are the
-    server's: dropped after the test."""
+@pytest.mark.parametrize("page", sorted(INSTALLS))
+def test_the_install_of_the_page(page: str, hivenet_server: EmbeddedPostgres,
+                                 tmp_path: Path) -> None:
+    roles, blocks, application = INSTALLS[page]
     server_url = hivenet_server.url()
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute("CREATE DATABASE hivenet_docs_install")
     url = hivenet_server.url("hivenet_docs_install")
     try:
-        with psycopg.connect(url, autocommit=True) as administrator:
-            administrator.execute(BLOCKS[INSTALL[0]].text)
-        for args in _command_lines(BLOCKS[INSTALL[1]].text):
-            login = "hivenet_owner" if args[1] == "migrate" else "postgres"
-            result = _run(args, _login_url(url, login), tmp_path)
-            assert result.returncode == 0, (args, result.stdout, result.stderr)
-        with psycopg.connect(_login_url(url, "hivenet_owner"), autocommit=True) as owner:
-            owner.execute(BLOCKS[INSTALL[2]].text)
-        with psycopg.connect(_login_url(url, "app_login")) as app:
+        if roles:
+            with psycopg.connect(url, autocommit=True) as administrator:
+                administrator.execute(roles)
+        for name, login in blocks:
+            if login:
+                with psycopg.connect(_login_url(url, login), autocommit=True) as conn:
+                    conn.execute(BLOCKS[name].text)
+                continue
+            for args in _shell_lines(BLOCKS[name].text):
+                login = "postgres" if args[1] == "bootstrap" else "hivenet_owner"
+                result = _run(args, _login_url(url, login), tmp_path)
+                assert result.returncode == 0, (args, result.stdout, result.stderr)
+        with psycopg.connect(_login_url(url, application)) as app:
             row = app.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')").fetchone()
             assert row is not None and row[0].startswith("C0001A0101")
     finally:
         with psycopg.connect(server_url, autocommit=True) as conn:
             conn.execute("DROP DATABASE IF EXISTS hivenet_docs_install WITH (FORCE)")
-            conn.execute("DROP ROLE IF EXISTS hivenet_owner, app_login, bi_login, ops_login")
+            conn.execute(f"DROP ROLE IF EXISTS {ROLES}")
 
 
 # --- JSON ----------------------------------------------------------------------------------
@@ -549,10 +605,19 @@ def test_json_block_parses(name: str) -> None:
 # --- the list is complete ------------------------------------------------------------------
 def test_every_block_is_run_or_listed() -> None:
     listed: list[set[str]] = [set(ELSEWHERE), set(NOT_RUNNABLE), set(SQL), set(COMMANDS),
-                              set(PYTHON), set(INSTALL),
+                              set(PYTHON),
+                              {n for _, blocks, _ in INSTALLS.values() for n, _ in blocks},
                               {n for n, b in BLOCKS.items() if b.language == "json"}]
-    unlisted = set(BLOCKS).difference(*listed)
+    unlisted = {n for n in set(BLOCKS).difference(*listed) if n.split(":")[0] not in RECORDS}
     assert not unlisted, f"neither run nor listed in tests/test_docs.py: {sorted(unlisted)}"
     stale = set().union(*listed) - set(BLOCKS)
     assert not stale, f"listed, but no such block: {sorted(stale)}"
-    assert sum(map(len, listed)) == len(BLOCKS), "a block listed twice"
+    assert sum(map(len, listed)) + len(set(BLOCKS) - set().union(*listed)) == len(BLOCKS), \
+        "a block listed twice"
+
+
+def test_the_tests_named_elsewhere_exist() -> None:
+    for where in ELSEWHERE.values():
+        path, _, test = where.split(" ")[0].partition("::")
+        source = (ROOT / path).read_text(encoding="utf-8")
+        assert not test or f"def {test}(" in source, where
