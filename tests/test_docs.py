@@ -9,6 +9,7 @@ serial, a table of the application) are given here, never written into the page.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -20,15 +21,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import psycopg
 import pytest
 from markdown_it import MarkdownIt
+from sqlalchemy import Connection, Engine
+from sqlalchemy.orm import Session
 
 from hivenet_db import migrate
 from hivenet_db.dburl import sqlalchemy_url
 from hivenet_db.embedded import EmbeddedPostgres, find_bin_dir
+from hivenet_db.shards import ShardMap
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -163,12 +168,15 @@ NOT_RUNNABLE = {
 class Sql:
     """How a ```sql block runs: as which login (``app``: granted only hivenet_app; ``admin``:
     only hivenet_admin; ``owner``: the schema's owner), after which set-up (as the owner),
-    with which texts standing for the page's placeholders, printing which values."""
+    with which texts standing for the page's placeholders, printing which values. A block
+    that shows alternatives (``alternatives``: the comment that starts the next one) runs
+    each one, ``{n}`` in a value standing for its number."""
 
     login: str = "app"
     setup: str = ""
     values: dict[str, str] = field(default_factory=dict)
     prints: tuple[str, ...] = ()
+    alternatives: str = ""
 
 
 INTERFACE_CALL = """SELECT hivenet.claim_interface_serial(
@@ -177,8 +185,8 @@ INTERFACE_CALL = """SELECT hivenet.claim_interface_serial(
 #: A step begun ten minutes before CLOCK with a lease of one minute: stuck.
 STUCK_STEP = """SET hivenet.fake_now = '2026-11-21 09:30:00+00';
     SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001',
-    '{"to": "6222020000000002", "amount": "100.00"}', unified_serial =>
-    'C0001A0101202611210000000007', lease => '1 minute')"""
+    '{"to": "6222020000000002", "amount": "100.00"}', 'replay',
+    'C0001A0101202611210000000007', '1 minute')"""
 
 SQL = {
     "README.md: SELECT hivenet.next_unified_serial('C0001', 'A01', '01');   -- "
@@ -192,8 +200,9 @@ SQL = {
         ":system_serial": "'C0001A010120261121000000000013'",
         ":request": "'{\"amount\": 100}'", ":attempt": "1", ":response": "'{\"ok\": true}'"}),
     "docs/asgi.md: -- it did happen: later retries replay this response": Sql(
-        login="admin", values={"8e03978e-…": "8e03978e-0001"},
-        setup="SELECT * FROM hivenet.begin_request('http', '8e03978e-0001')"),
+        login="admin", values={"8e03978e-…": "8e03978e-000{n}"}, alternatives="-- it did not",
+        setup="SELECT * FROM hivenet.begin_request('http', '8e03978e-0001'); "
+              "SELECT * FROM hivenet.begin_request('http', '8e03978e-0002')"),
     "docs/dedup.md: -- first thing when a request arrives, in the transaction that will do "
     "the work": Sql(),
     "docs/dedup.md: SELECT * FROM hivenet.call_chain('C0001A0101202611210000000007');": Sql(
@@ -282,8 +291,14 @@ def test_sql_block(name: str, urls: dict[str, str]) -> None:
     if how.setup:
         with psycopg.connect(urls["owner"], autocommit=True) as owner:
             owner.execute(how.setup)
+    text = BLOCKS[name].text
+    alternatives = re.split(f"(?={re.escape(how.alternatives)})", text) if how.alternatives \
+        else [text]
+    printed: set[str] = set()
     with psycopg.connect(urls[how.login], autocommit=True) as conn:
-        printed = _printed(conn.execute(_given(BLOCKS[name].text, how.values)))
+        for n, alternative in enumerate(alternatives, 1):
+            values = {key: value.replace("{n}", str(n)) for key, value in how.values.items()}
+            printed |= _printed(conn.execute(_given(alternative, values)))
     for value in how.prints:
         assert value in printed, (value, printed)
 
@@ -358,11 +373,12 @@ def test_command_block(name: str, urls: dict[str, str], tmp_path: Path) -> None:
 # --- Python --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Python:
-    """How a ```python block runs: after the blocks of its page it builds on (``after``), in
-    a namespace where ``setup`` ran (the names the block assumes; ``app_url``, ``admin_url``
-    and ``sa_app_url``, ``sa_admin_url`` name the test database), with the application's
-    tables made by the owner (``tables``), then ``then`` (what shows that it worked). Every
-    URL the block writes names the test database as the application login."""
+    """How a ```python block runs: in a namespace where ``setup`` ran (the names the block
+    assumes; ``app_url``, ``owner_url`` and ``sa_app_url``, ``sa_admin_url``,
+    ``sa_owner_url`` name the test database), after the blocks of its page it builds on
+    (``after``), with the application's tables made by the owner (``tables``); then
+    ``then`` (what shows that it worked). Every URL the block writes names the test
+    database as the application login."""
 
     setup: str = ""
     then: str = ""
@@ -386,8 +402,9 @@ from sqlalchemy import Column, MetaData, Table, Text
 orders = Table("orders", MetaData(), Column("unified_serial", Text))
 """
 COUNT_ORDERS = """
-with create_engine(sa_admin_url.replace("hivenet_test_admin", "postgres")).connect() as c:
-    assert c.exec_driver_sql("SELECT count(*) FROM orders").scalar() == 1
+import psycopg
+with psycopg.connect(owner_url) as owner:
+    assert owner.execute("SELECT count(*) FROM orders").fetchone() == (1,)
 """
 KEYED = ENGINE + """
 key, order = "req-7f3a", {"item": "P0001", "amount": 100}
@@ -415,7 +432,7 @@ PYTHON = {
               "engine = create_async_engine(sa_app_url, poolclass=NullPool)\n"
               "class Order(BaseModel):\n    sku: str\n",
         tables="CREATE TABLE orders (id serial PRIMARY KEY, sku text); "
-               "GRANT INSERT ON orders TO hivenet_app; "
+               "GRANT SELECT, INSERT ON orders TO hivenet_app; "
                "GRANT USAGE ON SEQUENCE orders_id_seq TO hivenet_app",
         then="""
 import asyncio, httpx
@@ -499,10 +516,9 @@ assert posted[0]["X-Hivenet-System-Serial"] == step_serial and len(sent) == 1
              "assert b'hivenet_' in generate_latest(REGISTRY)"),
     ORM: Python(setup=ENGINE, tables=PAYMENT),
     "docs/orm.md: from hivenet_db.sqlalchemy import next_unified_serial": Python(
-        setup=ENGINE, after=(ORM,)),
+        setup=ENGINE, tables=PAYMENT, after=(ORM,)),
     "docs/orm.md: from sqlalchemy import insert, select, text": Python(
-        setup=ENGINE, tables=PAYMENT, after=(ORM,),
-        values={"session.execute": "session = Session(engine)\nsession.execute"},
+        setup=ENGINE, tables=PAYMENT, after=(ORM,),  # the session of the page's first block
         then="session.commit()\n"
              "assert session.scalar(text('SELECT count(*) FROM payment')) == 6"),
     "docs/orm.md: from hivenet_db import InvalidInput": Python(
@@ -537,14 +553,25 @@ def test_python_block(name: str, urls: dict[str, str], tmp_path: Path,
     if how.tables:
         with psycopg.connect(urls["owner"], autocommit=True) as owner:
             owner.execute(how.tables)
-    namespace: dict[str, Any] = {
-        "app_url": urls["app"], "admin_url": urls["admin"],
-        "sa_app_url": sqlalchemy_url(urls["app"]), "sa_admin_url": sqlalchemy_url(urls["admin"])}
-    exec(how.setup, namespace)
-    for earlier in how.after:
-        exec(_runnable(earlier, PYTHON[earlier], urls), namespace)
-    exec(_runnable(name, how, urls), namespace)
-    exec(how.then, namespace)
+    module = ModuleType("docs_block")  # as in an application's module (ORM annotations)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace = module.__dict__
+    namespace.update({"app_url": urls["app"], "owner_url": urls["owner"], **{
+        f"sa_{login}_url": sqlalchemy_url(urls[login]) for login in ("app", "admin", "owner")}})
+    try:
+        exec(how.setup, namespace)
+        for earlier in how.after:
+            exec(_runnable(earlier, PYTHON[earlier], urls), namespace)
+        exec(_runnable(name, how, urls), namespace)
+        exec(how.then, namespace)
+    finally:  # what the block left open: its connections, then their engines
+        for value in list(namespace.values()):
+            if isinstance(value, Connection | Session):
+                value.close()
+        for value in list(namespace.values()):
+            if isinstance(value, Engine | ShardMap):
+                value.dispose()
+        gc.collect()  # a connection left open is reported by this test, not a later one
 
 
 #: The installs of the pages, on an empty database, in order: SQL blocks as the login named
