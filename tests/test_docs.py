@@ -1,8 +1,9 @@
 """Every code block of README.md and docs/*.md is run by the suite, so the docs cannot drift
 from the code: here (SQL against a real database as the login the text names, Python with
 the few names each block assumes, `hivenet-db` commands through the installed command), or
-by the test named in ELSEWHERE, or it is listed in NOT_RUNNABLE with the reason.
-``test_every_block_is_run_or_listed`` fails on a block that is none of these.
+by the test named in ELSEWHERE, or it is listed in NOT_RUNNABLE with the reason, or its page
+is a record of measurements (RECORDS). ``test_every_block_is_run_or_listed`` fails on a
+block that is none of these.
 
 A block is named by its page and its first line. The values a page leaves open (a URL, a
 serial, a table of the application) are given here, never written into the page."""
@@ -167,10 +168,11 @@ NOT_RUNNABLE = {
 @dataclass(frozen=True)
 class Sql:
     """How a ```sql block runs: as which login (``app``: granted only hivenet_app; ``admin``:
-    only hivenet_admin; ``owner``: the schema's owner), after which set-up (as the owner),
-    with which texts standing for the page's placeholders, printing which values. A block
-    that shows alternatives (``alternatives``: the comment that starts the next one) runs
-    each one, ``{n}`` in a value standing for its number."""
+    only hivenet_admin; ``reporting``: only hivenet_reporting; ``owner``: the schema's
+    owner), after which set-up (as the owner), with which texts standing for the page's
+    placeholders, printing which values. A block that shows alternatives (``alternatives``:
+    the comment that starts the next one) runs each one, ``{n}`` in a value standing for its
+    number."""
 
     login: str = "app"
     setup: str = ""
