@@ -1,0 +1,652 @@
+"""Every code block of README.md and docs/*.md is run by the suite, so the docs cannot drift
+from the code: here (SQL against a real database as the login the text names, Python with
+the few names each block assumes, `hivenet-db` commands through the installed command), or
+by the test named in ELSEWHERE, or it is listed in NOT_RUNNABLE with the reason, or its page
+is a record of measurements (RECORDS). ``test_every_block_is_run_or_listed`` fails on a
+block that is none of these.
+
+A block is named by its page and its first line. The values a page leaves open (a URL, a
+serial, a table of the application) are given here, never written into the page."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import psycopg
+import pytest
+from markdown_it import MarkdownIt
+from sqlalchemy import Connection, Engine
+from sqlalchemy.orm import Session
+
+from hivenet_db import migrate
+from hivenet_db.dburl import sqlalchemy_url
+from hivenet_db.embedded import EmbeddedPostgres, find_bin_dir
+from hivenet_db.shards import ShardMap
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BIN = Path(sys.executable).parent
+#: The day the pages' serials are dated (2026-11-21), a little after their interface call.
+CLOCK = "2026-11-21 09:40:00+00"
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str  # page: first line, and its number when the page has another such block
+    language: str
+    text: str
+
+
+def _blocks() -> Iterator[Block]:
+    """Fenced and indented code blocks, as a Markdown reader sees them (also in lists)."""
+    for page in PAGES:
+        seen: dict[str, int] = {}
+        for token in MarkdownIt("commonmark").parse(page.read_text(encoding="utf-8")):
+            if token.type in ("fence", "code_block"):
+                first = token.content.strip().splitlines()[0].strip()
+                name = f"{page.relative_to(ROOT)}: {first}"
+                seen[name] = seen.get(name, 0) + 1
+                yield Block(name if seen[name] == 1 else f"{name} ({seen[name]})",
+                            token.info.strip(), token.content)
+
+
+BLOCKS = {block.name: block for block in _blocks()}
+
+
+# --- blocks run by another test ------------------------------------------------------------
+ELSEWHERE = {
+    "docs/formats.md: SELECT hivenet.prepare_scope('unified',":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.prepare_scope('id_service',":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.define_format('id_service_26', '[":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.next_serial('merchant_trade', "
+    "'{\"merchant\": \"123456789012\"}');":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.next_serial('per_second', '{}');":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.define_format(":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.define_format('till', '[":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT * FROM hivenet.next_serials('unified',":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/formats.md: SELECT hivenet.define_format('burst', "
+    "'[{\"literal\": \"B\"}, {\"time\": \"YYYYMMDD\"},":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/alembic.md: python -c \"from hivenet_db import migrate; print(migrate.head())\"":
+        "tests/test_alembic_tree.py::test_the_documented_tree (alembic heads)",
+    "docs/alembic.md: [alembic]": "tests/test_alembic_tree.py::test_the_documented_tree",
+    "docs/alembic.md: # your first revision: a branch of its own, in your directory":
+        "tests/test_alembic_tree.py::test_the_documented_tree",
+    "docs/alembic.md: from pathlib import Path":
+        "tests/test_alembic_tree.py::test_the_documented_tree",
+    "docs/alembic.md: hivenet-db migrate --time-zone Asia/Shanghai --url "
+    "postgresql://owner@db/payments":
+        "tests/test_alembic_tree.py::test_the_documented_tree (stamp, drop, upgrade)",
+    "docs/idempotency.md: \"\"\"Seed 002's purchase flow on keyed requests "
+    "(docs/idempotency.md): place an order under the":
+        "tests/test_requests.py::test_the_purchase_flow_example_passes",
+    "docs/testing.md: \"\"\"The application under test in docs/testing.md: a provider "
+    "booking a payment call.\"\"\"":
+        "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
+    "docs/testing.md: \"\"\"Testing book_payment against a real PostgreSQL with the "
+    "hivenet_db.testing fixtures.\"\"\"":
+        "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
+    "docs/testing.md: import psycopg":
+        "tests/test_alembic_tree.py::test_the_tree_on_the_template_of_docs_testing",
+    "README.md: python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/hivenet-db demo":
+        "tests/test_cli.py::test_demo (the demo; the install is this suite's own)",
+    "docs/scale-out.md: hivenet-db migrate --owns-instances 01-09 --url "
+    "postgresql://owner@shard0/payments":
+        "tests/test_shards.py::test_the_command_declares_ownership_and_reports_and_maintains_"
+        "across_shards (the same commands, on three databases)",
+    "docs/scale-out.md: hivenet-db report --shards postgresql://app@shard0/payments,"
+    "postgresql://app@shard1/payments":
+        "tests/test_shards.py::test_the_command_declares_ownership_and_reports_and_maintains_"
+        "across_shards (the same commands, on three databases)",
+    "docs/scale-out.md: format unified: instance '12' is not owned by this database (it owns "
+    "01-09): allocate on":
+        "tests/test_shards.py::test_the_same_scope_on_two_databases_never_yields_the_same_serial "
+        "(the message)",
+    "docs/scale-out.md: tenant 'C0001/40' is placed on shard 's1' with instance 40, but that "
+    "instance is owned":
+        "tests/test_shards.py::test_the_shard_map_places_tenants_and_refuses_a_change_that_"
+        "moves_one (the message)",
+    "docs/asgi.md: POST /orders HTTP/1.1":
+        "tests/test_asgi.py::test_finished_request_is_replayed_byte_for_byte (the exchange)",
+}
+
+#: Pages whose blocks are records, not instructions.
+RECORDS = {
+    "docs/benchmarks.md": "measurements: benchmark runs of minutes on a quiet machine and "
+                          "their output (`hivenet-db bench` itself: tests/test_bench.py)",
+}
+
+# --- blocks that cannot run here, and why --------------------------------------------------
+NOT_RUNNABLE = {
+    "README.md: hivenet_db/        the library: repositories (allocation, dedup, steps, "
+    "requests), errors,": "a directory listing",
+    "docs/architecture.md: application code (inside its own transaction)":
+        "a diagram of a call",
+    "docs/steps.md: stateDiagram-v2": "a state diagram (mermaid)",
+    "README.md: python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python "
+    "-m pytest": "the test suite itself",
+    "docs/asgi.md: pip install 'hivenet-db[asgi]'      # starlette and SQLAlchemy's asyncio "
+    "support": "an install from a package index",
+    "docs/plproxy.md: apt-get install postgresql-15-plproxy          # on the proxy's server "
+    "(.ci/run does)": "a system package and three databases of their own (the proxy, two "
+                      "shards): tests/test_plproxy.py installs the proxy with the same command",
+    "docs/plproxy.md: python -m hivenet_db.bench --scenario scale_out --rounds 5 --seconds 10 "
+    "--json": "a benchmark run of minutes (the scenario: tests/test_bench.py)",
+    "docs/operations.md: groups:":
+        "Prometheus alert rules (the metrics they read: tests/test_metrics.py)",
+    "docs/operations.md: SELECT cron.schedule('hivenet-maintain', '*/5 * * * *', "
+    "'SELECT hivenet.maintain()');  -- pg_cron": "needs the pg_cron extension",
+    "docs/scale-out.md: session = ShardedSession(shards=shard_map.engines,":
+        "needs shards on other servers and the application's identity and execute "
+        "choosers (tests/test_shards.py::test_sharded_session_routes_orm_objects_by_tenant "
+        "runs the same calls)",
+}
+
+
+# --- SQL -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sql:
+    """How a ```sql block runs: as which login (``app``: granted only hivenet_app; ``admin``:
+    only hivenet_admin; ``reporting``: only hivenet_reporting; ``owner``: the schema's
+    owner), after which set-up (as the owner), with which texts standing for the page's
+    placeholders, printing which values. A block that shows alternatives (``alternatives``:
+    the comment that starts the next one) runs each one, ``{n}`` in a value standing for its
+    number."""
+
+    login: str = "app"
+    setup: str = ""
+    values: dict[str, str] = field(default_factory=dict)
+    prints: tuple[str, ...] = ()
+    alternatives: str = ""
+
+
+INTERFACE_CALL = """SELECT hivenet.claim_interface_serial(
+    'C0001A0101T0001202611210930150000000042', 'C0001A0101202611210000000007',
+    'C0001A010120261121000000000013')"""
+#: A step begun ten minutes before CLOCK with a lease of one minute: stuck.
+STUCK_STEP = """SET hivenet.fake_now = '2026-11-21 09:30:00+00';
+    SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001',
+    '{"to": "6222020000000002", "amount": "100.00"}', 'replay',
+    'C0001A0101202611210000000007', '1 minute')"""
+
+SQL = {
+    "README.md: SELECT hivenet.next_unified_serial('C0001', 'A01', '01');   -- "
+    "C0001A0101202611210000000001": Sql(
+        setup="SELECT hivenet.prepare_scope('unified', "
+              "'{\"system\": \"C0001\", \"module\": \"A01\", \"instance\": \"01\"}')",
+        prints=("C0001A0101202611210000000001",)),
+    "docs/guide.md: BEGIN;": Sql(values={
+        ":interface_serial": "'C0001A0101T0001202611210930150000000042'",
+        ":unified_serial": "'C0001A0101202611210000000007'",
+        ":system_serial": "'C0001A010120261121000000000013'",
+        ":request": "'{\"amount\": 100}'", ":attempt": "1", ":response": "'{\"ok\": true}'"}),
+    "docs/asgi.md: -- it did happen: later retries replay this response": Sql(
+        login="admin", values={"8e03978e-…": "8e03978e-000{n}"}, alternatives="-- it did not",
+        setup="SELECT * FROM hivenet.begin_request('http', '8e03978e-0001'); "
+              "SELECT * FROM hivenet.begin_request('http', '8e03978e-0002')"),
+    "docs/dedup.md: -- first thing when a request arrives, in the transaction that will do "
+    "the work": Sql(),
+    "docs/dedup.md: SELECT * FROM hivenet.call_chain('C0001A0101202611210000000007');": Sql(
+        login="reporting", setup=INTERFACE_CALL,
+        prints=("C0001A0101T0001202611210930150000000042",)),
+    "docs/dedup.md: SELECT hivenet.claim('inventory.purchase_input_finished', "
+    "'PO-20261121-0001');": Sql(),
+    "docs/idempotency.md: BEGIN;": Sql(
+        setup="CREATE TABLE purchase_order (key text); "
+              "GRANT INSERT ON purchase_order TO hivenet_app",
+        values={"INSERT INTO purchase_order ...":
+                "INSERT INTO purchase_order VALUES ('req-7f3a')"}),
+    "docs/idempotency.md: SELECT hivenet.set_request_retention('payment-notify', '30 days');"
+    "  -- hivenet_admin": Sql(login="admin"),
+    "docs/operations.md: SELECT name, value, kind, description FROM hivenet.setting ORDER BY "
+    "name;": Sql(login="admin"),
+    "docs/operations.md: SELECT relname, n_live_tup, n_dead_tup, last_autovacuum, "
+    "autovacuum_count": Sql(login="admin"),
+    "docs/operations.md: -- Alert: any scope above 80 % of its period's capacity.":
+        Sql(login="admin"),
+    "docs/orm.md: INSERT INTO payment (serial, amount)": Sql(
+        setup="CREATE TABLE payment (serial text PRIMARY KEY, amount int); "
+              "GRANT INSERT ON payment TO hivenet_app",
+        values={":amounts": "'{100,200,300}'"}),
+    "docs/reporting.md: CREATE ROLE bi_login LOGIN PASSWORD '...';   -- by the administrator":
+        Sql(login="owner", values={"bi_login": "bi_login_docs"}),
+    "docs/reporting.md: -- Scopes closest to exhaustion today (alert above 80 %).":
+        Sql(login="reporting"),
+    "docs/reporting.md: SELECT * FROM hivenet.call_chain('C0001A0101202611210000000001');":
+        Sql(login="reporting"),
+    "docs/reporting.md: -- Traffic between systems over the last 7 days.":
+        Sql(login="reporting"),
+    "docs/reporting.md: SELECT state, steps FROM hivenet.step_states;": Sql(login="reporting"),
+    "docs/reporting.md: SELECT system_serial, attempt, unified_serial, processing_for":
+        Sql(login="reporting", setup=INTERFACE_CALL + ";" + STUCK_STEP),
+    "docs/reporting.md: SELECT namespace, state, requests FROM hivenet.request_states WHERE "
+    "requests > 0;": Sql(login="reporting"),
+    "docs/scale-out.md: SELECT hivenet.own_instances('01-09');            -- '01-09'":
+        Sql(login="admin", prints=("01-09", "01,03,05-07", "10-19")),
+    "docs/steps.md: SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001',": Sql(),
+    "docs/steps.md: SELECT * FROM hivenet.stuck_steps;   -- system_serial, attempt, "
+    "unified_serial, started_at,": Sql(login="admin", setup=STUCK_STEP,
+                                       prints=("C0001A010120261121000000000001",)),
+    "docs/steps.md: UPDATE hivenet.setting SET value = '90 days'   WHERE name = "
+    "'step_retention';": Sql(login="admin"),
+}
+
+
+def _login_url(url: str, login: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(netloc=f"{login}@{parts.hostname}:{parts.port}").geturl()
+
+
+@pytest.fixture
+def urls(hivenet_url: str, hivenet_app_url: str, hivenet_admin_url: str) -> dict[str, str]:
+    """The test database by login, its clock at CLOCK for every connection opened after."""
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        conn.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'allow_fake_clock'")
+        conn.execute(f"ALTER DATABASE {conn.info.dbname} SET hivenet.fake_now = '{CLOCK}'")
+        conn.execute("DO $$ BEGIN CREATE ROLE hivenet_test_reporting LOGIN IN ROLE "
+                     "hivenet_reporting; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    return {"owner": hivenet_url, "app": hivenet_app_url, "admin": hivenet_admin_url,
+            "reporting": _login_url(hivenet_url, "hivenet_test_reporting")}
+
+
+def _given(text: str, values: dict[str, str]) -> str:
+    for placeholder, value in values.items():
+        assert placeholder in text, f"no {placeholder!r} in the block any more"
+        text = text.replace(placeholder, value)
+    return text
+
+
+def _printed(cursor: psycopg.Cursor[Any]) -> set[str]:
+    """Every value of every result of a run of several statements."""
+    printed: set[str] = set()
+    while True:
+        if cursor.description is not None:
+            printed |= {str(value) for row in cursor.fetchall() for value in row}
+        if not cursor.nextset():
+            return printed
+
+
+@pytest.mark.parametrize("name", sorted(SQL))
+def test_sql_block(name: str, urls: dict[str, str]) -> None:
+    how = SQL[name]
+    if how.setup:
+        with psycopg.connect(urls["owner"], autocommit=True) as owner:
+            owner.execute(how.setup)
+    text = BLOCKS[name].text
+    alternatives = re.split(f"(?={re.escape(how.alternatives)})", text) if how.alternatives \
+        else [text]
+    printed: set[str] = set()
+    with psycopg.connect(urls[how.login], autocommit=True) as conn:
+        for n, alternative in enumerate(alternatives, 1):
+            values = {key: value.replace("{n}", str(n)) for key, value in how.values.items()}
+            printed |= _printed(conn.execute(_given(alternative, values)))
+    for value in how.prints:
+        assert value in printed, (value, printed)
+
+
+# --- the command ---------------------------------------------------------------------------
+#: A `hivenet-db` or `psql` command in a shell line: at its start, after a prompt, a cron
+#: schedule or a shell operator; up to the next operator, redirection or comment.
+COMMAND = re.compile(r"(?<![\w/-])(?:hivenet-db|psql) [^|&;>#\n]*")
+
+
+@dataclass(frozen=True)
+class Commands:
+    """How a ```sh block's `hivenet-db` commands run: as which login (every ``--url`` of the
+    block names the test database as that login), with which values for the page's
+    placeholders, after writing which files into the working directory."""
+
+    login: str = "owner"
+    values: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+SCOPES = "system=C0001,module=A01,instance=02\n"
+COMMANDS = {
+    "docs/guide.md: hivenet-db migrate --url postgresql://owner@db/payments     # or "
+    "HIVENET_DATABASE_URL": Commands(values={"REVISION": migrate.head()}),
+    "docs/formats.md: hivenet-db prepare system=C0001,module=A01,instance=01 --file scopes.txt":
+        Commands(login="admin", files={"scopes.txt": SCOPES}),
+    "docs/operations.md: */5 * * * *  hivenet-db maintain --url \"$HIVENET_DATABASE_URL\"      "
+    "# cron": Commands(login="admin"),
+    "docs/operations.md: hivenet-db failover-fence --gap 1000000 --url "
+    "\"$NEW_PRIMARY_ADMIN_URL\"": Commands(login="admin"),
+    "docs/operations.md: hivenet-db prepare --file scopes.txt --url \"$HIVENET_ADMIN_URL\"":
+        Commands(login="admin", files={"scopes.txt": SCOPES}),
+    "docs/operations.md: hivenet-db migrate --check --url \"$HIVENET_DATABASE_URL\" || case $? in":
+        Commands(),
+    "docs/operations.md: # cron, every minute: an atomic rename so node_exporter never reads "
+    "half a file": Commands(login="admin"),
+}
+
+
+def _shell_lines(block: str) -> list[list[str]]:
+    """The block's `hivenet-db` and `psql` commands, split as the shell would."""
+    return [shlex.split(command) for command in COMMAND.findall(block.replace("\\\n", " "))]
+
+
+def _run(args: list[str], url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A command of a page on the test database: its ``--url`` (``psql``: its connection)
+    is ``url``."""
+    if args[0] == "psql":
+        command = [str(find_bin_dir() / "psql"), "--no-psqlrc", "-v", "ON_ERROR_STOP=1",
+                   url, *(a for a in args[1:] if not a.startswith("postgresql://"))]
+    else:
+        command = [str(BIN / args[0]), *(url if before == "--url" else arg
+                                         for before, arg in pairwise(args))]
+    env = {**os.environ, "HIVENET_DATABASE_URL": url}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                          check=False, timeout=300)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_command_block(name: str, urls: dict[str, str], tmp_path: Path) -> None:
+    how = COMMANDS[name]
+    for file, content in how.files.items():
+        (tmp_path / file).write_text(content)
+    commands = _shell_lines(_given(BLOCKS[name].text, how.values))
+    assert commands, "no hivenet-db command in the block"
+    for args in commands:
+        result = _run(args, urls[how.login], tmp_path)
+        assert result.returncode == 0, (args, result.stdout, result.stderr)
+
+
+# --- Python --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Python:
+    """How a ```python block runs: in a namespace where ``setup`` ran (the names the block
+    assumes; ``app_url``, ``owner_url`` and ``sa_app_url``, ``sa_admin_url``,
+    ``sa_owner_url`` name the test database), after the blocks of its page it builds on
+    (``after``), with the application's tables made by the owner (``tables``); then
+    ``then`` (what shows that it worked). Every URL the block writes names the test
+    database as the application login."""
+
+    setup: str = ""
+    then: str = ""
+    tables: str = ""
+    after: tuple[str, ...] = ()
+    values: dict[str, str] = field(default_factory=dict)
+
+
+ENGINE = "from sqlalchemy import create_engine\nengine = create_engine(sa_app_url)\n"
+CALL = """
+interface_serial = "C0001A0101T0001202611210930150000000042"
+unified = "C0001A0101202611210000000007"
+step = step_serial = system_serial = "C0001A010120261121000000000013"
+call_serial = interface_serial
+request = {"amount": 100}
+"""
+ORDERS = ("CREATE TABLE orders (unified_serial text); "
+          "GRANT INSERT ON orders TO hivenet_app")
+ORDERS_TABLE = """
+from sqlalchemy import Column, MetaData, Table, Text
+orders = Table("orders", MetaData(), Column("unified_serial", Text))
+"""
+COUNT_ORDERS = """
+import psycopg
+with psycopg.connect(owner_url) as owner:
+    assert owner.execute("SELECT count(*) FROM orders").fetchone() == (1,)
+"""
+KEYED = ENGINE + """
+key, order = "req-7f3a", {"item": "P0001", "amount": 100}
+made = []
+def create_order(conn, order):
+    made.append(order)
+    return {"order_id": len(made)}
+"""
+PAYMENT = ("CREATE TABLE payment (serial text PRIMARY KEY DEFAULT "
+           "hivenet.next_unified_serial('C0001', 'A01', '01'), amount int); "
+           "GRANT SELECT, INSERT ON payment TO hivenet_app")
+ORM = "docs/orm.md: from sqlalchemy import Integer, Text, text"
+
+PYTHON = {
+    "README.md: from sqlalchemy import create_engine, text": Python(
+        setup=CALL + "def post_to_ledger(request):\n    return {'posted': request['amount']}\n",
+        tables=ORDERS, then="assert run.response == {'posted': 100}\n" + COUNT_ORDERS),
+    "README.md: from hivenet_db import RequestRepository": Python(
+        setup=KEYED, then="assert made == [order]"),
+    "docs/asgi.md: from sqlalchemy.ext.asyncio import create_async_engine": Python(),
+    "docs/asgi.md: from typing import Annotated": Python(
+        setup="from pydantic import BaseModel\n"
+              "from sqlalchemy.ext.asyncio import create_async_engine\n"
+              "from sqlalchemy.pool import NullPool\n"
+              "engine = create_async_engine(sa_app_url, poolclass=NullPool)\n"
+              "class Order(BaseModel):\n    sku: str\n",
+        tables="CREATE TABLE orders (id serial PRIMARY KEY, sku text); "
+               "GRANT SELECT, INSERT ON orders TO hivenet_app; "
+               "GRANT USAGE ON SEQUENCE orders_id_seq TO hivenet_app",
+        then="""
+import asyncio, httpx
+async def twice():
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        headers = {"Idempotency-Key": '"k-1"', "x-client": "c1"}
+        return [await client.post("/orders", json={"sku": "P1"}, headers=headers)
+                for _ in range(2)]
+first, again = asyncio.run(twice())
+assert first.status_code == again.status_code == 201, first.text
+assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
+"""),
+    "docs/asgi.md: engine = create_async_engine(url, connect_args={\"prepare_threshold\": None})":
+        Python(setup="from sqlalchemy.ext.asyncio import create_async_engine\nurl = sa_app_url"),
+    "docs/dedup.md: from hivenet_db import InterfaceDedup, DuplicateInterfaceSerial, "
+    "SerialOutsideWindow": Python(
+        setup=ENGINE + CALL + "from types import SimpleNamespace\n"
+              "request = SimpleNamespace(interface_serial=interface_serial, "
+              "system_serial=system_serial)\n"),
+    "docs/dedup.md: from hivenet_db import ClaimRepository, DuplicateClaim": Python(
+        setup=ENGINE + "conn = engine.connect()\norder_id = 'PO-20261121-0001'\n",
+        then="conn.commit()"),
+    "docs/dedup.md: from sqlalchemy import text": Python(
+        setup=ENGINE + "from types import SimpleNamespace\nacked = []\n"
+              "message = SimpleNamespace(id='m-1', quantity=2, sku='P1', "
+              "ack=lambda: acked.append(1))\n",
+        tables="CREATE TABLE stock (sku text, quantity int); "
+               "INSERT INTO stock VALUES ('P1', 10); GRANT SELECT, UPDATE ON stock TO hivenet_app",
+        then="""
+with engine.connect() as conn:
+    handle(conn, message)
+    handle(conn, message)                                        # redelivered
+    assert conn.execute(text("SELECT quantity FROM stock")).scalar() == 8 and acked == [1, 1]
+"""),
+    "docs/formats.md: from sqlalchemy import create_engine": Python(),
+    "docs/formats.md: from sqlalchemy import create_engine (2)": Python(),
+    "docs/formats.md: from hivenet_db import SerialRepository, flush_at_commit": Python(
+        setup=ENGINE, then="assert len(serials) == 10"),
+    "docs/formats.md: from hivenet_db import parse_serial": Python(),
+    "docs/guide.md: from sqlalchemy import create_engine": Python(
+        setup=ORDERS_TABLE, tables=ORDERS, then=COUNT_ORDERS),
+    "docs/guide.md: from hivenet_db.propagation import (bind_from_headers, outgoing_headers,":
+        Python(setup=ENGINE + CALL + """
+from types import SimpleNamespace
+from hivenet_db import SerialRepository
+conn = engine.connect()
+serials = SerialRepository(conn)
+posted, sent = [], []
+requests = SimpleNamespace(post=lambda url, json, headers: posted.append(headers))
+producer = SimpleNamespace(send=lambda topic, value, headers: sent.append(headers))
+url, body, topic, value = "http://provider/pay", {}, "payments", b"{}"
+request = SimpleNamespace(headers={"X-Hivenet-Unified-Serial": unified,   # a provider's call
+    "X-Hivenet-System-Serial": step_serial, "X-Hivenet-Interface-Serial": call_serial})
+""", then="""
+assert posted[0]["X-Hivenet-Unified-Serial"].startswith("C0001A0101")
+assert posted[0]["X-Hivenet-System-Serial"] == step_serial and len(sent) == 1
+"""),
+    "docs/idempotency.md: from hivenet_db import RequestRepository": Python(
+        setup=KEYED, then="assert made == [order] and answer == {'order_id': 1}"),
+    "docs/idempotency.md: from hivenet_db import RequestRepository, StepInProgress": Python(
+        setup=ENGINE + "from types import SimpleNamespace\napplied = []\n"
+              "def apply_inventory_event(conn, value):\n"
+              "    applied.append(value)\n    return {'applied': True}\n"
+              "message = SimpleNamespace(id='m-1', headers={}, value={'sku': 'P1'})\n",
+        then="assert consume(engine, message) == consume(engine, message) == 'ack'\n"
+             "assert applied == [{'sku': 'P1'}]"),
+    "docs/idempotency.md: from hivenet_db.propagation import outgoing_headers": Python(
+        setup=CALL + "pay_id = 'pay-1'\n",
+        then="assert headers['X-Hivenet-System-Serial'] == step_serial"),
+    "docs/operations.md: conn = psycopg.connect(\"postgresql://app@pgbouncer/payments\", "
+    "prepare_threshold=None)": Python(setup="import psycopg\nfrom sqlalchemy import create_engine",
+        then="conn.close()"),
+    "docs/operations.md: from hivenet_db import configure_durable_pool": Python(),
+    "docs/operations.md: from prometheus_client import REGISTRY": Python(
+        setup="from sqlalchemy import create_engine\nengine = create_engine(sa_admin_url)\n",
+        values={"from prometheus_client import REGISTRY":
+                "from prometheus_client import CollectorRegistry\n"
+                "REGISTRY = CollectorRegistry()  # the test's, not the process's"},
+        then="from prometheus_client import generate_latest\n"
+             "assert b'hivenet_' in generate_latest(REGISTRY)"),
+    ORM: Python(setup=ENGINE, tables=PAYMENT),
+    "docs/orm.md: from hivenet_db.sqlalchemy import next_unified_serial": Python(
+        setup=ENGINE, tables=PAYMENT, after=(ORM,)),
+    "docs/orm.md: from sqlalchemy import insert, select, text": Python(
+        setup=ENGINE, tables=PAYMENT, after=(ORM,),  # the session of the page's first block
+        then="session.commit()\n"
+             "assert session.scalar(text('SELECT count(*) FROM payment')) == 6"),
+    "docs/orm.md: from hivenet_db import InvalidInput": Python(
+        setup=ENGINE + "from sqlalchemy.orm import Session\nsession = Session(engine)\n"),
+    "docs/scale-out.md: from hivenet_db import InterfaceDedup, SerialRepository, StepRepository":
+        Python(setup=CALL + ORDERS_TABLE + """
+import json
+with open("shards.json", "w") as file:
+    json.dump({"shards": {"s0": app_url}, "tenants": {}}, file)
+""", tables=ORDERS, then=COUNT_ORDERS),
+    "docs/steps.md: from hivenet_db import StepRepository": Python(
+        setup=ENGINE + CALL + "def post_to_account(conn, request):\n"
+              "    return {'balance': '900.00'}\n",
+        then="assert book(engine, system_serial, request) == {'balance': '900.00'}\n"
+             "assert book(engine, system_serial, request) == {'balance': '900.00'}  # replay"),
+}
+
+#: An URL in a string of a block: the test database, as the application login.
+URL = re.compile(r"([\"'])postgresql(\+psycopg)?://[^\"']*\1")
+
+
+def _runnable(name: str, how: Python, urls: dict[str, str]) -> str:
+    text = _given(BLOCKS[name].text, how.values)
+    return URL.sub(lambda m: repr(sqlalchemy_url(urls["app"]) if m[2] else urls["app"]), text)
+
+
+@pytest.mark.parametrize("name", sorted(PYTHON))
+def test_python_block(name: str, urls: dict[str, str], tmp_path: Path,
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    how = PYTHON[name]
+    monkeypatch.chdir(tmp_path)
+    if how.tables:
+        with psycopg.connect(urls["owner"], autocommit=True) as owner:
+            owner.execute(how.tables)
+    module = ModuleType("docs_block")  # as in an application's module (ORM annotations)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace = module.__dict__
+    namespace.update({"app_url": urls["app"], "owner_url": urls["owner"], **{
+        f"sa_{login}_url": sqlalchemy_url(urls[login]) for login in ("app", "admin", "owner")}})
+    try:
+        exec(how.setup, namespace)
+        for earlier in how.after:
+            exec(_runnable(earlier, PYTHON[earlier], urls), namespace)
+        exec(_runnable(name, how, urls), namespace)
+        exec(how.then, namespace)
+    finally:  # what the block left open: its connections, then their engines
+        for value in list(namespace.values()):
+            if isinstance(value, Connection | Session):
+                value.close()
+        for value in list(namespace.values()):
+            if isinstance(value, Engine | ShardMap):
+                value.dispose()
+        gc.collect()  # a connection left open is reported by this test, not a later one
+
+
+#: The installs of the pages, on an empty database, in order: SQL blocks as the login named
+#: (the administrator: the server's superuser; the owner: ``hivenet_owner``), the commands
+#: of a shell block as the administrator (``bootstrap``) or the owner (the rest). Then the
+#: application's login allocates. The roles a page assumes are made first.
+INSTALLS = {
+    "docs/operations.md": ("", [
+        ("docs/operations.md: -- 1. The administrator creates the login roles (bootstrap "
+         "never handles a password).", "postgres"),
+        ("docs/operations.md: # 2. The administrator, connected to the application's "
+         "database:", ""),
+        ("docs/operations.md: -- 4. The owner, not the administrator, gives the login roles "
+         "their rights:", "hivenet_owner")], "app_login"),
+    "README.md": ("CREATE ROLE hivenet_owner LOGIN; CREATE ROLE app LOGIN", [
+        ("README.md: hivenet-db bootstrap --owner hivenet_owner --url "
+         "postgresql://admin@db/payments  # once, by an administrator", "")], "app"),
+}
+ROLES = "hivenet_owner, app_login, bi_login, ops_login, app"
+
+
+@pytest.mark.parametrize("page", sorted(INSTALLS))
+def test_the_install_of_the_page(page: str, hivenet_server: EmbeddedPostgres,
+                                 tmp_path: Path) -> None:
+    roles, blocks, application = INSTALLS[page]
+    server_url = hivenet_server.url()
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE hivenet_docs_install")
+    url = hivenet_server.url("hivenet_docs_install")
+    try:
+        if roles:
+            with psycopg.connect(url, autocommit=True) as administrator:
+                administrator.execute(roles)
+        for name, login in blocks:
+            if login:
+                with psycopg.connect(_login_url(url, login), autocommit=True) as conn:
+                    conn.execute(BLOCKS[name].text)
+                continue
+            for args in _shell_lines(BLOCKS[name].text):
+                login = "postgres" if args[1] == "bootstrap" else "hivenet_owner"
+                result = _run(args, _login_url(url, login), tmp_path)
+                assert result.returncode == 0, (args, result.stdout, result.stderr)
+        with psycopg.connect(_login_url(url, application)) as app:
+            row = app.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')").fetchone()
+            assert row is not None and row[0].startswith("C0001A0101")
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute("DROP DATABASE IF EXISTS hivenet_docs_install WITH (FORCE)")
+            conn.execute(f"DROP ROLE IF EXISTS {ROLES}")
+
+
+# --- JSON ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(n for n, b in BLOCKS.items() if b.language == "json"))
+def test_json_block_parses(name: str) -> None:
+    json.loads(BLOCKS[name].text)
+
+
+# --- the list is complete ------------------------------------------------------------------
+def test_every_block_is_run_or_listed() -> None:
+    listed: list[set[str]] = [set(ELSEWHERE), set(NOT_RUNNABLE), set(SQL), set(COMMANDS),
+                              set(PYTHON),
+                              {n for _, blocks, _ in INSTALLS.values() for n, _ in blocks},
+                              {n for n, b in BLOCKS.items() if b.language == "json"}]
+    unlisted = {n for n in set(BLOCKS).difference(*listed) if n.split(":")[0] not in RECORDS}
+    assert not unlisted, f"neither run nor listed in tests/test_docs.py: {sorted(unlisted)}"
+    stale = set().union(*listed) - set(BLOCKS)
+    assert not stale, f"listed, but no such block: {sorted(stale)}"
+    assert sum(map(len, listed)) + len(set(BLOCKS) - set().union(*listed)) == len(BLOCKS), \
+        "a block listed twice"
+
+
+def test_the_tests_named_elsewhere_exist() -> None:
+    for where in ELSEWHERE.values():
+        path, _, test = where.split(" ")[0].partition("::")
+        source = (ROOT / path).read_text(encoding="utf-8")
+        assert not test or f"def {test}(" in source, where
