@@ -648,10 +648,10 @@ def test_python_interface_dedup(clocked_any: SyncDB) -> None:
     assert (chain[0].source_system, chain[0].target_system) == ("C0001", "T0001")
 
 
-def test_python_async_interface_dedup(hivenet_url: str, fake_clock: SetClock,
+def test_python_async_interface_dedup(hivenet_app_url: str, fake_clock: SetClock,
                                       async_kind: str) -> None:
     async def main() -> None:
-        async with async_connection(async_kind, hivenet_url) as conn:
+        async with async_connection(async_kind, hivenet_app_url) as conn:
             # a transaction-local clock: set again after each rollback
             clock = "SELECT set_config('hivenet.fake_now', :t, true)"
             await run_sql_async(conn, clock, t=NOW)

@@ -128,9 +128,9 @@ def test_the_durable_connection_gets_the_password(hivenet_url: str) -> None:
         assert psycopg.conninfo.conninfo_to_dict(conninfo_of(conn))["password"] == "s3cr'et"
 
 
-def test_async_allocation_and_durable(hivenet_url: str, async_kind: str) -> None:
+def test_async_allocation_and_durable(hivenet_app_url: str, async_kind: str) -> None:
     async def main() -> None:
-        async with async_connection(async_kind, hivenet_url) as conn:
+        async with async_connection(async_kind, hivenet_app_url) as conn:
             repo = AsyncSerialRepository(conn)
             first = await repo.next_unified("C0001", "A01", "01")
             await conn.rollback()

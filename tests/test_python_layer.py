@@ -105,10 +105,10 @@ def test_the_driver_prepares_the_hot_statement_unless_told_not_to(
         engine.dispose()
 
 
-def test_async_session_and_connection_take_the_same_path(hivenet_url: str,
+def test_async_session_and_connection_take_the_same_path(hivenet_app_url: str,
                                                          async_kind: str) -> None:
     async def main() -> list[int]:
-        async with async_connection(async_kind, hivenet_url) as conn:
+        async with async_connection(async_kind, hivenet_app_url) as conn:
             repo = AsyncSerialRepository(conn)
             seqs = [(await repo.next_unified("C0002", "A01", "01")).seq for _ in range(CALLS)]
             await repo.next_interface("C0002", "A01", "01", "D0001")

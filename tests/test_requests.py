@@ -471,7 +471,8 @@ def test_request_context_manager_and_run(any_conn: SyncDB, db: psycopg.Connectio
     any_conn.commit()
 
 
-def test_async_repository(hivenet_url: str, async_kind: str) -> None:
+def test_async_repository(hivenet_app_url: str, hivenet_admin_url: str,
+                          async_kind: str) -> None:
     k, calls = key(), list[int]()
 
     async def body() -> dict[str, int]:
@@ -480,7 +481,7 @@ def test_async_repository(hivenet_url: str, async_kind: str) -> None:
 
     async def scenario() -> list[Any]:
         results: list[Any] = []
-        async with async_connection(async_kind, hivenet_url) as conn:
+        async with async_connection(async_kind, hivenet_app_url) as conn:
             repo = AsyncRequestRepository(conn)
             for _ in range(2):
                 results.append(await repo.run("orders", k, ORDER, body))
@@ -494,7 +495,11 @@ def test_async_repository(hivenet_url: str, async_kind: str) -> None:
                 await repo.begin("orders", other, ORDER)
             await conn.rollback()
             await repo.begin("orders", other, ORDER)
-            await repo.resolve("orders", other, 1, True, "checked by hand", {"order": 9})
+            await conn.commit()
+            async with async_connection(async_kind, hivenet_admin_url) as admin:  # an operator
+                await AsyncRequestRepository(admin).resolve("orders", other, 1, True,
+                                                            "checked by hand", {"order": 9})
+                await admin.commit()
             results.append((await repo.begin("orders", other, ORDER)).response)
             with pytest.raises(StaleAttempt):
                 await repo.finish("orders", other, 1, True)

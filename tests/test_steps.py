@@ -936,7 +936,7 @@ def test_unified_serial_comes_from_the_propagation_context(any_conn: SyncDB,
     assert attempts(db, serial)[0]["unified_serial"] == unified
 
 
-def test_async_repository(hivenet_url: str, db: psycopg.Connection, async_kind: str) -> None:
+def test_async_repository(hivenet_app_url: str, db: psycopg.Connection, async_kind: str) -> None:
     serial = new_serial(db)
 
     async def body() -> dict[str, int]:
@@ -944,7 +944,7 @@ def test_async_repository(hivenet_url: str, db: psycopg.Connection, async_kind: 
 
     async def scenario() -> list[Any]:
         results = []
-        async with async_connection(async_kind, hivenet_url) as conn:
+        async with async_connection(async_kind, hivenet_app_url) as conn:
             for _ in range(2):
                 results.append(await AsyncStepRepository(conn).run(serial, REQUEST, body))
                 await conn.commit()
