@@ -1,15 +1,15 @@
 """The connections durable allocation commits on (``SerialRepository.next_durable``).
 
-A durable serial is committed before it is returned, so it needs a transaction of its own,
-on a second connection, while the caller's business transaction holds the first. Taken from
-the caller's own pool, that second connection is the one a saturated pool never frees: every
-holder waits for a second connection until the pool's timeout (measured: 8 threads on an
-engine of 8 fell from 1,744 to 3 transactions a second). So durable allocation has
-connections of its own: a small pool per database (server, port, database and user of the
-caller's connection), made once, on first use, and never more than ``size`` connections. A call that finds them all busy,
-or cannot get a server session for its own within ``timeout`` (behind PgBouncer, whose pool
-the business transactions may hold), raises ``DurablePoolExhausted`` naming the pool and what
-to size, instead of stalling (docs/operations.md, "Durable allocation").
+A durable serial is committed before it is returned, so it needs a transaction of its own, on a
+second connection, while the caller's business transaction holds the first. Taken from the
+caller's own pool, that second connection is the one a saturated pool never frees: every holder
+waits for a second connection until the pool's timeout (measured: 8 threads on an engine of 8
+fell from 1,744 to 3 transactions a second). So durable allocation has connections of its own:
+a small pool per database (server, port, database and user of the caller's connection), made
+once, on first use, and never more than ``size`` connections. A call that finds them all busy,
+or cannot get a server session for its own within ``timeout`` (behind PgBouncer, whose pool the
+business transactions may hold), raises ``DurablePoolExhausted`` naming the pool and what to
+size, instead of stalling (docs/operations.md, "Durable allocation").
 
 Configure a database's pool before its first durable allocation with
 ``configure_durable_pool(database_url, size=..., timeout=..., url=...)``; ``url`` sends the
