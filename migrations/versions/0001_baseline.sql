@@ -3361,6 +3361,8 @@ END $$;
 CREATE FUNCTION hivenet.set_request_retention(p_namespace text, p_retention interval)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_conflict text;
 BEGIN
     PERFORM hivenet._check_name('namespace', p_namespace);
     IF p_retention IS NULL THEN
@@ -3368,11 +3370,11 @@ BEGIN
     ELSE
         PERFORM hivenet._check_interval(format('retention of namespace %s',
                                                hivenet._shown(p_namespace)), p_retention);
-        IF hivenet._interval_conflict('request_retention', p_retention) IS NOT NULL THEN
+        v_conflict := hivenet._interval_conflict('request_retention', p_retention);
+        IF v_conflict IS NOT NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('retention %s of namespace %s %s', p_retention,
-                                 hivenet._shown(p_namespace),
-                                 hivenet._interval_conflict('request_retention', p_retention));
+                                 hivenet._shown(p_namespace), v_conflict);
         END IF;
         INSERT INTO hivenet.request_namespace AS n (namespace, retention)
         VALUES (p_namespace, p_retention)
