@@ -128,17 +128,18 @@ def hivenet_admin_url(hivenet_url: str, hivenet_server: EmbeddedPostgres,
 def hivenet_engine(hivenet_url: str) -> Iterator[Engine]:
     """SQLAlchemy engine (psycopg 3) on the test's database as its owner (the server's
     superuser): for set-up, such as the application's own tables and their grants."""
-    engine = create_engine(sqlalchemy_url(hivenet_url))
-    try:
-        yield engine
-    finally:
-        engine.dispose()
+    yield from _engine(hivenet_url)
 
 
 @pytest.fixture
 def hivenet_app_engine(hivenet_app_url: str) -> Iterator[Engine]:
     """SQLAlchemy engine on the test's database as the application login (``hivenet_app``)."""
-    engine = create_engine(sqlalchemy_url(hivenet_app_url))
+    yield from _engine(hivenet_app_url)
+
+
+def _engine(url: str) -> Iterator[Engine]:
+    """A SQLAlchemy engine (psycopg 3) on ``url``, disposed when the fixture ends."""
+    engine = create_engine(sqlalchemy_url(url))
     try:
         yield engine
     finally:

@@ -55,6 +55,18 @@ class Tree:
         assert configured.count("keep_out_of_the_package") == 2  # offline and online
         env.write_text(guard + "\n\n" + configured)
 
+    def create_orders(self) -> None:
+        """The application's first revision, its own branch: table orders, whose serial
+        defaults to a hivenet allocation (so it depends on hivenet's head)."""
+        self.run("revision", "-m", "create orders", "--head", "base", "--branch-label", "app",
+                 "--version-path", "migrations/versions", "--rev-id", "a001",
+                 "--depends-on", migrate.head())
+        first = self.root / "migrations" / "versions" / "a001_create_orders.py"
+        first.write_text(first.read_text().replace(
+            "def upgrade() -> None:\n", "def upgrade() -> None:\n    op.execute(\"CREATE TABLE "
+            "orders (serial text PRIMARY KEY DEFAULT hivenet.next_unified_serial('C0001', 'A01', "
+            "'01'), item text)\")\n", 1))
+
     def run(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run([str(BIN / "alembic"), *args], cwd=self.root,
                                 capture_output=True, text=True, check=False, timeout=120)
@@ -80,14 +92,7 @@ def test_the_documented_tree(hivenet_url: str, tmp_path: Path, db: psycopg.Conne
     refused = tree.run("revision", "-m", "oops", "--head", "hivenet@head", ok=False)
     assert "installed hivenet-db package" in refused.stderr
 
-    tree.run("revision", "-m", "create orders", "--head", "base", "--branch-label", "app",
-             "--version-path", "migrations/versions", "--rev-id", "a001",
-             "--depends-on", migrate.head())
-    first = tmp_path / "migrations" / "versions" / "a001_create_orders.py"
-    first.write_text(first.read_text().replace(
-        "def upgrade() -> None:\n", "def upgrade() -> None:\n    op.execute(\"CREATE TABLE orders "
-        "(serial text PRIMARY KEY DEFAULT hivenet.next_unified_serial('C0001', 'A01', '01'), "
-        "item text)\")\n", 1))
+    tree.create_orders()
     tree.run("revision", "-m", "second", "--head", "app@head", "--rev-id", "a002")
     assert sorted(p.name for p in (tmp_path / "migrations" / "versions").glob("*.py")) == [
         "a001_create_orders.py", "a002_second.py"]
@@ -116,14 +121,7 @@ def test_the_tree_on_the_template_of_docs_testing(hivenet_url: str, tmp_path: Pa
     """docs/testing.md's upgrade_your_tree, as written, on a database installed as the
     plugin's template is: the tree's revisions run, hivenet's are stamped, not replayed."""
     tree = Tree(tmp_path, hivenet_url)
-    tree.run("revision", "-m", "create orders", "--head", "base", "--branch-label", "app",
-             "--version-path", "migrations/versions", "--rev-id", "a001",
-             "--depends-on", migrate.head())
-    first = tmp_path / "migrations" / "versions" / "a001_create_orders.py"
-    first.write_text(first.read_text().replace(
-        "def upgrade() -> None:\n", "def upgrade() -> None:\n    op.execute(\"CREATE TABLE orders "
-        "(serial text PRIMARY KEY DEFAULT hivenet.next_unified_serial('C0001', 'A01', '01'), "
-        "item text)\")\n", 1))
+    tree.create_orders()
     namespace: dict[str, object] = {}
     exec(_doc_block("python", "def upgrade_your_tree", TESTING_DOC), namespace)
     monkeypatch.chdir(tmp_path)
