@@ -109,35 +109,6 @@ CREATE TABLE hivenet.format (
 );
 COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
 
--- The row of format p_name, as a constant written by a trigger (see _setting_constant in
--- settings.sql), or NULL when it is not there yet (read the table then). Inlined; never reads
--- a table; never blocks.
-CREATE FUNCTION hivenet._format_constant(p_name text) RETURNS hivenet.format
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::hivenet.format;
-END;
-
--- Trigger: rewrite _format_constant from the table.
-CREATE FUNCTION hivenet._compile_formats() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._rewrite_constants('hivenet.format', TG_OP, 'hivenet._format_constant',
-        'hivenet.format',
-        (SELECT string_agg(format('WHEN %L THEN %L::hivenet.format', f.name, f::text), ' '
-                           ORDER BY f.name)
-         FROM hivenet.format f));
-    -- The allocation fast paths are generated from settings and formats too (allocate.sql;
-    -- not there yet while the schema's first files are installed).
-    IF to_regprocedure('hivenet._compile_fast_paths()') IS NOT NULL THEN
-        PERFORM hivenet._compile_fast_paths();
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER format_compile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_formats();
-
 -- Reject a format definition with HN001 naming the format and the offending part.
 CREATE FUNCTION hivenet._format_error(p_name text, p_message text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$

@@ -72,8 +72,9 @@ END $$;
 -- Trigger: reject a value that does not parse as the setting's kind, an interval out of its
 -- bounds (_interval_conflict), and a business time zone behind the current one once serials
 -- exist (their dates and times would go backwards).
--- hivenet.scope and hivenet.scope_pending (allocate.sql) are read when the trigger runs. SECURITY DEFINER: an administrator updates the table without any right on what the
--- checks read, and gets their HN001, never 42501.
+-- SECURITY DEFINER: an administrator updates the table without any right on what the checks
+-- read (hivenet.scope and hivenet.scope_pending, counters.sql), and gets their HN001, never
+-- 42501.
 CREATE FUNCTION hivenet._setting_check() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -120,70 +121,6 @@ END $$;
 
 CREATE TRIGGER setting_check BEFORE INSERT OR UPDATE ON hivenet.setting
     FOR EACH ROW EXECUTE FUNCTION hivenet._setting_check();
-
--- Generated constants: hot paths (allocation) read settings and formats without a query, which
--- costs a quarter of an allocation (docs/benchmarks.md). A trigger rewrites a function whose body
--- holds the current values whenever the table changes, in the same transaction: every session
--- sees the new values exactly when the change commits (a plan that inlined the function is
--- invalidated by the rewrite). Rewrites are serialised by this advisory lock, held until commit.
-CREATE FUNCTION hivenet._constants_lock_space() RETURNS integer
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210102 $$;
-
--- HN001 unless the transaction may rewrite generated constants after a change of kind p_op
--- (TG_OP) to table p_table. Updates, deletes and truncates must run in READ COMMITTED: the
--- rewrite reads the table after waiting for the lock, and a REPEATABLE READ snapshot could miss a
--- change committed meanwhile and write an older value back. Inserts are safe anywhere: a row
--- missing from generated constants is read from its table instead.
-CREATE FUNCTION hivenet._lock_constants(p_table text, p_op text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF p_op <> 'INSERT' AND current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('change %s in a READ COMMITTED transaction, not %s', p_table,
-                             current_setting('transaction_isolation'));
-    END IF;
-    PERFORM pg_advisory_xact_lock(hivenet._constants_lock_space(), 0);
-END $$;
-
--- Rewrite generated-constant function p_function(p_name text) RETURNS p_type so that it maps
--- each name to its value: p_cases is the body of a CASE on p_name ('WHEN ... THEN ...', or
--- NULL when the table is empty). Called by the triggers of p_table after a change p_op.
-CREATE FUNCTION hivenet._rewrite_constants(p_table text, p_op text, p_function text,
-    p_type text, p_cases text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._lock_constants(p_table, p_op);
-    EXECUTE format('CREATE OR REPLACE FUNCTION %s(p_name text) RETURNS %s LANGUAGE sql STABLE '
-                   'BEGIN ATOMIC SELECT CASE p_name %s ELSE NULL::%2$s END; END',
-                   p_function, p_type, coalesce(p_cases, 'WHEN NULL THEN NULL'));
-END $$;
-
--- The value of setting p_name, as a constant written by a trigger (NULL when unknown). A SQL-
--- standard body without SET (bound when created, so no search path can redirect it): inlined,
--- and folded to a constant when the name is one. Never reads a table; never blocks.
-CREATE FUNCTION hivenet._setting_constant(p_name text) RETURNS text
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::text;
-END;
-
--- Trigger: rewrite _setting_constant from the table.
-CREATE FUNCTION hivenet._compile_settings() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._rewrite_constants('hivenet.setting', TG_OP, 'hivenet._setting_constant',
-        'text', (SELECT string_agg(format('WHEN %L THEN %L', name, value), ' ' ORDER BY name)
-                 FROM hivenet.setting));
-    -- The allocation fast paths are generated from settings and formats too (allocate.sql;
-    -- not there yet while the schema's first files are installed).
-    IF to_regprocedure('hivenet._compile_fast_paths()') IS NOT NULL THEN
-        PERFORM hivenet._compile_fast_paths();
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER setting_compile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.setting
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_settings();
 
 INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('time_zone', 'UTC', 'time_zone',
@@ -399,35 +336,6 @@ CREATE TABLE hivenet.format (
     clock_unit         text
 );
 COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
-
--- The row of format p_name, as a constant written by a trigger (see _setting_constant in
--- settings.sql), or NULL when it is not there yet (read the table then). Inlined; never reads
--- a table; never blocks.
-CREATE FUNCTION hivenet._format_constant(p_name text) RETURNS hivenet.format
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::hivenet.format;
-END;
-
--- Trigger: rewrite _format_constant from the table.
-CREATE FUNCTION hivenet._compile_formats() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._rewrite_constants('hivenet.format', TG_OP, 'hivenet._format_constant',
-        'hivenet.format',
-        (SELECT string_agg(format('WHEN %L THEN %L::hivenet.format', f.name, f::text), ' '
-                           ORDER BY f.name)
-         FROM hivenet.format f));
-    -- The allocation fast paths are generated from settings and formats too (allocate.sql;
-    -- not there yet while the schema's first files are installed).
-    IF to_regprocedure('hivenet._compile_fast_paths()') IS NOT NULL THEN
-        PERFORM hivenet._compile_fast_paths();
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER format_compile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_formats();
 
 -- Reject a format definition with HN001 naming the format and the offending part.
 CREATE FUNCTION hivenet._format_error(p_name text, p_message text) RETURNS void
@@ -858,23 +766,9 @@ BEGIN
     END IF;
 END $$;
 
--- hivenet_db/sql/allocate.sql
--- Allocation: one PostgreSQL sequence per counter scope, holding period * stride + seq.
---
--- Fast path: one nextval(). When the value's period is older than the clock's, the first
--- caller to notice moves the sequence forward (setval) under a short, namespaced session-level
--- advisory lock that is released before returning: nobody ever waits for another transaction
--- to commit. When the value's period is newer (the clock went back), issuing continues in the
--- sequence's period, so serials never go backwards. Sequences are not transactional, so
--- numbers taken by a transaction that rolls back are gaps, never reissued.
---
--- A format that prints a finer time than its period (interface and merchant_trade print the
--- second, reset daily: its clock_unit) keeps, per counter, the latest instant issued in a
--- second sequence, its clock sequence, holding that instant's period index in the clock unit
--- (the same encoding, one unit finer). Every allocation reads it and prints no earlier
--- (within the value's own period), and raises it under the same short advisory lock as a
--- period reset, before returning: a serial issued after another call returned is never
--- smaller, whatever the clock did (seed 004's guard, for every format; SPEC guarantee 3).
+-- hivenet_db/sql/counters.sql
+-- Counters: one PostgreSQL sequence per counter scope (format + counter-key field values),
+-- holding period * stride + seq (periods.sql moves it from period to period).
 --
 -- Every scope counts on a sequence of its own, from 1 each period (seed 000: the day's order
 -- of that channel's business). It is created in a transaction of the owner's, never in the
@@ -1136,6 +1030,26 @@ BEGIN
     END LOOP;
 END $$;
 
+-- hivenet_db/sql/periods.sql
+-- Periods and clocks of a counter (counters.sql): moving it to a new period, and keeping the
+-- time it prints from going back.
+--
+-- A counter's value carries its period. When the value's period is older than the clock's,
+-- the first caller to notice moves the sequence forward (setval) under a short, namespaced
+-- session-level advisory lock that is released before returning: nobody ever waits for
+-- another transaction to commit. When the value's period is newer (the clock went back),
+-- issuing continues in the sequence's period, so serials never go backwards. Sequences are
+-- not transactional, so numbers taken by a transaction that rolls back are gaps, never
+-- reissued.
+--
+-- A format that prints a finer time than its period (interface and merchant_trade print the
+-- second, reset daily: its clock_unit) keeps, per counter, the latest instant issued in a
+-- second sequence, its clock sequence, holding that instant's period index in the clock unit
+-- (the same encoding, one unit finer). Every allocation reads it and prints no earlier
+-- (within the value's own period), and raises it under the same short advisory lock as a
+-- period reset, before returning: a serial issued after another call returned is never
+-- smaller, whatever the clock did (seed 004's guard, for every format; SPEC guarantee 3).
+
 -- Slow path, under the counter's advisory lock: move sequence p_seq (the counter of p_scope,
 -- a name for messages) to period p_period when it is still in an older one, and past an
 -- exhausted period (borrowing formats only; others get HN010 naming the format, the scope, the
@@ -1245,6 +1159,10 @@ BEGIN
                 THEN hivenet._period_start(v_value / v_format.stride, v_format.reset) END;
 END $$;
 
+-- hivenet_db/sql/fields.sql
+-- Field values given to allocation: in the format's field order, each checked against its
+-- segment (formats.sql, _field_problem), HN001 naming the first bad one.
+
 -- HN001 naming the first field of p_values (in p_format's field order) that is invalid, or
 -- saying how many values the format takes; returns when every value is valid. With
 -- p_key_only, a field outside the counter key may be missing (prepare_scope).
@@ -1296,238 +1214,215 @@ BEGIN
                  ORDER BY i);
 END $$;
 
--- p_count serials of format p_format for field values p_values from counter p_seq (the
--- scope's own sequence, or the format's cold counter; p_scope names it in messages), printed
--- at the clock's time in the business time zone, never before the latest instant the counter
--- has issued (its clock sequence, formats with a clock_unit). HN010 when the period is
--- exhausted.
-CREATE FUNCTION hivenet._issue(p_seq regclass, p_format hivenet.format, p_values text[],
-    p_count integer, p_scope text) RETURNS text[]
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+-- hivenet_db/sql/parse.sql
+-- hivenet.parse_serial(serial, format default null) → jsonb
+--   {"format": ..., <one key per field>, "date" or "datetime": ..., "seq": n}. With no format,
+--   the standard's kinds (unified, system, interface) are told apart by their lengths.
+--   HN001 when the serial is no valid serial of that format (length, characters, an
+--   impossible date, seq 0) or the format is unknown. IMMUTABLE in effect; never blocks.
+--   hivenet_db.parse_serial does the same in Python for the built-in formats (same results,
+--   same messages; tests/test_parsing.py compares them).
+CREATE FUNCTION hivenet.parse_serial(p_serial text, p_format text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_local timestamp := hivenet.now() AT TIME ZONE hivenet._setting_constant('time_zone');
-    v_period bigint := hivenet._period_index(v_local, p_format.reset);
-    v_head text := format(p_format.head_pattern, VARIADIC p_values);
-    v_tail text := format(p_format.tail_pattern, VARIADIC p_values);
-    v_raw bigint;
-    v_print timestamp;
-    v_out text[] := '{}';
-    v_clock regclass;
-    v_latest bigint;  -- the latest instant issued by the counter, in p_format.clock_unit
-    v_read bigint;    -- ... as read from its clock sequence when this call started
-    v_instant bigint;
+    v_kinds constant text[] := ARRAY['unified', 'system', 'interface'];
+    v_format hivenet.format;
+    v_seg jsonb;
+    v_pos integer := 1;
+    v_part text;
+    v_problem text;
+    v_time timestamp;
+    v_result jsonb;
 BEGIN
-    IF p_format.clock_unit IS NOT NULL THEN
-        -- Read once, before any value is drawn: every call that returned before this one
-        -- started has raised it to what it printed.
-        v_clock := hivenet._clock_sequence(p_seq);
-        v_read := coalesce(pg_sequence_last_value(v_clock), 0);
-        v_latest := v_read;
+    IF p_serial IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'serial is NULL';
     END IF;
-    FOR i IN 1 .. p_count LOOP
-        v_raw := nextval(p_seq);
-        IF v_raw / p_format.stride < v_period
-           OR v_raw % p_format.stride NOT BETWEEN 1 AND p_format.capacity THEN
-            v_raw := hivenet._advance(p_seq, p_format, v_period, p_scope);
-        END IF;
-        -- A newer period than the clock's (clock went back, or borrowed): print its start.
-        v_print := CASE WHEN v_raw / p_format.stride = v_period THEN v_local
-                        ELSE hivenet._period_start(v_raw / p_format.stride, p_format.reset) END;
-        IF v_clock IS NOT NULL THEN
-            v_instant := hivenet._period_index(v_print, p_format.clock_unit);
-            IF v_instant < v_latest THEN
-                -- The clock is behind an instant already issued: print that one, but never
-                -- past the value's own period (its date must stay the period's).
-                v_instant := least(v_latest, hivenet._period_last_instant(
-                    v_raw / p_format.stride, p_format.reset, p_format.clock_unit));
-                v_print := greatest(v_print,
-                                    hivenet._period_start(v_instant, p_format.clock_unit));
+    SELECT * INTO v_format FROM hivenet.format
+    WHERE name = coalesce(p_format, (SELECT k.name FROM hivenet.format k
+                                     WHERE k.name = ANY (v_kinds)
+                                       AND k.length = octet_length(p_serial)));
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = CASE WHEN p_format IS NULL
+            -- 'unified (28), system (30) or interface (39)', lengths from the definitions.
+            THEN format('serial %s is no %s serial; name its format', hivenet._shown(p_serial),
+                        (SELECT regexp_replace(string_agg(format('%s (%s)', k.name, k.length),
+                                                          ', ' ORDER BY array_position(v_kinds,
+                                                                                       k.name)),
+                                               ', ([^,]*)$', ' or \1')
+                         FROM hivenet.format k WHERE k.name = ANY (v_kinds)))
+            ELSE format('unknown format %s', hivenet._shown(p_format)) END;
+    END IF;
+    v_result := jsonb_build_object('format', v_format.name);
+    IF octet_length(p_serial) <> v_format.length OR length(p_serial) <> v_format.length THEN
+        v_problem := format('length %s, not %s', length(p_serial), v_format.length);
+    END IF;
+    FOR v_seg IN SELECT jsonb_array_elements(v_format.segments) LOOP
+        EXIT WHEN v_problem IS NOT NULL;
+        IF v_seg -> 'printed' = 'false' THEN
+            v_part := '';  -- a field of the counter key that is not printed
+        ELSIF v_seg ? 'field' THEN
+            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
+            v_problem := 'field ' || (v_seg ->> 'field') || ' '
+                         || hivenet._field_problem(v_seg, v_part);
+            v_result := v_result || jsonb_build_object(v_seg ->> 'field', v_part);
+        ELSIF v_seg ? 'literal' THEN
+            v_part := substr(p_serial, v_pos, length(v_seg ->> 'literal'));
+            IF v_part <> v_seg ->> 'literal' THEN
+                v_problem := format('%L where %L belongs', v_part, v_seg ->> 'literal');
             END IF;
-            v_latest := greatest(v_latest, v_instant);
+        ELSIF v_seg ? 'time' THEN
+            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
+            BEGIN
+                v_time := to_timestamp(v_part, v_seg ->> 'to_char')::timestamp;
+            EXCEPTION WHEN data_exception THEN
+                v_time := NULL;
+            END;
+            -- The round trip rejects what to_timestamp forgives (spaces, signs, 2-digit years).
+            IF v_part !~ '^[0-9]+$' OR v_time IS NULL
+               OR to_char(v_time, v_seg ->> 'to_char') <> v_part THEN
+                v_problem := format('time %L is no valid %s', v_part, v_seg ->> 'time');
+            ELSIF hivenet._unit_rank(v_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
+                v_result := v_result || jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
+            ELSE
+                v_result := v_result || jsonb_build_object(
+                    'datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
+            END IF;
+        ELSE
+            v_part := substr(p_serial, v_pos, v_format.seq_width);
+            IF v_part !~ '^[0-9]+$' OR v_part::numeric = 0 THEN
+                v_problem := format('seq %L is not 1 to %s', v_part, v_format.capacity);
+            ELSE
+                v_result := v_result || jsonb_build_object('seq', v_part::bigint);
+            END IF;
         END IF;
-        -- concat, not ||: to_char of an empty pattern is NULL.
-        v_out := v_out || concat(to_char(v_print, v_head),
-                                 lpad((v_raw % p_format.stride)::text, p_format.seq_width, '0'),
-                                 to_char(v_print, v_tail));
+        v_pos := v_pos + length(v_part);
     END LOOP;
-    IF v_latest > v_read THEN
-        PERFORM hivenet._raise_clock(v_clock, v_latest);
-    END IF;
-    RETURN v_out;
-END $$;
-
--- _issue for scope p_scope that has no sequence of its own yet (as far as this session's
--- catalog cache knows): from its own sequence if one was committed since, else from the
--- format's cold counter, recording the scope for maintain(). Holds the format's cold lock
--- shared while it looks and draws (never until commit), so a promotion that commits in
--- between is either seen here or waited for. Never waits for another caller's commit.
-CREATE FUNCTION hivenet._issue_cold(p_format hivenet.format, p_values text[], p_count integer)
-RETURNS text[]
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_scope text := hivenet._scope_of(p_format, p_values);
-    v_key integer := hashtext(p_format.name);
-    v_seq regclass;
-    v_out text[];
-BEGIN
-    -- A scope's first use (and every use of a parked one): this database must own it
-    -- (ownership.sql). Scopes with a sequence of their own passed this when promoted.
-    IF hivenet._setting_constant('owned_instances') IS DISTINCT FROM 'all' THEN
-        PERFORM hivenet._check_owned(p_format, p_values);
-    END IF;
-    PERFORM pg_advisory_lock_shared(hivenet._cold_lock_space(), v_key);
-    BEGIN
-        v_seq := hivenet._committed_sequence(hivenet._scope_sequence_name(p_format.name, v_scope));
-        IF v_seq IS NULL THEN
-            v_out := hivenet._issue(
-                ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass,
-                p_format, p_values, p_count,
-                format('the cold counter of unprepared scopes (scope %L was not prepared '
-                       'before its first use; prepare scopes at deployment, `hivenet-db '
-                       'prepare`: one prepared now starts after every cold value, so it is '
-                       'exhausted too until the next period)', v_scope));
-            -- Once per scope, not per serial: a busy new scope would pile up rows.
-            INSERT INTO hivenet.scope_pending (format, scope, fields)
-            SELECT p_format.name, v_scope, hivenet._scope_fields(p_format, p_values)
-            WHERE NOT EXISTS (SELECT FROM hivenet.scope_pending s
-                              WHERE s.format = p_format.name AND s.scope = v_scope);
-        END IF;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-        PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
-        RAISE;
-    END;
-    PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
-    IF v_seq IS NOT NULL THEN
-        RETURN hivenet._issue(v_seq, p_format, p_values, p_count, format('scope %L', v_scope));
-    END IF;
-    RETURN v_out;
-END $$;
-
--- The core of every next_* function: p_count serials of format p_format, the field values
--- given by name in p_fields (a JSON object), or, when p_values is not NULL, in p_values in the
--- format's field order (the next_<kind>_serial functions: no JSON on their path).
--- Raises HN001 (bad format, field or count), HN002 (registry), HN010 (period exhausted).
--- Never waits for another transaction; may wait a moment for another allocation's period
--- reset (the advisory lock is held for one setval, never until commit), and a new scope's
--- allocation waits for a maintain() that is promoting scopes of the format to commit.
--- The hot path is short on purpose (docs/benchmarks.md): one query, one regex match, no loop
--- over segments; the slow paths (bad input, a new scope, period reset) are helpers.
-CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[],
-    p_count integer) RETURNS text[]
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    -- Settings and format from generated constants (settings.sql): no query on the hot path.
-    v_format hivenet.format := hivenet._format_constant(p_format);
-    v_values text[] := p_values;
-    v_field integer;
-    v_scope text;
-    v_seq regclass;
-BEGIN
-    IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
+    IF v_problem IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('format %s: count %s must be from 1 to 1000000',
-                             hivenet._shown(p_format), coalesce(p_count::text, 'NULL'));
+            MESSAGE = format('serial %s is no valid %s serial: %s', hivenet._shown(p_serial),
+                             v_format.name, v_problem);
     END IF;
-    IF v_format.name IS NULL THEN
-        -- Not in the constants: defined by a transaction whose rewrite was superseded.
-        SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('unknown format %s', hivenet._shown(p_format));
-        END IF;
-    END IF;
-    IF v_values IS NULL THEN
-        v_values := hivenet._field_values(v_format, p_fields);
-    END IF;
-    IF array_to_string(v_values, ' ', '?') !~ v_format.field_pattern THEN
-        PERFORM hivenet._check_fields(v_format, v_values);
-    END IF;
-    IF v_format.bounded_fields <> '{}' THEN
-        -- Digits only (the pattern matched), so the casts are safe.
-        FOREACH v_field IN ARRAY v_format.bounded_fields LOOP
-            IF v_values[v_field]::numeric < v_format.field_min[v_field]
-               OR v_values[v_field]::numeric > v_format.field_max[v_field] THEN
-                PERFORM hivenet._check_fields(v_format, v_values);
-            END IF;
-        END LOOP;
-    END IF;
-    IF hivenet._setting_constant('enforce_registry')::boolean THEN
-        PERFORM hivenet._check_registry(jsonb_object(v_format.field_names, v_values));
-    END IF;
-    -- Formats whose every field is in the counter key skip _scope_of's subquery, which
-    -- would take the expression off PL/pgSQL's fast path for simple expressions.
-    IF v_format.key_fields IS NULL THEN
-        v_scope := array_to_string(v_values, '');
-    ELSE
-        v_scope := hivenet._scope_of(v_format, v_values);
-    END IF;
-    v_seq := to_regclass(
-        'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
-    IF v_seq IS NULL THEN
-        RETURN hivenet._issue_cold(v_format, v_values, p_count);
-    END IF;
-    RETURN hivenet._issue(v_seq, v_format, v_values, p_count, format('scope %L', v_scope));
+    RETURN v_result;
 END $$;
 
--- hivenet.next_serial(format, fields) → text: one serial of any format, fields by name,
---   e.g. next_serial('unified', '{"system":"C0001","module":"A01","instance":"01"}').
---   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
-CREATE FUNCTION hivenet.next_serial(p_format text, p_fields jsonb) RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RETURN (hivenet._allocate(p_format, p_fields, NULL, 1))[1];
-END $$;
+-- hivenet_db/sql/compile.sql
+-- Generated code: the functions whose bodies are written from the rows of hivenet.format
+-- and hivenet.setting, and the one place that writes them (_recompile).
+--
+-- The hot paths read formats and settings on every call; generated functions hold them as
+-- constants, so no call queries a table, and a change reaches every session exactly when the
+-- transaction that made it commits (a function's body is catalog data). One statement
+-- trigger per table calls _recompile() in the changing transaction. Each generated function
+-- is written below as it is before any row exists, with its contract; _recompile replaces
+-- its body (CREATE OR REPLACE keeps its grants, privileges.sql). What their shapes owe to
+-- the planner: docs/design/sql-internals.md.
+--
+-- _recompile() reads both tables once and writes, in this order:
+--   1. _setting_constant, _format_constant: the rows, as constants;
+--   2. _serial_valid, _serial_shaped, _serial_time, _serial_field, _serial_scope: every
+--      format's layout (_layout_sql);
+--   3. _fast_unified, _fast_system: the allocation fast paths (_fast_path_expression);
+--   4. _step_in_window: from the layout of format 'system' (step 2's values) and the
+--      settings (_step_window_expression).
+-- Generators pass values (records, arguments), never SQL text they read back.
+-- tests/test_generated.py keeps a snapshot of every generated body.
 
--- hivenet.next_serials(format, fields, n) → setof text: n serials in one call (bulk work),
---   in increasing order. HN001 unless 1 <= n <= the setting max_serials_per_call (10,000 by
---   default): one call for a million would hold its backend for many seconds and take a
---   million of the scope's capacity for the period. Larger batches take several calls.
-CREATE FUNCTION hivenet.next_serials(p_format text, p_fields jsonb, p_n integer)
-RETURNS SETOF text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_limit integer := hivenet._setting_constant('max_serials_per_call')::integer;
+-- Advisory lock namespace of the rewrites: (this key, 0).
+CREATE FUNCTION hivenet._constants_lock_space() RETURNS integer
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210102 $$;
+
+-- HN001 unless the transaction may rewrite the generated functions after a change of kind
+-- p_op (TG_OP) to table p_table; then takes the rewrites' advisory lock until commit, so
+-- rewrites never interleave. Updates, deletes and truncates must run in READ COMMITTED: the
+-- rewrite reads the table after waiting for the lock, and a REPEATABLE READ snapshot could
+-- miss a change committed meanwhile and write an older value back. Inserts are safe
+-- anywhere: a row missing from the generated functions is read from its table instead.
+CREATE FUNCTION hivenet._lock_constants(p_table text, p_op text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF p_n > v_limit THEN
+    IF p_op <> 'INSERT' AND current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('format %s: count %s is more than the %s serials one call may take '
-                             '(setting max_serials_per_call); take them in several calls',
-                             hivenet._shown(p_format), p_n, v_limit);
+            MESSAGE = format('change %s in a READ COMMITTED transaction, not %s', p_table,
+                             current_setting('transaction_isolation'));
     END IF;
-    RETURN QUERY SELECT unnest(hivenet._allocate(p_format, p_fields, NULL, p_n));
+    PERFORM pg_advisory_xact_lock(hivenet._constants_lock_space(), 0);
 END $$;
 
--- The fast path of next_unified_serial and next_system_serial (docs/benchmarks.md): one
--- expression, inlined into the caller's statement, so nothing is prepared again in each
--- transaction (a PL/pgSQL body prepares every expression anew in each one). For it to be
--- inlined: LANGUAGE sql, one SELECT without FROM, no SECURITY DEFINER, no SET (a SQL-standard
--- body is bound to its functions when created, so no search path can redirect it), and the
--- one volatile call (nextval) used once. It runs with the caller's rights: the caller needs
--- USAGE on the scopes' sequences (granted to hivenet_app when they are made, _promote_scope,
--- privileges.sql _grant_counter:
--- it lets a caller consume values, which any caller of next_serial can, and never setval).
---
--- It serves only the plain case and returns NULL for anything else, so that its caller hands
--- the call to next_serial (_allocate: the full checks, the exact errors, the slow paths): a
--- format whose printed fields are its values and the date (no time of day, which _issue keeps
--- monotonic), reset daily, every field in the counter key; valid values (one regex, the digit
--- bounds); no registry check; no fake clock (where a database allows one: a session that set
--- hivenet.fake_now goes to the full path; where none is allowed, the fast path does not read
--- the setting at all, which cost ~7% of a call, and issues by the real clock, while every
--- other function raises HN001); a prepared scope (its sequence found by name: every scope
--- sequence belongs to an owned instance, ownership.sql); a value of today's period within capacity (a new period, a clock stepped back, exhaustion:
--- the value taken here is a gap, as when _issue hands over to _advance). The time is the
--- statement's (stable, so one instant for the period check and the printed date:
--- clock_timestamp() read twice could straddle midnight and print a day that is not the
--- value's). The value is clamped and NULLed when it is not 1 .. capacity past the period's
--- start, arithmetic only (a regex costs several microseconds).
---
--- Generated per format (_fast_unified, _fast_system) with the format's pattern, widths,
--- bounds and the business time zone written in as literals, rewritten whenever a format or a
--- setting changes (the triggers of formats.sql and settings.sql call _compile_fast_paths):
--- an expression that read them from _format_constant instead was folded to the same plan,
--- but folding ~30 reads of the format row cost ~5 ms of planning, paid by every caller that
--- does not prepare its statement (psql, PgBouncer in transaction pooling, PL/Proxy).
+-- 1. The value of setting p_name (NULL when unknown). Never reads a table; never blocks.
+CREATE FUNCTION hivenet._setting_constant(p_name text) RETURNS text
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::text;
+END;
+
+-- 1. The row of format p_name, or NULL when it is not there (a definition whose rewrite lost
+-- to a concurrent one: read the table then). Never reads a table; never blocks.
+CREATE FUNCTION hivenet._format_constant(p_name text) RETURNS hivenet.format
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::hivenet.format;
+END;
+
+-- 2. A format's layout as code, one CASE branch per format, so the hot paths
+-- (claim_interface_serial, begin_step) and the views read a serial without parsing its
+-- definition. Each takes the format's name first. A format missing from them (its rewrite
+-- lost a race) gets NULL from the checks (the caller asks parse_serial) and parse_serial's
+-- answer for the values. Never raise.
+-- _serial_valid(format, serial): true when serial is surely a valid serial of format, false
+-- when parse_serial must decide (it raises HN001 naming the problem), NULL for an unknown
+-- format.
+CREATE FUNCTION hivenet._serial_valid(p_format text, p_serial text) RETURNS boolean
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::boolean;
+END;
+
+-- _serial_shaped(format, serial): serial has the shape of the format (the right characters
+-- in the right places; values unchecked); NULL for an unknown format or a NULL serial.
+CREATE FUNCTION hivenet._serial_shaped(p_format text, p_serial text) RETURNS boolean
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::boolean;
+END;
+
+-- _serial_time(format, serial): the time printed in a valid serial (business-local; midnight
+-- for a date), NULL when the serial is not valid (as _serial_valid) or the format prints none.
+CREATE FUNCTION hivenet._serial_time(p_format text, p_serial text) RETURNS timestamp
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::timestamp;
+END;
+
+-- _serial_field(format, serial, field): the value of a printed field of a serial (NULL for
+-- a field the format does not print).
+CREATE FUNCTION hivenet._serial_field(p_format text, p_serial text, p_field text) RETURNS text
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::text;
+END;
+
+-- _serial_scope(format, serial): the counter scope of a valid serial (counters.sql), NULL
+-- when the format does not print its whole counter key.
+CREATE FUNCTION hivenet._serial_scope(p_format text, p_serial text) RETURNS text
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::text;
+END;
+
+-- 3. The fast paths of next_unified_serial and next_system_serial (allocate.sql): a serial
+-- of format unified (system) for system p_a, module p_b, instance p_c, or NULL for anything
+-- but the plain case, which the caller then hands to next_serial (the full checks, the exact
+-- errors, the slow paths). The plain case: a format whose printed fields are its values and
+-- the date (no time of day, which _issue keeps monotonic), reset daily, every field in the
+-- counter key; valid values (one regex, the digit bounds); no registry check; no fake clock
+-- (where a database allows one, a session that set hivenet.fake_now goes to the full path;
+-- where none is allowed, the fast path does not read the setting and issues by the real
+-- clock); a prepared scope, its sequence found by name (every scope sequence belongs to an
+-- owned instance, ownership.sql); a value of today's period within capacity (a new period,
+-- a clock stepped back, exhaustion: the value taken here is a gap, as when _issue hands over
+-- to _advance). The time is the statement's: one instant for the period check and the
+-- printed date. Runs with the caller's rights: the caller needs USAGE on the scopes'
+-- sequences (privileges.sql, _grant_counter). Never waits for another transaction.
 CREATE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text) RETURNS text
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
@@ -1540,11 +1435,175 @@ BEGIN ATOMIC
     SELECT NULL::text;
 END;
 
--- The expression of the fast path of format p_format (see above), or 'NULL::text' when the
--- format or the settings leave every call to the full path.
+-- 4. _step_in_window(system serial): the serial, if valid, is surely dated inside the window
+-- whose steps are kept (HN021, see _begin_step in steps.sql), and no instance needs a check
+-- (setting owned_instances 'all'). Then begin_step may replay a stored step without
+-- _begin_step, and view _step_start may start a new one (its layout checked there). When the
+-- layout prints the date as YYYYMMDD, that date is compared as text, so no input makes it
+-- raise: from the day after the day of _step_days_from to the day of _step_days_to (exact at
+-- that end); a step dated on the window's first day or later goes to _begin_step, which
+-- decides exactly (and accepts this database's own serials past the end). VOLATILE
+-- (hivenet.now()).
+CREATE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT false;
+END;
+
+-- 2. The SQL expressions (on a text p_serial) that read serials of format p_format, from its
+-- segments only:
+--   shape: a boolean expression, true when p_serial has the characters of every printed
+--     segment (charset of each field, digits for time and seq, literals as they are); every
+--     valid serial has them: its length, then one regex.
+--   valid: true when p_serial is valid, false when it may not be (parse_serial decides then):
+--     the shape, digit bounds, months, days of the month (leap years included), hours,
+--     minutes, seconds, a seq other than 0. The casts sit behind the shape, in a CASE.
+--   time_of: the time printed in a valid serial (midnight for a date), NULL when none.
+--   date_at: where time_of's date starts when it is a date only, printed YYYYMMDD; else NULL.
+--   fields: field name → the expression of its printed value.
+--   scope: the counter scope of a valid serial (its counter-key fields, counters.sql), NULL
+--     when one of them is not printed.
+CREATE FUNCTION hivenet._layout_sql(p_format hivenet.format, OUT shape text, OUT valid text,
+    OUT time_of text, OUT date_at integer, OUT fields jsonb, OUT scope text)
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_seg jsonb;
+    v_pos integer := 1;
+    v_width integer;
+    v_part text;
+    v_type text;
+    v_checks text[] := '{}';
+    v_scope text[] := '{}';
+    v_unprinted_key boolean := false;
+    v_pattern text;
+    v_token record;
+    v_at integer;
+    v_time jsonb;
+    v_at_of jsonb;  -- the position of each part of the time segment
+    v_classes text[] := '{}';  -- the shape as character classes (or literals) and counts
+    v_counts integer[] := '{}';
+    v_class text;
+BEGIN
+    shape := '';
+    fields := '{}';
+    FOR v_seg IN SELECT jsonb_array_elements(p_format.segments) LOOP
+        IF v_seg ? 'field' AND v_seg -> 'printed' = 'false' THEN
+            v_unprinted_key := true;  -- only a counter key: nothing printed to read
+            CONTINUE;
+        ELSIF v_seg ? 'field' THEN
+            v_width := (v_seg ->> 'width')::integer;
+            v_part := format('substr(p_serial, %s, %s)', v_pos, v_width);
+            -- The class of the field's own compiled regex ('^[0-9]{2}$').
+            v_class := substring(v_seg ->> 'regex' FROM '^\^(\[[^]]*\])');
+            fields := fields || jsonb_build_object(v_seg ->> 'field', v_part);
+            v_type := CASE WHEN v_width <= 9 THEN 'integer' WHEN v_width <= 18 THEN 'bigint'
+                           ELSE 'numeric' END;
+            -- Bounds that digits alone meet need no check; a minimum of 1 is 'not all 0'.
+            IF (v_seg ->> 'min')::numeric = 1 THEN
+                v_checks := v_checks || format('%s <> %L', v_part, repeat('0', v_width));
+            ELSIF (v_seg ->> 'min')::numeric > 0 THEN
+                v_checks := v_checks || format('%s::%s >= %s', v_part, v_type, v_seg ->> 'min');
+            END IF;
+            IF (v_seg ->> 'max')::numeric < 10::numeric ^ v_width - 1 THEN
+                v_checks := v_checks || format('%s::%s <= %s', v_part, v_type, v_seg ->> 'max');
+            END IF;
+            IF coalesce(v_seg -> 'counter', 'true') = 'true' THEN
+                v_scope := v_scope || v_part;
+            END IF;
+        ELSIF v_seg ? 'literal' THEN
+            v_width := length(v_seg ->> 'literal');
+            v_class := v_seg ->> 'literal';  -- [0-9A-Za-z_-]: no regex meaning
+        ELSIF v_seg ? 'time' THEN
+            v_width := (v_seg ->> 'width')::integer;
+            v_class := '[0-9]';
+            -- The parts of its to_char pattern (formats.sql _time_pattern), as integers.
+            v_time := '{}';
+            v_at_of := '{}';
+            v_pattern := v_seg ->> 'to_char';
+            v_at := v_pos;
+            WHILE v_pattern <> '' LOOP
+                SELECT t.token, t.digits INTO v_token
+                FROM (VALUES ('YYYY', 4, 1), ('HH24', 2, 2), ('YY', 2, 3), ('MM', 2, 4),
+                             ('DD', 2, 5), ('MI', 2, 6), ('SS', 2, 7)) AS t(token, digits, o)
+                WHERE starts_with(v_pattern, t.token) ORDER BY t.o LIMIT 1;
+                v_time := v_time || jsonb_build_object(v_token.token,
+                    format('substr(p_serial, %s, %s)::integer', v_at, v_token.digits));
+                v_at_of := v_at_of || jsonb_build_object(v_token.token, v_at);
+                v_at := v_at + v_token.digits;
+                v_pattern := substr(v_pattern, length(v_token.token) + 1);
+            END LOOP;
+            IF v_time ? 'YY' THEN  -- to_timestamp's YY: the year nearest to 2020
+                v_time := v_time || jsonb_build_object('YYYY', format(
+                    '(%1$s + CASE WHEN %1$s < 70 THEN 2000 ELSE 1900 END)', v_time ->> 'YY'));
+            ELSE
+                v_checks := v_checks || format('substr(p_serial, %s, 4) <> %L',
+                    v_pos + strpos(v_seg ->> 'to_char', 'YYYY') - 1, '0000');
+            END IF;
+            IF v_time ? 'MM' THEN
+                v_checks := v_checks || format('%s BETWEEN 1 AND 12', v_time ->> 'MM');
+            END IF;
+            IF v_time ? 'DD' THEN
+                -- Days in month m: 30 + (m + m / 8) % 2, but February.
+                v_checks := v_checks || format(
+                    '%1$s >= 1 AND (%1$s <= 28 OR %1$s <= CASE %2$s WHEN 2 THEN 28 + '
+                    '(%3$s %% 4 = 0 AND (%3$s %% 100 <> 0 OR %3$s %% 400 = 0))::integer '
+                    'ELSE 30 + (%2$s + %2$s / 8) %% 2 END)',
+                    v_time ->> 'DD', v_time ->> 'MM', v_time ->> 'YYYY');
+            END IF;
+            IF v_time ? 'HH24' THEN
+                v_checks := v_checks || format('%s < 24', v_time ->> 'HH24');
+            END IF;
+            IF v_time ? 'MI' THEN
+                v_checks := v_checks || format('%s < 60', v_time ->> 'MI');
+            END IF;
+            IF v_time ? 'SS' THEN
+                v_checks := v_checks || format('%s < 60', v_time ->> 'SS');
+            END IF;
+            -- The last time segment, as parse_serial reports it.
+            time_of := format('make_timestamp(%s, %s, %s, %s, %s, %s)', v_time ->> 'YYYY',
+                              coalesce(v_time ->> 'MM', '1'), coalesce(v_time ->> 'DD', '1'),
+                              coalesce(v_time ->> 'HH24', '0'), coalesce(v_time ->> 'MI', '0'),
+                              coalesce(v_time ->> 'SS', '0'));
+            -- Where the date is, when the segment prints year, month and day one after another
+            -- and no time of day (_step_window_expression compares it as text).
+            date_at := CASE WHEN NOT v_at_of ?| ARRAY['HH24', 'MI', 'SS']
+                                 AND v_at_of @> jsonb_build_object(
+                                     'MM', (v_at_of ->> 'YYYY')::integer + 4,
+                                     'DD', (v_at_of ->> 'YYYY')::integer + 6)
+                            THEN (v_at_of ->> 'YYYY')::integer END;
+        ELSE
+            v_width := p_format.seq_width;
+            v_class := '[0-9]';
+            v_checks := v_checks || format('substr(p_serial, %s, %s) <> %L', v_pos, v_width,
+                                           repeat('0', v_width));
+        END IF;
+        -- Runs of one class are one piece: a shorter regex is a faster one.
+        IF v_class LIKE '[%' AND v_class = v_classes[cardinality(v_classes)] THEN
+            v_counts[cardinality(v_counts)] := v_counts[cardinality(v_counts)] + v_width;
+        ELSE
+            v_classes := v_classes || v_class;
+            v_counts := v_counts || CASE WHEN v_class LIKE '[%' THEN v_width ELSE 1 END;
+        END IF;
+        v_pos := v_pos + v_width;
+    END LOOP;
+    shape := format('length(p_serial) = %s AND p_serial ~ %L', v_pos - 1,
+        '^' || (SELECT string_agg(CASE WHEN c NOT LIKE '[%' THEN c
+                                       WHEN o = cardinality(v_classes) THEN c || '*'
+                                       ELSE format('%s{%s}', c, n) END, '' ORDER BY o)
+                FROM unnest(v_classes, v_counts) WITH ORDINALITY AS u(c, n, o)) || '$');
+    valid := format('CASE WHEN %s THEN %s ELSE false END', shape,
+                    coalesce(array_to_string(v_checks, ' AND '), 'true'));
+    scope := CASE WHEN v_unprinted_key THEN NULL WHEN v_scope = '{}' THEN '''''::text'
+                  ELSE array_to_string(v_scope, ' || ') END;
+END $$;
+
+
+-- 3. The expression of the fast path of format p_format (see _fast_unified) in business time
+-- zone p_zone, or 'NULL::text' when the format or the settings (p_enforce_registry) leave
+-- every call to the full path; p_allow_fake_clock: the setting allow_fake_clock.
 CREATE FUNCTION hivenet._fast_path_expression(p_format hivenet.format, p_zone text,
-    p_enforce_registry boolean) RETURNS text
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    p_enforce_registry boolean, p_allow_fake_clock boolean) RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_local text := format('(statement_timestamp() AT TIME ZONE %L)', p_zone);
     v_bounds text[] := ARRAY[]::text[];
@@ -1573,14 +1632,11 @@ BEGIN
     -- The counter: the scope's own sequence by its qualified name, NULL for a scope without
     -- one (unprepared, or parked: ownership.sql), which nextval (strict) passes on to the full
     -- path. The values are alnum here (the pattern matched), so the quoted name is theirs.
-    -- Measured against a constant map of scope to OID (docs/benchmarks.md): the same cost
-    -- per call, ~0.7 us, and nothing to plan: a map written in here was read again whenever a
-    -- statement was planned (7.7 ms with 10,000 scopes), one in a PL/pgSQL function cost twice
-    -- as much per call. The session's catalog cache may not see a sequence created since its
-    -- transaction began: NULL then too, and the full path finds it (_issue_cold).
+    -- The session's catalog cache may not see a sequence created since its transaction
+    -- began: NULL then too, and the full path finds it (_issue_cold).
     v_counter := format('to_regclass(%L || p_a || p_b || p_c || %L)',
                         'hivenet."' || hivenet._scope_sequence_name(p_format.name, ''), '"');
-    IF (SELECT value FROM hivenet.setting WHERE name = 'allow_fake_clock')::boolean THEN
+    IF p_allow_fake_clock THEN
         v_fake_clock := $f$coalesce(current_setting('hivenet.fake_now', true), '') = '' AND $f$;
     END IF;
     -- The values then the date (the built-in layouts): no format() at run time.
@@ -1589,10 +1645,9 @@ BEGIN
                     substr(p_format.head_pattern, 19))
         ELSE format('to_char(%s, format(%L, p_a, p_b, p_c))', v_local, p_format.head_pattern)
         END;
-    -- Nested CASE: the casts of the bounds are safe only once the values matched. Each node
-    -- is built again for every statement, so the fewest: the period is _period_index(local,
-    -- 'day') as days since the day before its first (two nodes fewer), and the clamp maps 0
-    -- and capacity + 1 both to 0, then NULL (one comparison fewer than two nullif).
+    -- Nested CASE: the casts of the bounds are safe only once the values matched. The period
+    -- is _period_index(local, 'day') as days since the day before its first, and the clamp
+    -- maps 0 and capacity + 1 both to 0, then NULL.
     RETURN format(
         $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
     WHEN %s%s
@@ -1609,83 +1664,151 @@ BEGIN
         'FM' || repeat('0', p_format.seq_width));
 END $$;
 
--- Rewrite _fast_unified and _fast_system from the tables (called by the triggers that rewrite
--- the generated constants, in the same transaction and under the same lock).
-CREATE FUNCTION hivenet._compile_fast_paths() RETURNS void
+
+-- 4. The expression of _step_in_window: from the layout of format 'system' (_layout_sql's
+-- valid, time_of and date_at) and the settings p_settings (name → value). A layout that
+-- prints its date otherwise than YYYYMMDD gets the exact window of its printed time, behind
+-- its validity check; 'false' (every call to the full path) when it prints no time or
+-- instances are checked. The edges of the callers' zones come from _caller_now (clock.sql).
+CREATE FUNCTION hivenet._step_window_expression(p_valid text, p_time_of text,
+    p_date_at integer, p_settings jsonb) RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_settings ->> 'owned_instances' IS DISTINCT FROM 'all' OR p_time_of IS NULL THEN
+        RETURN 'false';
+    ELSIF p_date_at IS NOT NULL THEN
+        RETURN format(
+            'substr(p_serial, %s, 8) BETWEEN to_char((hivenet._caller_now(hivenet.now(), '
+            '''earliest'') - %L::interval)::date + 1, ''YYYYMMDD'') AND '
+            'to_char((hivenet._caller_now(hivenet.now(), ''latest'') + %L::interval)::date, '
+            '''YYYYMMDD'')',
+            p_date_at, p_settings ->> 'step_retention', p_settings ->> 'step_future_tolerance');
+    END IF;
+    RETURN format(
+        'CASE WHEN %s THEN (%s)::date::timestamp BETWEEN hivenet._caller_now(hivenet.now(), '
+        '''earliest'') - %L::interval AND hivenet._caller_now(hivenet.now(), ''latest'') + '
+        '%L::interval ELSE false END',
+        p_valid, p_time_of, p_settings ->> 'step_retention',
+        p_settings ->> 'step_future_tolerance');
+END $$;
+
+-- Replaces generated function hivenet.<p_head> (name and arguments) by a SQL-standard body
+-- returning p_returns, of volatility p_volatility, that selects expression p_select.
+CREATE FUNCTION hivenet._replace_function(p_head text, p_returns text, p_volatility text,
+    p_select text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet.%s RETURNS %s LANGUAGE sql %s '
+                   'BEGIN ATOMIC SELECT %s; END', p_head, p_returns, p_volatility, p_select);
+END $$;
+
+-- Rewrites every generated function from the tables, in the order stated at the top. The
+-- caller holds the rewrites' lock (_lock_constants), as the triggers below do.
+CREATE FUNCTION hivenet._recompile() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_zone text := (SELECT value FROM hivenet.setting WHERE name = 'time_zone');
-    v_registry boolean := (SELECT value FROM hivenet.setting
-                           WHERE name = 'enforce_registry')::boolean;
+    v_settings jsonb := (SELECT coalesce(jsonb_object_agg(s.name, s.value), '{}')
+                         FROM hivenet.setting s);
     v_format hivenet.format;
-    v_name text;
+    v_layout record;
+    v_unified hivenet.format;  -- for step 3
+    v_system hivenet.format;
+    v_system_layout record;    -- for step 4, when format 'system' exists
+    v_formats text := '';
+    v_valid text := '';
+    v_shaped text := '';
+    v_time text := '';
+    v_field text := '';
+    v_scope text := '';
 BEGIN
-    FOREACH v_name IN ARRAY ARRAY['unified', 'system'] LOOP
-        v_format := (SELECT f FROM hivenet.format f WHERE f.name = v_name);
-        EXECUTE format('CREATE OR REPLACE FUNCTION hivenet.%I(p_a text, p_b text, p_c text) '
-                       'RETURNS text LANGUAGE sql VOLATILE BEGIN ATOMIC SELECT %s; END',
-                       '_fast_' || v_name,
-                       hivenet._fast_path_expression(v_format, coalesce(v_zone, 'UTC'),
-                                                     coalesce(v_registry, false)));
+    FOR v_format IN SELECT * FROM hivenet.format f ORDER BY f.name LOOP
+        SELECT * INTO v_layout FROM hivenet._layout_sql(v_format);
+        v_formats := v_formats || format(' WHEN %L THEN %L::hivenet.format', v_format.name,
+                                         v_format::text);
+        v_valid := v_valid || format(' WHEN %L THEN %s', v_format.name, v_layout.valid);
+        v_shaped := v_shaped || format(' WHEN %L THEN %s', v_format.name, v_layout.shape);
+        -- NULL unless valid: the function is public (views), and casts of a serial that only
+        -- looks right (month 99) would fail.
+        v_time := v_time || format(' WHEN %L THEN %s', v_format.name,
+            CASE WHEN v_layout.time_of IS NULL THEN 'NULL::timestamp'
+                 ELSE format('CASE WHEN %s THEN %s END', v_layout.valid, v_layout.time_of)
+                 END);
+        v_field := v_field || format(' WHEN %L THEN CASE p_field%s ELSE NULL::text END',
+            v_format.name, (SELECT coalesce(string_agg(format(' WHEN %L THEN %s', f.key,
+                                                              f.value), '' ORDER BY f.key),
+                                            ' WHEN NULL THEN NULL')
+                            FROM jsonb_each_text(v_layout.fields) f));
+        v_scope := v_scope || format(' WHEN %L THEN %s', v_format.name,
+                                     coalesce(v_layout.scope, 'NULL::text'));
+        IF v_format.name = 'unified' THEN
+            v_unified := v_format;
+        ELSIF v_format.name = 'system' THEN
+            v_system := v_format;
+            v_system_layout := v_layout;
+        END IF;
     END LOOP;
+    -- 1. The rows, as constants.
+    PERFORM hivenet._replace_function('_setting_constant(p_name text)', 'text', 'STABLE',
+        format('CASE p_name %s ELSE NULL::text END', coalesce(
+            (SELECT string_agg(format('WHEN %L THEN %L', s.key, s.value), ' ' ORDER BY s.key)
+             FROM jsonb_each_text(v_settings) s), 'WHEN NULL THEN NULL')));
+    PERFORM hivenet._replace_function('_format_constant(p_name text)', 'hivenet.format',
+        'STABLE', format('CASE p_name %s ELSE NULL::hivenet.format END',
+                         coalesce(nullif(v_formats, ''), 'WHEN NULL THEN NULL')));
+    -- 2. The layouts.
+    PERFORM hivenet._replace_function('_serial_valid(p_format text, p_serial text)', 'boolean',
+        'STABLE', format('CASE p_format%s ELSE NULL::boolean END', v_valid));
+    PERFORM hivenet._replace_function('_serial_shaped(p_format text, p_serial text)',
+        'boolean', 'STABLE', format('CASE p_format%s ELSE NULL::boolean END', v_shaped));
+    PERFORM hivenet._replace_function('_serial_time(p_format text, p_serial text)',
+        'timestamp', 'STABLE', format(
+            'CASE p_format%s ELSE coalesce(hivenet.parse_serial(p_serial, p_format) '
+            '->> ''datetime'', hivenet.parse_serial(p_serial, p_format) ->> ''date'')'
+            '::timestamp END', v_time));
+    PERFORM hivenet._replace_function(
+        '_serial_field(p_format text, p_serial text, p_field text)', 'text', 'STABLE',
+        format('CASE p_format%s ELSE hivenet.parse_serial(p_serial, p_format) ->> p_field END',
+               v_field));
+    PERFORM hivenet._replace_function('_serial_scope(p_format text, p_serial text)', 'text',
+        'STABLE', format('CASE p_format%s ELSE NULL::text END', v_scope));
+    -- 3. The allocation fast paths.
+    PERFORM hivenet._replace_function('_fast_unified(p_a text, p_b text, p_c text)', 'text',
+        'VOLATILE', hivenet._fast_path_expression(v_unified,
+            coalesce(v_settings ->> 'time_zone', 'UTC'),
+            coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+            coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    PERFORM hivenet._replace_function('_fast_system(p_a text, p_b text, p_c text)', 'text',
+        'VOLATILE', hivenet._fast_path_expression(v_system,
+            coalesce(v_settings ->> 'time_zone', 'UTC'),
+            coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+            coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    -- 4. The window of steps.
+    IF v_system.name IS NULL THEN
+        SELECT NULL::text AS valid, NULL::text AS time_of, NULL::integer AS date_at
+        INTO v_system_layout;
+    END IF;
+    PERFORM hivenet._replace_function('_step_in_window(p_serial text)', 'boolean', 'VOLATILE',
+        hivenet._step_window_expression(v_system_layout.valid, v_system_layout.time_of,
+                                        v_system_layout.date_at, v_settings));
 END $$;
 
-SELECT hivenet._compile_fast_paths();
-
--- hivenet.next_unified_serial(system, module, instance) → text (28 characters)
---   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction. Inlined (see
---   _fast_unified): the fast path, else next_serial (_allocate: the checks, the exact errors,
---   the slow paths), which the caller may run without the right to call _allocate.
-CREATE FUNCTION hivenet.next_unified_serial(p_system text, p_module text, p_instance text)
-RETURNS text
-LANGUAGE sql VOLATILE
-BEGIN ATOMIC
-    SELECT coalesce(hivenet._fast_unified(p_system, p_module, p_instance),
-                    hivenet.next_serial('unified', jsonb_build_object(
-                        'system', p_system, 'module', p_module, 'instance', p_instance)));
-END;
-
--- hivenet.next_system_serial(system, module, instance) → text (30 characters)
---   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction. Inlined, as
---   next_unified_serial.
-CREATE FUNCTION hivenet.next_system_serial(p_system text, p_module text, p_instance text)
-RETURNS text
-LANGUAGE sql VOLATILE
-BEGIN ATOMIC
-    SELECT coalesce(hivenet._fast_system(p_system, p_module, p_instance),
-                    hivenet.next_serial('system', jsonb_build_object(
-                        'system', p_system, 'module', p_module, 'instance', p_instance)));
-END;
-
--- The next_interface_serial function is plpgsql, not sql: its serial prints the time of day,
--- which the fast path leaves to _issue.
-
--- hivenet.next_interface_serial(system, module, instance, target) → text (39 characters)
---   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
-CREATE FUNCTION hivenet.next_interface_serial(p_system text, p_module text, p_instance text,
-    p_target text) RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- Trigger: any change of a format or a setting rewrites the generated functions, in the
+-- changing transaction, under the rewrites' lock. SECURITY DEFINER: an administrator
+-- changes a setting without owning the functions.
+CREATE FUNCTION hivenet._recompile_trigger() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    RETURN (hivenet._allocate('interface', NULL,
-                              ARRAY[p_system, p_module, p_instance, p_target], 1))[1];
+    PERFORM hivenet._lock_constants(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), TG_OP);
+    PERFORM hivenet._recompile();
+    RETURN NULL;
 END $$;
 
--- hivenet.flush_at_commit() → void: makes the caller's commit wait until it, and every serial
---   drawn in its transaction, is on disk: for a transaction that sends serials out after it
---   commits and writes nothing else (durable allocation; Python flush_at_commit). PostgreSQL
---   flushes a commit only with synchronous_commit on, in a transaction that has an id AND
---   wrote WAL itself; the nextval that logged a serial's range may be another, uncommitted
---   transaction's, so drawing is not enough, nor is an id alone. This sets synchronous_commit
---   on for the transaction, takes an id and writes one small WAL record (a setval of sequence
---   durable_mark, whose value means nothing). Never waits for another transaction.
-CREATE SEQUENCE hivenet.durable_mark;
-CREATE FUNCTION hivenet.flush_at_commit() RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM set_config('synchronous_commit', 'on', true);
-    PERFORM pg_current_xact_id();
-    PERFORM setval('hivenet.durable_mark', 1);
-END $$;
+CREATE TRIGGER format_recompile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
+    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._recompile_trigger();
+CREATE TRIGGER setting_recompile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.setting
+    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._recompile_trigger();
+
+SELECT hivenet._recompile();
 
 -- hivenet_db/sql/ownership.sql
 -- Instance ownership: several primaries, serials that never collide (SPEC §1 "Several
@@ -2008,351 +2131,265 @@ BEGIN
     RETURN v_owned;
 END $$;
 
--- hivenet_db/sql/parse.sql
--- hivenet.parse_serial(serial, format default null) → jsonb
---   {"format": ..., <one key per field>, "date" or "datetime": ..., "seq": n}. With no format,
---   the standard's kinds (unified, system, interface) are told apart by their lengths.
---   HN001 when the serial is no valid serial of that format (length, characters, an
---   impossible date, seq 0) or the format is unknown. IMMUTABLE in effect; never blocks.
---   hivenet_db.parse_serial does the same in Python for the built-in formats (same results,
---   same messages; tests/test_parsing.py compares them).
-CREATE FUNCTION hivenet.parse_serial(p_serial text, p_format text DEFAULT NULL) RETURNS jsonb
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- hivenet_db/sql/allocate.sql
+-- Allocation: the next_* functions, and the issuing of serials from a scope's counter
+-- (counters.sql) at the clock's period (periods.sql). The fast paths of next_unified_serial and
+-- next_system_serial are generated (compile.sql).
+
+-- p_count serials of format p_format for field values p_values from counter p_seq (the
+-- scope's own sequence, or the format's cold counter; p_scope names it in messages), printed
+-- at the clock's time in the business time zone, never before the latest instant the counter
+-- has issued (its clock sequence, formats with a clock_unit). HN010 when the period is
+-- exhausted.
+CREATE FUNCTION hivenet._issue(p_seq regclass, p_format hivenet.format, p_values text[],
+    p_count integer, p_scope text) RETURNS text[]
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_kinds constant text[] := ARRAY['unified', 'system', 'interface'];
-    v_format hivenet.format;
-    v_seg jsonb;
-    v_pos integer := 1;
-    v_part text;
-    v_problem text;
-    v_time timestamp;
-    v_result jsonb;
+    v_local timestamp := hivenet.now() AT TIME ZONE hivenet._setting_constant('time_zone');
+    v_period bigint := hivenet._period_index(v_local, p_format.reset);
+    v_head text := format(p_format.head_pattern, VARIADIC p_values);
+    v_tail text := format(p_format.tail_pattern, VARIADIC p_values);
+    v_raw bigint;
+    v_print timestamp;
+    v_out text[] := '{}';
+    v_clock regclass;
+    v_latest bigint;  -- the latest instant issued by the counter, in p_format.clock_unit
+    v_read bigint;    -- ... as read from its clock sequence when this call started
+    v_instant bigint;
 BEGIN
-    IF p_serial IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'serial is NULL';
+    IF p_format.clock_unit IS NOT NULL THEN
+        -- Read once, before any value is drawn: every call that returned before this one
+        -- started has raised it to what it printed.
+        v_clock := hivenet._clock_sequence(p_seq);
+        v_read := coalesce(pg_sequence_last_value(v_clock), 0);
+        v_latest := v_read;
     END IF;
-    SELECT * INTO v_format FROM hivenet.format
-    WHERE name = coalesce(p_format, (SELECT k.name FROM hivenet.format k
-                                     WHERE k.name = ANY (v_kinds)
-                                       AND k.length = octet_length(p_serial)));
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = CASE WHEN p_format IS NULL
-            -- 'unified (28), system (30) or interface (39)', lengths from the definitions.
-            THEN format('serial %s is no %s serial; name its format', hivenet._shown(p_serial),
-                        (SELECT regexp_replace(string_agg(format('%s (%s)', k.name, k.length),
-                                                          ', ' ORDER BY array_position(v_kinds,
-                                                                                       k.name)),
-                                               ', ([^,]*)$', ' or \1')
-                         FROM hivenet.format k WHERE k.name = ANY (v_kinds)))
-            ELSE format('unknown format %s', hivenet._shown(p_format)) END;
-    END IF;
-    v_result := jsonb_build_object('format', v_format.name);
-    IF octet_length(p_serial) <> v_format.length OR length(p_serial) <> v_format.length THEN
-        v_problem := format('length %s, not %s', length(p_serial), v_format.length);
-    END IF;
-    FOR v_seg IN SELECT jsonb_array_elements(v_format.segments) LOOP
-        EXIT WHEN v_problem IS NOT NULL;
-        IF v_seg -> 'printed' = 'false' THEN
-            v_part := '';  -- a field of the counter key that is not printed
-        ELSIF v_seg ? 'field' THEN
-            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
-            v_problem := 'field ' || (v_seg ->> 'field') || ' '
-                         || hivenet._field_problem(v_seg, v_part);
-            v_result := v_result || jsonb_build_object(v_seg ->> 'field', v_part);
-        ELSIF v_seg ? 'literal' THEN
-            v_part := substr(p_serial, v_pos, length(v_seg ->> 'literal'));
-            IF v_part <> v_seg ->> 'literal' THEN
-                v_problem := format('%L where %L belongs', v_part, v_seg ->> 'literal');
-            END IF;
-        ELSIF v_seg ? 'time' THEN
-            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
-            BEGIN
-                v_time := to_timestamp(v_part, v_seg ->> 'to_char')::timestamp;
-            EXCEPTION WHEN data_exception THEN
-                v_time := NULL;
-            END;
-            -- The round trip rejects what to_timestamp forgives (spaces, signs, 2-digit years).
-            IF v_part !~ '^[0-9]+$' OR v_time IS NULL
-               OR to_char(v_time, v_seg ->> 'to_char') <> v_part THEN
-                v_problem := format('time %L is no valid %s', v_part, v_seg ->> 'time');
-            ELSIF hivenet._unit_rank(v_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
-                v_result := v_result || jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
-            ELSE
-                v_result := v_result || jsonb_build_object(
-                    'datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
-            END IF;
-        ELSE
-            v_part := substr(p_serial, v_pos, v_format.seq_width);
-            IF v_part !~ '^[0-9]+$' OR v_part::numeric = 0 THEN
-                v_problem := format('seq %L is not 1 to %s', v_part, v_format.capacity);
-            ELSE
-                v_result := v_result || jsonb_build_object('seq', v_part::bigint);
-            END IF;
+    FOR i IN 1 .. p_count LOOP
+        v_raw := nextval(p_seq);
+        IF v_raw / p_format.stride < v_period
+           OR v_raw % p_format.stride NOT BETWEEN 1 AND p_format.capacity THEN
+            v_raw := hivenet._advance(p_seq, p_format, v_period, p_scope);
         END IF;
-        v_pos := v_pos + length(v_part);
+        -- A newer period than the clock's (clock went back, or borrowed): print its start.
+        v_print := CASE WHEN v_raw / p_format.stride = v_period THEN v_local
+                        ELSE hivenet._period_start(v_raw / p_format.stride, p_format.reset) END;
+        IF v_clock IS NOT NULL THEN
+            v_instant := hivenet._period_index(v_print, p_format.clock_unit);
+            IF v_instant < v_latest THEN
+                -- The clock is behind an instant already issued: print that one, but never
+                -- past the value's own period (its date must stay the period's).
+                v_instant := least(v_latest, hivenet._period_last_instant(
+                    v_raw / p_format.stride, p_format.reset, p_format.clock_unit));
+                v_print := greatest(v_print,
+                                    hivenet._period_start(v_instant, p_format.clock_unit));
+            END IF;
+            v_latest := greatest(v_latest, v_instant);
+        END IF;
+        -- concat, not ||: to_char of an empty pattern is NULL.
+        v_out := v_out || concat(to_char(v_print, v_head),
+                                 lpad((v_raw % p_format.stride)::text, p_format.seq_width, '0'),
+                                 to_char(v_print, v_tail));
     END LOOP;
-    IF v_problem IS NOT NULL THEN
+    IF v_latest > v_read THEN
+        PERFORM hivenet._raise_clock(v_clock, v_latest);
+    END IF;
+    RETURN v_out;
+END $$;
+
+-- _issue for scope p_scope that has no sequence of its own yet (as far as this session's
+-- catalog cache knows): from its own sequence if one was committed since, else from the
+-- format's cold counter, recording the scope for maintain(). Holds the format's cold lock
+-- shared while it looks and draws (never until commit), so a promotion that commits in
+-- between is either seen here or waited for. Never waits for another caller's commit.
+CREATE FUNCTION hivenet._issue_cold(p_format hivenet.format, p_values text[], p_count integer)
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_scope text := hivenet._scope_of(p_format, p_values);
+    v_key integer := hashtext(p_format.name);
+    v_seq regclass;
+    v_out text[];
+BEGIN
+    -- A scope's first use (and every use of a parked one): this database must own it
+    -- (ownership.sql). Scopes with a sequence of their own passed this when promoted.
+    IF hivenet._setting_constant('owned_instances') IS DISTINCT FROM 'all' THEN
+        PERFORM hivenet._check_owned(p_format, p_values);
+    END IF;
+    PERFORM pg_advisory_lock_shared(hivenet._cold_lock_space(), v_key);
+    BEGIN
+        v_seq := hivenet._committed_sequence(hivenet._scope_sequence_name(p_format.name, v_scope));
+        IF v_seq IS NULL THEN
+            v_out := hivenet._issue(
+                ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass,
+                p_format, p_values, p_count,
+                format('the cold counter of unprepared scopes (scope %L was not prepared '
+                       'before its first use; prepare scopes at deployment, `hivenet-db '
+                       'prepare`: one prepared now starts after every cold value, so it is '
+                       'exhausted too until the next period)', v_scope));
+            -- Once per scope, not per serial: a busy new scope would pile up rows.
+            INSERT INTO hivenet.scope_pending (format, scope, fields)
+            SELECT p_format.name, v_scope, hivenet._scope_fields(p_format, p_values)
+            WHERE NOT EXISTS (SELECT FROM hivenet.scope_pending s
+                              WHERE s.format = p_format.name AND s.scope = v_scope);
+        END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
+    IF v_seq IS NOT NULL THEN
+        RETURN hivenet._issue(v_seq, p_format, p_values, p_count, format('scope %L', v_scope));
+    END IF;
+    RETURN v_out;
+END $$;
+
+-- The core of every next_* function: p_count serials of format p_format, the field values
+-- given by name in p_fields (a JSON object), or, when p_values is not NULL, in p_values in the
+-- format's field order (the next_<kind>_serial functions: no JSON on their path).
+-- Raises HN001 (bad format, field or count), HN002 (registry), HN010 (period exhausted).
+-- Never waits for another transaction; may wait a moment for another allocation's period
+-- reset (the advisory lock is held for one setval, never until commit), and a new scope's
+-- allocation waits for a maintain() that is promoting scopes of the format to commit.
+-- The hot path is short on purpose (docs/benchmarks.md): one query, one regex match, no loop
+-- over segments; the slow paths (bad input, a new scope, period reset) are helpers.
+CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[],
+    p_count integer) RETURNS text[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    -- Settings and format from generated constants (settings.sql): no query on the hot path.
+    v_format hivenet.format := hivenet._format_constant(p_format);
+    v_values text[] := p_values;
+    v_field integer;
+    v_scope text;
+    v_seq regclass;
+BEGIN
+    IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('serial %s is no valid %s serial: %s', hivenet._shown(p_serial),
-                             v_format.name, v_problem);
+            MESSAGE = format('format %s: count %s must be from 1 to 1000000',
+                             hivenet._shown(p_format), coalesce(p_count::text, 'NULL'));
     END IF;
-    RETURN v_result;
-END $$;
-
--- Layouts compiled into code. A format's layout is written once, in its definition (formats.sql:
--- the segments of hivenet.format). Whenever the formats change, a trigger writes the generated
--- functions below (as _format_constant, settings.sql) with one branch per format: its checks
--- and field positions as constants, so the hot paths (claim_interface_serial, begin_step) and
--- the views read a serial with one inlined expression, and no layout is written by hand
--- anywhere else. Each takes the format's name first: with a constant name the planner folds
--- the CASE to that format's branch. A format missing from them (its definition committed
--- while the rewrite that would add it lost a race) gets the ELSE branch: NULL for the
--- checks (the caller asks parse_serial), parse_serial itself for the values.
-
--- The SQL expressions (on a text p_serial) that read serials of format p_format: the
--- generators of the functions below. Positions and checks come from the segments only.
---   shape: a boolean expression, true when p_serial has the characters of every printed
---     segment (charset of each field, digits for time and seq, literals as they are); every
---     valid serial has them. Its length, then one regex whose last run is unbounded: a
---     bounded run ({24}) makes PostgreSQL's regex three times slower (measured, issue 13).
---   valid: true when p_serial is valid, false when it may not be (parse_serial decides then):
---     the shape, digit bounds, months, days of the month (leap years included), hours,
---     minutes, seconds, a seq other than 0. The casts sit behind the shape, in a CASE.
---   time_of: the time printed in a valid serial (midnight for a date), NULL when none.
---   fields: field name → the expression of its printed value.
---   scope: the counter scope of a valid serial (its counter-key fields, allocate.sql), NULL
---     when one of them is not printed.
-CREATE FUNCTION hivenet._layout_sql(p_format hivenet.format, OUT shape text, OUT valid text,
-    OUT time_of text, OUT fields jsonb, OUT scope text)
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_seg jsonb;
-    v_pos integer := 1;
-    v_width integer;
-    v_part text;
-    v_type text;
-    v_checks text[] := '{}';
-    v_scope text[] := '{}';
-    v_unprinted_key boolean := false;
-    v_pattern text;
-    v_token record;
-    v_at integer;
-    v_time jsonb;
-    v_classes text[] := '{}';  -- the shape as character classes (or literals) and counts
-    v_counts integer[] := '{}';
-    v_class text;
-BEGIN
-    shape := '';
-    fields := '{}';
-    FOR v_seg IN SELECT jsonb_array_elements(p_format.segments) LOOP
-        IF v_seg ? 'field' AND v_seg -> 'printed' = 'false' THEN
-            v_unprinted_key := true;  -- only a counter key: nothing printed to read
-            CONTINUE;
-        ELSIF v_seg ? 'field' THEN
-            v_width := (v_seg ->> 'width')::integer;
-            v_part := format('substr(p_serial, %s, %s)', v_pos, v_width);
-            -- The class of the field's own compiled regex ('^[0-9]{2}$').
-            v_class := substring(v_seg ->> 'regex' FROM '^\^(\[[^]]*\])');
-            fields := fields || jsonb_build_object(v_seg ->> 'field', v_part);
-            v_type := CASE WHEN v_width <= 9 THEN 'integer' WHEN v_width <= 18 THEN 'bigint'
-                           ELSE 'numeric' END;
-            -- Bounds that digits alone meet need no check; a minimum of 1 is 'not all 0'.
-            IF (v_seg ->> 'min')::numeric = 1 THEN
-                v_checks := v_checks || format('%s <> %L', v_part, repeat('0', v_width));
-            ELSIF (v_seg ->> 'min')::numeric > 0 THEN
-                v_checks := v_checks || format('%s::%s >= %s', v_part, v_type, v_seg ->> 'min');
-            END IF;
-            IF (v_seg ->> 'max')::numeric < 10::numeric ^ v_width - 1 THEN
-                v_checks := v_checks || format('%s::%s <= %s', v_part, v_type, v_seg ->> 'max');
-            END IF;
-            IF coalesce(v_seg -> 'counter', 'true') = 'true' THEN
-                v_scope := v_scope || v_part;
-            END IF;
-        ELSIF v_seg ? 'literal' THEN
-            v_width := length(v_seg ->> 'literal');
-            v_class := v_seg ->> 'literal';  -- [0-9A-Za-z_-]: no regex meaning
-        ELSIF v_seg ? 'time' THEN
-            v_width := (v_seg ->> 'width')::integer;
-            v_class := '[0-9]';
-            -- The parts of its to_char pattern (formats.sql _time_pattern), as integers.
-            v_time := '{}';
-            v_pattern := v_seg ->> 'to_char';
-            v_at := v_pos;
-            WHILE v_pattern <> '' LOOP
-                SELECT t.token, t.digits INTO v_token
-                FROM (VALUES ('YYYY', 4, 1), ('HH24', 2, 2), ('YY', 2, 3), ('MM', 2, 4),
-                             ('DD', 2, 5), ('MI', 2, 6), ('SS', 2, 7)) AS t(token, digits, o)
-                WHERE starts_with(v_pattern, t.token) ORDER BY t.o LIMIT 1;
-                v_time := v_time || jsonb_build_object(v_token.token,
-                    format('substr(p_serial, %s, %s)::integer', v_at, v_token.digits));
-                v_at := v_at + v_token.digits;
-                v_pattern := substr(v_pattern, length(v_token.token) + 1);
-            END LOOP;
-            IF v_time ? 'YY' THEN  -- to_timestamp's YY: the year nearest to 2020
-                v_time := v_time || jsonb_build_object('YYYY', format(
-                    '(%1$s + CASE WHEN %1$s < 70 THEN 2000 ELSE 1900 END)', v_time ->> 'YY'));
-            ELSE
-                v_checks := v_checks || format('substr(p_serial, %s, 4) <> %L',
-                    v_pos + strpos(v_seg ->> 'to_char', 'YYYY') - 1, '0000');
-            END IF;
-            IF v_time ? 'MM' THEN
-                v_checks := v_checks || format('%s BETWEEN 1 AND 12', v_time ->> 'MM');
-            END IF;
-            IF v_time ? 'DD' THEN
-                -- Days in month m: 30 + (m + m / 8) % 2, but February.
-                v_checks := v_checks || format(
-                    '%1$s >= 1 AND (%1$s <= 28 OR %1$s <= CASE %2$s WHEN 2 THEN 28 + '
-                    '(%3$s %% 4 = 0 AND (%3$s %% 100 <> 0 OR %3$s %% 400 = 0))::integer '
-                    'ELSE 30 + (%2$s + %2$s / 8) %% 2 END)',
-                    v_time ->> 'DD', v_time ->> 'MM', v_time ->> 'YYYY');
-            END IF;
-            IF v_time ? 'HH24' THEN
-                v_checks := v_checks || format('%s < 24', v_time ->> 'HH24');
-            END IF;
-            IF v_time ? 'MI' THEN
-                v_checks := v_checks || format('%s < 60', v_time ->> 'MI');
-            END IF;
-            IF v_time ? 'SS' THEN
-                v_checks := v_checks || format('%s < 60', v_time ->> 'SS');
-            END IF;
-            -- The last time segment, as parse_serial reports it.
-            time_of := format('make_timestamp(%s, %s, %s, %s, %s, %s)', v_time ->> 'YYYY',
-                              coalesce(v_time ->> 'MM', '1'), coalesce(v_time ->> 'DD', '1'),
-                              coalesce(v_time ->> 'HH24', '0'), coalesce(v_time ->> 'MI', '0'),
-                              coalesce(v_time ->> 'SS', '0'));
-        ELSE
-            v_width := p_format.seq_width;
-            v_class := '[0-9]';
-            v_checks := v_checks || format('substr(p_serial, %s, %s) <> %L', v_pos, v_width,
-                                           repeat('0', v_width));
+    IF v_format.name IS NULL THEN
+        -- Not in the constants: defined by a transaction whose rewrite was superseded.
+        SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('unknown format %s', hivenet._shown(p_format));
         END IF;
-        -- Runs of one class are one piece: a shorter regex is a faster one.
-        IF v_class LIKE '[%' AND v_class = v_classes[cardinality(v_classes)] THEN
-            v_counts[cardinality(v_counts)] := v_counts[cardinality(v_counts)] + v_width;
-        ELSE
-            v_classes := v_classes || v_class;
-            v_counts := v_counts || CASE WHEN v_class LIKE '[%' THEN v_width ELSE 1 END;
-        END IF;
-        v_pos := v_pos + v_width;
-    END LOOP;
-    shape := format('length(p_serial) = %s AND p_serial ~ %L', v_pos - 1,
-        '^' || (SELECT string_agg(CASE WHEN c NOT LIKE '[%' THEN c
-                                       WHEN o = cardinality(v_classes) THEN c || '*'
-                                       ELSE format('%s{%s}', c, n) END, '' ORDER BY o)
-                FROM unnest(v_classes, v_counts) WITH ORDINALITY AS u(c, n, o)) || '$');
-    valid := format('CASE WHEN %s THEN %s ELSE false END', shape,
-                    coalesce(array_to_string(v_checks, ' AND '), 'true'));
-    scope := CASE WHEN v_unprinted_key THEN NULL WHEN v_scope = '{}' THEN '''''::text'
-                  ELSE array_to_string(v_scope, ' || ') END;
+    END IF;
+    IF v_values IS NULL THEN
+        v_values := hivenet._field_values(v_format, p_fields);
+    END IF;
+    IF array_to_string(v_values, ' ', '?') !~ v_format.field_pattern THEN
+        PERFORM hivenet._check_fields(v_format, v_values);
+    END IF;
+    IF v_format.bounded_fields <> '{}' THEN
+        -- Digits only (the pattern matched), so the casts are safe.
+        FOREACH v_field IN ARRAY v_format.bounded_fields LOOP
+            IF v_values[v_field]::numeric < v_format.field_min[v_field]
+               OR v_values[v_field]::numeric > v_format.field_max[v_field] THEN
+                PERFORM hivenet._check_fields(v_format, v_values);
+            END IF;
+        END LOOP;
+    END IF;
+    IF hivenet._setting_constant('enforce_registry')::boolean THEN
+        PERFORM hivenet._check_registry(jsonb_object(v_format.field_names, v_values));
+    END IF;
+    -- Formats whose every field is in the counter key skip _scope_of's subquery, which
+    -- would take the expression off PL/pgSQL's fast path for simple expressions.
+    IF v_format.key_fields IS NULL THEN
+        v_scope := array_to_string(v_values, '');
+    ELSE
+        v_scope := hivenet._scope_of(v_format, v_values);
+    END IF;
+    v_seq := to_regclass(
+        'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
+    IF v_seq IS NULL THEN
+        RETURN hivenet._issue_cold(v_format, v_values, p_count);
+    END IF;
+    RETURN hivenet._issue(v_seq, v_format, v_values, p_count, format('scope %L', v_scope));
 END $$;
 
--- The generated functions, as they are before any format exists (the trigger below rewrites
--- them; settings.sql explains why generated code). STABLE: their bodies change with formats.
--- _serial_valid(format, serial): true when serial is surely a valid serial of format, false
--- when parse_serial must decide (it raises HN001 naming the problem), NULL for an unknown
--- format. Never raises.
-CREATE FUNCTION hivenet._serial_valid(p_format text, p_serial text) RETURNS boolean
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::boolean;
-END;
+-- hivenet.next_serial(format, fields) → text: one serial of any format, fields by name,
+--   e.g. next_serial('unified', '{"system":"C0001","module":"A01","instance":"01"}').
+--   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
+CREATE FUNCTION hivenet.next_serial(p_format text, p_fields jsonb) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (hivenet._allocate(p_format, p_fields, NULL, 1))[1];
+END $$;
 
--- _serial_shaped(format, serial): serial has the shape of the format (the right characters
--- in the right places; values unchecked); NULL for an unknown format or a NULL serial.
-CREATE FUNCTION hivenet._serial_shaped(p_format text, p_serial text) RETURNS boolean
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::boolean;
-END;
-
--- _serial_time(format, serial): the time printed in a valid serial (business-local; midnight
--- for a date), NULL when the serial is not valid (as _serial_valid) or the format prints none.
-CREATE FUNCTION hivenet._serial_time(p_format text, p_serial text) RETURNS timestamp
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::timestamp;
-END;
-
--- _serial_field(format, serial, field): the value of a printed field of a serial (NULL for
--- a field the format does not print).
-CREATE FUNCTION hivenet._serial_field(p_format text, p_serial text, p_field text) RETURNS text
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::text;
-END;
-
--- _serial_scope(format, serial): the counter scope of a valid serial (allocate.sql), NULL
--- when the format does not print its whole counter key.
-CREATE FUNCTION hivenet._serial_scope(p_format text, p_serial text) RETURNS text
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::text;
-END;
-
--- Rewrites the generated functions from hivenet.format (under the constants' lock, settings.sql
--- _lock_constants, after a change of kind p_op).
-CREATE FUNCTION hivenet._compile_layouts(p_op text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+-- hivenet.next_serials(format, fields, n) → setof text: n serials in one call (bulk work),
+--   in increasing order. HN001 unless 1 <= n <= the setting max_serials_per_call (10,000 by
+--   default): one call for a million would hold its backend for many seconds and take a
+--   million of the scope's capacity for the period. Larger batches take several calls.
+CREATE FUNCTION hivenet.next_serials(p_format text, p_fields jsonb, p_n integer)
+RETURNS SETOF text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_valid text := '';
-    v_shaped text := '';
-    v_time text := '';
-    v_field text := '';
-    v_scope text := '';
-    v_format record;
+    v_limit integer := hivenet._setting_constant('max_serials_per_call')::integer;
 BEGIN
-    PERFORM hivenet._lock_constants('hivenet.format', p_op);
-    FOR v_format IN
-        SELECT f.name, l.* FROM hivenet.format f, hivenet._layout_sql(f) l ORDER BY f.name
-    LOOP
-        v_valid := v_valid || format(' WHEN %L THEN %s', v_format.name, v_format.valid);
-        v_shaped := v_shaped || format(' WHEN %L THEN %s', v_format.name, v_format.shape);
-        -- NULL unless valid: the function is public (views), and casts of a serial that only
-        -- looks right (month 99) would fail.
-        v_time := v_time || format(' WHEN %L THEN %s', v_format.name,
-            CASE WHEN v_format.time_of IS NULL THEN 'NULL::timestamp'
-                 ELSE format('CASE WHEN %s THEN %s END', v_format.valid, v_format.time_of)
-                 END);
-        v_field := v_field || format(' WHEN %L THEN CASE p_field%s ELSE NULL::text END',
-            v_format.name, (SELECT coalesce(string_agg(format(' WHEN %L THEN %s', f.key,
-                                                              f.value), '' ORDER BY f.key),
-                                            ' WHEN NULL THEN NULL')
-                            FROM jsonb_each_text(v_format.fields) f));
-        v_scope := v_scope || format(' WHEN %L THEN %s', v_format.name,
-                                     coalesce(v_format.scope, 'NULL::text'));
-    END LOOP;
-    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet._serial_valid(p_format text, '
-                   'p_serial text) RETURNS boolean LANGUAGE sql STABLE BEGIN ATOMIC SELECT '
-                   'CASE p_format%s ELSE NULL::boolean END; END', v_valid);
-    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet._serial_shaped(p_format text, '
-                   'p_serial text) RETURNS boolean LANGUAGE sql STABLE BEGIN ATOMIC SELECT '
-                   'CASE p_format%s ELSE NULL::boolean END; END', v_shaped);
-    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet._serial_time(p_format text, '
-                   'p_serial text) RETURNS timestamp LANGUAGE sql STABLE BEGIN ATOMIC SELECT '
-                   'CASE p_format%s ELSE coalesce(hivenet.parse_serial(p_serial, p_format) '
-                   '->> ''datetime'', hivenet.parse_serial(p_serial, p_format) ->> ''date'')'
-                   '::timestamp END; END', v_time);
-    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet._serial_field(p_format text, '
-                   'p_serial text, p_field text) RETURNS text LANGUAGE sql STABLE BEGIN ATOMIC '
-                   'SELECT CASE p_format%s ELSE hivenet.parse_serial(p_serial, p_format) '
-                   '->> p_field END; END', v_field);
-    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet._serial_scope(p_format text, '
-                   'p_serial text) RETURNS text LANGUAGE sql STABLE BEGIN ATOMIC SELECT '
-                   'CASE p_format%s ELSE NULL::text END; END', v_scope);
+    IF p_n > v_limit THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: count %s is more than the %s serials one call may take '
+                             '(setting max_serials_per_call); take them in several calls',
+                             hivenet._shown(p_format), p_n, v_limit);
+    END IF;
+    RETURN QUERY SELECT unnest(hivenet._allocate(p_format, p_fields, NULL, p_n));
+END $$;
+-- hivenet.next_unified_serial(system, module, instance) → text (28 characters)
+--   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction. Inlined (see
+--   _fast_unified): the fast path, else next_serial (_allocate: the checks, the exact errors,
+--   the slow paths), which the caller may run without the right to call _allocate.
+CREATE FUNCTION hivenet.next_unified_serial(p_system text, p_module text, p_instance text)
+RETURNS text
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT coalesce(hivenet._fast_unified(p_system, p_module, p_instance),
+                    hivenet.next_serial('unified', jsonb_build_object(
+                        'system', p_system, 'module', p_module, 'instance', p_instance)));
+END;
+
+-- hivenet.next_system_serial(system, module, instance) → text (30 characters)
+--   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction. Inlined, as
+--   next_unified_serial.
+CREATE FUNCTION hivenet.next_system_serial(p_system text, p_module text, p_instance text)
+RETURNS text
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT coalesce(hivenet._fast_system(p_system, p_module, p_instance),
+                    hivenet.next_serial('system', jsonb_build_object(
+                        'system', p_system, 'module', p_module, 'instance', p_instance)));
+END;
+
+-- The next_interface_serial function is plpgsql, not sql: its serial prints the time of day,
+-- which the fast path leaves to _issue.
+
+-- hivenet.next_interface_serial(system, module, instance, target) → text (39 characters)
+--   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
+CREATE FUNCTION hivenet.next_interface_serial(p_system text, p_module text, p_instance text,
+    p_target text) RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN (hivenet._allocate('interface', NULL,
+                              ARRAY[p_system, p_module, p_instance, p_target], 1))[1];
 END $$;
 
--- Trigger: rewrite the generated functions from the table.
-CREATE FUNCTION hivenet._compile_layouts_trigger() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- hivenet.flush_at_commit() → void: makes the caller's commit wait until it, and every serial
+--   drawn in its transaction, is on disk: for a transaction that sends serials out after it
+--   commits and writes nothing else (durable allocation; Python flush_at_commit). PostgreSQL
+--   flushes a commit only with synchronous_commit on, in a transaction that has an id AND
+--   wrote WAL itself; the nextval that logged a serial's range may be another, uncommitted
+--   transaction's, so drawing is not enough, nor is an id alone. This sets synchronous_commit
+--   on for the transaction, takes an id and writes one small WAL record (a setval of sequence
+--   durable_mark, whose value means nothing). Never waits for another transaction.
+CREATE SEQUENCE hivenet.durable_mark;
+CREATE FUNCTION hivenet.flush_at_commit() RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    PERFORM hivenet._compile_layouts(TG_OP);
-    RETURN NULL;
+    PERFORM set_config('synchronous_commit', 'on', true);
+    PERFORM pg_current_xact_id();
+    PERFORM setval('hivenet.durable_mark', 1);
 END $$;
-
-CREATE TRIGGER format_layouts AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_layouts_trigger();
-
-SELECT hivenet._compile_layouts('INSERT');
 
 -- hivenet_db/sql/maintain.sql
 -- When maintain() last finished (wall clock, clock_timestamp(): never the fake clock), for
@@ -2674,50 +2711,6 @@ BEGIN
     END IF;
     v_mark := set_config('hivenet.interface_claimed', 'on', true);
 END $$;
-
--- hivenet.interface_calls: every recorded call with the fields of its interface serial.
---   serial_time is the time printed in the serial (business-local, as issued).
-CREATE VIEW hivenet.interface_calls AS
-SELECT c.interface_serial,
-       c.unified_serial,
-       c.system_serial,
-       -- Read by the layout of format 'interface' (parse.sql: generated functions).
-       hivenet._serial_field('interface', c.interface_serial, 'system') AS source_system,
-       hivenet._serial_field('interface', c.interface_serial, 'module') AS source_module,
-       hivenet._serial_field('interface', c.interface_serial, 'instance') AS source_instance,
-       hivenet._serial_field('interface', c.interface_serial, 'target') AS target_system,
-       c.serial_day,
-       -- make_timestamp: no session time zone involved (to_timestamp would shift a local time
-       -- that the session's zone skips at a DST change).
-       hivenet._serial_time('interface', c.interface_serial) AS serial_time,
-       c.recorded_at,
-       c.call_order
-FROM hivenet.interface_call c;
-COMMENT ON VIEW hivenet.interface_calls IS
-    'recorded interface calls with the source and target of each serial (reporting)';
-
--- hivenet.interface_calls_per_day: calls per serial day, source and target system.
-CREATE VIEW hivenet.interface_calls_per_day AS
-SELECT serial_day AS day, source_system, target_system, count(*) AS calls
-FROM hivenet.interface_calls
-GROUP BY serial_day, source_system, target_system;
-COMMENT ON VIEW hivenet.interface_calls_per_day IS
-    'recorded interface calls per serial day, source system and target system (reporting)';
-
--- hivenet.call_chain(unified_serial) → table: every recorded call of that business
---   transaction, exactly in the order recorded (call_order). Empty when none is recorded or the
---   days are past retention. No HN error; reads only, never blocks.
-CREATE FUNCTION hivenet.call_chain(p_unified_serial text)
-RETURNS TABLE (interface_serial text, system_serial text, source_system text,
-               source_module text, source_instance text, target_system text,
-               serial_time timestamp, recorded_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
-           c.source_instance, c.target_system, c.serial_time, c.recorded_at
-    FROM hivenet.interface_calls c
-    WHERE c.unified_serial = p_unified_serial
-    ORDER BY c.call_order
-$$;
 
 -- Drops one expired partition, waiting at most a second for claims in flight (DROP locks the
 -- parent ACCESS EXCLUSIVE): a long claim transaction makes maintain() skip, not stall claims.
@@ -3531,87 +3524,6 @@ SELECT a.key AS system_serial, a.attempt, a.fingerprint, a.unified_serial, a.res
 FROM hivenet.request_attempt a
 WHERE a.namespace = 'hivenet.steps' AND a.state = 'success';
 
--- _step_in_window(system serial): the serial, if valid, is surely dated inside the window whose
--- steps are kept (HN021, see _begin_step), and no instance needs a check (setting
--- owned_instances 'all'). Then begin_step may replay a stored step without _begin_step, and
--- view _step_start may start a new one (its layout checked there). When the layout prints
--- the date as YYYYMMDD, that date compared as text, so no input makes it raise: from the day
--- after the day of _step_days_from to the day of _step_days_to (exact at that end); a step
--- dated on the window's first day or later goes to _begin_step, which decides exactly (and
--- accepts this database's own serials past the end). Generated (_compile_step_paths) from the
--- layout of format 'system' (parse.sql, _layout_sql) and the settings, written in as
--- literals: reading them through _serial_time and _setting_constant was folded to the same
--- plan but cost ~5 ms of planning (their bodies hold every format and setting), paid by every
--- caller that does not prepare its statement. The edges of the callers' zones come from
--- _caller_now, as everywhere. VOLATILE (hivenet.now()), inlined, but only for an argument
--- that is a column or a parameter: the body reads p_serial twice, and PostgreSQL does not
--- inline a function that would compute an expensive argument twice (called on an expression,
--- it ran as a SQL function: 68 µs against 35 inlined; docs/benchmarks.md, "Where a replay's
--- time goes"). The same holds for the generated layout checks (parse.sql) and
--- _step_start_valid; every caller here passes a column or a parameter.
-CREATE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean
-LANGUAGE sql VOLATILE
-BEGIN ATOMIC
-    SELECT false;
-END;
-
--- Rewrite _step_in_window from the tables (the triggers below, on any change of a format or a
--- setting, under the constants' lock of settings.sql). A layout that prints its date
--- otherwise gets the exact window of its printed time, behind its validity check (dearer: the
--- casts); 'false' (every call to the full path) when it prints no time or instances are
--- checked.
-CREATE FUNCTION hivenet._compile_step_paths() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_setting jsonb := (SELECT jsonb_object_agg(s.name, s.value) FROM hivenet.setting s);
-    v_valid text;
-    v_time text;
-    v_at integer[];
-    v_window text;
-BEGIN
-    SELECT l.valid, l.time_of INTO v_valid, v_time
-    FROM hivenet.format f, hivenet._layout_sql(f) l WHERE f.name = 'system';
-    -- The date's position, when the layout prints year, month and day one after another.
-    v_at := regexp_match(v_time, '^make_timestamp\(substr\(p_serial, (\d+), 4\)::integer, '
-        'substr\(p_serial, (\d+), 2\)::integer, substr\(p_serial, (\d+), 2\)::integer, '
-        '0, 0, 0\)$')::integer[];
-    IF v_setting ->> 'owned_instances' IS DISTINCT FROM 'all' OR v_time IS NULL THEN
-        v_window := 'false';
-    ELSIF v_at[2] = v_at[1] + 4 AND v_at[3] = v_at[1] + 6 THEN
-        v_window := format(
-            'substr(p_serial, %s, 8) BETWEEN to_char((hivenet._caller_now(hivenet.now(), '
-            '''earliest'') - %L::interval)::date + 1, ''YYYYMMDD'') AND '
-            'to_char((hivenet._caller_now(hivenet.now(), ''latest'') + %L::interval)::date, '
-            '''YYYYMMDD'')',
-            v_at[1], v_setting ->> 'step_retention', v_setting ->> 'step_future_tolerance');
-    ELSE
-        v_window := format(
-            'CASE WHEN %s THEN (%s)::date::timestamp BETWEEN hivenet._caller_now(hivenet.now(), '
-            '''earliest'') - %L::interval AND hivenet._caller_now(hivenet.now(), ''latest'') + '
-            '%L::interval ELSE false END',
-            v_valid, v_time, v_setting ->> 'step_retention',
-            v_setting ->> 'step_future_tolerance');
-    END IF;
-    EXECUTE format(
-        'CREATE OR REPLACE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean '
-        'LANGUAGE sql VOLATILE BEGIN ATOMIC SELECT %s; END', v_window);
-END $$;
-
-CREATE FUNCTION hivenet._compile_step_paths_trigger() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._lock_constants(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), TG_OP);
-    PERFORM hivenet._compile_step_paths();
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER step_paths AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.setting
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_step_paths_trigger();
-CREATE TRIGGER step_paths AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_step_paths_trigger();
-
-SELECT hivenet._compile_step_paths();
-
 -- What view _step_start vouches for (below), and _begin_step after the view wrote nothing: both
 -- serials valid (the layouts generated from the formats, parse.sql), the system serial surely
 -- inside the window (_step_in_window) and an allowed lease or none (clock.sql,
@@ -3818,6 +3730,73 @@ BEGIN
                                      p_note, p_response);
 END $$;
 
+-- Retention of steps (run by hivenet.maintain()): purge every attempt of the steps whose
+-- attempts all ended before now() - step_retention and whose serial begin_step refuses as
+-- dated too early (_step_days_from): a step is purged only when it can no longer start. A
+-- processing step is never purged.
+CREATE FUNCTION hivenet._maintain_steps() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := hivenet.now();
+BEGIN
+    PERFORM hivenet._purge_requests(
+        'hivenet.steps', v_now - hivenet._setting_constant('step_retention')::interval,
+        hivenet._step_days_from(v_now));
+END $$;
+
+-- hivenet_db/sql/reporting.sql
+-- Reporting: every view a reporting tool (or `hivenet-db report`) reads with plain SELECT,
+-- and call_chain(); docs/reporting.md lists them all. Granted to hivenet_reporting and
+-- hivenet_admin (privileges.sql), with what they call as their reader.
+
+-- Interface calls (dedup.sql).
+
+-- hivenet.interface_calls: every recorded call with the fields of its interface serial.
+--   serial_time is the time printed in the serial (business-local, as issued).
+CREATE VIEW hivenet.interface_calls AS
+SELECT c.interface_serial,
+       c.unified_serial,
+       c.system_serial,
+       -- Read by the layout of format 'interface' (parse.sql: generated functions).
+       hivenet._serial_field('interface', c.interface_serial, 'system') AS source_system,
+       hivenet._serial_field('interface', c.interface_serial, 'module') AS source_module,
+       hivenet._serial_field('interface', c.interface_serial, 'instance') AS source_instance,
+       hivenet._serial_field('interface', c.interface_serial, 'target') AS target_system,
+       c.serial_day,
+       -- make_timestamp: no session time zone involved (to_timestamp would shift a local time
+       -- that the session's zone skips at a DST change).
+       hivenet._serial_time('interface', c.interface_serial) AS serial_time,
+       c.recorded_at,
+       c.call_order
+FROM hivenet.interface_call c;
+COMMENT ON VIEW hivenet.interface_calls IS
+    'recorded interface calls with the source and target of each serial (reporting)';
+
+-- hivenet.interface_calls_per_day: calls per serial day, source and target system.
+CREATE VIEW hivenet.interface_calls_per_day AS
+SELECT serial_day AS day, source_system, target_system, count(*) AS calls
+FROM hivenet.interface_calls
+GROUP BY serial_day, source_system, target_system;
+COMMENT ON VIEW hivenet.interface_calls_per_day IS
+    'recorded interface calls per serial day, source system and target system (reporting)';
+
+-- hivenet.call_chain(unified_serial) → table: every recorded call of that business
+--   transaction, exactly in the order recorded (call_order). Empty when none is recorded or the
+--   days are past retention. No HN error; reads only, never blocks.
+CREATE FUNCTION hivenet.call_chain(p_unified_serial text)
+RETURNS TABLE (interface_serial text, system_serial text, source_system text,
+               source_module text, source_instance text, target_system text,
+               serial_time timestamp, recorded_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
+           c.source_instance, c.target_system, c.serial_time, c.recorded_at
+    FROM hivenet.interface_calls c
+    WHERE c.unified_serial = p_unified_serial
+    ORDER BY c.call_order
+$$;
+
+-- Steps (steps.sql).
+
 -- hivenet.stuck_steps: steps still `processing` after their lease ran out, oldest first. Their
 -- outcome is unknown (the remote call may or may not have happened): find it out, then
 -- hivenet.resolve_step(system_serial, attempt, succeeded, note).
@@ -3845,24 +3824,8 @@ GROUP BY s.state
 ORDER BY s.state;
 COMMENT ON VIEW hivenet.step_states IS 'number of steps per state (the state of their latest attempt)';
 
--- Retention of steps (run by hivenet.maintain()): purge every attempt of the steps whose
--- attempts all ended before now() - step_retention and whose serial begin_step refuses as
--- dated too early (_step_days_from): a step is purged only when it can no longer start. A
--- processing step is never purged.
-CREATE FUNCTION hivenet._maintain_steps() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_now timestamptz := hivenet.now();
-BEGIN
-    PERFORM hivenet._purge_requests(
-        'hivenet.steps', v_now - hivenet._setting_constant('step_retention')::interval,
-        hivenet._step_days_from(v_now));
-END $$;
+-- Counter scopes (counters.sql).
 
--- hivenet_db/sql/reporting.sql
--- Reporting: views a reporting tool (or `hivenet-db report`) reads with plain SELECT.
--- The views of other concerns live with them (dedup.sql: interface_calls_per_day,
--- call_chain(); steps.sql: step_states, stuck_steps); docs/reporting.md lists them all.
 
 -- Raw value of a counter scope's sequence (period * stride + seq), NULL before its first use
 -- and for any name that is no sequence of schema hivenet (executable by every role: a table's
