@@ -116,13 +116,13 @@ END $$;
 -- Never waits for another transaction; may wait a moment for another allocation's period
 -- reset (the advisory lock is held for one setval, never until commit), and a new scope's
 -- allocation waits for a maintain() that is promoting scopes of the format to commit.
--- The hot path is short on purpose (docs/benchmarks.md): one query, one regex match, no loop
--- over segments; the slow paths (bad input, a new scope, period reset) are helpers.
+-- The common case is one query, one regex match, no loop over segments; the slow paths (bad
+-- input, a new scope, period reset) are helpers (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[],
     p_count integer) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    -- Settings and format from generated constants (settings.sql): no query on the hot path.
+    -- Settings and format from generated constants (compile.sql): no query on the hot path.
     v_format hivenet.format := hivenet._format_constant(p_format);
     v_values text[] := p_values;
     v_field integer;

@@ -289,7 +289,6 @@ BEGIN
                   ELSE array_to_string(v_scope, ' || ') END;
 END $$;
 
-
 -- 3. The expression of the fast path of format p_format (see _fast_unified) in business time
 -- zone p_zone, or 'NULL::text' when the format or the settings (p_enforce_registry) leave
 -- every call to the full path; p_allow_fake_clock: the setting allow_fake_clock.
@@ -355,7 +354,6 @@ BEGIN
         p_format.stride, p_format.capacity + 1, p_format.capacity + 1,
         'FM' || repeat('0', p_format.seq_width));
 END $$;
-
 
 -- 4. The expression of _step_in_window: from the layout of format 'system' (_layout_sql's
 -- valid, time_of and date_at) and the settings p_settings (name → value). A layout that

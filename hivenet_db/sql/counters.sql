@@ -50,7 +50,7 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 121421
 CREATE FUNCTION hivenet._cold_lock_space() RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210103 $$;
 
--- On every allocation: inlined, a SQL-standard body without SET (see _period_index).
+-- On every allocation: inlined, a SQL-standard body without SET (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._scope_sequence_name(p_format text, p_scope text) RETURNS text
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
@@ -63,7 +63,7 @@ END;
 -- format's counter-key fields, concatenated (fixed widths: unambiguous). Every field is in
 -- the key unless the format marks it "counter": false (printed only); a "printed": false
 -- field is in the key without being printed (custom formats).
--- On every allocation: inlined, a SQL-standard body without SET (see _period_index).
+-- On every allocation: inlined, a SQL-standard body without SET (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._scope_of(p_format hivenet.format, p_values text[]) RETURNS text
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
@@ -97,7 +97,7 @@ END;
 -- none. On the allocation path of formats with a clock_unit: inlined, a SQL-standard body
 -- without SET (see _period_index), and string replacements on p_seq::text, which is always
 -- hivenet.<name>, quoted or not (schema hivenet is never on the search path), and holds no
--- other dot: parse_ident and quote_ident cost several times more (measured).
+-- other dot (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._clock_sequence(p_seq regclass) RETURNS regclass
 LANGUAGE sql STABLE
 BEGIN ATOMIC
@@ -135,7 +135,7 @@ END $$;
 CREATE TRIGGER format_cold_counter AFTER INSERT ON hivenet.format
     FOR EACH ROW EXECUTE FUNCTION hivenet._create_cold_counter();
 
--- The formats defined before the trigger (formats.sql) get theirs here.
+-- The formats already defined get theirs here.
 DO $$
 DECLARE
     v_name text;

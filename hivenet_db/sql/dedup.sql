@@ -83,7 +83,7 @@ END $$;
 -- Slow path of claim_interface_serial: raises HN021 for interface serial p_serial, dated
 -- p_local (its caller's local time), outside the window from p_from to p_to, unless this
 -- database issued it: after the clock stepped back, its own fresh serials carry a time up to
--- the latest instant already issued in their scope (allocate.sql), maybe past p_to.
+-- the latest instant already issued in their scope (periods.sql), maybe past p_to.
 CREATE FUNCTION hivenet._refuse_outside_window(p_serial text, p_local timestamp,
     p_from timestamp, p_to timestamp) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -134,7 +134,7 @@ DECLARE
     v_partition regclass;
 BEGIN
     -- The layout of format 'interface' checked by one inlined expression generated from its
-    -- definition (parse.sql, _serial_valid). What it does not vouch for, parse_serial
+    -- definition (compile.sql, _serial_valid). What it does not vouch for, parse_serial
     -- decides, naming the problem (HN001): the accepted set is exactly parse_serial's.
     IF NOT coalesce(hivenet._serial_valid('interface', p_serial), false) THEN
         PERFORM hivenet.parse_serial(p_serial, 'interface');
@@ -152,7 +152,7 @@ BEGIN
     END IF;
     v_local := hivenet._serial_time('interface', p_serial);
     v_day := v_local::date;
-    -- Settings from the generated constants (settings.sql): no query on the hot path.
+    -- Settings from the generated constants (compile.sql): no query on the hot path.
     v_window := hivenet._setting_constant('interface_window')::interval;
     v_tolerance := hivenet._setting_constant('interface_future_tolerance')::interval;
     -- The serial's time is its caller's local time, in a zone it does not name: the window
@@ -178,7 +178,7 @@ BEGIN
         (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
     VALUES (p_serial, v_day, p_unified_serial, p_system_serial, v_now)
     -- No conflict target: the primary key is the only unique index, and a target makes every
-    -- insert look up which index of the partition matches it in the catalog (measured).
+    -- insert look up which index of the partition matches it in the catalog.
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         SELECT c.recorded_at INTO v_recorded FROM hivenet.interface_call c
@@ -213,10 +213,10 @@ END $$;
 --   Raises HN001 when serial is no valid interface serial (as parse_serial), or
 --   unified_serial / system_serial is given but not shaped as its format's layout says (the
 --   characters of each field, digits for the date and seq: only their shape is checked;
---   parse.sql _serial_shaped); HN021 when the serial's own
+--   compile.sql _serial_shaped); HN021 when the serial's own
 --   time (its caller's local time, in any zone from UTC-12 to UTC+14) is older than the
 --   setting interface_window or later than now + interface_future_tolerance in every such
---   zone, unless this database issued it (its clock stepped back: allocate.sql); HN020 when
+--   zone, unless this database issued it (its clock stepped back: periods.sql); HN020 when
 --   it is already recorded; HN002 when this database declared owned instances and does not
 --   own the serial's (its caller's) instance: a retry sent to the wrong shard (ownership.sql,
 --   check_received_instances).

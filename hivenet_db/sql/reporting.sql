@@ -10,7 +10,7 @@ CREATE VIEW hivenet.interface_calls AS
 SELECT c.interface_serial,
        c.unified_serial,
        c.system_serial,
-       -- Read by the layout of format 'interface' (parse.sql: generated functions).
+       -- Read by the layout of format 'interface' (compile.sql: generated functions).
        hivenet._serial_field('interface', c.interface_serial, 'system') AS source_system,
        hivenet._serial_field('interface', c.interface_serial, 'module') AS source_module,
        hivenet._serial_field('interface', c.interface_serial, 'instance') AS source_instance,
@@ -102,7 +102,7 @@ $$;
 --   its own, and one per format for its cold counter (scope '(unprepared scopes)', fields {},
 --   shared true), which the scopes not prepared before their first use share until maintain()
 --   gives each its own: when it runs out, every unprepared scope of the format is refused for
---   the period, and a scope prepared then starts exhausted (allocate.sql).
+--   the period, and a scope prepared then starts exhausted (counters.sql).
 --   format, scope, fields (jsonb: the counter-key fields given to next_serial), reset,
 --   period_start (business-local start of the scope's current period: the clock's period, or
 --   a later one when the clock went back or the format borrowed the next period),

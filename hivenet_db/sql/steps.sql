@@ -53,7 +53,7 @@ END;
 
 -- Whether this database has issued system serials of p_system_serial's scope dated p_day or
 -- later: after its clock stepped back, its own fresh serials keep the latest day already
--- issued (allocate.sql), maybe past _step_days_to, and begin_step accepts them (SPEC §2
+-- issued (periods.sql), maybe past _step_days_to, and begin_step accepts them (SPEC §2
 -- guarantee 3: a serial a database issued is always accepted by its own checks).
 CREATE FUNCTION hivenet._step_issued_here(p_system_serial text, p_day date) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -94,8 +94,8 @@ FROM hivenet.request_attempt a
 WHERE a.namespace = 'hivenet.steps' AND a.state = 'success';
 
 -- What view _step_start vouches for (below), and _begin_step after the view wrote nothing: both
--- serials valid (the layouts generated from the formats, parse.sql), the system serial surely
--- inside the window (_step_in_window) and an allowed lease or none (clock.sql,
+-- serials valid (the layouts generated from the formats, compile.sql), the system serial surely
+-- inside the window (_step_in_window, compile.sql) and an allowed lease or none (clock.sql,
 -- _interval_allowed). Inlined where it is called: no function runs. VOLATILE (hivenet.now()).
 CREATE FUNCTION hivenet._step_start_valid(p_system_serial text, p_unified_serial text,
                                           p_lease interval) RETURNS boolean
@@ -111,12 +111,11 @@ END;
 -- owner's rights): the Python layer's begin (steps.py) and _begin_step's common case. The rule
 -- checks what a new step with plain options needs and inserts attempt 1; it writes nothing
 -- for a step that has an attempt, or for input it does not vouch for, and then begin_step
--- decides and names the problem. No function call: a new step through begin_step cost 170 µs
--- of server CPU, through this view 118, the bare INSERT 65 (issue 13, docs/benchmarks.md).
+-- decides and names the problem. No function call (docs/design/sql-internals.md).
 -- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_step would
 -- write, and reading the view shows nothing.
 --   The checks (_step_start_valid, above) are generated from the definitions of formats
---   'system' and 'unified' and from the settings (parse.sql, _serial_valid; _step_in_window):
+--   'system' and 'unified' and from the settings (compile.sql, _serial_valid; _step_in_window):
 --   inlined, no query. A serial dated on the window's first two days or after today, or
 --   instances to check, take the full path. Options are not columns: the callers take this path only for on_success
 --   'replay' or 'reject' without nowait, which start a new step alike.
@@ -227,19 +226,15 @@ END $$;
 --   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
 --   with nowait it raises HN030 at once instead. In REPEATABLE READ or SERIALIZABLE a
 --   concurrent start raises serialization_failure (40001): retry the transaction.
---   Fast path (issue 13): begin_step is a set-returning LANGUAGE sql function that the planner
---   inlines into the caller's statement (STABLE, not STRICT, no SECURITY DEFINER, no SET,
---   one SELECT; called in FROM). A replay of a step that succeeded with the same request,
+--   Fast path: begin_step is a set-returning LANGUAGE sql function inlined into the caller's
+--   statement (called in FROM). A replay of a step that succeeded with the same request,
 --   plain options, no unified serial or the one it was begun with, and a serial in the window
 --   is one read of view _step_replay by primary key, with no PL/pgSQL call: the stored serials
 --   were checked when the step began (a format is never redefined), so no serial is parsed
---   again (a regular expression alone cost a fifth of a replay). Everything else (a new step,
---   failed, processing, another request or unified serial, reject, nowait, bad input, an
---   instance other shards own) goes to _begin_step, which decides exactly as before. The full path is the second branch of a UNION ALL under LIMIT
---   1: an Append runs its branches in order (this plan is never parallel: _begin_step is
---   parallel unsafe), so it is called only when the replay found nothing (a test checks the
---   plan). One probe, planned once: a NOT EXISTS guard on the second branch instead doubled
---   both the planning and the execution of a replay.
+--   again. Everything else (a new step, failed, processing, another request or unified
+--   serial, reject, nowait, bad input, an instance other shards own) goes to _begin_step,
+--   which decides exactly as before, and is called only when the replay found nothing
+--   (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet.begin_step(
     p_system_serial text, p_request jsonb DEFAULT NULL, p_on_success text DEFAULT 'replay',
     p_unified_serial text DEFAULT NULL, p_lease interval DEFAULT NULL,

@@ -172,7 +172,7 @@ END $$;
 --   Never blocks. VOLATILE: it reads the clock.
 --   Called on every allocation, so it is inlined into its caller: a SQL-standard body (bound
 --   to its functions when created, so no search path can redirect it) without SET, which
---   would forbid inlining (see _period_index in formats.sql).
+--   would forbid inlining (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet.now() RETURNS timestamptz
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
@@ -268,12 +268,10 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Period index of a business-local time: 1 for the first period starting 2000-01-01.
--- Stored in the counter's sequence as period * stride + seq (see allocate.sql).
--- On every allocation, so it is inlined into its caller: a SQL-standard body (BEGIN ATOMIC)
--- without SET. The SET search_path convention is not needed here: such a body is parsed and
--- bound to its functions and operators when created, so no search path can change it later,
--- and a SET clause would forbid inlining (a call with SET costs ~1.5 us, measured in
--- docs/benchmarks.md).
+-- Stored in the counter's sequence as period * stride + seq (see counters.sql).
+-- On every allocation, so it is inlined into its caller: a SQL-standard body (BEGIN ATOMIC),
+-- bound when created, so it needs no SET search_path (which would forbid inlining;
+-- docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._period_index(p_local timestamp, p_reset text) RETURNS bigint
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
@@ -331,7 +329,7 @@ CREATE TABLE hivenet.format (
     key_fields         integer[],         -- the fields of the counter scope, NULL for all
     -- The finest time unit printed, when finer than the reset period (interface and
     -- merchant_trade: second): each scope then keeps the latest instant it has issued, in this
-    -- unit, in a clock sequence of its own, so its time of day never goes back (allocate.sql).
+    -- unit, in a clock sequence of its own, so its time of day never goes back (periods.sql).
     -- NULL when the counter's period is all the time printed.
     clock_unit         text
 );
@@ -561,11 +559,10 @@ END $$;
 --   taken by a different definition (redefining would break uniqueness of issued serials).
 --   Defining the same format again is a no-op. Counters left by an earlier definition of the
 --   name that was rolled back start over when they do not fit this one: every serial they
---   issued belonged to that rolled-back transaction. (Only databases from before revision
---   0006 can hold such counters: scopes now get their own only from maintain(), for
---   committed formats.) The format's cold counter is made with it (allocate.sql), and
---   vanishes with it on a rollback. Never delete rows of hivenet.format by hand. Takes a row
---   lock on the new name, and a new format waits for another transaction defining one (or changing a setting) to commit.
+--   issued belonged to that rolled-back transaction. The format's cold counter is made with
+--   it (counters.sql), and vanishes with it on a rollback. Never delete rows of
+--   hivenet.format by hand. Takes a row lock on the new name, and a new format waits for
+--   another transaction defining one (or changing a setting) to commit.
 CREATE FUNCTION hivenet.define_format(p_name text, p_segments jsonb,
     p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -819,7 +816,7 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 121421
 CREATE FUNCTION hivenet._cold_lock_space() RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210103 $$;
 
--- On every allocation: inlined, a SQL-standard body without SET (see _period_index).
+-- On every allocation: inlined, a SQL-standard body without SET (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._scope_sequence_name(p_format text, p_scope text) RETURNS text
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
@@ -832,7 +829,7 @@ END;
 -- format's counter-key fields, concatenated (fixed widths: unambiguous). Every field is in
 -- the key unless the format marks it "counter": false (printed only); a "printed": false
 -- field is in the key without being printed (custom formats).
--- On every allocation: inlined, a SQL-standard body without SET (see _period_index).
+-- On every allocation: inlined, a SQL-standard body without SET (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._scope_of(p_format hivenet.format, p_values text[]) RETURNS text
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
@@ -866,7 +863,7 @@ END;
 -- none. On the allocation path of formats with a clock_unit: inlined, a SQL-standard body
 -- without SET (see _period_index), and string replacements on p_seq::text, which is always
 -- hivenet.<name>, quoted or not (schema hivenet is never on the search path), and holds no
--- other dot: parse_ident and quote_ident cost several times more (measured).
+-- other dot (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._clock_sequence(p_seq regclass) RETURNS regclass
 LANGUAGE sql STABLE
 BEGIN ATOMIC
@@ -904,7 +901,7 @@ END $$;
 CREATE TRIGGER format_cold_counter AFTER INSERT ON hivenet.format
     FOR EACH ROW EXECUTE FUNCTION hivenet._create_cold_counter();
 
--- The formats defined before the trigger (formats.sql) get theirs here.
+-- The formats already defined get theirs here.
 DO $$
 DECLARE
     v_name text;
@@ -1597,7 +1594,6 @@ BEGIN
                   ELSE array_to_string(v_scope, ' || ') END;
 END $$;
 
-
 -- 3. The expression of the fast path of format p_format (see _fast_unified) in business time
 -- zone p_zone, or 'NULL::text' when the format or the settings (p_enforce_registry) leave
 -- every call to the full path; p_allow_fake_clock: the setting allow_fake_clock.
@@ -1663,7 +1659,6 @@ BEGIN
         p_format.stride, p_format.capacity + 1, p_format.capacity + 1,
         'FM' || repeat('0', p_format.seq_width));
 END $$;
-
 
 -- 4. The expression of _step_in_window: from the layout of format 'system' (_layout_sql's
 -- valid, time_of and date_at) and the settings p_settings (name → value). A layout that
@@ -1824,7 +1819,7 @@ SELECT hivenet._recompile();
 --
 -- Nothing is added to the allocation hot path (next_unified_serial's inlined fast path,
 -- _allocate with a scope's own sequence): the check runs where a scope is first used
--- (_issue_cold, allocate.sql) and where it gets its own sequence (prepare_scope, maintain()).
+-- (_issue_cold, allocate.sql) and where it gets its own sequence (prepare_scope, maintain(): counters.sql).
 -- Every scope sequence therefore belongs to an owned instance; giving an instance up is
 -- refused while it has scopes here, unless forced, which parks their sequences (renamed
 -- seq_X → off_X, counters kept): the next allocation finds no sequence, goes through the
@@ -1924,7 +1919,7 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- The current value of setting p_name: its generated constant, or its row when the constant
--- is missing (a rewrite lost to a concurrent one: settings.sql).
+-- is missing (a rewrite lost to a concurrent one: compile.sql).
 CREATE FUNCTION hivenet._ownership_setting(p_name text) RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT coalesce(hivenet._setting_constant(p_name), hivenet._setting_value(p_name))
@@ -1990,7 +1985,7 @@ BEGIN
     THEN
         RETURN;
     END IF;
-    -- Cut by the format's layout (parse.sql); parse_serial for a format not yet generated.
+    -- Cut by the format's layout (compile.sql); parse_serial for a format not yet generated.
     v_instance := coalesce(hivenet._serial_field(p_format, p_serial, 'instance'),
                            hivenet.parse_serial(p_serial, p_format) ->> 'instance');
     IF NOT hivenet._instance_in(v_instance, v_owned) THEN
@@ -2096,7 +2091,7 @@ END $$;
 --   HN002; owning them again restores their counters) and drops their pending first uses.
 --   Moving an instance to another database is safe only across a period boundary of its
 --   formats: counters are not carried over (docs/scale-out.md). Commits with the caller;
---   waits for transactions that use a parked scope. READ COMMITTED only (settings.sql).
+--   waits for transactions that use a parked scope. READ COMMITTED only (compile.sql).
 CREATE FUNCTION hivenet.own_instances(p_instances text,
     p_single_primary_formats boolean DEFAULT NULL, p_force boolean DEFAULT false)
 RETURNS text
@@ -2250,13 +2245,13 @@ END $$;
 -- Never waits for another transaction; may wait a moment for another allocation's period
 -- reset (the advisory lock is held for one setval, never until commit), and a new scope's
 -- allocation waits for a maintain() that is promoting scopes of the format to commit.
--- The hot path is short on purpose (docs/benchmarks.md): one query, one regex match, no loop
--- over segments; the slow paths (bad input, a new scope, period reset) are helpers.
+-- The common case is one query, one regex match, no loop over segments; the slow paths (bad
+-- input, a new scope, period reset) are helpers (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[],
     p_count integer) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    -- Settings and format from generated constants (settings.sql): no query on the hot path.
+    -- Settings and format from generated constants (compile.sql): no query on the hot path.
     v_format hivenet.format := hivenet._format_constant(p_format);
     v_values text[] := p_values;
     v_field integer;
@@ -2513,7 +2508,7 @@ END $$;
 -- Slow path of claim_interface_serial: raises HN021 for interface serial p_serial, dated
 -- p_local (its caller's local time), outside the window from p_from to p_to, unless this
 -- database issued it: after the clock stepped back, its own fresh serials carry a time up to
--- the latest instant already issued in their scope (allocate.sql), maybe past p_to.
+-- the latest instant already issued in their scope (periods.sql), maybe past p_to.
 CREATE FUNCTION hivenet._refuse_outside_window(p_serial text, p_local timestamp,
     p_from timestamp, p_to timestamp) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -2564,7 +2559,7 @@ DECLARE
     v_partition regclass;
 BEGIN
     -- The layout of format 'interface' checked by one inlined expression generated from its
-    -- definition (parse.sql, _serial_valid). What it does not vouch for, parse_serial
+    -- definition (compile.sql, _serial_valid). What it does not vouch for, parse_serial
     -- decides, naming the problem (HN001): the accepted set is exactly parse_serial's.
     IF NOT coalesce(hivenet._serial_valid('interface', p_serial), false) THEN
         PERFORM hivenet.parse_serial(p_serial, 'interface');
@@ -2582,7 +2577,7 @@ BEGIN
     END IF;
     v_local := hivenet._serial_time('interface', p_serial);
     v_day := v_local::date;
-    -- Settings from the generated constants (settings.sql): no query on the hot path.
+    -- Settings from the generated constants (compile.sql): no query on the hot path.
     v_window := hivenet._setting_constant('interface_window')::interval;
     v_tolerance := hivenet._setting_constant('interface_future_tolerance')::interval;
     -- The serial's time is its caller's local time, in a zone it does not name: the window
@@ -2608,7 +2603,7 @@ BEGIN
         (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
     VALUES (p_serial, v_day, p_unified_serial, p_system_serial, v_now)
     -- No conflict target: the primary key is the only unique index, and a target makes every
-    -- insert look up which index of the partition matches it in the catalog (measured).
+    -- insert look up which index of the partition matches it in the catalog.
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         SELECT c.recorded_at INTO v_recorded FROM hivenet.interface_call c
@@ -2643,10 +2638,10 @@ END $$;
 --   Raises HN001 when serial is no valid interface serial (as parse_serial), or
 --   unified_serial / system_serial is given but not shaped as its format's layout says (the
 --   characters of each field, digits for the date and seq: only their shape is checked;
---   parse.sql _serial_shaped); HN021 when the serial's own
+--   compile.sql _serial_shaped); HN021 when the serial's own
 --   time (its caller's local time, in any zone from UTC-12 to UTC+14) is older than the
 --   setting interface_window or later than now + interface_future_tolerance in every such
---   zone, unless this database issued it (its clock stepped back: allocate.sql); HN020 when
+--   zone, unless this database issued it (its clock stepped back: periods.sql); HN020 when
 --   it is already recorded; HN002 when this database declared owned instances and does not
 --   own the serial's (its caller's) instance: a retry sent to the wrong shard (ownership.sql,
 --   check_received_instances).
@@ -2937,7 +2932,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- hivenet_db/sql/requests.sql
--- Keyed requests: the one state machine of idempotency (SPEC §4, seeds 000/002/003, issue 12).
+-- Keyed requests: the one state machine of idempotency (SPEC §4, seeds 000/002/003).
 --
 -- Every idempotency key lives in a namespace: a client's request key, a message id of a queue,
 -- a pay id or notify id of the purchase flow, and the steps of steps.sql (namespace
@@ -2955,9 +2950,8 @@ $$;
 -- started_at), which reaches only the rows started before a namespace's cutoff: never a scan
 -- of live rows.
 
--- The states of an attempt; an enum, not a CHECK on text: PostgreSQL compiles every CHECK
--- constraint again for each INSERT and UPDATE statement, which cost as much as the insert
--- itself here. The other invariants (attempt > 0, lease > 0, finished_at set exactly when
+-- The states of an attempt; an enum, not a CHECK on text (docs/design/sql-internals.md).
+-- The other invariants (attempt > 0, lease > 0, finished_at set exactly when
 -- not processing) are kept by the functions, the only writers.
 CREATE TYPE hivenet.step_state AS ENUM ('processing', 'success', 'failed');
 
@@ -2982,15 +2976,14 @@ CREATE TABLE hivenet.request_attempt (
 )
 -- fillfactor: room on the page so finishing is a HOT update. Autovacuum after 2,000 dead rows
 -- whatever the table's size (a finish or a rollback leaves one; the default waits for 20 % of
--- the table, which grows every day): dead rows stay flat (docs/benchmarks.md, load).
+-- the table, which grows every day): dead rows stay flat.
 WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000);
 COMMENT ON TABLE hivenet.request_attempt IS
     'every attempt of every idempotency key (namespace, key); the latest attempt is the key''s state';
 -- Retention reaches the old attempts of one namespace only (finishing leaves both columns
 -- alone, so it stays a HOT update). On the expression namespace || '', not the column: the
--- hot path's lookups (namespace = ... AND key = ...) then can only use the primary key.
--- Indexed on the bare column, a table without statistics yet (a fresh install, just after
--- the upgrade) had finish_step scan this index over every row of the namespace (measured).
+-- hot path's lookups (namespace = ... AND key = ...) then can only use the primary key
+-- (docs/design/sql-internals.md).
 CREATE INDEX request_attempt_started_at ON hivenet.request_attempt
     ((namespace || ''), started_at);
 
@@ -3013,8 +3006,8 @@ INSERT INTO hivenet.setting (name, value, kind, description) VALUES
      'namespaces without a retention of their own (hivenet.set_request_retention); the same '
      'key after that starts afresh');
 
--- Helpers are plpgsql, not sql: a sql function with SET search_path is never inlined and on
--- PostgreSQL 15 is planned again at every call (about 10x the cost on the hot path).
+-- Helpers are plpgsql, not sql: a sql function with SET search_path is never inlined
+-- (docs/design/sql-internals.md).
 
 -- The lease in force of an attempt, never longer than a caller may pass (clock.sql,
 -- _longest_interval): its end is a timestamp whatever is stored, so the views never fail.
@@ -3067,7 +3060,7 @@ END;
 -- already checked by the caller (begin_request, begin_step). See begin_request for what it
 -- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
 -- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
--- force, and a SET on a nested call costs a tenth of a begin (measured, docs/benchmarks.md).
+-- force (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._begin_attempt(
     p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
     p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
@@ -3484,7 +3477,7 @@ END;
 
 -- Whether this database has issued system serials of p_system_serial's scope dated p_day or
 -- later: after its clock stepped back, its own fresh serials keep the latest day already
--- issued (allocate.sql), maybe past _step_days_to, and begin_step accepts them (SPEC §2
+-- issued (periods.sql), maybe past _step_days_to, and begin_step accepts them (SPEC §2
 -- guarantee 3: a serial a database issued is always accepted by its own checks).
 CREATE FUNCTION hivenet._step_issued_here(p_system_serial text, p_day date) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -3525,8 +3518,8 @@ FROM hivenet.request_attempt a
 WHERE a.namespace = 'hivenet.steps' AND a.state = 'success';
 
 -- What view _step_start vouches for (below), and _begin_step after the view wrote nothing: both
--- serials valid (the layouts generated from the formats, parse.sql), the system serial surely
--- inside the window (_step_in_window) and an allowed lease or none (clock.sql,
+-- serials valid (the layouts generated from the formats, compile.sql), the system serial surely
+-- inside the window (_step_in_window, compile.sql) and an allowed lease or none (clock.sql,
 -- _interval_allowed). Inlined where it is called: no function runs. VOLATILE (hivenet.now()).
 CREATE FUNCTION hivenet._step_start_valid(p_system_serial text, p_unified_serial text,
                                           p_lease interval) RETURNS boolean
@@ -3542,12 +3535,11 @@ END;
 -- owner's rights): the Python layer's begin (steps.py) and _begin_step's common case. The rule
 -- checks what a new step with plain options needs and inserts attempt 1; it writes nothing
 -- for a step that has an attempt, or for input it does not vouch for, and then begin_step
--- decides and names the problem. No function call: a new step through begin_step cost 170 µs
--- of server CPU, through this view 118, the bare INSERT 65 (issue 13, docs/benchmarks.md).
+-- decides and names the problem. No function call (docs/design/sql-internals.md).
 -- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_step would
 -- write, and reading the view shows nothing.
 --   The checks (_step_start_valid, above) are generated from the definitions of formats
---   'system' and 'unified' and from the settings (parse.sql, _serial_valid; _step_in_window):
+--   'system' and 'unified' and from the settings (compile.sql, _serial_valid; _step_in_window):
 --   inlined, no query. A serial dated on the window's first two days or after today, or
 --   instances to check, take the full path. Options are not columns: the callers take this path only for on_success
 --   'replay' or 'reject' without nowait, which start a new step alike.
@@ -3658,19 +3650,15 @@ END $$;
 --   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
 --   with nowait it raises HN030 at once instead. In REPEATABLE READ or SERIALIZABLE a
 --   concurrent start raises serialization_failure (40001): retry the transaction.
---   Fast path (issue 13): begin_step is a set-returning LANGUAGE sql function that the planner
---   inlines into the caller's statement (STABLE, not STRICT, no SECURITY DEFINER, no SET,
---   one SELECT; called in FROM). A replay of a step that succeeded with the same request,
+--   Fast path: begin_step is a set-returning LANGUAGE sql function inlined into the caller's
+--   statement (called in FROM). A replay of a step that succeeded with the same request,
 --   plain options, no unified serial or the one it was begun with, and a serial in the window
 --   is one read of view _step_replay by primary key, with no PL/pgSQL call: the stored serials
 --   were checked when the step began (a format is never redefined), so no serial is parsed
---   again (a regular expression alone cost a fifth of a replay). Everything else (a new step,
---   failed, processing, another request or unified serial, reject, nowait, bad input, an
---   instance other shards own) goes to _begin_step, which decides exactly as before. The full path is the second branch of a UNION ALL under LIMIT
---   1: an Append runs its branches in order (this plan is never parallel: _begin_step is
---   parallel unsafe), so it is called only when the replay found nothing (a test checks the
---   plan). One probe, planned once: a NOT EXISTS guard on the second branch instead doubled
---   both the planning and the execution of a replay.
+--   again. Everything else (a new step, failed, processing, another request or unified
+--   serial, reject, nowait, bad input, an instance other shards own) goes to _begin_step,
+--   which decides exactly as before, and is called only when the replay found nothing
+--   (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet.begin_step(
     p_system_serial text, p_request jsonb DEFAULT NULL, p_on_success text DEFAULT 'replay',
     p_unified_serial text DEFAULT NULL, p_lease interval DEFAULT NULL,
@@ -3757,7 +3745,7 @@ CREATE VIEW hivenet.interface_calls AS
 SELECT c.interface_serial,
        c.unified_serial,
        c.system_serial,
-       -- Read by the layout of format 'interface' (parse.sql: generated functions).
+       -- Read by the layout of format 'interface' (compile.sql: generated functions).
        hivenet._serial_field('interface', c.interface_serial, 'system') AS source_system,
        hivenet._serial_field('interface', c.interface_serial, 'module') AS source_module,
        hivenet._serial_field('interface', c.interface_serial, 'instance') AS source_instance,
@@ -3849,7 +3837,7 @@ $$;
 --   its own, and one per format for its cold counter (scope '(unprepared scopes)', fields {},
 --   shared true), which the scopes not prepared before their first use share until maintain()
 --   gives each its own: when it runs out, every unprepared scope of the format is refused for
---   the period, and a scope prepared then starts exhausted (allocate.sql).
+--   the period, and a scope prepared then starts exhausted (counters.sql).
 --   format, scope, fields (jsonb: the counter-key fields given to next_serial), reset,
 --   period_start (business-local start of the scope's current period: the clock's period, or
 --   a later one when the clock went back or the format borrowed the next period),
@@ -4094,7 +4082,7 @@ END $$;
 -- inlined fast paths (an inlined function is inlined only if the caller may EXECUTE it, and
 -- what its body reads is checked as the caller), the rules of the start views, and the
 -- functions the views call (PostgreSQL runs a view's functions as its reader). Nothing here
--- opens a connection, and no setting holds a secret. Applied last.
+-- opens a connection, and no setting holds a secret.
 
 -- The roles, when the migrating role may create them (a superuser, or CREATEROLE: a
 -- developer's laptop, the embedded server). Otherwise `hivenet-db bootstrap` creates them and
@@ -4113,7 +4101,7 @@ END $$;
 
 -- Lets hivenet_app take values (nextval, currval: USAGE) of counter sequence p_name of schema
 -- hivenet, which the allocation fast path draws from as the caller; never UPDATE (setval is
--- the owner's slow path) nor ALTER. Called when a counter is made (allocate.sql) and for every
+-- the owner's slow path) nor ALTER. Called when a counter is made (counters.sql) and for every
 -- counter by _grant_roles(). Nothing when the role does not exist yet.
 CREATE FUNCTION hivenet._grant_counter(p_name text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -4154,10 +4142,10 @@ BEGIN
         TO hivenet_app;
         -- now() is inlined into the caller: its fake clock (clock.sql) runs as the caller.
         GRANT EXECUTE ON FUNCTION hivenet._fake_now() TO hivenet_app;
-        -- The allocation fast path (allocate.sql, _fast_unified and _fast_system), inlined into
+        -- The allocation fast path (compile.sql, _fast_unified and _fast_system), inlined into
         -- next_unified_serial / next_system_serial: every function in it, and USAGE on the
         -- counters it draws from (_grant_counter). The constants say what the formats and
-        -- settings are (no secret: settings.sql).
+        -- settings are (no secret).
         GRANT EXECUTE ON FUNCTION
             hivenet._fast_unified(text, text, text),
             hivenet._fast_system(text, text, text),
@@ -4186,7 +4174,7 @@ BEGIN
         -- A new step's or key's first attempt (the Python layer's begin): one INSERT into view
         -- _step_start / _request_start, whose rule writes with the owner's rights: the role may
         -- insert, not read. The rules' checks run as the inserter: _step_start_valid and the
-        -- generated layout check _serial_valid with _serial_time (parse.sql), and
+        -- generated layout check _serial_valid with _serial_time (compile.sql), and
         -- _request_start_valid.
         GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
         GRANT EXECUTE ON FUNCTION
