@@ -1,4 +1,5 @@
--- Interface-serial duplicate check (接口层查重, SPEC §3) and the call chain of a unified serial.
+-- Interface-serial duplicate check (接口层查重, SPEC §3); the call chain of a unified serial
+-- reads what it records (reporting.sql).
 --
 -- Every incoming interface call is one row of hivenet.interface_call, inserted in the caller's
 -- transaction: a serial already there is a duplicate (HN020); a rollback takes the row away,

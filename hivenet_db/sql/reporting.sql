@@ -144,6 +144,8 @@ FROM usage u;
 COMMENT ON VIEW hivenet.scope_usage IS
     'per counter scope: current period, serials issued in it, capacity and remaining headroom';
 
+-- Keyed requests (requests.sql).
+
 -- hivenet.stuck_requests: keyed requests (requests.sql; not steps: hivenet.stuck_steps) still
 -- `processing` after their lease ran out, oldest first. Their outcome is unknown: find it out,
 -- then hivenet.resolve_request(namespace, key, attempt, succeeded, note).

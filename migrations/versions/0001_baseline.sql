@@ -2423,7 +2423,8 @@ BEGIN
 END $$;
 
 -- hivenet_db/sql/dedup.sql
--- Interface-serial duplicate check (接口层查重, SPEC §3) and the call chain of a unified serial.
+-- Interface-serial duplicate check (接口层查重, SPEC §3); the call chain of a unified serial
+-- reads what it records (reporting.sql).
 --
 -- Every incoming interface call is one row of hivenet.interface_call, inserted in the caller's
 -- transaction: a serial already there is a duplicate (HN020); a rollback takes the row away,
@@ -3878,6 +3879,8 @@ SELECT u.format, u.scope, u.fields, u.reset,
 FROM usage u;
 COMMENT ON VIEW hivenet.scope_usage IS
     'per counter scope: current period, serials issued in it, capacity and remaining headroom';
+
+-- Keyed requests (requests.sql).
 
 -- hivenet.stuck_requests: keyed requests (requests.sql; not steps: hivenet.stuck_steps) still
 -- `processing` after their lease ran out, oldest first. Their outcome is unknown: find it out,
