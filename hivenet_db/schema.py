@@ -1,4 +1,5 @@
-"""The packaged SQL of schema ``hivenet``: one file per concern, applied in this order.
+"""The packaged SQL of schema ``hivenet``: one file per concern, applied in the order of
+``PARTS``.
 
 ``hivenet_db/sql/*.sql`` is the current schema, for reading and for fresh installs
 (``hivenet-db sql`` prints it). Each alembic revision runs its own frozen ``.sql`` file beside it
@@ -13,10 +14,24 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
-# The full current schema, in dependency order.
+# The full current schema, in the order it is applied, and why. PL/pgSQL bodies are bound when
+# they run, so only tables, triggers, SQL-language bodies and what runs at install care.
 PARTS: tuple[str, ...] = (
-    "settings", "clock", "formats", "registry", "allocate", "ownership", "parse", "maintain",
-    "dedup", "claims", "requests", "steps", "reporting", "failover", "privileges",
+    # The tables every later file reads or inserts into: settings and formats, the clock.
+    "settings", "clock", "formats", "registry",
+    # What the generated code is written from: counters' names, field checks, parse_serial.
+    "counters", "periods", "fields", "parse",
+    # The generated functions, rewritten from here on by every change of a setting or format;
+    # before the files whose SQL bodies and views call them.
+    "compile",
+    # The concerns, each after what its SQL bodies and views name: ownership reads the
+    # settings' constants, allocate the fast paths, dedup and steps the layouts, steps the
+    # keyed requests.
+    "ownership", "allocate", "maintain", "dedup", "claims", "requests", "steps",
+    # Every reporting view, over the tables of all the concerns above.
+    "reporting", "failover",
+    # Grants on everything above, and nothing for PUBLIC: last.
+    "privileges",
 )
 
 

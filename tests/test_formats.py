@@ -151,7 +151,7 @@ def test_format_defined_elsewhere_is_usable_at_once(connect: Connect) -> None:
 def test_format_missing_from_the_constants_is_read_from_its_table(db: psycopg.Connection) -> None:
     # As after a define_format whose rewrite of the constants lost to a concurrent one.
     db.execute("""SELECT hivenet.define_format('plain', '[{"seq": 4, "reset": "never"}]')""")
-    db.execute("ALTER TABLE hivenet.format DISABLE TRIGGER format_compile")
+    db.execute("ALTER TABLE hivenet.format DISABLE TRIGGER format_recompile")
     db.execute("""SELECT hivenet.define_format('plain2', '[{"seq": 3, "reset": "never"}]')""")
     assert scalar(db, "SELECT hivenet._format_constant('plain2')") is None
     assert scalar(db, "SELECT hivenet.next_serial('plain2', '{}')") == "001"

@@ -14,9 +14,10 @@ import psycopg
 import pytest
 from alembic import command
 
+import hivenet_db
 from hivenet_db import migrate
 from hivenet_db.embedded import EmbeddedPostgres, find_bin_dir
-from hivenet_db.schema import full_schema_sql
+from hivenet_db.schema import PARTS, full_schema_sql
 
 VERSIONS = Path(__file__).resolve().parents[1] / "migrations" / "versions"
 
@@ -110,6 +111,13 @@ def test_upgrade_twice_is_a_no_op_and_downgrade_removes_everything(empty_db: str
             UNION ALL SELECT 'relation ' || relname FROM pg_class WHERE relname ~ 'hivenet'
         """).fetchall()
     assert leftovers == []
+
+
+def test_every_schema_file_is_applied() -> None:
+    """A file of hivenet_db/sql/ missing from schema.PARTS would never be installed; the
+    roles' bootstrap is the one file run on its own (by `hivenet-db bootstrap`)."""
+    files = {path.stem for path in (Path(hivenet_db.__file__).parent / "sql").glob("*.sql")}
+    assert sorted(files - {"bootstrap"}) == sorted(PARTS)
 
 
 def test_sql_files_have_no_bare_raise() -> None:

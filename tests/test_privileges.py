@@ -188,20 +188,19 @@ OWNER_ONLY = set("""
     _check_owned _check_owned_serial _check_registry _claim_checked
     _claim_interface_serial_checked _claim_interface_serial_nowait _claim_nowait _clock_sequence
     _clock_sequence_name _cold_lock_space _cold_sequence_name _committed_sequence
-    _compile_fast_paths _compile_format _compile_formats _compile_layouts
-    _compile_layouts_trigger _compile_settings _compile_step_paths _compile_step_paths_trigger
-    _constants_lock_space _create_clock _create_cold_counter _create_interface_partition
-    _default_failover_gap _drop_interface_partition _fast_path_expression _fence _field_problem
-    _field_values _format_error _grant_counter _grant_roles _instance_in
-    _interface_partition_name _interval_conflict _issue _issue_cold _latest_issued _layout_sql
-    _lock_constants _maintain_claims _maintain_failover _maintain_interface_calls
-    _maintain_requests _maintain_scopes _maintain_steps _max_period_index _node_field _not_owned
-    _ownership_check _ownership_setting _park_scope _period_last_instant _promote_scope
-    _purge_requests _raise_clock _raise_stale_attempt _raise_step_outside_window
-    _raise_unfinished _refuse_outside_window _reject_serial _reset_lock_space _resolve_attempt
-    _rewrite_constants _scope_fields _scope_of _scopes_by_node _serial_scope _serial_shaped
-    _setting_check _setting_value _shown _step_days_from _step_days_to _step_issued_here
-    _time_pattern _unit_rank
+    _compile_format _constants_lock_space _create_clock _create_cold_counter
+    _create_interface_partition _default_failover_gap _drop_interface_partition
+    _fast_path_expression _fence _field_problem _field_values _format_error _grant_counter
+    _grant_roles _instance_in _interface_partition_name _interval_conflict _issue _issue_cold
+    _latest_issued _layout_sql _lock_constants _maintain_claims _maintain_failover
+    _maintain_interface_calls _maintain_requests _maintain_scopes _maintain_steps
+    _max_period_index _node_field _not_owned _ownership_check _ownership_setting _park_scope
+    _period_last_instant _promote_scope _purge_requests _raise_clock _raise_stale_attempt
+    _raise_step_outside_window _raise_unfinished _recompile _recompile_trigger
+    _refuse_outside_window _reject_serial _replace_function _reset_lock_space _resolve_attempt
+    _scope_fields _scope_of _scopes_by_node _serial_scope _serial_shaped _setting_check
+    _setting_value _shown _step_days_from _step_days_to _step_issued_here
+    _step_window_expression _time_pattern _unit_rank
 """.split())  # noqa: SIM905 (a list of words reads best)
 
 # Views and what each role may do with them; SELECT on the reporting views for their
@@ -539,8 +538,9 @@ def test_the_application_role_changes_no_setting_and_no_clock(
                 f"ALTER DATABASE {hivenet_app.info.dbname} SET hivenet.fake_now = '2000-01-01'",
                 "ALTER FUNCTION hivenet.now() RENAME TO later",
                 "ALTER TABLE hivenet.setting DISABLE TRIGGER ALL",
-                "SELECT hivenet._rewrite_constants('hivenet.setting', 'INSERT', "
-                "'hivenet._setting_constant', 'text', 'WHEN ''allow_fake_clock'' THEN ''true''')",
+                "SELECT hivenet._replace_function('_setting_constant(p_name text)', 'text', "
+                "'STABLE', 'CASE p_name WHEN ''allow_fake_clock'' THEN ''true'' END')",
+                "SELECT hivenet._recompile()",
                 "SET session_replication_role = replica"]:
         assert refused_code(hivenet_app, sql) == "42501", sql
     assert owner.execute("SELECT name, value FROM hivenet.setting ORDER BY 1").fetchall() == before

@@ -94,7 +94,7 @@ BEGIN
                    'AND member = $1 AND admin_option)', v_role), v_owner);
     END LOOP;
 
-    -- The schema grants to whichever of the roles exist when it is installed (revision 0006).
+    -- The schema grants to whichever of the roles exist when it is installed.
     -- USAGE on the schema, its first grant to each role, tells whether that was after this.
     -- Looked up in the catalog: an administrator may have no right on schema hivenet at all.
     SELECT p.oid INTO v_grant_roles FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace

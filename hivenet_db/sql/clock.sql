@@ -30,7 +30,7 @@ END $$;
 --   Never blocks. VOLATILE: it reads the clock.
 --   Called on every allocation, so it is inlined into its caller: a SQL-standard body (bound
 --   to its functions when created, so no search path can redirect it) without SET, which
---   would forbid inlining (see _period_index in formats.sql).
+--   would forbid inlining (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet.now() RETURNS timestamptz
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC

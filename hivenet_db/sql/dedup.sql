@@ -1,4 +1,5 @@
--- Interface-serial duplicate check (接口层查重, SPEC §3) and the call chain of a unified serial.
+-- Interface-serial duplicate check (接口层查重, SPEC §3); the call chain of a unified serial
+-- reads what it records (reporting.sql).
 --
 -- Every incoming interface call is one row of hivenet.interface_call, inserted in the caller's
 -- transaction: a serial already there is a duplicate (HN020); a rollback takes the row away,
@@ -83,7 +84,7 @@ END $$;
 -- Slow path of claim_interface_serial: raises HN021 for interface serial p_serial, dated
 -- p_local (its caller's local time), outside the window from p_from to p_to, unless this
 -- database issued it: after the clock stepped back, its own fresh serials carry a time up to
--- the latest instant already issued in their scope (allocate.sql), maybe past p_to.
+-- the latest instant already issued in their scope (periods.sql), maybe past p_to.
 CREATE FUNCTION hivenet._refuse_outside_window(p_serial text, p_local timestamp,
     p_from timestamp, p_to timestamp) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -134,7 +135,7 @@ DECLARE
     v_partition regclass;
 BEGIN
     -- The layout of format 'interface' checked by one inlined expression generated from its
-    -- definition (parse.sql, _serial_valid). What it does not vouch for, parse_serial
+    -- definition (compile.sql, _serial_valid). What it does not vouch for, parse_serial
     -- decides, naming the problem (HN001): the accepted set is exactly parse_serial's.
     IF NOT coalesce(hivenet._serial_valid('interface', p_serial), false) THEN
         PERFORM hivenet.parse_serial(p_serial, 'interface');
@@ -152,7 +153,7 @@ BEGIN
     END IF;
     v_local := hivenet._serial_time('interface', p_serial);
     v_day := v_local::date;
-    -- Settings from the generated constants (settings.sql): no query on the hot path.
+    -- Settings from the generated constants (compile.sql): no query on the hot path.
     v_window := hivenet._setting_constant('interface_window')::interval;
     v_tolerance := hivenet._setting_constant('interface_future_tolerance')::interval;
     -- The serial's time is its caller's local time, in a zone it does not name: the window
@@ -178,7 +179,7 @@ BEGIN
         (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
     VALUES (p_serial, v_day, p_unified_serial, p_system_serial, v_now)
     -- No conflict target: the primary key is the only unique index, and a target makes every
-    -- insert look up which index of the partition matches it in the catalog (measured).
+    -- insert look up which index of the partition matches it in the catalog.
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         SELECT c.recorded_at INTO v_recorded FROM hivenet.interface_call c
@@ -213,10 +214,10 @@ END $$;
 --   Raises HN001 when serial is no valid interface serial (as parse_serial), or
 --   unified_serial / system_serial is given but not shaped as its format's layout says (the
 --   characters of each field, digits for the date and seq: only their shape is checked;
---   parse.sql _serial_shaped); HN021 when the serial's own
+--   compile.sql _serial_shaped); HN021 when the serial's own
 --   time (its caller's local time, in any zone from UTC-12 to UTC+14) is older than the
 --   setting interface_window or later than now + interface_future_tolerance in every such
---   zone, unless this database issued it (its clock stepped back: allocate.sql); HN020 when
+--   zone, unless this database issued it (its clock stepped back: periods.sql); HN020 when
 --   it is already recorded; HN002 when this database declared owned instances and does not
 --   own the serial's (its caller's) instance: a retry sent to the wrong shard (ownership.sql,
 --   check_received_instances).
@@ -281,50 +282,6 @@ BEGIN
     END IF;
     v_mark := set_config('hivenet.interface_claimed', 'on', true);
 END $$;
-
--- hivenet.interface_calls: every recorded call with the fields of its interface serial.
---   serial_time is the time printed in the serial (business-local, as issued).
-CREATE VIEW hivenet.interface_calls AS
-SELECT c.interface_serial,
-       c.unified_serial,
-       c.system_serial,
-       -- Read by the layout of format 'interface' (parse.sql: generated functions).
-       hivenet._serial_field('interface', c.interface_serial, 'system') AS source_system,
-       hivenet._serial_field('interface', c.interface_serial, 'module') AS source_module,
-       hivenet._serial_field('interface', c.interface_serial, 'instance') AS source_instance,
-       hivenet._serial_field('interface', c.interface_serial, 'target') AS target_system,
-       c.serial_day,
-       -- make_timestamp: no session time zone involved (to_timestamp would shift a local time
-       -- that the session's zone skips at a DST change).
-       hivenet._serial_time('interface', c.interface_serial) AS serial_time,
-       c.recorded_at,
-       c.call_order
-FROM hivenet.interface_call c;
-COMMENT ON VIEW hivenet.interface_calls IS
-    'recorded interface calls with the source and target of each serial (reporting)';
-
--- hivenet.interface_calls_per_day: calls per serial day, source and target system.
-CREATE VIEW hivenet.interface_calls_per_day AS
-SELECT serial_day AS day, source_system, target_system, count(*) AS calls
-FROM hivenet.interface_calls
-GROUP BY serial_day, source_system, target_system;
-COMMENT ON VIEW hivenet.interface_calls_per_day IS
-    'recorded interface calls per serial day, source system and target system (reporting)';
-
--- hivenet.call_chain(unified_serial) → table: every recorded call of that business
---   transaction, exactly in the order recorded (call_order). Empty when none is recorded or the
---   days are past retention. No HN error; reads only, never blocks.
-CREATE FUNCTION hivenet.call_chain(p_unified_serial text)
-RETURNS TABLE (interface_serial text, system_serial text, source_system text,
-               source_module text, source_instance text, target_system text,
-               serial_time timestamp, recorded_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
-           c.source_instance, c.target_system, c.serial_time, c.recorded_at
-    FROM hivenet.interface_calls c
-    WHERE c.unified_serial = p_unified_serial
-    ORDER BY c.call_order
-$$;
 
 -- Drops one expired partition, waiting at most a second for claims in flight (DROP locks the
 -- parent ACCESS EXCLUSIVE): a long claim transaction makes maintain() skip, not stall claims.

@@ -40,12 +40,10 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Period index of a business-local time: 1 for the first period starting 2000-01-01.
--- Stored in the counter's sequence as period * stride + seq (see allocate.sql).
--- On every allocation, so it is inlined into its caller: a SQL-standard body (BEGIN ATOMIC)
--- without SET. The SET search_path convention is not needed here: such a body is parsed and
--- bound to its functions and operators when created, so no search path can change it later,
--- and a SET clause would forbid inlining (a call with SET costs ~1.5 us, measured in
--- docs/benchmarks.md).
+-- Stored in the counter's sequence as period * stride + seq (see counters.sql).
+-- On every allocation, so it is inlined into its caller: a SQL-standard body (BEGIN ATOMIC),
+-- bound when created, so it needs no SET search_path (which would forbid inlining;
+-- docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._period_index(p_local timestamp, p_reset text) RETURNS bigint
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
@@ -103,40 +101,11 @@ CREATE TABLE hivenet.format (
     key_fields         integer[],         -- the fields of the counter scope, NULL for all
     -- The finest time unit printed, when finer than the reset period (interface and
     -- merchant_trade: second): each scope then keeps the latest instant it has issued, in this
-    -- unit, in a clock sequence of its own, so its time of day never goes back (allocate.sql).
+    -- unit, in a clock sequence of its own, so its time of day never goes back (periods.sql).
     -- NULL when the counter's period is all the time printed.
     clock_unit         text
 );
 COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
-
--- The row of format p_name, as a constant written by a trigger (see _setting_constant in
--- settings.sql), or NULL when it is not there yet (read the table then). Inlined; never reads
--- a table; never blocks.
-CREATE FUNCTION hivenet._format_constant(p_name text) RETURNS hivenet.format
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::hivenet.format;
-END;
-
--- Trigger: rewrite _format_constant from the table.
-CREATE FUNCTION hivenet._compile_formats() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._rewrite_constants('hivenet.format', TG_OP, 'hivenet._format_constant',
-        'hivenet.format',
-        (SELECT string_agg(format('WHEN %L THEN %L::hivenet.format', f.name, f::text), ' '
-                           ORDER BY f.name)
-         FROM hivenet.format f));
-    -- The allocation fast paths are generated from settings and formats too (allocate.sql;
-    -- not there yet while the schema's first files are installed).
-    IF to_regprocedure('hivenet._compile_fast_paths()') IS NOT NULL THEN
-        PERFORM hivenet._compile_fast_paths();
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER format_compile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_formats();
 
 -- Reject a format definition with HN001 naming the format and the offending part.
 CREATE FUNCTION hivenet._format_error(p_name text, p_message text) RETURNS void
@@ -362,11 +331,10 @@ END $$;
 --   taken by a different definition (redefining would break uniqueness of issued serials).
 --   Defining the same format again is a no-op. Counters left by an earlier definition of the
 --   name that was rolled back start over when they do not fit this one: every serial they
---   issued belonged to that rolled-back transaction. (Only databases from before revision
---   0006 can hold such counters: scopes now get their own only from maintain(), for
---   committed formats.) The format's cold counter is made with it (allocate.sql), and
---   vanishes with it on a rollback. Never delete rows of hivenet.format by hand. Takes a row
---   lock on the new name, and a new format waits for another transaction defining one (or changing a setting) to commit.
+--   issued belonged to that rolled-back transaction. The format's cold counter is made with
+--   it (counters.sql), and vanishes with it on a rollback. Never delete rows of
+--   hivenet.format by hand. Takes a row lock on the new name, and a new format waits for
+--   another transaction defining one (or changing a setting) to commit.
 CREATE FUNCTION hivenet.define_format(p_name text, p_segments jsonb,
     p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

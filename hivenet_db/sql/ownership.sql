@@ -11,7 +11,7 @@
 --
 -- Nothing is added to the allocation hot path (next_unified_serial's inlined fast path,
 -- _allocate with a scope's own sequence): the check runs where a scope is first used
--- (_issue_cold, allocate.sql) and where it gets its own sequence (prepare_scope, maintain()).
+-- (_issue_cold, allocate.sql) and where it gets its own sequence (prepare_scope, maintain(): counters.sql).
 -- Every scope sequence therefore belongs to an owned instance; giving an instance up is
 -- refused while it has scopes here, unless forced, which parks their sequences (renamed
 -- seq_X → off_X, counters kept): the next allocation finds no sequence, goes through the
@@ -111,7 +111,7 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- The current value of setting p_name: its generated constant, or its row when the constant
--- is missing (a rewrite lost to a concurrent one: settings.sql).
+-- is missing (a rewrite lost to a concurrent one: compile.sql).
 CREATE FUNCTION hivenet._ownership_setting(p_name text) RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT coalesce(hivenet._setting_constant(p_name), hivenet._setting_value(p_name))
@@ -177,7 +177,7 @@ BEGIN
     THEN
         RETURN;
     END IF;
-    -- Cut by the format's layout (parse.sql); parse_serial for a format not yet generated.
+    -- Cut by the format's layout (compile.sql); parse_serial for a format not yet generated.
     v_instance := coalesce(hivenet._serial_field(p_format, p_serial, 'instance'),
                            hivenet.parse_serial(p_serial, p_format) ->> 'instance');
     IF NOT hivenet._instance_in(v_instance, v_owned) THEN
@@ -283,7 +283,7 @@ END $$;
 --   HN002; owning them again restores their counters) and drops their pending first uses.
 --   Moving an instance to another database is safe only across a period boundary of its
 --   formats: counters are not carried over (docs/scale-out.md). Commits with the caller;
---   waits for transactions that use a parked scope. READ COMMITTED only (settings.sql).
+--   waits for transactions that use a parked scope. READ COMMITTED only (compile.sql).
 CREATE FUNCTION hivenet.own_instances(p_instances text,
     p_single_primary_formats boolean DEFAULT NULL, p_force boolean DEFAULT false)
 RETURNS text

@@ -12,7 +12,7 @@
 -- inlined fast paths (an inlined function is inlined only if the caller may EXECUTE it, and
 -- what its body reads is checked as the caller), the rules of the start views, and the
 -- functions the views call (PostgreSQL runs a view's functions as its reader). Nothing here
--- opens a connection, and no setting holds a secret. Applied last.
+-- opens a connection, and no setting holds a secret.
 
 -- The roles, when the migrating role may create them (a superuser, or CREATEROLE: a
 -- developer's laptop, the embedded server). Otherwise `hivenet-db bootstrap` creates them and
@@ -31,7 +31,7 @@ END $$;
 
 -- Lets hivenet_app take values (nextval, currval: USAGE) of counter sequence p_name of schema
 -- hivenet, which the allocation fast path draws from as the caller; never UPDATE (setval is
--- the owner's slow path) nor ALTER. Called when a counter is made (allocate.sql) and for every
+-- the owner's slow path) nor ALTER. Called when a counter is made (counters.sql) and for every
 -- counter by _grant_roles(). Nothing when the role does not exist yet.
 CREATE FUNCTION hivenet._grant_counter(p_name text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -72,10 +72,10 @@ BEGIN
         TO hivenet_app;
         -- now() is inlined into the caller: its fake clock (clock.sql) runs as the caller.
         GRANT EXECUTE ON FUNCTION hivenet._fake_now() TO hivenet_app;
-        -- The allocation fast path (allocate.sql, _fast_unified and _fast_system), inlined into
+        -- The allocation fast path (compile.sql, _fast_unified and _fast_system), inlined into
         -- next_unified_serial / next_system_serial: every function in it, and USAGE on the
         -- counters it draws from (_grant_counter). The constants say what the formats and
-        -- settings are (no secret: settings.sql).
+        -- settings are (no secret).
         GRANT EXECUTE ON FUNCTION
             hivenet._fast_unified(text, text, text),
             hivenet._fast_system(text, text, text),
@@ -104,7 +104,7 @@ BEGIN
         -- A new step's or key's first attempt (the Python layer's begin): one INSERT into view
         -- _step_start / _request_start, whose rule writes with the owner's rights: the role may
         -- insert, not read. The rules' checks run as the inserter: _step_start_valid and the
-        -- generated layout check _serial_valid with _serial_time (parse.sql), and
+        -- generated layout check _serial_valid with _serial_time (compile.sql), and
         -- _request_start_valid.
         GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
         GRANT EXECUTE ON FUNCTION

@@ -1,6 +1,84 @@
--- Reporting: views a reporting tool (or `hivenet-db report`) reads with plain SELECT.
--- The views of other concerns live with them (dedup.sql: interface_calls_per_day,
--- call_chain(); steps.sql: step_states, stuck_steps); docs/reporting.md lists them all.
+-- Reporting: every view a reporting tool (or `hivenet-db report`) reads with plain SELECT,
+-- and call_chain(); docs/reporting.md lists them all. Granted to hivenet_reporting and
+-- hivenet_admin (privileges.sql), with what they call as their reader.
+
+-- Interface calls (dedup.sql).
+
+-- hivenet.interface_calls: every recorded call with the fields of its interface serial.
+--   serial_time is the time printed in the serial (business-local, as issued).
+CREATE VIEW hivenet.interface_calls AS
+SELECT c.interface_serial,
+       c.unified_serial,
+       c.system_serial,
+       -- Read by the layout of format 'interface' (compile.sql: generated functions).
+       hivenet._serial_field('interface', c.interface_serial, 'system') AS source_system,
+       hivenet._serial_field('interface', c.interface_serial, 'module') AS source_module,
+       hivenet._serial_field('interface', c.interface_serial, 'instance') AS source_instance,
+       hivenet._serial_field('interface', c.interface_serial, 'target') AS target_system,
+       c.serial_day,
+       -- make_timestamp: no session time zone involved (to_timestamp would shift a local time
+       -- that the session's zone skips at a DST change).
+       hivenet._serial_time('interface', c.interface_serial) AS serial_time,
+       c.recorded_at,
+       c.call_order
+FROM hivenet.interface_call c;
+COMMENT ON VIEW hivenet.interface_calls IS
+    'recorded interface calls with the source and target of each serial (reporting)';
+
+-- hivenet.interface_calls_per_day: calls per serial day, source and target system.
+CREATE VIEW hivenet.interface_calls_per_day AS
+SELECT serial_day AS day, source_system, target_system, count(*) AS calls
+FROM hivenet.interface_calls
+GROUP BY serial_day, source_system, target_system;
+COMMENT ON VIEW hivenet.interface_calls_per_day IS
+    'recorded interface calls per serial day, source system and target system (reporting)';
+
+-- hivenet.call_chain(unified_serial) → table: every recorded call of that business
+--   transaction, exactly in the order recorded (call_order). Empty when none is recorded or the
+--   days are past retention. No HN error; reads only, never blocks.
+CREATE FUNCTION hivenet.call_chain(p_unified_serial text)
+RETURNS TABLE (interface_serial text, system_serial text, source_system text,
+               source_module text, source_instance text, target_system text,
+               serial_time timestamp, recorded_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
+           c.source_instance, c.target_system, c.serial_time, c.recorded_at
+    FROM hivenet.interface_calls c
+    WHERE c.unified_serial = p_unified_serial
+    ORDER BY c.call_order
+$$;
+
+-- Steps (steps.sql).
+
+-- hivenet.stuck_steps: steps still `processing` after their lease ran out, oldest first. Their
+-- outcome is unknown (the remote call may or may not have happened): find it out, then
+-- hivenet.resolve_step(system_serial, attempt, succeeded, note).
+-- A scan of the steps' attempts (an index on state would make every finish a non-HOT update).
+CREATE VIEW hivenet.stuck_steps AS
+SELECT a.key AS system_serial, a.attempt, a.unified_serial, a.started_at,
+       a.started_at + hivenet._step_lease(a.lease) AS lease_expired_at,
+       hivenet.now() - a.started_at AS processing_for
+FROM hivenet.request_attempt a
+WHERE a.namespace = 'hivenet.steps' AND a.state = 'processing'
+  AND a.started_at + hivenet._step_lease(a.lease) < hivenet.now()
+ORDER BY a.started_at;
+COMMENT ON VIEW hivenet.stuck_steps IS
+    'processing steps past their lease (unknown outcome): resolve with hivenet.resolve_step';
+
+-- hivenet.step_states: how many steps (system serials) are in each state, every state listed.
+CREATE VIEW hivenet.step_states AS
+SELECT s.state::text AS state, count(l.key) AS steps
+FROM unnest(enum_range(NULL::hivenet.step_state)) AS s(state)
+LEFT JOIN (SELECT DISTINCT ON (a.key) a.key, a.state
+           FROM hivenet.request_attempt a WHERE a.namespace = 'hivenet.steps'
+           ORDER BY a.key, a.attempt DESC) AS l
+       ON l.state = s.state
+GROUP BY s.state
+ORDER BY s.state;
+COMMENT ON VIEW hivenet.step_states IS 'number of steps per state (the state of their latest attempt)';
+
+-- Counter scopes (counters.sql).
+
 
 -- Raw value of a counter scope's sequence (period * stride + seq), NULL before its first use
 -- and for any name that is no sequence of schema hivenet (executable by every role: a table's
@@ -24,7 +102,7 @@ $$;
 --   its own, and one per format for its cold counter (scope '(unprepared scopes)', fields {},
 --   shared true), which the scopes not prepared before their first use share until maintain()
 --   gives each its own: when it runs out, every unprepared scope of the format is refused for
---   the period, and a scope prepared then starts exhausted (allocate.sql).
+--   the period, and a scope prepared then starts exhausted (counters.sql).
 --   format, scope, fields (jsonb: the counter-key fields given to next_serial), reset,
 --   period_start (business-local start of the scope's current period: the clock's period, or
 --   a later one when the clock went back or the format borrowed the next period),
@@ -65,6 +143,8 @@ SELECT u.format, u.scope, u.fields, u.reset,
 FROM usage u;
 COMMENT ON VIEW hivenet.scope_usage IS
     'per counter scope: current period, serials issued in it, capacity and remaining headroom';
+
+-- Keyed requests (requests.sql).
 
 -- hivenet.stuck_requests: keyed requests (requests.sql; not steps: hivenet.stuck_steps) still
 -- `processing` after their lease ran out, oldest first. Their outcome is unknown: find it out,

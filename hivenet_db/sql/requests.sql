@@ -1,4 +1,4 @@
--- Keyed requests: the one state machine of idempotency (SPEC §4, seeds 000/002/003, issue 12).
+-- Keyed requests: the one state machine of idempotency (SPEC §4, seeds 000/002/003).
 --
 -- Every idempotency key lives in a namespace: a client's request key, a message id of a queue,
 -- a pay id or notify id of the purchase flow, and the steps of steps.sql (namespace
@@ -16,9 +16,8 @@
 -- started_at), which reaches only the rows started before a namespace's cutoff: never a scan
 -- of live rows.
 
--- The states of an attempt; an enum, not a CHECK on text: PostgreSQL compiles every CHECK
--- constraint again for each INSERT and UPDATE statement, which cost as much as the insert
--- itself here. The other invariants (attempt > 0, lease > 0, finished_at set exactly when
+-- The states of an attempt; an enum, not a CHECK on text (docs/design/sql-internals.md).
+-- The other invariants (attempt > 0, lease > 0, finished_at set exactly when
 -- not processing) are kept by the functions, the only writers.
 CREATE TYPE hivenet.step_state AS ENUM ('processing', 'success', 'failed');
 
@@ -43,15 +42,14 @@ CREATE TABLE hivenet.request_attempt (
 )
 -- fillfactor: room on the page so finishing is a HOT update. Autovacuum after 2,000 dead rows
 -- whatever the table's size (a finish or a rollback leaves one; the default waits for 20 % of
--- the table, which grows every day): dead rows stay flat (docs/benchmarks.md, load).
+-- the table, which grows every day): dead rows stay flat.
 WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000);
 COMMENT ON TABLE hivenet.request_attempt IS
     'every attempt of every idempotency key (namespace, key); the latest attempt is the key''s state';
 -- Retention reaches the old attempts of one namespace only (finishing leaves both columns
 -- alone, so it stays a HOT update). On the expression namespace || '', not the column: the
--- hot path's lookups (namespace = ... AND key = ...) then can only use the primary key.
--- Indexed on the bare column, a table without statistics yet (a fresh install, just after
--- the upgrade) had finish_step scan this index over every row of the namespace (measured).
+-- hot path's lookups (namespace = ... AND key = ...) then can only use the primary key
+-- (docs/design/sql-internals.md).
 CREATE INDEX request_attempt_started_at ON hivenet.request_attempt
     ((namespace || ''), started_at);
 
@@ -74,8 +72,8 @@ INSERT INTO hivenet.setting (name, value, kind, description) VALUES
      'namespaces without a retention of their own (hivenet.set_request_retention); the same '
      'key after that starts afresh');
 
--- Helpers are plpgsql, not sql: a sql function with SET search_path is never inlined and on
--- PostgreSQL 15 is planned again at every call (about 10x the cost on the hot path).
+-- Helpers are plpgsql, not sql: a sql function with SET search_path is never inlined
+-- (docs/design/sql-internals.md).
 
 -- The lease in force of an attempt, never longer than a caller may pass (clock.sql,
 -- _longest_interval): its end is a timestamp whatever is stored, so the views never fail.
@@ -128,7 +126,7 @@ END;
 -- already checked by the caller (begin_request, begin_step). See begin_request for what it
 -- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
 -- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
--- force, and a SET on a nested call costs a tenth of a begin (measured, docs/benchmarks.md).
+-- force (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._begin_attempt(
     p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
     p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)

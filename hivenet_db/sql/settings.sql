@@ -71,8 +71,9 @@ END $$;
 -- Trigger: reject a value that does not parse as the setting's kind, an interval out of its
 -- bounds (_interval_conflict), and a business time zone behind the current one once serials
 -- exist (their dates and times would go backwards).
--- hivenet.scope and hivenet.scope_pending (allocate.sql) are read when the trigger runs. SECURITY DEFINER: an administrator updates the table without any right on what the
--- checks read, and gets their HN001, never 42501.
+-- SECURITY DEFINER: an administrator updates the table without any right on what the checks
+-- read (hivenet.scope and hivenet.scope_pending, counters.sql), and gets their HN001, never
+-- 42501.
 CREATE FUNCTION hivenet._setting_check() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -119,70 +120,6 @@ END $$;
 
 CREATE TRIGGER setting_check BEFORE INSERT OR UPDATE ON hivenet.setting
     FOR EACH ROW EXECUTE FUNCTION hivenet._setting_check();
-
--- Generated constants: hot paths (allocation) read settings and formats without a query, which
--- costs a quarter of an allocation (docs/benchmarks.md). A trigger rewrites a function whose body
--- holds the current values whenever the table changes, in the same transaction: every session
--- sees the new values exactly when the change commits (a plan that inlined the function is
--- invalidated by the rewrite). Rewrites are serialised by this advisory lock, held until commit.
-CREATE FUNCTION hivenet._constants_lock_space() RETURNS integer
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210102 $$;
-
--- HN001 unless the transaction may rewrite generated constants after a change of kind p_op
--- (TG_OP) to table p_table. Updates, deletes and truncates must run in READ COMMITTED: the
--- rewrite reads the table after waiting for the lock, and a REPEATABLE READ snapshot could miss a
--- change committed meanwhile and write an older value back. Inserts are safe anywhere: a row
--- missing from generated constants is read from its table instead.
-CREATE FUNCTION hivenet._lock_constants(p_table text, p_op text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF p_op <> 'INSERT' AND current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('change %s in a READ COMMITTED transaction, not %s', p_table,
-                             current_setting('transaction_isolation'));
-    END IF;
-    PERFORM pg_advisory_xact_lock(hivenet._constants_lock_space(), 0);
-END $$;
-
--- Rewrite generated-constant function p_function(p_name text) RETURNS p_type so that it maps
--- each name to its value: p_cases is the body of a CASE on p_name ('WHEN ... THEN ...', or
--- NULL when the table is empty). Called by the triggers of p_table after a change p_op.
-CREATE FUNCTION hivenet._rewrite_constants(p_table text, p_op text, p_function text,
-    p_type text, p_cases text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._lock_constants(p_table, p_op);
-    EXECUTE format('CREATE OR REPLACE FUNCTION %s(p_name text) RETURNS %s LANGUAGE sql STABLE '
-                   'BEGIN ATOMIC SELECT CASE p_name %s ELSE NULL::%2$s END; END',
-                   p_function, p_type, coalesce(p_cases, 'WHEN NULL THEN NULL'));
-END $$;
-
--- The value of setting p_name, as a constant written by a trigger (NULL when unknown). A SQL-
--- standard body without SET (bound when created, so no search path can redirect it): inlined,
--- and folded to a constant when the name is one. Never reads a table; never blocks.
-CREATE FUNCTION hivenet._setting_constant(p_name text) RETURNS text
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::text;
-END;
-
--- Trigger: rewrite _setting_constant from the table.
-CREATE FUNCTION hivenet._compile_settings() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._rewrite_constants('hivenet.setting', TG_OP, 'hivenet._setting_constant',
-        'text', (SELECT string_agg(format('WHEN %L THEN %L', name, value), ' ' ORDER BY name)
-                 FROM hivenet.setting));
-    -- The allocation fast paths are generated from settings and formats too (allocate.sql;
-    -- not there yet while the schema's first files are installed).
-    IF to_regprocedure('hivenet._compile_fast_paths()') IS NOT NULL THEN
-        PERFORM hivenet._compile_fast_paths();
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER setting_compile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.setting
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_settings();
 
 INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('time_zone', 'UTC', 'time_zone',

@@ -53,7 +53,7 @@ END;
 
 -- Whether this database has issued system serials of p_system_serial's scope dated p_day or
 -- later: after its clock stepped back, its own fresh serials keep the latest day already
--- issued (allocate.sql), maybe past _step_days_to, and begin_step accepts them (SPEC §2
+-- issued (periods.sql), maybe past _step_days_to, and begin_step accepts them (SPEC §2
 -- guarantee 3: a serial a database issued is always accepted by its own checks).
 CREATE FUNCTION hivenet._step_issued_here(p_system_serial text, p_day date) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -93,90 +93,9 @@ SELECT a.key AS system_serial, a.attempt, a.fingerprint, a.unified_serial, a.res
 FROM hivenet.request_attempt a
 WHERE a.namespace = 'hivenet.steps' AND a.state = 'success';
 
--- _step_in_window(system serial): the serial, if valid, is surely dated inside the window whose
--- steps are kept (HN021, see _begin_step), and no instance needs a check (setting
--- owned_instances 'all'). Then begin_step may replay a stored step without _begin_step, and
--- view _step_start may start a new one (its layout checked there). When the layout prints
--- the date as YYYYMMDD, that date compared as text, so no input makes it raise: from the day
--- after the day of _step_days_from to the day of _step_days_to (exact at that end); a step
--- dated on the window's first day or later goes to _begin_step, which decides exactly (and
--- accepts this database's own serials past the end). Generated (_compile_step_paths) from the
--- layout of format 'system' (parse.sql, _layout_sql) and the settings, written in as
--- literals: reading them through _serial_time and _setting_constant was folded to the same
--- plan but cost ~5 ms of planning (their bodies hold every format and setting), paid by every
--- caller that does not prepare its statement. The edges of the callers' zones come from
--- _caller_now, as everywhere. VOLATILE (hivenet.now()), inlined, but only for an argument
--- that is a column or a parameter: the body reads p_serial twice, and PostgreSQL does not
--- inline a function that would compute an expensive argument twice (called on an expression,
--- it ran as a SQL function: 68 µs against 35 inlined; docs/benchmarks.md, "Where a replay's
--- time goes"). The same holds for the generated layout checks (parse.sql) and
--- _step_start_valid; every caller here passes a column or a parameter.
-CREATE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean
-LANGUAGE sql VOLATILE
-BEGIN ATOMIC
-    SELECT false;
-END;
-
--- Rewrite _step_in_window from the tables (the triggers below, on any change of a format or a
--- setting, under the constants' lock of settings.sql). A layout that prints its date
--- otherwise gets the exact window of its printed time, behind its validity check (dearer: the
--- casts); 'false' (every call to the full path) when it prints no time or instances are
--- checked.
-CREATE FUNCTION hivenet._compile_step_paths() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_setting jsonb := (SELECT jsonb_object_agg(s.name, s.value) FROM hivenet.setting s);
-    v_valid text;
-    v_time text;
-    v_at integer[];
-    v_window text;
-BEGIN
-    SELECT l.valid, l.time_of INTO v_valid, v_time
-    FROM hivenet.format f, hivenet._layout_sql(f) l WHERE f.name = 'system';
-    -- The date's position, when the layout prints year, month and day one after another.
-    v_at := regexp_match(v_time, '^make_timestamp\(substr\(p_serial, (\d+), 4\)::integer, '
-        'substr\(p_serial, (\d+), 2\)::integer, substr\(p_serial, (\d+), 2\)::integer, '
-        '0, 0, 0\)$')::integer[];
-    IF v_setting ->> 'owned_instances' IS DISTINCT FROM 'all' OR v_time IS NULL THEN
-        v_window := 'false';
-    ELSIF v_at[2] = v_at[1] + 4 AND v_at[3] = v_at[1] + 6 THEN
-        v_window := format(
-            'substr(p_serial, %s, 8) BETWEEN to_char((hivenet._caller_now(hivenet.now(), '
-            '''earliest'') - %L::interval)::date + 1, ''YYYYMMDD'') AND '
-            'to_char((hivenet._caller_now(hivenet.now(), ''latest'') + %L::interval)::date, '
-            '''YYYYMMDD'')',
-            v_at[1], v_setting ->> 'step_retention', v_setting ->> 'step_future_tolerance');
-    ELSE
-        v_window := format(
-            'CASE WHEN %s THEN (%s)::date::timestamp BETWEEN hivenet._caller_now(hivenet.now(), '
-            '''earliest'') - %L::interval AND hivenet._caller_now(hivenet.now(), ''latest'') + '
-            '%L::interval ELSE false END',
-            v_valid, v_time, v_setting ->> 'step_retention',
-            v_setting ->> 'step_future_tolerance');
-    END IF;
-    EXECUTE format(
-        'CREATE OR REPLACE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean '
-        'LANGUAGE sql VOLATILE BEGIN ATOMIC SELECT %s; END', v_window);
-END $$;
-
-CREATE FUNCTION hivenet._compile_step_paths_trigger() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._lock_constants(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), TG_OP);
-    PERFORM hivenet._compile_step_paths();
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER step_paths AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.setting
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_step_paths_trigger();
-CREATE TRIGGER step_paths AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_step_paths_trigger();
-
-SELECT hivenet._compile_step_paths();
-
 -- What view _step_start vouches for (below), and _begin_step after the view wrote nothing: both
--- serials valid (the layouts generated from the formats, parse.sql), the system serial surely
--- inside the window (_step_in_window) and an allowed lease or none (clock.sql,
+-- serials valid (the layouts generated from the formats, compile.sql), the system serial surely
+-- inside the window (_step_in_window, compile.sql) and an allowed lease or none (clock.sql,
 -- _interval_allowed). Inlined where it is called: no function runs. VOLATILE (hivenet.now()).
 CREATE FUNCTION hivenet._step_start_valid(p_system_serial text, p_unified_serial text,
                                           p_lease interval) RETURNS boolean
@@ -192,12 +111,11 @@ END;
 -- owner's rights): the Python layer's begin (steps.py) and _begin_step's common case. The rule
 -- checks what a new step with plain options needs and inserts attempt 1; it writes nothing
 -- for a step that has an attempt, or for input it does not vouch for, and then begin_step
--- decides and names the problem. No function call: a new step through begin_step cost 170 µs
--- of server CPU, through this view 118, the bare INSERT 65 (issue 13, docs/benchmarks.md).
+-- decides and names the problem. No function call (docs/design/sql-internals.md).
 -- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_step would
 -- write, and reading the view shows nothing.
 --   The checks (_step_start_valid, above) are generated from the definitions of formats
---   'system' and 'unified' and from the settings (parse.sql, _serial_valid; _step_in_window):
+--   'system' and 'unified' and from the settings (compile.sql, _serial_valid; _step_in_window):
 --   inlined, no query. A serial dated on the window's first two days or after today, or
 --   instances to check, take the full path. Options are not columns: the callers take this path only for on_success
 --   'replay' or 'reject' without nowait, which start a new step alike.
@@ -308,19 +226,15 @@ END $$;
 --   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
 --   with nowait it raises HN030 at once instead. In REPEATABLE READ or SERIALIZABLE a
 --   concurrent start raises serialization_failure (40001): retry the transaction.
---   Fast path (issue 13): begin_step is a set-returning LANGUAGE sql function that the planner
---   inlines into the caller's statement (STABLE, not STRICT, no SECURITY DEFINER, no SET,
---   one SELECT; called in FROM). A replay of a step that succeeded with the same request,
+--   Fast path: begin_step is a set-returning LANGUAGE sql function inlined into the caller's
+--   statement (called in FROM). A replay of a step that succeeded with the same request,
 --   plain options, no unified serial or the one it was begun with, and a serial in the window
 --   is one read of view _step_replay by primary key, with no PL/pgSQL call: the stored serials
 --   were checked when the step began (a format is never redefined), so no serial is parsed
---   again (a regular expression alone cost a fifth of a replay). Everything else (a new step,
---   failed, processing, another request or unified serial, reject, nowait, bad input, an
---   instance other shards own) goes to _begin_step, which decides exactly as before. The full path is the second branch of a UNION ALL under LIMIT
---   1: an Append runs its branches in order (this plan is never parallel: _begin_step is
---   parallel unsafe), so it is called only when the replay found nothing (a test checks the
---   plan). One probe, planned once: a NOT EXISTS guard on the second branch instead doubled
---   both the planning and the execution of a replay.
+--   again. Everything else (a new step, failed, processing, another request or unified
+--   serial, reject, nowait, bad input, an instance other shards own) goes to _begin_step,
+--   which decides exactly as before, and is called only when the replay found nothing
+--   (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet.begin_step(
     p_system_serial text, p_request jsonb DEFAULT NULL, p_on_success text DEFAULT 'replay',
     p_unified_serial text DEFAULT NULL, p_lease interval DEFAULT NULL,
@@ -379,33 +293,6 @@ BEGIN
     PERFORM hivenet._resolve_attempt('hivenet.steps', p_system_serial, p_attempt, p_succeeded,
                                      p_note, p_response);
 END $$;
-
--- hivenet.stuck_steps: steps still `processing` after their lease ran out, oldest first. Their
--- outcome is unknown (the remote call may or may not have happened): find it out, then
--- hivenet.resolve_step(system_serial, attempt, succeeded, note).
--- A scan of the steps' attempts (an index on state would make every finish a non-HOT update).
-CREATE VIEW hivenet.stuck_steps AS
-SELECT a.key AS system_serial, a.attempt, a.unified_serial, a.started_at,
-       a.started_at + hivenet._step_lease(a.lease) AS lease_expired_at,
-       hivenet.now() - a.started_at AS processing_for
-FROM hivenet.request_attempt a
-WHERE a.namespace = 'hivenet.steps' AND a.state = 'processing'
-  AND a.started_at + hivenet._step_lease(a.lease) < hivenet.now()
-ORDER BY a.started_at;
-COMMENT ON VIEW hivenet.stuck_steps IS
-    'processing steps past their lease (unknown outcome): resolve with hivenet.resolve_step';
-
--- hivenet.step_states: how many steps (system serials) are in each state, every state listed.
-CREATE VIEW hivenet.step_states AS
-SELECT s.state::text AS state, count(l.key) AS steps
-FROM unnest(enum_range(NULL::hivenet.step_state)) AS s(state)
-LEFT JOIN (SELECT DISTINCT ON (a.key) a.key, a.state
-           FROM hivenet.request_attempt a WHERE a.namespace = 'hivenet.steps'
-           ORDER BY a.key, a.attempt DESC) AS l
-       ON l.state = s.state
-GROUP BY s.state
-ORDER BY s.state;
-COMMENT ON VIEW hivenet.step_states IS 'number of steps per state (the state of their latest attempt)';
 
 -- Retention of steps (run by hivenet.maintain()): purge every attempt of the steps whose
 -- attempts all ended before now() - step_retention and whose serial begin_step refuses as

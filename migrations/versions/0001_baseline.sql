@@ -72,8 +72,9 @@ END $$;
 -- Trigger: reject a value that does not parse as the setting's kind, an interval out of its
 -- bounds (_interval_conflict), and a business time zone behind the current one once serials
 -- exist (their dates and times would go backwards).
--- hivenet.scope and hivenet.scope_pending (allocate.sql) are read when the trigger runs. SECURITY DEFINER: an administrator updates the table without any right on what the
--- checks read, and gets their HN001, never 42501.
+-- SECURITY DEFINER: an administrator updates the table without any right on what the checks
+-- read (hivenet.scope and hivenet.scope_pending, counters.sql), and gets their HN001, never
+-- 42501.
 CREATE FUNCTION hivenet._setting_check() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -120,70 +121,6 @@ END $$;
 
 CREATE TRIGGER setting_check BEFORE INSERT OR UPDATE ON hivenet.setting
     FOR EACH ROW EXECUTE FUNCTION hivenet._setting_check();
-
--- Generated constants: hot paths (allocation) read settings and formats without a query, which
--- costs a quarter of an allocation (docs/benchmarks.md). A trigger rewrites a function whose body
--- holds the current values whenever the table changes, in the same transaction: every session
--- sees the new values exactly when the change commits (a plan that inlined the function is
--- invalidated by the rewrite). Rewrites are serialised by this advisory lock, held until commit.
-CREATE FUNCTION hivenet._constants_lock_space() RETURNS integer
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210102 $$;
-
--- HN001 unless the transaction may rewrite generated constants after a change of kind p_op
--- (TG_OP) to table p_table. Updates, deletes and truncates must run in READ COMMITTED: the
--- rewrite reads the table after waiting for the lock, and a REPEATABLE READ snapshot could miss a
--- change committed meanwhile and write an older value back. Inserts are safe anywhere: a row
--- missing from generated constants is read from its table instead.
-CREATE FUNCTION hivenet._lock_constants(p_table text, p_op text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF p_op <> 'INSERT' AND current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('change %s in a READ COMMITTED transaction, not %s', p_table,
-                             current_setting('transaction_isolation'));
-    END IF;
-    PERFORM pg_advisory_xact_lock(hivenet._constants_lock_space(), 0);
-END $$;
-
--- Rewrite generated-constant function p_function(p_name text) RETURNS p_type so that it maps
--- each name to its value: p_cases is the body of a CASE on p_name ('WHEN ... THEN ...', or
--- NULL when the table is empty). Called by the triggers of p_table after a change p_op.
-CREATE FUNCTION hivenet._rewrite_constants(p_table text, p_op text, p_function text,
-    p_type text, p_cases text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._lock_constants(p_table, p_op);
-    EXECUTE format('CREATE OR REPLACE FUNCTION %s(p_name text) RETURNS %s LANGUAGE sql STABLE '
-                   'BEGIN ATOMIC SELECT CASE p_name %s ELSE NULL::%2$s END; END',
-                   p_function, p_type, coalesce(p_cases, 'WHEN NULL THEN NULL'));
-END $$;
-
--- The value of setting p_name, as a constant written by a trigger (NULL when unknown). A SQL-
--- standard body without SET (bound when created, so no search path can redirect it): inlined,
--- and folded to a constant when the name is one. Never reads a table; never blocks.
-CREATE FUNCTION hivenet._setting_constant(p_name text) RETURNS text
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::text;
-END;
-
--- Trigger: rewrite _setting_constant from the table.
-CREATE FUNCTION hivenet._compile_settings() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._rewrite_constants('hivenet.setting', TG_OP, 'hivenet._setting_constant',
-        'text', (SELECT string_agg(format('WHEN %L THEN %L', name, value), ' ' ORDER BY name)
-                 FROM hivenet.setting));
-    -- The allocation fast paths are generated from settings and formats too (allocate.sql;
-    -- not there yet while the schema's first files are installed).
-    IF to_regprocedure('hivenet._compile_fast_paths()') IS NOT NULL THEN
-        PERFORM hivenet._compile_fast_paths();
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER setting_compile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.setting
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_settings();
 
 INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('time_zone', 'UTC', 'time_zone',
@@ -235,7 +172,7 @@ END $$;
 --   Never blocks. VOLATILE: it reads the clock.
 --   Called on every allocation, so it is inlined into its caller: a SQL-standard body (bound
 --   to its functions when created, so no search path can redirect it) without SET, which
---   would forbid inlining (see _period_index in formats.sql).
+--   would forbid inlining (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet.now() RETURNS timestamptz
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
@@ -331,12 +268,10 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Period index of a business-local time: 1 for the first period starting 2000-01-01.
--- Stored in the counter's sequence as period * stride + seq (see allocate.sql).
--- On every allocation, so it is inlined into its caller: a SQL-standard body (BEGIN ATOMIC)
--- without SET. The SET search_path convention is not needed here: such a body is parsed and
--- bound to its functions and operators when created, so no search path can change it later,
--- and a SET clause would forbid inlining (a call with SET costs ~1.5 us, measured in
--- docs/benchmarks.md).
+-- Stored in the counter's sequence as period * stride + seq (see counters.sql).
+-- On every allocation, so it is inlined into its caller: a SQL-standard body (BEGIN ATOMIC),
+-- bound when created, so it needs no SET search_path (which would forbid inlining;
+-- docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._period_index(p_local timestamp, p_reset text) RETURNS bigint
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
@@ -394,40 +329,11 @@ CREATE TABLE hivenet.format (
     key_fields         integer[],         -- the fields of the counter scope, NULL for all
     -- The finest time unit printed, when finer than the reset period (interface and
     -- merchant_trade: second): each scope then keeps the latest instant it has issued, in this
-    -- unit, in a clock sequence of its own, so its time of day never goes back (allocate.sql).
+    -- unit, in a clock sequence of its own, so its time of day never goes back (periods.sql).
     -- NULL when the counter's period is all the time printed.
     clock_unit         text
 );
 COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
-
--- The row of format p_name, as a constant written by a trigger (see _setting_constant in
--- settings.sql), or NULL when it is not there yet (read the table then). Inlined; never reads
--- a table; never blocks.
-CREATE FUNCTION hivenet._format_constant(p_name text) RETURNS hivenet.format
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::hivenet.format;
-END;
-
--- Trigger: rewrite _format_constant from the table.
-CREATE FUNCTION hivenet._compile_formats() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._rewrite_constants('hivenet.format', TG_OP, 'hivenet._format_constant',
-        'hivenet.format',
-        (SELECT string_agg(format('WHEN %L THEN %L::hivenet.format', f.name, f::text), ' '
-                           ORDER BY f.name)
-         FROM hivenet.format f));
-    -- The allocation fast paths are generated from settings and formats too (allocate.sql;
-    -- not there yet while the schema's first files are installed).
-    IF to_regprocedure('hivenet._compile_fast_paths()') IS NOT NULL THEN
-        PERFORM hivenet._compile_fast_paths();
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER format_compile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_formats();
 
 -- Reject a format definition with HN001 naming the format and the offending part.
 CREATE FUNCTION hivenet._format_error(p_name text, p_message text) RETURNS void
@@ -653,11 +559,10 @@ END $$;
 --   taken by a different definition (redefining would break uniqueness of issued serials).
 --   Defining the same format again is a no-op. Counters left by an earlier definition of the
 --   name that was rolled back start over when they do not fit this one: every serial they
---   issued belonged to that rolled-back transaction. (Only databases from before revision
---   0006 can hold such counters: scopes now get their own only from maintain(), for
---   committed formats.) The format's cold counter is made with it (allocate.sql), and
---   vanishes with it on a rollback. Never delete rows of hivenet.format by hand. Takes a row
---   lock on the new name, and a new format waits for another transaction defining one (or changing a setting) to commit.
+--   issued belonged to that rolled-back transaction. The format's cold counter is made with
+--   it (counters.sql), and vanishes with it on a rollback. Never delete rows of
+--   hivenet.format by hand. Takes a row lock on the new name, and a new format waits for
+--   another transaction defining one (or changing a setting) to commit.
 CREATE FUNCTION hivenet.define_format(p_name text, p_segments jsonb,
     p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -858,23 +763,9 @@ BEGIN
     END IF;
 END $$;
 
--- hivenet_db/sql/allocate.sql
--- Allocation: one PostgreSQL sequence per counter scope, holding period * stride + seq.
---
--- Fast path: one nextval(). When the value's period is older than the clock's, the first
--- caller to notice moves the sequence forward (setval) under a short, namespaced session-level
--- advisory lock that is released before returning: nobody ever waits for another transaction
--- to commit. When the value's period is newer (the clock went back), issuing continues in the
--- sequence's period, so serials never go backwards. Sequences are not transactional, so
--- numbers taken by a transaction that rolls back are gaps, never reissued.
---
--- A format that prints a finer time than its period (interface and merchant_trade print the
--- second, reset daily: its clock_unit) keeps, per counter, the latest instant issued in a
--- second sequence, its clock sequence, holding that instant's period index in the clock unit
--- (the same encoding, one unit finer). Every allocation reads it and prints no earlier
--- (within the value's own period), and raises it under the same short advisory lock as a
--- period reset, before returning: a serial issued after another call returned is never
--- smaller, whatever the clock did (seed 004's guard, for every format; SPEC guarantee 3).
+-- hivenet_db/sql/counters.sql
+-- Counters: one PostgreSQL sequence per counter scope (format + counter-key field values),
+-- holding period * stride + seq (periods.sql moves it from period to period).
 --
 -- Every scope counts on a sequence of its own, from 1 each period (seed 000: the day's order
 -- of that channel's business). It is created in a transaction of the owner's, never in the
@@ -925,7 +816,7 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 121421
 CREATE FUNCTION hivenet._cold_lock_space() RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210103 $$;
 
--- On every allocation: inlined, a SQL-standard body without SET (see _period_index).
+-- On every allocation: inlined, a SQL-standard body without SET (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._scope_sequence_name(p_format text, p_scope text) RETURNS text
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
@@ -938,7 +829,7 @@ END;
 -- format's counter-key fields, concatenated (fixed widths: unambiguous). Every field is in
 -- the key unless the format marks it "counter": false (printed only); a "printed": false
 -- field is in the key without being printed (custom formats).
--- On every allocation: inlined, a SQL-standard body without SET (see _period_index).
+-- On every allocation: inlined, a SQL-standard body without SET (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._scope_of(p_format hivenet.format, p_values text[]) RETURNS text
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
@@ -972,7 +863,7 @@ END;
 -- none. On the allocation path of formats with a clock_unit: inlined, a SQL-standard body
 -- without SET (see _period_index), and string replacements on p_seq::text, which is always
 -- hivenet.<name>, quoted or not (schema hivenet is never on the search path), and holds no
--- other dot: parse_ident and quote_ident cost several times more (measured).
+-- other dot (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._clock_sequence(p_seq regclass) RETURNS regclass
 LANGUAGE sql STABLE
 BEGIN ATOMIC
@@ -1010,7 +901,7 @@ END $$;
 CREATE TRIGGER format_cold_counter AFTER INSERT ON hivenet.format
     FOR EACH ROW EXECUTE FUNCTION hivenet._create_cold_counter();
 
--- The formats defined before the trigger (formats.sql) get theirs here.
+-- The formats already defined get theirs here.
 DO $$
 DECLARE
     v_name text;
@@ -1136,6 +1027,26 @@ BEGIN
     END LOOP;
 END $$;
 
+-- hivenet_db/sql/periods.sql
+-- Periods and clocks of a counter (counters.sql): moving it to a new period, and keeping the
+-- time it prints from going back.
+--
+-- A counter's value carries its period. When the value's period is older than the clock's,
+-- the first caller to notice moves the sequence forward (setval) under a short, namespaced
+-- session-level advisory lock that is released before returning: nobody ever waits for
+-- another transaction to commit. When the value's period is newer (the clock went back),
+-- issuing continues in the sequence's period, so serials never go backwards. Sequences are
+-- not transactional, so numbers taken by a transaction that rolls back are gaps, never
+-- reissued.
+--
+-- A format that prints a finer time than its period (interface and merchant_trade print the
+-- second, reset daily: its clock_unit) keeps, per counter, the latest instant issued in a
+-- second sequence, its clock sequence, holding that instant's period index in the clock unit
+-- (the same encoding, one unit finer). Every allocation reads it and prints no earlier
+-- (within the value's own period), and raises it under the same short advisory lock as a
+-- period reset, before returning: a serial issued after another call returned is never
+-- smaller, whatever the clock did (seed 004's guard, for every format; SPEC guarantee 3).
+
 -- Slow path, under the counter's advisory lock: move sequence p_seq (the counter of p_scope,
 -- a name for messages) to period p_period when it is still in an older one, and past an
 -- exhausted period (borrowing formats only; others get HN010 naming the format, the scope, the
@@ -1245,6 +1156,10 @@ BEGIN
                 THEN hivenet._period_start(v_value / v_format.stride, v_format.reset) END;
 END $$;
 
+-- hivenet_db/sql/fields.sql
+-- Field values given to allocation: in the format's field order, each checked against its
+-- segment (formats.sql, _field_problem), HN001 naming the first bad one.
+
 -- HN001 naming the first field of p_values (in p_format's field order) that is invalid, or
 -- saying how many values the format takes; returns when every value is valid. With
 -- p_key_only, a field outside the counter key may be missing (prepare_scope).
@@ -1295,6 +1210,926 @@ BEGIN
     RETURN ARRAY(SELECT p_fields ->> n FROM unnest(p_format.field_names) WITH ORDINALITY AS f(n, i)
                  ORDER BY i);
 END $$;
+
+-- hivenet_db/sql/parse.sql
+-- hivenet.parse_serial(serial, format default null) → jsonb
+--   {"format": ..., <one key per field>, "date" or "datetime": ..., "seq": n}. With no format,
+--   the standard's kinds (unified, system, interface) are told apart by their lengths.
+--   HN001 when the serial is no valid serial of that format (length, characters, an
+--   impossible date, seq 0) or the format is unknown. IMMUTABLE in effect; never blocks.
+--   hivenet_db.parse_serial does the same in Python for the built-in formats (same results,
+--   same messages; tests/test_parsing.py compares them).
+CREATE FUNCTION hivenet.parse_serial(p_serial text, p_format text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_kinds constant text[] := ARRAY['unified', 'system', 'interface'];
+    v_format hivenet.format;
+    v_seg jsonb;
+    v_pos integer := 1;
+    v_part text;
+    v_problem text;
+    v_time timestamp;
+    v_result jsonb;
+BEGIN
+    IF p_serial IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'serial is NULL';
+    END IF;
+    SELECT * INTO v_format FROM hivenet.format
+    WHERE name = coalesce(p_format, (SELECT k.name FROM hivenet.format k
+                                     WHERE k.name = ANY (v_kinds)
+                                       AND k.length = octet_length(p_serial)));
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = CASE WHEN p_format IS NULL
+            -- 'unified (28), system (30) or interface (39)', lengths from the definitions.
+            THEN format('serial %s is no %s serial; name its format', hivenet._shown(p_serial),
+                        (SELECT regexp_replace(string_agg(format('%s (%s)', k.name, k.length),
+                                                          ', ' ORDER BY array_position(v_kinds,
+                                                                                       k.name)),
+                                               ', ([^,]*)$', ' or \1')
+                         FROM hivenet.format k WHERE k.name = ANY (v_kinds)))
+            ELSE format('unknown format %s', hivenet._shown(p_format)) END;
+    END IF;
+    v_result := jsonb_build_object('format', v_format.name);
+    IF octet_length(p_serial) <> v_format.length OR length(p_serial) <> v_format.length THEN
+        v_problem := format('length %s, not %s', length(p_serial), v_format.length);
+    END IF;
+    FOR v_seg IN SELECT jsonb_array_elements(v_format.segments) LOOP
+        EXIT WHEN v_problem IS NOT NULL;
+        IF v_seg -> 'printed' = 'false' THEN
+            v_part := '';  -- a field of the counter key that is not printed
+        ELSIF v_seg ? 'field' THEN
+            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
+            v_problem := 'field ' || (v_seg ->> 'field') || ' '
+                         || hivenet._field_problem(v_seg, v_part);
+            v_result := v_result || jsonb_build_object(v_seg ->> 'field', v_part);
+        ELSIF v_seg ? 'literal' THEN
+            v_part := substr(p_serial, v_pos, length(v_seg ->> 'literal'));
+            IF v_part <> v_seg ->> 'literal' THEN
+                v_problem := format('%L where %L belongs', v_part, v_seg ->> 'literal');
+            END IF;
+        ELSIF v_seg ? 'time' THEN
+            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
+            BEGIN
+                v_time := to_timestamp(v_part, v_seg ->> 'to_char')::timestamp;
+            EXCEPTION WHEN data_exception THEN
+                v_time := NULL;
+            END;
+            -- The round trip rejects what to_timestamp forgives (spaces, signs, 2-digit years).
+            IF v_part !~ '^[0-9]+$' OR v_time IS NULL
+               OR to_char(v_time, v_seg ->> 'to_char') <> v_part THEN
+                v_problem := format('time %L is no valid %s', v_part, v_seg ->> 'time');
+            ELSIF hivenet._unit_rank(v_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
+                v_result := v_result || jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
+            ELSE
+                v_result := v_result || jsonb_build_object(
+                    'datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
+            END IF;
+        ELSE
+            v_part := substr(p_serial, v_pos, v_format.seq_width);
+            IF v_part !~ '^[0-9]+$' OR v_part::numeric = 0 THEN
+                v_problem := format('seq %L is not 1 to %s', v_part, v_format.capacity);
+            ELSE
+                v_result := v_result || jsonb_build_object('seq', v_part::bigint);
+            END IF;
+        END IF;
+        v_pos := v_pos + length(v_part);
+    END LOOP;
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('serial %s is no valid %s serial: %s', hivenet._shown(p_serial),
+                             v_format.name, v_problem);
+    END IF;
+    RETURN v_result;
+END $$;
+
+-- hivenet_db/sql/compile.sql
+-- Generated code: the functions whose bodies are written from the rows of hivenet.format
+-- and hivenet.setting, and the one place that writes them (_recompile).
+--
+-- The hot paths read formats and settings on every call; generated functions hold them as
+-- constants, so no call queries a table, and a change reaches every session exactly when the
+-- transaction that made it commits (a function's body is catalog data). One statement
+-- trigger per table calls _recompile() in the changing transaction. Each generated function
+-- is written below as it is before any row exists, with its contract; _recompile replaces
+-- its body (CREATE OR REPLACE keeps its grants, privileges.sql). What their shapes owe to
+-- the planner: docs/design/sql-internals.md.
+--
+-- _recompile() reads both tables once and writes, in this order:
+--   1. _setting_constant, _format_constant: the rows, as constants;
+--   2. _serial_valid, _serial_shaped, _serial_time, _serial_field, _serial_scope: every
+--      format's layout (_layout_sql);
+--   3. _fast_unified, _fast_system: the allocation fast paths (_fast_path_expression);
+--   4. _step_in_window: from the layout of format 'system' (step 2's values) and the
+--      settings (_step_window_expression).
+-- Generators pass values (records, arguments), never SQL text they read back.
+-- tests/test_generated.py keeps a snapshot of every generated body.
+
+-- Advisory lock namespace of the rewrites: (this key, 0).
+CREATE FUNCTION hivenet._constants_lock_space() RETURNS integer
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210102 $$;
+
+-- HN001 unless the transaction may rewrite the generated functions after a change of kind
+-- p_op (TG_OP) to table p_table; then takes the rewrites' advisory lock until commit, so
+-- rewrites never interleave. Updates, deletes and truncates must run in READ COMMITTED: the
+-- rewrite reads the table after waiting for the lock, and a REPEATABLE READ snapshot could
+-- miss a change committed meanwhile and write an older value back. Inserts are safe
+-- anywhere: a row missing from the generated functions is read from its table instead.
+CREATE FUNCTION hivenet._lock_constants(p_table text, p_op text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_op <> 'INSERT' AND current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('change %s in a READ COMMITTED transaction, not %s', p_table,
+                             current_setting('transaction_isolation'));
+    END IF;
+    PERFORM pg_advisory_xact_lock(hivenet._constants_lock_space(), 0);
+END $$;
+
+-- 1. The value of setting p_name (NULL when unknown). Never reads a table; never blocks.
+CREATE FUNCTION hivenet._setting_constant(p_name text) RETURNS text
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::text;
+END;
+
+-- 1. The row of format p_name, or NULL when it is not there (a definition whose rewrite lost
+-- to a concurrent one: read the table then). Never reads a table; never blocks.
+CREATE FUNCTION hivenet._format_constant(p_name text) RETURNS hivenet.format
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::hivenet.format;
+END;
+
+-- 2. A format's layout as code, one CASE branch per format, so the hot paths
+-- (claim_interface_serial, begin_step) and the views read a serial without parsing its
+-- definition. Each takes the format's name first. A format missing from them (its rewrite
+-- lost a race) gets NULL from the checks (the caller asks parse_serial) and parse_serial's
+-- answer for the values. Never raise.
+-- _serial_valid(format, serial): true when serial is surely a valid serial of format, false
+-- when parse_serial must decide (it raises HN001 naming the problem), NULL for an unknown
+-- format.
+CREATE FUNCTION hivenet._serial_valid(p_format text, p_serial text) RETURNS boolean
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::boolean;
+END;
+
+-- _serial_shaped(format, serial): serial has the shape of the format (the right characters
+-- in the right places; values unchecked); NULL for an unknown format or a NULL serial.
+CREATE FUNCTION hivenet._serial_shaped(p_format text, p_serial text) RETURNS boolean
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::boolean;
+END;
+
+-- _serial_time(format, serial): the time printed in a valid serial (business-local; midnight
+-- for a date), NULL when the serial is not valid (as _serial_valid) or the format prints none.
+CREATE FUNCTION hivenet._serial_time(p_format text, p_serial text) RETURNS timestamp
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::timestamp;
+END;
+
+-- _serial_field(format, serial, field): the value of a printed field of a serial (NULL for
+-- a field the format does not print).
+CREATE FUNCTION hivenet._serial_field(p_format text, p_serial text, p_field text) RETURNS text
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::text;
+END;
+
+-- _serial_scope(format, serial): the counter scope of a valid serial (counters.sql), NULL
+-- when the format does not print its whole counter key.
+CREATE FUNCTION hivenet._serial_scope(p_format text, p_serial text) RETURNS text
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::text;
+END;
+
+-- 3. The fast paths of next_unified_serial and next_system_serial (allocate.sql): a serial
+-- of format unified (system) for system p_a, module p_b, instance p_c, or NULL for anything
+-- but the plain case, which the caller then hands to next_serial (the full checks, the exact
+-- errors, the slow paths). The plain case: a format whose printed fields are its values and
+-- the date (no time of day, which _issue keeps monotonic), reset daily, every field in the
+-- counter key; valid values (one regex, the digit bounds); no registry check; no fake clock
+-- (where a database allows one, a session that set hivenet.fake_now goes to the full path;
+-- where none is allowed, the fast path does not read the setting and issues by the real
+-- clock); a prepared scope, its sequence found by name (every scope sequence belongs to an
+-- owned instance, ownership.sql); a value of today's period within capacity (a new period,
+-- a clock stepped back, exhaustion: the value taken here is a gap, as when _issue hands over
+-- to _advance). The time is the statement's: one instant for the period check and the
+-- printed date. Runs with the caller's rights: the caller needs USAGE on the scopes'
+-- sequences (privileges.sql, _grant_counter). Never waits for another transaction.
+CREATE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text) RETURNS text
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT NULL::text;
+END;
+
+CREATE FUNCTION hivenet._fast_system(p_a text, p_b text, p_c text) RETURNS text
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT NULL::text;
+END;
+
+-- 4. _step_in_window(system serial): the serial, if valid, is surely dated inside the window
+-- whose steps are kept (HN021, see _begin_step in steps.sql), and no instance needs a check
+-- (setting owned_instances 'all'). Then begin_step may replay a stored step without
+-- _begin_step, and view _step_start may start a new one (its layout checked there). When the
+-- layout prints the date as YYYYMMDD, that date is compared as text, so no input makes it
+-- raise: from the day after the day of _step_days_from to the day of _step_days_to (exact at
+-- that end); a step dated on the window's first day or later goes to _begin_step, which
+-- decides exactly (and accepts this database's own serials past the end). VOLATILE
+-- (hivenet.now()).
+CREATE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT false;
+END;
+
+-- 2. The SQL expressions (on a text p_serial) that read serials of format p_format, from its
+-- segments only:
+--   shape: a boolean expression, true when p_serial has the characters of every printed
+--     segment (charset of each field, digits for time and seq, literals as they are); every
+--     valid serial has them: its length, then one regex.
+--   valid: true when p_serial is valid, false when it may not be (parse_serial decides then):
+--     the shape, digit bounds, months, days of the month (leap years included), hours,
+--     minutes, seconds, a seq other than 0. The casts sit behind the shape, in a CASE.
+--   time_of: the time printed in a valid serial (midnight for a date), NULL when none.
+--   date_at: where time_of's date starts when it is a date only, printed YYYYMMDD; else NULL.
+--   fields: field name → the expression of its printed value.
+--   scope: the counter scope of a valid serial (its counter-key fields, counters.sql), NULL
+--     when one of them is not printed.
+CREATE FUNCTION hivenet._layout_sql(p_format hivenet.format, OUT shape text, OUT valid text,
+    OUT time_of text, OUT date_at integer, OUT fields jsonb, OUT scope text)
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_seg jsonb;
+    v_pos integer := 1;
+    v_width integer;
+    v_part text;
+    v_type text;
+    v_checks text[] := '{}';
+    v_scope text[] := '{}';
+    v_unprinted_key boolean := false;
+    v_pattern text;
+    v_token record;
+    v_at integer;
+    v_time jsonb;
+    v_at_of jsonb;  -- the position of each part of the time segment
+    v_classes text[] := '{}';  -- the shape as character classes (or literals) and counts
+    v_counts integer[] := '{}';
+    v_class text;
+BEGIN
+    shape := '';
+    fields := '{}';
+    FOR v_seg IN SELECT jsonb_array_elements(p_format.segments) LOOP
+        IF v_seg ? 'field' AND v_seg -> 'printed' = 'false' THEN
+            v_unprinted_key := true;  -- only a counter key: nothing printed to read
+            CONTINUE;
+        ELSIF v_seg ? 'field' THEN
+            v_width := (v_seg ->> 'width')::integer;
+            v_part := format('substr(p_serial, %s, %s)', v_pos, v_width);
+            -- The class of the field's own compiled regex ('^[0-9]{2}$').
+            v_class := substring(v_seg ->> 'regex' FROM '^\^(\[[^]]*\])');
+            fields := fields || jsonb_build_object(v_seg ->> 'field', v_part);
+            v_type := CASE WHEN v_width <= 9 THEN 'integer' WHEN v_width <= 18 THEN 'bigint'
+                           ELSE 'numeric' END;
+            -- Bounds that digits alone meet need no check; a minimum of 1 is 'not all 0'.
+            IF (v_seg ->> 'min')::numeric = 1 THEN
+                v_checks := v_checks || format('%s <> %L', v_part, repeat('0', v_width));
+            ELSIF (v_seg ->> 'min')::numeric > 0 THEN
+                v_checks := v_checks || format('%s::%s >= %s', v_part, v_type, v_seg ->> 'min');
+            END IF;
+            IF (v_seg ->> 'max')::numeric < 10::numeric ^ v_width - 1 THEN
+                v_checks := v_checks || format('%s::%s <= %s', v_part, v_type, v_seg ->> 'max');
+            END IF;
+            IF coalesce(v_seg -> 'counter', 'true') = 'true' THEN
+                v_scope := v_scope || v_part;
+            END IF;
+        ELSIF v_seg ? 'literal' THEN
+            v_width := length(v_seg ->> 'literal');
+            v_class := v_seg ->> 'literal';  -- [0-9A-Za-z_-]: no regex meaning
+        ELSIF v_seg ? 'time' THEN
+            v_width := (v_seg ->> 'width')::integer;
+            v_class := '[0-9]';
+            -- The parts of its to_char pattern (formats.sql _time_pattern), as integers.
+            v_time := '{}';
+            v_at_of := '{}';
+            v_pattern := v_seg ->> 'to_char';
+            v_at := v_pos;
+            WHILE v_pattern <> '' LOOP
+                SELECT t.token, t.digits INTO v_token
+                FROM (VALUES ('YYYY', 4, 1), ('HH24', 2, 2), ('YY', 2, 3), ('MM', 2, 4),
+                             ('DD', 2, 5), ('MI', 2, 6), ('SS', 2, 7)) AS t(token, digits, o)
+                WHERE starts_with(v_pattern, t.token) ORDER BY t.o LIMIT 1;
+                v_time := v_time || jsonb_build_object(v_token.token,
+                    format('substr(p_serial, %s, %s)::integer', v_at, v_token.digits));
+                v_at_of := v_at_of || jsonb_build_object(v_token.token, v_at);
+                v_at := v_at + v_token.digits;
+                v_pattern := substr(v_pattern, length(v_token.token) + 1);
+            END LOOP;
+            IF v_time ? 'YY' THEN  -- to_timestamp's YY: the year nearest to 2020
+                v_time := v_time || jsonb_build_object('YYYY', format(
+                    '(%1$s + CASE WHEN %1$s < 70 THEN 2000 ELSE 1900 END)', v_time ->> 'YY'));
+            ELSE
+                v_checks := v_checks || format('substr(p_serial, %s, 4) <> %L',
+                    v_pos + strpos(v_seg ->> 'to_char', 'YYYY') - 1, '0000');
+            END IF;
+            IF v_time ? 'MM' THEN
+                v_checks := v_checks || format('%s BETWEEN 1 AND 12', v_time ->> 'MM');
+            END IF;
+            IF v_time ? 'DD' THEN
+                -- Days in month m: 30 + (m + m / 8) % 2, but February.
+                v_checks := v_checks || format(
+                    '%1$s >= 1 AND (%1$s <= 28 OR %1$s <= CASE %2$s WHEN 2 THEN 28 + '
+                    '(%3$s %% 4 = 0 AND (%3$s %% 100 <> 0 OR %3$s %% 400 = 0))::integer '
+                    'ELSE 30 + (%2$s + %2$s / 8) %% 2 END)',
+                    v_time ->> 'DD', v_time ->> 'MM', v_time ->> 'YYYY');
+            END IF;
+            IF v_time ? 'HH24' THEN
+                v_checks := v_checks || format('%s < 24', v_time ->> 'HH24');
+            END IF;
+            IF v_time ? 'MI' THEN
+                v_checks := v_checks || format('%s < 60', v_time ->> 'MI');
+            END IF;
+            IF v_time ? 'SS' THEN
+                v_checks := v_checks || format('%s < 60', v_time ->> 'SS');
+            END IF;
+            -- The last time segment, as parse_serial reports it.
+            time_of := format('make_timestamp(%s, %s, %s, %s, %s, %s)', v_time ->> 'YYYY',
+                              coalesce(v_time ->> 'MM', '1'), coalesce(v_time ->> 'DD', '1'),
+                              coalesce(v_time ->> 'HH24', '0'), coalesce(v_time ->> 'MI', '0'),
+                              coalesce(v_time ->> 'SS', '0'));
+            -- Where the date is, when the segment prints year, month and day one after another
+            -- and no time of day (_step_window_expression compares it as text).
+            date_at := CASE WHEN NOT v_at_of ?| ARRAY['HH24', 'MI', 'SS']
+                                 AND v_at_of @> jsonb_build_object(
+                                     'MM', (v_at_of ->> 'YYYY')::integer + 4,
+                                     'DD', (v_at_of ->> 'YYYY')::integer + 6)
+                            THEN (v_at_of ->> 'YYYY')::integer END;
+        ELSE
+            v_width := p_format.seq_width;
+            v_class := '[0-9]';
+            v_checks := v_checks || format('substr(p_serial, %s, %s) <> %L', v_pos, v_width,
+                                           repeat('0', v_width));
+        END IF;
+        -- Runs of one class are one piece: a shorter regex is a faster one.
+        IF v_class LIKE '[%' AND v_class = v_classes[cardinality(v_classes)] THEN
+            v_counts[cardinality(v_counts)] := v_counts[cardinality(v_counts)] + v_width;
+        ELSE
+            v_classes := v_classes || v_class;
+            v_counts := v_counts || CASE WHEN v_class LIKE '[%' THEN v_width ELSE 1 END;
+        END IF;
+        v_pos := v_pos + v_width;
+    END LOOP;
+    shape := format('length(p_serial) = %s AND p_serial ~ %L', v_pos - 1,
+        '^' || (SELECT string_agg(CASE WHEN c NOT LIKE '[%' THEN c
+                                       WHEN o = cardinality(v_classes) THEN c || '*'
+                                       ELSE format('%s{%s}', c, n) END, '' ORDER BY o)
+                FROM unnest(v_classes, v_counts) WITH ORDINALITY AS u(c, n, o)) || '$');
+    valid := format('CASE WHEN %s THEN %s ELSE false END', shape,
+                    coalesce(array_to_string(v_checks, ' AND '), 'true'));
+    scope := CASE WHEN v_unprinted_key THEN NULL WHEN v_scope = '{}' THEN '''''::text'
+                  ELSE array_to_string(v_scope, ' || ') END;
+END $$;
+
+-- 3. The expression of the fast path of format p_format (see _fast_unified) in business time
+-- zone p_zone, or 'NULL::text' when the format or the settings (p_enforce_registry) leave
+-- every call to the full path; p_allow_fake_clock: the setting allow_fake_clock.
+CREATE FUNCTION hivenet._fast_path_expression(p_format hivenet.format, p_zone text,
+    p_enforce_registry boolean, p_allow_fake_clock boolean) RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_local text := format('(statement_timestamp() AT TIME ZONE %L)', p_zone);
+    v_bounds text[] := ARRAY[]::text[];
+    v_printed text;
+    v_field text;
+    v_counter text;
+    v_fake_clock text := '';
+BEGIN
+    IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
+       OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
+       OR cardinality(p_format.field_names) <> 3
+       -- Outside the quoted field values, the pattern prints the date only.
+       OR regexp_replace(p_format.head_pattern, '"[^"]*"', '', 'g') !~ '^(YYYY|YY|MM|DD)*$'
+       OR p_format.capacity <> 10::bigint ^ p_format.seq_width - 1 THEN
+        RETURN 'NULL::text';
+    END IF;
+    FOR i IN 1 .. 3 LOOP
+        v_field := (ARRAY['p_a', 'p_b', 'p_c'])[i];
+        IF p_format.field_min[i] IS NOT NULL THEN
+            v_bounds := v_bounds || format('%s::numeric >= %s', v_field, p_format.field_min[i]);
+        END IF;
+        IF p_format.field_max[i] IS NOT NULL THEN
+            v_bounds := v_bounds || format('%s::numeric <= %s', v_field, p_format.field_max[i]);
+        END IF;
+    END LOOP;
+    -- The counter: the scope's own sequence by its qualified name, NULL for a scope without
+    -- one (unprepared, or parked: ownership.sql), which nextval (strict) passes on to the full
+    -- path. The values are alnum here (the pattern matched), so the quoted name is theirs.
+    -- The session's catalog cache may not see a sequence created since its transaction
+    -- began: NULL then too, and the full path finds it (_issue_cold).
+    v_counter := format('to_regclass(%L || p_a || p_b || p_c || %L)',
+                        'hivenet."' || hivenet._scope_sequence_name(p_format.name, ''), '"');
+    IF p_allow_fake_clock THEN
+        v_fake_clock := $f$coalesce(current_setting('hivenet.fake_now', true), '') = '' AND $f$;
+    END IF;
+    -- The values then the date (the built-in layouts): no format() at run time.
+    v_printed := CASE WHEN starts_with(p_format.head_pattern, '"%1$s""%2$s""%3$s"')
+        THEN format('p_a || p_b || p_c || to_char(%s, %L)', v_local,
+                    substr(p_format.head_pattern, 19))
+        ELSE format('to_char(%s, format(%L, p_a, p_b, p_c))', v_local, p_format.head_pattern)
+        END;
+    -- Nested CASE: the casts of the bounds are safe only once the values matched. The period
+    -- is _period_index(local, 'day') as days since the day before its first, and the clamp
+    -- maps 0 and capacity + 1 both to 0, then NULL.
+    RETURN format(
+        $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
+    WHEN %s%s
+    THEN %s || to_char(nullif(least(greatest(
+             nextval(%s)
+             - (%s::date - %L::date) * %s::bigint,
+             0), %s) %% %s, 0), %L)
+    END END$f$,
+        p_format.field_pattern, v_fake_clock,
+        coalesce(array_to_string(v_bounds, ' AND '), 'true'),
+        v_printed, v_counter, v_local,
+        date '2000-01-01' - hivenet._period_index(timestamp '2000-01-01', 'day')::integer,
+        p_format.stride, p_format.capacity + 1, p_format.capacity + 1,
+        'FM' || repeat('0', p_format.seq_width));
+END $$;
+
+-- 4. The expression of _step_in_window: from the layout of format 'system' (_layout_sql's
+-- valid, time_of and date_at) and the settings p_settings (name → value). A layout that
+-- prints its date otherwise than YYYYMMDD gets the exact window of its printed time, behind
+-- its validity check; 'false' (every call to the full path) when it prints no time or
+-- instances are checked. The edges of the callers' zones come from _caller_now (clock.sql).
+CREATE FUNCTION hivenet._step_window_expression(p_valid text, p_time_of text,
+    p_date_at integer, p_settings jsonb) RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_settings ->> 'owned_instances' IS DISTINCT FROM 'all' OR p_time_of IS NULL THEN
+        RETURN 'false';
+    ELSIF p_date_at IS NOT NULL THEN
+        RETURN format(
+            'substr(p_serial, %s, 8) BETWEEN to_char((hivenet._caller_now(hivenet.now(), '
+            '''earliest'') - %L::interval)::date + 1, ''YYYYMMDD'') AND '
+            'to_char((hivenet._caller_now(hivenet.now(), ''latest'') + %L::interval)::date, '
+            '''YYYYMMDD'')',
+            p_date_at, p_settings ->> 'step_retention', p_settings ->> 'step_future_tolerance');
+    END IF;
+    RETURN format(
+        'CASE WHEN %s THEN (%s)::date::timestamp BETWEEN hivenet._caller_now(hivenet.now(), '
+        '''earliest'') - %L::interval AND hivenet._caller_now(hivenet.now(), ''latest'') + '
+        '%L::interval ELSE false END',
+        p_valid, p_time_of, p_settings ->> 'step_retention',
+        p_settings ->> 'step_future_tolerance');
+END $$;
+
+-- Replaces generated function hivenet.<p_head> (name and arguments) by a SQL-standard body
+-- returning p_returns, of volatility p_volatility, that selects expression p_select.
+CREATE FUNCTION hivenet._replace_function(p_head text, p_returns text, p_volatility text,
+    p_select text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet.%s RETURNS %s LANGUAGE sql %s '
+                   'BEGIN ATOMIC SELECT %s; END', p_head, p_returns, p_volatility, p_select);
+END $$;
+
+-- Rewrites every generated function from the tables, in the order stated at the top. The
+-- caller holds the rewrites' lock (_lock_constants), as the triggers below do.
+CREATE FUNCTION hivenet._recompile() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_settings jsonb := (SELECT coalesce(jsonb_object_agg(s.name, s.value), '{}')
+                         FROM hivenet.setting s);
+    v_format hivenet.format;
+    v_layout record;
+    v_unified hivenet.format;  -- for step 3
+    v_system hivenet.format;
+    v_system_layout record;    -- for step 4, when format 'system' exists
+    v_formats text := '';
+    v_valid text := '';
+    v_shaped text := '';
+    v_time text := '';
+    v_field text := '';
+    v_scope text := '';
+BEGIN
+    FOR v_format IN SELECT * FROM hivenet.format f ORDER BY f.name LOOP
+        SELECT * INTO v_layout FROM hivenet._layout_sql(v_format);
+        v_formats := v_formats || format(' WHEN %L THEN %L::hivenet.format', v_format.name,
+                                         v_format::text);
+        v_valid := v_valid || format(' WHEN %L THEN %s', v_format.name, v_layout.valid);
+        v_shaped := v_shaped || format(' WHEN %L THEN %s', v_format.name, v_layout.shape);
+        -- NULL unless valid: the function is public (views), and casts of a serial that only
+        -- looks right (month 99) would fail.
+        v_time := v_time || format(' WHEN %L THEN %s', v_format.name,
+            CASE WHEN v_layout.time_of IS NULL THEN 'NULL::timestamp'
+                 ELSE format('CASE WHEN %s THEN %s END', v_layout.valid, v_layout.time_of)
+                 END);
+        v_field := v_field || format(' WHEN %L THEN CASE p_field%s ELSE NULL::text END',
+            v_format.name, (SELECT coalesce(string_agg(format(' WHEN %L THEN %s', f.key,
+                                                              f.value), '' ORDER BY f.key),
+                                            ' WHEN NULL THEN NULL')
+                            FROM jsonb_each_text(v_layout.fields) f));
+        v_scope := v_scope || format(' WHEN %L THEN %s', v_format.name,
+                                     coalesce(v_layout.scope, 'NULL::text'));
+        IF v_format.name = 'unified' THEN
+            v_unified := v_format;
+        ELSIF v_format.name = 'system' THEN
+            v_system := v_format;
+            v_system_layout := v_layout;
+        END IF;
+    END LOOP;
+    -- 1. The rows, as constants.
+    PERFORM hivenet._replace_function('_setting_constant(p_name text)', 'text', 'STABLE',
+        format('CASE p_name %s ELSE NULL::text END', coalesce(
+            (SELECT string_agg(format('WHEN %L THEN %L', s.key, s.value), ' ' ORDER BY s.key)
+             FROM jsonb_each_text(v_settings) s), 'WHEN NULL THEN NULL')));
+    PERFORM hivenet._replace_function('_format_constant(p_name text)', 'hivenet.format',
+        'STABLE', format('CASE p_name %s ELSE NULL::hivenet.format END',
+                         coalesce(nullif(v_formats, ''), 'WHEN NULL THEN NULL')));
+    -- 2. The layouts.
+    PERFORM hivenet._replace_function('_serial_valid(p_format text, p_serial text)', 'boolean',
+        'STABLE', format('CASE p_format%s ELSE NULL::boolean END', v_valid));
+    PERFORM hivenet._replace_function('_serial_shaped(p_format text, p_serial text)',
+        'boolean', 'STABLE', format('CASE p_format%s ELSE NULL::boolean END', v_shaped));
+    PERFORM hivenet._replace_function('_serial_time(p_format text, p_serial text)',
+        'timestamp', 'STABLE', format(
+            'CASE p_format%s ELSE coalesce(hivenet.parse_serial(p_serial, p_format) '
+            '->> ''datetime'', hivenet.parse_serial(p_serial, p_format) ->> ''date'')'
+            '::timestamp END', v_time));
+    PERFORM hivenet._replace_function(
+        '_serial_field(p_format text, p_serial text, p_field text)', 'text', 'STABLE',
+        format('CASE p_format%s ELSE hivenet.parse_serial(p_serial, p_format) ->> p_field END',
+               v_field));
+    PERFORM hivenet._replace_function('_serial_scope(p_format text, p_serial text)', 'text',
+        'STABLE', format('CASE p_format%s ELSE NULL::text END', v_scope));
+    -- 3. The allocation fast paths.
+    PERFORM hivenet._replace_function('_fast_unified(p_a text, p_b text, p_c text)', 'text',
+        'VOLATILE', hivenet._fast_path_expression(v_unified,
+            coalesce(v_settings ->> 'time_zone', 'UTC'),
+            coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+            coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    PERFORM hivenet._replace_function('_fast_system(p_a text, p_b text, p_c text)', 'text',
+        'VOLATILE', hivenet._fast_path_expression(v_system,
+            coalesce(v_settings ->> 'time_zone', 'UTC'),
+            coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+            coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    -- 4. The window of steps.
+    IF v_system.name IS NULL THEN
+        SELECT NULL::text AS valid, NULL::text AS time_of, NULL::integer AS date_at
+        INTO v_system_layout;
+    END IF;
+    PERFORM hivenet._replace_function('_step_in_window(p_serial text)', 'boolean', 'VOLATILE',
+        hivenet._step_window_expression(v_system_layout.valid, v_system_layout.time_of,
+                                        v_system_layout.date_at, v_settings));
+END $$;
+
+-- Trigger: any change of a format or a setting rewrites the generated functions, in the
+-- changing transaction, under the rewrites' lock. SECURITY DEFINER: an administrator
+-- changes a setting without owning the functions.
+CREATE FUNCTION hivenet._recompile_trigger() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._lock_constants(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), TG_OP);
+    PERFORM hivenet._recompile();
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER format_recompile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
+    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._recompile_trigger();
+CREATE TRIGGER setting_recompile AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.setting
+    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._recompile_trigger();
+
+SELECT hivenet._recompile();
+
+-- hivenet_db/sql/ownership.sql
+-- Instance ownership: several primaries, serials that never collide (SPEC §1 "Several
+-- primaries", docs/scale-out.md).
+--
+-- Each database declares the instances it owns (setting owned_instances, changed with
+-- hivenet.own_instances(...) or `hivenet-db migrate --owns-instances`): the `instance` field of
+-- unified, system and interface serials, the `shard` field of id_service (a format's node
+-- field: its field named instance, else shard). 'all' (the default) is one primary, as before.
+-- Formats without a node field (merchant_trade, per_second) cannot be split by instance: once
+-- ownership is declared, only the database whose setting single_primary_formats is on issues
+-- them. Allocation outside that raises HN002 naming the instance and what this database owns.
+--
+-- Nothing is added to the allocation hot path (next_unified_serial's inlined fast path,
+-- _allocate with a scope's own sequence): the check runs where a scope is first used
+-- (_issue_cold, allocate.sql) and where it gets its own sequence (prepare_scope, maintain(): counters.sql).
+-- Every scope sequence therefore belongs to an owned instance; giving an instance up is
+-- refused while it has scopes here, unless forced, which parks their sequences (renamed
+-- seq_X → off_X, counters kept): the next allocation finds no sequence, goes through the
+-- first-use path and its check, and gets HN002. Owning the instance again restores them.
+-- The fast paths of unified and system find a scope's sequence by its name, which parking
+-- changes (_park_scope): a parked scope's next call takes the full path.
+-- A change takes effect for transactions that start after it commits.
+--
+-- The receiving side: on a database that declared ownership, begin_step and
+-- claim_interface_serial refuse a serial whose printed instance it does not own (HN002),
+-- unless the setting check_received_instances is off. Received serials carry their sender's
+-- instance (seed 000: the caller makes the system and interface serials), so this holds when
+-- received calls are routed to the shard that owns the instance in their serial (as the
+-- sender's own allocations are): then a retry on the wrong shard is refused instead of running
+-- the step a second time. A deployment routing received calls by another key (a merchant)
+-- turns the setting off and relies on its routing alone.
+
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('owned_instances', 'all', 'text',
+     'instances (the instance field; the shard field of id_service) this database allocates '
+     'for: ''all'' (one primary) or a list such as ''01-09,12''; change it with '
+     'hivenet.own_instances() (HN002 for others)'),
+    ('single_primary_formats', 'false', 'boolean',
+     'once owned_instances is not ''all'': this database is the one that issues the formats '
+     'without an instance or shard field (merchant_trade, per_second); on exactly one primary'),
+    ('check_received_instances', 'true', 'boolean',
+     'once owned_instances is not ''all'': begin_step and claim_interface_serial refuse '
+     'serials whose instance this database does not own (HN002: a retry on the wrong shard)');
+
+-- The instances of p_instances ('all', or a list of two-digit instances and ranges such as
+-- '01-09, 12'), written canonically: sorted, ranges merged ('01-09,12'). HN001 naming the bad
+-- part; an empty list is refused (a database that owns nothing issues nothing).
+CREATE FUNCTION hivenet._canonical_instances(p_instances text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_part text;
+    v_from integer;
+    v_to integer;
+    v_owned boolean[] := array_fill(false, ARRAY[100], ARRAY[0]);
+    v_out text[] := '{}';
+    v_start integer;
+BEGIN
+    IF lower(btrim(p_instances)) = 'all' THEN
+        RETURN 'all';
+    END IF;
+    FOREACH v_part IN ARRAY string_to_array(replace(coalesce(p_instances, ''), ' ', ''), ',')
+    LOOP
+        IF v_part !~ '^[0-9]{2}(-[0-9]{2})?$' THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('owned instances %s: %s is no instance (00 to 99) nor range '
+                                 '(such as 01-09); give ''all'' or a list such as ''01-09,12''',
+                                 hivenet._shown(p_instances), hivenet._shown(v_part));
+        END IF;
+        v_from := left(v_part, 2)::integer;
+        v_to := right(v_part, 2)::integer;
+        IF v_to < v_from THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('owned instances %s: range %s ends before it starts',
+                                 hivenet._shown(p_instances), hivenet._shown(v_part));
+        END IF;
+        FOR i IN v_from .. v_to LOOP
+            v_owned[i] := true;
+        END LOOP;
+    END LOOP;
+    FOR i IN 0 .. 100 LOOP
+        IF i < 100 AND v_owned[i] AND v_start IS NULL THEN
+            v_start := i;
+        ELSIF (i = 100 OR NOT v_owned[i]) AND v_start IS NOT NULL THEN
+            v_out := v_out || CASE WHEN v_start = i - 1 THEN to_char(v_start, 'FM00')
+                                   ELSE to_char(v_start, 'FM00') || '-' || to_char(i - 1, 'FM00')
+                              END;
+            v_start := NULL;
+        END IF;
+    END LOOP;
+    IF v_out = '{}' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('owned instances %s: name at least one instance, or ''all''',
+                             hivenet._shown(p_instances));
+    END IF;
+    RETURN array_to_string(v_out, ',');
+END $$;
+
+-- Whether instance p_instance (two digits) is in p_owned (canonical: _canonical_instances).
+CREATE FUNCTION hivenet._instance_in(p_instance text, p_owned text) RETURNS boolean
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT p_owned = 'all' OR (p_instance ~ '^[0-9]{2}$' AND EXISTS (
+        SELECT FROM unnest(string_to_array(p_owned, ',')) AS r
+        WHERE p_instance BETWEEN left(r, 2) AND right(r, 2)))
+$$;
+
+-- The node field of format p_format: its field named instance, else shard, else NULL (a
+-- format that can only be issued by one primary).
+CREATE FUNCTION hivenet._node_field(p_format hivenet.format) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN 'instance' = ANY (p_format.field_names) THEN 'instance'
+                WHEN 'shard' = ANY (p_format.field_names) THEN 'shard' END
+$$;
+
+-- The current value of setting p_name: its generated constant, or its row when the constant
+-- is missing (a rewrite lost to a concurrent one: compile.sql).
+CREATE FUNCTION hivenet._ownership_setting(p_name text) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(hivenet._setting_constant(p_name), hivenet._setting_value(p_name))
+$$;
+
+-- hivenet.ownership() → table(owned_instances text, single_primary_formats boolean,
+--   check_received_instances boolean), one row: what this database declared (for any role:
+--   hivenet_db.shards.ShardMap checks its map against every shard's at start). No error.
+CREATE FUNCTION hivenet.ownership()
+RETURNS TABLE (owned_instances text, single_primary_formats boolean,
+               check_received_instances boolean)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT hivenet._setting_value('owned_instances'),
+           hivenet._setting_value('single_primary_formats')::boolean,
+           hivenet._setting_value('check_received_instances')::boolean
+$$;
+
+-- Why this database may not issue format p_format for node value p_node (its node field's
+-- value; NULL for a format without one) under owned instances p_owned and setting
+-- single_primary_formats p_single; NULL when it may.
+CREATE FUNCTION hivenet._not_owned(p_format hivenet.format, p_node text, p_owned text,
+    p_single boolean) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE
+        WHEN p_owned = 'all' THEN NULL
+        WHEN hivenet._node_field(p_format) IS NULL THEN CASE WHEN NOT p_single THEN format(
+            'format %s has no instance or shard field: with several primaries only the one '
+            'whose setting single_primary_formats is on issues it (this database owns '
+            'instances %s, and that setting is off here)', p_format.name, p_owned) END
+        WHEN NOT hivenet._instance_in(p_node, p_owned) THEN format(
+            'format %s: %s %s is not owned by this database (it owns %s): allocate on the '
+            'database that owns it (docs/scale-out.md)', p_format.name,
+            hivenet._node_field(p_format), hivenet._shown(p_node), p_owned)
+    END
+$$;
+
+-- HN002 unless this database may issue format p_format for field values p_values (in the
+-- format's field order). Off the hot path: on a scope's first use and promotion only.
+CREATE FUNCTION hivenet._check_owned(p_format hivenet.format, p_values text[]) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_problem text := hivenet._not_owned(p_format,
+        p_values[array_position(p_format.field_names, hivenet._node_field(p_format))],
+        hivenet._ownership_setting('owned_instances'),
+        hivenet._ownership_setting('single_primary_formats')::boolean);
+BEGIN
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN002', MESSAGE = v_problem;
+    END IF;
+END $$;
+
+-- HN002 when serial p_serial of format p_format (system: a step; interface: a claim), valid,
+-- was received by a database that does not own the instance printed in it (docs/scale-out.md:
+-- a retry on the wrong shard). Callers test owned_instances <> 'all' first (no call at all on
+-- one primary); nothing is checked when check_received_instances is off.
+CREATE FUNCTION hivenet._check_owned_serial(p_format text, p_serial text) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_owned text := hivenet._ownership_setting('owned_instances');
+    v_instance text;
+BEGIN
+    IF v_owned = 'all' OR NOT hivenet._ownership_setting('check_received_instances')::boolean
+    THEN
+        RETURN;
+    END IF;
+    -- Cut by the format's layout (compile.sql); parse_serial for a format not yet generated.
+    v_instance := coalesce(hivenet._serial_field(p_format, p_serial, 'instance'),
+                           hivenet.parse_serial(p_serial, p_format) ->> 'instance');
+    IF NOT hivenet._instance_in(v_instance, v_owned) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN002',
+            MESSAGE = format('%s serial %s carries instance %s, which this database does not '
+                             'own (it owns %s): send it, and every retry of it, to the shard '
+                             'that owns that instance (docs/scale-out.md; setting '
+                             'check_received_instances)', p_format, p_serial,
+                             hivenet._shown(v_instance), v_owned);
+    END IF;
+END $$;
+
+-- Counter scopes with a sequence of their own (parked or not) or waiting for one, with their
+-- format and node value.
+CREATE FUNCTION hivenet._scopes_by_node()
+RETURNS TABLE (format hivenet.format, scope text, node text, sequence_name text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT f, s.scope, s.fields ->> hivenet._node_field(f), s.sequence_name
+    FROM (SELECT c.format, c.scope, c.fields, c.sequence_name FROM hivenet.scope c
+          UNION ALL
+          SELECT DISTINCT p.format, p.scope, p.fields, NULL FROM hivenet.scope_pending p) AS s
+    JOIN hivenet.format f ON f.name = s.format
+$$;
+
+-- Trigger on hivenet.setting, for owned_instances and single_primary_formats: writes the
+-- instances canonically (HN001 when malformed), refuses a change that leaves a scope of this
+-- database outside what it may issue (HN001 naming one: give the instances up with
+-- own_instances(..., p_force => true), which parks them first), and restores the parked
+-- scopes that the new value allows again. SECURITY DEFINER: an administrator's plain UPDATE
+-- renames the owner's sequences.
+CREATE FUNCTION hivenet._ownership_check() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_owned text;
+    v_single boolean;
+    v_scope record;
+BEGIN
+    IF NEW.name = 'owned_instances' THEN
+        NEW.value := hivenet._canonical_instances(NEW.value);
+    END IF;
+    IF TG_OP = 'INSERT' OR to_regclass('hivenet.scope_pending') IS NULL THEN
+        RETURN NEW;
+    END IF;
+    v_owned := CASE WHEN NEW.name = 'owned_instances' THEN NEW.value
+                    ELSE hivenet._setting_value('owned_instances') END;
+    v_single := CASE WHEN NEW.name = 'single_primary_formats' THEN NEW.value::boolean
+                     ELSE hivenet._setting_value('single_primary_formats')::boolean END;
+    SELECT s.format, s.scope, s.node INTO v_scope FROM hivenet._scopes_by_node() s
+    WHERE (s.sequence_name IS NULL OR left(s.sequence_name, 4) <> 'off_')
+      AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+    ORDER BY (s.format).name, s.scope LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('setting %s %s: this database has issued serials of format %s '
+                             'scope %s, which it would no longer own; give it up with '
+                             'hivenet.own_instances(..., p_force => true), which parks such '
+                             'scopes (docs/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
+                             (v_scope.format).name, hivenet._shown(v_scope.scope));
+    END IF;
+    FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
+                   WHERE left(s.sequence_name, 4) = 'off_'
+                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NULL
+                   ORDER BY s.sequence_name LOOP
+        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, false);
+    END LOOP;
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER setting_ownership BEFORE INSERT OR UPDATE ON hivenet.setting
+    FOR EACH ROW WHEN (NEW.name IN ('owned_instances', 'single_primary_formats'))
+    EXECUTE FUNCTION hivenet._ownership_check();
+
+-- Parks (p_park) or restores the own sequence of scope p_scope of format p_format: renamed
+-- seq_X → off_X and back (same length, so the name stays valid), its counter kept, the scope's
+-- row following. A parked scope's allocation finds no sequence and takes the first-use path.
+-- Waits for transactions that used the sequence (ALTER SEQUENCE locks it).
+CREATE FUNCTION hivenet._park_scope(p_format text, p_scope text, p_park boolean) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_live text := hivenet._scope_sequence_name(p_format, p_scope);
+    v_parked text := 'off_' || substr(v_live, 5);
+BEGIN
+    PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format));
+    IF p_park AND hivenet._committed_sequence(v_live) IS NOT NULL THEN
+        EXECUTE format('ALTER SEQUENCE hivenet.%I RENAME TO %I', v_live, v_parked);
+        UPDATE hivenet.scope SET sequence_name = v_parked
+        WHERE format = p_format AND scope = p_scope;
+    ELSIF NOT p_park AND hivenet._committed_sequence(v_parked) IS NOT NULL THEN
+        EXECUTE format('ALTER SEQUENCE hivenet.%I RENAME TO %I', v_parked, v_live);
+        UPDATE hivenet.scope SET sequence_name = v_live
+        WHERE format = p_format AND scope = p_scope;
+    END IF;
+END $$;
+
+-- hivenet.own_instances(instances, single_primary_formats default null, force default false)
+--   → text (administrators): declares what this database allocates for (docs/scale-out.md):
+--   instances 'all' (one primary: the default) or a list such as '01-09' or '01,03,05' (of the
+--   instance field; the shard field of id_service), and, when single_primary_formats is not
+--   NULL, whether it is the one database issuing formats without such a field. Returns the
+--   instances as written ('01-09,12').
+--   HN001: a malformed list; an instance or format this database has issued serials for and
+--   would no longer own, unless force, which parks those scopes (their next allocation raises
+--   HN002; owning them again restores their counters) and drops their pending first uses.
+--   Moving an instance to another database is safe only across a period boundary of its
+--   formats: counters are not carried over (docs/scale-out.md). Commits with the caller;
+--   waits for transactions that use a parked scope. READ COMMITTED only (compile.sql).
+CREATE FUNCTION hivenet.own_instances(p_instances text,
+    p_single_primary_formats boolean DEFAULT NULL, p_force boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_owned text := hivenet._canonical_instances(p_instances);
+    v_single boolean := coalesce(p_single_primary_formats,
+                                 hivenet._setting_value('single_primary_formats')::boolean);
+    v_scope record;
+BEGIN
+    IF p_force THEN
+        FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
+                       WHERE hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+                       ORDER BY (s.format).name, s.scope LOOP
+            IF v_scope.sequence_name IS NULL THEN
+                DELETE FROM hivenet.scope_pending
+                WHERE format = (v_scope.format).name AND scope = v_scope.scope;
+            ELSE
+                PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
+            END IF;
+        END LOOP;
+    END IF;
+    -- The trigger checks each update against the other setting's value of the moment: the
+    -- update that owns more goes first, so that no state between owns less than the last.
+    IF v_single THEN
+        UPDATE hivenet.setting SET value = 'true' WHERE name = 'single_primary_formats'
+                                                  AND value <> 'true';
+    END IF;
+    UPDATE hivenet.setting SET value = v_owned WHERE name = 'owned_instances';
+    UPDATE hivenet.setting SET value = v_single::text WHERE name = 'single_primary_formats'
+                                                        AND value <> v_single::text;
+    RETURN v_owned;
+END $$;
+
+-- hivenet_db/sql/allocate.sql
+-- Allocation: the next_* functions, and the issuing of serials from a scope's counter
+-- (counters.sql) at the clock's period (periods.sql). The fast paths of next_unified_serial and
+-- next_system_serial are generated (compile.sql).
 
 -- p_count serials of format p_format for field values p_values from counter p_seq (the
 -- scope's own sequence, or the format's cold counter; p_scope names it in messages), printed
@@ -1410,13 +2245,13 @@ END $$;
 -- Never waits for another transaction; may wait a moment for another allocation's period
 -- reset (the advisory lock is held for one setval, never until commit), and a new scope's
 -- allocation waits for a maintain() that is promoting scopes of the format to commit.
--- The hot path is short on purpose (docs/benchmarks.md): one query, one regex match, no loop
--- over segments; the slow paths (bad input, a new scope, period reset) are helpers.
+-- The common case is one query, one regex match, no loop over segments; the slow paths (bad
+-- input, a new scope, period reset) are helpers (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[],
     p_count integer) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    -- Settings and format from generated constants (settings.sql): no query on the hot path.
+    -- Settings and format from generated constants (compile.sql): no query on the hot path.
     v_format hivenet.format := hivenet._format_constant(p_format);
     v_values text[] := p_values;
     v_field integer;
@@ -1496,142 +2331,6 @@ BEGIN
     END IF;
     RETURN QUERY SELECT unnest(hivenet._allocate(p_format, p_fields, NULL, p_n));
 END $$;
-
--- The fast path of next_unified_serial and next_system_serial (docs/benchmarks.md): one
--- expression, inlined into the caller's statement, so nothing is prepared again in each
--- transaction (a PL/pgSQL body prepares every expression anew in each one). For it to be
--- inlined: LANGUAGE sql, one SELECT without FROM, no SECURITY DEFINER, no SET (a SQL-standard
--- body is bound to its functions when created, so no search path can redirect it), and the
--- one volatile call (nextval) used once. It runs with the caller's rights: the caller needs
--- USAGE on the scopes' sequences (granted to hivenet_app when they are made, _promote_scope,
--- privileges.sql _grant_counter:
--- it lets a caller consume values, which any caller of next_serial can, and never setval).
---
--- It serves only the plain case and returns NULL for anything else, so that its caller hands
--- the call to next_serial (_allocate: the full checks, the exact errors, the slow paths): a
--- format whose printed fields are its values and the date (no time of day, which _issue keeps
--- monotonic), reset daily, every field in the counter key; valid values (one regex, the digit
--- bounds); no registry check; no fake clock (where a database allows one: a session that set
--- hivenet.fake_now goes to the full path; where none is allowed, the fast path does not read
--- the setting at all, which cost ~7% of a call, and issues by the real clock, while every
--- other function raises HN001); a prepared scope (its sequence found by name: every scope
--- sequence belongs to an owned instance, ownership.sql); a value of today's period within capacity (a new period, a clock stepped back, exhaustion:
--- the value taken here is a gap, as when _issue hands over to _advance). The time is the
--- statement's (stable, so one instant for the period check and the printed date:
--- clock_timestamp() read twice could straddle midnight and print a day that is not the
--- value's). The value is clamped and NULLed when it is not 1 .. capacity past the period's
--- start, arithmetic only (a regex costs several microseconds).
---
--- Generated per format (_fast_unified, _fast_system) with the format's pattern, widths,
--- bounds and the business time zone written in as literals, rewritten whenever a format or a
--- setting changes (the triggers of formats.sql and settings.sql call _compile_fast_paths):
--- an expression that read them from _format_constant instead was folded to the same plan,
--- but folding ~30 reads of the format row cost ~5 ms of planning, paid by every caller that
--- does not prepare its statement (psql, PgBouncer in transaction pooling, PL/Proxy).
-CREATE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text) RETURNS text
-LANGUAGE sql VOLATILE
-BEGIN ATOMIC
-    SELECT NULL::text;
-END;
-
-CREATE FUNCTION hivenet._fast_system(p_a text, p_b text, p_c text) RETURNS text
-LANGUAGE sql VOLATILE
-BEGIN ATOMIC
-    SELECT NULL::text;
-END;
-
--- The expression of the fast path of format p_format (see above), or 'NULL::text' when the
--- format or the settings leave every call to the full path.
-CREATE FUNCTION hivenet._fast_path_expression(p_format hivenet.format, p_zone text,
-    p_enforce_registry boolean) RETURNS text
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_local text := format('(statement_timestamp() AT TIME ZONE %L)', p_zone);
-    v_bounds text[] := ARRAY[]::text[];
-    v_printed text;
-    v_field text;
-    v_counter text;
-    v_fake_clock text := '';
-BEGIN
-    IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
-       OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
-       OR cardinality(p_format.field_names) <> 3
-       -- Outside the quoted field values, the pattern prints the date only.
-       OR regexp_replace(p_format.head_pattern, '"[^"]*"', '', 'g') !~ '^(YYYY|YY|MM|DD)*$'
-       OR p_format.capacity <> 10::bigint ^ p_format.seq_width - 1 THEN
-        RETURN 'NULL::text';
-    END IF;
-    FOR i IN 1 .. 3 LOOP
-        v_field := (ARRAY['p_a', 'p_b', 'p_c'])[i];
-        IF p_format.field_min[i] IS NOT NULL THEN
-            v_bounds := v_bounds || format('%s::numeric >= %s', v_field, p_format.field_min[i]);
-        END IF;
-        IF p_format.field_max[i] IS NOT NULL THEN
-            v_bounds := v_bounds || format('%s::numeric <= %s', v_field, p_format.field_max[i]);
-        END IF;
-    END LOOP;
-    -- The counter: the scope's own sequence by its qualified name, NULL for a scope without
-    -- one (unprepared, or parked: ownership.sql), which nextval (strict) passes on to the full
-    -- path. The values are alnum here (the pattern matched), so the quoted name is theirs.
-    -- Measured against a constant map of scope to OID (docs/benchmarks.md): the same cost
-    -- per call, ~0.7 us, and nothing to plan: a map written in here was read again whenever a
-    -- statement was planned (7.7 ms with 10,000 scopes), one in a PL/pgSQL function cost twice
-    -- as much per call. The session's catalog cache may not see a sequence created since its
-    -- transaction began: NULL then too, and the full path finds it (_issue_cold).
-    v_counter := format('to_regclass(%L || p_a || p_b || p_c || %L)',
-                        'hivenet."' || hivenet._scope_sequence_name(p_format.name, ''), '"');
-    IF (SELECT value FROM hivenet.setting WHERE name = 'allow_fake_clock')::boolean THEN
-        v_fake_clock := $f$coalesce(current_setting('hivenet.fake_now', true), '') = '' AND $f$;
-    END IF;
-    -- The values then the date (the built-in layouts): no format() at run time.
-    v_printed := CASE WHEN starts_with(p_format.head_pattern, '"%1$s""%2$s""%3$s"')
-        THEN format('p_a || p_b || p_c || to_char(%s, %L)', v_local,
-                    substr(p_format.head_pattern, 19))
-        ELSE format('to_char(%s, format(%L, p_a, p_b, p_c))', v_local, p_format.head_pattern)
-        END;
-    -- Nested CASE: the casts of the bounds are safe only once the values matched. Each node
-    -- is built again for every statement, so the fewest: the period is _period_index(local,
-    -- 'day') as days since the day before its first (two nodes fewer), and the clamp maps 0
-    -- and capacity + 1 both to 0, then NULL (one comparison fewer than two nullif).
-    RETURN format(
-        $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
-    WHEN %s%s
-    THEN %s || to_char(nullif(least(greatest(
-             nextval(%s)
-             - (%s::date - %L::date) * %s::bigint,
-             0), %s) %% %s, 0), %L)
-    END END$f$,
-        p_format.field_pattern, v_fake_clock,
-        coalesce(array_to_string(v_bounds, ' AND '), 'true'),
-        v_printed, v_counter, v_local,
-        date '2000-01-01' - hivenet._period_index(timestamp '2000-01-01', 'day')::integer,
-        p_format.stride, p_format.capacity + 1, p_format.capacity + 1,
-        'FM' || repeat('0', p_format.seq_width));
-END $$;
-
--- Rewrite _fast_unified and _fast_system from the tables (called by the triggers that rewrite
--- the generated constants, in the same transaction and under the same lock).
-CREATE FUNCTION hivenet._compile_fast_paths() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_zone text := (SELECT value FROM hivenet.setting WHERE name = 'time_zone');
-    v_registry boolean := (SELECT value FROM hivenet.setting
-                           WHERE name = 'enforce_registry')::boolean;
-    v_format hivenet.format;
-    v_name text;
-BEGIN
-    FOREACH v_name IN ARRAY ARRAY['unified', 'system'] LOOP
-        v_format := (SELECT f FROM hivenet.format f WHERE f.name = v_name);
-        EXECUTE format('CREATE OR REPLACE FUNCTION hivenet.%I(p_a text, p_b text, p_c text) '
-                       'RETURNS text LANGUAGE sql VOLATILE BEGIN ATOMIC SELECT %s; END',
-                       '_fast_' || v_name,
-                       hivenet._fast_path_expression(v_format, coalesce(v_zone, 'UTC'),
-                                                     coalesce(v_registry, false)));
-    END LOOP;
-END $$;
-
-SELECT hivenet._compile_fast_paths();
-
 -- hivenet.next_unified_serial(system, module, instance) → text (28 characters)
 --   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction. Inlined (see
 --   _fast_unified): the fast path, else next_serial (_allocate: the checks, the exact errors,
@@ -1687,673 +2386,6 @@ BEGIN
     PERFORM setval('hivenet.durable_mark', 1);
 END $$;
 
--- hivenet_db/sql/ownership.sql
--- Instance ownership: several primaries, serials that never collide (SPEC §1 "Several
--- primaries", docs/scale-out.md).
---
--- Each database declares the instances it owns (setting owned_instances, changed with
--- hivenet.own_instances(...) or `hivenet-db migrate --owns-instances`): the `instance` field of
--- unified, system and interface serials, the `shard` field of id_service (a format's node
--- field: its field named instance, else shard). 'all' (the default) is one primary, as before.
--- Formats without a node field (merchant_trade, per_second) cannot be split by instance: once
--- ownership is declared, only the database whose setting single_primary_formats is on issues
--- them. Allocation outside that raises HN002 naming the instance and what this database owns.
---
--- Nothing is added to the allocation hot path (next_unified_serial's inlined fast path,
--- _allocate with a scope's own sequence): the check runs where a scope is first used
--- (_issue_cold, allocate.sql) and where it gets its own sequence (prepare_scope, maintain()).
--- Every scope sequence therefore belongs to an owned instance; giving an instance up is
--- refused while it has scopes here, unless forced, which parks their sequences (renamed
--- seq_X → off_X, counters kept): the next allocation finds no sequence, goes through the
--- first-use path and its check, and gets HN002. Owning the instance again restores them.
--- The fast paths of unified and system find a scope's sequence by its name, which parking
--- changes (_park_scope): a parked scope's next call takes the full path.
--- A change takes effect for transactions that start after it commits.
---
--- The receiving side: on a database that declared ownership, begin_step and
--- claim_interface_serial refuse a serial whose printed instance it does not own (HN002),
--- unless the setting check_received_instances is off. Received serials carry their sender's
--- instance (seed 000: the caller makes the system and interface serials), so this holds when
--- received calls are routed to the shard that owns the instance in their serial (as the
--- sender's own allocations are): then a retry on the wrong shard is refused instead of running
--- the step a second time. A deployment routing received calls by another key (a merchant)
--- turns the setting off and relies on its routing alone.
-
-INSERT INTO hivenet.setting (name, value, kind, description) VALUES
-    ('owned_instances', 'all', 'text',
-     'instances (the instance field; the shard field of id_service) this database allocates '
-     'for: ''all'' (one primary) or a list such as ''01-09,12''; change it with '
-     'hivenet.own_instances() (HN002 for others)'),
-    ('single_primary_formats', 'false', 'boolean',
-     'once owned_instances is not ''all'': this database is the one that issues the formats '
-     'without an instance or shard field (merchant_trade, per_second); on exactly one primary'),
-    ('check_received_instances', 'true', 'boolean',
-     'once owned_instances is not ''all'': begin_step and claim_interface_serial refuse '
-     'serials whose instance this database does not own (HN002: a retry on the wrong shard)');
-
--- The instances of p_instances ('all', or a list of two-digit instances and ranges such as
--- '01-09, 12'), written canonically: sorted, ranges merged ('01-09,12'). HN001 naming the bad
--- part; an empty list is refused (a database that owns nothing issues nothing).
-CREATE FUNCTION hivenet._canonical_instances(p_instances text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_part text;
-    v_from integer;
-    v_to integer;
-    v_owned boolean[] := array_fill(false, ARRAY[100], ARRAY[0]);
-    v_out text[] := '{}';
-    v_start integer;
-BEGIN
-    IF lower(btrim(p_instances)) = 'all' THEN
-        RETURN 'all';
-    END IF;
-    FOREACH v_part IN ARRAY string_to_array(replace(coalesce(p_instances, ''), ' ', ''), ',')
-    LOOP
-        IF v_part !~ '^[0-9]{2}(-[0-9]{2})?$' THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('owned instances %s: %s is no instance (00 to 99) nor range '
-                                 '(such as 01-09); give ''all'' or a list such as ''01-09,12''',
-                                 hivenet._shown(p_instances), hivenet._shown(v_part));
-        END IF;
-        v_from := left(v_part, 2)::integer;
-        v_to := right(v_part, 2)::integer;
-        IF v_to < v_from THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('owned instances %s: range %s ends before it starts',
-                                 hivenet._shown(p_instances), hivenet._shown(v_part));
-        END IF;
-        FOR i IN v_from .. v_to LOOP
-            v_owned[i] := true;
-        END LOOP;
-    END LOOP;
-    FOR i IN 0 .. 100 LOOP
-        IF i < 100 AND v_owned[i] AND v_start IS NULL THEN
-            v_start := i;
-        ELSIF (i = 100 OR NOT v_owned[i]) AND v_start IS NOT NULL THEN
-            v_out := v_out || CASE WHEN v_start = i - 1 THEN to_char(v_start, 'FM00')
-                                   ELSE to_char(v_start, 'FM00') || '-' || to_char(i - 1, 'FM00')
-                              END;
-            v_start := NULL;
-        END IF;
-    END LOOP;
-    IF v_out = '{}' THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('owned instances %s: name at least one instance, or ''all''',
-                             hivenet._shown(p_instances));
-    END IF;
-    RETURN array_to_string(v_out, ',');
-END $$;
-
--- Whether instance p_instance (two digits) is in p_owned (canonical: _canonical_instances).
-CREATE FUNCTION hivenet._instance_in(p_instance text, p_owned text) RETURNS boolean
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT p_owned = 'all' OR (p_instance ~ '^[0-9]{2}$' AND EXISTS (
-        SELECT FROM unnest(string_to_array(p_owned, ',')) AS r
-        WHERE p_instance BETWEEN left(r, 2) AND right(r, 2)))
-$$;
-
--- The node field of format p_format: its field named instance, else shard, else NULL (a
--- format that can only be issued by one primary).
-CREATE FUNCTION hivenet._node_field(p_format hivenet.format) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE WHEN 'instance' = ANY (p_format.field_names) THEN 'instance'
-                WHEN 'shard' = ANY (p_format.field_names) THEN 'shard' END
-$$;
-
--- The current value of setting p_name: its generated constant, or its row when the constant
--- is missing (a rewrite lost to a concurrent one: settings.sql).
-CREATE FUNCTION hivenet._ownership_setting(p_name text) RETURNS text
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT coalesce(hivenet._setting_constant(p_name), hivenet._setting_value(p_name))
-$$;
-
--- hivenet.ownership() → table(owned_instances text, single_primary_formats boolean,
---   check_received_instances boolean), one row: what this database declared (for any role:
---   hivenet_db.shards.ShardMap checks its map against every shard's at start). No error.
-CREATE FUNCTION hivenet.ownership()
-RETURNS TABLE (owned_instances text, single_primary_formats boolean,
-               check_received_instances boolean)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT hivenet._setting_value('owned_instances'),
-           hivenet._setting_value('single_primary_formats')::boolean,
-           hivenet._setting_value('check_received_instances')::boolean
-$$;
-
--- Why this database may not issue format p_format for node value p_node (its node field's
--- value; NULL for a format without one) under owned instances p_owned and setting
--- single_primary_formats p_single; NULL when it may.
-CREATE FUNCTION hivenet._not_owned(p_format hivenet.format, p_node text, p_owned text,
-    p_single boolean) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE
-        WHEN p_owned = 'all' THEN NULL
-        WHEN hivenet._node_field(p_format) IS NULL THEN CASE WHEN NOT p_single THEN format(
-            'format %s has no instance or shard field: with several primaries only the one '
-            'whose setting single_primary_formats is on issues it (this database owns '
-            'instances %s, and that setting is off here)', p_format.name, p_owned) END
-        WHEN NOT hivenet._instance_in(p_node, p_owned) THEN format(
-            'format %s: %s %s is not owned by this database (it owns %s): allocate on the '
-            'database that owns it (docs/scale-out.md)', p_format.name,
-            hivenet._node_field(p_format), hivenet._shown(p_node), p_owned)
-    END
-$$;
-
--- HN002 unless this database may issue format p_format for field values p_values (in the
--- format's field order). Off the hot path: on a scope's first use and promotion only.
-CREATE FUNCTION hivenet._check_owned(p_format hivenet.format, p_values text[]) RETURNS void
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_problem text := hivenet._not_owned(p_format,
-        p_values[array_position(p_format.field_names, hivenet._node_field(p_format))],
-        hivenet._ownership_setting('owned_instances'),
-        hivenet._ownership_setting('single_primary_formats')::boolean);
-BEGIN
-    IF v_problem IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN002', MESSAGE = v_problem;
-    END IF;
-END $$;
-
--- HN002 when serial p_serial of format p_format (system: a step; interface: a claim), valid,
--- was received by a database that does not own the instance printed in it (docs/scale-out.md:
--- a retry on the wrong shard). Callers test owned_instances <> 'all' first (no call at all on
--- one primary); nothing is checked when check_received_instances is off.
-CREATE FUNCTION hivenet._check_owned_serial(p_format text, p_serial text) RETURNS void
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_owned text := hivenet._ownership_setting('owned_instances');
-    v_instance text;
-BEGIN
-    IF v_owned = 'all' OR NOT hivenet._ownership_setting('check_received_instances')::boolean
-    THEN
-        RETURN;
-    END IF;
-    -- Cut by the format's layout (parse.sql); parse_serial for a format not yet generated.
-    v_instance := coalesce(hivenet._serial_field(p_format, p_serial, 'instance'),
-                           hivenet.parse_serial(p_serial, p_format) ->> 'instance');
-    IF NOT hivenet._instance_in(v_instance, v_owned) THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN002',
-            MESSAGE = format('%s serial %s carries instance %s, which this database does not '
-                             'own (it owns %s): send it, and every retry of it, to the shard '
-                             'that owns that instance (docs/scale-out.md; setting '
-                             'check_received_instances)', p_format, p_serial,
-                             hivenet._shown(v_instance), v_owned);
-    END IF;
-END $$;
-
--- Counter scopes with a sequence of their own (parked or not) or waiting for one, with their
--- format and node value.
-CREATE FUNCTION hivenet._scopes_by_node()
-RETURNS TABLE (format hivenet.format, scope text, node text, sequence_name text)
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT f, s.scope, s.fields ->> hivenet._node_field(f), s.sequence_name
-    FROM (SELECT c.format, c.scope, c.fields, c.sequence_name FROM hivenet.scope c
-          UNION ALL
-          SELECT DISTINCT p.format, p.scope, p.fields, NULL FROM hivenet.scope_pending p) AS s
-    JOIN hivenet.format f ON f.name = s.format
-$$;
-
--- Trigger on hivenet.setting, for owned_instances and single_primary_formats: writes the
--- instances canonically (HN001 when malformed), refuses a change that leaves a scope of this
--- database outside what it may issue (HN001 naming one: give the instances up with
--- own_instances(..., p_force => true), which parks them first), and restores the parked
--- scopes that the new value allows again. SECURITY DEFINER: an administrator's plain UPDATE
--- renames the owner's sequences.
-CREATE FUNCTION hivenet._ownership_check() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_owned text;
-    v_single boolean;
-    v_scope record;
-BEGIN
-    IF NEW.name = 'owned_instances' THEN
-        NEW.value := hivenet._canonical_instances(NEW.value);
-    END IF;
-    IF TG_OP = 'INSERT' OR to_regclass('hivenet.scope_pending') IS NULL THEN
-        RETURN NEW;
-    END IF;
-    v_owned := CASE WHEN NEW.name = 'owned_instances' THEN NEW.value
-                    ELSE hivenet._setting_value('owned_instances') END;
-    v_single := CASE WHEN NEW.name = 'single_primary_formats' THEN NEW.value::boolean
-                     ELSE hivenet._setting_value('single_primary_formats')::boolean END;
-    SELECT s.format, s.scope, s.node INTO v_scope FROM hivenet._scopes_by_node() s
-    WHERE (s.sequence_name IS NULL OR left(s.sequence_name, 4) <> 'off_')
-      AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
-    ORDER BY (s.format).name, s.scope LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('setting %s %s: this database has issued serials of format %s '
-                             'scope %s, which it would no longer own; give it up with '
-                             'hivenet.own_instances(..., p_force => true), which parks such '
-                             'scopes (docs/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
-                             (v_scope.format).name, hivenet._shown(v_scope.scope));
-    END IF;
-    FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
-                   WHERE left(s.sequence_name, 4) = 'off_'
-                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NULL
-                   ORDER BY s.sequence_name LOOP
-        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, false);
-    END LOOP;
-    RETURN NEW;
-END $$;
-
-CREATE TRIGGER setting_ownership BEFORE INSERT OR UPDATE ON hivenet.setting
-    FOR EACH ROW WHEN (NEW.name IN ('owned_instances', 'single_primary_formats'))
-    EXECUTE FUNCTION hivenet._ownership_check();
-
--- Parks (p_park) or restores the own sequence of scope p_scope of format p_format: renamed
--- seq_X → off_X and back (same length, so the name stays valid), its counter kept, the scope's
--- row following. A parked scope's allocation finds no sequence and takes the first-use path.
--- Waits for transactions that used the sequence (ALTER SEQUENCE locks it).
-CREATE FUNCTION hivenet._park_scope(p_format text, p_scope text, p_park boolean) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_live text := hivenet._scope_sequence_name(p_format, p_scope);
-    v_parked text := 'off_' || substr(v_live, 5);
-BEGIN
-    PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format));
-    IF p_park AND hivenet._committed_sequence(v_live) IS NOT NULL THEN
-        EXECUTE format('ALTER SEQUENCE hivenet.%I RENAME TO %I', v_live, v_parked);
-        UPDATE hivenet.scope SET sequence_name = v_parked
-        WHERE format = p_format AND scope = p_scope;
-    ELSIF NOT p_park AND hivenet._committed_sequence(v_parked) IS NOT NULL THEN
-        EXECUTE format('ALTER SEQUENCE hivenet.%I RENAME TO %I', v_parked, v_live);
-        UPDATE hivenet.scope SET sequence_name = v_live
-        WHERE format = p_format AND scope = p_scope;
-    END IF;
-END $$;
-
--- hivenet.own_instances(instances, single_primary_formats default null, force default false)
---   → text (administrators): declares what this database allocates for (docs/scale-out.md):
---   instances 'all' (one primary: the default) or a list such as '01-09' or '01,03,05' (of the
---   instance field; the shard field of id_service), and, when single_primary_formats is not
---   NULL, whether it is the one database issuing formats without such a field. Returns the
---   instances as written ('01-09,12').
---   HN001: a malformed list; an instance or format this database has issued serials for and
---   would no longer own, unless force, which parks those scopes (their next allocation raises
---   HN002; owning them again restores their counters) and drops their pending first uses.
---   Moving an instance to another database is safe only across a period boundary of its
---   formats: counters are not carried over (docs/scale-out.md). Commits with the caller;
---   waits for transactions that use a parked scope. READ COMMITTED only (settings.sql).
-CREATE FUNCTION hivenet.own_instances(p_instances text,
-    p_single_primary_formats boolean DEFAULT NULL, p_force boolean DEFAULT false)
-RETURNS text
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_owned text := hivenet._canonical_instances(p_instances);
-    v_single boolean := coalesce(p_single_primary_formats,
-                                 hivenet._setting_value('single_primary_formats')::boolean);
-    v_scope record;
-BEGIN
-    IF p_force THEN
-        FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
-                       WHERE hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
-                       ORDER BY (s.format).name, s.scope LOOP
-            IF v_scope.sequence_name IS NULL THEN
-                DELETE FROM hivenet.scope_pending
-                WHERE format = (v_scope.format).name AND scope = v_scope.scope;
-            ELSE
-                PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
-            END IF;
-        END LOOP;
-    END IF;
-    -- The trigger checks each update against the other setting's value of the moment: the
-    -- update that owns more goes first, so that no state between owns less than the last.
-    IF v_single THEN
-        UPDATE hivenet.setting SET value = 'true' WHERE name = 'single_primary_formats'
-                                                  AND value <> 'true';
-    END IF;
-    UPDATE hivenet.setting SET value = v_owned WHERE name = 'owned_instances';
-    UPDATE hivenet.setting SET value = v_single::text WHERE name = 'single_primary_formats'
-                                                        AND value <> v_single::text;
-    RETURN v_owned;
-END $$;
-
--- hivenet_db/sql/parse.sql
--- hivenet.parse_serial(serial, format default null) → jsonb
---   {"format": ..., <one key per field>, "date" or "datetime": ..., "seq": n}. With no format,
---   the standard's kinds (unified, system, interface) are told apart by their lengths.
---   HN001 when the serial is no valid serial of that format (length, characters, an
---   impossible date, seq 0) or the format is unknown. IMMUTABLE in effect; never blocks.
---   hivenet_db.parse_serial does the same in Python for the built-in formats (same results,
---   same messages; tests/test_parsing.py compares them).
-CREATE FUNCTION hivenet.parse_serial(p_serial text, p_format text DEFAULT NULL) RETURNS jsonb
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_kinds constant text[] := ARRAY['unified', 'system', 'interface'];
-    v_format hivenet.format;
-    v_seg jsonb;
-    v_pos integer := 1;
-    v_part text;
-    v_problem text;
-    v_time timestamp;
-    v_result jsonb;
-BEGIN
-    IF p_serial IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'serial is NULL';
-    END IF;
-    SELECT * INTO v_format FROM hivenet.format
-    WHERE name = coalesce(p_format, (SELECT k.name FROM hivenet.format k
-                                     WHERE k.name = ANY (v_kinds)
-                                       AND k.length = octet_length(p_serial)));
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = CASE WHEN p_format IS NULL
-            -- 'unified (28), system (30) or interface (39)', lengths from the definitions.
-            THEN format('serial %s is no %s serial; name its format', hivenet._shown(p_serial),
-                        (SELECT regexp_replace(string_agg(format('%s (%s)', k.name, k.length),
-                                                          ', ' ORDER BY array_position(v_kinds,
-                                                                                       k.name)),
-                                               ', ([^,]*)$', ' or \1')
-                         FROM hivenet.format k WHERE k.name = ANY (v_kinds)))
-            ELSE format('unknown format %s', hivenet._shown(p_format)) END;
-    END IF;
-    v_result := jsonb_build_object('format', v_format.name);
-    IF octet_length(p_serial) <> v_format.length OR length(p_serial) <> v_format.length THEN
-        v_problem := format('length %s, not %s', length(p_serial), v_format.length);
-    END IF;
-    FOR v_seg IN SELECT jsonb_array_elements(v_format.segments) LOOP
-        EXIT WHEN v_problem IS NOT NULL;
-        IF v_seg -> 'printed' = 'false' THEN
-            v_part := '';  -- a field of the counter key that is not printed
-        ELSIF v_seg ? 'field' THEN
-            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
-            v_problem := 'field ' || (v_seg ->> 'field') || ' '
-                         || hivenet._field_problem(v_seg, v_part);
-            v_result := v_result || jsonb_build_object(v_seg ->> 'field', v_part);
-        ELSIF v_seg ? 'literal' THEN
-            v_part := substr(p_serial, v_pos, length(v_seg ->> 'literal'));
-            IF v_part <> v_seg ->> 'literal' THEN
-                v_problem := format('%L where %L belongs', v_part, v_seg ->> 'literal');
-            END IF;
-        ELSIF v_seg ? 'time' THEN
-            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
-            BEGIN
-                v_time := to_timestamp(v_part, v_seg ->> 'to_char')::timestamp;
-            EXCEPTION WHEN data_exception THEN
-                v_time := NULL;
-            END;
-            -- The round trip rejects what to_timestamp forgives (spaces, signs, 2-digit years).
-            IF v_part !~ '^[0-9]+$' OR v_time IS NULL
-               OR to_char(v_time, v_seg ->> 'to_char') <> v_part THEN
-                v_problem := format('time %L is no valid %s', v_part, v_seg ->> 'time');
-            ELSIF hivenet._unit_rank(v_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
-                v_result := v_result || jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
-            ELSE
-                v_result := v_result || jsonb_build_object(
-                    'datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
-            END IF;
-        ELSE
-            v_part := substr(p_serial, v_pos, v_format.seq_width);
-            IF v_part !~ '^[0-9]+$' OR v_part::numeric = 0 THEN
-                v_problem := format('seq %L is not 1 to %s', v_part, v_format.capacity);
-            ELSE
-                v_result := v_result || jsonb_build_object('seq', v_part::bigint);
-            END IF;
-        END IF;
-        v_pos := v_pos + length(v_part);
-    END LOOP;
-    IF v_problem IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('serial %s is no valid %s serial: %s', hivenet._shown(p_serial),
-                             v_format.name, v_problem);
-    END IF;
-    RETURN v_result;
-END $$;
-
--- Layouts compiled into code. A format's layout is written once, in its definition (formats.sql:
--- the segments of hivenet.format). Whenever the formats change, a trigger writes the generated
--- functions below (as _format_constant, settings.sql) with one branch per format: its checks
--- and field positions as constants, so the hot paths (claim_interface_serial, begin_step) and
--- the views read a serial with one inlined expression, and no layout is written by hand
--- anywhere else. Each takes the format's name first: with a constant name the planner folds
--- the CASE to that format's branch. A format missing from them (its definition committed
--- while the rewrite that would add it lost a race) gets the ELSE branch: NULL for the
--- checks (the caller asks parse_serial), parse_serial itself for the values.
-
--- The SQL expressions (on a text p_serial) that read serials of format p_format: the
--- generators of the functions below. Positions and checks come from the segments only.
---   shape: a boolean expression, true when p_serial has the characters of every printed
---     segment (charset of each field, digits for time and seq, literals as they are); every
---     valid serial has them. Its length, then one regex whose last run is unbounded: a
---     bounded run ({24}) makes PostgreSQL's regex three times slower (measured, issue 13).
---   valid: true when p_serial is valid, false when it may not be (parse_serial decides then):
---     the shape, digit bounds, months, days of the month (leap years included), hours,
---     minutes, seconds, a seq other than 0. The casts sit behind the shape, in a CASE.
---   time_of: the time printed in a valid serial (midnight for a date), NULL when none.
---   fields: field name → the expression of its printed value.
---   scope: the counter scope of a valid serial (its counter-key fields, allocate.sql), NULL
---     when one of them is not printed.
-CREATE FUNCTION hivenet._layout_sql(p_format hivenet.format, OUT shape text, OUT valid text,
-    OUT time_of text, OUT fields jsonb, OUT scope text)
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_seg jsonb;
-    v_pos integer := 1;
-    v_width integer;
-    v_part text;
-    v_type text;
-    v_checks text[] := '{}';
-    v_scope text[] := '{}';
-    v_unprinted_key boolean := false;
-    v_pattern text;
-    v_token record;
-    v_at integer;
-    v_time jsonb;
-    v_classes text[] := '{}';  -- the shape as character classes (or literals) and counts
-    v_counts integer[] := '{}';
-    v_class text;
-BEGIN
-    shape := '';
-    fields := '{}';
-    FOR v_seg IN SELECT jsonb_array_elements(p_format.segments) LOOP
-        IF v_seg ? 'field' AND v_seg -> 'printed' = 'false' THEN
-            v_unprinted_key := true;  -- only a counter key: nothing printed to read
-            CONTINUE;
-        ELSIF v_seg ? 'field' THEN
-            v_width := (v_seg ->> 'width')::integer;
-            v_part := format('substr(p_serial, %s, %s)', v_pos, v_width);
-            -- The class of the field's own compiled regex ('^[0-9]{2}$').
-            v_class := substring(v_seg ->> 'regex' FROM '^\^(\[[^]]*\])');
-            fields := fields || jsonb_build_object(v_seg ->> 'field', v_part);
-            v_type := CASE WHEN v_width <= 9 THEN 'integer' WHEN v_width <= 18 THEN 'bigint'
-                           ELSE 'numeric' END;
-            -- Bounds that digits alone meet need no check; a minimum of 1 is 'not all 0'.
-            IF (v_seg ->> 'min')::numeric = 1 THEN
-                v_checks := v_checks || format('%s <> %L', v_part, repeat('0', v_width));
-            ELSIF (v_seg ->> 'min')::numeric > 0 THEN
-                v_checks := v_checks || format('%s::%s >= %s', v_part, v_type, v_seg ->> 'min');
-            END IF;
-            IF (v_seg ->> 'max')::numeric < 10::numeric ^ v_width - 1 THEN
-                v_checks := v_checks || format('%s::%s <= %s', v_part, v_type, v_seg ->> 'max');
-            END IF;
-            IF coalesce(v_seg -> 'counter', 'true') = 'true' THEN
-                v_scope := v_scope || v_part;
-            END IF;
-        ELSIF v_seg ? 'literal' THEN
-            v_width := length(v_seg ->> 'literal');
-            v_class := v_seg ->> 'literal';  -- [0-9A-Za-z_-]: no regex meaning
-        ELSIF v_seg ? 'time' THEN
-            v_width := (v_seg ->> 'width')::integer;
-            v_class := '[0-9]';
-            -- The parts of its to_char pattern (formats.sql _time_pattern), as integers.
-            v_time := '{}';
-            v_pattern := v_seg ->> 'to_char';
-            v_at := v_pos;
-            WHILE v_pattern <> '' LOOP
-                SELECT t.token, t.digits INTO v_token
-                FROM (VALUES ('YYYY', 4, 1), ('HH24', 2, 2), ('YY', 2, 3), ('MM', 2, 4),
-                             ('DD', 2, 5), ('MI', 2, 6), ('SS', 2, 7)) AS t(token, digits, o)
-                WHERE starts_with(v_pattern, t.token) ORDER BY t.o LIMIT 1;
-                v_time := v_time || jsonb_build_object(v_token.token,
-                    format('substr(p_serial, %s, %s)::integer', v_at, v_token.digits));
-                v_at := v_at + v_token.digits;
-                v_pattern := substr(v_pattern, length(v_token.token) + 1);
-            END LOOP;
-            IF v_time ? 'YY' THEN  -- to_timestamp's YY: the year nearest to 2020
-                v_time := v_time || jsonb_build_object('YYYY', format(
-                    '(%1$s + CASE WHEN %1$s < 70 THEN 2000 ELSE 1900 END)', v_time ->> 'YY'));
-            ELSE
-                v_checks := v_checks || format('substr(p_serial, %s, 4) <> %L',
-                    v_pos + strpos(v_seg ->> 'to_char', 'YYYY') - 1, '0000');
-            END IF;
-            IF v_time ? 'MM' THEN
-                v_checks := v_checks || format('%s BETWEEN 1 AND 12', v_time ->> 'MM');
-            END IF;
-            IF v_time ? 'DD' THEN
-                -- Days in month m: 30 + (m + m / 8) % 2, but February.
-                v_checks := v_checks || format(
-                    '%1$s >= 1 AND (%1$s <= 28 OR %1$s <= CASE %2$s WHEN 2 THEN 28 + '
-                    '(%3$s %% 4 = 0 AND (%3$s %% 100 <> 0 OR %3$s %% 400 = 0))::integer '
-                    'ELSE 30 + (%2$s + %2$s / 8) %% 2 END)',
-                    v_time ->> 'DD', v_time ->> 'MM', v_time ->> 'YYYY');
-            END IF;
-            IF v_time ? 'HH24' THEN
-                v_checks := v_checks || format('%s < 24', v_time ->> 'HH24');
-            END IF;
-            IF v_time ? 'MI' THEN
-                v_checks := v_checks || format('%s < 60', v_time ->> 'MI');
-            END IF;
-            IF v_time ? 'SS' THEN
-                v_checks := v_checks || format('%s < 60', v_time ->> 'SS');
-            END IF;
-            -- The last time segment, as parse_serial reports it.
-            time_of := format('make_timestamp(%s, %s, %s, %s, %s, %s)', v_time ->> 'YYYY',
-                              coalesce(v_time ->> 'MM', '1'), coalesce(v_time ->> 'DD', '1'),
-                              coalesce(v_time ->> 'HH24', '0'), coalesce(v_time ->> 'MI', '0'),
-                              coalesce(v_time ->> 'SS', '0'));
-        ELSE
-            v_width := p_format.seq_width;
-            v_class := '[0-9]';
-            v_checks := v_checks || format('substr(p_serial, %s, %s) <> %L', v_pos, v_width,
-                                           repeat('0', v_width));
-        END IF;
-        -- Runs of one class are one piece: a shorter regex is a faster one.
-        IF v_class LIKE '[%' AND v_class = v_classes[cardinality(v_classes)] THEN
-            v_counts[cardinality(v_counts)] := v_counts[cardinality(v_counts)] + v_width;
-        ELSE
-            v_classes := v_classes || v_class;
-            v_counts := v_counts || CASE WHEN v_class LIKE '[%' THEN v_width ELSE 1 END;
-        END IF;
-        v_pos := v_pos + v_width;
-    END LOOP;
-    shape := format('length(p_serial) = %s AND p_serial ~ %L', v_pos - 1,
-        '^' || (SELECT string_agg(CASE WHEN c NOT LIKE '[%' THEN c
-                                       WHEN o = cardinality(v_classes) THEN c || '*'
-                                       ELSE format('%s{%s}', c, n) END, '' ORDER BY o)
-                FROM unnest(v_classes, v_counts) WITH ORDINALITY AS u(c, n, o)) || '$');
-    valid := format('CASE WHEN %s THEN %s ELSE false END', shape,
-                    coalesce(array_to_string(v_checks, ' AND '), 'true'));
-    scope := CASE WHEN v_unprinted_key THEN NULL WHEN v_scope = '{}' THEN '''''::text'
-                  ELSE array_to_string(v_scope, ' || ') END;
-END $$;
-
--- The generated functions, as they are before any format exists (the trigger below rewrites
--- them; settings.sql explains why generated code). STABLE: their bodies change with formats.
--- _serial_valid(format, serial): true when serial is surely a valid serial of format, false
--- when parse_serial must decide (it raises HN001 naming the problem), NULL for an unknown
--- format. Never raises.
-CREATE FUNCTION hivenet._serial_valid(p_format text, p_serial text) RETURNS boolean
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::boolean;
-END;
-
--- _serial_shaped(format, serial): serial has the shape of the format (the right characters
--- in the right places; values unchecked); NULL for an unknown format or a NULL serial.
-CREATE FUNCTION hivenet._serial_shaped(p_format text, p_serial text) RETURNS boolean
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::boolean;
-END;
-
--- _serial_time(format, serial): the time printed in a valid serial (business-local; midnight
--- for a date), NULL when the serial is not valid (as _serial_valid) or the format prints none.
-CREATE FUNCTION hivenet._serial_time(p_format text, p_serial text) RETURNS timestamp
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::timestamp;
-END;
-
--- _serial_field(format, serial, field): the value of a printed field of a serial (NULL for
--- a field the format does not print).
-CREATE FUNCTION hivenet._serial_field(p_format text, p_serial text, p_field text) RETURNS text
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::text;
-END;
-
--- _serial_scope(format, serial): the counter scope of a valid serial (allocate.sql), NULL
--- when the format does not print its whole counter key.
-CREATE FUNCTION hivenet._serial_scope(p_format text, p_serial text) RETURNS text
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT NULL::text;
-END;
-
--- Rewrites the generated functions from hivenet.format (under the constants' lock, settings.sql
--- _lock_constants, after a change of kind p_op).
-CREATE FUNCTION hivenet._compile_layouts(p_op text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_valid text := '';
-    v_shaped text := '';
-    v_time text := '';
-    v_field text := '';
-    v_scope text := '';
-    v_format record;
-BEGIN
-    PERFORM hivenet._lock_constants('hivenet.format', p_op);
-    FOR v_format IN
-        SELECT f.name, l.* FROM hivenet.format f, hivenet._layout_sql(f) l ORDER BY f.name
-    LOOP
-        v_valid := v_valid || format(' WHEN %L THEN %s', v_format.name, v_format.valid);
-        v_shaped := v_shaped || format(' WHEN %L THEN %s', v_format.name, v_format.shape);
-        -- NULL unless valid: the function is public (views), and casts of a serial that only
-        -- looks right (month 99) would fail.
-        v_time := v_time || format(' WHEN %L THEN %s', v_format.name,
-            CASE WHEN v_format.time_of IS NULL THEN 'NULL::timestamp'
-                 ELSE format('CASE WHEN %s THEN %s END', v_format.valid, v_format.time_of)
-                 END);
-        v_field := v_field || format(' WHEN %L THEN CASE p_field%s ELSE NULL::text END',
-            v_format.name, (SELECT coalesce(string_agg(format(' WHEN %L THEN %s', f.key,
-                                                              f.value), '' ORDER BY f.key),
-                                            ' WHEN NULL THEN NULL')
-                            FROM jsonb_each_text(v_format.fields) f));
-        v_scope := v_scope || format(' WHEN %L THEN %s', v_format.name,
-                                     coalesce(v_format.scope, 'NULL::text'));
-    END LOOP;
-    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet._serial_valid(p_format text, '
-                   'p_serial text) RETURNS boolean LANGUAGE sql STABLE BEGIN ATOMIC SELECT '
-                   'CASE p_format%s ELSE NULL::boolean END; END', v_valid);
-    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet._serial_shaped(p_format text, '
-                   'p_serial text) RETURNS boolean LANGUAGE sql STABLE BEGIN ATOMIC SELECT '
-                   'CASE p_format%s ELSE NULL::boolean END; END', v_shaped);
-    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet._serial_time(p_format text, '
-                   'p_serial text) RETURNS timestamp LANGUAGE sql STABLE BEGIN ATOMIC SELECT '
-                   'CASE p_format%s ELSE coalesce(hivenet.parse_serial(p_serial, p_format) '
-                   '->> ''datetime'', hivenet.parse_serial(p_serial, p_format) ->> ''date'')'
-                   '::timestamp END; END', v_time);
-    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet._serial_field(p_format text, '
-                   'p_serial text, p_field text) RETURNS text LANGUAGE sql STABLE BEGIN ATOMIC '
-                   'SELECT CASE p_format%s ELSE hivenet.parse_serial(p_serial, p_format) '
-                   '->> p_field END; END', v_field);
-    EXECUTE format('CREATE OR REPLACE FUNCTION hivenet._serial_scope(p_format text, '
-                   'p_serial text) RETURNS text LANGUAGE sql STABLE BEGIN ATOMIC SELECT '
-                   'CASE p_format%s ELSE NULL::text END; END', v_scope);
-END $$;
-
--- Trigger: rewrite the generated functions from the table.
-CREATE FUNCTION hivenet._compile_layouts_trigger() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._compile_layouts(TG_OP);
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER format_layouts AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_layouts_trigger();
-
-SELECT hivenet._compile_layouts('INSERT');
-
 -- hivenet_db/sql/maintain.sql
 -- When maintain() last finished (wall clock, clock_timestamp(): never the fake clock), for
 -- the metric hivenet_maintain_last_run_timestamp_seconds (docs/operations.md). One row at
@@ -2391,7 +2423,8 @@ BEGIN
 END $$;
 
 -- hivenet_db/sql/dedup.sql
--- Interface-serial duplicate check (接口层查重, SPEC §3) and the call chain of a unified serial.
+-- Interface-serial duplicate check (接口层查重, SPEC §3); the call chain of a unified serial
+-- reads what it records (reporting.sql).
 --
 -- Every incoming interface call is one row of hivenet.interface_call, inserted in the caller's
 -- transaction: a serial already there is a duplicate (HN020); a rollback takes the row away,
@@ -2476,7 +2509,7 @@ END $$;
 -- Slow path of claim_interface_serial: raises HN021 for interface serial p_serial, dated
 -- p_local (its caller's local time), outside the window from p_from to p_to, unless this
 -- database issued it: after the clock stepped back, its own fresh serials carry a time up to
--- the latest instant already issued in their scope (allocate.sql), maybe past p_to.
+-- the latest instant already issued in their scope (periods.sql), maybe past p_to.
 CREATE FUNCTION hivenet._refuse_outside_window(p_serial text, p_local timestamp,
     p_from timestamp, p_to timestamp) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -2527,7 +2560,7 @@ DECLARE
     v_partition regclass;
 BEGIN
     -- The layout of format 'interface' checked by one inlined expression generated from its
-    -- definition (parse.sql, _serial_valid). What it does not vouch for, parse_serial
+    -- definition (compile.sql, _serial_valid). What it does not vouch for, parse_serial
     -- decides, naming the problem (HN001): the accepted set is exactly parse_serial's.
     IF NOT coalesce(hivenet._serial_valid('interface', p_serial), false) THEN
         PERFORM hivenet.parse_serial(p_serial, 'interface');
@@ -2545,7 +2578,7 @@ BEGIN
     END IF;
     v_local := hivenet._serial_time('interface', p_serial);
     v_day := v_local::date;
-    -- Settings from the generated constants (settings.sql): no query on the hot path.
+    -- Settings from the generated constants (compile.sql): no query on the hot path.
     v_window := hivenet._setting_constant('interface_window')::interval;
     v_tolerance := hivenet._setting_constant('interface_future_tolerance')::interval;
     -- The serial's time is its caller's local time, in a zone it does not name: the window
@@ -2571,7 +2604,7 @@ BEGIN
         (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
     VALUES (p_serial, v_day, p_unified_serial, p_system_serial, v_now)
     -- No conflict target: the primary key is the only unique index, and a target makes every
-    -- insert look up which index of the partition matches it in the catalog (measured).
+    -- insert look up which index of the partition matches it in the catalog.
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         SELECT c.recorded_at INTO v_recorded FROM hivenet.interface_call c
@@ -2606,10 +2639,10 @@ END $$;
 --   Raises HN001 when serial is no valid interface serial (as parse_serial), or
 --   unified_serial / system_serial is given but not shaped as its format's layout says (the
 --   characters of each field, digits for the date and seq: only their shape is checked;
---   parse.sql _serial_shaped); HN021 when the serial's own
+--   compile.sql _serial_shaped); HN021 when the serial's own
 --   time (its caller's local time, in any zone from UTC-12 to UTC+14) is older than the
 --   setting interface_window or later than now + interface_future_tolerance in every such
---   zone, unless this database issued it (its clock stepped back: allocate.sql); HN020 when
+--   zone, unless this database issued it (its clock stepped back: periods.sql); HN020 when
 --   it is already recorded; HN002 when this database declared owned instances and does not
 --   own the serial's (its caller's) instance: a retry sent to the wrong shard (ownership.sql,
 --   check_received_instances).
@@ -2674,50 +2707,6 @@ BEGIN
     END IF;
     v_mark := set_config('hivenet.interface_claimed', 'on', true);
 END $$;
-
--- hivenet.interface_calls: every recorded call with the fields of its interface serial.
---   serial_time is the time printed in the serial (business-local, as issued).
-CREATE VIEW hivenet.interface_calls AS
-SELECT c.interface_serial,
-       c.unified_serial,
-       c.system_serial,
-       -- Read by the layout of format 'interface' (parse.sql: generated functions).
-       hivenet._serial_field('interface', c.interface_serial, 'system') AS source_system,
-       hivenet._serial_field('interface', c.interface_serial, 'module') AS source_module,
-       hivenet._serial_field('interface', c.interface_serial, 'instance') AS source_instance,
-       hivenet._serial_field('interface', c.interface_serial, 'target') AS target_system,
-       c.serial_day,
-       -- make_timestamp: no session time zone involved (to_timestamp would shift a local time
-       -- that the session's zone skips at a DST change).
-       hivenet._serial_time('interface', c.interface_serial) AS serial_time,
-       c.recorded_at,
-       c.call_order
-FROM hivenet.interface_call c;
-COMMENT ON VIEW hivenet.interface_calls IS
-    'recorded interface calls with the source and target of each serial (reporting)';
-
--- hivenet.interface_calls_per_day: calls per serial day, source and target system.
-CREATE VIEW hivenet.interface_calls_per_day AS
-SELECT serial_day AS day, source_system, target_system, count(*) AS calls
-FROM hivenet.interface_calls
-GROUP BY serial_day, source_system, target_system;
-COMMENT ON VIEW hivenet.interface_calls_per_day IS
-    'recorded interface calls per serial day, source system and target system (reporting)';
-
--- hivenet.call_chain(unified_serial) → table: every recorded call of that business
---   transaction, exactly in the order recorded (call_order). Empty when none is recorded or the
---   days are past retention. No HN error; reads only, never blocks.
-CREATE FUNCTION hivenet.call_chain(p_unified_serial text)
-RETURNS TABLE (interface_serial text, system_serial text, source_system text,
-               source_module text, source_instance text, target_system text,
-               serial_time timestamp, recorded_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
-           c.source_instance, c.target_system, c.serial_time, c.recorded_at
-    FROM hivenet.interface_calls c
-    WHERE c.unified_serial = p_unified_serial
-    ORDER BY c.call_order
-$$;
 
 -- Drops one expired partition, waiting at most a second for claims in flight (DROP locks the
 -- parent ACCESS EXCLUSIVE): a long claim transaction makes maintain() skip, not stall claims.
@@ -2944,7 +2933,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- hivenet_db/sql/requests.sql
--- Keyed requests: the one state machine of idempotency (SPEC §4, seeds 000/002/003, issue 12).
+-- Keyed requests: the one state machine of idempotency (SPEC §4, seeds 000/002/003).
 --
 -- Every idempotency key lives in a namespace: a client's request key, a message id of a queue,
 -- a pay id or notify id of the purchase flow, and the steps of steps.sql (namespace
@@ -2962,9 +2951,8 @@ $$;
 -- started_at), which reaches only the rows started before a namespace's cutoff: never a scan
 -- of live rows.
 
--- The states of an attempt; an enum, not a CHECK on text: PostgreSQL compiles every CHECK
--- constraint again for each INSERT and UPDATE statement, which cost as much as the insert
--- itself here. The other invariants (attempt > 0, lease > 0, finished_at set exactly when
+-- The states of an attempt; an enum, not a CHECK on text (docs/design/sql-internals.md).
+-- The other invariants (attempt > 0, lease > 0, finished_at set exactly when
 -- not processing) are kept by the functions, the only writers.
 CREATE TYPE hivenet.step_state AS ENUM ('processing', 'success', 'failed');
 
@@ -2989,15 +2977,14 @@ CREATE TABLE hivenet.request_attempt (
 )
 -- fillfactor: room on the page so finishing is a HOT update. Autovacuum after 2,000 dead rows
 -- whatever the table's size (a finish or a rollback leaves one; the default waits for 20 % of
--- the table, which grows every day): dead rows stay flat (docs/benchmarks.md, load).
+-- the table, which grows every day): dead rows stay flat.
 WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000);
 COMMENT ON TABLE hivenet.request_attempt IS
     'every attempt of every idempotency key (namespace, key); the latest attempt is the key''s state';
 -- Retention reaches the old attempts of one namespace only (finishing leaves both columns
 -- alone, so it stays a HOT update). On the expression namespace || '', not the column: the
--- hot path's lookups (namespace = ... AND key = ...) then can only use the primary key.
--- Indexed on the bare column, a table without statistics yet (a fresh install, just after
--- the upgrade) had finish_step scan this index over every row of the namespace (measured).
+-- hot path's lookups (namespace = ... AND key = ...) then can only use the primary key
+-- (docs/design/sql-internals.md).
 CREATE INDEX request_attempt_started_at ON hivenet.request_attempt
     ((namespace || ''), started_at);
 
@@ -3020,8 +3007,8 @@ INSERT INTO hivenet.setting (name, value, kind, description) VALUES
      'namespaces without a retention of their own (hivenet.set_request_retention); the same '
      'key after that starts afresh');
 
--- Helpers are plpgsql, not sql: a sql function with SET search_path is never inlined and on
--- PostgreSQL 15 is planned again at every call (about 10x the cost on the hot path).
+-- Helpers are plpgsql, not sql: a sql function with SET search_path is never inlined
+-- (docs/design/sql-internals.md).
 
 -- The lease in force of an attempt, never longer than a caller may pass (clock.sql,
 -- _longest_interval): its end is a timestamp whatever is stored, so the views never fail.
@@ -3074,7 +3061,7 @@ END;
 -- already checked by the caller (begin_request, begin_step). See begin_request for what it
 -- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
 -- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
--- force, and a SET on a nested call costs a tenth of a begin (measured, docs/benchmarks.md).
+-- force (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._begin_attempt(
     p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
     p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
@@ -3491,7 +3478,7 @@ END;
 
 -- Whether this database has issued system serials of p_system_serial's scope dated p_day or
 -- later: after its clock stepped back, its own fresh serials keep the latest day already
--- issued (allocate.sql), maybe past _step_days_to, and begin_step accepts them (SPEC §2
+-- issued (periods.sql), maybe past _step_days_to, and begin_step accepts them (SPEC §2
 -- guarantee 3: a serial a database issued is always accepted by its own checks).
 CREATE FUNCTION hivenet._step_issued_here(p_system_serial text, p_day date) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -3531,90 +3518,9 @@ SELECT a.key AS system_serial, a.attempt, a.fingerprint, a.unified_serial, a.res
 FROM hivenet.request_attempt a
 WHERE a.namespace = 'hivenet.steps' AND a.state = 'success';
 
--- _step_in_window(system serial): the serial, if valid, is surely dated inside the window whose
--- steps are kept (HN021, see _begin_step), and no instance needs a check (setting
--- owned_instances 'all'). Then begin_step may replay a stored step without _begin_step, and
--- view _step_start may start a new one (its layout checked there). When the layout prints
--- the date as YYYYMMDD, that date compared as text, so no input makes it raise: from the day
--- after the day of _step_days_from to the day of _step_days_to (exact at that end); a step
--- dated on the window's first day or later goes to _begin_step, which decides exactly (and
--- accepts this database's own serials past the end). Generated (_compile_step_paths) from the
--- layout of format 'system' (parse.sql, _layout_sql) and the settings, written in as
--- literals: reading them through _serial_time and _setting_constant was folded to the same
--- plan but cost ~5 ms of planning (their bodies hold every format and setting), paid by every
--- caller that does not prepare its statement. The edges of the callers' zones come from
--- _caller_now, as everywhere. VOLATILE (hivenet.now()), inlined, but only for an argument
--- that is a column or a parameter: the body reads p_serial twice, and PostgreSQL does not
--- inline a function that would compute an expensive argument twice (called on an expression,
--- it ran as a SQL function: 68 µs against 35 inlined; docs/benchmarks.md, "Where a replay's
--- time goes"). The same holds for the generated layout checks (parse.sql) and
--- _step_start_valid; every caller here passes a column or a parameter.
-CREATE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean
-LANGUAGE sql VOLATILE
-BEGIN ATOMIC
-    SELECT false;
-END;
-
--- Rewrite _step_in_window from the tables (the triggers below, on any change of a format or a
--- setting, under the constants' lock of settings.sql). A layout that prints its date
--- otherwise gets the exact window of its printed time, behind its validity check (dearer: the
--- casts); 'false' (every call to the full path) when it prints no time or instances are
--- checked.
-CREATE FUNCTION hivenet._compile_step_paths() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_setting jsonb := (SELECT jsonb_object_agg(s.name, s.value) FROM hivenet.setting s);
-    v_valid text;
-    v_time text;
-    v_at integer[];
-    v_window text;
-BEGIN
-    SELECT l.valid, l.time_of INTO v_valid, v_time
-    FROM hivenet.format f, hivenet._layout_sql(f) l WHERE f.name = 'system';
-    -- The date's position, when the layout prints year, month and day one after another.
-    v_at := regexp_match(v_time, '^make_timestamp\(substr\(p_serial, (\d+), 4\)::integer, '
-        'substr\(p_serial, (\d+), 2\)::integer, substr\(p_serial, (\d+), 2\)::integer, '
-        '0, 0, 0\)$')::integer[];
-    IF v_setting ->> 'owned_instances' IS DISTINCT FROM 'all' OR v_time IS NULL THEN
-        v_window := 'false';
-    ELSIF v_at[2] = v_at[1] + 4 AND v_at[3] = v_at[1] + 6 THEN
-        v_window := format(
-            'substr(p_serial, %s, 8) BETWEEN to_char((hivenet._caller_now(hivenet.now(), '
-            '''earliest'') - %L::interval)::date + 1, ''YYYYMMDD'') AND '
-            'to_char((hivenet._caller_now(hivenet.now(), ''latest'') + %L::interval)::date, '
-            '''YYYYMMDD'')',
-            v_at[1], v_setting ->> 'step_retention', v_setting ->> 'step_future_tolerance');
-    ELSE
-        v_window := format(
-            'CASE WHEN %s THEN (%s)::date::timestamp BETWEEN hivenet._caller_now(hivenet.now(), '
-            '''earliest'') - %L::interval AND hivenet._caller_now(hivenet.now(), ''latest'') + '
-            '%L::interval ELSE false END',
-            v_valid, v_time, v_setting ->> 'step_retention',
-            v_setting ->> 'step_future_tolerance');
-    END IF;
-    EXECUTE format(
-        'CREATE OR REPLACE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean '
-        'LANGUAGE sql VOLATILE BEGIN ATOMIC SELECT %s; END', v_window);
-END $$;
-
-CREATE FUNCTION hivenet._compile_step_paths_trigger() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._lock_constants(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), TG_OP);
-    PERFORM hivenet._compile_step_paths();
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER step_paths AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.setting
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_step_paths_trigger();
-CREATE TRIGGER step_paths AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON hivenet.format
-    FOR EACH STATEMENT EXECUTE FUNCTION hivenet._compile_step_paths_trigger();
-
-SELECT hivenet._compile_step_paths();
-
 -- What view _step_start vouches for (below), and _begin_step after the view wrote nothing: both
--- serials valid (the layouts generated from the formats, parse.sql), the system serial surely
--- inside the window (_step_in_window) and an allowed lease or none (clock.sql,
+-- serials valid (the layouts generated from the formats, compile.sql), the system serial surely
+-- inside the window (_step_in_window, compile.sql) and an allowed lease or none (clock.sql,
 -- _interval_allowed). Inlined where it is called: no function runs. VOLATILE (hivenet.now()).
 CREATE FUNCTION hivenet._step_start_valid(p_system_serial text, p_unified_serial text,
                                           p_lease interval) RETURNS boolean
@@ -3630,12 +3536,11 @@ END;
 -- owner's rights): the Python layer's begin (steps.py) and _begin_step's common case. The rule
 -- checks what a new step with plain options needs and inserts attempt 1; it writes nothing
 -- for a step that has an attempt, or for input it does not vouch for, and then begin_step
--- decides and names the problem. No function call: a new step through begin_step cost 170 µs
--- of server CPU, through this view 118, the bare INSERT 65 (issue 13, docs/benchmarks.md).
+-- decides and names the problem. No function call (docs/design/sql-internals.md).
 -- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_step would
 -- write, and reading the view shows nothing.
 --   The checks (_step_start_valid, above) are generated from the definitions of formats
---   'system' and 'unified' and from the settings (parse.sql, _serial_valid; _step_in_window):
+--   'system' and 'unified' and from the settings (compile.sql, _serial_valid; _step_in_window):
 --   inlined, no query. A serial dated on the window's first two days or after today, or
 --   instances to check, take the full path. Options are not columns: the callers take this path only for on_success
 --   'replay' or 'reject' without nowait, which start a new step alike.
@@ -3746,19 +3651,15 @@ END $$;
 --   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
 --   with nowait it raises HN030 at once instead. In REPEATABLE READ or SERIALIZABLE a
 --   concurrent start raises serialization_failure (40001): retry the transaction.
---   Fast path (issue 13): begin_step is a set-returning LANGUAGE sql function that the planner
---   inlines into the caller's statement (STABLE, not STRICT, no SECURITY DEFINER, no SET,
---   one SELECT; called in FROM). A replay of a step that succeeded with the same request,
+--   Fast path: begin_step is a set-returning LANGUAGE sql function inlined into the caller's
+--   statement (called in FROM). A replay of a step that succeeded with the same request,
 --   plain options, no unified serial or the one it was begun with, and a serial in the window
 --   is one read of view _step_replay by primary key, with no PL/pgSQL call: the stored serials
 --   were checked when the step began (a format is never redefined), so no serial is parsed
---   again (a regular expression alone cost a fifth of a replay). Everything else (a new step,
---   failed, processing, another request or unified serial, reject, nowait, bad input, an
---   instance other shards own) goes to _begin_step, which decides exactly as before. The full path is the second branch of a UNION ALL under LIMIT
---   1: an Append runs its branches in order (this plan is never parallel: _begin_step is
---   parallel unsafe), so it is called only when the replay found nothing (a test checks the
---   plan). One probe, planned once: a NOT EXISTS guard on the second branch instead doubled
---   both the planning and the execution of a replay.
+--   again. Everything else (a new step, failed, processing, another request or unified
+--   serial, reject, nowait, bad input, an instance other shards own) goes to _begin_step,
+--   which decides exactly as before, and is called only when the replay found nothing
+--   (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet.begin_step(
     p_system_serial text, p_request jsonb DEFAULT NULL, p_on_success text DEFAULT 'replay',
     p_unified_serial text DEFAULT NULL, p_lease interval DEFAULT NULL,
@@ -3818,6 +3719,73 @@ BEGIN
                                      p_note, p_response);
 END $$;
 
+-- Retention of steps (run by hivenet.maintain()): purge every attempt of the steps whose
+-- attempts all ended before now() - step_retention and whose serial begin_step refuses as
+-- dated too early (_step_days_from): a step is purged only when it can no longer start. A
+-- processing step is never purged.
+CREATE FUNCTION hivenet._maintain_steps() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := hivenet.now();
+BEGIN
+    PERFORM hivenet._purge_requests(
+        'hivenet.steps', v_now - hivenet._setting_constant('step_retention')::interval,
+        hivenet._step_days_from(v_now));
+END $$;
+
+-- hivenet_db/sql/reporting.sql
+-- Reporting: every view a reporting tool (or `hivenet-db report`) reads with plain SELECT,
+-- and call_chain(); docs/reporting.md lists them all. Granted to hivenet_reporting and
+-- hivenet_admin (privileges.sql), with what they call as their reader.
+
+-- Interface calls (dedup.sql).
+
+-- hivenet.interface_calls: every recorded call with the fields of its interface serial.
+--   serial_time is the time printed in the serial (business-local, as issued).
+CREATE VIEW hivenet.interface_calls AS
+SELECT c.interface_serial,
+       c.unified_serial,
+       c.system_serial,
+       -- Read by the layout of format 'interface' (compile.sql: generated functions).
+       hivenet._serial_field('interface', c.interface_serial, 'system') AS source_system,
+       hivenet._serial_field('interface', c.interface_serial, 'module') AS source_module,
+       hivenet._serial_field('interface', c.interface_serial, 'instance') AS source_instance,
+       hivenet._serial_field('interface', c.interface_serial, 'target') AS target_system,
+       c.serial_day,
+       -- make_timestamp: no session time zone involved (to_timestamp would shift a local time
+       -- that the session's zone skips at a DST change).
+       hivenet._serial_time('interface', c.interface_serial) AS serial_time,
+       c.recorded_at,
+       c.call_order
+FROM hivenet.interface_call c;
+COMMENT ON VIEW hivenet.interface_calls IS
+    'recorded interface calls with the source and target of each serial (reporting)';
+
+-- hivenet.interface_calls_per_day: calls per serial day, source and target system.
+CREATE VIEW hivenet.interface_calls_per_day AS
+SELECT serial_day AS day, source_system, target_system, count(*) AS calls
+FROM hivenet.interface_calls
+GROUP BY serial_day, source_system, target_system;
+COMMENT ON VIEW hivenet.interface_calls_per_day IS
+    'recorded interface calls per serial day, source system and target system (reporting)';
+
+-- hivenet.call_chain(unified_serial) → table: every recorded call of that business
+--   transaction, exactly in the order recorded (call_order). Empty when none is recorded or the
+--   days are past retention. No HN error; reads only, never blocks.
+CREATE FUNCTION hivenet.call_chain(p_unified_serial text)
+RETURNS TABLE (interface_serial text, system_serial text, source_system text,
+               source_module text, source_instance text, target_system text,
+               serial_time timestamp, recorded_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
+           c.source_instance, c.target_system, c.serial_time, c.recorded_at
+    FROM hivenet.interface_calls c
+    WHERE c.unified_serial = p_unified_serial
+    ORDER BY c.call_order
+$$;
+
+-- Steps (steps.sql).
+
 -- hivenet.stuck_steps: steps still `processing` after their lease ran out, oldest first. Their
 -- outcome is unknown (the remote call may or may not have happened): find it out, then
 -- hivenet.resolve_step(system_serial, attempt, succeeded, note).
@@ -3845,24 +3813,8 @@ GROUP BY s.state
 ORDER BY s.state;
 COMMENT ON VIEW hivenet.step_states IS 'number of steps per state (the state of their latest attempt)';
 
--- Retention of steps (run by hivenet.maintain()): purge every attempt of the steps whose
--- attempts all ended before now() - step_retention and whose serial begin_step refuses as
--- dated too early (_step_days_from): a step is purged only when it can no longer start. A
--- processing step is never purged.
-CREATE FUNCTION hivenet._maintain_steps() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_now timestamptz := hivenet.now();
-BEGIN
-    PERFORM hivenet._purge_requests(
-        'hivenet.steps', v_now - hivenet._setting_constant('step_retention')::interval,
-        hivenet._step_days_from(v_now));
-END $$;
+-- Counter scopes (counters.sql).
 
--- hivenet_db/sql/reporting.sql
--- Reporting: views a reporting tool (or `hivenet-db report`) reads with plain SELECT.
--- The views of other concerns live with them (dedup.sql: interface_calls_per_day,
--- call_chain(); steps.sql: step_states, stuck_steps); docs/reporting.md lists them all.
 
 -- Raw value of a counter scope's sequence (period * stride + seq), NULL before its first use
 -- and for any name that is no sequence of schema hivenet (executable by every role: a table's
@@ -3886,7 +3838,7 @@ $$;
 --   its own, and one per format for its cold counter (scope '(unprepared scopes)', fields {},
 --   shared true), which the scopes not prepared before their first use share until maintain()
 --   gives each its own: when it runs out, every unprepared scope of the format is refused for
---   the period, and a scope prepared then starts exhausted (allocate.sql).
+--   the period, and a scope prepared then starts exhausted (counters.sql).
 --   format, scope, fields (jsonb: the counter-key fields given to next_serial), reset,
 --   period_start (business-local start of the scope's current period: the clock's period, or
 --   a later one when the clock went back or the format borrowed the next period),
@@ -3927,6 +3879,8 @@ SELECT u.format, u.scope, u.fields, u.reset,
 FROM usage u;
 COMMENT ON VIEW hivenet.scope_usage IS
     'per counter scope: current period, serials issued in it, capacity and remaining headroom';
+
+-- Keyed requests (requests.sql).
 
 -- hivenet.stuck_requests: keyed requests (requests.sql; not steps: hivenet.stuck_steps) still
 -- `processing` after their lease ran out, oldest first. Their outcome is unknown: find it out,
@@ -4131,7 +4085,7 @@ END $$;
 -- inlined fast paths (an inlined function is inlined only if the caller may EXECUTE it, and
 -- what its body reads is checked as the caller), the rules of the start views, and the
 -- functions the views call (PostgreSQL runs a view's functions as its reader). Nothing here
--- opens a connection, and no setting holds a secret. Applied last.
+-- opens a connection, and no setting holds a secret.
 
 -- The roles, when the migrating role may create them (a superuser, or CREATEROLE: a
 -- developer's laptop, the embedded server). Otherwise `hivenet-db bootstrap` creates them and
@@ -4150,7 +4104,7 @@ END $$;
 
 -- Lets hivenet_app take values (nextval, currval: USAGE) of counter sequence p_name of schema
 -- hivenet, which the allocation fast path draws from as the caller; never UPDATE (setval is
--- the owner's slow path) nor ALTER. Called when a counter is made (allocate.sql) and for every
+-- the owner's slow path) nor ALTER. Called when a counter is made (counters.sql) and for every
 -- counter by _grant_roles(). Nothing when the role does not exist yet.
 CREATE FUNCTION hivenet._grant_counter(p_name text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -4191,10 +4145,10 @@ BEGIN
         TO hivenet_app;
         -- now() is inlined into the caller: its fake clock (clock.sql) runs as the caller.
         GRANT EXECUTE ON FUNCTION hivenet._fake_now() TO hivenet_app;
-        -- The allocation fast path (allocate.sql, _fast_unified and _fast_system), inlined into
+        -- The allocation fast path (compile.sql, _fast_unified and _fast_system), inlined into
         -- next_unified_serial / next_system_serial: every function in it, and USAGE on the
         -- counters it draws from (_grant_counter). The constants say what the formats and
-        -- settings are (no secret: settings.sql).
+        -- settings are (no secret).
         GRANT EXECUTE ON FUNCTION
             hivenet._fast_unified(text, text, text),
             hivenet._fast_system(text, text, text),
@@ -4223,7 +4177,7 @@ BEGIN
         -- A new step's or key's first attempt (the Python layer's begin): one INSERT into view
         -- _step_start / _request_start, whose rule writes with the owner's rights: the role may
         -- insert, not read. The rules' checks run as the inserter: _step_start_valid and the
-        -- generated layout check _serial_valid with _serial_time (parse.sql), and
+        -- generated layout check _serial_valid with _serial_time (compile.sql), and
         -- _request_start_valid.
         GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
         GRANT EXECUTE ON FUNCTION
