@@ -122,11 +122,13 @@ ELSEWHERE = {
     "postgresql://app@shard1/payments":
         "tests/test_shards.py::test_the_command_declares_ownership_and_reports_and_maintains_"
         "across_shards (the same commands, on three databases)",
-    "docs/guides/scale-out.md: format unified: instance '12' is not owned by this database (it owns "
+    "docs/guides/scale-out.md: format unified: instance '12' is not owned by this database (it "
+    "owns "
     "01-09): allocate on":
         "tests/test_shards.py::test_the_same_scope_on_two_databases_never_yields_the_same_serial "
         "(the message)",
-    "docs/guides/scale-out.md: tenant 'C0001/40' is placed on shard 's1' with instance 40, but that "
+    "docs/guides/scale-out.md: tenant 'C0001/40' is placed on shard 's1' with instance 40, but "
+    "that "
     "instance is owned":
         "tests/test_shards.py::test_the_shard_map_places_tenants_and_refuses_a_change_that_"
         "moves_one (the message)",
@@ -146,10 +148,12 @@ NOT_RUNNABLE = {
     "-m pytest": "the test suite itself",
     "docs/guides/asgi.md: pip install 'hivenet-db[asgi]'      # starlette and SQLAlchemy's asyncio "
     "support": "an install from a package index",
-    "docs/guides/plproxy.md: apt-get install postgresql-15-plproxy          # on the proxy's server "
+    "docs/guides/plproxy.md: apt-get install postgresql-15-plproxy          # on the proxy's "
+    "server "
     "(.ci/run does)": "a system package and three databases of their own (the proxy, two "
                       "shards): tests/test_plproxy.py installs the proxy with the same command",
-    "docs/guides/plproxy.md: python -m hivenet_db.bench --scenario scale_out --rounds 5 --seconds 10 "
+    "docs/guides/plproxy.md: python -m hivenet_db.bench --scenario scale_out --rounds 5 "
+    "--seconds 10 "
     "--json": "a benchmark run of minutes (the scenario: tests/test_bench.py)",
     "docs/operations.md: groups:":
         "Prometheus alert rules (the metrics they read: tests/test_metrics.py)",
@@ -227,7 +231,8 @@ SQL = {
         setup="CREATE TABLE payment (serial text PRIMARY KEY, amount int); "
               "GRANT INSERT ON payment TO hivenet_app",
         values={":amounts": "'{100,200,300}'"}),
-    "docs/guides/reporting.md: CREATE ROLE bi_login LOGIN PASSWORD '...';   -- by the administrator":
+    "docs/guides/reporting.md: CREATE ROLE bi_login LOGIN PASSWORD '...';   -- by the "
+    "administrator":
         Sql(login="owner", values={"bi_login": "bi_login_docs"}),
     "docs/guides/reporting.md: -- Scopes closest to exhaustion today (alert above 80 %).":
         Sql(login="reporting"),
@@ -235,14 +240,16 @@ SQL = {
         Sql(login="reporting"),
     "docs/guides/reporting.md: -- Traffic between systems over the last 7 days.":
         Sql(login="reporting"),
-    "docs/guides/reporting.md: SELECT state, steps FROM hivenet.step_states;": Sql(login="reporting"),
+    "docs/guides/reporting.md: SELECT state, steps FROM "
+    "hivenet.step_states;": Sql(login="reporting"),
     "docs/guides/reporting.md: SELECT system_serial, attempt, unified_serial, processing_for":
         Sql(login="reporting", setup=INTERFACE_CALL + ";" + STUCK_STEP),
     "docs/guides/reporting.md: SELECT namespace, state, requests FROM hivenet.request_states WHERE "
     "requests > 0;": Sql(login="reporting"),
     "docs/guides/scale-out.md: SELECT hivenet.own_instances('01-09');            -- '01-09'":
         Sql(login="admin", prints=("01-09", "01,03,05-07", "10-19")),
-    "docs/guides/steps.md: SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001',": Sql(),
+    "docs/guides/steps.md: SELECT * FROM "
+    "hivenet.begin_step('C0001A010120261121000000000001',": Sql(),
     "docs/guides/steps.md: SELECT * FROM hivenet.stuck_steps;   -- system_serial, attempt, "
     "unified_serial, started_at,": Sql(login="admin", setup=STUCK_STEP,
                                        prints=("C0001A010120261121000000000001",)),
@@ -324,7 +331,8 @@ SCOPES = "system=C0001,module=A01,instance=02\n"
 COMMANDS = {
     "docs/guides/migrations.md: hivenet-db migrate --url postgresql://owner@db/payments     # or "
     "HIVENET_DATABASE_URL": Commands(values={"REVISION": migrate.head()}),
-    "docs/guides/formats.md: hivenet-db prepare system=C0001,module=A01,instance=01 --file scopes.txt":
+    "docs/guides/formats.md: hivenet-db prepare system=C0001,module=A01,instance=01 --file "
+    "scopes.txt":
         Commands(login="admin", files={"scopes.txt": SCOPES}),
     "docs/operations.md: */5 * * * *  hivenet-db maintain --url \"$HIVENET_DATABASE_URL\"      "
     "# cron": Commands(login="admin"),
@@ -446,7 +454,8 @@ first, again = asyncio.run(twice())
 assert first.status_code == again.status_code == 201, first.text
 assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
 """),
-    "docs/guides/asgi.md: engine = create_async_engine(url, connect_args={\"prepare_threshold\": None})":
+    "docs/guides/asgi.md: engine = create_async_engine(url, "
+    "connect_args={\"prepare_threshold\": None})":
         Python(setup="from sqlalchemy.ext.asyncio import create_async_engine\nurl = sa_app_url"),
     "docs/guides/dedup.md: from hivenet_db import InterfaceDedup, DuplicateInterfaceSerial, "
     "SerialOutsideWindow": Python(
@@ -475,7 +484,8 @@ with engine.connect() as conn:
     "docs/guides/formats.md: from hivenet_db import parse_serial": Python(),
     "docs/quickstart.md: from sqlalchemy import create_engine": Python(
         setup=ORDERS_TABLE, tables=ORDERS, then=COUNT_ORDERS),
-    "docs/guides/propagation.md: from hivenet_db.propagation import (bind_from_headers, outgoing_headers,":
+    "docs/guides/propagation.md: from hivenet_db.propagation import (bind_from_headers, "
+    "outgoing_headers,":
         Python(setup=ENGINE + CALL + """
 from types import SimpleNamespace
 from hivenet_db import SerialRepository
@@ -523,7 +533,8 @@ assert posted[0]["X-Hivenet-System-Serial"] == step_serial and len(sent) == 1
              "assert session.scalar(text('SELECT count(*) FROM payment')) == 6"),
     "docs/guides/orm.md: from hivenet_db import InvalidInput": Python(
         setup=ENGINE + "from sqlalchemy.orm import Session\nsession = Session(engine)\n"),
-    "docs/guides/scale-out.md: from hivenet_db import InterfaceDedup, SerialRepository, StepRepository":
+    "docs/guides/scale-out.md: from hivenet_db import InterfaceDedup, SerialRepository, "
+    "StepRepository":
         Python(setup=CALL + ORDERS_TABLE + """
 import json
 with open("shards.json", "w") as file:
