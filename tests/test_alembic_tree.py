@@ -18,7 +18,7 @@ from hivenet_db.dburl import sqlalchemy_url
 from hivenet_db.migrate import State
 
 BIN = Path(sys.executable).parent
-DOC = Path(__file__).resolve().parent.parent / "docs" / "alembic.md"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "guides" / "alembic.md"
 TESTING_DOC = DOC.with_name("testing.md")
 # the installed package's revisions (a package of its own: hivenet_db.migrations)
 PACKAGE_VERSIONS = Path(str(importlib.resources.files("hivenet_db.migrations"))) / "versions"

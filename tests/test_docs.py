@@ -1,9 +1,9 @@
 """Every code block of README.md and docs/*.md is run by the suite, so the docs cannot drift
 from the code: here (SQL against a real database as the login the text names, Python with
 the few names each block assumes, `hivenet-db` commands through the installed command), or
-by the test named in ELSEWHERE, or it is listed in NOT_RUNNABLE with the reason, or its page
-is a record of measurements (RECORDS). ``test_every_block_is_run_or_listed`` fails on a
-block that is none of these.
+by the test named in ELSEWHERE, or it is listed in NOT_RUNNABLE with the reason.
+``test_every_block_is_run_or_listed`` fails on a block that is none of these. Every relative
+link of the pages resolves (``test_every_relative_link_resolves``).
 
 A block is named by its page and its first line. The values a page leaves open (a URL, a
 serial, a table of the application) are given here, never written into the page."""
@@ -37,7 +37,7 @@ from hivenet_db.embedded import EmbeddedPostgres, find_bin_dir
 from hivenet_db.shards import ShardMap
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BIN = Path(sys.executable).parent
 #: The day the pages' serials are dated (2026-11-21), a little after their interface call.
 CLOCK = "2026-11-21 09:40:00+00"
@@ -68,96 +68,98 @@ BLOCKS = {block.name: block for block in _blocks()}
 
 # --- blocks run by another test ------------------------------------------------------------
 ELSEWHERE = {
-    "docs/formats.md: SELECT hivenet.prepare_scope('unified',":
+    "docs/guides/formats.md: SELECT hivenet.prepare_scope('unified',":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/formats.md: SELECT hivenet.prepare_scope('id_service',":
+    "docs/guides/formats.md: SELECT hivenet.prepare_scope('id_service',":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/formats.md: SELECT hivenet.define_format('id_service_26', '[":
+    "docs/guides/formats.md: SELECT hivenet.define_format('id_service_26', '[":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/formats.md: SELECT hivenet.next_serial('merchant_trade', "
+    "docs/guides/formats.md: SELECT hivenet.next_serial('merchant_trade', "
     "'{\"merchant\": \"123456789012\"}');":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/formats.md: SELECT hivenet.next_serial('per_second', '{}');":
+    "docs/guides/formats.md: SELECT hivenet.next_serial('per_second', '{}');":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/formats.md: SELECT hivenet.define_format(":
+    "docs/guides/formats.md: SELECT hivenet.define_format(":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/formats.md: SELECT hivenet.define_format('till', '[":
+    "docs/guides/formats.md: SELECT hivenet.define_format('till', '[":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/formats.md: SELECT * FROM hivenet.next_serials('unified',":
+    "docs/guides/formats.md: SELECT * FROM hivenet.next_serials('unified',":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/formats.md: SELECT hivenet.define_format('burst', "
+    "docs/guides/formats.md: SELECT hivenet.define_format('burst', "
     "'[{\"literal\": \"B\"}, {\"time\": \"YYYYMMDD\"},":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/alembic.md: python -c \"from hivenet_db import migrate; print(migrate.head())\"":
+    "docs/guides/alembic.md: python -c \"from hivenet_db import migrate; print(migrate.head())\"":
         "tests/test_alembic_tree.py::test_the_documented_tree (alembic heads)",
-    "docs/alembic.md: [alembic]": "tests/test_alembic_tree.py::test_the_documented_tree",
-    "docs/alembic.md: # your first revision: a branch of its own, in your directory":
+    "docs/guides/alembic.md: [alembic]": "tests/test_alembic_tree.py::test_the_documented_tree",
+    "docs/guides/alembic.md: # your first revision: a branch of its own, in your directory":
         "tests/test_alembic_tree.py::test_the_documented_tree",
-    "docs/alembic.md: from pathlib import Path":
+    "docs/guides/alembic.md: from pathlib import Path":
         "tests/test_alembic_tree.py::test_the_documented_tree",
-    "docs/alembic.md: hivenet-db migrate --time-zone Asia/Shanghai --url "
+    "docs/guides/alembic.md: hivenet-db migrate --time-zone Asia/Shanghai --url "
     "postgresql://owner@db/payments":
         "tests/test_alembic_tree.py::test_the_documented_tree (stamp, drop, upgrade)",
-    "docs/idempotency.md: \"\"\"Seed 002's purchase flow on keyed requests "
+    "docs/guides/idempotency.md: \"\"\"Seed 002's purchase flow on keyed requests "
     "(docs/idempotency.md): place an order under the":
         "tests/test_requests.py::test_the_purchase_flow_example_passes",
-    "docs/testing.md: \"\"\"The application under test in docs/testing.md: a provider "
+    "docs/guides/testing.md: \"\"\"The application under test in docs/testing.md: a provider "
     "booking a payment call.\"\"\"":
         "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
-    "docs/testing.md: \"\"\"Testing book_payment against a real PostgreSQL with the "
+    "docs/guides/testing.md: \"\"\"Testing book_payment against a real PostgreSQL with the "
     "hivenet_db.testing fixtures.\"\"\"":
         "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
-    "docs/testing.md: import psycopg":
+    "docs/guides/testing.md: import psycopg":
         "tests/test_alembic_tree.py::test_the_tree_on_the_template_of_docs_testing",
     "README.md: python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/hivenet-db demo":
         "tests/test_cli.py::test_demo (the demo; the install is this suite's own)",
-    "docs/scale-out.md: hivenet-db migrate --owns-instances 01-09 --url "
+    "docs/quickstart.md: python3 -m venv .venv && .venv/bin/pip install -e . && "
+    ".venv/bin/hivenet-db demo": "tests/test_cli.py::test_demo (the demo; the install is this "
+                                 "suite's own)",
+    "docs/guides/scale-out.md: hivenet-db migrate --owns-instances 01-09 --url "
     "postgresql://owner@shard0/payments":
         "tests/test_shards.py::test_the_command_declares_ownership_and_reports_and_maintains_"
         "across_shards (the same commands, on three databases)",
-    "docs/scale-out.md: hivenet-db report --shards postgresql://app@shard0/payments,"
+    "docs/guides/scale-out.md: hivenet-db report --shards postgresql://app@shard0/payments,"
     "postgresql://app@shard1/payments":
         "tests/test_shards.py::test_the_command_declares_ownership_and_reports_and_maintains_"
         "across_shards (the same commands, on three databases)",
-    "docs/scale-out.md: format unified: instance '12' is not owned by this database (it owns "
+    "docs/guides/scale-out.md: format unified: instance '12' is not owned by this database (it "
+    "owns "
     "01-09): allocate on":
         "tests/test_shards.py::test_the_same_scope_on_two_databases_never_yields_the_same_serial "
         "(the message)",
-    "docs/scale-out.md: tenant 'C0001/40' is placed on shard 's1' with instance 40, but that "
+    "docs/guides/scale-out.md: tenant 'C0001/40' is placed on shard 's1' with instance 40, but "
+    "that "
     "instance is owned":
         "tests/test_shards.py::test_the_shard_map_places_tenants_and_refuses_a_change_that_"
         "moves_one (the message)",
-    "docs/asgi.md: POST /orders HTTP/1.1":
+    "docs/guides/asgi.md: POST /orders HTTP/1.1":
         "tests/test_asgi.py::test_finished_request_is_replayed_byte_for_byte (the exchange)",
-}
-
-#: Pages whose blocks are records, not instructions.
-RECORDS = {
-    "docs/benchmarks.md": "measurements: benchmark runs of minutes on a quiet machine and "
-                          "their output (`hivenet-db bench` itself: tests/test_bench.py)",
 }
 
 # --- blocks that cannot run here, and why --------------------------------------------------
 NOT_RUNNABLE = {
-    "README.md: hivenet_db/        the library: repositories (allocation, dedup, steps, "
-    "requests), errors,": "a directory listing",
-    "docs/architecture.md: application code (inside its own transaction)":
+    "docs/benchmarks.md: hivenet-db bench --quick                       # a smoke run, under a "
+    "minute (too short to quote)": "benchmark runs of minutes (the runner itself: "
+                                   "tests/test_bench.py)",
+    "docs/design/architecture.md: application code (inside its own transaction)":
         "a diagram of a call",
-    "docs/steps.md: stateDiagram-v2": "a state diagram (mermaid)",
+    "docs/guides/steps.md: stateDiagram-v2": "a state diagram (mermaid)",
     "README.md: python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python "
     "-m pytest": "the test suite itself",
-    "docs/asgi.md: pip install 'hivenet-db[asgi]'      # starlette and SQLAlchemy's asyncio "
+    "docs/guides/asgi.md: pip install 'hivenet-db[asgi]'      # starlette and SQLAlchemy's asyncio "
     "support": "an install from a package index",
-    "docs/plproxy.md: apt-get install postgresql-15-plproxy          # on the proxy's server "
+    "docs/guides/plproxy.md: apt-get install postgresql-15-plproxy          # on the proxy's "
+    "server "
     "(.ci/run does)": "a system package and three databases of their own (the proxy, two "
                       "shards): tests/test_plproxy.py installs the proxy with the same command",
-    "docs/plproxy.md: python -m hivenet_db.bench --scenario scale_out --rounds 5 --seconds 10 "
+    "docs/guides/plproxy.md: python -m hivenet_db.bench --scenario scale_out --rounds 5 "
+    "--seconds 10 "
     "--json": "a benchmark run of minutes (the scenario: tests/test_bench.py)",
     "docs/operations.md: groups:":
         "Prometheus alert rules (the metrics they read: tests/test_metrics.py)",
     "docs/operations.md: SELECT cron.schedule('hivenet-maintain', '*/5 * * * *', "
     "'SELECT hivenet.maintain()');  -- pg_cron": "needs the pg_cron extension",
-    "docs/scale-out.md: session = ShardedSession(shards=shard_map.engines,":
+    "docs/guides/scale-out.md: session = ShardedSession(shards=shard_map.engines,":
         "needs shards on other servers and the application's identity and execute "
         "choosers (tests/test_shards.py::test_sharded_session_routes_orm_objects_by_tenant "
         "runs the same calls)",
@@ -196,28 +198,28 @@ SQL = {
         setup="SELECT hivenet.prepare_scope('unified', "
               "'{\"system\": \"C0001\", \"module\": \"A01\", \"instance\": \"01\"}')",
         prints=("C0001A0101202611210000000001",)),
-    "docs/guide.md: BEGIN;": Sql(values={
+    "docs/quickstart.md: BEGIN;": Sql(values={
         ":interface_serial": "'C0001A0101T0001202611210930150000000042'",
         ":unified_serial": "'C0001A0101202611210000000007'",
         ":system_serial": "'C0001A010120261121000000000013'",
         ":request": "'{\"amount\": 100}'", ":attempt": "1", ":response": "'{\"ok\": true}'"}),
-    "docs/asgi.md: -- it did happen: later retries replay this response": Sql(
+    "docs/guides/asgi.md: -- it did happen: later retries replay this response": Sql(
         login="admin", values={"8e03978e-…": "8e03978e-000{n}"}, alternatives="-- it did not",
         setup="SELECT * FROM hivenet.begin_request('http', '8e03978e-0001'); "
               "SELECT * FROM hivenet.begin_request('http', '8e03978e-0002')"),
-    "docs/dedup.md: -- first thing when a request arrives, in the transaction that will do "
+    "docs/guides/dedup.md: -- first thing when a request arrives, in the transaction that will do "
     "the work": Sql(),
-    "docs/dedup.md: SELECT * FROM hivenet.call_chain('C0001A0101202611210000000007');": Sql(
+    "docs/guides/dedup.md: SELECT * FROM hivenet.call_chain('C0001A0101202611210000000007');": Sql(
         login="reporting", setup=INTERFACE_CALL,
         prints=("C0001A0101T0001202611210930150000000042",)),
-    "docs/dedup.md: SELECT hivenet.claim('inventory.purchase_input_finished', "
+    "docs/guides/dedup.md: SELECT hivenet.claim('inventory.purchase_input_finished', "
     "'PO-20261121-0001');": Sql(),
-    "docs/idempotency.md: BEGIN;": Sql(
+    "docs/guides/idempotency.md: BEGIN;": Sql(
         setup="CREATE TABLE purchase_order (key text); "
               "GRANT INSERT ON purchase_order TO hivenet_app",
         values={"INSERT INTO purchase_order ...":
                 "INSERT INTO purchase_order VALUES ('req-7f3a')"}),
-    "docs/idempotency.md: SELECT hivenet.set_request_retention('payment-notify', '30 days');"
+    "docs/guides/idempotency.md: SELECT hivenet.set_request_retention('payment-notify', '30 days');"
     "  -- hivenet_admin": Sql(login="admin"),
     "docs/operations.md: SELECT name, value, kind, description FROM hivenet.setting ORDER BY "
     "name;": Sql(login="admin"),
@@ -225,30 +227,33 @@ SQL = {
     "autovacuum_count": Sql(login="admin"),
     "docs/operations.md: -- Alert: any scope above 80 % of its period's capacity.":
         Sql(login="admin"),
-    "docs/orm.md: INSERT INTO payment (serial, amount)": Sql(
+    "docs/guides/orm.md: INSERT INTO payment (serial, amount)": Sql(
         setup="CREATE TABLE payment (serial text PRIMARY KEY, amount int); "
               "GRANT INSERT ON payment TO hivenet_app",
         values={":amounts": "'{100,200,300}'"}),
-    "docs/reporting.md: CREATE ROLE bi_login LOGIN PASSWORD '...';   -- by the administrator":
+    "docs/guides/reporting.md: CREATE ROLE bi_login LOGIN PASSWORD '...';   -- by the "
+    "administrator":
         Sql(login="owner", values={"bi_login": "bi_login_docs"}),
-    "docs/reporting.md: -- Scopes closest to exhaustion today (alert above 80 %).":
+    "docs/guides/reporting.md: -- Scopes closest to exhaustion today (alert above 80 %).":
         Sql(login="reporting"),
-    "docs/reporting.md: SELECT * FROM hivenet.call_chain('C0001A0101202611210000000001');":
+    "docs/guides/reporting.md: SELECT * FROM hivenet.call_chain('C0001A0101202611210000000001');":
         Sql(login="reporting"),
-    "docs/reporting.md: -- Traffic between systems over the last 7 days.":
+    "docs/guides/reporting.md: -- Traffic between systems over the last 7 days.":
         Sql(login="reporting"),
-    "docs/reporting.md: SELECT state, steps FROM hivenet.step_states;": Sql(login="reporting"),
-    "docs/reporting.md: SELECT system_serial, attempt, unified_serial, processing_for":
+    "docs/guides/reporting.md: SELECT state, steps FROM "
+    "hivenet.step_states;": Sql(login="reporting"),
+    "docs/guides/reporting.md: SELECT system_serial, attempt, unified_serial, processing_for":
         Sql(login="reporting", setup=INTERFACE_CALL + ";" + STUCK_STEP),
-    "docs/reporting.md: SELECT namespace, state, requests FROM hivenet.request_states WHERE "
+    "docs/guides/reporting.md: SELECT namespace, state, requests FROM hivenet.request_states WHERE "
     "requests > 0;": Sql(login="reporting"),
-    "docs/scale-out.md: SELECT hivenet.own_instances('01-09');            -- '01-09'":
+    "docs/guides/scale-out.md: SELECT hivenet.own_instances('01-09');            -- '01-09'":
         Sql(login="admin", prints=("01-09", "01,03,05-07", "10-19")),
-    "docs/steps.md: SELECT * FROM hivenet.begin_step('C0001A010120261121000000000001',": Sql(),
-    "docs/steps.md: SELECT * FROM hivenet.stuck_steps;   -- system_serial, attempt, "
+    "docs/guides/steps.md: SELECT * FROM "
+    "hivenet.begin_step('C0001A010120261121000000000001',": Sql(),
+    "docs/guides/steps.md: SELECT * FROM hivenet.stuck_steps;   -- system_serial, attempt, "
     "unified_serial, started_at,": Sql(login="admin", setup=STUCK_STEP,
                                        prints=("C0001A010120261121000000000001",)),
-    "docs/steps.md: UPDATE hivenet.setting SET value = '90 days'   WHERE name = "
+    "docs/guides/steps.md: UPDATE hivenet.setting SET value = '90 days'   WHERE name = "
     "'step_retention';": Sql(login="admin"),
 }
 
@@ -324,9 +329,10 @@ class Commands:
 
 SCOPES = "system=C0001,module=A01,instance=02\n"
 COMMANDS = {
-    "docs/guide.md: hivenet-db migrate --url postgresql://owner@db/payments     # or "
+    "docs/guides/migrations.md: hivenet-db migrate --url postgresql://owner@db/payments     # or "
     "HIVENET_DATABASE_URL": Commands(values={"REVISION": migrate.head()}),
-    "docs/formats.md: hivenet-db prepare system=C0001,module=A01,instance=01 --file scopes.txt":
+    "docs/guides/formats.md: hivenet-db prepare system=C0001,module=A01,instance=01 --file "
+    "scopes.txt":
         Commands(login="admin", files={"scopes.txt": SCOPES}),
     "docs/operations.md: */5 * * * *  hivenet-db maintain --url \"$HIVENET_DATABASE_URL\"      "
     "# cron": Commands(login="admin"),
@@ -418,7 +424,7 @@ def create_order(conn, order):
 PAYMENT = ("CREATE TABLE payment (serial text PRIMARY KEY DEFAULT "
            "hivenet.next_unified_serial('C0001', 'A01', '01'), amount int); "
            "GRANT SELECT, INSERT ON payment TO hivenet_app")
-ORM = "docs/orm.md: from sqlalchemy import Integer, Text, text"
+ORM = "docs/guides/orm.md: from sqlalchemy import Integer, Text, text"
 
 PYTHON = {
     "README.md: from sqlalchemy import create_engine, text": Python(
@@ -426,8 +432,8 @@ PYTHON = {
         tables=ORDERS, then="assert run.response == {'posted': 100}\n" + COUNT_ORDERS),
     "README.md: from hivenet_db import RequestRepository": Python(
         setup=KEYED, then="assert made == [order]"),
-    "docs/asgi.md: from sqlalchemy.ext.asyncio import create_async_engine": Python(),
-    "docs/asgi.md: from typing import Annotated": Python(
+    "docs/guides/asgi.md: from sqlalchemy.ext.asyncio import create_async_engine": Python(),
+    "docs/guides/asgi.md: from typing import Annotated": Python(
         setup="from pydantic import BaseModel\n"
               "from sqlalchemy.ext.asyncio import create_async_engine\n"
               "from sqlalchemy.pool import NullPool\n"
@@ -448,17 +454,18 @@ first, again = asyncio.run(twice())
 assert first.status_code == again.status_code == 201, first.text
 assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
 """),
-    "docs/asgi.md: engine = create_async_engine(url, connect_args={\"prepare_threshold\": None})":
+    "docs/guides/asgi.md: engine = create_async_engine(url, "
+    "connect_args={\"prepare_threshold\": None})":
         Python(setup="from sqlalchemy.ext.asyncio import create_async_engine\nurl = sa_app_url"),
-    "docs/dedup.md: from hivenet_db import InterfaceDedup, DuplicateInterfaceSerial, "
+    "docs/guides/dedup.md: from hivenet_db import InterfaceDedup, DuplicateInterfaceSerial, "
     "SerialOutsideWindow": Python(
         setup=ENGINE + CALL + "from types import SimpleNamespace\n"
               "request = SimpleNamespace(interface_serial=interface_serial, "
               "system_serial=system_serial)\n"),
-    "docs/dedup.md: from hivenet_db import ClaimRepository, DuplicateClaim": Python(
+    "docs/guides/dedup.md: from hivenet_db import ClaimRepository, DuplicateClaim": Python(
         setup=ENGINE + "conn = engine.connect()\norder_id = 'PO-20261121-0001'\n",
         then="conn.commit()"),
-    "docs/dedup.md: from sqlalchemy import text": Python(
+    "docs/guides/dedup.md: from sqlalchemy import text": Python(
         setup=ENGINE + "from types import SimpleNamespace\nacked = []\n"
               "message = SimpleNamespace(id='m-1', quantity=2, sku='P1', "
               "ack=lambda: acked.append(1))\n",
@@ -470,14 +477,15 @@ with engine.connect() as conn:
     handle(conn, message)                                        # redelivered
     assert conn.execute(text("SELECT quantity FROM stock")).scalar() == 8 and acked == [1, 1]
 """),
-    "docs/formats.md: from sqlalchemy import create_engine": Python(),
-    "docs/formats.md: from sqlalchemy import create_engine (2)": Python(),
-    "docs/formats.md: from hivenet_db import SerialRepository, flush_at_commit": Python(
+    "docs/guides/formats.md: from sqlalchemy import create_engine": Python(),
+    "docs/guides/formats.md: from sqlalchemy import create_engine (2)": Python(),
+    "docs/guides/formats.md: from hivenet_db import SerialRepository, flush_at_commit": Python(
         setup=ENGINE, then="assert len(serials) == 10"),
-    "docs/formats.md: from hivenet_db import parse_serial": Python(),
-    "docs/guide.md: from sqlalchemy import create_engine": Python(
+    "docs/guides/formats.md: from hivenet_db import parse_serial": Python(),
+    "docs/quickstart.md: from sqlalchemy import create_engine": Python(
         setup=ORDERS_TABLE, tables=ORDERS, then=COUNT_ORDERS),
-    "docs/guide.md: from hivenet_db.propagation import (bind_from_headers, outgoing_headers,":
+    "docs/guides/propagation.md: from hivenet_db.propagation import (bind_from_headers, "
+    "outgoing_headers,":
         Python(setup=ENGINE + CALL + """
 from types import SimpleNamespace
 from hivenet_db import SerialRepository
@@ -493,16 +501,16 @@ request = SimpleNamespace(headers={"X-Hivenet-Unified-Serial": unified,   # a pr
 assert posted[0]["X-Hivenet-Unified-Serial"].startswith("C0001A0101")
 assert posted[0]["X-Hivenet-System-Serial"] == step_serial and len(sent) == 1
 """),
-    "docs/idempotency.md: from hivenet_db import RequestRepository": Python(
+    "docs/guides/idempotency.md: from hivenet_db import RequestRepository": Python(
         setup=KEYED, then="assert made == [order] and answer == {'order_id': 1}"),
-    "docs/idempotency.md: from hivenet_db import RequestRepository, StepInProgress": Python(
+    "docs/guides/idempotency.md: from hivenet_db import RequestRepository, StepInProgress": Python(
         setup=ENGINE + "from types import SimpleNamespace\napplied = []\n"
               "def apply_inventory_event(conn, value):\n"
               "    applied.append(value)\n    return {'applied': True}\n"
               "message = SimpleNamespace(id='m-1', headers={}, value={'sku': 'P1'})\n",
         then="assert consume(engine, message) == consume(engine, message) == 'ack'\n"
              "assert applied == [{'sku': 'P1'}]"),
-    "docs/idempotency.md: from hivenet_db.propagation import outgoing_headers": Python(
+    "docs/guides/idempotency.md: from hivenet_db.propagation import outgoing_headers": Python(
         setup=CALL + "pay_id = 'pay-1'\n",
         then="assert headers['X-Hivenet-System-Serial'] == step_serial"),
     "docs/operations.md: conn = psycopg.connect(\"postgresql://app@pgbouncer/payments\", "
@@ -517,21 +525,22 @@ assert posted[0]["X-Hivenet-System-Serial"] == step_serial and len(sent) == 1
         then="from prometheus_client import generate_latest\n"
              "assert b'hivenet_' in generate_latest(REGISTRY)"),
     ORM: Python(setup=ENGINE, tables=PAYMENT),
-    "docs/orm.md: from hivenet_db.sqlalchemy import next_unified_serial": Python(
+    "docs/guides/orm.md: from hivenet_db.sqlalchemy import next_unified_serial": Python(
         setup=ENGINE, tables=PAYMENT, after=(ORM,)),
-    "docs/orm.md: from sqlalchemy import insert, select, text": Python(
+    "docs/guides/orm.md: from sqlalchemy import insert, select, text": Python(
         setup=ENGINE, tables=PAYMENT, after=(ORM,),  # the session of the page's first block
         then="session.commit()\n"
              "assert session.scalar(text('SELECT count(*) FROM payment')) == 6"),
-    "docs/orm.md: from hivenet_db import InvalidInput": Python(
+    "docs/guides/orm.md: from hivenet_db import InvalidInput": Python(
         setup=ENGINE + "from sqlalchemy.orm import Session\nsession = Session(engine)\n"),
-    "docs/scale-out.md: from hivenet_db import InterfaceDedup, SerialRepository, StepRepository":
+    "docs/guides/scale-out.md: from hivenet_db import InterfaceDedup, SerialRepository, "
+    "StepRepository":
         Python(setup=CALL + ORDERS_TABLE + """
 import json
 with open("shards.json", "w") as file:
     json.dump({"shards": {"s0": app_url}, "tenants": {}}, file)
 """, tables=ORDERS, then=COUNT_ORDERS),
-    "docs/steps.md: from hivenet_db import StepRepository": Python(
+    "docs/guides/steps.md: from hivenet_db import StepRepository": Python(
         setup=ENGINE + CALL + "def post_to_account(conn, request):\n"
               "    return {'balance': '900.00'}\n",
         then="assert book(engine, system_serial, request) == {'balance': '900.00'}\n"
@@ -588,6 +597,9 @@ INSTALLS = {
          "database:", ""),
         ("docs/operations.md: -- 4. The owner, not the administrator, gives the login roles "
          "their rights:", "hivenet_owner")], "app_login"),
+    "docs/quickstart.md": ("CREATE ROLE hivenet_owner LOGIN; CREATE ROLE app LOGIN", [
+        ("docs/quickstart.md: hivenet-db bootstrap --owner hivenet_owner --url "
+         "postgresql://admin@db/payments  # once, by an administrator", "")], "app"),
     "README.md": ("CREATE ROLE hivenet_owner LOGIN; CREATE ROLE app LOGIN", [
         ("README.md: hivenet-db bootstrap --owner hivenet_owner --url "
          "postgresql://admin@db/payments  # once, by an administrator", "")], "app"),
@@ -637,7 +649,7 @@ def test_every_block_is_run_or_listed() -> None:
                               set(PYTHON),
                               {n for _, blocks, _ in INSTALLS.values() for n, _ in blocks},
                               {n for n, b in BLOCKS.items() if b.language == "json"}]
-    unlisted = {n for n in set(BLOCKS).difference(*listed) if n.split(":")[0] not in RECORDS}
+    unlisted = set(BLOCKS).difference(*listed)
     assert not unlisted, f"neither run nor listed in tests/test_docs.py: {sorted(unlisted)}"
     stale = set().union(*listed) - set(BLOCKS)
     assert not stale, f"listed, but no such block: {sorted(stale)}"
@@ -650,3 +662,29 @@ def test_the_tests_named_elsewhere_exist() -> None:
         path, _, test = where.split(" ")[0].partition("::")
         source = (ROOT / path).read_text(encoding="utf-8")
         assert not test or f"def {test}(" in source, where
+
+
+# --- links ---------------------------------------------------------------------------------
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings, as GitHub makes them."""
+    tokens = MarkdownIt("commonmark").parse(page.read_text(encoding="utf-8"))
+    return {re.sub(r"[^\w\- ]", "", inline.content.lower()).replace(" ", "-")
+            for heading, inline in pairwise(tokens) if heading.type == "heading_open"}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_relative_link_resolves(page: Path) -> None:
+    broken = []
+    for target in LINK.findall(page.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        if not resolved.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+            broken.append(f"{target}: no such heading")
+    assert not broken, broken

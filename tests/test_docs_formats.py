@@ -9,7 +9,7 @@ import psycopg
 
 from tests.helpers import SetClock
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "formats.md"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "guides" / "formats.md"
 
 
 def test_every_sql_example_runs(db: psycopg.Connection, fake_clock: SetClock) -> None:

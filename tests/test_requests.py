@@ -525,5 +525,5 @@ def test_the_purchase_flow_example_passes(pytester: pytest.Pytester) -> None:
 
 
 def test_docs_show_the_example_as_it_is_tested() -> None:
-    docs = (ROOT / "docs" / "idempotency.md").read_text()
+    docs = (ROOT / "docs" / "guides" / "idempotency.md").read_text()
     assert (ROOT / "examples" / "purchase_flow.py").read_text() in docs

@@ -44,7 +44,7 @@ def test_the_plugin_can_be_turned_off(pytester: pytest.Pytester) -> None:
 
 
 def test_docs_show_the_example_as_it_is_tested() -> None:
-    docs = (ROOT / "docs" / "testing.md").read_text()
+    docs = (ROOT / "docs" / "guides" / "testing.md").read_text()
     for name in EXAMPLES:
         assert (ROOT / "examples" / name).read_text() in docs, f"docs/testing.md: {name}"
 
