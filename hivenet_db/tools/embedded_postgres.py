@@ -255,7 +255,7 @@ class EmbeddedPostgres:
         }
         if self.password is not None:  # passwords of roles created later: SCRAM verifiers too
             settings["password_encryption"] = "'scram-sha-256'"
-        with (self.data_dir / "postgresql.auto.conf").open("a") as conf:
+        with self._auto_conf.open("a") as conf:
             for name, value in settings.items():
                 conf.write(f"{name} = {value}\n")
 
