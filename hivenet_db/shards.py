@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, text
 
-from .dburl import sqlalchemy_url
 from .parsing import parse_builtin
+from .urls import sqlalchemy_url
 
 T = TypeVar("T")
 

@@ -27,9 +27,9 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from hivenet_db import migrate
-from hivenet_db.dburl import sqlalchemy_url
-from hivenet_db.embedded import SUPERUSER, EmbeddedPostgres
+from hivenet_db.tools import migrate
+from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
+from hivenet_db.urls import sqlalchemy_url
 
 if TYPE_CHECKING:
     from pytest_postgresql.janitor import DatabaseJanitor

@@ -1,6 +1,6 @@
 """Alembic environment of hivenet-db.
 
-Standalone (``hivenet-db migrate``, or ``hivenet_db.migrate.upgrade(url)``) the version table
+Standalone (``hivenet-db migrate``, or ``hivenet_db.tools.migrate.upgrade(url)``) the version table
 is ``hivenet_alembic_version``, so it never collides with the application's own
 ``alembic_version``. Included as the ``hivenet`` branch of an application's tree, the
 application's env.py runs these revisions and this file is not used.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from hivenet_db.dburl import engine_for, from_env
-from hivenet_db.migrate import VERSION_TABLE
+from hivenet_db.tools.dburl import engine_for, from_env
+from hivenet_db.tools.migrate import VERSION_TABLE
 
 config = context.config
 url = (config.attributes.get("url") or context.get_x_argument(as_dictionary=True).get("url")

@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
 from hivenet_db._execute import AsyncDB, Rows, SyncDB, rows, rows_async
-from hivenet_db.dburl import sqlalchemy_url
+from hivenet_db.urls import sqlalchemy_url
 
 T = TypeVar("T")
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import psycopg
 
-from hivenet_db import migrate
-from hivenet_db.embedded import EmbeddedPostgres, _free_port
+from hivenet_db.tools import migrate
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres, _free_port
 
 STANDBY_NAME = "standby1"
 

@@ -1,6 +1,6 @@
 """Three local PostgreSQL clusters for the sharding tests (tests/test_shards.py): each on a
-port of its own (hivenet_db.embedded.EmbeddedPostgres), started once, migrated to head,
-stopped and removed at the end. Tests get fresh databases on each cluster (copies of a
+port of its own (hivenet_db.tools.embedded_postgres.EmbeddedPostgres), started once, migrated
+to head, stopped and removed at the end. Tests get fresh databases on each cluster (copies of a
 migrated template), so they never see each other's ownership or counters.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from hivenet_db import migrate
-from hivenet_db.embedded import EmbeddedPostgres
+from hivenet_db.tools import migrate
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 
 TEMPLATE = "hivenet_shard_template"
 _numbers = itertools.count()

@@ -13,9 +13,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from hivenet_db import migrate
-from hivenet_db.dburl import sqlalchemy_url
-from hivenet_db.migrate import State
+from hivenet_db.tools import migrate
+from hivenet_db.tools.migrate import State
+from hivenet_db.urls import sqlalchemy_url
 
 BIN = Path(sys.executable).parent
 DOC = Path(__file__).resolve().parent.parent / "docs" / "guides" / "alembic.md"

@@ -39,7 +39,7 @@ from hivenet_db.asgi import (
     parse_key,
     recorded_response,
 )
-from hivenet_db.dburl import sqlalchemy_url
+from hivenet_db.urls import sqlalchemy_url
 from tests.helpers import scalar
 
 Handler = Callable[[Request], Awaitable[Response]]

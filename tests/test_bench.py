@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hivenet_db import bench
-from hivenet_db.embedded import find_bin_dir
+from hivenet_db.tools.embedded_postgres import find_bin_dir
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "hivenet_db" / "bench" / "scenarios"
 

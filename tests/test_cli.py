@@ -18,9 +18,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from hivenet_db import cli, embedded, migrate
+from hivenet_db import cli
 from hivenet_db.cli.serials import NEXT_CHUNK
-from hivenet_db.embedded import EmbeddedPostgres
+from hivenet_db.tools import embedded_postgres, migrate
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 from tests.helpers import scalar
 
 COMMAND = Path(sys.executable).with_name("hivenet-db")
@@ -363,12 +364,12 @@ def test_report_shows_keyed_requests(run: Run, db: psycopg.Connection) -> None:
 
 
 def test_no_postgresql_binaries_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embedded, "_USUAL_ROOTS", ())
-    monkeypatch.setattr(embedded, "_USUAL_GLOBS", ())
+    monkeypatch.setattr(embedded_postgres, "_USUAL_ROOTS", ())
+    monkeypatch.setattr(embedded_postgres, "_USUAL_GLOBS", ())
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("HIVENET_PG_BINDIR", raising=False)
-    with pytest.raises(embedded.EmbeddedError) as error:
-        embedded.find_bin_dir()
+    with pytest.raises(embedded_postgres.EmbeddedError) as error:
+        embedded_postgres.find_bin_dir()
     assert "apt-get install postgresql" in str(error.value) and "--url" in str(error.value)
 
 
@@ -426,6 +427,24 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def test_embedded_start_on_a_port_starts_the_server_once(embedded_dir: Path) -> None:
+    """`embedded start --port`, on a new server and on a stopped one set to another port,
+    starts it once and on that port: one startup in the server's log each, not a start on
+    another port and a restart."""
+    env = {"HIVENET_EMBEDDED_DIR": str(embedded_dir)}
+    first = free_port()
+    second = next(p for p in iter(free_port, None) if p != first)
+    for startups, port in enumerate((first, second), start=1):
+        started = _run("embedded", "start", "--port", str(port), "--json", env=env)
+        assert started.returncode == 0, started.stderr
+        assert json.loads(started.stdout)["port"] == port
+        log = (embedded_dir / "server.log").read_text()
+        assert log.count("database system is ready to accept connections") == startups, log
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/hivenet") as conn:
+            assert conn.execute("SELECT current_setting('port')").fetchone() == (str(port),)
+        assert _run("embedded", "stop", env=env).returncode == 0
+
+
 def check_demo_events(events: list[dict[str, object]]) -> None:
     """What the standard's examples must show, whatever the wording."""
     outcomes = [(e.get("outcome"), e.get("attempt")) for e in events if "outcome" in e]
@@ -465,7 +484,7 @@ def test_demo_on_the_embedded_default(embedded_dir: Path, db: psycopg.Connection
 def test_alembic_branch_in_an_application_tree(hivenet_url: str, tmp_path: Path,
                                                db: psycopg.Connection) -> None:
     """docs/guide.md: an application's own alembic tree includes the packaged revisions."""
-    from hivenet_db.dburl import sqlalchemy_url
+    from hivenet_db.urls import sqlalchemy_url
 
     migrate.downgrade(hivenet_url, "base")  # this database now belongs to the app's tree
     alembic = str(COMMAND.with_name("alembic"))

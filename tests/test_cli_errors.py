@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from hivenet_db import migrate
-from hivenet_db.embedded import EmbeddedPostgres
+from hivenet_db.tools import migrate
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 from tests.test_cli import SCOPE, _run
 
 SERIAL = "C0001A0101201507100123456789"

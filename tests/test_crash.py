@@ -20,9 +20,10 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from hivenet_db import SerialRepository, migrate
-from hivenet_db.dburl import engine_for
-from hivenet_db.embedded import EmbeddedPostgres
+from hivenet_db import SerialRepository
+from hivenet_db.tools import migrate
+from hivenet_db.tools.dburl import engine_for
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 from tests.helpers import scalar
 
 PLAIN = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"

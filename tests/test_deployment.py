@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 
 from hivenet_db import SerialRepository
-from hivenet_db.dburl import sqlalchemy_url
-from hivenet_db.embedded import SUPERUSER, EmbeddedPostgres, find_bin_dir
+from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres, find_bin_dir
+from hivenet_db.urls import sqlalchemy_url
 
 COMMAND = Path(sys.executable).with_name("hivenet-db")
 DATABASE = "hivenet_deploy"

@@ -31,10 +31,10 @@ from markdown_it import MarkdownIt
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from hivenet_db import migrate
-from hivenet_db.dburl import sqlalchemy_url
-from hivenet_db.embedded import EmbeddedPostgres, find_bin_dir
 from hivenet_db.shards import ShardMap
+from hivenet_db.tools import migrate
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres, find_bin_dir
+from hivenet_db.urls import sqlalchemy_url
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -88,7 +88,7 @@ ELSEWHERE = {
     "docs/guides/formats.md: SELECT hivenet.define_format('burst', "
     "'[{\"literal\": \"B\"}, {\"time\": \"YYYYMMDD\"},":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/guides/alembic.md: python -c \"from hivenet_db import migrate; print(migrate.head())\"":
+    "docs/guides/alembic.md: python -c \"from hivenet_db.tools import migrate; print(migrate.head())\"":
         "tests/test_alembic_tree.py::test_the_documented_tree (alembic heads)",
     "docs/guides/alembic.md: [alembic]": "tests/test_alembic_tree.py::test_the_documented_tree",
     "docs/guides/alembic.md: # your first revision: a branch of its own, in your directory":

@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import Engine, create_engine
 
 from hivenet_db import DurablePoolExhausted, SerialRepository, configure_durable_pool
-from hivenet_db.dburl import sqlalchemy_url
-from hivenet_db.embedded import SUPERUSER, EmbeddedPostgres
+from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
+from hivenet_db.urls import sqlalchemy_url
 from tests.servers import pgbouncer
 
 THREADS = 8

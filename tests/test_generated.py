@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from hivenet_db.embedded import EmbeddedPostgres
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 from hivenet_db.schema import full_schema_sql
 
 SNAPSHOT = Path(__file__).with_name("snapshots") / "generated_functions.sql"

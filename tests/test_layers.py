@@ -1,6 +1,6 @@
 """The library (what an application imports: repositories, errors, Serial, the schema) never
-imports the tools (the command, the benchmarks, the local PostgreSQL, URL handling, the
-migration runner, the pytest plugin), so an application pulls in none of them, and the
+imports the tools (hivenet_db.tools: the migration runner, the local PostgreSQL, ...; the
+command, the benchmarks, the pytest plugin), so an application pulls in none of them, and the
 tools' modules import each other only in one direction."""
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from pathlib import Path
 import hivenet_db
 
 PACKAGE = Path(hivenet_db.__file__).parent
-TOOLS = ("hivenet_db.cli", "hivenet_db.bench", "hivenet_db.embedded", "hivenet_db.dburl",
-         "hivenet_db.migrate", "hivenet_db.testing", "hivenet_db.bootstrap", "hivenet_db.proxy",
-         "hivenet_db._proc")
+TOOLS = ("hivenet_db.tools", "hivenet_db.cli", "hivenet_db.bench", "hivenet_db.testing")
 
 
 def module_name(path: Path) -> str:
@@ -26,15 +24,27 @@ def is_tool(name: str) -> bool:
     return any(name == tool or name.startswith(tool + ".") for tool in TOOLS)
 
 
+def absolute(node: ast.ImportFrom, path: Path) -> str:
+    """The module ``from ... import`` names, a relative one (``from .urls``) resolved."""
+    if not node.level:
+        return node.module or ""
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package.pop()
+    base = package[:len(package) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def imported(path: Path) -> set[str]:
     """Every hivenet_db module ``path`` imports, at the top or inside a function."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            module = absolute(node, path)
+            names.add(module)
+            names |= {f"{module}.{alias.name}" for alias in node.names}
     return {name for name in names if name.startswith("hivenet_db")}
 
 
@@ -54,7 +64,8 @@ def test_the_check_sees_the_library_and_a_tool_import() -> None:
     names = {module_name(p) for p in library_modules()}
     assert {"hivenet_db", "hivenet_db.allocation", "hivenet_db.steps", "hivenet_db.errors"} <= names
     assert not any(is_tool(n) for n in names)
-    assert "hivenet_db.migrate" in imported(PACKAGE / "cli" / "database.py")
+    assert "hivenet_db.tools.migrate" in imported(PACKAGE / "cli" / "database.py")
+    assert "hivenet_db.urls.sqlalchemy_url" in imported(PACKAGE / "shards.py")  # relative
 
 
 def test_every_command_function_runs_a_command() -> None:

@@ -34,8 +34,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from hivenet_db import migrate
-from hivenet_db.embedded import EmbeddedPostgres
+from hivenet_db.tools import migrate
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 
 pytestmark = pytest.mark.slow
 

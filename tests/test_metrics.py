@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 
 from hivenet_db import metrics
 from hivenet_db._execute import SyncDB
-from hivenet_db.embedded import EmbeddedPostgres
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 from tests.helpers import SYNC_KINDS, sync_connection
 from tests.test_cli import COMMAND
 

@@ -15,9 +15,9 @@ import pytest
 from alembic import command
 
 import hivenet_db
-from hivenet_db import migrate
-from hivenet_db.embedded import EmbeddedPostgres, find_bin_dir
 from hivenet_db.schema import PARTS, full_schema_sql
+from hivenet_db.tools import migrate
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres, find_bin_dir
 
 VERSIONS = Path(__file__).resolve().parents[1] / "migrations" / "versions"
 

@@ -16,8 +16,8 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from hivenet_db import SerialRepository
-from hivenet_db.dburl import sqlalchemy_url
-from hivenet_db.embedded import SUPERUSER, EmbeddedPostgres
+from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
+from hivenet_db.urls import sqlalchemy_url
 from tests.servers import pgbouncer
 
 THREADS = 16

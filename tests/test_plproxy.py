@@ -19,9 +19,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from hivenet_db import InterfaceDedup, SerialRepository, StepRepository, errors, migrate, proxy
+from hivenet_db import InterfaceDedup, SerialRepository, StepRepository, errors
 from hivenet_db.dedup import ClaimRepository
-from hivenet_db.embedded import EmbeddedPostgres
+from hivenet_db.tools import migrate, plproxy
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 from tests.helpers import scalar
 
 OWNS = ["01-49", "50-98"]  # 00 and 99 belong to no shard
@@ -35,10 +36,10 @@ class Cluster:
     owns: list[str] | None  # --owns, for shards whose schema has no ownership setting
     log: list[str]  # progress messages of the fixture's install
 
-    def install(self, log: list[str] | None = None, password: bool = False) -> list[proxy.Shard]:
+    def install(self, log: list[str] | None = None, password: bool = False) -> list[plproxy.Shard]:
         urls = [u.replace("postgres@", f"postgres:{PASSWORD}@") if password else u
                 for u in self.shards]
-        return proxy.install(self.proxy_db, urls, owns=self.owns,
+        return plproxy.install(self.proxy_db, urls, owns=self.owns,
                              progress=(log if log is not None else self.log).append)
 
 
@@ -47,7 +48,7 @@ def _plproxy_available(server: EmbeddedPostgres) -> tuple[bool, str]:
     with psycopg.connect(server.url(), autocommit=True) as conn:
         found = conn.execute("SELECT FROM pg_available_extensions WHERE name = 'plproxy'"
                              ).fetchone() is not None
-        return found, proxy.apt_package(conn.info.server_version // 10000)
+        return found, plproxy.apt_package(conn.info.server_version // 10000)
 
 
 def _install_plproxy_package(package: str) -> str | None:
@@ -279,7 +280,7 @@ def test_a_claim_key_goes_to_its_hash_shard(cluster: Cluster,
     for key in keys:
         ClaimRepository(via_proxy).claim("hash", key)
     for key in keys:
-        shard = proxy.shard_of_key(key, 2)
+        shard = plproxy.shard_of_key(key, 2)
         taken = "SELECT count(*) FROM hivenet.claim_record WHERE namespace = 'hash' AND key = %s"
         assert (on_shard(cluster, shard, taken, (key,)),
                 on_shard(cluster, 1 - shard, taken, (key,))) == (1, 0), key
@@ -338,10 +339,10 @@ def test_no_password_is_shown_or_stored(cluster: Cluster) -> None:
 
 def test_install_refuses_overlapping_owners_and_a_shard_as_proxy(cluster: Cluster) -> None:
     if cluster.owns is not None:
-        with pytest.raises(proxy.ProxyError, match="instance 40 is owned by shard 0"):
-            proxy.install(cluster.proxy_db, cluster.shards, owns=["01-49", "40-98"])
-    with pytest.raises(proxy.ProxyError, match="holds the hivenet schema of a shard"):
-        proxy.install(cluster.shards[0], cluster.shards, owns=cluster.owns)
+        with pytest.raises(plproxy.ProxyError, match="instance 40 is owned by shard 0"):
+            plproxy.install(cluster.proxy_db, cluster.shards, owns=["01-49", "40-98"])
+    with pytest.raises(plproxy.ProxyError, match="holds the hivenet schema of a shard"):
+        plproxy.install(cluster.shards[0], cluster.shards, owns=cluster.owns)
 
 
 def test_the_bench_case_runs_on_these_servers(cluster: Cluster, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from hivenet_db import AsyncSerialRepository, InvalidInput, SerialRepository
-from hivenet_db.dburl import sqlalchemy_url
+from hivenet_db.urls import sqlalchemy_url
 from tests.helpers import async_connection
 
 CALLS = 8  # more than psycopg's prepare_threshold (5)

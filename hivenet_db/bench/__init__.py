@@ -50,10 +50,10 @@ from typing import Any
 import psycopg
 from sqlalchemy.exc import SQLAlchemyError
 
-from hivenet_db import migrate
-from hivenet_db._proc import cpu_seconds
-from hivenet_db.dburl import libpq_url
-from hivenet_db.embedded import EmbeddedError, EmbeddedPostgres, find_bin_dir
+from hivenet_db.tools import migrate
+from hivenet_db.tools.embedded_postgres import EmbeddedError, EmbeddedPostgres, find_bin_dir
+from hivenet_db.tools.proc_stat import cpu_seconds
+from hivenet_db.urls import libpq_url
 
 DEFAULT_CLIENTS = 16
 DEFAULT_SECONDS = 10

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import psycopg
 
-from hivenet_db._proc import cpu_seconds
 from hivenet_db.bench import BenchError, CpuMeter, Result, pgbench
+from hivenet_db.tools.proc_stat import cpu_seconds
 
 Say = Callable[[str], None]
 

@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection, text
 
-from hivenet_db._proc import cpu_seconds
 from hivenet_db.allocation import SerialRepository
 from hivenet_db.bench import Result
-from hivenet_db.dburl import engine_for
+from hivenet_db.tools.dburl import engine_for
+from hivenet_db.tools.proc_stat import cpu_seconds
 
 NAME = "python_next_unified"
 DESCRIPTION = ("SerialRepository.next_unified through SQLAlchemy vs text('SELECT nextval(..)') "

@@ -33,9 +33,9 @@ from pathlib import Path
 import psycopg
 from psycopg.types.json import Jsonb
 
-from hivenet_db import migrate, proxy
 from hivenet_db.bench import BenchError, Result, pgbench
-from hivenet_db.embedded import EmbeddedPostgres
+from hivenet_db.tools import migrate, plproxy
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 
 NAME = "scale_out"
 DESCRIPTION = ("interface serial + claim, and unified serial alone, for random instances: two "
@@ -82,10 +82,10 @@ def measure(rounds: int, seconds: int, clients: int, say: Callable[[str], None])
         for url, (low, high) in ((primary, (1, 98)), (shard0, (1, 49)), (shard1, (50, 98))):
             _prepare(url, low, high)
         try:
-            proxy.install(servers[3].ensure_database("proxy"), [shard0, shard1],
+            plproxy.install(servers[3].ensure_database("proxy"), [shard0, shard1],
                           owns=None if all(declared) else list(OWNS),
                           progress=lambda m: say(f"  proxy: {m}"))
-        except proxy.ProxyError as error:
+        except plproxy.ProxyError as error:
             raise BenchError(f"{NAME}: {error}") from error
         return [r for workload in _WORKLOADS
                 for r in _rounds(root, workload, rounds, seconds, clients, say, primary,

@@ -1,8 +1,9 @@
 """The ``hivenet-db`` command: bootstrap, migrate, allocate, parse, report, maintain, demo, bench.
 
 With no ``--url`` and no ``HIVENET_DATABASE_URL`` every command that needs a database uses
-the embedded local PostgreSQL (see ``hivenet_db.embedded``), initialised on first use,
-started on demand and migrated to head. Output is a readable table, or JSON with ``--json``.
+the embedded local PostgreSQL (see ``hivenet_db.tools.embedded_postgres``), initialised on
+first use, started on demand and migrated to head. Output is a readable table, or JSON with
+``--json``.
 
 A failure prints exactly one line on stderr, ``hivenet-db: PROBLEM: WHAT TO DO``, never a
 password; ``--debug`` prints the traceback before it. ``failures.explain`` is the one place

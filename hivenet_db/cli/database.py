@@ -18,12 +18,13 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from hivenet_db import migrate
 from hivenet_db.cli.output import PROG, CommandError, Output, one_line
 from hivenet_db.cli.parser import package_version
-from hivenet_db.dburl import engine_for, from_env, libpq_url, sqlalchemy_url
-from hivenet_db.embedded import DEFAULT_DATABASE, EmbeddedPostgres
-from hivenet_db.migrate import MigrationStatus, State
+from hivenet_db.tools import migrate
+from hivenet_db.tools.dburl import engine_for, from_env
+from hivenet_db.tools.embedded_postgres import DEFAULT_DATABASE, EmbeddedPostgres
+from hivenet_db.tools.migrate import MigrationStatus, State
+from hivenet_db.urls import libpq_url, sqlalchemy_url
 
 URL_FORM = "postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
 
@@ -82,14 +83,16 @@ def parse_target(url: str) -> Target:
                   user=user)
 
 
-def embedded_url(out: Output, dbname: str = DEFAULT_DATABASE, to_head: bool = True) -> str:
-    """URL of database ``dbname`` on the embedded server: initialised, started and (unless
-    ``to_head`` is false: migrate and downgrade choose their revision) migrated to head."""
+def embedded_url(out: Output, dbname: str = DEFAULT_DATABASE, to_head: bool = True,
+                 port: int | None = None) -> str:
+    """URL of database ``dbname`` on the embedded server: initialised, started (on ``port``
+    when given) and (unless ``to_head`` is false: migrate and downgrade choose their revision)
+    migrated to head."""
     started = time.monotonic()
     server = EmbeddedPostgres(progress=out.note)
     with server.lock(), out.progress("local PostgreSQL"):
         first = not server.initialized
-        server.start()
+        server.start(port)
         url = server.ensure_database(dbname)
         if to_head and migrate.status(url).state in (State.BEHIND, State.NOT_INSTALLED):
             out.note(f"migrating schema hivenet in {dbname}")

@@ -30,11 +30,11 @@ from hivenet_db.allocation import SerialRepository, flush_at_commit
 from hivenet_db.cli.database import USABLE, database_url, require_url
 from hivenet_db.cli.output import CommandError, Output, redact
 from hivenet_db.cli.render import format_table
-from hivenet_db.dburl import engine_for, from_env
 from hivenet_db.dedup import InterfaceDedup
 from hivenet_db.errors import HivenetError
 from hivenet_db.propagation import bind_from_headers, outgoing_headers, unified_serial_context
 from hivenet_db.steps import StepRepository
+from hivenet_db.tools.dburl import engine_for, from_env
 
 
 @dataclass(frozen=True)

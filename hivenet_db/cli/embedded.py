@@ -5,28 +5,20 @@ from __future__ import annotations
 import argparse
 import socket
 
-import psycopg
-
 from hivenet_db.cli.database import embedded_url
 from hivenet_db.cli.output import CommandError, Output, UsageError, cell, dump_json
-from hivenet_db.embedded import EmbeddedPostgres
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 
 
-def move_to_port(server: EmbeddedPostgres, port: int, out: Output) -> None:
-    """Make the running ``server`` listen on ``port``: ALTER SYSTEM, then a restart."""
-    if server.port == port:
-        return
-    with socket.socket() as probe:  # else the server would not start again on its own
+def check_free(port: int) -> None:
+    """CommandError when 127.0.0.1:``port`` is taken, before the server is set to listen
+    there: it would not start, now or on its own later."""
+    with socket.socket() as probe:
         try:
             probe.bind(("127.0.0.1", port))
         except OSError as error:
             raise CommandError(f"--port {port}: 127.0.0.1:{port} is taken ({error.strerror}); "
                                "choose another") from None
-    out.note(f"moving the local PostgreSQL from port {server.port} to {port}")
-    with psycopg.connect(server.url(), autocommit=True) as conn:
-        conn.execute(f"ALTER SYSTEM SET port = {port:d}")
-    server.stop()
-    server.start()
 
 
 def cmd_embedded(args: argparse.Namespace, out: Output) -> None:
@@ -43,9 +35,9 @@ def cmd_embedded(args: argparse.Namespace, out: Output) -> None:
                    "stopped": "yes" if was_running else "was not running"}])
         return
     if args.action == "start":
-        embedded_url(out)
-        if args.port is not None:
-            move_to_port(server, args.port, out)
+        if args.port is not None and not (server.initialized and server.port == args.port):
+            check_free(args.port)
+        embedded_url(out, port=args.port)
     info = server.status()
     if out.as_json:
         print(dump_json(info))

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import psycopg
 from sqlalchemy.exc import DBAPIError
 
-from hivenet_db import migrate
 from hivenet_db.cli.database import UNKNOWN_TARGET, URL_FORM, Target
 from hivenet_db.cli.output import PROG, CommandError, UsageError
-from hivenet_db.embedded import EmbeddedError
 from hivenet_db.errors import HivenetError, from_database
+from hivenet_db.tools import migrate
+from hivenet_db.tools.embedded_postgres import EmbeddedError
 
 INTERNAL_ERROR = 70  # sysexits' EX_SOFTWARE
 

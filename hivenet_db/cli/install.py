@@ -12,12 +12,12 @@ import argparse
 
 from sqlalchemy import text
 
-from hivenet_db import migrate
 from hivenet_db.cli.database import MIGRATABLE, database_url, require_url, status_line
 from hivenet_db.cli.output import CommandError, Output, UsageError, dump_json, redact
-from hivenet_db.dburl import engine_for
-from hivenet_db.migrate import State
 from hivenet_db.schema import full_schema_sql
+from hivenet_db.tools import migrate
+from hivenet_db.tools.dburl import engine_for
+from hivenet_db.tools.migrate import State
 
 # Exit status of `migrate --check` for each state.
 CHECK_EXIT = {State.HEAD: 0, State.BEHIND: 3, State.AHEAD: 4, State.NOT_INSTALLED: 5,
@@ -90,7 +90,7 @@ def cmd_downgrade(args: argparse.Namespace, out: Output) -> None:
 
 
 def cmd_bootstrap(args: argparse.Namespace, out: Output) -> None:
-    from hivenet_db import bootstrap
+    from hivenet_db.tools import bootstrap
 
     try:
         result = bootstrap.bootstrap(database_url(args, out, to_head=False), args.owner)

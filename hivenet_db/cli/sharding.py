@@ -12,8 +12,9 @@ from sqlalchemy import Connection
 
 from hivenet_db.cli.database import USABLE, parse_target, require
 from hivenet_db.cli.output import CommandError, Output, UsageError
-from hivenet_db.dburl import engine_for, libpq_url
 from hivenet_db.shards import merged, named_urls, shard_urls_in
+from hivenet_db.tools.dburl import engine_for
+from hivenet_db.urls import libpq_url
 
 T = TypeVar("T")
 

@@ -3,8 +3,8 @@ threads, each inside ``engine.begin()`` taking a unified serial, and a durable o
 (``next_durable``) every 10th transaction. Directly, or through PgBouncer (transaction
 pooling, ``--bouncer-pool`` server sessions, started here from tests/servers.py)::
 
-    PYTHONPATH=. python bench/prototypes/durable_saturated.py postgresql://u@host:port/db
-    PYTHONPATH=. python bench/prototypes/durable_saturated.py URL --bouncer-pool 4 \\
+    PYTHONPATH=. python experiments/prototypes/durable_saturated.py postgresql://u@host:port/db
+    PYTHONPATH=. python experiments/prototypes/durable_saturated.py URL --bouncer-pool 4 \\
         --durable-direct
 
 ``--durable-direct`` gives durable allocation a pool of its own on the server itself
@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import create_engine
 
 from hivenet_db import SerialRepository
-from hivenet_db.dburl import sqlalchemy_url
+from hivenet_db.urls import sqlalchemy_url
 
 THREADS = 8
 

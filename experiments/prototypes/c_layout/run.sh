@@ -6,7 +6,7 @@
 #   steps_c               the start view's two layout checks as one C call each (start_view.sql)
 #   steps_c_rawfinish     steps_c finished by a raw UPDATE (no function: a free finish)
 #   steps_view_rawfinish  as shipped, finished by a raw UPDATE
-#     bash bench/prototypes/c_layout/run.sh [rounds]
+#     bash experiments/prototypes/c_layout/run.sh [rounds]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 steps=$(cd "$here/../../../hivenet_db/bench/scenarios/steps_begin_finish" && pwd)

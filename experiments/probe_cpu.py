@@ -1,6 +1,6 @@
 """Backend CPU per execution of prepared statements: what one statement costs the server.
 
-    python bench/probe_cpu.py --url URL [--rounds 4] [--executions 20000] STATEMENT...
+    python experiments/probe_cpu.py --url URL [--rounds 4] [--executions 20000] STATEMENT...
 
 Each STATEMENT runs --executions times per round on one connection, prepared, each execution
 a transaction of its own (autocommit, synchronous_commit off: the flush is no CPU); the order

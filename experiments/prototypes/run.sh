@@ -1,8 +1,8 @@
 #!/bin/bash
 # The prototypes of docs/benchmarks.md ("What the claim and step goals would take"), on a
 # scratch database migrated to head whose server runs nothing else:
-#     bash bench/prototypes/run.sh postgresql://owner@127.0.0.1:PORT/db
-# Backend CPU per statement (bench/probe_cpu.py), then the step prototypes as scenarios of
+#     bash experiments/prototypes/run.sh postgresql://owner@127.0.0.1:PORT/db
+# Backend CPU per statement (experiments/probe_cpu.py), then the step prototypes as scenarios of
 # the benchmark runner (`hivenet-db bench --scenarios-dir`, its own server). About 10
 # minutes. Checkpoints add full-page images to whichever statement runs after them: give the
 # scratch server a long checkpoint_timeout and max_wal_size for the run.

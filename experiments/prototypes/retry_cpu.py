@@ -2,9 +2,9 @@
 check first after the start view wrote nothing) against the database's own (since 0025:
 the state machine at once for input the view vouches for). On a scratch database migrated to
 head whose server runs nothing else, as a superuser (it makes prototype._begin_step_0023 and
-reads /proc through bench/probe_cpu.py):
+reads /proc through experiments/probe_cpu.py):
 
-    python bench/prototypes/retry_cpu.py postgresql://owner@127.0.0.1:PORT/db [rounds]
+    python experiments/prototypes/retry_cpu.py postgresql://owner@127.0.0.1:PORT/db [rounds]
 
 Each round fails 2,050 new steps, then retries them (the first 50 unmeasured), each retry a
 transaction of its own; the two bodies alternate per round. Prints µs per retry, the median

@@ -1,6 +1,6 @@
 """Planning time of one statement on several databases, as an unprepared caller pays it.
 
-    python bench/prototypes/planning_time.py URL [URL ...] [--statement SQL] [--runs 300]
+    python experiments/prototypes/planning_time.py URL [URL ...] [--statement SQL] [--runs 300]
 
 For each database, runs `EXPLAIN (SUMMARY, COSTS OFF) <statement>` --runs times on one
 connection and prints the median "Planning Time" of all but the first fifth (warm caches).

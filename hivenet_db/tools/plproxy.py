@@ -1,9 +1,9 @@
 """``hivenet-db proxy install``: a PL/Proxy database in front of several shards (docs/plproxy.md).
 
 The proxy database gets the extension plproxy, the schema ``hivenet_proxy`` (which shard owns
-which instance, the routing functions: ``hivenet_db/proxy/routing.sql``) and, in schema
-``hivenet``, one PL/Proxy function per function of the application API with the same name and
-signature (``hivenet_db/proxy/functions.sql``), so callers change only their URL. What each
+which instance, the routing functions: ``plproxy_sql/routing.sql`` beside this module) and,
+in schema ``hivenet``, one PL/Proxy function per function of the application API with the same
+name and signature (``plproxy_sql/functions.sql``), so callers change only their URL. What each
 shard owns is read from the shard (its setting ``owned_instances``); shards of a schema without
 ownership take it from ``owns`` (``--owns``) or get 00-99 spread evenly.
 
@@ -23,8 +23,8 @@ from importlib import resources
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from hivenet_db.dburl import libpq_url
 from hivenet_db.shards import expand_instances
+from hivenet_db.urls import libpq_url
 
 NODES = range(100)  # the instance field (01-99) and the shard field of id_service (00-99)
 CLUSTER = "hivenet_shards"
@@ -50,7 +50,7 @@ class Shard:
 
 
 def sql_file(name: str) -> str:
-    return resources.files("hivenet_db").joinpath("proxy", name).read_text(encoding="utf-8")
+    return (resources.files("hivenet_db.tools") / "plproxy_sql" / name).read_text(encoding="utf-8")
 
 
 def nodes_of(text: str) -> set[int]:

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from hivenet_db._proc import stat
+from hivenet_db.tools.proc_stat import stat
 
 SUPERUSER = "postgres"
 DEFAULT_DATABASE = "hivenet"  # the database the command uses on the embedded server
@@ -161,11 +161,21 @@ class EmbeddedPostgres:
         return (self.data_dir / "PG_VERSION").is_file()
 
     @property
+    def _auto_conf(self) -> Path:
+        return self.data_dir / "postgresql.auto.conf"
+
+    @property
     def port(self) -> int:
-        for line in (self.data_dir / "postgresql.auto.conf").read_text().splitlines():
+        for line in self._auto_conf.read_text().splitlines():
             if line.startswith("port"):
                 return int(line.split("=", 1)[1].strip().strip("'"))
         raise EmbeddedError(f"no port configured in {self.data_dir}")
+
+    def _set_port(self, port: int) -> None:
+        """The port the server listens on from its next start (what ALTER SYSTEM would write)."""
+        kept = [line for line in self._auto_conf.read_text().splitlines()
+                if not line.startswith("port")]
+        self._auto_conf.write_text("\n".join([*kept, f"port = {port:d}"]) + "\n")
 
     def url(self, dbname: str = "postgres") -> str:
         """The superuser's URL (with its password, when the server demands one)."""
@@ -226,13 +236,14 @@ class EmbeddedPostgres:
         finally:
             pwfile.unlink(missing_ok=True)
 
-    def init(self) -> None:
-        """initdb on loopback only, on a free port: trust, or scram-sha-256 with ``password``."""
+    def init(self, port: int | None = None) -> None:
+        """initdb on loopback only, on ``port`` or a free one: trust, or scram-sha-256 with
+        ``password``."""
         self._prepare_root()
         self.progress(f"initialising a local PostgreSQL in {self.data_dir} (first use only)")
         self._initdb()
         settings = {
-            "port": str(_free_port()),
+            "port": str(port if port is not None else _free_port()),
             "listen_addresses": "'127.0.0.1'",
             "unix_socket_directories": f"'{self.data_dir}'",
             "fsync": "on" if self.fsync else "off",
@@ -244,7 +255,7 @@ class EmbeddedPostgres:
         }
         if self.password is not None:  # passwords of roles created later: SCRAM verifiers too
             settings["password_encryption"] = "'scram-sha-256'"
-        with (self.data_dir / "postgresql.auto.conf").open("a") as conf:
+        with self._auto_conf.open("a") as conf:
             for name, value in settings.items():
                 conf.write(f"{name} = {value}\n")
 
@@ -253,10 +264,16 @@ class EmbeddedPostgres:
         return self.initialized and self._run("pg_ctl", "status", "-D", self.data_dir,
                                               check=False).returncode == 0
 
-    def start(self) -> None:
-        """Start the server (initialising it first if needed) and wait until it accepts."""
+    def start(self, port: int | None = None) -> None:
+        """Start the server (initialising it first if needed) and wait until it accepts; on
+        ``port`` when given, a server running on another port being stopped first."""
         if not self.initialized:
-            self.init()
+            self.init(port)
+        if port is not None and port != self.port:
+            if self.running:
+                self.progress(f"moving the local PostgreSQL from port {self.port} to {port}")
+                self.stop()
+            self._set_port(port)
         if self.running:
             return
         self.progress(f"starting the local PostgreSQL on 127.0.0.1:{self.port}")

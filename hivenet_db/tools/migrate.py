@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, text
 
-from hivenet_db.dburl import engine_for
+from hivenet_db.tools.dburl import engine_for
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -183,7 +183,7 @@ def missing_roles(url: str) -> list[str]:
     """The roles schema hivenet grants to (``hivenet-db bootstrap`` creates them) that do not
     exist in the cluster of ``url``: until they do, only the schema's owner may use it. The
     migration creates them itself when the migrating role may (superuser or CREATEROLE)."""
-    from hivenet_db.bootstrap import ROLES
+    from hivenet_db.tools.bootstrap import ROLES
 
     with engine_for(url) as engine, engine.connect() as conn:
         return list(conn.execute(text(

@@ -1,4 +1,5 @@
-"""Database URLs: users give libpq-style or SQLAlchemy-style; each consumer gets its own."""
+"""The database URL a tool is given (``--url``, else $HIVENET_DATABASE_URL) and the
+short-lived engine it runs on."""
 
 from __future__ import annotations
 
@@ -8,28 +9,14 @@ from contextlib import contextmanager
 
 from sqlalchemy import Engine, create_engine, pool
 
+from hivenet_db.urls import sqlalchemy_url
+
 ENV_VAR = "HIVENET_DATABASE_URL"
 
 
 def from_env(url: str | None = None) -> str | None:
     """The URL given, else $HIVENET_DATABASE_URL, else None (use the embedded server)."""
     return url or os.environ.get(ENV_VAR) or None
-
-
-def sqlalchemy_url(url: str) -> str:
-    """``postgresql://`` and ``postgres://`` become ``postgresql+psycopg://``."""
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    return url
-
-
-def libpq_url(url: str) -> str:
-    """``postgresql+psycopg://`` (any driver suffix) becomes ``postgresql://``."""
-    scheme, sep, rest = url.partition("://")
-    if sep and scheme.startswith("postgresql+"):
-        return "postgresql://" + rest
-    return url
 
 
 @contextmanager
