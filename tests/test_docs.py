@@ -88,7 +88,8 @@ ELSEWHERE = {
     "docs/guides/formats.md: SELECT hivenet.define_format('burst', "
     "'[{\"literal\": \"B\"}, {\"time\": \"YYYYMMDD\"},":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/guides/alembic.md: python -c \"from hivenet_db.tools import migrate; print(migrate.head())\"":
+    "docs/guides/alembic.md: python -c \"from hivenet_db.tools import migrate; "
+    "print(migrate.head())\"":
         "tests/test_alembic_tree.py::test_the_documented_tree (alembic heads)",
     "docs/guides/alembic.md: [alembic]": "tests/test_alembic_tree.py::test_the_documented_tree",
     "docs/guides/alembic.md: # your first revision: a branch of its own, in your directory":

@@ -16,8 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 from hivenet_db.schema import full_schema_sql
+from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 
 SNAPSHOT = Path(__file__).with_name("snapshots") / "generated_functions.sql"
 REGENERATE = "HIVENET_REGENERATE=1 .venv/bin/python -m pytest tests/test_generated.py"
