@@ -14,7 +14,12 @@ import hivenet_db
 PACKAGE = Path(hivenet_db.__file__).parent
 TOOLS = ("hivenet_db.cli", "hivenet_db.bench", "hivenet_db.embedded", "hivenet_db.dburl",
          "hivenet_db.migrate", "hivenet_db.testing", "hivenet_db.bootstrap", "hivenet_db.proxy",
-         "hivenet_db._proc")
+         "hivenet_db._proc",
+         # the Django app's side for operators: its migration runs the migration runner, its
+         # checks and commands are the command's counterparts (the middleware, the fields and
+         # the connection are library)
+         "hivenet_db.django.apps", "hivenet_db.django.checks", "hivenet_db.django.migrations",
+         "hivenet_db.django.management")
 
 
 def module_name(path: Path) -> str:
