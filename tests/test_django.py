@@ -65,7 +65,8 @@ from tests.django_site import views  # noqa: E402
 from tests.django_site.models import Order  # noqa: E402
 from tests.helpers import scalar  # noqa: E402
 
-KEY = {"HTTP_IDEMPOTENCY_KEY": '"order-1"'}
+KEY = {"Idempotency-Key": '"order-1"'}
+JSON = "application/json"
 BIN = Path(sys.executable).parent
 
 
@@ -158,11 +159,11 @@ def test_a_field_default_allocates_the_serial_in_the_insert(app_db: str,
 
 def test_missing_or_malformed_key_is_400_and_safe_methods_pass(app_db: str) -> None:
     client = Client()
-    missing = client.post("/orders", b"{}", content_type="application/json")
+    missing = client.post("/orders", b"{}", content_type=JSON)
     assert missing.status_code == 400
     assert missing.json()["idempotency"] == "missing"
     assert missing["Content-Type"] == "application/problem+json"
-    bad = client.post("/orders", b"{}", content_type="application/json",
+    bad = client.post("/orders", b"{}", content_type=JSON,
                       HTTP_IDEMPOTENCY_KEY='"a", "b"')
     assert bad.status_code == 400 and bad.json()["idempotency"] == "invalid"
     assert views.RUNS["count"] == 0
@@ -173,8 +174,8 @@ def test_missing_or_malformed_key_is_400_and_safe_methods_pass(app_db: str) -> N
 def test_finished_request_is_replayed_byte_for_byte(app_db: str,
                                                     owner: psycopg.Connection) -> None:
     client = Client()
-    first = client.post("/orders", b'{"sku": "tea"}', content_type="application/json", **KEY)
-    again = client.post("/orders", b'{"sku": "tea"}', content_type="application/json", **KEY)
+    first = client.post("/orders", b'{"sku": "tea"}', content_type=JSON, headers=KEY)
+    again = client.post("/orders", b'{"sku": "tea"}', content_type=JSON, headers=KEY)
     assert first.status_code == again.status_code == 201
     assert again.content == first.content
     assert again["Location"] == first["Location"]
@@ -187,8 +188,8 @@ def test_finished_request_is_replayed_byte_for_byte(app_db: str,
 
 def test_same_key_with_another_body_is_422(app_db: str, owner: psycopg.Connection) -> None:
     client = Client()
-    client.post("/orders", b'{"sku": "tea"}', content_type="application/json", **KEY)
-    other = client.post("/orders", b'{"sku": "gin"}', content_type="application/json", **KEY)
+    client.post("/orders", b'{"sku": "tea"}', content_type=JSON, headers=KEY)
+    other = client.post("/orders", b'{"sku": "gin"}', content_type=JSON, headers=KEY)
     assert other.status_code == 422 and other.json()["idempotency"] == "mismatch"
     assert views.RUNS["count"] == 1 and orders(owner) == 1
 
@@ -197,10 +198,10 @@ def test_same_key_with_another_body_is_422(app_db: str, owner: psycopg.Connectio
 def test_5xx_or_exception_rolls_the_effect_back_and_the_retry_runs(
         app_db: str, owner: psycopg.Connection, path: str) -> None:
     client = Client(raise_request_exception=False)
-    assert client.post(path, b"{}", content_type="application/json", **KEY).status_code >= 500
+    assert client.post(path, b"{}", content_type=JSON, headers=KEY).status_code >= 500
     assert orders(owner) == 0  # ATOMIC_REQUESTS: the insert went with the failed attempt
     assert states(owner) == ["failed"]
-    assert client.post(path, b"{}", content_type="application/json", **KEY).status_code >= 500
+    assert client.post(path, b"{}", content_type=JSON, headers=KEY).status_code >= 500
     assert views.RUNS["count"] == 2 and states(owner) == ["failed", "failed"]
 
 
@@ -209,7 +210,7 @@ def test_without_atomic_requests_the_record_follows_the_committed_effect(
     connections["default"].settings_dict["ATOMIC_REQUESTS"] = False
     try:
         assert Client(raise_request_exception=False).post(
-            "/unavailable", b"{}", content_type="application/json", **KEY).status_code == 503
+            "/unavailable", b"{}", content_type=JSON, headers=KEY).status_code == 503
     finally:
         connections["default"].settings_dict["ATOMIC_REQUESTS"] = True
     assert orders(owner) == 1  # the view's insert committed on its own
@@ -221,8 +222,8 @@ def test_namespace_and_scope_come_from_settings(app_db: str, owner: psycopg.Conn
             "namespace": "shop", "scope": lambda request: request.headers["X-Client"]}}):
         client = Client()
         for who in ("alice", "bob"):
-            response = client.post("/orders", b"{}", content_type="application/json",
-                                   HTTP_X_CLIENT=who, **KEY)
+            response = client.post("/orders", b"{}", content_type=JSON,
+                                   headers={"X-Client": who, **KEY})
             assert response.status_code == 201
     keys = [row[0] for row in owner.execute(
         "SELECT key FROM hivenet.request_attempt WHERE namespace = 'shop' ORDER BY key")]
@@ -267,7 +268,7 @@ def test_the_connection_dying_between_effect_and_record_leaves_neither(
 def _post_in_thread(path: str) -> tuple[int, bytes]:
     try:
         response = Client(raise_request_exception=False).post(
-            path, b"{}", content_type="application/json", **KEY)
+            path, b"{}", content_type=JSON, headers=KEY)
         return response.status_code, response.content
     finally:
         connections.close_all()
