@@ -17,6 +17,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from io import StringIO
 from pathlib import Path
 from socketserver import ThreadingMixIn
@@ -44,6 +45,7 @@ if not settings.configured:
     django.setup()
 
 from django.core.checks import run_checks  # noqa: E402
+from django.core.exceptions import ImproperlyConfigured  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.wsgi import WSGIHandler  # noqa: E402
 from django.core.management import call_command  # noqa: E402
@@ -59,7 +61,12 @@ from hivenet_db import (  # noqa: E402
     migrate,
     parse_serial,
 )
-from hivenet_db.django import connection  # noqa: E402
+from hivenet_db.django import (  # noqa: E402
+    NextInterfaceSerial,
+    NextSerial,
+    NextSystemSerial,
+    connection,
+)
 from hivenet_db.embedded import EmbeddedPostgres  # noqa: E402
 from tests.django_site import views  # noqa: E402
 from tests.django_site.models import Order  # noqa: E402
@@ -155,7 +162,40 @@ def test_a_field_default_allocates_the_serial_in_the_insert(app_db: str,
     assert "hivenet.next_unified_serial('C0001'" in default
 
 
+@pytest.mark.parametrize(("expression", "kind"), [
+    (NextSerial("unified", system="C0001", module="A01", instance="01"), "unified"),
+    (NextSystemSerial("C0001", "A01", "01"), "system"),
+    (NextInterfaceSerial("C0001", "A01", "01", "C0002"), "interface"),
+])
+def test_each_serial_expression_allocates_its_kind(app_db: str, expression: Any,
+                                                   kind: str) -> None:
+    with transaction.atomic():
+        order = Order.objects.create(sku="tea", serial=expression)
+        order.refresh_from_db()
+    assert parse_serial(order.serial).format == kind
+
+
 # --- the middleware, through Django's test client ---------------------------------------------
+
+def test_an_unknown_setting_is_refused_when_the_middleware_loads(app_db: str) -> None:
+    with override_settings(HIVENET={"IDEMPOTENCY": {"namespaces": "shop"}}), \
+            pytest.raises(ImproperlyConfigured, match="unknown keys \\['namespaces'\\]"):
+        Client().post("/orders", b"{}", content_type=JSON, headers=KEY)
+
+
+def test_retention_is_set_once_and_a_login_that_may_not_set_it_fails_loudly(
+        app_db: str, hivenet_url: str, owner: psycopg.Connection) -> None:
+    week = {"IDEMPOTENCY": {"retention": timedelta(days=7)}}
+    with override_settings(HIVENET=week):
+        refused = Client(raise_request_exception=False).post(
+            "/orders", b"{}", content_type=JSON, headers=KEY)
+        assert refused.status_code == 500 and views.RUNS["count"] == 0  # hivenet_app may not
+        use(hivenet_url)  # the owner may
+        assert Client().post("/orders", b"{}", content_type=JSON, headers=KEY).status_code \
+            == 201
+    assert scalar(owner, "SELECT retention FROM hivenet.request_namespace "
+                         "WHERE namespace = 'http'") == timedelta(days=7)
+
 
 def test_missing_or_malformed_key_is_400_and_safe_methods_pass(app_db: str) -> None:
     client = Client()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -129,3 +130,14 @@ def test_the_example_shop_takes_each_order_once(shop: str, hivenet_server: Embed
 
     assert manage(shop, "hivenet_maintain").stdout.startswith("maintain: done at ")
     assert "# TYPE hivenet_" in manage(shop, "hivenet_metrics").stdout
+
+
+def test_the_guide_quotes_the_example_project() -> None:
+    """Each Python block of docs/django.md is a verbatim excerpt of the example project, so
+    the test above runs what the guide shows."""
+    guide = (PROJECT.parent.parent / "docs" / "django.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
+    sources = [path.read_text(encoding="utf-8") for path in PROJECT.rglob("*.py")]
+    assert len(blocks) == 4
+    for block in blocks:
+        assert any(block in source for source in sources), block
