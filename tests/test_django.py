@@ -55,6 +55,8 @@ from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext, override_settings  # noqa: E402
 
 from hivenet_db import (  # noqa: E402
+    ClaimRepository,
+    DuplicateClaim,
     RequestRepository,
     SerialRepository,
     StepRepository,
@@ -147,6 +149,17 @@ def test_repositories_roll_back_with_the_atomic_block(app_db: str,
         raise RuntimeError("after the effect")
     assert orders(owner) == 0
     assert scalar(owner, "SELECT count(*) FROM hivenet.request_attempt") == 0
+
+
+def test_a_library_error_caught_in_a_savepoint_leaves_the_transaction_usable(
+        app_db: str, owner: psycopg.Connection) -> None:
+    with transaction.atomic():
+        ClaimRepository(connection()).claim("coupons", "WELCOME")
+        with pytest.raises(DuplicateClaim), transaction.atomic():
+            ClaimRepository(connection()).claim("coupons", "WELCOME")
+        Order.objects.create(sku="tea")
+    assert orders(owner) == 1
+    assert scalar(owner, "SELECT count(*) FROM hivenet.claim_record") == 1
 
 
 def test_a_field_default_allocates_the_serial_in_the_insert(app_db: str,
@@ -257,6 +270,14 @@ def test_without_atomic_requests_the_record_follows_the_committed_effect(
     assert states(owner) == ["failed"]
 
 
+def test_a_non_atomic_view_keeps_its_own_transactions(app_db: str,
+                                                      owner: psycopg.Connection) -> None:
+    assert Client().post("/unavailable-on-its-own", b"{}", content_type=JSON,
+                         headers=KEY).status_code == 503
+    assert orders(owner) == 1  # marked non_atomic_requests: not in the middleware's either
+    assert states(owner) == ["failed"]
+
+
 def test_namespace_and_scope_come_from_settings(app_db: str, owner: psycopg.Connection) -> None:
     with override_settings(HIVENET={"IDEMPOTENCY": {
             "namespace": "shop", "scope": lambda request: request.headers["X-Client"]}}):
@@ -318,6 +339,7 @@ def _post_in_thread(path: str) -> tuple[int, bytes]:
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+    request_queue_size = 64  # every client connects at once
 
 
 class _Quiet(WSGIRequestHandler):

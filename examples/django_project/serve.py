@@ -11,6 +11,7 @@ from shop.wsgi import application
 
 class ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+    request_queue_size = 64
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ from hivenet_db.bootstrap import ROLES
 #: granted hivenet_app, and the revision the version table records (when readable).
 _ROLES = "SELECT r FROM unnest(%s::text[]) AS r WHERE to_regrole(r) IS NULL"
 _LOGIN = ("SELECT current_user, to_regnamespace('hivenet') IS NOT NULL, "
-          "to_regrole('hivenet_app') IS NOT NULL AND pg_has_role('hivenet_app', 'USAGE'), "
+          "CASE WHEN to_regrole('hivenet_app') IS NOT NULL "
+          "THEN pg_has_role('hivenet_app', 'USAGE') ELSE false END, "
           "to_regclass(%s) IS NOT NULL AND has_table_privilege(to_regclass(%s), 'SELECT')")
 
 

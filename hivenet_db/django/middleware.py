@@ -13,8 +13,9 @@ transaction.
 
 Under ``ATOMIC_REQUESTS`` the view's writes and the recorded response are one transaction:
 the middleware opens it around the view (whose own atomic block becomes a savepoint) and
-records the response in it before it commits. Without it, the view's writes commit as the
-view does, and the response is recorded after them in a transaction of its own.
+records the response in it before it commits. Without it (or for a view marked
+``non_atomic_requests``), the view's writes commit as the view does, and the response is
+recorded after them in a transaction of its own.
 
 Under ASGI Django runs this synchronous middleware in the request's thread-sensitive executor
 (``async_capable = False``), where the view's database work runs too: one connection, one
@@ -33,6 +34,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
 from hivenet_db.django.db import connection
@@ -139,7 +141,7 @@ class IdempotencyMiddleware:
 
     def _run(self, request: HttpRequest, key: str, attempt: int) -> HttpResponseBase:
         database = self.options.database
-        together = connections[database].settings_dict.get("ATOMIC_REQUESTS", False)
+        together = self._atomic(request)
         try:
             with transaction.atomic(using=database) if together else nullcontext():
                 response = self.get_response(request)
@@ -160,6 +162,19 @@ class IdempotencyMiddleware:
                 error.add_note(f"hivenet: the failed attempt was not recorded: {failure!r}")
             raise
         return response
+
+    def _atomic(self, request: HttpRequest) -> bool:
+        """Whether Django runs the view of ``request`` in a transaction on the middleware's
+        database: ``ATOMIC_REQUESTS``, unless the view is marked ``non_atomic_requests`` (as
+        Django's own ``make_view_atomic`` decides)."""
+        database = self.options.database
+        if not connections[database].settings_dict.get("ATOMIC_REQUESTS", False):
+            return False
+        try:
+            match = resolve(request.path_info, getattr(request, "urlconf", None))
+        except Resolver404:
+            return True
+        return database not in getattr(match.func, "_non_atomic_requests", set())
 
     def _finish(self, key: str, attempt: int, succeeded: bool, response: Any) -> None:
         RequestRepository(connection(self.options.database)).finish(

@@ -5,5 +5,6 @@ from tests.django_site import views
 urlpatterns = [
     path("orders", views.create),
     path("unavailable", views.unavailable),
+    path("unavailable-on-its-own", views.unavailable_on_its_own),
     path("crash", views.crash),
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from tests.django_site.models import Order
@@ -36,6 +37,12 @@ def create(request: HttpRequest) -> HttpResponse:
 
 
 def unavailable(request: HttpRequest) -> HttpResponse:
+    _order(request)
+    return JsonResponse({"detail": "try later"}, status=503)
+
+
+@transaction.non_atomic_requests
+def unavailable_on_its_own(request: HttpRequest) -> HttpResponse:
     _order(request)
     return JsonResponse({"detail": "try later"}, status=503)
 
