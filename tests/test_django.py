@@ -136,6 +136,11 @@ def test_repositories_commit_with_the_atomic_block(app_db: str,
             Order.objects.create(sku="debit")
             run.response = {"debited": 100}
     assert orders(owner) == 1
+    with transaction.atomic():  # durable: on a connection of its own, as Django's login
+        durable = SerialRepository(connection()).next_durable("unified", system="C0001",
+                                                              module="A01", instance="01")
+        transaction.set_rollback(True)
+    assert parse_serial(durable).format == "unified"
     with transaction.atomic():  # replayed: the response as a JSON value, not Django's text
         assert StepRepository(connection()).begin(serial, {"amount": 100}).response == \
             {"debited": 100}
