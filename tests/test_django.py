@@ -40,6 +40,7 @@ if not settings.configured:
         MIDDLEWARE=["hivenet_db.django.IdempotencyMiddleware"],
         ROOT_URLCONF="tests.django_site.urls",
         HIVENET={"IDEMPOTENCY": {"namespace": "http"}},
+        REST_FRAMEWORK={"UNAUTHENTICATED_USER": None},  # without django.contrib.auth
         ALLOWED_HOSTS=["*"], SECRET_KEY="tests", USE_TZ=True,
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField")
     django.setup()
@@ -242,6 +243,19 @@ def test_finished_request_is_replayed_byte_for_byte(app_db: str,
     assert "X-Trace" not in again  # not a replayed header
     assert views.RUNS["count"] == 1 and orders(owner) == 1
     assert states(owner) == ["success"]
+
+
+def test_a_django_rest_framework_view_is_replayed_as_it_rendered(
+        app_db: str, owner: psycopg.Connection) -> None:
+    client = Client()
+    first = client.post("/api/orders", b'{"sku": "tea"}', content_type=JSON, headers=KEY)
+    again = client.post("/api/orders", b'{"sku": "tea"}', content_type=JSON, headers=KEY)
+    assert first.status_code == again.status_code == 201
+    assert again.content == first.content and first.json()["serial"]
+    assert again["Content-Type"] == first["Content-Type"] == "application/json"
+    assert again["Location"] == first["Location"]
+    assert again["Idempotent-Replayed"] == "true"
+    assert views.RUNS["count"] == 1 and orders(owner) == 1
 
 
 def test_same_key_with_another_body_is_422(app_db: str, owner: psycopg.Connection) -> None:
