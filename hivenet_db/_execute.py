@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import psycopg
 from psycopg.conninfo import make_conninfo
+from psycopg.pq import Format
 from psycopg.rows import tuple_row
+from psycopg.types.json import JsonbLoader
 from sqlalchemy import Connection, CursorResult, Result, TextClause
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import DBAPIError
@@ -92,15 +94,28 @@ def json_text(name: str, value: Any) -> str:
     return text
 
 
+_JSONB = psycopg.postgres.types["jsonb"].oid
+
+
+def _json_values(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> None:
+    """jsonb results as JSON values on a connection that loads them otherwise: Django's
+    loads jsonb as text, for its JSONField to decode (a lookup per call elsewhere)."""
+    loader = cursor.connection.adapters.get_loader(_JSONB, Format.TEXT)
+    if loader is None or not issubclass(loader, JsonbLoader):
+        cursor.adapters.register_loader(_JSONB, JsonbLoader)
+
+
 def _cursor_rows(conn: psycopg.Connection[Any], sql: Any, params: Any) -> Rows:
     # tuple_row: the caller's connection may have another row factory (dict_row)
     with conn.cursor(row_factory=tuple_row) as cursor:
+        _json_values(cursor)
         cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description else []
 
 
 async def _cursor_rows_async(conn: psycopg.AsyncConnection[Any], sql: Any, params: Any) -> Rows:
     async with conn.cursor(row_factory=tuple_row) as cursor:
+        _json_values(cursor)
         await cursor.execute(sql, params)
         return await cursor.fetchall() if cursor.description else []
 

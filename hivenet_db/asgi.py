@@ -19,23 +19,31 @@ See docs/asgi.md for the statuses, what is replayed, and the limits.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
-from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from starlette.requests import HTTPConnection, Request
 
 from hivenet_db import AsyncRequestRepository
-from hivenet_db.errors import InvalidInput, RequestMismatch, StaleAttempt, StepInProgress
+from hivenet_db.errors import StaleAttempt
+from hivenet_db.http_idempotency import (
+    MAX_KEY_LENGTH,
+    REPLAYED_HEADERS,
+    RESOLVED_MEANWHILE,
+    Refused,
+    client_key,
+    fingerprint,
+    parse_key,
+    problem,
+    recorded_response,
+    refusal,
+    replayed,
+    stored_key,
+)
 from hivenet_db.steps import error_report
 
 if TYPE_CHECKING:
@@ -48,105 +56,9 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 ScopeOf = Callable[[Request], "str | Awaitable[str]"]
 
-#: The longest key stored (``hivenet.begin_request`` refuses longer ones): the client's key,
-#: prefixed by the percent-encoded scope and ``:`` when ``scope`` is given.
-MAX_KEY_LENGTH = 255
-
-#: Response headers recorded and replayed with the status and the body. Others (date, server,
-#: set-cookie, caching headers...) belong to one response only and are never replayed.
-REPLAYED_HEADERS = frozenset({
-    "content-type", "content-encoding", "content-language", "content-location", "location",
-    "link",
-})
-
 # ASGI extensions that would send a response around the buffer (a file by path, trailers)
 _UNBUFFERED_EXTENSIONS = ("http.response.pathsend", "http.response.zerocopysend",
                           "http.response.trailers")
-
-
-class _Refused(Exception):
-    """A covered request answered with a problem before (or instead of) its handler."""
-
-    def __init__(self, status: int, detail: str, problem: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.problem = problem
-
-
-def parse_key(value: bytes) -> str:
-    """The key of an ``Idempotency-Key`` field value: an sf-string (RFC 8941 §3.3.3, the
-    draft's syntax), or, leniently, a bare token of visible ASCII without quotes (what many
-    clients send). Raises ``ValueError`` naming the problem."""
-    raw = value.strip(b" \t")
-    if raw.startswith(b'"'):
-        out = bytearray()
-        i = 1
-        while i < len(raw):
-            char = raw[i]
-            if char == 0x5C:  # backslash: only \" and \\ are escapes
-                if i + 1 >= len(raw) or raw[i + 1] not in (0x22, 0x5C):
-                    raise ValueError("a backslash in the key escapes neither \" nor \\")
-                out.append(raw[i + 1])
-                i += 2
-            elif char == 0x22:
-                if i != len(raw) - 1:
-                    raise ValueError("characters after the closing quote (one key only)")
-                return out.decode("ascii")
-            elif 0x20 <= char <= 0x7E:
-                out.append(char)
-                i += 1
-            else:
-                raise ValueError(f"character 0x{char:02x} is not printable ASCII")
-        raise ValueError("the opening quote is never closed")
-    if not all(0x21 <= char <= 0x7E and char != 0x22 for char in raw):
-        raise ValueError("a bare key must be visible ASCII (quote it as an sf-string)")
-    return raw.decode("ascii")
-
-
-def fingerprint(method: str, target: str, body: bytes) -> dict[str, str]:
-    """What identifies a request under its key: method, request target (path and query) and
-    the SHA-256 of the body. ``begin_request`` keeps its hash and refuses another (HN032)."""
-    return {"method": method, "target": target,
-            "body_sha256": hashlib.sha256(body).hexdigest()}
-
-
-def recorded_response(status: int, body: bytes = b"",
-                      headers: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
-    """A response as the middleware records it (and as an operator passes it to
-    ``hivenet.resolve_request`` to have it replayed): status, the replayed headers (names in
-    lower case, in order) and the body in base64."""
-    kept = [[name.lower(), value] for name, value in headers
-            if name.lower() in REPLAYED_HEADERS]
-    return {"status": status, "headers": kept, "body": base64.b64encode(body).decode("ascii")}
-
-
-def _replayable(response: Any) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """Status, headers and body to replay from a recorded response. Any other JSON value (an
-    operator resolved the request with a plain document) is replayed as 200 with that
-    document as ``application/json``; JSON null as 204 without a body."""
-    if isinstance(response, dict) and set(response) == {"status", "headers", "body"}:
-        try:
-            status, headers = int(response["status"]), response["headers"]
-            body = base64.b64decode(response["body"], validate=True)
-            pairs = [(str(name).lower().encode("latin-1"), str(value).encode("latin-1"))
-                     for name, value in headers]
-            return status, pairs, body
-        except (TypeError, ValueError, binascii.Error):
-            pass
-    if response is None:
-        return 204, [], b""
-    return (200, [(b"content-type", b"application/json")],
-            json.dumps(response, separators=(",", ":")).encode())
-
-
-def problem(status: int, detail: str, kind: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """An RFC 9457 problem document: ``about:blank`` with the status's phrase as title, the
-    detail, and the member ``idempotency`` naming the case (missing, invalid, in-flight,
-    mismatch, resolved) for clients that act on it."""
-    body = json.dumps({"type": "about:blank", "title": HTTPStatus(status).phrase,
-                       "status": status, "detail": detail, "idempotency": kind}).encode()
-    return status, [(b"content-type", b"application/problem+json")], body
 
 
 @dataclass
@@ -221,8 +133,8 @@ class IdempotencyMiddleware:
             return
         try:
             key = await self._key(scope, values)
-        except _Refused as refused:
-            await _send(send, *problem(refused.status, refused.detail, refused.problem))
+        except Refused as refused:
+            await _send(send, *refused.answer())
             return
         body = await _read_body(receive)
         if body is None:
@@ -230,25 +142,14 @@ class IdempotencyMiddleware:
         await self._covered(scope, receive, send, key, body)
 
     async def _key(self, scope: Scope, values: list[bytes]) -> str:
-        name = self.header.decode("latin-1")
-        if not values:
-            raise _Refused(400, f"this operation requires the {name} header", "missing")
-        if len(values) > 1:
-            raise _Refused(400, f"more than one {name} header", "invalid")
-        try:
-            key = parse_key(values[0])
-        except ValueError as error:
-            raise _Refused(400, f"{name} is not a valid key: {error}", "invalid") from None
-        if not key:
-            raise _Refused(400, f"{name} is empty", "invalid")
-        if self.scope is not None:
-            qualifier = self.scope(Request(scope))
-            if inspect.isawaitable(qualifier):
-                qualifier = await qualifier
-            key = f"{quote(qualifier, safe='')}:{key}"
-        if len(key) > MAX_KEY_LENGTH:
-            raise _Refused(400, f"{name} is longer than {MAX_KEY_LENGTH} characters", "invalid")
-        return key
+        header = self.header.decode("latin-1")
+        key = client_key(header, values)
+        if self.scope is None:
+            return stored_key(header, key)
+        qualifier = self.scope(Request(scope))
+        if inspect.isawaitable(qualifier):
+            qualifier = await qualifier
+        return stored_key(header, key, qualifier)
 
     def _setting_retention_at_startup(self, send: Send) -> Send:
         # Where the server runs the lifespan protocol, the retention is set once the app has
@@ -296,20 +197,14 @@ class IdempotencyMiddleware:
             async with self.engine.begin() as conn:  # commits `processing` before the handler
                 start = await AsyncRequestRepository(conn).begin(
                     self.namespace, key, request, lease=self.lease, nowait=True)
-        except StepInProgress:
-            await _send(send, *problem(409, "a request with this key is being processed; "
-                                       "retry later", "in-flight"))
-            return
-        except RequestMismatch:
-            await _send(send, *problem(422, "this key was used with another request (method, "
-                                       "target or body differ)", "mismatch"))
-            return
-        except InvalidInput as error:
-            await _send(send, *problem(400, f"the key is refused: {error.message}", "invalid"))
+        except Exception as error:
+            refused = refusal(error)
+            if refused is None:
+                raise
+            await _send(send, *refused.answer())
             return
         if start.replayed:
-            status, headers, replayed = _replayable(start.response)
-            await _send(send, status, [*headers, (b"idempotent-replayed", b"true")], replayed)
+            await _send(send, *replayed(start.response))
             return
         await self._run(scope, receive, send, key, body, start.attempt)
 
@@ -347,9 +242,7 @@ class IdempotencyMiddleware:
                 try:
                     await self._finish(handle, True, recorded)
                 except StaleAttempt:
-                    await _send(send, *problem(
-                        409, "an operator resolved this request while it ran; its outcome "
-                        "was not recorded (retry to get the resolved outcome)", "resolved"))
+                    await _send(send, *RESOLVED_MEANWHILE.answer())
                     return
         await _send(send, status, captured.headers, bytes(captured.body))
 

@@ -135,6 +135,22 @@ ELSEWHERE = {
         "moves_one (the message)",
     "docs/guides/asgi.md: POST /orders HTTP/1.1":
         "tests/test_asgi.py::test_finished_request_is_replayed_byte_for_byte (the exchange)",
+    **{f"docs/guides/django.md: {first}": "tests/test_django_example.py::test_the_guide_quotes_the_"
+       "example_project (excerpts of examples/django_project, which test_the_example_shop_"
+       "takes_each_order_once migrates and serves)" for first in (
+           'INSTALLED_APPS = ["hivenet_db.django", "orders"]',
+           'dependencies = [("hivenet", "0001_schema")]', "class Order(models.Model):",
+           "def place_order(request: HttpRequest) -> JsonResponse:")},
+    "docs/guides/django.md: python manage.py migrate                             # as the schema's "
+    "owner": "tests/test_django.py::test_hivenet_db_migrate_first_then_django_migrate_records_"
+             "it (and the other order: test_django_migrate_installs_the_schema_and_hivenet_db_"
+             "migrate_finds_it_done)",
+    "docs/guides/django.md: python manage.py check --database default":
+        "tests/test_django_example.py::test_the_example_shop_takes_each_order_once (each "
+        "warning: tests/test_django.py::test_checks_name_what_is_missing)",
+    "docs/guides/django.md: python manage.py hivenet_maintain        # hivenet.maintain(), as "
+    "`hivenet-db maintain`": "tests/test_django.py::test_management_commands_maintain_and_"
+                             "metrics",
 }
 
 # --- blocks that cannot run here, and why --------------------------------------------------
@@ -149,6 +165,7 @@ NOT_RUNNABLE = {
     "-m pytest": "the test suite itself",
     "docs/guides/asgi.md: pip install 'hivenet-db[asgi]'      # starlette and SQLAlchemy's asyncio "
     "support": "an install from a package index",
+    "docs/guides/django.md: pip install 'hivenet-db[django]'": "an install from a package index",
     "docs/guides/plproxy.md: apt-get install postgresql-15-plproxy          # on the proxy's "
     "server "
     "(.ci/run does)": "a system package and three databases of their own (the proxy, two "

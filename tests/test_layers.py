@@ -12,7 +12,12 @@ from pathlib import Path
 import hivenet_db
 
 PACKAGE = Path(hivenet_db.__file__).parent
-TOOLS = ("hivenet_db.tools", "hivenet_db.cli", "hivenet_db.bench", "hivenet_db.testing")
+TOOLS = ("hivenet_db.tools", "hivenet_db.cli", "hivenet_db.bench", "hivenet_db.testing",
+         # the Django app's side for operators: its migration runs the migration runner, its
+         # checks and commands are the command's counterparts (the middleware, the fields and
+         # the connection are library)
+         "hivenet_db.django.apps", "hivenet_db.django.checks", "hivenet_db.django.migrations",
+         "hivenet_db.django.management")
 
 
 def module_name(path: Path) -> str:

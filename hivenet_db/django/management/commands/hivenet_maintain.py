@@ -1,0 +1,33 @@
+"""``manage.py hivenet_maintain``: ``hivenet.maintain()``, as ``hivenet-db maintain`` runs it
+(partitions, purges, scope promotion), on Django's database, in one transaction."""
+
+from __future__ import annotations
+
+import datetime as dt
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand
+from django.db import DEFAULT_DB_ALIAS, transaction
+from sqlalchemy import text
+
+from hivenet_db._execute import rows
+from hivenet_db.django.db import connection
+
+MAINTAIN = text("SELECT hivenet.maintain()")
+
+
+class Command(BaseCommand):
+    help = ("Run hivenet.maintain() (what `hivenet-db maintain` runs): create upcoming "
+            "partitions, drop expired ones, purge per retention. Schedule it every few "
+            "minutes, as a login granted hivenet_admin.")
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--database", default=DEFAULT_DB_ALIAS,
+                            help="the Django database to maintain (default: %(default)s)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with transaction.atomic(using=options["database"]):
+            rows(connection(options["database"]), MAINTAIN, {})
+        at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        self.stdout.write(f"maintain: done at {at}")

@@ -1,0 +1,184 @@
+"""The HTTP ``Idempotency-Key`` protocol, apart from any framework.
+
+What the ASGI middleware (hivenet_db.asgi) and the Django middleware (hivenet_db.django)
+share: reading the key from the header, what identifies a request under its key, the answer
+to each decision of ``hivenet.begin_request`` (a problem document, or the recorded response
+replayed) and the format a response is recorded in. The middlewares only move bytes in and out
+of their framework and decide where the transaction runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Iterable
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+from hivenet_db.errors import InvalidInput, RequestMismatch, StepInProgress
+
+#: The longest key stored (``hivenet.begin_request`` refuses longer ones): the client's key,
+#: prefixed by the percent-encoded scope and ``:`` when ``scope`` is given.
+MAX_KEY_LENGTH = 255
+
+#: Response headers recorded and replayed with the status and the body. Others (date, server,
+#: set-cookie, caching headers...) belong to one response only and are never replayed.
+REPLAYED_HEADERS = frozenset({
+    "content-type", "content-encoding", "content-language", "content-location", "location",
+    "link",
+})
+
+#: The header marking a replayed response.
+REPLAYED = (b"idempotent-replayed", b"true")
+
+#: Status, headers (lower-case names) and body of a response, as bytes.
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+class Refused(Exception):
+    """A covered request answered with a problem before (or instead of) its handler."""
+
+    def __init__(self, status: int, detail: str, kind: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.kind = kind
+
+    def answer(self) -> Answer:
+        return problem(self.status, self.detail, self.kind)
+
+
+def parse_key(value: bytes) -> str:
+    """The key of an ``Idempotency-Key`` field value: an sf-string (RFC 8941 §3.3.3, the
+    draft's syntax), or, leniently, a bare token of visible ASCII without quotes (what many
+    clients send). Raises ``ValueError`` naming the problem."""
+    raw = value.strip(b" \t")
+    if raw.startswith(b'"'):
+        out = bytearray()
+        i = 1
+        while i < len(raw):
+            char = raw[i]
+            if char == 0x5C:  # backslash: only \" and \\ are escapes
+                if i + 1 >= len(raw) or raw[i + 1] not in (0x22, 0x5C):
+                    raise ValueError("a backslash in the key escapes neither \" nor \\")
+                out.append(raw[i + 1])
+                i += 2
+            elif char == 0x22:
+                if i != len(raw) - 1:
+                    raise ValueError("characters after the closing quote (one key only)")
+                return out.decode("ascii")
+            elif 0x20 <= char <= 0x7E:
+                out.append(char)
+                i += 1
+            else:
+                raise ValueError(f"character 0x{char:02x} is not printable ASCII")
+        raise ValueError("the opening quote is never closed")
+    if not all(0x21 <= char <= 0x7E and char != 0x22 for char in raw):
+        raise ValueError("a bare key must be visible ASCII (quote it as an sf-string)")
+    return raw.decode("ascii")
+
+
+def client_key(header: str, values: list[bytes]) -> str:
+    """The client's key in the ``header`` fields ``values``. Raises ``Refused`` (400) for a
+    missing, repeated, malformed or empty key."""
+    if not values:
+        raise Refused(400, f"this operation requires the {header} header", "missing")
+    if len(values) > 1:
+        raise Refused(400, f"more than one {header} header", "invalid")
+    try:
+        key = parse_key(values[0])
+    except ValueError as error:
+        raise Refused(400, f"{header} is not a valid key: {error}", "invalid") from None
+    if not key:
+        raise Refused(400, f"{header} is empty", "invalid")
+    return key
+
+
+def stored_key(header: str, key: str, qualifier: str | None = None) -> str:
+    """The key stored for the client's ``key``: prefixed by the percent-encoded ``qualifier``
+    (the middleware's ``scope``) and ``:`` when given. Raises ``Refused`` (400) when longer
+    than ``MAX_KEY_LENGTH``."""
+    if qualifier is not None:
+        key = f"{quote(qualifier, safe='')}:{key}"
+    if len(key) > MAX_KEY_LENGTH:
+        raise Refused(400, f"{header} is longer than {MAX_KEY_LENGTH} characters", "invalid")
+    return key
+
+
+def fingerprint(method: str, target: str, body: bytes) -> dict[str, str]:
+    """What identifies a request under its key: method, request target (path and query) and
+    the SHA-256 of the body. ``begin_request`` keeps its hash and refuses another (HN032)."""
+    return {"method": method, "target": target,
+            "body_sha256": hashlib.sha256(body).hexdigest()}
+
+
+def refusal(error: Exception) -> Refused | None:
+    """The answer to what ``begin_request`` raised for a covered request, or None for an error
+    that is not a decision about the key (the middleware lets it propagate)."""
+    if isinstance(error, StepInProgress):
+        return Refused(409, "a request with this key is being processed; retry later",
+                       "in-flight")
+    if isinstance(error, RequestMismatch):
+        return Refused(422, "this key was used with another request (method, target or body "
+                       "differ)", "mismatch")
+    if isinstance(error, InvalidInput):
+        return Refused(400, f"the key is refused: {error.message}", "invalid")
+    return None
+
+
+#: The answer when an operator resolved the attempt while its handler ran (StaleAttempt).
+RESOLVED_MEANWHILE = Refused(
+    409, "an operator resolved this request while it ran; its outcome was not recorded (retry "
+    "to get the resolved outcome)", "resolved")
+
+
+def recorded_response(status: int, body: bytes = b"",
+                      headers: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
+    """A response as the middleware records it (and as an operator passes it to
+    ``hivenet.resolve_request`` to have it replayed): status, the replayed headers (names in
+    lower case, in order) and the body in base64."""
+    kept = [[name.lower(), value] for name, value in headers
+            if name.lower() in REPLAYED_HEADERS]
+    return {"status": status, "headers": kept, "body": base64.b64encode(body).decode("ascii")}
+
+
+def replayed(response: Any) -> Answer:
+    """Status, headers and body to replay from a recorded response, ``Idempotent-Replayed:
+    true`` last. Any other JSON value (an operator resolved the request with a plain
+    document) is replayed as 200 with that document as ``application/json``; JSON null as 204
+    without a body."""
+    status, headers, body = _replayable(response)
+    return status, [*headers, REPLAYED], body
+
+
+def _replayable(response: Any) -> Answer:
+    if isinstance(response, dict) and set(response) == {"status", "headers", "body"}:
+        try:
+            status, headers = int(response["status"]), response["headers"]
+            body = base64.b64decode(response["body"], validate=True)
+            pairs = [(str(name).lower().encode("latin-1"), str(value).encode("latin-1"))
+                     for name, value in headers]
+            return status, pairs, body
+        except (TypeError, ValueError, binascii.Error):
+            pass
+    if response is None:
+        return 204, [], b""
+    return (200, [(b"content-type", b"application/json")],
+            json.dumps(response, separators=(",", ":")).encode())
+
+
+def problem(status: int, detail: str, kind: str) -> Answer:
+    """An RFC 9457 problem document: ``about:blank`` with the status's phrase as title, the
+    detail, and the member ``idempotency`` naming the case (missing, invalid, in-flight,
+    mismatch, resolved) for clients that act on it."""
+    body = json.dumps({"type": "about:blank", "title": HTTPStatus(status).phrase,
+                       "status": status, "detail": detail, "idempotency": kind}).encode()
+    return status, [(b"content-type", b"application/problem+json")], body
+
+
+__all__ = ["MAX_KEY_LENGTH", "REPLAYED", "REPLAYED_HEADERS", "RESOLVED_MEANWHILE", "Answer",
+           "Refused", "client_key", "fingerprint", "parse_key", "problem", "recorded_response",
+           "refusal", "replayed", "stored_key"]
