@@ -343,7 +343,8 @@ BEGIN ATOMIC
      FROM hivenet._step_replay r
      WHERE r.system_serial = p_system_serial
        AND r.fingerprint = hivenet._fingerprint(p_request)
-       -- Plain options; the unified serial the step was begun with (so a valid one) or none.
+       -- Options that replay (nowait or not: a replay never waits); the unified serial the
+       -- step was begun with (so a valid one) or none.
        AND p_on_success = 'replay' AND p_nowait IS NOT NULL
        AND (p_lease IS NULL OR p_lease > interval '0')
        AND (p_unified_serial IS NULL OR p_unified_serial = r.unified_serial)

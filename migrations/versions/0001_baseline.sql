@@ -2987,7 +2987,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- hivenet_db/sql/requests.sql
--- Keyed requests: the one state machine of idempotency (SPEC §4, seeds 000/002/003, issue 12).
+-- Keyed requests: the one state machine of idempotency (SPEC §4, seeds 000/002/003).
 --
 -- Every idempotency key lives in a namespace: a client's request key, a message id of a queue,
 -- a pay id or notify id of the purchase flow, and the steps of steps.sql (namespace
@@ -3856,7 +3856,8 @@ BEGIN ATOMIC
      FROM hivenet._step_replay r
      WHERE r.system_serial = p_system_serial
        AND r.fingerprint = hivenet._fingerprint(p_request)
-       -- Plain options; the unified serial the step was begun with (so a valid one) or none.
+       -- Options that replay (nowait or not: a replay never waits); the unified serial the
+       -- step was begun with (so a valid one) or none.
        AND p_on_success = 'replay' AND p_nowait IS NOT NULL
        AND (p_lease IS NULL OR p_lease > interval '0')
        AND (p_unified_serial IS NULL OR p_unified_serial = r.unified_serial)
