@@ -1,13 +1,12 @@
 """Parsing serials of the built-in formats in Python, without a database.
 
-The layouts are not written here: ``hivenet_db/builtin_formats.py`` (generated, never edited
-by hand) holds the six built-in formats as the database compiles them (the rows of
-``hivenet.format``: segments with widths, charsets, regexes and to_char patterns). This
-module interprets those segments the way ``hivenet.parse_serial`` (sql/parse.sql) does, with
-the same results and the same HN001 messages. tests/test_parsing.py proves the generated file
-equals what a fresh install holds (regenerate it with
-``HIVENET_REGENERATE=1 pytest tests/test_parsing.py -k packaged``), and compares both parsers
-on random valid and invalid serials.
+The layouts are not written here: ``hivenet_db/sql/builtin_formats.json`` holds the six
+built-in formats as the database stores them (the rows of ``hivenet.format``: segments with
+widths, charsets, regexes and to_char patterns), the one copy, which the schema installs too
+(sql/formats.sql). This module interprets those segments the way ``hivenet.parse_serial``
+(sql/parse.sql) does, with the same results and the same HN001 messages. tests/test_parsing.py
+proves a fresh install holds what the file says, and compares both parsers on random valid
+and invalid serials.
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from hivenet_db.builtin_formats import BUILTIN_FORMATS_JSON
 from hivenet_db.errors import InvalidInput
+from hivenet_db.schema import builtin_formats_json
 
 # The standard's kinds, told apart by their lengths (from their definitions) when no format
 # is named.
@@ -38,7 +37,7 @@ def builtin_formats() -> dict[str, dict[str, Any]]:
     """The built-in formats by name: ``length``, ``seq_width``, ``capacity``, ``reset``,
     ``segments`` (as compiled by the database), ``description``."""
     # Decimal keeps numbers as jsonb prints them ("min": 1 stays 1, 1.0 stays 1.0).
-    return json.loads(BUILTIN_FORMATS_JSON, parse_float=Decimal)  # type: ignore[no-any-return]
+    return json.loads(builtin_formats_json(), parse_float=Decimal)  # type: ignore[no-any-return]
 
 
 def quote_literal(value: str) -> str:

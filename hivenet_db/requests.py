@@ -2,10 +2,10 @@
 at most once, and a repeat gets the original response.
 
 The same state machine as steps (``hivenet.begin_request`` / ``finish_request`` /
-``resolve_request``, and view ``hivenet._request_start`` for a new key; a step is the request
-of namespace ``hivenet.steps`` keyed by its system serial). Called on the caller's
-connection (SQLAlchemy ``Connection`` or ``Session``, or psycopg 3 ``Connection``;
-``AsyncRequestRepository`` their async counterparts), never committing::
+``resolve_request``; a step is the request of namespace ``hivenet.steps`` keyed by its system
+serial). Called on the caller's connection, one statement per call (SQLAlchemy ``Connection``
+or ``Session``, or psycopg 3 ``Connection``; ``AsyncRequestRepository`` their async
+counterparts), never committing::
 
     with RequestRepository(conn).request("orders", message_id, message) as run:
         if run.started:
@@ -24,9 +24,7 @@ from typing import Any
 from sqlalchemy import text
 
 from hivenet_db._execute import AsyncDB, SyncDB, rows, rows_async
-from hivenet_db._start import started, started_async
 from hivenet_db.steps import (
-    STARTED,
     Guarded,
     OnSuccess,
     StepStart,
@@ -39,14 +37,6 @@ from hivenet_db.steps import (
 # What begin found: the same object as for steps (outcome, attempt, response).
 RequestStart = StepStart
 
-# A new key is started by one INSERT into view hivenet._request_start, whose rule checks the
-# names and writes attempt 1 with the owner's rights, no function called (requests.sql); when
-# it writes nothing, or the database has no such view (hivenet_db._start), begin_request
-# decides and raises the exact error.
-_START = text(
-    "INSERT INTO hivenet._request_start VALUES (:namespace, :key, CAST(:request AS jsonb), "
-    ":lease) RETURNING 1"
-)
 _BEGIN = text(
     "SELECT outcome, attempt, response FROM hivenet.begin_request("
     ":namespace, :key, CAST(:request AS jsonb), :on_success, :lease, :nowait)"
@@ -105,10 +95,8 @@ class RequestRepository:
               on_success: OnSuccess = "replay", lease: timedelta | None = None,
               nowait: bool = False) -> StepStart:
         """Receive the request keyed ``key`` in ``namespace``."""
-        params = _begin_params(namespace, key, request, on_success, lease, nowait)
-        if started(self.db, "hivenet._request_start", _START, params):
-            return STARTED
-        return start_of(rows(self.db, _BEGIN, params))
+        return start_of(rows(self.db, _BEGIN, _begin_params(
+            namespace, key, request, on_success, lease, nowait)))
 
     def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
                response: Any = None) -> None:
@@ -158,10 +146,8 @@ class AsyncRequestRepository:
     async def begin(self, namespace: str, key: str, request: Any = None, *,
                     on_success: OnSuccess = "replay", lease: timedelta | None = None,
                     nowait: bool = False) -> StepStart:
-        params = _begin_params(namespace, key, request, on_success, lease, nowait)
-        if await started_async(self.db, "hivenet._request_start", _START, params):
-            return STARTED
-        return start_of(await rows_async(self.db, _BEGIN, params))
+        return start_of(await rows_async(self.db, _BEGIN, _begin_params(
+            namespace, key, request, on_success, lease, nowait)))
 
     async def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
                      response: Any = None) -> None:

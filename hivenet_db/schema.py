@@ -2,9 +2,13 @@
 ``PARTS``.
 
 ``hivenet_db/sql/*.sql`` is the current schema, for reading and for fresh installs
-(``hivenet-db sql`` prints it). Each alembic revision runs its own frozen ``.sql`` file beside it
-(migrations/versions/); until the first release the one baseline's file is this schema, and
+(``hivenet-db sql`` prints it). Each alembic revision runs its own frozen ``.sql`` file beside
+it (migrations/versions/); until the first release the one baseline's file is this schema, and
 tests/test_migrations.py keeps them equal.
+
+``builtin_formats.json`` beside them is the built-in formats' one copy: formats.sql reads it
+as psql variable ``builtin_formats``, which ``part_sql`` writes in as a literal (so the script
+stands alone), and the Python parser reads it too (parsing.py).
 """
 
 from __future__ import annotations
@@ -34,9 +38,24 @@ PARTS: tuple[str, ...] = (
     "privileges",
 )
 
+# Where formats.sql reads the built-in formats, as psql writes in a variable: a quoted literal.
+_BUILTIN_FORMATS = ":'builtin_formats'"
+
+
+def _packaged(name: str) -> str:
+    return files("hivenet_db.sql").joinpath(name).read_text(encoding="utf-8")
+
+
+def builtin_formats_json() -> str:
+    """The built-in formats as hivenet.format stores them (JSON text, name → row)."""
+    return _packaged("builtin_formats.json")
+
 
 def part_sql(name: str) -> str:
-    return files("hivenet_db.sql").joinpath(f"{name}.sql").read_text(encoding="utf-8")
+    sql = _packaged(f"{name}.sql")
+    if _BUILTIN_FORMATS not in sql:
+        return sql
+    return sql.replace(_BUILTIN_FORMATS, "'" + builtin_formats_json().replace("'", "''") + "'")
 
 
 def full_schema_sql() -> str:

@@ -1,9 +1,9 @@
 """System-serial step state machine: guard a processing step so it runs at most once.
 
-The rules live in SQL (``hivenet.begin_step`` / ``finish_step`` / ``resolve_step``, and view
-``hivenet._step_start`` for a new step); this module calls them on the caller's connection
-(SQLAlchemy ``Connection`` or ``Session``, or psycopg 3 ``Connection``;
-``AsyncStepRepository`` their async counterparts) and never commits. The common case::
+The rules live in SQL (``hivenet.begin_step`` / ``finish_step`` / ``resolve_step``); this
+module calls them on the caller's connection, one statement per call (SQLAlchemy
+``Connection`` or ``Session``, or psycopg 3 ``Connection``; ``AsyncStepRepository`` their
+async counterparts) and never commits. The common case::
 
     with StepRepository(conn).step(system_serial, request) as step:
         if step.started:
@@ -23,20 +23,11 @@ from typing import Any, Literal, TypeVar
 from sqlalchemy import text
 
 from hivenet_db._execute import AsyncDB, Rows, SyncDB, json_text, rows, rows_async
-from hivenet_db._start import started, started_async
 from hivenet_db.propagation import current_unified_serial
 
 Outcome = Literal["started", "replayed"]
 OnSuccess = Literal["replay", "reject"]
 
-# A new step is started by one INSERT into view hivenet._step_start, whose rule checks the
-# input and writes attempt 1 with the owner's rights, no function called (steps.sql); when it
-# writes nothing (the step has an attempt, or input it does not vouch for), or the database
-# has no such view (hivenet_db._start), begin_step decides and raises the exact error.
-_START = text(
-    "INSERT INTO hivenet._step_start VALUES (:serial, CAST(:request AS jsonb), :unified, :lease)"
-    " RETURNING 1"
-)
 _BEGIN = text(
     "SELECT outcome, attempt, response FROM hivenet.begin_step("
     ":serial, CAST(:request AS jsonb), :on_success, :unified, :lease, :nowait)"
@@ -124,10 +115,6 @@ def start_of(result: Rows) -> StepStart:
     return StepStart(outcome, attempt, response)
 
 
-# What begin found when the start view wrote the first attempt (hivenet_db._start).
-STARTED = StepStart("started", 1)
-
-
 def error_report(error: BaseException) -> dict[str, str]:
     """What a failed step records as its error: the exception's type and message."""
     return {"type": type(error).__name__, "message": str(error)}
@@ -194,10 +181,8 @@ class StepRepository:
               on_success: OnSuccess = "replay", unified_serial: str | None = None,
               lease: timedelta | None = None, nowait: bool = False) -> StepStart:
         """Receive the step; the unified serial defaults to ``current_unified_serial()``."""
-        params = _begin_params(system_serial, request, on_success, unified_serial, lease, nowait)
-        if started(self.db, "hivenet._step_start", _START, params):
-            return STARTED
-        return start_of(rows(self.db, _BEGIN, params))
+        return start_of(rows(self.db, _BEGIN, _begin_params(
+            system_serial, request, on_success, unified_serial, lease, nowait)))
 
     def finish(self, system_serial: str, attempt: int, succeeded: bool,
                response: Any = None) -> None:
@@ -245,10 +230,8 @@ class AsyncStepRepository:
     async def begin(self, system_serial: str, request: Any = None, *,
                     on_success: OnSuccess = "replay", unified_serial: str | None = None,
                     lease: timedelta | None = None, nowait: bool = False) -> StepStart:
-        params = _begin_params(system_serial, request, on_success, unified_serial, lease, nowait)
-        if await started_async(self.db, "hivenet._step_start", _START, params):
-            return STARTED
-        return start_of(await rows_async(self.db, _BEGIN, params))
+        return start_of(await rows_async(self.db, _BEGIN, _begin_params(
+            system_serial, request, on_success, unified_serial, lease, nowait)))
 
     async def finish(self, system_serial: str, attempt: int, succeeded: bool,
                      response: Any = None) -> None:
@@ -281,5 +264,5 @@ class AsyncStepRepository:
         return run.response
 
 
-__all__ = ["STARTED", "AsyncStepRepository", "Guarded", "StepRepository", "StepRun", "StepStart",
+__all__ = ["AsyncStepRepository", "Guarded", "StepRepository", "StepRun", "StepStart",
            "as_json", "error_report", "guarded", "guarded_async", "start_of"]

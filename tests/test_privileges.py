@@ -162,8 +162,10 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     # Inlined into next_unified_serial / next_system_serial (allocate.sql).
     "_fast_unified": (APP,), "_fast_system": (APP,), "_format_constant": (APP,),
     "_setting_constant": (APP,), "_scope_sequence_name": (APP,),
-    # Inlined into begin_step (steps.sql).
-    "_begin_step": (APP,), "_step_in_window": (APP,), "_fingerprint": (APP,),
+    # Inlined into begin_step and begin_request (steps.sql, requests.sql).
+    "_begin_step": (APP,), "_begin_request": (APP,), "_step_in_window": (APP,),
+    "_fingerprint": (APP,), "_plain_options": (APP,), "_start_step": (APP,),
+    "_start_request": (APP,),
     # In the rules of views _step_start and _request_start, run as their inserter.
     "_serial_valid": (APP,), "_step_start_valid": (APP,), "_request_start_valid": (APP,),
     # Inlined into those rules and _step_in_window: the callers' clock, the bound on

@@ -2,7 +2,8 @@
 ``next_interface``): the driver's SQL on the caller's connection (straight to psycopg when
 nothing listens to SQLAlchemy's statements), psycopg preparing it when the connection lets
 it, a Session's own connection and transaction, the ORM's execution path skipped; and what
-does not change: SQLAlchemy's events, errors as SQLAlchemy raises them, async."""
+does not change: SQLAlchemy's events, errors as SQLAlchemy raises them, async. Every call of
+the step and request repositories is one statement, a call of the public SQL API."""
 
 from __future__ import annotations
 
@@ -15,9 +16,20 @@ from sqlalchemy import Connection, create_engine, event, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from hivenet_db import AsyncSerialRepository, InvalidInput, SerialRepository
+from hivenet_db import (
+    AsyncRequestRepository,
+    AsyncSerialRepository,
+    AsyncStepRepository,
+    InvalidInput,
+    RequestRepository,
+    SerialRepository,
+    StaleAttempt,
+    StepAlreadySucceeded,
+    StepInProgress,
+    StepRepository,
+)
 from hivenet_db.urls import sqlalchemy_url
-from tests.helpers import async_connection
+from tests.helpers import async_connection, scalar
 
 CALLS = 8  # more than psycopg's prepare_threshold (5)
 
@@ -170,3 +182,88 @@ def test_driver_errors_are_raised_as_sqlalchemy_raises_them(hivenet_url: str) ->
             assert lost.value.connection_invalidated and conn.invalidated
     finally:
         engine.dispose()
+
+
+def test_every_step_and_request_call_is_one_statement_of_the_public_api(
+        hivenet_url: str, db: psycopg.Connection) -> None:
+    """Counted by SQLAlchemy's before_cursor_execute, for every call of StepRepository and
+    RequestRepository and every outcome of begin (new, retried after a failure, replayed,
+    refused, nowait): one statement, a call of a public function, no probe and no second
+    try."""
+    serial, other = (scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
+                     for _ in range(2))
+    engine = create_engine(sqlalchemy_url(hivenet_url))
+    sent: list[str] = []
+    event.listen(engine, "before_cursor_execute",
+                 lambda conn, cursor, statement, *rest: sent.append(statement))
+    public = ("hivenet.begin_step(", "hivenet.finish_step(", "hivenet.resolve_step(",
+              "hivenet.begin_request(", "hivenet.finish_request(", "hivenet.resolve_request(",
+              "hivenet.set_request_retention(")
+
+    def one(call: Any, *, raises: type[Exception] | None = None) -> Any:
+        sent.clear()
+        if raises is None:
+            result = call()
+        else:
+            with pytest.raises(raises):
+                call()
+            conn.rollback()
+            result = None
+        assert len(sent) == 1 and sent[0].startswith("SELECT") and sum(
+            name in sent[0] for name in public) == 1, sent
+        return result
+
+    try:
+        with engine.connect() as conn:
+            steps, requests = StepRepository(conn), RequestRepository(conn)
+            assert one(lambda: steps.begin(serial, {"n": 1})).attempt == 1
+            one(lambda: steps.finish(serial, 1, False, {"error": "timeout"}))
+            assert one(lambda: steps.begin(serial, {"n": 1})).attempt == 2
+            one(lambda: steps.finish(serial, 2, True, {"ok": 1}))
+            assert one(lambda: steps.begin(serial, {"n": 1})).replayed
+            conn.commit()
+            one(lambda: steps.begin(serial, {"n": 1}, on_success="reject"),
+                raises=StepAlreadySucceeded)
+            assert one(lambda: steps.begin(other, nowait=True)).started
+            conn.commit()
+            one(lambda: steps.begin(other, nowait=True), raises=StepInProgress)
+            one(lambda: steps.resolve(other, 1, True, "checked by phone"))
+            assert one(lambda: requests.begin("orders", "k1")).started
+            one(lambda: requests.finish("orders", "k1", 1, False))
+            assert one(lambda: requests.begin("orders", "k1")).attempt == 2
+            one(lambda: requests.finish("orders", "k1", 2, True, {"order": 1}))
+            assert one(lambda: requests.begin("orders", "k1")).replayed
+            conn.commit()
+            one(lambda: requests.resolve("orders", "k1", 2, True, "again"), raises=StaleAttempt)
+            one(lambda: requests.set_retention("orders", None))
+            conn.commit()
+    finally:
+        engine.dispose()
+
+
+def test_async_step_and_request_calls_are_one_statement_each(hivenet_url: str,
+                                                             db: psycopg.Connection) -> None:
+    pytest.importorskip("greenlet", reason="async SQLAlchemy needs the extra hivenet-db[async]")
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    serial = scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
+    engine = create_async_engine(sqlalchemy_url(hivenet_url))
+    sent: list[str] = []
+    event.listen(engine.sync_engine, "before_cursor_execute",
+                 lambda conn, cursor, statement, *rest: sent.append(statement))
+
+    async def main() -> list[int]:
+        async with engine.connect() as conn:
+            steps, requests = AsyncStepRepository(conn), AsyncRequestRepository(conn)
+            counts = []
+            for call in (lambda: steps.begin(serial), lambda: steps.finish(serial, 1, True),
+                         lambda: steps.begin(serial), lambda: requests.begin("orders", "k1"),
+                         lambda: requests.finish("orders", "k1", 1, True)):
+                sent.clear()
+                await call()
+                counts.append(len(sent))
+            await conn.commit()
+        await engine.dispose()
+        return counts
+
+    assert asyncio.run(main()) == [1] * 5

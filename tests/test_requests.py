@@ -398,26 +398,27 @@ def test_repository_begin_finish_resolve_and_errors(any_conn: SyncDB,
     any_conn.rollback()
 
 
-def test_the_repository_starts_a_new_key_without_a_function_call(
-        db: psycopg.Connection) -> None:
-    """As a new step's: RequestRepository.begin starts a new key by one INSERT into view
-    _request_start, no function run; nowait, or a key that has an attempt (here a failed
-    one), goes on to begin_request."""
+def test_a_new_key_starts_without_a_security_definer_call(db: psycopg.Connection) -> None:
+    """As a new step's: begin_request starts a new key by one INSERT into view _request_start
+    (_start_request, run as the caller); nowait, or a key that has an attempt (here a failed
+    one), goes on to _begin_request, with no check again for input the view vouched for."""
     requests, request_key = RequestRepository(db), key()
-    assert functions_run(db, lambda: requests.begin("orders", request_key, {"n": 1})) == {}
+    assert functions_run(db, lambda: requests.begin("orders", request_key, {"n": 1})) == {
+        "_start_request": 1}
     requests.finish("orders", request_key, 1, False)
     retry: list[RequestStart] = []
     assert functions_run(db, lambda: retry.append(
         requests.begin("orders", request_key, {"n": 1}))) == {
-        "begin_request": 1, "_begin_attempt": 1}  # no check again (revision 0025)
+        "_start_request": 1, "_begin_request": 1, "_begin_attempt": 1}
     assert retry == [RequestStart("started", 2)]
-    assert functions_run(db, lambda: requests.begin("orders", key(), nowait=True))[
-        "begin_request"] == 1
+    assert functions_run(db, lambda: requests.begin("orders", key(), nowait=True)) == {
+        "_start_request": 1, "_begin_request": 1, "_begin_attempt_nowait": 1,
+        "_begin_attempt": 1}
 
 
 def test_a_key_that_has_an_attempt_still_gets_every_check(db: psycopg.Connection) -> None:
-    """After the start view wrote nothing, begin_request skips the checks only for input the
-    view vouches for (revision 0025): a failed key's retry with a lease that is not positive
+    """After the start view wrote nothing, _begin_request skips the checks only for input the
+    view vouches for: a failed key's retry with a lease that is not positive
     or an unknown on_success still raises HN001, writing nothing."""
     request_key = key()
     db.execute("SELECT * FROM hivenet.begin_request('orders', %s)", (request_key,))

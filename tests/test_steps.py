@@ -195,11 +195,12 @@ def succeeded(db: psycopg.Connection, unified: str | None = None) -> str:
 
 
 def test_a_replay_is_inlined_and_runs_no_plpgsql(db: psycopg.Connection) -> None:
-    """The guard of issue 13's replay goal (not timed): begin_step is inlined into the caller's
+    """The guard of the replay's speed (not timed): begin_step is inlined into the caller's
     prepared statement, the replay is the first branch (a primary-key read of _step_replay) and
-    runs no PL/pgSQL function; a new step runs _begin_step alone (no _begin_attempt), its
-    finish finish_step alone. Fails when begin_step is PL/pgSQL, SECURITY DEFINER or has SET,
-    when its body stops being inlinable, or when a layer comes back."""
+    runs no PL/pgSQL function; a new step runs _start_step alone (no SECURITY DEFINER call, no
+    _begin_attempt), its finish finish_request alone. Fails when begin_step is PL/pgSQL,
+    SECURITY DEFINER or has SET, when its body stops being inlinable, or when a layer comes
+    back."""
     unified = new_serial(db, "unified")
     serial = succeeded(db, unified)
     db.execute("PREPARE replay(text, jsonb, text) AS "
@@ -214,13 +215,14 @@ def test_a_replay_is_inlined_and_runs_no_plpgsql(db: psycopg.Connection) -> None
     assert plan[0].startswith("Limit") and "Append" in plan[2], text
     scans = [line.strip() for line in plan if "Scan" in line]
     assert scans[0].startswith("->  Index Scan using request_attempt_pkey"), text
+    assert "One-Time Filter: hivenet._start_step(" in text, text  # the new step's branch
     assert scans[1].startswith("->  Function Scan on hivenet._begin_step"), text
     execute = (sql.SQL("EXECUTE replay") + args).as_string(db)
     assert _plpgsql_calls(db, execute) == {}
     assert db.execute(execute).fetchone() == ("replayed", 1, {"paid": 1})
     fresh = new_serial(db)
     assert _plpgsql_calls(db, f"SELECT * FROM hivenet.begin_step('{fresh}', NULL)",
-                          times=1) == {"_begin_step": 1}
+                          times=1) == {"_start_step": 1}
     # One PL/pgSQL layer: finish_step is inlined into its call of finish_request.
     assert _plpgsql_calls(db, f"SELECT hivenet.finish_step('{fresh}', 1, true)",
                           times=1) == {"finish_request": 1}
@@ -836,28 +838,29 @@ def test_repository_begin_finish_and_errors(any_conn: SyncDB, db: psycopg.Connec
         conn.rollback()
 
 
-def test_the_repository_starts_a_new_step_without_a_function_call(
-        db: psycopg.Connection) -> None:
-    """The guard of issue 13's steps goal (not timed): StepRepository.begin starts a new step
-    by one INSERT into view _step_start, whose rule runs no function (its checks are inlined);
-    nowait, or a step that has an attempt (here a failed one), goes on to begin_step. A retry
-    whose input the view vouched for goes straight to the state machine: no serial is parsed
-    again (revision 0025)."""
+def test_a_new_step_starts_without_a_security_definer_call(db: psycopg.Connection) -> None:
+    """begin_step's second branch: a new step with plain options is one INSERT into view
+    _step_start by _start_step, run as the caller (the rule's checks are inlined); nowait, or
+    a step that has an attempt (here a failed one), goes on to _begin_step. A retry whose input
+    the view vouched for goes straight to the state machine: no serial is parsed again, and
+    the view is tried once."""
     steps, serial = StepRepository(db), new_serial(db)
-    assert functions_run(db, lambda: steps.begin(serial, REQUEST)) == {}
+    assert functions_run(db, lambda: steps.begin(serial, REQUEST)) == {"_start_step": 1}
     steps.finish(serial, 1, False)
     retry: list[StepStart] = []
     assert functions_run(db, lambda: retry.append(steps.begin(serial, REQUEST))) == {
-        "_begin_step": 1, "_begin_attempt": 1}
+        "_start_step": 1, "_begin_step": 1, "_begin_attempt": 1}
     assert retry == [StepStart("started", 2)]
-    assert functions_run(db, lambda: steps.begin(new_serial(db), REQUEST, nowait=True))[
-        "_begin_step"] == 1
+    fresh = new_serial(db)
+    assert functions_run(db, lambda: steps.begin(fresh, REQUEST, nowait=True)) == {
+        "_start_step": 1, "_begin_step": 1, "parse_serial": 1,  # every check: not plain
+        "_begin_attempt_nowait": 1, "_begin_attempt": 1}
 
 
 def test_a_step_that_has_an_attempt_still_gets_every_check(
         db: psycopg.Connection, fake_clock: Callable[..., None]) -> None:
     """After the start view wrote nothing, _begin_step skips the full checks only for input
-    the view vouches for (revision 0025): a retry of a failed step with a bad unified serial,
+    the view vouches for: a retry of a failed step with a bad unified serial,
     lease or option, or one that left the window, still raises exactly, writing nothing."""
     fake_clock(db, "2026-10-01 12:00:00+00")
     serial = new_serial(db)

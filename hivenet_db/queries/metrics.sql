@@ -53,7 +53,7 @@ FROM (SELECT to_date(right(c.relname, 8), 'YYYYMMDD') AS day
         AND c.relname ~ '^interface_call_[0-9]{8}$') AS p;  -- not interface_call_default
 
 -- name: maintain_run
--- When hivenet.maintain() last finished (unix time, wall clock); 0 before its first run (or
--- the first since the upgrade to revision 0008), so "not run for a day" fires then too.
+-- When hivenet.maintain() last finished (unix time, wall clock); 0 before its first run, so
+-- "not run for a day" fires then too.
 SELECT coalesce((SELECT extract(epoch FROM ran_at) FROM hivenet.maintain_run), 0)
        AS last_run_seconds;

@@ -367,48 +367,28 @@ BEGIN
     END IF;
 END $$;
 
--- The built-in formats of the HiveNet Sequence Standards (seed 000) and seeds 001 and 004.
-DO $$
-DECLARE
-    -- Seed 000: the seq is the order of the day's business of the channel (system, module,
-    -- instance); an interface serial's target system is printed, not part of its counter.
-    v_scope constant jsonb := '[{"field": "system", "width": 5, "charset": "alnum"},
-                                {"field": "module", "width": 3, "charset": "alnum"},
-                                {"field": "instance", "width": 2, "charset": "digit", "min": 1}]';
-    v_merchant constant jsonb := '[{"field": "merchant", "width": 12, "charset": "digit"}]';
-    v_row hivenet.format;
-    v_def record;
-BEGIN
-    FOR v_def IN SELECT * FROM (VALUES
-        ('unified', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 10, "reset": "day"}]',
-         'unified serial (统一流水号): one business transaction across all systems'),
-        ('system', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 12, "reset": "day"}]',
-         'system serial (系统流水号): one processing step; retries reuse it'),
-        ('interface', v_scope || '[{"field": "target", "width": 5, "charset": "alnum",
-                                    "counter": false},
-                                   {"time": "YYYYMMDDHHMISS"}, {"seq": 10, "reset": "day"}]',
-         'interface serial (接口流水号): one interface call'),
-        -- Seed 001: merchant + date + shard + seq, counted per printed merchant and shard, so
-        -- no two calls print the same serial (its first requirement, global uniqueness; its
-        -- hint to key a Redis counter by reconciliation type would break it).
-        ('id_service', '[{"field": "merchant", "width": 12, "charset": "digit"},
-                         {"time": "YYYYMMDD"},
-                         {"field": "shard", "width": 2, "charset": "digit"},
-                         {"seq": 6, "reset": "day"}]',
-         'unified ID service (seed 001): merchant + date + shard + daily sequence per merchant '
-         'and shard'),
-        ('merchant_trade', v_merchant || '[{"time": "YYYYMMDDHHMISS"}, {"seq": 6, "reset": "day"}]',
-         'merchant trade number: merchant + date-time + daily sequence'),
-        ('per_second', '[{"time": "yyMMddHHmmss"}, {"seq": 5, "reset": "second"}]',
-         'time-based serial: yyMMddHHmmss + per-second sequence')
-    ) AS d(name, segments, description)
-    LOOP
-        v_row := hivenet._compile_format(v_def.name, v_def.segments::jsonb, false,
-                                         v_def.description);
-        v_row.builtin := true;
-        INSERT INTO hivenet.format VALUES (v_row.*);
-    END LOOP;
-END $$;
+-- The built-in formats of the HiveNet Sequence Standards (seed 000) and seeds 001 and 004, as
+-- hivenet.format stores them: hivenet_db/sql/builtin_formats.json, their one copy, which the
+-- Python parser reads too (hivenet_db/parsing.py). hivenet_db/schema.py writes the file in
+-- here as a literal in place of the psql variable builtin_formats, as psql -v would. Each is
+-- compiled again from its definition, its segments without the keys _compile_format adds (a
+-- field's regex; a time's to_char, width and resolution), so the file must say what the
+-- compiler says (tests/test_parsing.py compares it with this table).
+--   The standard's three kinds count per channel (system, module, instance): the seq is the
+--   order of the day's business of the channel (seed 000), and an interface serial's target
+--   system is printed, not part of its counter. id_service counts per printed merchant and
+--   shard, so no two calls print the same serial (seed 001's first requirement, global
+--   uniqueness; its hint to key a Redis counter by reconciliation type would break it).
+INSERT INTO hivenet.format
+SELECT f.*
+FROM jsonb_each(:'builtin_formats'::jsonb) AS b (name, format),
+     LATERAL (SELECT jsonb_agg(CASE WHEN s ? 'time' THEN s - 'to_char' - 'width' - 'resolution'
+                                    ELSE s - 'regex' END ORDER BY i)
+              FROM jsonb_array_elements(b.format -> 'segments') WITH ORDINALITY AS e (s, i))
+         AS d (segments),
+     LATERAL jsonb_populate_record(
+         hivenet._compile_format(b.name, d.segments, false, b.format ->> 'description'),
+         '{"builtin": true}') AS f;
 
 -- What is wrong with p_value as a value of field segment p_seg, or NULL when it is valid.
 CREATE FUNCTION hivenet._field_problem(p_seg jsonb, p_value text) RETURNS text

@@ -88,30 +88,37 @@ BEGIN
                 PERFORM hivenet._grant_counter(v_counter);
             END IF;
         END LOOP;
-        -- The replay fast path of begin_step (steps.sql), inlined into the caller's statement:
-        -- _step_in_window, and for everything but a plain replay _begin_step (SECURITY
-        -- DEFINER, every check of begin_step: calling it directly can do nothing begin_step
-        -- cannot), and view _step_replay, SELECT only: of every succeeded step its serial,
-        -- attempt, request fingerprint, unified serial and stored response, what begin_step
-        -- replays to whoever presents the same request. The application's own replays: no
-        -- other role reads them.
+        -- begin_step and begin_request (steps.sql, requests.sql), inlined into the caller's
+        -- statement. The replay of a succeeded step: _step_in_window and view _step_replay,
+        -- SELECT only: of every succeeded step its serial, attempt, request fingerprint,
+        -- unified serial and stored response, what begin_step replays to whoever presents the
+        -- same request. The application's own replays: no other role reads them.
         GRANT EXECUTE ON FUNCTION
-            hivenet._begin_step(text, jsonb, text, text, interval, boolean),
             hivenet._step_in_window(text),
             hivenet._fingerprint(jsonb)
         TO hivenet_app;
         GRANT SELECT ON hivenet._step_replay TO hivenet_app;
-        -- A new step's or key's first attempt (the Python layer's begin): one INSERT into view
-        -- _step_start / _request_start, whose rule writes with the owner's rights: the role may
-        -- insert, not read. The rules' checks run as the inserter: _step_start_valid and the
-        -- generated layout check _serial_valid with _serial_time (compile.sql), and
-        -- _request_start_valid.
+        -- A new step's or key's first attempt: _start_step / _start_request (run as the
+        -- caller) insert into view _step_start / _request_start, whose rule writes with the
+        -- owner's rights: the role may insert, not read. The rules' checks run as the
+        -- inserter: _step_start_valid and the generated layout check _serial_valid with
+        -- _serial_time (compile.sql), and _request_start_valid.
         GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
         GRANT EXECUTE ON FUNCTION
+            hivenet._plain_options(text, boolean),
+            hivenet._start_step(text, jsonb, text, text, interval, boolean),
+            hivenet._start_request(text, text, jsonb, text, interval, boolean),
             hivenet._serial_valid(text, text),
             hivenet._serial_time(text, text),
             hivenet._step_start_valid(text, text, interval),
             hivenet._request_start_valid(text, text, interval)
+        TO hivenet_app;
+        -- Everything else: _begin_step / _begin_request (SECURITY DEFINER, every check of
+        -- begin_step / begin_request: calling them directly can do nothing the public
+        -- functions cannot).
+        GRANT EXECUTE ON FUNCTION
+            hivenet._begin_step(text, jsonb, text, text, interval, boolean),
+            hivenet._begin_request(text, text, jsonb, text, interval, boolean)
         TO hivenet_app;
         -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
         -- callers' clock, the bound on intervals, the rule for names and keys.

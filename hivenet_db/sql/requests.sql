@@ -111,6 +111,18 @@ BEGIN
     END IF;
 END $$;
 
+-- Whether a begin's options are plain: on_success 'replay' or 'reject' without nowait. Such a
+-- begin starts a new key alike (the policy matters only once a key has succeeded) and may wait
+-- for a concurrent start, as an INSERT does: a new step or key with plain options is started
+-- by one INSERT into view _step_start / _request_start (_start_step, _start_request), and
+-- input those views vouch for needs no check again (_begin_step, _begin_request). The one
+-- definition, for both. Inlined.
+CREATE FUNCTION hivenet._plain_options(p_on_success text, p_nowait boolean) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
+END;
+
 -- The request's fingerprint, kept with every attempt and compared on every later begin: sha256
 -- of the jsonb text (jsonb normalises key order and whitespace); no request counts as JSON
 -- null. The one definition, for begin_request, begin_step and their full paths. Inlined (a
@@ -214,14 +226,13 @@ BEGIN ATOMIC
 END;
 
 -- The first attempt of a new keyed request, written by one INSERT into this view (its rule
--- runs with the owner's rights): the Python layer's begin (requests.py) and begin_request's
--- common case, as view _step_start for steps (steps.sql, where the why is). The rule checks
--- the names and the lease (_request_start_valid, above; the checks' exact errors stay in
--- begin_request) and inserts attempt 1; it writes nothing for a key that has an attempt or
--- for input it does not vouch for (a namespace of the library's own among them), and then
--- begin_request decides.
--- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_request would
--- write. The VALUES list evaluates each inserted expression once (see _step_start).
+-- runs with the owner's rights), begin_request's common case (_start_request), as view
+-- _step_start for steps (steps.sql, where the why is). The rule checks the names and the lease
+-- (_request_start_valid, above; the checks' exact errors stay in _begin_request) and inserts
+-- attempt 1; it writes nothing for a key that has an attempt or for input it does not vouch
+-- for (a namespace of the library's own among them), and then _begin_request decides.
+-- Insert-only, for hivenet_app (privileges.sql): the row it writes is the one begin_request
+-- would write. The VALUES list evaluates each inserted expression once (see _step_start).
 CREATE VIEW hivenet._request_start AS
 SELECT NULL::text AS namespace, NULL::text AS key, NULL::jsonb AS request,
        NULL::interval AS lease
@@ -235,6 +246,46 @@ FROM (VALUES (NEW.namespace, NEW.key, NEW.request, NEW.lease)) AS n (namespace, 
 WHERE hivenet._request_start_valid(n.namespace, n.key, n.lease)
 ON CONFLICT DO NOTHING
 RETURNING namespace, key, NULL::jsonb, lease;
+
+-- Whether a new key with plain options was started: attempt 1 written through view
+-- _request_start. begin_request's first branch, run as the caller, as _start_step (steps.sql,
+-- where the why is).
+CREATE FUNCTION hivenet._start_request(p_namespace text, p_key text, p_request jsonb,
+    p_on_success text, p_lease interval, p_nowait boolean) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF NOT hivenet._plain_options(p_on_success, p_nowait) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO hivenet._request_start VALUES (p_namespace, p_key, p_request, p_lease);
+    RETURN FOUND;
+END $$;
+
+-- begin_request's full path, in the owner's rights, after _start_request wrote nothing. Input
+-- the view vouches for, with plain options, met a key that has an attempt: the state machine
+-- decides. Anything else (bad input, nowait) gets every check with its exact error first.
+-- Not set-returning (OUT parameters): no tuplestore of its own.
+CREATE FUNCTION hivenet._begin_request(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
+    p_nowait boolean, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
+            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)) THEN
+        PERFORM hivenet._check_name('namespace', p_namespace);
+        PERFORM hivenet._check_name('key', p_key);
+        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+    END IF;
+    IF p_nowait THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
+                                           p_lease) b;
+    ELSE
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
+                                    p_lease) b;
+    END IF;
+END $$;
 
 -- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',
 --                       lease default null, nowait default false)
@@ -261,46 +312,27 @@ RETURNING namespace, key, NULL::jsonb, lease;
 --   Blocks while another transaction has started the same attempt and not yet committed or
 --   rolled back (then looks again); with nowait it raises HN030 at once instead. In
 --   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).
+--   One statement, inlined into the caller's (a set-returning LANGUAGE sql function, as
+--   begin_step): a new key with plain options is started by _start_request, with no SECURITY
+--   DEFINER call; anything else (a key that has an attempt, bad input, nowait) goes to
+--   _begin_request, run only when the first branch wrote nothing (a UNION ALL under LIMIT 1,
+--   as begin_step's).
 CREATE FUNCTION hivenet.begin_request(
     p_namespace text, p_key text, p_request jsonb DEFAULT NULL,
     p_on_success text DEFAULT 'replay', p_lease interval DEFAULT NULL,
     p_nowait boolean DEFAULT false)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    -- The options view _request_start serves (they start a new key alike).
-    v_plain boolean := coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
-BEGIN
-    -- A new key with plain options: attempt 1 through view _request_start.
-    IF v_plain THEN
-        INSERT INTO hivenet._request_start VALUES (p_namespace, p_key, p_request, p_lease);
-        IF FOUND THEN
-            outcome := 'started';
-            attempt := 1;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-    END IF;
-    -- Nothing written. Input the view vouches for met a key that has an attempt: the state
-    -- machine decides. Anything else (bad input, nowait) gets every check with its exact
-    -- error first.
-    IF NOT (v_plain AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease),
-                                 false)) THEN
-        PERFORM hivenet._check_name('namespace', p_namespace);
-        PERFORM hivenet._check_name('key', p_key);
-        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-    END IF;
-    IF p_nowait THEN
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
-                                           p_lease) b;
-    ELSE
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
-                                    p_lease) b;
-    END IF;
-    RETURN NEXT;
-END $$;
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    (SELECT 'started'::text, 1, NULL::jsonb
+     WHERE hivenet._start_request(p_namespace, p_key, p_request, p_on_success, p_lease,
+                                  p_nowait)
+     UNION ALL
+     SELECT b.outcome, b.attempt, b.response
+     FROM hivenet._begin_request(p_namespace, p_key, p_request, p_on_success, p_lease,
+                                 p_nowait) b)
+    LIMIT 1;
+END;
 
 -- Why attempt p_attempt of a key cannot be finished: HN033 naming what is there.
 CREATE FUNCTION hivenet._raise_stale_attempt(p_namespace text, p_key text, p_attempt integer)

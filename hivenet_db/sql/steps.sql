@@ -108,17 +108,17 @@ BEGIN ATOMIC
 END;
 
 -- The first attempt of a new step, written by one INSERT into this view (its rule runs with the
--- owner's rights): the Python layer's begin (steps.py) and _begin_step's common case. The rule
--- checks what a new step with plain options needs and inserts attempt 1; it writes nothing
--- for a step that has an attempt, or for input it does not vouch for, and then begin_step
--- decides and names the problem. No function call (docs/design/sql-internals.md).
--- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_step would
+-- owner's rights): begin_step's common case (_start_step, below). The rule checks what a new
+-- step with plain options needs and inserts attempt 1; it writes nothing for a step that has
+-- an attempt, or for input it does not vouch for, and then _begin_step decides and names the
+-- problem. No SECURITY DEFINER call (docs/design/sql-internals.md).
+-- Insert-only, for hivenet_app (privileges.sql): the row it writes is the one begin_step would
 -- write, and reading the view shows nothing.
 --   The checks (_step_start_valid, above) are generated from the definitions of formats
 --   'system' and 'unified' and from the settings (compile.sql, _serial_valid; _step_in_window):
 --   inlined, no query. A serial dated on the window's first two days or after today, or
---   instances to check, take the full path. Options are not columns: the callers take this path only for on_success
---   'replay' or 'reject' without nowait, which start a new step alike.
+--   instances to check, take the full path. Options are not columns: only plain options
+--   (_plain_options, requests.sql) take this path, as they start a new step alike.
 --   The VALUES list evaluates each inserted expression once. A rule puts the expression in
 --   place of every NEW, so a volatile one (a fresh serial) would be checked as one value and
 --   stored as another; for parameters and constants the planner folds the list away.
@@ -137,35 +137,41 @@ WHERE hivenet._step_start_valid(n.system_serial, n.unified_serial, n.lease)
 ON CONFLICT DO NOTHING
 RETURNING key, NULL::jsonb, unified_serial, lease;
 
--- begin_step's full path, in the step owner's rights. A new step with plain options is
--- started through view _step_start. A step that has an attempt, its input vouched for by the
--- same test (_step_start_valid), goes to the state machine (requests.sql); everything else
--- (bad input, nowait, instances to check, a serial near the window's edges) gets every check
--- with its exact error first (parse_serial names the problem). Not set-returning (OUT
--- parameters): no tuplestore of its own.
+-- Whether a new step with plain options was started: attempt 1 written through view
+-- _step_start. begin_step's second branch, run as the caller: the view's rule writes with the
+-- owner's rights and its checks are bound when it was created, so no SECURITY DEFINER and no
+-- SET clause is needed, and none is paid (a SET costs a tenth of a begin; requests.sql).
+-- PL/pgSQL, so its INSERT is planned once per session, not per call.
+CREATE FUNCTION hivenet._start_step(p_system_serial text, p_request jsonb, p_on_success text,
+    p_unified_serial text, p_lease interval, p_nowait boolean) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF NOT hivenet._plain_options(p_on_success, p_nowait) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO hivenet._step_start
+    VALUES (p_system_serial, p_request, p_unified_serial, p_lease);
+    RETURN FOUND;
+END $$;
+
+-- begin_step's full path, in the step owner's rights, after _start_step wrote nothing. A step
+-- that has an attempt, its input vouched for by the view's test (_step_start_valid) with
+-- plain options, goes to the state machine (requests.sql); everything else (bad input,
+-- nowait, instances to check, a serial near the window's edges) gets every check with its
+-- exact error first (parse_serial names the problem). Not set-returning (OUT parameters): no
+-- tuplestore of its own.
 CREATE FUNCTION hivenet._begin_step(
     p_system_serial text, p_request jsonb, p_on_success text, p_unified_serial text,
     p_lease interval, p_nowait boolean, OUT outcome text, OUT attempt integer,
     OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    -- The options view _step_start serves (they start a new step alike).
-    v_plain boolean := coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
     v_day date;
 BEGIN
-    IF v_plain THEN
-        INSERT INTO hivenet._step_start
-        VALUES (p_system_serial, p_request, p_unified_serial, p_lease);
-        IF FOUND THEN
-            outcome := 'started';
-            attempt := 1;
-            RETURN;
-        END IF;
-    END IF;
-    -- Nothing written. Input the view vouches for met a step that has an attempt: the state
-    -- machine decides, without parse_serial (~200 µs a serial). Anything else first.
-    IF NOT (v_plain AND coalesce(hivenet._step_start_valid(p_system_serial, p_unified_serial,
-                                                           p_lease), false)) THEN
+    -- Without parse_serial (~200 µs a serial) when the view vouches for the input.
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
+            AND coalesce(hivenet._step_start_valid(p_system_serial, p_unified_serial, p_lease),
+                         false)) THEN
         PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
         PERFORM hivenet.parse_serial(p_system_serial, 'system');
         IF p_unified_serial IS NOT NULL THEN
@@ -226,15 +232,18 @@ END $$;
 --   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
 --   with nowait it raises HN030 at once instead. In REPEATABLE READ or SERIALIZABLE a
 --   concurrent start raises serialization_failure (40001): retry the transaction.
---   Fast path: begin_step is a set-returning LANGUAGE sql function inlined into the caller's
---   statement (called in FROM). A replay of a step that succeeded with the same request,
---   plain options, no unified serial or the one it was begun with, and a serial in the window
---   is one read of view _step_replay by primary key, with no PL/pgSQL call: the stored serials
---   were checked when the step began (a format is never redefined), so no serial is parsed
---   again. Everything else (a new step, failed, processing, another request or unified
---   serial, reject, nowait, bad input, an instance other shards own) goes to _begin_step,
---   which decides exactly as before, and is called only when the replay found nothing
---   (docs/design/sql-internals.md).
+--   One statement, three branches: begin_step is a set-returning LANGUAGE sql function that
+--   the planner inlines into the caller's statement (called in FROM), a UNION ALL under
+--   LIMIT 1 whose branches run in order, each only when the ones before it returned nothing:
+--   1. A replay of a step that succeeded with the same request, plain options, no unified
+--      serial or the one it was begun with, and a serial in the window is one read of view
+--      _step_replay by primary key, with no PL/pgSQL call: the stored serials were checked
+--      when the step began (a format is never redefined), so no serial is parsed again.
+--   2. A new step with plain options: _start_step, one INSERT into view _step_start.
+--   3. Everything else (failed, processing, another request or unified serial, reject,
+--      nowait, bad input, an instance other shards own) goes to _begin_step, which decides
+--      and names the problem.
+--   Why this shape: docs/design/sql-internals.md.
 CREATE FUNCTION hivenet.begin_step(
     p_system_serial text, p_request jsonb DEFAULT NULL, p_on_success text DEFAULT 'replay',
     p_unified_serial text DEFAULT NULL, p_lease interval DEFAULT NULL,
@@ -246,11 +255,16 @@ BEGIN ATOMIC
      FROM hivenet._step_replay r
      WHERE r.system_serial = p_system_serial
        AND r.fingerprint = hivenet._fingerprint(p_request)
-       -- Plain options; the unified serial the step was begun with (so a valid one) or none.
+       -- Options that replay (nowait or not: a replay never waits); the unified serial the
+       -- step was begun with (so a valid one) or none.
        AND p_on_success = 'replay' AND p_nowait IS NOT NULL
        AND (p_lease IS NULL OR p_lease > interval '0')
        AND (p_unified_serial IS NULL OR p_unified_serial = r.unified_serial)
        AND hivenet._step_in_window(r.system_serial)
+     UNION ALL
+     SELECT 'started'::text, 1, NULL::jsonb
+     WHERE hivenet._start_step(p_system_serial, p_request, p_on_success, p_unified_serial,
+                               p_lease, p_nowait)
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
      FROM hivenet._begin_step(p_system_serial, p_request, p_on_success, p_unified_serial,

@@ -595,48 +595,91 @@ BEGIN
     END IF;
 END $$;
 
--- The built-in formats of the HiveNet Sequence Standards (seed 000) and seeds 001 and 004.
-DO $$
-DECLARE
-    -- Seed 000: the seq is the order of the day's business of the channel (system, module,
-    -- instance); an interface serial's target system is printed, not part of its counter.
-    v_scope constant jsonb := '[{"field": "system", "width": 5, "charset": "alnum"},
-                                {"field": "module", "width": 3, "charset": "alnum"},
-                                {"field": "instance", "width": 2, "charset": "digit", "min": 1}]';
-    v_merchant constant jsonb := '[{"field": "merchant", "width": 12, "charset": "digit"}]';
-    v_row hivenet.format;
-    v_def record;
-BEGIN
-    FOR v_def IN SELECT * FROM (VALUES
-        ('unified', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 10, "reset": "day"}]',
-         'unified serial (统一流水号): one business transaction across all systems'),
-        ('system', v_scope || '[{"time": "YYYYMMDD"}, {"seq": 12, "reset": "day"}]',
-         'system serial (系统流水号): one processing step; retries reuse it'),
-        ('interface', v_scope || '[{"field": "target", "width": 5, "charset": "alnum",
-                                    "counter": false},
-                                   {"time": "YYYYMMDDHHMISS"}, {"seq": 10, "reset": "day"}]',
-         'interface serial (接口流水号): one interface call'),
-        -- Seed 001: merchant + date + shard + seq, counted per printed merchant and shard, so
-        -- no two calls print the same serial (its first requirement, global uniqueness; its
-        -- hint to key a Redis counter by reconciliation type would break it).
-        ('id_service', '[{"field": "merchant", "width": 12, "charset": "digit"},
-                         {"time": "YYYYMMDD"},
-                         {"field": "shard", "width": 2, "charset": "digit"},
-                         {"seq": 6, "reset": "day"}]',
-         'unified ID service (seed 001): merchant + date + shard + daily sequence per merchant '
-         'and shard'),
-        ('merchant_trade', v_merchant || '[{"time": "YYYYMMDDHHMISS"}, {"seq": 6, "reset": "day"}]',
-         'merchant trade number: merchant + date-time + daily sequence'),
-        ('per_second', '[{"time": "yyMMddHHmmss"}, {"seq": 5, "reset": "second"}]',
-         'time-based serial: yyMMddHHmmss + per-second sequence')
-    ) AS d(name, segments, description)
-    LOOP
-        v_row := hivenet._compile_format(v_def.name, v_def.segments::jsonb, false,
-                                         v_def.description);
-        v_row.builtin := true;
-        INSERT INTO hivenet.format VALUES (v_row.*);
-    END LOOP;
-END $$;
+-- The built-in formats of the HiveNet Sequence Standards (seed 000) and seeds 001 and 004, as
+-- hivenet.format stores them: hivenet_db/sql/builtin_formats.json, their one copy, which the
+-- Python parser reads too (hivenet_db/parsing.py). hivenet_db/schema.py writes the file in
+-- here as a literal in place of the psql variable builtin_formats, as psql -v would. Each is
+-- compiled again from its definition, its segments without the keys _compile_format adds (a
+-- field's regex; a time's to_char, width and resolution), so the file must say what the
+-- compiler says (tests/test_parsing.py compares it with this table).
+--   The standard's three kinds count per channel (system, module, instance): the seq is the
+--   order of the day's business of the channel (seed 000), and an interface serial's target
+--   system is printed, not part of its counter. id_service counts per printed merchant and
+--   shard, so no two calls print the same serial (seed 001's first requirement, global
+--   uniqueness; its hint to key a Redis counter by reconciliation type would break it).
+INSERT INTO hivenet.format
+SELECT f.*
+FROM jsonb_each('{
+    "unified": {
+        "description": "unified serial (统一流水号): one business transaction across all systems",
+        "length": 28, "seq_width": 10, "capacity": 9999999999, "reset": "day",
+        "segments": [
+            {"field": "system", "width": 5, "charset": "alnum", "regex": "^[0-9A-Za-z]{5}$"},
+            {"field": "module", "width": 3, "charset": "alnum", "regex": "^[0-9A-Za-z]{3}$"},
+            {"field": "instance", "width": 2, "charset": "digit", "min": 1, "regex": "^[0-9]{2}$"},
+            {"time": "YYYYMMDD", "width": 8, "to_char": "YYYYMMDD", "resolution": "day"},
+            {"seq": 10, "reset": "day"}
+        ]
+    },
+    "system": {
+        "description": "system serial (系统流水号): one processing step; retries reuse it",
+        "length": 30, "seq_width": 12, "capacity": 999999999999, "reset": "day",
+        "segments": [
+            {"field": "system", "width": 5, "charset": "alnum", "regex": "^[0-9A-Za-z]{5}$"},
+            {"field": "module", "width": 3, "charset": "alnum", "regex": "^[0-9A-Za-z]{3}$"},
+            {"field": "instance", "width": 2, "charset": "digit", "min": 1, "regex": "^[0-9]{2}$"},
+            {"time": "YYYYMMDD", "width": 8, "to_char": "YYYYMMDD", "resolution": "day"},
+            {"seq": 12, "reset": "day"}
+        ]
+    },
+    "interface": {
+        "description": "interface serial (接口流水号): one interface call",
+        "length": 39, "seq_width": 10, "capacity": 9999999999, "reset": "day",
+        "segments": [
+            {"field": "system", "width": 5, "charset": "alnum", "regex": "^[0-9A-Za-z]{5}$"},
+            {"field": "module", "width": 3, "charset": "alnum", "regex": "^[0-9A-Za-z]{3}$"},
+            {"field": "instance", "width": 2, "charset": "digit", "min": 1, "regex": "^[0-9]{2}$"},
+            {"field": "target", "width": 5, "charset": "alnum", "counter": false, "regex": "^[0-9A-Za-z]{5}$"},
+            {"time": "YYYYMMDDHHMISS", "width": 14, "to_char": "YYYYMMDDHH24MISS", "resolution": "second"},
+            {"seq": 10, "reset": "day"}
+        ]
+    },
+    "id_service": {
+        "description": "unified ID service (seed 001): merchant + date + shard + daily sequence per merchant and shard",
+        "length": 28, "seq_width": 6, "capacity": 999999, "reset": "day",
+        "segments": [
+            {"field": "merchant", "width": 12, "charset": "digit", "regex": "^[0-9]{12}$"},
+            {"time": "YYYYMMDD", "width": 8, "to_char": "YYYYMMDD", "resolution": "day"},
+            {"field": "shard", "width": 2, "charset": "digit", "regex": "^[0-9]{2}$"},
+            {"seq": 6, "reset": "day"}
+        ]
+    },
+    "merchant_trade": {
+        "description": "merchant trade number: merchant + date-time + daily sequence",
+        "length": 32, "seq_width": 6, "capacity": 999999, "reset": "day",
+        "segments": [
+            {"field": "merchant", "width": 12, "charset": "digit", "regex": "^[0-9]{12}$"},
+            {"time": "YYYYMMDDHHMISS", "width": 14, "to_char": "YYYYMMDDHH24MISS", "resolution": "second"},
+            {"seq": 6, "reset": "day"}
+        ]
+    },
+    "per_second": {
+        "description": "time-based serial: yyMMddHHmmss + per-second sequence",
+        "length": 17, "seq_width": 5, "capacity": 99999, "reset": "second",
+        "segments": [
+            {"time": "yyMMddHHmmss", "width": 12, "to_char": "YYMMDDHH24MISS", "resolution": "second"},
+            {"seq": 5, "reset": "second"}
+        ]
+    }
+}
+'::jsonb) AS b (name, format),
+     LATERAL (SELECT jsonb_agg(CASE WHEN s ? 'time' THEN s - 'to_char' - 'width' - 'resolution'
+                                    ELSE s - 'regex' END ORDER BY i)
+              FROM jsonb_array_elements(b.format -> 'segments') WITH ORDINALITY AS e (s, i))
+         AS d (segments),
+     LATERAL jsonb_populate_record(
+         hivenet._compile_format(b.name, d.segments, false, b.format ->> 'description'),
+         '{"builtin": true}') AS f;
 
 -- What is wrong with p_value as a value of field segment p_seg, or NULL when it is valid.
 CREATE FUNCTION hivenet._field_problem(p_seg jsonb, p_value text) RETURNS text
@@ -3046,6 +3089,18 @@ BEGIN
     END IF;
 END $$;
 
+-- Whether a begin's options are plain: on_success 'replay' or 'reject' without nowait. Such a
+-- begin starts a new key alike (the policy matters only once a key has succeeded) and may wait
+-- for a concurrent start, as an INSERT does: a new step or key with plain options is started
+-- by one INSERT into view _step_start / _request_start (_start_step, _start_request), and
+-- input those views vouch for needs no check again (_begin_step, _begin_request). The one
+-- definition, for both. Inlined.
+CREATE FUNCTION hivenet._plain_options(p_on_success text, p_nowait boolean) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
+END;
+
 -- The request's fingerprint, kept with every attempt and compared on every later begin: sha256
 -- of the jsonb text (jsonb normalises key order and whitespace); no request counts as JSON
 -- null. The one definition, for begin_request, begin_step and their full paths. Inlined (a
@@ -3149,14 +3204,13 @@ BEGIN ATOMIC
 END;
 
 -- The first attempt of a new keyed request, written by one INSERT into this view (its rule
--- runs with the owner's rights): the Python layer's begin (requests.py) and begin_request's
--- common case, as view _step_start for steps (steps.sql, where the why is). The rule checks
--- the names and the lease (_request_start_valid, above; the checks' exact errors stay in
--- begin_request) and inserts attempt 1; it writes nothing for a key that has an attempt or
--- for input it does not vouch for (a namespace of the library's own among them), and then
--- begin_request decides.
--- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_request would
--- write. The VALUES list evaluates each inserted expression once (see _step_start).
+-- runs with the owner's rights), begin_request's common case (_start_request), as view
+-- _step_start for steps (steps.sql, where the why is). The rule checks the names and the lease
+-- (_request_start_valid, above; the checks' exact errors stay in _begin_request) and inserts
+-- attempt 1; it writes nothing for a key that has an attempt or for input it does not vouch
+-- for (a namespace of the library's own among them), and then _begin_request decides.
+-- Insert-only, for hivenet_app (privileges.sql): the row it writes is the one begin_request
+-- would write. The VALUES list evaluates each inserted expression once (see _step_start).
 CREATE VIEW hivenet._request_start AS
 SELECT NULL::text AS namespace, NULL::text AS key, NULL::jsonb AS request,
        NULL::interval AS lease
@@ -3170,6 +3224,46 @@ FROM (VALUES (NEW.namespace, NEW.key, NEW.request, NEW.lease)) AS n (namespace, 
 WHERE hivenet._request_start_valid(n.namespace, n.key, n.lease)
 ON CONFLICT DO NOTHING
 RETURNING namespace, key, NULL::jsonb, lease;
+
+-- Whether a new key with plain options was started: attempt 1 written through view
+-- _request_start. begin_request's first branch, run as the caller, as _start_step (steps.sql,
+-- where the why is).
+CREATE FUNCTION hivenet._start_request(p_namespace text, p_key text, p_request jsonb,
+    p_on_success text, p_lease interval, p_nowait boolean) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF NOT hivenet._plain_options(p_on_success, p_nowait) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO hivenet._request_start VALUES (p_namespace, p_key, p_request, p_lease);
+    RETURN FOUND;
+END $$;
+
+-- begin_request's full path, in the owner's rights, after _start_request wrote nothing. Input
+-- the view vouches for, with plain options, met a key that has an attempt: the state machine
+-- decides. Anything else (bad input, nowait) gets every check with its exact error first.
+-- Not set-returning (OUT parameters): no tuplestore of its own.
+CREATE FUNCTION hivenet._begin_request(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
+    p_nowait boolean, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
+            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)) THEN
+        PERFORM hivenet._check_name('namespace', p_namespace);
+        PERFORM hivenet._check_name('key', p_key);
+        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+    END IF;
+    IF p_nowait THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
+                                           p_lease) b;
+    ELSE
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
+                                    p_lease) b;
+    END IF;
+END $$;
 
 -- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',
 --                       lease default null, nowait default false)
@@ -3196,46 +3290,27 @@ RETURNING namespace, key, NULL::jsonb, lease;
 --   Blocks while another transaction has started the same attempt and not yet committed or
 --   rolled back (then looks again); with nowait it raises HN030 at once instead. In
 --   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).
+--   One statement, inlined into the caller's (a set-returning LANGUAGE sql function, as
+--   begin_step): a new key with plain options is started by _start_request, with no SECURITY
+--   DEFINER call; anything else (a key that has an attempt, bad input, nowait) goes to
+--   _begin_request, run only when the first branch wrote nothing (a UNION ALL under LIMIT 1,
+--   as begin_step's).
 CREATE FUNCTION hivenet.begin_request(
     p_namespace text, p_key text, p_request jsonb DEFAULT NULL,
     p_on_success text DEFAULT 'replay', p_lease interval DEFAULT NULL,
     p_nowait boolean DEFAULT false)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    -- The options view _request_start serves (they start a new key alike).
-    v_plain boolean := coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
-BEGIN
-    -- A new key with plain options: attempt 1 through view _request_start.
-    IF v_plain THEN
-        INSERT INTO hivenet._request_start VALUES (p_namespace, p_key, p_request, p_lease);
-        IF FOUND THEN
-            outcome := 'started';
-            attempt := 1;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-    END IF;
-    -- Nothing written. Input the view vouches for met a key that has an attempt: the state
-    -- machine decides. Anything else (bad input, nowait) gets every check with its exact
-    -- error first.
-    IF NOT (v_plain AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease),
-                                 false)) THEN
-        PERFORM hivenet._check_name('namespace', p_namespace);
-        PERFORM hivenet._check_name('key', p_key);
-        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-    END IF;
-    IF p_nowait THEN
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
-                                           p_lease) b;
-    ELSE
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
-                                    p_lease) b;
-    END IF;
-    RETURN NEXT;
-END $$;
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    (SELECT 'started'::text, 1, NULL::jsonb
+     WHERE hivenet._start_request(p_namespace, p_key, p_request, p_on_success, p_lease,
+                                  p_nowait)
+     UNION ALL
+     SELECT b.outcome, b.attempt, b.response
+     FROM hivenet._begin_request(p_namespace, p_key, p_request, p_on_success, p_lease,
+                                 p_nowait) b)
+    LIMIT 1;
+END;
 
 -- Why attempt p_attempt of a key cannot be finished: HN033 naming what is there.
 CREATE FUNCTION hivenet._raise_stale_attempt(p_namespace text, p_key text, p_attempt integer)
@@ -3533,17 +3608,17 @@ BEGIN ATOMIC
 END;
 
 -- The first attempt of a new step, written by one INSERT into this view (its rule runs with the
--- owner's rights): the Python layer's begin (steps.py) and _begin_step's common case. The rule
--- checks what a new step with plain options needs and inserts attempt 1; it writes nothing
--- for a step that has an attempt, or for input it does not vouch for, and then begin_step
--- decides and names the problem. No function call (docs/design/sql-internals.md).
--- Insert-only, for PUBLIC (privileges.sql): the row it writes is the one begin_step would
+-- owner's rights): begin_step's common case (_start_step, below). The rule checks what a new
+-- step with plain options needs and inserts attempt 1; it writes nothing for a step that has
+-- an attempt, or for input it does not vouch for, and then _begin_step decides and names the
+-- problem. No SECURITY DEFINER call (docs/design/sql-internals.md).
+-- Insert-only, for hivenet_app (privileges.sql): the row it writes is the one begin_step would
 -- write, and reading the view shows nothing.
 --   The checks (_step_start_valid, above) are generated from the definitions of formats
 --   'system' and 'unified' and from the settings (compile.sql, _serial_valid; _step_in_window):
 --   inlined, no query. A serial dated on the window's first two days or after today, or
---   instances to check, take the full path. Options are not columns: the callers take this path only for on_success
---   'replay' or 'reject' without nowait, which start a new step alike.
+--   instances to check, take the full path. Options are not columns: only plain options
+--   (_plain_options, requests.sql) take this path, as they start a new step alike.
 --   The VALUES list evaluates each inserted expression once. A rule puts the expression in
 --   place of every NEW, so a volatile one (a fresh serial) would be checked as one value and
 --   stored as another; for parameters and constants the planner folds the list away.
@@ -3562,35 +3637,41 @@ WHERE hivenet._step_start_valid(n.system_serial, n.unified_serial, n.lease)
 ON CONFLICT DO NOTHING
 RETURNING key, NULL::jsonb, unified_serial, lease;
 
--- begin_step's full path, in the step owner's rights. A new step with plain options is
--- started through view _step_start. A step that has an attempt, its input vouched for by the
--- same test (_step_start_valid), goes to the state machine (requests.sql); everything else
--- (bad input, nowait, instances to check, a serial near the window's edges) gets every check
--- with its exact error first (parse_serial names the problem). Not set-returning (OUT
--- parameters): no tuplestore of its own.
+-- Whether a new step with plain options was started: attempt 1 written through view
+-- _step_start. begin_step's second branch, run as the caller: the view's rule writes with the
+-- owner's rights and its checks are bound when it was created, so no SECURITY DEFINER and no
+-- SET clause is needed, and none is paid (a SET costs a tenth of a begin; requests.sql).
+-- PL/pgSQL, so its INSERT is planned once per session, not per call.
+CREATE FUNCTION hivenet._start_step(p_system_serial text, p_request jsonb, p_on_success text,
+    p_unified_serial text, p_lease interval, p_nowait boolean) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF NOT hivenet._plain_options(p_on_success, p_nowait) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO hivenet._step_start
+    VALUES (p_system_serial, p_request, p_unified_serial, p_lease);
+    RETURN FOUND;
+END $$;
+
+-- begin_step's full path, in the step owner's rights, after _start_step wrote nothing. A step
+-- that has an attempt, its input vouched for by the view's test (_step_start_valid) with
+-- plain options, goes to the state machine (requests.sql); everything else (bad input,
+-- nowait, instances to check, a serial near the window's edges) gets every check with its
+-- exact error first (parse_serial names the problem). Not set-returning (OUT parameters): no
+-- tuplestore of its own.
 CREATE FUNCTION hivenet._begin_step(
     p_system_serial text, p_request jsonb, p_on_success text, p_unified_serial text,
     p_lease interval, p_nowait boolean, OUT outcome text, OUT attempt integer,
     OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    -- The options view _step_start serves (they start a new step alike).
-    v_plain boolean := coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
     v_day date;
 BEGIN
-    IF v_plain THEN
-        INSERT INTO hivenet._step_start
-        VALUES (p_system_serial, p_request, p_unified_serial, p_lease);
-        IF FOUND THEN
-            outcome := 'started';
-            attempt := 1;
-            RETURN;
-        END IF;
-    END IF;
-    -- Nothing written. Input the view vouches for met a step that has an attempt: the state
-    -- machine decides, without parse_serial (~200 µs a serial). Anything else first.
-    IF NOT (v_plain AND coalesce(hivenet._step_start_valid(p_system_serial, p_unified_serial,
-                                                           p_lease), false)) THEN
+    -- Without parse_serial (~200 µs a serial) when the view vouches for the input.
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
+            AND coalesce(hivenet._step_start_valid(p_system_serial, p_unified_serial, p_lease),
+                         false)) THEN
         PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
         PERFORM hivenet.parse_serial(p_system_serial, 'system');
         IF p_unified_serial IS NOT NULL THEN
@@ -3651,15 +3732,18 @@ END $$;
 --   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
 --   with nowait it raises HN030 at once instead. In REPEATABLE READ or SERIALIZABLE a
 --   concurrent start raises serialization_failure (40001): retry the transaction.
---   Fast path: begin_step is a set-returning LANGUAGE sql function inlined into the caller's
---   statement (called in FROM). A replay of a step that succeeded with the same request,
---   plain options, no unified serial or the one it was begun with, and a serial in the window
---   is one read of view _step_replay by primary key, with no PL/pgSQL call: the stored serials
---   were checked when the step began (a format is never redefined), so no serial is parsed
---   again. Everything else (a new step, failed, processing, another request or unified
---   serial, reject, nowait, bad input, an instance other shards own) goes to _begin_step,
---   which decides exactly as before, and is called only when the replay found nothing
---   (docs/design/sql-internals.md).
+--   One statement, three branches: begin_step is a set-returning LANGUAGE sql function that
+--   the planner inlines into the caller's statement (called in FROM), a UNION ALL under
+--   LIMIT 1 whose branches run in order, each only when the ones before it returned nothing:
+--   1. A replay of a step that succeeded with the same request, plain options, no unified
+--      serial or the one it was begun with, and a serial in the window is one read of view
+--      _step_replay by primary key, with no PL/pgSQL call: the stored serials were checked
+--      when the step began (a format is never redefined), so no serial is parsed again.
+--   2. A new step with plain options: _start_step, one INSERT into view _step_start.
+--   3. Everything else (failed, processing, another request or unified serial, reject,
+--      nowait, bad input, an instance other shards own) goes to _begin_step, which decides
+--      and names the problem.
+--   Why this shape: docs/design/sql-internals.md.
 CREATE FUNCTION hivenet.begin_step(
     p_system_serial text, p_request jsonb DEFAULT NULL, p_on_success text DEFAULT 'replay',
     p_unified_serial text DEFAULT NULL, p_lease interval DEFAULT NULL,
@@ -3671,11 +3755,16 @@ BEGIN ATOMIC
      FROM hivenet._step_replay r
      WHERE r.system_serial = p_system_serial
        AND r.fingerprint = hivenet._fingerprint(p_request)
-       -- Plain options; the unified serial the step was begun with (so a valid one) or none.
+       -- Options that replay (nowait or not: a replay never waits); the unified serial the
+       -- step was begun with (so a valid one) or none.
        AND p_on_success = 'replay' AND p_nowait IS NOT NULL
        AND (p_lease IS NULL OR p_lease > interval '0')
        AND (p_unified_serial IS NULL OR p_unified_serial = r.unified_serial)
        AND hivenet._step_in_window(r.system_serial)
+     UNION ALL
+     SELECT 'started'::text, 1, NULL::jsonb
+     WHERE hivenet._start_step(p_system_serial, p_request, p_on_success, p_unified_serial,
+                               p_lease, p_nowait)
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
      FROM hivenet._begin_step(p_system_serial, p_request, p_on_success, p_unified_serial,
@@ -4161,30 +4250,37 @@ BEGIN
                 PERFORM hivenet._grant_counter(v_counter);
             END IF;
         END LOOP;
-        -- The replay fast path of begin_step (steps.sql), inlined into the caller's statement:
-        -- _step_in_window, and for everything but a plain replay _begin_step (SECURITY
-        -- DEFINER, every check of begin_step: calling it directly can do nothing begin_step
-        -- cannot), and view _step_replay, SELECT only: of every succeeded step its serial,
-        -- attempt, request fingerprint, unified serial and stored response, what begin_step
-        -- replays to whoever presents the same request. The application's own replays: no
-        -- other role reads them.
+        -- begin_step and begin_request (steps.sql, requests.sql), inlined into the caller's
+        -- statement. The replay of a succeeded step: _step_in_window and view _step_replay,
+        -- SELECT only: of every succeeded step its serial, attempt, request fingerprint,
+        -- unified serial and stored response, what begin_step replays to whoever presents the
+        -- same request. The application's own replays: no other role reads them.
         GRANT EXECUTE ON FUNCTION
-            hivenet._begin_step(text, jsonb, text, text, interval, boolean),
             hivenet._step_in_window(text),
             hivenet._fingerprint(jsonb)
         TO hivenet_app;
         GRANT SELECT ON hivenet._step_replay TO hivenet_app;
-        -- A new step's or key's first attempt (the Python layer's begin): one INSERT into view
-        -- _step_start / _request_start, whose rule writes with the owner's rights: the role may
-        -- insert, not read. The rules' checks run as the inserter: _step_start_valid and the
-        -- generated layout check _serial_valid with _serial_time (compile.sql), and
-        -- _request_start_valid.
+        -- A new step's or key's first attempt: _start_step / _start_request (run as the
+        -- caller) insert into view _step_start / _request_start, whose rule writes with the
+        -- owner's rights: the role may insert, not read. The rules' checks run as the
+        -- inserter: _step_start_valid and the generated layout check _serial_valid with
+        -- _serial_time (compile.sql), and _request_start_valid.
         GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
         GRANT EXECUTE ON FUNCTION
+            hivenet._plain_options(text, boolean),
+            hivenet._start_step(text, jsonb, text, text, interval, boolean),
+            hivenet._start_request(text, text, jsonb, text, interval, boolean),
             hivenet._serial_valid(text, text),
             hivenet._serial_time(text, text),
             hivenet._step_start_valid(text, text, interval),
             hivenet._request_start_valid(text, text, interval)
+        TO hivenet_app;
+        -- Everything else: _begin_step / _begin_request (SECURITY DEFINER, every check of
+        -- begin_step / begin_request: calling them directly can do nothing the public
+        -- functions cannot).
+        GRANT EXECUTE ON FUNCTION
+            hivenet._begin_step(text, jsonb, text, text, interval, boolean),
+            hivenet._begin_request(text, text, jsonb, text, interval, boolean)
         TO hivenet_app;
         -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
         -- callers' clock, the bound on intervals, the rule for names and keys.

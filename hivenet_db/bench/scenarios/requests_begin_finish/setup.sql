@@ -1,4 +1,4 @@
--- Baseline of issue 12 ("begin_request + finish_request vs raw insert + update"): the same row
+-- The baseline ("begin_request + finish_request vs raw insert + update"): the same row
 -- written by hand into a table like the one the requests live in, hivenet.request_attempt:
 -- its columns and types, primary key (namespace, key, attempt), retention index and storage
 -- parameters (fillfactor 80: the finishing UPDATE is a HOT update in both). Until 0018 it was
