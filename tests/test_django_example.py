@@ -136,7 +136,7 @@ def test_the_example_shop_takes_each_order_once(shop: str, hivenet_server: Embed
 def test_the_guide_quotes_the_example_project() -> None:
     """Each Python block of docs/guides/django.md is a verbatim excerpt of the example project, so
     the test above runs what the guide shows."""
-    guide = (PROJECT.parent.parent / "docs" / "django.md").read_text(encoding="utf-8")
+    guide = (PROJECT.parent.parent / "docs" / "guides" / "django.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
     sources = [path.read_text(encoding="utf-8") for path in PROJECT.rglob("*.py")]
     assert len(blocks) == 4
