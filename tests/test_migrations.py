@@ -1,10 +1,13 @@
-"""Alembic migrations are history per release. Until 0.1.0 there is one baseline revision,
-whose frozen SQL is the schema files; replaying the revisions gives exactly the catalog of the
-schema files, and going down to base removes everything (CONTRIBUTING.md)."""
+"""Alembic migrations are history per release (CONTRIBUTING.md): a released revision never
+changes (migrations/RELEASES records each one's hash); a database at every released revision,
+with data in it, upgrades to the catalog of a fresh install from the schema files and goes on
+working; replaying the revisions gives exactly that catalog; going down to base removes
+everything."""
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 import subprocess
 from collections.abc import Callable, Iterator
@@ -19,7 +22,24 @@ from hivenet_db.schema import PARTS, full_schema_sql
 from hivenet_db.tools import migrate
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres, find_bin_dir
 
-VERSIONS = Path(__file__).resolve().parents[1] / "migrations" / "versions"
+MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
+VERSIONS = MIGRATIONS / "versions"
+
+
+def _releases() -> list[tuple[str, str, str]]:
+    """(version, revision, sha256) of every release, oldest first, from migrations/RELEASES."""
+    lines = (MIGRATIONS / "RELEASES").read_text(encoding="utf-8").splitlines()
+    return [(fields[0], fields[1], fields[2]) for fields in
+            (line.split() for line in lines if line.strip() and not line.startswith("#"))]
+
+
+def revision_digest(revision: str) -> str:
+    """sha256 over the revision's Python file and its frozen SQL, as RELEASES records it."""
+    digest = hashlib.sha256()
+    for path in sorted(VERSIONS.glob(f"{revision}_*")):
+        if path.suffix in (".py", ".sql"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 @pytest.fixture
@@ -131,3 +151,80 @@ def test_sql_files_have_no_bare_raise() -> None:
                 r"RAISE\s+(WARNING|NOTICE|INFO|LOG|DEBUG)\b", statement):
             continue
         assert re.search(r"ERRCODE\s*=\s*'HN\d{3}'", statement), statement
+
+
+def test_released_revisions_never_change() -> None:
+    """What databases in the field ran stays as it was; a change goes into the next release's
+    revision (CONTRIBUTING.md, "Changing SQL")."""
+    releases = _releases()
+    assert releases, "migrations/RELEASES names no release"
+    for version, revision, recorded in releases:
+        assert revision_digest(revision) == recorded, (
+            f"revision {revision} of release {version} changed; released revisions never "
+            "change: put the change into the next release's revision instead")
+
+
+def test_unreleased_changes_collect_in_one_revision() -> None:
+    """After the newest release there is at most one revision more: the next release's."""
+    released = {revision for _, revision, _ in _releases()}
+    unreleased = [r for r in migrate.revisions() if r not in released]
+    assert len(unreleased) <= 1, f"unreleased revisions {unreleased}: collect them in one"
+
+
+# What a database holds after use: serials of a scope, a claim, an interface call, a finished
+# step with its response, a finished keyed request. Kept to the API of the first release.
+_USE = (
+    "SELECT hivenet.claim('orders', 'order-1')",
+    "SELECT hivenet.finish_step(%(step)s, 1, true, '{\"paid\": 100}')",
+    "SELECT hivenet.finish_request('http', 'key-1', 1, true, '{\"status\": 201}')",
+)
+
+
+def _use(url: str) -> str:
+    """Puts data of every kind in; returns the newest unified serial issued."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        serial = conn.execute(
+            "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')").fetchone()[0]
+        step = conn.execute("SELECT hivenet.next_system_serial('C0001', 'A01', '01')"
+                            ).fetchone()[0]
+        conn.execute("SELECT * FROM hivenet.begin_step(%s)", [step])
+        conn.execute("SELECT * FROM hivenet.begin_request('http', 'key-1', '{\"n\": 1}')")
+        conn.execute("SELECT hivenet.claim_interface_serial("
+                     "hivenet.next_interface_serial('C0001', 'A01', '01', 'C0002'))")
+        for statement in _USE:
+            conn.execute(statement, {"step": step})
+        conn.execute("CREATE TABLE public.used_step AS SELECT %s::text AS serial", [step])
+    return str(serial)
+
+
+def _still_works(url: str, last_serial: str) -> None:
+    """After the upgrade the data goes on meaning what it meant: the scope counts on, the
+    finished step and request replay, the claim still refuses its key."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        step = conn.execute("SELECT serial FROM public.used_step").fetchone()[0]
+        serial = conn.execute(
+            "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')").fetchone()[0]
+        assert serial > last_serial
+        assert conn.execute("SELECT outcome, response FROM hivenet.begin_step(%s)",
+                            [step]).fetchone() == ("replayed", {"paid": 100})
+        assert conn.execute(
+            "SELECT outcome, response FROM hivenet.begin_request('http', 'key-1', '{\"n\": 1}')"
+        ).fetchone() == ("replayed", {"status": 201})
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("SELECT hivenet.claim('orders', 'order-1')")
+        assert refused.value.sqlstate == "HN040"
+
+
+@pytest.mark.parametrize("release", [r[:2] for r in _releases()], ids=lambda r: r[0])
+def test_every_release_upgrades_with_its_data_to_a_fresh_install(
+        release: tuple[str, str], new_db: Callable[[], str]) -> None:
+    _, revision = release
+    upgraded, fresh = new_db(), new_db()
+    replay(upgraded, revision)
+    last_serial = _use(upgraded)
+    replay(upgraded, "head")
+    assert migrate.current(upgraded) == migrate.head()
+    with psycopg.connect(fresh, autocommit=True) as conn:
+        conn.execute(full_schema_sql())
+    _assert_same_catalog(upgraded, fresh, f"release {release[0]} upgraded")
+    _still_works(upgraded, last_serial)
