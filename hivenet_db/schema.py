@@ -3,8 +3,8 @@
 
 ``hivenet_db/sql/*.sql`` is the current schema, for reading and for fresh installs
 (``hivenet-db sql`` prints it). Each alembic revision runs its own frozen ``.sql`` file beside
-it (migrations/versions/); until the first release the one baseline's file is this schema, and
-tests/test_migrations.py keeps them equal.
+it (migrations/versions/), one revision per release; tests/test_migrations.py checks that
+replaying them gives the catalog of this schema.
 
 ``builtin_formats.json`` beside them is the built-in formats' one copy: formats.sql reads it
 as psql variable ``builtin_formats``, which ``part_sql`` writes in as a literal (so the script

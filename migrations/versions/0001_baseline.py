@@ -1,9 +1,7 @@
-"""Baseline: the whole schema hivenet of the first release.
+"""Release 0.1.0: the whole schema hivenet of the first release.
 
-Until 0.1.0 is released, this revision's SQL is the schema files (hivenet_db/sql/, in the order
-of hivenet_db.schema.PARTS), kept equal to them by tests/test_migrations.py; from the release
-on, it never changes, and the next release's changes collect in a revision of their own
-(CONTRIBUTING.md).
+Released: this revision and its frozen SQL never change (migrations/RELEASES holds their hash);
+the next release's changes collect in a revision of their own (CONTRIBUTING.md).
 
 Revision ID: 0001
 Revises:
