@@ -17,6 +17,7 @@ import datetime as dt
 import random
 import re
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +27,9 @@ from psycopg.types.json import Jsonb
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probe_cpu import _cpu
 
-_REVISION = Path(__file__).resolve().parents[2] / "migrations/versions/0023_step_start_view.sql"
+# Revision 0023 was squashed into the 0.1.0 baseline; its file is read from the last commit
+# that had it.
+_REVISION = "6e40032^:migrations/versions/0023_step_start_view.sql"
 _WARM_UP, _RETRIES = 50, 2000
 _REQUEST = Jsonb({"amount": 100, "account": "6222020000000001"})
 _BODIES = {"0023": "prototype._begin_step_0023", "head": "hivenet._begin_step"}
@@ -35,7 +38,8 @@ _BODIES = {"0023": "prototype._begin_step_0023", "head": "hivenet._begin_step"}
 def _old_body() -> str:
     """Revision 0023's CREATE OR REPLACE FUNCTION hivenet._begin_step, in schema prototype."""
     found = re.search(r"CREATE OR REPLACE FUNCTION hivenet\._begin_step\(.*?\nEND \$\$;",
-                      _REVISION.read_text(encoding="utf-8"), re.S)
+                      subprocess.run(["git", "show", _REVISION], capture_output=True, text=True,
+                                     check=True, cwd=Path(__file__).parent).stdout, re.S)
     assert found is not None, "no _begin_step in revision 0023"
     return found.group(0).replace("hivenet._begin_step(", "prototype._begin_step_0023(", 1)
 

@@ -1,4 +1,4 @@
-"""Scale-out (issue 16 part 5): one primary, two shards routed by the application, two shards
+"""Scale-out: one primary, two shards routed by the application, two shards
 behind PL/Proxy, on three servers started here (fsync on), in the same run.
 
 Two workloads, each transaction one statement for a random instance (01-98): ``claim``
@@ -55,7 +55,7 @@ def _script(folder: Path, workload: str, low: int, high: int) -> Path:
 
 
 def _own(url: str, owned: str, single: bool) -> bool:
-    """Declare ownership on a shard whose schema has it (issue 16 part 1)."""
+    """Declare ownership on a shard whose schema has it."""
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT to_regprocedure('hivenet.own_instances(text,boolean,boolean)')"
                            ).fetchone()

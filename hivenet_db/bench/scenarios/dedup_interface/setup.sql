@@ -1,4 +1,4 @@
--- Raw baseline (issue 13): an unpartitioned table with the same columns, defaults and indexes
+-- Raw baseline: an unpartitioned table with the same columns, defaults and indexes
 -- as hivenet.interface_call (dedup.sql), into which the baseline inserts the values a claim
 -- records. Emptied here so that every run starts equal (setups may run again).
 CREATE TABLE IF NOT EXISTS public.bench_interface_call (

@@ -1,4 +1,4 @@
--- Raw baseline (issue 13): the unpartitioned table with the same columns, defaults and indexes
+-- Raw baseline: the unpartitioned table with the same columns, defaults and indexes
 -- as hivenet.interface_call, as in dedup_interface, and EMPTY at the start of each run: the
 -- candidate runs with 10 million calls already recorded, the baseline without them. The
 -- stricter of the two fair readings of "also with 10 million rows recorded": whatever the
