@@ -289,14 +289,19 @@ def _async_block(method: Callable[..., Any], traced: _Traced,
     return wrapper
 
 
+def _serial_in(value: object) -> str | None:
+    """The value of a baggage entry without its properties (``;name=value``), which
+    OpenTelemetry's propagator leaves in the value."""
+    return value.partition(";")[0].strip() if isinstance(value, str) else None
+
+
 class _W3CBaggage:
     """The unified serial in OpenTelemetry's baggage (``propagation.Baggage``)."""
 
     propagator = W3CBaggagePropagator()
 
     def current(self) -> str | None:
-        value = baggage.get_baggage(UNIFIED)
-        return value if isinstance(value, str) else None
+        return _serial_in(baggage.get_baggage(UNIFIED))
 
     @contextmanager
     def carrying(self, serial: str | None) -> Iterator[None]:
@@ -308,9 +313,8 @@ class _W3CBaggage:
             context.detach(token)
 
     def read(self, header: str) -> str | None:
-        value = baggage.get_baggage(UNIFIED, self.propagator.extract(
-            {propagation.BAGGAGE_HEADER: header}, context=context.Context()))
-        return value if isinstance(value, str) else None
+        return _serial_in(baggage.get_baggage(UNIFIED, self.propagator.extract(
+            {propagation.BAGGAGE_HEADER: header}, context=context.Context())))
 
     def header(self, serial: str | None) -> str | None:
         carrier: dict[str, str] = {}
