@@ -8,7 +8,7 @@ import asyncio
 import contextvars
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -47,9 +47,10 @@ from hivenet_db.propagation import (
     read_headers,
     unified_serial_context,
 )
-from tests.helpers import ASYNC_KINDS, async_connection, scalar, sync_connection
+from tests.helpers import ASYNC_KINDS, async_connection, race, scalar, sync_connection
 
 REQUEST = {"to": "6222020000000002", "amount": "100.00"}
+Connect = Callable[..., psycopg.Connection]  # the ``connect`` fixture
 
 
 @pytest.fixture
@@ -214,6 +215,31 @@ def test_keyed_requests_have_their_namespace_key_and_decision(
         == {("orders", "req-7f3a")}
     assert begins[0].attributes[otel.ATTEMPT] == 1
     assert otel.UNIFIED not in dict(begins[0].attributes or {})  # none bound
+
+
+def test_concurrent_duplicates_each_get_the_span_of_their_own_decision(
+        spans: InMemorySpanExporter, connect: Connect) -> None:
+    """Four connections begin one key at once: one starts, the others find it in progress;
+    each thread's span holds its own decision, in a trace of its own."""
+    conns = [connect(autocommit=False) for _ in range(4)]
+
+    def begin(i: int, conn: psycopg.Connection) -> str:
+        with unified_serial_context(f"U{i}"):
+            try:
+                return RequestRepository(conn).begin("orders", "k-1", {"sku": "P1"},
+                                                     nowait=True).outcome
+            except StepInProgress:
+                return "in_progress"
+
+    outcomes = race(conns, begin)
+    for conn in conns:
+        conn.rollback()
+    assert outcomes.count("started") == 1 and outcomes.count("in_progress") == 3, outcomes
+    begins = named(spans, "hivenet.request.begin")
+    assert sorted((str(span.attributes[otel.UNIFIED]), decisions(span)[0]) for span in begins) \
+        == sorted((f"U{i}", outcome) for i, outcome in enumerate(outcomes))
+    assert len({span.context.trace_id for span in begins}) == 4
+    assert all(span.parent is None for span in begins)
 
 
 def test_claims_say_claimed_or_duplicate(spans: InMemorySpanExporter, db: psycopg.Connection,
