@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 from opentelemetry import baggage, context
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -382,6 +383,23 @@ def test_the_serial_travels_in_baggage_alone_to_the_next_service(
     assert scalar(db, "SELECT unified_serial FROM hivenet.step_attempt WHERE system_serial = %s",
                   (system,)) == unified
     assert only(spans, "hivenet.step").attributes[otel.UNIFIED] == unified
+
+
+def test_a_step_records_the_serial_an_instrumented_server_extracted(
+        spans: InMemorySpanExporter, db: psycopg.Connection, hivenet_app_url: str) -> None:
+    """No binding at all: the incoming baggage, as OpenTelemetry's server instrumentation
+    extracts it into the current context, is the unified serial the step records."""
+    unified, system = new_serial(db, "unified"), new_serial(db, "system")
+    extracted = W3CBaggagePropagator().extract({"baggage": f"{otel.UNIFIED}={unified}"})
+    token = context.attach(extracted)
+    try:
+        with sync_connection("psycopg", hivenet_app_url) as conn:
+            StepRepository(conn).run(system, REQUEST, lambda: {"posted": 100})
+            conn.commit()
+    finally:
+        context.detach(token)
+    assert scalar(db, "SELECT unified_serial FROM hivenet.step_attempt WHERE system_serial = %s",
+                  (system,)) == unified
 
 
 # --- the HTTP middleware ------------------------------------------------------------------
