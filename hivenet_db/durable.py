@@ -13,7 +13,11 @@ size, instead of stalling (docs/operations.md, "Durable allocation").
 
 Configure a database's pool before its first durable allocation with
 ``configure_durable_pool(database_url, size=..., timeout=..., url=...)``; ``url`` sends the
-pool's connections elsewhere than the caller's (behind PgBouncer: a pool of its own).
+pool's connections elsewhere than the caller's (behind PgBouncer: a pool of its own). Or give
+it a ``psycopg_pool.ConnectionPool`` / ``AsyncConnectionPool`` of the application's
+(``pool=`` / ``async_pool=``, extra ``[pool]``): its connections are then borrowed for each
+durable allocation and given back, with the same bounded waits, never from the pool the
+caller's own connection came from (docs/guides/psycopg-pool.md).
 """
 
 from __future__ import annotations
@@ -27,9 +31,9 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import pq
@@ -37,6 +41,9 @@ from psycopg.conninfo import conninfo_to_dict
 
 from hivenet_db._execute import AsyncDB, SyncDB, conninfo_of, driver_of, driver_of_async
 from hivenet_db.errors import DurablePoolExhausted
+
+if TYPE_CHECKING:  # psycopg_pool: the optional extra "pool"
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 DEFAULT_SIZE = 2
 DEFAULT_TIMEOUT = 2.0  # seconds
@@ -62,6 +69,9 @@ class _Config:
     size: int = DEFAULT_SIZE
     timeout: float = DEFAULT_TIMEOUT
     url: str | None = None  # None: the caller's own conninfo
+    # The application's psycopg_pool pools to borrow from instead (None: connections of its own)
+    pool: ConnectionPool[Any] | None = None
+    async_pool: AsyncConnectionPool[Any] | None = None
 
 
 @dataclass
@@ -78,16 +88,40 @@ class _Pool:
     def __post_init__(self) -> None:
         self.slots = threading.BoundedSemaphore(self.config.size)
 
-    def exhausted(self, waited_for: str) -> DurablePoolExhausted:
+    def exhausted(self, waited_for: str,
+                  lender: ConnectionPool[Any] | AsyncConnectionPool[Any] | None = None,
+                  ) -> DurablePoolExhausted:
+        """The error of a wait that ran out: for a connection of its own pool, or of the
+        application's psycopg_pool pool it borrows from (``lender``)."""
+        if lender is None:
+            return DurablePoolExhausted(
+                f"durable allocation waited {self.config.timeout:g} s for {waited_for} of its "
+                f"pool for {self.name} ({self.config.size} connections): raise its size with "
+                f"hivenet_db.configure_durable_pool(..., size=...) to the durable allocations "
+                f"that run at once, and behind PgBouncer give it a pool of its own, or size "
+                f"default_pool_size to the business transactions plus this pool "
+                f"(docs/operations.md)")
         return DurablePoolExhausted(
-            f"durable allocation waited {self.config.timeout:g} s for {waited_for} of its pool "
-            f"for {self.name} ({self.config.size} connections): raise its size with "
-            f"hivenet_db.configure_durable_pool(..., size=...) to the durable allocations that "
-            f"run at once, and behind PgBouncer give it a pool of its own, or size "
-            f"default_pool_size to the business transactions plus this pool (docs/operations.md)")
+            f"durable allocation waited up to {self.config.timeout:g} s for {waited_for} of "
+            f"psycopg_pool {lender.name!r} ({lender.max_size} connections at most), its pool "
+            f"for {self.name}: raise that pool's max_size to the durable allocations that run "
+            f"at once, and behind PgBouncer give it a pool of its own, or size "
+            f"default_pool_size to the business transactions plus this pool "
+            f"(docs/guides/psycopg-pool.md)")
 
     @contextmanager
-    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+    def transaction(self, caller: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction on a connection of the pool (of the application's psycopg_pool pool
+        when configured), committed when the block ends, rolled back when it raises."""
+        lender = self.config.pool
+        with self._borrowed(lender, caller) if lender is not None else self._kept() as conn:
+            yield conn
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def _kept(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of its own, begun: an idle one, else a new one; kept idle after the
+        block, closed (which rolls back) when the block raises."""
         if not self.slots.acquire(timeout=self.config.timeout):
             raise self.exhausted("a free connection")
         try:
@@ -101,19 +135,34 @@ class _Pool:
             if conn is None:
                 conn = self._connect()
                 self._begin(conn)
-            committed = False
             try:
                 yield conn
-                conn.execute("COMMIT")
-                committed = True
-            finally:
-                if committed:
-                    with self.lock:
-                        self.idle.append(conn)
-                else:
-                    conn.close()  # rolls back whatever was left
+            except BaseException:
+                conn.close()
+                raise
+            with self.lock:
+                self.idle.append(conn)
         finally:
             self.slots.release()
+
+    @contextmanager
+    def _borrowed(self, lender: ConnectionPool[Any],
+                  caller: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the application's psycopg_pool pool, begun (in either autocommit
+        mode: psycopg sends no BEGIN of its own inside a transaction), given back after the
+        block, rolled back first when the block raises."""
+        with _borrowing(self, lender, caller):
+            conn = lender.getconn(timeout=self.config.timeout)
+        try:
+            self._begin(conn)
+            try:
+                yield conn
+            except BaseException:
+                with contextlib.suppress(psycopg.Error):  # a closed connection has nothing
+                    conn.rollback()
+                raise
+        finally:
+            lender.putconn(conn)  # a closed one is replaced by the pool
 
     def _connect(self) -> psycopg.Connection[Any]:
         # Never prepared: behind PgBouncer in transaction pooling the next transaction may run
@@ -136,7 +185,7 @@ class _Pool:
             while pgconn.is_busy():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not select.select([pgconn.socket], [], [], remaining)[0]:
-                    raise self.exhausted("a server session")
+                    raise self.exhausted("a server session", self.config.pool)
                 pgconn.consume_input()
             while (result := pgconn.get_result()) is not None:
                 if result.status != pq.ExecStatus.COMMAND_OK:
@@ -153,6 +202,27 @@ class _Pool:
             conn.close()
 
 
+@contextmanager
+def _borrowing(pool: _Pool, lender: ConnectionPool[Any] | AsyncConnectionPool[Any],
+               caller: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Iterator[None]:
+    """Around taking a connection from ``lender``: its waits that ran out become
+    ``DurablePoolExhausted``; and never the pool the caller's connection came from, of which
+    a saturated application holds every connection (SPEC §6)."""
+    from psycopg_pool import PoolTimeout, TooManyRequests
+
+    if getattr(caller, "_pool", None) is lender:  # psycopg_pool marks the connections it lends
+        raise ValueError(
+            f"durable allocation would borrow from psycopg_pool {lender.name!r}, the pool your "
+            f"connection came from: under load every connection of it waits for a second one; "
+            f"give durable allocation a pool of its own (docs/guides/psycopg-pool.md)")
+    try:
+        yield
+    except PoolTimeout:
+        raise pool.exhausted("a free connection", lender) from None
+    except TooManyRequests as error:
+        raise pool.exhausted(f"a free connection ({error})", lender) from None
+
+
 _configs: dict[Target, _Config] = {}
 _pools: dict[Target, _Pool] = {}
 _registry_lock = threading.Lock()
@@ -166,18 +236,27 @@ def _close_all() -> None:
 
 
 def configure_durable_pool(database_url: str, *, size: int = DEFAULT_SIZE,
-                           timeout: float = DEFAULT_TIMEOUT, url: str | None = None) -> None:
+                           timeout: float = DEFAULT_TIMEOUT, url: str | None = None,
+                           pool: ConnectionPool[Any] | None = None,
+                           async_pool: AsyncConnectionPool[Any] | None = None) -> None:
     """Set the pool durable allocation uses for the database of ``database_url`` (the URL or
     conninfo your application connects with: its server, port, database and user name the
     pool): at most ``size`` connections, a wait of at most ``timeout`` seconds, connections to
     ``url`` (default: the caller's connection's own conninfo). Replaces a pool already made
-    for it (its idle connections are closed; those in use finish their call)."""
+    for it (its idle connections are closed; those in use finish their call).
+
+    ``pool`` / ``async_pool``: a ``psycopg_pool.ConnectionPool`` / ``AsyncConnectionPool`` of
+    your application, opened and closed by it, to borrow the connections of the sync / async
+    repositories' durable allocations from instead (its ``max_size`` bounds them; ``size``
+    and ``url`` then apply to the other kind only); never the pool your business connections
+    come from. ``timeout`` bounds the wait for its connections and their server sessions."""
     if size < 1 or not 0 < timeout <= 60:
         raise ValueError(f"size {size} must be at least 1 and timeout {timeout} between 0 "
                          f"(excluded) and 60 seconds")
     target = _target_of_conninfo(_libpq(database_url))
     with _registry_lock:
-        _configs[target] = _Config(size, timeout, None if url is None else _libpq(url))
+        _configs[target] = _Config(size, timeout, None if url is None else _libpq(url), pool,
+                                   async_pool)
         old = _pools.pop(target, None)
     if old is not None:
         old.close()
@@ -209,17 +288,37 @@ def _pool_for(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> _
 def durable_transaction(db: SyncDB) -> Iterator[psycopg.Connection[Any]]:
     """A transaction on a connection of the durable pool of the database ``db`` (the caller's
     SQLAlchemy Connection or Session, or psycopg Connection) is connected to, committed when
-    the block ends (rolled back, and the connection closed, when it raises)."""
-    with _pool_for(driver_of(db)).transaction() as own:
+    the block ends (rolled back when it raises)."""
+    caller = driver_of(db)
+    with _pool_for(caller).transaction(caller) as own:
         yield own
 
 
 @asynccontextmanager
 async def durable_transaction_async(db: AsyncDB) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    """``durable_transaction`` for asyncio: a connection of its own for the call (connected,
-    used and closed; the wait for a server session bounded by the pool's timeout), never one
-    from the caller's pool. The pool's size bounds the calls of this event loop at once."""
-    pool = _pool_for(await driver_of_async(db))
+    """``durable_transaction`` for asyncio: a connection borrowed from the configured
+    ``AsyncConnectionPool``, else one of its own for the call (connected, used and closed);
+    never one from the caller's pool. The wait for a server session is bounded by the pool's
+    timeout."""
+    caller = await driver_of_async(db)
+    pool = _pool_for(caller)
+    lender = pool.config.async_pool
+    connection = (_borrowed_async(pool, lender, caller) if lender is not None
+                  else _connected_async(pool))
+    async with connection as own, AsyncExitStack() as transaction:
+        try:
+            await asyncio.wait_for(transaction.enter_async_context(own.transaction()),
+                                   pool.config.timeout)
+        except TimeoutError:
+            await own.close()
+            raise pool.exhausted("a server session", lender) from None
+        yield own
+
+
+@asynccontextmanager
+async def _connected_async(pool: _Pool) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A connection of its own for one call; the pool's size bounds the calls of this event
+    loop at once."""
     slots = _async_slots(pool)
     try:
         await asyncio.wait_for(slots.acquire(), pool.config.timeout)
@@ -232,21 +331,23 @@ async def durable_transaction_async(db: AsyncDB) -> AsyncIterator[psycopg.AsyncC
         except TimeoutError:
             raise pool.exhausted("a connection") from None
         async with own:
-            try:
-                await asyncio.wait_for(own.execute("BEGIN"), pool.config.timeout)
-            except TimeoutError:
-                raise pool.exhausted("a server session") from None
-            committed = False
-            try:
-                yield own
-                await own.execute("COMMIT")
-                committed = True
-            finally:
-                if not committed:
-                    with contextlib.suppress(psycopg.Error):
-                        await own.execute("ROLLBACK")
+            yield own
     finally:
         slots.release()
+
+
+@asynccontextmanager
+async def _borrowed_async(pool: _Pool, lender: AsyncConnectionPool[Any],
+                          caller: psycopg.AsyncConnection[Any],
+                          ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A connection of the application's ``AsyncConnectionPool``, given back after the
+    block (a closed one is replaced by the pool)."""
+    with _borrowing(pool, lender, caller):
+        conn = await lender.getconn(timeout=pool.config.timeout)
+    try:
+        yield conn
+    finally:
+        await lender.putconn(conn)
 
 
 # A semaphore belongs to one event loop: per loop (forgotten with it), per pool.

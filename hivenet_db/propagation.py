@@ -13,22 +13,32 @@ the transaction: in a context variable inside a process, in headers between proc
 
 Values are checked only for what a header can carry safely (1 to 64 characters of
 ``[0-9A-Za-z_-]``, so no header injection); the database checks the serial itself.
+
+Once ``hivenet_db.otel.instrument()`` ran, the unified serial also travels in W3C baggage
+(key ``hivenet.serial.unified``): a bound serial is put into the baggage of the current
+OpenTelemetry context (so OpenTelemetry's own propagation carries it), outgoing headers get a
+``baggage`` header holding it, and a serial is read from an incoming ``baggage`` header, or
+from the current context's baggage, when no hivenet header or binding gives one. This module
+never imports OpenTelemetry: ``hivenet_db.otel`` plugs its baggage in (``carry_in_baggage``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
 from hivenet_db.errors import InvalidInput
 
 UNIFIED_HEADER = "X-Hivenet-Unified-Serial"
 SYSTEM_HEADER = "X-Hivenet-System-Serial"
 INTERFACE_HEADER = "X-Hivenet-Interface-Serial"
+BAGGAGE_HEADER = "baggage"
+#: The unified serial's key in W3C baggage (and its span attribute: hivenet_db.otel).
+BAGGAGE_KEY = "hivenet.serial.unified"
 
 _unified_serial: ContextVar[str | None] = ContextVar("hivenet_unified_serial", default=None)
 _SAFE = re.compile(r"[0-9A-Za-z_-]{1,64}")
@@ -38,24 +48,59 @@ HeaderValue: TypeAlias = "str | bytes"
 Headers: TypeAlias = "Mapping[str, HeaderValue] | Iterable[tuple[str, HeaderValue]]"
 
 
+class Baggage(Protocol):
+    """W3C baggage as OpenTelemetry keeps it (``hivenet_db.otel`` gives the one in use)."""
+
+    def current(self) -> str | None:
+        """The unified serial in the baggage of the current context, unchecked."""
+
+    def carrying(self, serial: str | None) -> AbstractContextManager[object]:
+        """A ``with`` block whose context's baggage holds ``serial`` (none when None)."""
+
+    def read(self, header: str) -> str | None:
+        """The unified serial in the value of a ``baggage`` header, unchecked."""
+
+    def header(self, serial: str | None) -> str | None:
+        """The ``baggage`` header of an outgoing call: the current context's baggage with
+        ``serial`` in it; None when there is no baggage at all."""
+
+
+_baggage: Baggage | None = None
+
+
+def carry_in_baggage(baggage: Baggage | None) -> None:
+    """Carry the unified serial in ``baggage`` too from now on (None: no longer)."""
+    global _baggage
+    _baggage = baggage
+
+
 def current_unified_serial() -> str | None:
-    """The unified serial bound to this context, or None."""
-    return _unified_serial.get()
+    """The unified serial bound to this context, else (instrumented) the one in the current
+    OpenTelemetry baggage, or None."""
+    bound = _unified_serial.get()
+    if bound is not None or (baggage := _baggage) is None:
+        return bound
+    carried = baggage.current()
+    return None if carried is None else _checked(f"{BAGGAGE_HEADER} {BAGGAGE_KEY}", carried)
 
 
 @contextmanager
 def unified_serial_context(serial: str | None) -> Iterator[None]:
-    """Bind ``serial`` as the current unified serial inside the ``with`` block."""
+    """Bind ``serial`` as the current unified serial inside the ``with`` block (and,
+    instrumented, put it into the current OpenTelemetry baggage for the block)."""
     token = _unified_serial.set(None if serial is None else _checked(UNIFIED_HEADER, serial))
     try:
-        yield
+        with ExitStack() as stack:
+            if (baggage := _baggage) is not None:
+                stack.enter_context(baggage.carrying(serial))
+            yield
     finally:
         _unified_serial.reset(token)
 
 
 def resolve_unified_serial(explicit: str | None) -> str | None:
-    """The unified serial to record: the one the caller passed, else the bound one."""
-    return explicit if explicit is not None else _unified_serial.get()
+    """The unified serial to record: the one the caller passed, else the current one."""
+    return explicit if explicit is not None else current_unified_serial()
 
 
 @dataclass(frozen=True)
@@ -67,9 +112,12 @@ class CallSerials:
     interface_serial: str | None = None
 
 
+def _text(value: HeaderValue) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
 def _checked(name: str, value: HeaderValue) -> str:
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    text = text.strip()
+    text = _text(value).strip()
     if not _SAFE.fullmatch(text):
         raise InvalidInput(f"header {name}: {text[:80]!r} is no serial "
                            f"(1 to 64 characters of [0-9A-Za-z_-])", "HN001")
@@ -84,26 +132,40 @@ def _pairs(headers: Headers) -> Iterator[tuple[str, HeaderValue]]:
 
 
 def read_headers(headers: Headers) -> CallSerials:
-    """The serials in HTTP headers, gRPC metadata or message headers (names case-insensitive).
+    """The serials in HTTP headers, gRPC metadata or message headers (names case-insensitive);
+    instrumented, the unified serial of a ``baggage`` header when no hivenet header has one.
 
-    Raises ``InvalidInput`` when a hivenet header holds something that is no serial.
+    Raises ``InvalidInput`` when a hivenet header (or that baggage) holds something that is no
+    serial.
     """
     wanted = {UNIFIED_HEADER.lower(): "unified_serial", SYSTEM_HEADER.lower(): "system_serial",
               INTERFACE_HEADER.lower(): "interface_serial"}
     found: dict[str, str] = {}
+    baggage_headers: list[str] = []  # several are one list (W3C baggage)
     for name, value in _pairs(headers):
         if (key := wanted.get(name.lower())) is not None and key not in found:
             found[key] = _checked(name, value)
+        elif name.lower() == BAGGAGE_HEADER:
+            baggage_headers.append(_text(value))
+    if "unified_serial" not in found and baggage_headers and (baggage := _baggage) is not None:
+        carried = baggage.read(",".join(baggage_headers))
+        if carried is not None:
+            found["unified_serial"] = _checked(f"{BAGGAGE_HEADER} {BAGGAGE_KEY}", carried)
     return CallSerials(**found)
 
 
 def outgoing_headers(unified_serial: str | None = None, *, system_serial: str | None = None,
                      interface_serial: str | None = None) -> dict[str, str]:
-    """HTTP headers for an outgoing call: the unified serial (default: the bound one) and the
-    call's system and interface serials, each only when known."""
+    """HTTP headers for an outgoing call: the unified serial (default: the current one) and
+    the call's system and interface serials, each only when known; instrumented, also the
+    ``baggage`` header of the current context with the unified serial in it."""
     values = {UNIFIED_HEADER: resolve_unified_serial(unified_serial),
               SYSTEM_HEADER: system_serial, INTERFACE_HEADER: interface_serial}
-    return {name: _checked(name, value) for name, value in values.items() if value is not None}
+    headers = {name: _checked(name, value) for name, value in values.items() if value is not None}
+    if (baggage := _baggage) is not None and (
+            carried := baggage.header(headers.get(UNIFIED_HEADER))) is not None:
+        headers[BAGGAGE_HEADER] = carried
+    return headers
 
 
 def outgoing_message_headers(unified_serial: str | None = None, *,

@@ -173,6 +173,10 @@ NOT_RUNNABLE = {
     "docs/guides/plproxy.md: python -m hivenet_db.bench --scenario scale_out --rounds 5 "
     "--seconds 10 "
     "--json": "a benchmark run of minutes (the scenario: tests/test_bench.py)",
+    "docs/guides/opentelemetry.md: pip install 'hivenet-db[otel]'      # opentelemetry-api only; the "
+    "SDK and exporters are yours": "an install from a package index",
+    "docs/guides/psycopg-pool.md: pip install 'hivenet-db[pool]'      # psycopg_pool":
+        "an install from a package index",
     "docs/operations.md: groups:":
         "Prometheus alert rules (the metrics they read: tests/test_metrics.py)",
     "docs/operations.md: SELECT cron.schedule('hivenet-maintain', '*/5 * * * *', "
@@ -439,6 +443,11 @@ def create_order(conn, order):
     made.append(order)
     return {"order_id": len(made)}
 """
+LEDGER = "def post_to_ledger(request):\n    return {'posted': request['amount']}\n"
+TRACED = "docs/guides/opentelemetry.md: from opentelemetry.sdk.trace import TracerProvider"
+EXPORTED = ("from opentelemetry.sdk.trace.export.in_memory_span_exporter import "
+            "InMemorySpanExporter\nexported = InMemorySpanExporter()\n")
+POOLED = "docs/guides/psycopg-pool.md: from psycopg_pool import ConnectionPool"
 PAYMENT = ("CREATE TABLE payment (serial text PRIMARY KEY DEFAULT "
            "hivenet.next_unified_serial('C0001', 'A01', '01'), amount int); "
            "GRANT SELECT, INSERT ON payment TO hivenet_app")
@@ -558,6 +567,26 @@ import json
 with open("shards.json", "w") as file:
     json.dump({"shards": {"s0": app_url}, "tenants": {}}, file)
 """, tables=ORDERS, then=COUNT_ORDERS),
+    TRACED: Python(setup=EXPORTED, values={"ConsoleSpanExporter()": "exported"},
+                   then="provider.force_flush()\nassert exported.get_finished_spans() == ()"),
+    "docs/guides/opentelemetry.md: from sqlalchemy import create_engine": Python(
+        setup=EXPORTED + CALL + LEDGER + "unified_serial = unified\n", after=(TRACED,),
+        then="provider.force_flush()\n"
+             "assert [s.name for s in exported.get_finished_spans()] == ["
+             "'hivenet.step.begin', 'hivenet.step.finish', 'hivenet.step']\n"
+             "assert posted == {'posted': 100}"),
+    "docs/guides/opentelemetry.md: from hivenet_db.propagation import outgoing_headers, "
+    "unified_serial_context": Python(
+        setup=EXPORTED + CALL + "unified_serial = unified\n", after=(TRACED,),
+        then="assert headers == {'X-Hivenet-Unified-Serial': unified, "
+             "'baggage': f'hivenet.serial.unified={unified}'}"),
+    POOLED: Python(
+        setup=CALL + LEDGER, then="assert posted == {'posted': 100}\n"
+                                  "assert order_serial.startswith('C0001A0101')\n"
+                                  "pool.close()\ndurable.close()\n"
+                                  "configure_durable_pool(app_url)"),
+    "docs/guides/psycopg-pool.md: import asyncio": Python(
+        then="from hivenet_db import configure_durable_pool\nconfigure_durable_pool(app_url)"),
     "docs/guides/steps.md: from hivenet_db import StepRepository": Python(
         setup=ENGINE + CALL + "def post_to_account(conn, request):\n"
               "    return {'balance': '900.00'}\n",
@@ -593,7 +622,9 @@ def test_python_block(name: str, urls: dict[str, str], tmp_path: Path,
             exec(_runnable(earlier, PYTHON[earlier], urls), namespace)
         exec(_runnable(name, how, urls), namespace)
         exec(how.then, namespace)
-    finally:  # what the block left open: its connections, then their engines
+    finally:  # what the block left open: its connections, then their engines; tracing
+        if (otel := sys.modules.get("hivenet_db.otel")) is not None:
+            otel.uninstrument()
         for value in list(namespace.values()):
             if isinstance(value, Connection | Session):
                 value.close()
