@@ -173,8 +173,8 @@ NOT_RUNNABLE = {
     "docs/guides/plproxy.md: python -m hivenet_db.bench --scenario scale_out --rounds 5 "
     "--seconds 10 "
     "--json": "a benchmark run of minutes (the scenario: tests/test_bench.py)",
-    "docs/guides/opentelemetry.md: pip install 'hivenet-db[otel]'      # opentelemetry-api only; the "
-    "SDK and exporters are yours": "an install from a package index",
+    "docs/guides/opentelemetry.md: pip install 'hivenet-db[otel]'      # opentelemetry-api only; "
+    "the SDK and exporters are yours": "an install from a package index",
     "docs/guides/psycopg-pool.md: pip install 'hivenet-db[pool]'      # psycopg_pool":
         "an install from a package index",
     "docs/operations.md: groups:":

@@ -415,7 +415,7 @@ def test_the_asgi_middleware_decisions_are_spans(spans: InMemorySpanExporter,
     from starlette.routing import Route
 
     from hivenet_db.asgi import IdempotencyMiddleware
-    from hivenet_db.dburl import sqlalchemy_url
+    from hivenet_db.urls import sqlalchemy_url
 
     async def order(_: Any) -> JSONResponse:
         return JSONResponse({"order": 1}, status_code=201)
