@@ -1,4 +1,4 @@
-"""docs/asgi.md's FastAPI app: orders created at most once per Idempotency-Key and client.
+"""docs/guides/asgi.md's FastAPI app: orders created at most once per Idempotency-Key and client.
 
     pip install 'hivenet-db[asgi]' fastapi uvicorn
     HIVENET_URL=postgresql+psycopg://app@localhost/shop uvicorn asgi_app:app

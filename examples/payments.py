@@ -1,4 +1,4 @@
-"""The application under test in docs/testing.md: a provider booking a payment call."""
+"""The application under test in docs/guides/testing.md: a provider booking a payment call."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 002's purchase flow on keyed requests (docs/idempotency.md): place an order under the
+"""Seed 002's purchase flow on keyed requests (docs/guides/idempotency.md): place an order under the
 client's request key, pay it under a pay id, and take the payment notification under its
 notify id. Each call runs its effect at most once however often it is retried or redelivered,
 and a repeat answers what the first call answered. Effect and record commit together."""

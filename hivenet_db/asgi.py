@@ -14,7 +14,7 @@ all) does them on the middleware's connection::
     async def create(conn: AsyncConnection = Depends(idempotency_connection)) -> ...:
         await conn.execute(insert(orders).values(...))   # committed with the response
 
-See docs/asgi.md for the statuses, what is replayed, and the limits.
+See docs/guides/asgi.md for the statuses, what is replayed, and the limits.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Several primaries, sharded by tenant (docs/scale-out.md).
+"""Several primaries, sharded by tenant (docs/guides/scale-out.md).
 
 A :class:`ShardMap` holds one SQLAlchemy engine per shard and a stable placement of every
 tenant (a merchant, a system + instance, any key of yours): the tenant's **instance** (the
@@ -194,7 +194,7 @@ class ShardMap:
                     f"tenant {tenant!r} is placed on shard {placement.shard!r} with instance "
                     f"{placement.instance}, but that instance is owned by {where}: the tenant "
                     f"would move silently. Restore the ownership, or move the tenant "
-                    f"deliberately (docs/scale-out.md)")
+                    f"deliberately (docs/guides/scale-out.md)")
         single = sorted(n for n, o in self.ownership().items()
                         if o.single_primary_formats and o.owned_instances != "all")
         if len(single) > 1:
@@ -210,14 +210,14 @@ class ShardMap:
         instance of a system + instance tenant, the id_service shard of a merchant), or on
         the least used instance of the shard with the fewest tenants. Saved to the map's
         file when it has one. ShardMapError when the tenant is placed elsewhere already
-        (moving a tenant is deliberate: docs/scale-out.md) or no shard owns ``instance``."""
+        (moving a tenant is deliberate: docs/guides/scale-out.md) or no shard owns ``instance``."""
         found = self.placements.get(tenant)
         if found is not None:
             if instance is not None and instance != found.instance:
                 raise ShardMapError(
                     f"tenant {tenant!r} is placed on instance {found.instance} (shard "
                     f"{found.shard!r}), not {instance}: moving a tenant is deliberate "
-                    f"(docs/scale-out.md)")
+                    f"(docs/guides/scale-out.md)")
             return found
         owners = self.owners()
         if instance is None:

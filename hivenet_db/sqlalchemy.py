@@ -4,7 +4,7 @@ Each function returns a SQL function call (``hivenet.next_unified_serial('C0001'
 '01')``) typed as text. Use it as a column's ``server_default`` (the database allocates when an
 INSERT leaves the column out), in ``insert().values()``, or in a ``select()``;
 ``next_serials`` is set-returning, for ``INSERT ... SELECT`` of a batch. Arguments are
-rendered as literals in DDL and as bound parameters in statements. See docs/orm.md.
+rendered as literals in DDL and as bound parameters in statements. See docs/guides/orm.md.
 
 The serial is allocated by the INSERT, so inside the caller's transaction: a rolled-back
 INSERT leaves a gap, as with ``SerialRepository.next``.

@@ -6,7 +6,7 @@ there in every test (``-p no:hivenet_db.testing`` turns it off; ``pytest_plugins
 ["hivenet_db.testing"]`` still works and loads it once). Fixtures start nothing until a test
 asks for one. A throwaway server is started once per test session (as an unprivileged user
 when running as root), a template database is migrated once, and every test gets its own
-copy (``CREATE DATABASE ... TEMPLATE``). See docs/testing.md.
+copy (``CREATE DATABASE ... TEMPLATE``). See docs/guides/testing.md.
 """
 
 from __future__ import annotations

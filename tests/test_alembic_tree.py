@@ -1,4 +1,4 @@
-"""docs/alembic.md, run as written: the package's revisions as a branch of an application's
+"""docs/guides/alembic.md, run as written: the package's revisions as a branch of an application's
 alembic tree, revisions that never land in the installed package, and the hand-over from a
 fresh install by `hivenet-db migrate`."""
 
@@ -36,7 +36,7 @@ def _versions() -> set[str]:
 
 
 class Tree:
-    """An application's alembic tree in ``root``, set up as docs/alembic.md says."""
+    """An application's alembic tree in ``root``, set up as docs/guides/alembic.md says."""
 
     def __init__(self, root: Path, url: str) -> None:
         self.root = root
@@ -118,7 +118,7 @@ def test_the_documented_ini_has(name: str) -> None:
 def test_the_tree_on_the_template_of_docs_testing(hivenet_url: str, tmp_path: Path,
                                                   db: psycopg.Connection,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/testing.md's upgrade_your_tree, as written, on a database installed as the
+    """docs/guides/testing.md's upgrade_your_tree, as written, on a database installed as the
     plugin's template is: the tree's revisions run, hivenet's are stamped, not replayed."""
     tree = Tree(tmp_path, hivenet_url)
     tree.create_orders()

@@ -248,7 +248,7 @@ def test_python_async_claims(hivenet_app_url: str, hivenet_admin_url: str,
     asyncio.run(main())
 
 
-# --- the exactly-once consumer of docs/dedup.md ------------------------------------------
+# --- the exactly-once consumer of docs/guides/dedup.md ------------------------------------------
 
 @pytest.fixture
 def shop(hivenet_engine: Engine) -> Iterator[Engine]:
@@ -259,7 +259,7 @@ def shop(hivenet_engine: Engine) -> Iterator[Engine]:
 
 
 def handle(conn: Connection, message_id: str, body: str) -> None:
-    """As in docs/dedup.md: the claim and the effect commit together, or neither does."""
+    """As in docs/guides/dedup.md: the claim and the effect commit together, or neither does."""
     order = json.loads(body)
     try:
         with conn.begin():

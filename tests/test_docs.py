@@ -100,9 +100,9 @@ ELSEWHERE = {
     "postgresql://owner@db/payments":
         "tests/test_alembic_tree.py::test_the_documented_tree (stamp, drop, upgrade)",
     "docs/guides/idempotency.md: \"\"\"Seed 002's purchase flow on keyed requests "
-    "(docs/idempotency.md): place an order under the":
+    "(docs/guides/idempotency.md): place an order under the":
         "tests/test_requests.py::test_the_purchase_flow_example_passes",
-    "docs/guides/testing.md: \"\"\"The application under test in docs/testing.md: a provider "
+    "docs/guides/testing.md: \"\"\"The application under test in docs/guides/testing.md: a provider "
     "booking a payment call.\"\"\"":
         "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
     "docs/guides/testing.md: \"\"\"Testing book_payment against a real PostgreSQL with the "

@@ -1,4 +1,4 @@
-"""The SQL examples of docs/formats.md run as written, and print what the comments say."""
+"""The SQL examples of docs/guides/formats.md run as written, and print what the comments say."""
 
 from __future__ import annotations
 

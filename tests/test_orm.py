@@ -1,4 +1,4 @@
-"""Serials in ORM models and Core statements: the recipes of docs/orm.md, run as written."""
+"""Serials in ORM models and Core statements: the recipes of docs/guides/orm.md, run as written."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hivenet_db.errors import translated
 from hivenet_db.sqlalchemy import next_serial, next_serials, next_unified_serial
 
 
-# --- docs/orm.md: models ------------------------------------------------------------------
+# --- docs/guides/orm.md: models ------------------------------------------------------------------
 class Base(DeclarativeBase):
     pass
 

@@ -1,4 +1,4 @@
-"""`hivenet-db proxy install` (issue 16 part 3, docs/plproxy.md): a PL/Proxy database in front
+"""`hivenet-db proxy install` (issue 16 part 3, docs/guides/plproxy.md): a PL/Proxy database in front
 of two shards, each a server of its own started here. Calls through the proxy reach the shard
 that owns the instance (or the key's hash), HN codes arrive as the same Python exceptions, and
 each call commits on its own on the shard: that caveat is shown here, not hidden.
@@ -288,7 +288,7 @@ def test_a_claim_key_goes_to_its_hash_shard(cluster: Cluster,
 
 def test_a_claim_through_the_proxy_survives_the_callers_rollback(
         cluster: Cluster, via_proxy: psycopg.Connection) -> None:
-    """The caveat of docs/plproxy.md: the shard committed the claim and the step on its own,
+    """The caveat of docs/guides/plproxy.md: the shard committed the claim and the step on its own,
     so rolling back the caller's transaction does not undo them. On one primary the retry
     below would succeed (SPEC §3: the claim vanishes with the rollback)."""
     serial = SerialRepository(via_proxy).next_interface("R0006", "A01", "12", "T0001")

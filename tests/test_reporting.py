@@ -123,7 +123,7 @@ def test_hivenet_reporting_reads_the_view_and_not_the_counters(db: psycopg.Conne
 
 
 def test_the_documented_reporting_grants_read_every_view(db: psycopg.Connection) -> None:
-    """docs/reporting.md's grant (hivenet_reporting) is enough for every view and the call
+    """docs/guides/reporting.md's grant (hivenet_reporting) is enough for every view and the call
     chain."""
     prepare(db)
     db.execute(UNIFIED, (2,))

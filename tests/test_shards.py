@@ -1,4 +1,4 @@
-"""Several primaries (issue 16, docs/scale-out.md): instance ownership enforced by each
+"""Several primaries (issue 16, docs/guides/scale-out.md): instance ownership enforced by each
 database, the tenant shard map, and reports across shards, on three local clusters of their
 own (tests/shard_clusters.py) with real parallel connections."""
 

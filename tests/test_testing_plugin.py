@@ -1,5 +1,5 @@
 """hivenet_db.testing as users get it: a pytest plugin loaded by its entry point, and the
-example of docs/testing.md (examples/) run as written, in a pytest of its own."""
+example of docs/guides/testing.md (examples/) run as written, in a pytest of its own."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_the_plugin_can_be_turned_off(pytester: pytest.Pytester) -> None:
 def test_docs_show_the_example_as_it_is_tested() -> None:
     docs = (ROOT / "docs" / "guides" / "testing.md").read_text()
     for name in EXAMPLES:
-        assert (ROOT / "examples" / name).read_text() in docs, f"docs/testing.md: {name}"
+        assert (ROOT / "examples" / name).read_text() in docs, f"docs/guides/testing.md: {name}"
 
 
 def test_the_login_fixtures_have_productions_privileges(

@@ -8,7 +8,7 @@ reads /proc through experiments/probe_cpu.py):
 
 Each round fails 2,050 new steps, then retries them (the first 50 unmeasured), each retry a
 transaction of its own; the two bodies alternate per round. Prints µs per retry, the median
-and each round (docs/steps.md).
+and each round (docs/guides/steps.md).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ at head) and every scenario's setup runs on it, so setups must be safe to run ag
 
 ``--scenario scale_out`` (never in the default set: it starts four servers of its own and
 needs PL/Proxy) compares one primary, two shards routed by the application and two shards
-behind PL/Proxy (``hivenet_db.bench.scale_out``, docs/plproxy.md).
+behind PL/Proxy (``hivenet_db.bench.scale_out``, docs/guides/plproxy.md).
 
 Cases that are not two pgbench scripts run after the scenarios, each on its own database
 too (``hivenet_db.bench.cases``, ``hivenet_db.bench.python_layer``): the Python layer

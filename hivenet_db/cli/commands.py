@@ -43,7 +43,7 @@ def add_shard_options(p: argparse.ArgumentParser) -> None:
     group.add_argument("--shards", metavar="URL,URL", help="run on each of these databases "
                        "(shards shard0, shard1, ...) and merge the rows, each with its shard")
     group.add_argument("--shard-map", metavar="FILE", help="run on each shard of this shard "
-                       "map (its \"shards\": name → URL; docs/scale-out.md) and merge")
+                       "map (its \"shards\": name → URL; docs/guides/scale-out.md) and merge")
 
 
 def _install(commands: Commands) -> None:
@@ -82,7 +82,7 @@ def _install(commands: Commands) -> None:
     p.add_argument("--owns-instances", metavar="INSTANCES", help=(
         "then declare the instances this database allocates for, e.g. 01-09 or 01,03,05 "
         "(the instance field; the shard field of id_service), for several primaries: "
-        "others raise HN002 (docs/scale-out.md); 'all' (the default) is one primary"))
+        "others raise HN002 (docs/guides/scale-out.md); 'all' (the default) is one primary"))
     p.add_argument("--single-primary-formats", action="store_true", default=None, help=(
         "with --owns-instances: this database is the one that issues the formats without "
         "an instance field (merchant_trade, per_second)"))
@@ -156,7 +156,7 @@ def _report(commands: Commands) -> None:
         "period (the scopes in use first, the least headroom first), interface calls per "
         "day, steps per state and stuck steps, keyed requests per state and stuck keyed "
         "requests. With --shards or --shard-map: on every shard, the rows merged with a first "
-        "column shard (docs/scale-out.md).")
+        "column shard (docs/guides/scale-out.md).")
     p.add_argument("--unified", metavar="SERIAL", help="list the call chain of this unified "
                    "serial")
     p.add_argument("--limit", type=int, default=50, help="rows per section, saying how many "
@@ -212,7 +212,7 @@ def _proxy(commands: Commands) -> None:
         "(claims and keyed requests: by the key's hash). What each shard owns is read from "
         "the shard (hivenet-db migrate --owns-instances); --owns for shards without it. Each "
         "call commits on its own on the shard, whatever the caller's transaction does: for "
-        "callers without a transaction of their own (docs/plproxy.md). Needs PL/Proxy on "
+        "callers without a transaction of their own (docs/guides/plproxy.md). Needs PL/Proxy on "
         "the proxy's server (apt-get install postgresql-15-plproxy) and a superuser there. "
         "No password is stored: PL/Proxy connects as the calling role (.pgpass or trust on "
         "the proxy's server).")

@@ -64,7 +64,7 @@ def set_time_zone(url: str, zone: str) -> str:
 
 
 def own_instances(url: str, instances: str, single_primary_formats: bool | None) -> str:
-    """Declare the instances this database owns (hivenet.own_instances, docs/scale-out.md)
+    """Declare the instances this database owns (hivenet.own_instances, docs/guides/scale-out.md)
     in a transaction of its own; HN001 for a malformed list or an instance given up that
     has serials here (forcing that is an SQL call, deliberately)."""
     with engine_for(url) as engine, engine.begin() as conn:

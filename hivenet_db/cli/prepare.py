@@ -1,5 +1,5 @@
 """``prepare``: give counter scopes their own sequences at deployment, so that each counts
-from 1 from its first serial (hivenet.prepare_scope; docs/formats.md, "Scopes")."""
+from 1 from its first serial (hivenet.prepare_scope; docs/guides/formats.md, "Scopes")."""
 
 from __future__ import annotations
 

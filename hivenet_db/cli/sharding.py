@@ -1,6 +1,6 @@
 """``--shards URL,URL`` and ``--shard-map FILE`` for the commands that run over every shard
 (``report``, ``maintain``): each shard in a transaction of its own, rows merged with a first
-column ``shard`` (docs/scale-out.md)."""
+column ``shard`` (docs/guides/scale-out.md)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@
 --   {"seq": 10, "reset": "day"}                            counter, zero-padded, reset per period
 -- Any other key, or a segment of no known kind, is refused (HN001 naming it).
 -- The counter scope is the concatenation of the values of the counter-key fields (every field
--- unless marked "counter": false): two scopes never share a counter. docs/formats.md.
+-- unless marked "counter": false): two scopes never share a counter. docs/guides/formats.md.
 
 -- Time patterns a format may use: to_char pattern, width, and the finest unit they show.
 CREATE FUNCTION hivenet._time_pattern(p_pattern text,

@@ -1,5 +1,5 @@
 -- Reporting: every view a reporting tool (or `hivenet-db report`) reads with plain SELECT,
--- and call_chain(); docs/reporting.md lists them all. Granted to hivenet_reporting and
+-- and call_chain(); docs/guides/reporting.md lists them all. Granted to hivenet_reporting and
 -- hivenet_admin (privileges.sql), with what they call as their reader.
 
 -- Interface calls (dedup.sql).

@@ -1,4 +1,4 @@
-"""``hivenet-db proxy install``: a PL/Proxy database in front of several shards (docs/plproxy.md).
+"""``hivenet-db proxy install``: a PL/Proxy database in front of several shards (docs/guides/plproxy.md).
 
 The proxy database gets the extension plproxy, the schema ``hivenet_proxy`` (which shard owns
 which instance, the routing functions: ``plproxy_sql/routing.sql`` beside this module) and,
@@ -7,7 +7,7 @@ name and signature (``plproxy_sql/functions.sql``), so callers change only their
 shard owns is read from the shard (its setting ``owned_instances``); shards of a schema without
 ownership take it from ``owns`` (``--owns``) or get 00-99 spread evenly.
 
-Every call through the proxy commits on its own on the shard (docs/plproxy.md). Running the
+Every call through the proxy commits on its own on the shard (docs/guides/plproxy.md). Running the
 install again rewrites the routing from the shards as they are now; it never changes a shard.
 No password is stored in the proxy database nor shown: PL/Proxy connects as the calling role,
 authenticated by the proxy server's ``.pgpass`` or by trust.
@@ -125,7 +125,7 @@ def read_shards(shard_urls: Sequence[str], owns: Sequence[str] | None = None,
                 raise ProxyError(
                     f"shard {number} ({label}) owns all instances (setting owned_instances "
                     f"'all'): with several shards, declare on each what it owns (hivenet-db "
-                    f"migrate --owns-instances 01-49 --url ..., docs/scale-out.md), then run "
+                    f"migrate --owns-instances 01-49 --url ..., docs/guides/scale-out.md), then run "
                     f"the install again")
             owned = canonical(nodes_of(owned))
             if given is not None and given != owned:
@@ -228,7 +228,7 @@ def _check_reach(proxy_url: str, shards: Sequence[Shard],
                     f"shard {shard.number} ({shard.label}) does not answer through the proxy: "
                     f"{_first_line(error)}. PL/Proxy connects from the proxy's server as the "
                     f"calling role, with no password stored: give that server's account a "
-                    f".pgpass entry for the shard, or trust (docs/plproxy.md)") from None
+                    f".pgpass entry for the shard, or trust (docs/guides/plproxy.md)") from None
             assert row is not None
             owned = canonical(nodes_of(row[2])) if row[2] not in (None, "all") else None
             if owned is not None and owned != shard.owned:

@@ -238,7 +238,7 @@ END $$;
 --   {"seq": 10, "reset": "day"}                            counter, zero-padded, reset per period
 -- Any other key, or a segment of no known kind, is refused (HN001 naming it).
 -- The counter scope is the concatenation of the values of the counter-key fields (every field
--- unless marked "counter": false): two scopes never share a counter. docs/formats.md.
+-- unless marked "counter": false): two scopes never share a counter. docs/guides/formats.md.
 
 -- Time patterns a format may use: to_char pattern, width, and the finest unit they show.
 CREATE FUNCTION hivenet._time_pattern(p_pattern text,
@@ -1850,7 +1850,7 @@ SELECT hivenet._recompile();
 
 -- hivenet_db/sql/ownership.sql
 -- Instance ownership: several primaries, serials that never collide (SPEC §1 "Several
--- primaries", docs/scale-out.md).
+-- primaries", docs/guides/scale-out.md).
 --
 -- Each database declares the instances it owns (setting owned_instances, changed with
 -- hivenet.own_instances(...) or `hivenet-db migrate --owns-instances`): the `instance` field of
@@ -1994,7 +1994,7 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
             'instances %s, and that setting is off here)', p_format.name, p_owned) END
         WHEN NOT hivenet._instance_in(p_node, p_owned) THEN format(
             'format %s: %s %s is not owned by this database (it owns %s): allocate on the '
-            'database that owns it (docs/scale-out.md)', p_format.name,
+            'database that owns it (docs/guides/scale-out.md)', p_format.name,
             hivenet._node_field(p_format), hivenet._shown(p_node), p_owned)
     END
 $$;
@@ -2015,7 +2015,7 @@ BEGIN
 END $$;
 
 -- HN002 when serial p_serial of format p_format (system: a step; interface: a claim), valid,
--- was received by a database that does not own the instance printed in it (docs/scale-out.md:
+-- was received by a database that does not own the instance printed in it (docs/guides/scale-out.md:
 -- a retry on the wrong shard). Callers test owned_instances <> 'all' first (no call at all on
 -- one primary); nothing is checked when check_received_instances is off.
 CREATE FUNCTION hivenet._check_owned_serial(p_format text, p_serial text) RETURNS void
@@ -2035,7 +2035,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'HN002',
             MESSAGE = format('%s serial %s carries instance %s, which this database does not '
                              'own (it owns %s): send it, and every retry of it, to the shard '
-                             'that owns that instance (docs/scale-out.md; setting '
+                             'that owns that instance (docs/guides/scale-out.md; setting '
                              'check_received_instances)', p_format, p_serial,
                              hivenet._shown(v_instance), v_owned);
     END IF;
@@ -2085,7 +2085,7 @@ BEGIN
             MESSAGE = format('setting %s %s: this database has issued serials of format %s '
                              'scope %s, which it would no longer own; give it up with '
                              'hivenet.own_instances(..., p_force => true), which parks such '
-                             'scopes (docs/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
+                             'scopes (docs/guides/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
                              (v_scope.format).name, hivenet._shown(v_scope.scope));
     END IF;
     FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
@@ -2124,7 +2124,7 @@ BEGIN
 END $$;
 
 -- hivenet.own_instances(instances, single_primary_formats default null, force default false)
---   → text (administrators): declares what this database allocates for (docs/scale-out.md):
+--   → text (administrators): declares what this database allocates for (docs/guides/scale-out.md):
 --   instances 'all' (one primary: the default) or a list such as '01-09' or '01,03,05' (of the
 --   instance field; the shard field of id_service), and, when single_primary_formats is not
 --   NULL, whether it is the one database issuing formats without such a field. Returns the
@@ -2133,7 +2133,7 @@ END $$;
 --   would no longer own, unless force, which parks those scopes (their next allocation raises
 --   HN002; owning them again restores their counters) and drops their pending first uses.
 --   Moving an instance to another database is safe only across a period boundary of its
---   formats: counters are not carried over (docs/scale-out.md). Commits with the caller;
+--   formats: counters are not carried over (docs/guides/scale-out.md). Commits with the caller;
 --   waits for transactions that use a parked scope. READ COMMITTED only (compile.sql).
 CREATE FUNCTION hivenet.own_instances(p_instances text,
     p_single_primary_formats boolean DEFAULT NULL, p_force boolean DEFAULT false)
@@ -3824,7 +3824,7 @@ END $$;
 
 -- hivenet_db/sql/reporting.sql
 -- Reporting: every view a reporting tool (or `hivenet-db report`) reads with plain SELECT,
--- and call_chain(); docs/reporting.md lists them all. Granted to hivenet_reporting and
+-- and call_chain(); docs/guides/reporting.md lists them all. Granted to hivenet_reporting and
 -- hivenet_admin (privileges.sql), with what they call as their reader.
 
 -- Interface calls (dedup.sql).

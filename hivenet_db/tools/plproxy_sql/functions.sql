@@ -5,14 +5,14 @@
 --
 -- Each call commits on its own on the shard, whatever the caller's transaction does next: a
 -- claim or begin_step made here survives the caller's rollback. For callers without a
--- transaction of their own only (docs/plproxy.md). Administrative functions (maintain,
+-- transaction of their own only (docs/guides/plproxy.md). Administrative functions (maintain,
 -- define_format, own_instances, settings) are run on each shard, not through the proxy.
 
 -- Allocation: by the scope's node field (instance; shard for id_service).
 -- next_unified_serial and next_system_serial run the shard's next_serial, which they fall
 -- back to on any unusual case anyway (allocate.sql): same serials, same errors. PL/Proxy sends
 -- every call as a new unprepared statement, and planning the inlined fast path of the two
--- costs the shard ~10x the call itself (docs/plproxy.md, "Figures").
+-- costs the shard ~10x the call itself (docs/guides/plproxy.md, "Figures").
 -- Each runs the shard's flush_at_commit() first (allocate.sql): the shard's commit then waits
 -- until the serial is on disk, as the caller, told it is committed, expects. Without it,
 -- PostgreSQL does not flush a commit that only drew serials, and a crash can issue them again.

@@ -1,7 +1,7 @@
 -- The proxy database's own schema (hivenet_proxy): which shard owns which instance, and the
 -- routing functions the PL/Proxy functions of schema hivenet (functions.sql) run on. Installed
 -- by `hivenet-db proxy install` (hivenet_db/tools/plproxy.py), never by the shard migrations; every
--- statement here may run again (the install is idempotent). docs/plproxy.md.
+-- statement here may run again (the install is idempotent). docs/guides/plproxy.md.
 --
 -- Routing always yields a shard number 0..n-1, never a hash: PL/Proxy maps a value v to
 -- partition v & (partitions - 1), and the cluster has the next power of two of partitions
