@@ -483,7 +483,8 @@ def test_demo_on_the_embedded_default(embedded_dir: Path, db: psycopg.Connection
 
 def test_alembic_branch_in_an_application_tree(hivenet_url: str, tmp_path: Path,
                                                db: psycopg.Connection) -> None:
-    """docs/guides/migrations.md: an application's own alembic tree includes the packaged revisions."""
+    """docs/guides/migrations.md: an application's own alembic tree includes the packaged
+    revisions."""
     from hivenet_db.urls import sqlalchemy_url
 
     migrate.downgrade(hivenet_url, "base")  # this database now belongs to the app's tree

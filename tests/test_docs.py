@@ -102,8 +102,8 @@ ELSEWHERE = {
     "docs/guides/idempotency.md: \"\"\"Seed 002's purchase flow on keyed requests "
     "(docs/guides/idempotency.md): place an order under the":
         "tests/test_requests.py::test_the_purchase_flow_example_passes",
-    "docs/guides/testing.md: \"\"\"The application under test in docs/guides/testing.md: a provider "
-    "booking a payment call.\"\"\"":
+    "docs/guides/testing.md: \"\"\"The application under test in docs/guides/testing.md: a "
+    "provider booking a payment call.\"\"\"":
         "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
     "docs/guides/testing.md: \"\"\"Testing book_payment against a real PostgreSQL with the "
     "hivenet_db.testing fixtures.\"\"\"":

@@ -1,5 +1,5 @@
-"""`hivenet-db proxy install` (issue 16 part 3, docs/guides/plproxy.md): a PL/Proxy database in front
-of two shards, each a server of its own started here. Calls through the proxy reach the shard
+"""`hivenet-db proxy install` (docs/guides/plproxy.md): a PL/Proxy database in front of two
+shards, each a server of its own started here. Calls through the proxy reach the shard
 that owns the instance (or the key's hash), HN codes arrive as the same Python exceptions, and
 each call commits on its own on the shard: that caveat is shown here, not hidden.
 """

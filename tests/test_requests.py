@@ -512,7 +512,7 @@ def test_async_repository(hivenet_app_url: str, hivenet_admin_url: str,
     assert calls == [1]
 
 
-# --- the example of docs/guides/idempotency.md -------------------------------------------------------
+# --- the example of docs/guides/idempotency.md ----------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ["purchase_flow.py", "test_purchase_flow.py"]

@@ -1,4 +1,5 @@
-"""Command ``proxy install``: a PL/Proxy database in front of the shards (docs/guides/plproxy.md)."""
+"""Command ``proxy install``: a PL/Proxy database in front of the shards
+(docs/guides/plproxy.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``hivenet-db proxy install``: a PL/Proxy database in front of several shards (docs/guides/plproxy.md).
+"""``hivenet-db proxy install``: a PL/Proxy database in front of several shards
+(docs/guides/plproxy.md).
 
 The proxy database gets the extension plproxy, the schema ``hivenet_proxy`` (which shard owns
 which instance, the routing functions: ``plproxy_sql/routing.sql`` beside this module) and,
@@ -125,8 +126,8 @@ def read_shards(shard_urls: Sequence[str], owns: Sequence[str] | None = None,
                 raise ProxyError(
                     f"shard {number} ({label}) owns all instances (setting owned_instances "
                     f"'all'): with several shards, declare on each what it owns (hivenet-db "
-                    f"migrate --owns-instances 01-49 --url ..., docs/guides/scale-out.md), then run "
-                    f"the install again")
+                    f"migrate --owns-instances 01-49 --url ..., docs/guides/scale-out.md), then "
+                    f"run the install again")
             owned = canonical(nodes_of(owned))
             if given is not None and given != owned:
                 raise ProxyError(f"--owns {given} for shard {number} ({label}), but the shard "
