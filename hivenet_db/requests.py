@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import text
 
 from hivenet_db._execute import AsyncDB, SyncDB, rows, rows_async
+from hivenet_db.decisions import OnDecision, reported, reported_async
 from hivenet_db.steps import (
     Guarded,
     OnSuccess,
@@ -86,17 +87,20 @@ class RequestRepository:
     ``begin`` raises ``StepInProgress`` (HN030), ``StepAlreadySucceeded`` (HN031),
     ``RequestMismatch`` (HN032) or ``InvalidInput`` (HN001); ``finish`` and ``resolve`` raise
     ``StaleAttempt`` (HN033). Nothing is committed here: the caller's transaction decides.
+    ``on_decision(namespace, key, decision, attempt)`` is told what each ``begin`` decided
+    (``hivenet_db.decisions``).
     """
 
-    def __init__(self, db: SyncDB) -> None:
+    def __init__(self, db: SyncDB, *, on_decision: OnDecision | None = None) -> None:
         self.db = db
+        self.on_decision = on_decision
 
     def begin(self, namespace: str, key: str, request: Any = None, *,
               on_success: OnSuccess = "replay", lease: timedelta | None = None,
               nowait: bool = False) -> StepStart:
         """Receive the request keyed ``key`` in ``namespace``."""
-        return start_of(rows(self.db, _BEGIN, _begin_params(
-            namespace, key, request, on_success, lease, nowait)))
+        return reported(self.on_decision, namespace, key, lambda: start_of(rows(
+            self.db, _BEGIN, _begin_params(namespace, key, request, on_success, lease, nowait))))
 
     def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
                response: Any = None) -> None:
@@ -140,12 +144,18 @@ class RequestRepository:
 class AsyncRequestRepository:
     """``RequestRepository`` for an ``AsyncConnection`` or ``AsyncSession`` (or psycopg's)."""
 
-    def __init__(self, db: AsyncDB) -> None:
+    def __init__(self, db: AsyncDB, *, on_decision: OnDecision | None = None) -> None:
         self.db = db
+        self.on_decision = on_decision
 
     async def begin(self, namespace: str, key: str, request: Any = None, *,
                     on_success: OnSuccess = "replay", lease: timedelta | None = None,
                     nowait: bool = False) -> StepStart:
+        return await reported_async(self.on_decision, namespace, key, self._begin(
+            namespace, key, request, on_success, lease, nowait))
+
+    async def _begin(self, namespace: str, key: str, request: Any, on_success: OnSuccess,
+                     lease: timedelta | None, nowait: bool) -> StepStart:
         return start_of(await rows_async(self.db, _BEGIN, _begin_params(
             namespace, key, request, on_success, lease, nowait)))
 
