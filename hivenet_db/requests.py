@@ -23,7 +23,14 @@ from typing import Any
 
 from sqlalchemy import text
 
-from hivenet_db._execute import AsyncDB, SyncDB, rows, rows_async
+from hivenet_db._execute import (
+    AsyncDB,
+    SyncDB,
+    driver_rows,
+    driver_rows_async,
+    rows,
+    rows_async,
+)
 from hivenet_db.decisions import OnDecision, reported, reported_async
 from hivenet_db.steps import (
     Guarded,
@@ -38,14 +45,12 @@ from hivenet_db.steps import (
 # What begin found: the same object as for steps (outcome, attempt, response).
 RequestStart = StepStart
 
-_BEGIN = text(
-    "SELECT outcome, attempt, response FROM hivenet.begin_request("
-    ":namespace, :key, CAST(:request AS jsonb), :on_success, :lease, :nowait)"
-)
-_FINISH = text(
-    "SELECT hivenet.finish_request(:namespace, :key, :attempt, :succeeded, "
-    "CAST(:response AS jsonb))"
-)
+# begin and finish, every keyed request's two calls, are sent as the driver's own SQL
+# (driver_rows: positional parameters, no text() compiled), as allocations are; the
+# parameters in the order of the _begin_params / _finish_params dicts.
+_BEGIN = ("SELECT outcome, attempt, response FROM hivenet.begin_request("
+          "%s, %s, %s::jsonb, %s, %s, %s)")
+_FINISH = "SELECT FROM hivenet.finish_request(%s, %s, %s, %s, %s::jsonb)"
 _RESOLVE = text(
     "SELECT hivenet.resolve_request(:namespace, :key, :attempt, :succeeded, :note, "
     "CAST(:response AS jsonb))"
@@ -99,13 +104,13 @@ class RequestRepository:
               on_success: OnSuccess = "replay", lease: timedelta | None = None,
               nowait: bool = False) -> StepStart:
         """Receive the request keyed ``key`` in ``namespace``."""
-        return reported(self.on_decision, namespace, key, lambda: start_of(rows(
+        return reported(self.on_decision, namespace, key, lambda: start_of(driver_rows(
             self.db, _BEGIN, _begin_params(namespace, key, request, on_success, lease, nowait))))
 
     def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
                response: Any = None) -> None:
         """End ``attempt``: success with the response to replay, or failure with the error."""
-        rows(self.db, _FINISH, _finish_params(namespace, key, attempt, succeeded, response))
+        driver_rows(self.db, _FINISH, _finish_params(namespace, key, attempt, succeeded, response))
 
     def resolve(self, namespace: str, key: str, attempt: int, succeeded: bool, note: str,
                 response: Any = None) -> None:
@@ -156,12 +161,12 @@ class AsyncRequestRepository:
 
     async def _begin(self, namespace: str, key: str, request: Any, on_success: OnSuccess,
                      lease: timedelta | None, nowait: bool) -> StepStart:
-        return start_of(await rows_async(self.db, _BEGIN, _begin_params(
+        return start_of(await driver_rows_async(self.db, _BEGIN, _begin_params(
             namespace, key, request, on_success, lease, nowait)))
 
     async def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
                      response: Any = None) -> None:
-        await rows_async(self.db, _FINISH,
+        await driver_rows_async(self.db, _FINISH,
                          _finish_params(namespace, key, attempt, succeeded, response))
 
     async def resolve(self, namespace: str, key: str, attempt: int, succeeded: bool, note: str,
