@@ -74,6 +74,8 @@ def handwritten(conn: Conn, key: str, request: Any, response: Any) -> Any:
                 raise Mismatch(key)
             if row[1] is not None:
                 return row[1]
+            # (A committed row always has its response: insert and update share one
+            # transaction, and FOR UPDATE waited for a concurrent one to end.)
         conn.execute(_DONE, (json.dumps(response), key))
     return response
 
