@@ -88,7 +88,11 @@ def test_the_context_manager_and_run_tell_through_begin(any_conn: SyncDB) -> Non
 
 
 def test_a_failing_hook_is_logged_and_changes_no_outcome(
-        any_conn: SyncDB, caplog: pytest.LogCaptureFixture) -> None:
+        any_conn: SyncDB, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A logging configuration run earlier in the session (alembic's, Django's) may have
+    # disabled the loggers that existed then; what is tested here is that it is logged.
+    monkeypatch.setattr(logging.getLogger("hivenet_db.decisions"), "disabled", False)
     def broken(namespace: str, key: str, decision: Decision, attempt: int | None) -> None:
         raise RuntimeError(f"tracer down ({decision})")
 
