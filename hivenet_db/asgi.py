@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import HTTPConnection, Request
 
 from hivenet_db import AsyncRequestRepository
+from hivenet_db.decisions import OnDecision
 from hivenet_db.errors import StaleAttempt
 from hivenet_db.http_idempotency import (
     MAX_KEY_LENGTH,
@@ -100,6 +101,8 @@ class IdempotencyMiddleware:
 
     ``retention`` (a ``timedelta``): set once, on the first covered request, as the
     namespace's retention (``hivenet.set_request_retention``); a key may run again after it.
+    ``on_decision(namespace, key, decision, attempt)``: told what the database decided about
+    each covered request's key (``hivenet_db.decisions``; the key as stored, with its scope).
     """
 
     #: how long an attempt is trusted as ``processing`` before listed in
@@ -109,7 +112,8 @@ class IdempotencyMiddleware:
     def __init__(self, app: ASGIApp, engine: AsyncEngine, *, header: str = "Idempotency-Key",
                  methods: Iterable[str] = ("POST", "PATCH"), required: bool = True,
                  namespace: str = "http", scope: ScopeOf | None = None,
-                 retention: timedelta | None = None) -> None:
+                 retention: timedelta | None = None,
+                 on_decision: OnDecision | None = None) -> None:
         self.app = app
         self.engine = engine
         self.header = header.lower().encode("latin-1")
@@ -118,6 +122,7 @@ class IdempotencyMiddleware:
         self.namespace = namespace
         self.scope = scope
         self.retention = retention
+        self.on_decision = on_decision
         self._retention_set = retention is None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -195,7 +200,7 @@ class IdempotencyMiddleware:
         request = fingerprint(scope["method"], target, body)
         try:
             async with self.engine.begin() as conn:  # commits `processing` before the handler
-                start = await AsyncRequestRepository(conn).begin(
+                start = await AsyncRequestRepository(conn, on_decision=self.on_decision).begin(
                     self.namespace, key, request, lease=self.lease, nowait=True)
         except Exception as error:
             refused = refusal(error)

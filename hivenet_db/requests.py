@@ -23,7 +23,15 @@ from typing import Any
 
 from sqlalchemy import text
 
-from hivenet_db._execute import AsyncDB, SyncDB, rows, rows_async
+from hivenet_db._execute import (
+    AsyncDB,
+    SyncDB,
+    driver_rows,
+    driver_rows_async,
+    rows,
+    rows_async,
+)
+from hivenet_db.decisions import OnDecision, reported, reported_async
 from hivenet_db.steps import (
     Guarded,
     OnSuccess,
@@ -37,14 +45,12 @@ from hivenet_db.steps import (
 # What begin found: the same object as for steps (outcome, attempt, response).
 RequestStart = StepStart
 
-_BEGIN = text(
-    "SELECT outcome, attempt, response FROM hivenet.begin_request("
-    ":namespace, :key, CAST(:request AS jsonb), :on_success, :lease, :nowait)"
-)
-_FINISH = text(
-    "SELECT hivenet.finish_request(:namespace, :key, :attempt, :succeeded, "
-    "CAST(:response AS jsonb))"
-)
+# begin and finish, every keyed request's two calls, are sent as the driver's own SQL
+# (driver_rows: positional parameters, no text() compiled), as allocations are; the
+# parameters in the order of the _begin_params / _finish_params dicts.
+_BEGIN = ("SELECT outcome, attempt, response FROM hivenet.begin_request("
+          "%s, %s, %s::jsonb, %s, %s, %s)")
+_FINISH = "SELECT FROM hivenet.finish_request(%s, %s, %s, %s, %s::jsonb)"
 _RESOLVE = text(
     "SELECT hivenet.resolve_request(:namespace, :key, :attempt, :succeeded, :note, "
     "CAST(:response AS jsonb))"
@@ -86,22 +92,25 @@ class RequestRepository:
     ``begin`` raises ``StepInProgress`` (HN030), ``StepAlreadySucceeded`` (HN031),
     ``RequestMismatch`` (HN032) or ``InvalidInput`` (HN001); ``finish`` and ``resolve`` raise
     ``StaleAttempt`` (HN033). Nothing is committed here: the caller's transaction decides.
+    ``on_decision(namespace, key, decision, attempt)`` is told what each ``begin`` decided
+    (``hivenet_db.decisions``).
     """
 
-    def __init__(self, db: SyncDB) -> None:
+    def __init__(self, db: SyncDB, *, on_decision: OnDecision | None = None) -> None:
         self.db = db
+        self.on_decision = on_decision
 
     def begin(self, namespace: str, key: str, request: Any = None, *,
               on_success: OnSuccess = "replay", lease: timedelta | None = None,
               nowait: bool = False) -> StepStart:
         """Receive the request keyed ``key`` in ``namespace``."""
-        return start_of(rows(self.db, _BEGIN, _begin_params(
-            namespace, key, request, on_success, lease, nowait)))
+        return reported(self.on_decision, namespace, key, lambda: start_of(driver_rows(
+            self.db, _BEGIN, _begin_params(namespace, key, request, on_success, lease, nowait))))
 
     def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
                response: Any = None) -> None:
         """End ``attempt``: success with the response to replay, or failure with the error."""
-        rows(self.db, _FINISH, _finish_params(namespace, key, attempt, succeeded, response))
+        driver_rows(self.db, _FINISH, _finish_params(namespace, key, attempt, succeeded, response))
 
     def resolve(self, namespace: str, key: str, attempt: int, succeeded: bool, note: str,
                 response: Any = None) -> None:
@@ -140,18 +149,24 @@ class RequestRepository:
 class AsyncRequestRepository:
     """``RequestRepository`` for an ``AsyncConnection`` or ``AsyncSession`` (or psycopg's)."""
 
-    def __init__(self, db: AsyncDB) -> None:
+    def __init__(self, db: AsyncDB, *, on_decision: OnDecision | None = None) -> None:
         self.db = db
+        self.on_decision = on_decision
 
     async def begin(self, namespace: str, key: str, request: Any = None, *,
                     on_success: OnSuccess = "replay", lease: timedelta | None = None,
                     nowait: bool = False) -> StepStart:
-        return start_of(await rows_async(self.db, _BEGIN, _begin_params(
+        return await reported_async(self.on_decision, namespace, key, self._begin(
+            namespace, key, request, on_success, lease, nowait))
+
+    async def _begin(self, namespace: str, key: str, request: Any, on_success: OnSuccess,
+                     lease: timedelta | None, nowait: bool) -> StepStart:
+        return start_of(await driver_rows_async(self.db, _BEGIN, _begin_params(
             namespace, key, request, on_success, lease, nowait)))
 
     async def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
                      response: Any = None) -> None:
-        await rows_async(self.db, _FINISH,
+        await driver_rows_async(self.db, _FINISH,
                          _finish_params(namespace, key, attempt, succeeded, response))
 
     async def resolve(self, namespace: str, key: str, attempt: int, succeeded: bool, note: str,

@@ -23,10 +23,14 @@ from typing import Any, Literal, TypeVar
 from sqlalchemy import text
 
 from hivenet_db._execute import AsyncDB, Rows, SyncDB, json_text, rows, rows_async
+from hivenet_db.decisions import OnDecision, reported, reported_async
 from hivenet_db.propagation import current_unified_serial
 
 Outcome = Literal["started", "replayed"]
 OnSuccess = Literal["replay", "reject"]
+
+#: The namespace of steps among keyed requests (their key: the system serial).
+STEPS_NAMESPACE = "hivenet.steps"
 
 _BEGIN = text(
     "SELECT outcome, attempt, response FROM hivenet.begin_step("
@@ -172,17 +176,22 @@ class StepRepository:
     ``begin`` raises ``StepInProgress`` (HN030), ``StepAlreadySucceeded`` (HN031),
     ``RequestMismatch`` (HN032) or ``InvalidInput`` (HN001); ``finish`` and ``resolve`` raise
     ``StaleAttempt`` (HN033). Nothing is committed here: the caller's transaction decides.
+    ``on_decision(namespace, key, decision, attempt)`` is told what each ``begin`` decided,
+    with the namespace ``STEPS_NAMESPACE`` and the system serial as key
+    (``hivenet_db.decisions``).
     """
 
-    def __init__(self, db: SyncDB) -> None:
+    def __init__(self, db: SyncDB, *, on_decision: OnDecision | None = None) -> None:
         self.db = db
+        self.on_decision = on_decision
 
     def begin(self, system_serial: str, request: Any = None, *,
               on_success: OnSuccess = "replay", unified_serial: str | None = None,
               lease: timedelta | None = None, nowait: bool = False) -> StepStart:
         """Receive the step; the unified serial defaults to ``current_unified_serial()``."""
-        return start_of(rows(self.db, _BEGIN, _begin_params(
-            system_serial, request, on_success, unified_serial, lease, nowait)))
+        return reported(self.on_decision, STEPS_NAMESPACE, system_serial, lambda: start_of(
+            rows(self.db, _BEGIN, _begin_params(
+                system_serial, request, on_success, unified_serial, lease, nowait))))
 
     def finish(self, system_serial: str, attempt: int, succeeded: bool,
                response: Any = None) -> None:
@@ -224,12 +233,20 @@ class StepRepository:
 class AsyncStepRepository:
     """``StepRepository`` for an ``AsyncConnection`` or ``AsyncSession`` (or psycopg's)."""
 
-    def __init__(self, db: AsyncDB) -> None:
+    def __init__(self, db: AsyncDB, *, on_decision: OnDecision | None = None) -> None:
         self.db = db
+        self.on_decision = on_decision
 
     async def begin(self, system_serial: str, request: Any = None, *,
                     on_success: OnSuccess = "replay", unified_serial: str | None = None,
                     lease: timedelta | None = None, nowait: bool = False) -> StepStart:
+        return await reported_async(self.on_decision, STEPS_NAMESPACE, system_serial,
+                                    self._begin(system_serial, request, on_success,
+                                                unified_serial, lease, nowait))
+
+    async def _begin(self, system_serial: str, request: Any, on_success: OnSuccess,
+                     unified_serial: str | None, lease: timedelta | None,
+                     nowait: bool) -> StepStart:
         return start_of(await rows_async(self.db, _BEGIN, _begin_params(
             system_serial, request, on_success, unified_serial, lease, nowait)))
 
@@ -264,5 +281,5 @@ class AsyncStepRepository:
         return run.response
 
 
-__all__ = ["AsyncStepRepository", "Guarded", "StepRepository", "StepRun", "StepStart",
-           "as_json", "error_report", "guarded", "guarded_async", "start_of"]
+__all__ = ["STEPS_NAMESPACE", "AsyncStepRepository", "Guarded", "StepRepository", "StepRun",
+           "StepStart", "as_json", "error_report", "guarded", "guarded_async", "start_of"]

@@ -214,8 +214,8 @@ def test_the_cases_are_listed_and_can_be_named(capsys: pytest.CaptureFixture[str
     assert bench.main(["--list"]) == 0
     listed = capsys.readouterr().out
     for name in ("serials_vs_redis", "partition_drop", "first_use", "prepare_scopes",
-                 "python_next_unified", "alloc_1k_scopes", "alloc_10k_scopes",
-                 "dedup_interface_10m"):
+                 "python_next_unified", "requests_vs_handwritten", "alloc_1k_scopes",
+                 "alloc_10k_scopes", "dedup_interface_10m"):
         assert name in listed
 
 
@@ -279,3 +279,32 @@ def test_a_default_run_without_redis_skips_that_case_and_says_so(
     assert bench.main(["--url", hivenet_url, "--check"]) == 0
     err = capsys.readouterr().err
     assert "skipping serials_vs_redis: redis-server or redis-benchmark not found" in err
+
+
+def test_requests_against_the_handwritten_way(hivenet_url: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Both sides of ``requests_vs_handwritten`` do the checks they claim (a repeat gets the
+    first response, another request under the key is refused), and the case runs quick."""
+    import psycopg
+
+    from hivenet_db.bench import handwritten_keys as keys
+    from hivenet_db.errors import RequestMismatch
+
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        conn.execute(keys._TABLE)
+        for call, mismatch in ((keys.handwritten, keys.Mismatch),
+                               (keys.repository, RequestMismatch)):
+            key = f"k-{call.__name__}"
+            assert call(conn, key, keys.REQUEST, {"n": 1}) == {"n": 1}
+            assert call(conn, key, keys.REQUEST, {"n": 2}) == {"n": 1}  # the first one's
+            with pytest.raises(mismatch):
+                call(conn, key, {"other": True}, {"n": 3})
+    code = bench.main(["--url", hivenet_url, "--quick", "--seconds", "1", "--json",
+                       "--scenario", "requests_vs_handwritten"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    [result] = json.loads(out.out)
+    assert (result["scenario"], result["unit"], result["clients"]) == (
+        "requests_vs_handwritten", "keys/s", 8)
+    assert result["baseline_median"] > 0 and result["candidate_median"] > 0
+    assert "client" in out.err and "cpu us/key" in out.err

@@ -311,6 +311,24 @@ def test_namespace_and_scope_come_from_settings(app_db: str, owner: psycopg.Conn
     assert views.RUNS["count"] == 2
 
 
+def test_on_decision_is_a_dotted_path_in_settings(app_db: str) -> None:
+    from tests.django_site import decisions
+
+    decisions.TOLD.clear()
+    with override_settings(HIVENET={"IDEMPOTENCY": {
+            "on_decision": "tests.django_site.decisions.record"}}):
+        client = Client()
+        assert client.post("/orders", b'{"sku": "tea"}', content_type=JSON,
+                           headers=KEY).status_code == 201
+        assert client.post("/orders", b'{"sku": "tea"}', content_type=JSON,
+                           headers=KEY)["Idempotent-Replayed"] == "true"
+        assert client.post("/orders", b'{"sku": "gin"}', content_type=JSON,
+                           headers=KEY).status_code == 422
+    assert decisions.TOLD == [("http", "order-1", "started", 1),
+                              ("http", "order-1", "replayed", 1),
+                              ("http", "order-1", "mismatch", None)]
+
+
 def test_operator_resolving_the_attempt_meanwhile_rolls_the_effect_back(
         app_db: str, hivenet_admin_url: str, owner: psycopg.Connection) -> None:
     views.GATE.clear()

@@ -481,6 +481,34 @@ first, again = asyncio.run(twice())
 assert first.status_code == again.status_code == 201, first.text
 assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
 """),
+    "docs/guides/asgi.md: import logging": Python(
+        setup="from sqlalchemy.ext.asyncio import create_async_engine\n"
+              "from sqlalchemy.pool import NullPool\n"
+              "from starlette.applications import Starlette\n"
+              "from starlette.responses import JSONResponse\n"
+              "from starlette.routing import Route\n"
+              "engine = create_async_engine(sa_app_url, poolclass=NullPool)\n"
+              "async def create(request):\n"
+              "    return JSONResponse({'order': 1}, status_code=201)\n"
+              "app = Starlette(routes=[Route('/orders', create, methods=['POST'])])\n",
+        then="""
+import asyncio, httpx
+told = []
+class Kept(logging.Handler):
+    def emit(self, record):
+        told.append(record.getMessage())
+log.addHandler(Kept())
+log.setLevel(logging.INFO)
+async def three():
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        for body in (b"a", b"a", b"b"):
+            await client.post("/orders", content=body, headers={"Idempotency-Key": '"k-1"'})
+asyncio.run(three())
+assert told == ["idempotency http k-1: started (attempt 1)",
+                "idempotency http k-1: replayed (attempt 1)",
+                "idempotency http k-1: mismatch (attempt None)"], told
+"""),
     "docs/guides/asgi.md: engine = create_async_engine(url, "
     "connect_args={\"prepare_threshold\": None})":
         Python(setup="from sqlalchemy.ext.asyncio import create_async_engine\nurl = sa_app_url"),
@@ -530,6 +558,8 @@ assert posted[0]["X-Hivenet-System-Serial"] == step_serial and len(sent) == 1
 """),
     "docs/guides/idempotency.md: from hivenet_db import RequestRepository": Python(
         setup=KEYED, then="assert made == [order] and answer == {'order_id': 1}"),
+    "docs/guides/idempotency.md: from collections import Counter": Python(
+        setup=KEYED, then="assert made == [order]"),
     "docs/guides/idempotency.md: from hivenet_db import RequestRepository, StepInProgress": Python(
         setup=ENGINE + "from types import SimpleNamespace\napplied = []\n"
               "def apply_inventory_event(conn, value):\n"

@@ -320,10 +320,14 @@ class Case:
 
 
 def builtin_cases() -> dict[str, Case]:
-    from hivenet_db.bench import cases, python_layer
+    from hivenet_db.bench import cases, handwritten_keys, python_layer
 
     def python(run: Any) -> Result:
         return python_layer.measure(run.url, run.rounds, run.seconds or 5, run.say)
+
+    def keys(run: Any) -> Result:
+        return handwritten_keys.measure(run.url, run.rounds, run.seconds or 5, run.say,
+                                        run.meter)
 
     def redis_missing() -> str | None:
         return None if cases.redis_server() and shutil.which("redis-benchmark") else (
@@ -331,6 +335,7 @@ def builtin_cases() -> dict[str, Case]:
 
     return {c.name: c for c in [
         Case(python_layer.NAME, python_layer.DESCRIPTION, python),
+        Case(handwritten_keys.NAME, handwritten_keys.DESCRIPTION, keys),
         Case("serials_vs_redis", cases.SERIALS_VS_REDIS, cases.serials_vs_redis, redis_missing),
         Case("partition_drop", cases.PARTITION_DROP, cases.partition_drop),
         Case("first_use", cases.FIRST_USE, cases.first_use),

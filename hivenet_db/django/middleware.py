@@ -37,6 +37,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
+from hivenet_db.decisions import OnDecision
 from hivenet_db.django.db import connection
 from hivenet_db.errors import StaleAttempt
 from hivenet_db.http_idempotency import (
@@ -72,6 +73,9 @@ class Options:
     #: how long an attempt is trusted as processing before listed as stuck
     lease: timedelta | None = None
     database: str = DEFAULT_DB_ALIAS
+    #: a callable (or its dotted path) told each decision about a key
+    #: (``hivenet_db.decisions``)
+    on_decision: OnDecision | None = None
 
     @classmethod
     def from_settings(cls) -> Options:
@@ -83,8 +87,9 @@ class Options:
                 f"{sorted(cls.__dataclass_fields__)}")
         if "methods" in given:
             given["methods"] = frozenset(method.upper() for method in given["methods"])
-        if isinstance(given.get("scope"), str):
-            given["scope"] = import_string(given["scope"])
+        for name in ("scope", "on_decision"):
+            if isinstance(given.get(name), str):
+                given[name] = import_string(given[name])
         return cls(**given)
 
     @property
@@ -128,7 +133,8 @@ class IdempotencyMiddleware:
         described = fingerprint(request.method or "", request.get_full_path(), request.body)
         try:
             with transaction.atomic(using=options.database):  # `processing`, committed first
-                start = RequestRepository(connection(options.database)).begin(
+                start = RequestRepository(connection(options.database),
+                                          on_decision=options.on_decision).begin(
                     options.namespace, key, described, lease=options.lease, nowait=True)
         except Exception as error:
             decided = refusal(error)

@@ -1,0 +1,96 @@
+"""What ``begin`` decided about a key, told to an optional hook for logging and tracing.
+
+The repositories of keyed requests and steps (and the HTTP middlewares, through them) take
+``on_decision=``: a plain function called once per ``begin`` with the namespace, the key, the
+decision and the attempt, after the statement and before ``begin`` returns or raises::
+
+    def log_decision(namespace, key, decision, attempt):
+        log.info("idempotency %s %s: %s (attempt %s)", namespace, key, decision, attempt)
+
+    RequestRepository(conn, on_decision=log_decision)
+
+Decisions: ``started`` and ``replayed`` (attempt: the one begun or replayed), ``in_progress``
+(HN030), ``mismatch`` (HN032) and ``rejected`` (HN001: the key or an option refused; HN031: a
+repeat of a success whose policy is ``reject``), these three with attempt None (the error does
+not say which). Any other error (a lost connection...) is no decision: the hook is not
+called. The hook observes, it never decides: whatever it raises is logged on the logger
+``hivenet_db.decisions`` and dropped, so ``begin`` returns or raises exactly as without it.
+It runs in the caller's thread, inside the caller's transaction: keep it quick, and leave the
+database alone (an async repository calls it synchronously too).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+from hivenet_db.errors import (
+    InvalidInput,
+    RequestMismatch,
+    StepAlreadySucceeded,
+    StepInProgress,
+)
+
+if TYPE_CHECKING:  # steps.py reports through this module
+    from hivenet_db.steps import StepStart
+
+Decision: TypeAlias = Literal["started", "replayed", "in_progress", "mismatch", "rejected"]
+
+#: ``on_decision(namespace, key, decision, attempt)``.
+OnDecision: TypeAlias = Callable[[str, str, Decision, "int | None"], object]
+
+log = logging.getLogger(__name__)
+
+
+def decision_of(outcome: StepStart | Exception) -> Decision | None:
+    """The decision of what ``begin`` returned or raised; None for an error that is not one."""
+    if not isinstance(outcome, Exception):
+        return "replayed" if outcome.replayed else "started"
+    if isinstance(outcome, StepInProgress):
+        return "in_progress"
+    if isinstance(outcome, RequestMismatch):
+        return "mismatch"
+    if isinstance(outcome, InvalidInput | StepAlreadySucceeded):
+        return "rejected"
+    return None
+
+
+def reported(hook: OnDecision | None, namespace: str, key: str,
+             begin: Callable[[], StepStart]) -> StepStart:
+    """``begin()``, its decision told to ``hook``; returns or raises as ``begin()`` does."""
+    try:
+        start = begin()
+    except Exception as error:
+        tell(hook, namespace, key, error)
+        raise
+    tell(hook, namespace, key, start)
+    return start
+
+
+async def reported_async(hook: OnDecision | None, namespace: str, key: str,
+                         begin: Awaitable[StepStart]) -> StepStart:
+    """``reported`` for an awaited ``begin``."""
+    try:
+        start = await begin
+    except Exception as error:
+        tell(hook, namespace, key, error)
+        raise
+    tell(hook, namespace, key, start)
+    return start
+
+
+def tell(hook: OnDecision | None, namespace: str, key: str,
+         outcome: StepStart | Exception) -> None:
+    """Call ``hook`` with the decision of ``outcome``, if any; log what it raises."""
+    if hook is None or (decision := decision_of(outcome)) is None:
+        return
+    attempt = None if isinstance(outcome, Exception) else outcome.attempt
+    try:
+        hook(namespace, key, decision, attempt)
+    except Exception:
+        log.exception("on_decision hook %r failed on %s of key %r in namespace %r (ignored)",
+                      hook, decision, key, namespace)
+
+
+__all__ = ["Decision", "OnDecision", "decision_of", "reported", "reported_async", "tell"]
