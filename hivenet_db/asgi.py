@@ -34,7 +34,9 @@ from hivenet_db.http_idempotency import (
     MAX_KEY_LENGTH,
     REPLAYED_HEADERS,
     RESOLVED_MEANWHILE,
+    Fingerprint,
     Refused,
+    check_fingerprint,
     client_key,
     fingerprint,
     parse_key,
@@ -100,6 +102,12 @@ class IdempotencyMiddleware:
 
     ``retention`` (a ``timedelta``): set once, on the first covered request, as the
     namespace's retention (``hivenet.set_request_retention``); a key may run again after it.
+
+    ``fingerprint``: what of the body makes two requests under one key the same (besides
+    method and target): ``"bytes"`` (the body byte for byte), ``"json"`` (the body as JSON:
+    whitespace, key order and the form of numbers do not matter; 400 when not JSON) or a list
+    of JSON paths (``["$.amount", "$.currency"]``: only what they select; ``$`` followed by
+    ``.name``, ``["name"]`` and ``[index]``).
     """
 
     #: how long an attempt is trusted as ``processing`` before listed in
@@ -109,7 +117,7 @@ class IdempotencyMiddleware:
     def __init__(self, app: ASGIApp, engine: AsyncEngine, *, header: str = "Idempotency-Key",
                  methods: Iterable[str] = ("POST", "PATCH"), required: bool = True,
                  namespace: str = "http", scope: ScopeOf | None = None,
-                 retention: timedelta | None = None) -> None:
+                 retention: timedelta | None = None, fingerprint: Fingerprint = "bytes") -> None:
         self.app = app
         self.engine = engine
         self.header = header.lower().encode("latin-1")
@@ -119,6 +127,7 @@ class IdempotencyMiddleware:
         self.scope = scope
         self.retention = retention
         self._retention_set = retention is None
+        self.fingerprint = check_fingerprint(fingerprint)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan" and not self._retention_set:
@@ -192,7 +201,11 @@ class IdempotencyMiddleware:
             target = target.decode("latin-1")
         if scope.get("query_string"):
             target += "?" + scope["query_string"].decode("latin-1")
-        request = fingerprint(scope["method"], target, body)
+        try:
+            request = fingerprint(scope["method"], target, body, self.fingerprint)
+        except Refused as not_json:
+            await _send(send, *not_json.answer())
+            return
         try:
             async with self.engine.begin() as conn:  # commits `processing` before the handler
                 start = await AsyncRequestRepository(conn).begin(

@@ -137,7 +137,7 @@ def test_the_policy_is_checked_and_null_leaves_a_value_as_it_is(db: psycopg.Conn
     assert stored(db, name) == ("3 days", None, None, None)
     db.execute("SELECT hivenet.set_request_retention(%s, NULL)", (name,))
     assert stored(db, name) is None  # every default: no row
-    for values, words in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"on_failure": "final"}, "on_failure 'final' of namespace"),
         ({"expire_after": "1 hour"}, "expire_after 01:00:00 of namespace"),
         ({"fingerprint": "sha1"}, "fingerprint 'sha1' is neither"),
@@ -148,7 +148,8 @@ def test_the_policy_is_checked_and_null_leaves_a_value_as_it_is(db: psycopg.Conn
         ({"key_min_length": 256}, "key_min_length 256 of namespace"),
         ({"key_pattern": "(["}, "key_pattern '([' of namespace"),
         ({"retention": "0 days"}, "retention"),
-    ]:
+    ]
+    for values, words in cases:
         named = "".join(f", p_{option} => %({option})s" for option in values)
         code, message = failure(db, f"SELECT hivenet.set_namespace_policy(%(ns)s{named})",
                                 {"ns": name, **values})
@@ -248,7 +249,9 @@ def test_a_default_policy_keeps_the_fast_path(db: psycopg.Connection) -> None:
     for name, run in [(plain, {"_start_request": 1}), (kept, {"_start_request": 1}),
                       (ruled, {"_start_request": 1, "_begin_request": 1,
                                "_begin_attempt": 1})]:
-        assert functions_run(db, lambda name=name: begin(db, name, key(), {"n": 1})) == run
+        def new_key(name: str = name) -> object:
+            return begin(db, name, key(), {"n": 1})
+        assert functions_run(db, new_key) == run
 
 
 def test_key_rules_refuse_a_key_on_every_path(db: psycopg.Connection,
