@@ -298,3 +298,13 @@ def test_two_clients_with_the_same_json_differently_written(connect: Connect,
     rows = db.execute("SELECT attempt, state::text, response FROM hivenet.request_attempt "
                       "WHERE namespace = %s AND key = %s", (name, request_key)).fetchall()
     assert rows == [(1, "success", {"client": winner})]
+
+
+def test_a_strict_path_that_finds_nothing_selects_nothing(db: psycopg.Connection) -> None:
+    name = namespace()
+    policy(db, name, fingerprint='["strict $.amount"]')
+    request_key = key()
+    assert begin(db, name, request_key, {"note": "no amount"})[0] == "started"
+    code, _ = failure(db, "SELECT * FROM hivenet.begin_request(%s, %s, '{\"note\": \"other\"}')",
+                      (name, request_key))
+    assert code == "HN030"  # the same request (nothing selected), still processing

@@ -26,8 +26,8 @@ CREATE TABLE hivenet.request_attempt (
     key            text        NOT NULL,
     attempt        integer     NOT NULL,
     state          hivenet.step_state NOT NULL,
-    -- sha256 of the normalised request (jsonb text): the same key with another request is
-    -- refused, never re-executed or replayed.
+    -- sha256 of the request by the namespace's policy (fingerprints.sql; by default the jsonb
+    -- text): the same key with another request is refused, never re-executed or replayed.
     fingerprint    bytea       NOT NULL,
     unified_serial text,       -- steps: the business transaction's unified serial, for audit
     -- how long `processing` is trusted; NULL: the setting step_lease (read when checked).
@@ -130,9 +130,10 @@ BEGIN ATOMIC
     SELECT coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
 END;
 
--- The request's fingerprint, kept with every attempt and compared on every later begin: sha256
--- of the jsonb text (jsonb normalises key order and whitespace); no request counts as JSON
--- null. The one definition, for begin_request, begin_step and their full paths. Inlined (a
+-- The request's default fingerprint ('bytes'), kept with every attempt and compared on every
+-- later begin: sha256 of the jsonb text (jsonb normalises key order and whitespace); no
+-- request counts as JSON null. The one definition, for steps and for keyed requests in
+-- namespaces without a fingerprint policy (fingerprints.sql), on every path. Inlined (a
 -- SQL-standard body without SET), so PUBLIC may execute it: begin_step's replay runs with the
 -- caller's rights (privileges.sql).
 CREATE FUNCTION hivenet._fingerprint(p_request jsonb) RETURNS bytea

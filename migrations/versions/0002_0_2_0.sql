@@ -18,7 +18,7 @@ COMMENT ON TABLE hivenet.request_namespace IS
 --   'json'          sha256 of the RFC 8785 canonical form (JCS): numbers are IEEE 754 doubles
 --                   written as ECMAScript writes them, so 1, 1.0 and 1e0 are one number;
 --   '["$.a", ...]'  sha256 of the canonical form of the array of what each JSON path selects
---                   (jsonb_path_query_array, lax): the rest of the request may differ.
+--                   (jsonb_path_query_array, errors silenced): the rest may differ.
 
 -- The UTF-16 code units of p_text: RFC 8785 orders an object's members by them (a character
 -- above U+FFFF sorts as its surrogates, before U+E000..U+FFFF; code point order would not).
@@ -167,8 +167,9 @@ BEGIN
     IF p_fingerprint IS NULL OR p_fingerprint = 'bytes' THEN
         RETURN hivenet._fingerprint(p_request);
     ELSIF p_fingerprint <> 'json' THEN
-        SELECT coalesce(jsonb_agg(jsonb_path_query_array(v_request, (p.path #>> '{}')::jsonpath)
-                                  ORDER BY p.position), '[]')
+        -- silent: a strict path that finds nothing selects nothing, as a lax one
+        SELECT coalesce(jsonb_agg(jsonb_path_query_array(v_request, (p.path #>> '{}')::jsonpath,
+                                                         '{}', true) ORDER BY p.position), '[]')
         INTO v_request
         FROM jsonb_array_elements(p_fingerprint::jsonb) WITH ORDINALITY AS p (path, position);
     END IF;
