@@ -147,7 +147,7 @@ END $$;
 -- The fingerprint of p_request under policy p_fingerprint (checked by _check_fingerprint;
 -- NULL or 'bytes': _fingerprint, the steps' and the default).
 CREATE FUNCTION hivenet._policy_fingerprint(p_fingerprint text, p_request jsonb) RETURNS bytea
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_request jsonb := coalesce(p_request, 'null'::jsonb);
 BEGIN
