@@ -16,6 +16,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from hivenet_db import InvalidInput, RequestRepository
+from hivenet_db._execute import SyncDB
 from tests.helpers import failure, functions_run, race, role_in, scalar
 
 Connect = Callable[..., psycopg.Connection]
@@ -308,3 +310,20 @@ def test_a_strict_path_that_finds_nothing_selects_nothing(db: psycopg.Connection
     code, _ = failure(db, "SELECT * FROM hivenet.begin_request(%s, %s, '{\"note\": \"other\"}')",
                       (name, request_key))
     assert code == "HN030"  # the same request (nothing selected), still processing
+
+
+def test_the_repository_follows_the_namespace_policy(any_conn: SyncDB,
+                                                     db: psycopg.Connection) -> None:
+    """RequestRepository needs nothing of its own: the namespace's policy applies to what it
+    sends (a Python 1.0 and 1 are one number under 'json'; a short key is InvalidInput)."""
+    name, request_key = namespace(), key()
+    policy(db, name, fingerprint="json", key_min_length=36)
+    requests = RequestRepository(any_conn)
+    start = requests.begin(name, request_key, {"amount": 1, "currency": "EUR"})
+    requests.finish(name, request_key, start.attempt, True, {"ok": True})
+    any_conn.commit()
+    again = requests.begin(name, request_key, {"currency": "EUR", "amount": 1.0})
+    assert again.replayed and again.response == {"ok": True}
+    with pytest.raises(InvalidInput, match="key_min_length 36"):
+        requests.begin(name, "short", {})
+    any_conn.rollback()
