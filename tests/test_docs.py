@@ -486,10 +486,6 @@ assert again.json() == first.json() and again.headers["idempotent-replayed"] == 
               "from hivenet_db.asgi import IdempotencyMiddleware\n"
               "engine = create_async_engine(sa_app_url)\napp = Starlette()\n",
         then="assert len(app.user_middleware) == 2"),
-    "docs/guides/django.md: HIVENET = {\"IDEMPOTENCY\": {\"namespace\": \"shop\", "
-    "\"fingerprint\": \"json\"}}": Python(
-        then="from hivenet_db.http_idempotency import check_fingerprint\n"
-             "assert check_fingerprint(HIVENET['IDEMPOTENCY']['fingerprint'])[0] == 'json'"),
     "docs/guides/asgi.md: engine = create_async_engine(url, "
     "connect_args={\"prepare_threshold\": None})":
         Python(setup="from sqlalchemy.ext.asyncio import create_async_engine\nurl = sa_app_url"),
