@@ -35,7 +35,9 @@ from hivenet_db.http_idempotency import (
     MAX_KEY_LENGTH,
     REPLAYED_HEADERS,
     RESOLVED_MEANWHILE,
+    Fingerprint,
     Refused,
+    check_fingerprint,
     client_key,
     fingerprint,
     parse_key,
@@ -103,6 +105,12 @@ class IdempotencyMiddleware:
     namespace's retention (``hivenet.set_request_retention``); a key may run again after it.
     ``on_decision(namespace, key, decision, attempt)``: told what the database decided about
     each covered request's key (``hivenet_db.decisions``; the key as stored, with its scope).
+
+    ``fingerprint``: what of the body makes two requests under one key the same (besides
+    method and target): ``"bytes"`` (the body byte for byte), ``"json"`` (the body as JSON:
+    whitespace, key order and the form of numbers do not matter; 400 when not JSON) or a list
+    of JSON paths (``["$.amount", "$.currency"]``: only what they select; ``$`` followed by
+    ``.name``, ``["name"]`` and ``[index]``).
     """
 
     #: how long an attempt is trusted as ``processing`` before listed in
@@ -112,7 +120,7 @@ class IdempotencyMiddleware:
     def __init__(self, app: ASGIApp, engine: AsyncEngine, *, header: str = "Idempotency-Key",
                  methods: Iterable[str] = ("POST", "PATCH"), required: bool = True,
                  namespace: str = "http", scope: ScopeOf | None = None,
-                 retention: timedelta | None = None,
+                 retention: timedelta | None = None, fingerprint: Fingerprint = "bytes",
                  on_decision: OnDecision | None = None) -> None:
         self.app = app
         self.engine = engine
@@ -124,6 +132,7 @@ class IdempotencyMiddleware:
         self.retention = retention
         self.on_decision = on_decision
         self._retention_set = retention is None
+        self.fingerprint = check_fingerprint(fingerprint)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan" and not self._retention_set:
@@ -197,7 +206,11 @@ class IdempotencyMiddleware:
             target = target.decode("latin-1")
         if scope.get("query_string"):
             target += "?" + scope["query_string"].decode("latin-1")
-        request = fingerprint(scope["method"], target, body)
+        try:
+            request = fingerprint(scope["method"], target, body, self.fingerprint)
+        except Refused as not_json:
+            await _send(send, *not_json.answer())
+            return
         try:
             async with self.engine.begin() as conn:  # commits `processing` before the handler
                 start = await AsyncRequestRepository(conn, on_decision=self.on_decision).begin(

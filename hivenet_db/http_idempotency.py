@@ -13,7 +13,9 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Iterable
+import math
+import re
+from collections.abc import Iterable, Sequence
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote
@@ -108,11 +110,93 @@ def stored_key(header: str, key: str, qualifier: str | None = None) -> str:
     return key
 
 
-def fingerprint(method: str, target: str, body: bytes) -> dict[str, str]:
+#: What of the body identifies a request (the middlewares' ``fingerprint`` option):
+#: ``"bytes"``, ``"json"`` or a list of JSON paths.
+Fingerprint = str | Sequence[str]
+
+#: A JSON path the middlewares take: ``$`` then members (``.name``, ``["name"]``) and array
+#: elements (``[0]``).
+_PATH_STEP = re.compile(r'\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]')
+
+
+def check_fingerprint(given: Fingerprint) -> tuple[str, list[list[str | int]]]:
+    """The mode (``bytes``, ``json`` or ``paths``) of a ``fingerprint`` option and its paths
+    as steps. Raises ``ValueError`` naming what is not understood."""
+    if given in ("bytes", "json"):
+        return str(given), []
+    if isinstance(given, str) or not given:
+        raise ValueError(f"fingerprint {given!r} is neither 'bytes', 'json' nor a list of "
+                         "JSON paths")
+    return "paths", [_path_steps(path) for path in given]
+
+
+def _path_steps(path: str) -> list[str | int]:
+    if not isinstance(path, str) or not path.startswith("$"):
+        raise ValueError(f"fingerprint path {path!r} does not start with $")
+    steps: list[str | int] = []
+    position = 1
+    while position < len(path):
+        step = _PATH_STEP.match(path, position)
+        if step is None:
+            raise ValueError(f"fingerprint path {path!r}: {path[position:]!r} is not .name, "
+                             '["name"] or [index]')
+        name, index, quoted = step.groups()
+        steps.append(int(index) if index is not None else
+                     name if name is not None else json.loads(quoted))
+        position = step.end()
+    return steps
+
+
+def fingerprint(method: str, target: str, body: bytes,
+                mode: tuple[str, list[list[str | int]]] = ("bytes", [])) -> dict[str, Any]:
     """What identifies a request under its key: method, request target (path and query) and
-    the SHA-256 of the body. ``begin_request`` keeps its hash and refuses another (HN032)."""
+    the body (``begin_request`` keeps its hash and refuses another: HN032). By ``mode``
+    (``check_fingerprint``): ``bytes``, the SHA-256 of the body; ``json``, the body parsed as
+    JSON, its numbers as IEEE 754 doubles (as RFC 8785 reads them: 1, 1.0 and 1e0 are one
+    number; key order and whitespace go in the jsonb the document is stored as); ``paths``,
+    what each path selects of it (``[]`` when nothing, so a missing member differs from
+    null). Raises ``Refused`` (400) when the body is not JSON."""
+    kind, paths = mode
+    if kind == "bytes":
+        return {"method": method, "target": target,
+                "body_sha256": hashlib.sha256(body).hexdigest()}
+    document = json_body(body)
+    if kind == "json":
+        return {"method": method, "target": target, "body": document}
     return {"method": method, "target": target,
-            "body_sha256": hashlib.sha256(body).hexdigest()}
+            "body_paths": [_selected(document, steps) for steps in paths]}
+
+
+def json_body(body: bytes) -> Any:
+    """The body parsed as JSON, every number a finite IEEE 754 double. Raises ``Refused``
+    (400) when it is not JSON."""
+    try:
+        return json.loads(body, parse_int=_double, parse_float=_double,
+                          parse_constant=_no_constant)
+    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError among them
+        raise Refused(400, f"the body is not JSON: {error}", "invalid") from None
+
+
+def _double(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is outside what an IEEE 754 double holds")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _selected(document: Any, steps: list[str | int]) -> list[Any]:
+    for step in steps:
+        in_list = isinstance(step, int) and isinstance(document, list) and step < len(document)
+        in_object = isinstance(step, str) and isinstance(document, dict) and step in document
+        found = in_list or in_object
+        if not found:
+            return []
+        document = document[step]
+    return [document]
 
 
 def refusal(error: Exception) -> Refused | None:
@@ -180,5 +264,6 @@ def problem(status: int, detail: str, kind: str) -> Answer:
 
 
 __all__ = ["MAX_KEY_LENGTH", "REPLAYED", "REPLAYED_HEADERS", "RESOLVED_MEANWHILE", "Answer",
-           "Refused", "client_key", "fingerprint", "parse_key", "problem", "recorded_response",
-           "refusal", "replayed", "stored_key"]
+           "Fingerprint", "Refused", "check_fingerprint", "client_key", "fingerprint",
+           "json_body", "parse_key", "problem", "recorded_response", "refusal", "replayed",
+           "stored_key"]

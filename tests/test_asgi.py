@@ -755,3 +755,85 @@ def test_retention_is_set_at_startup_and_a_refused_one_fails_the_startup(
 
     run(hivenet_url, scenario)
     assert calls.count == 0
+
+
+# --- fingerprint and key policy ----------------------------------------------------------------
+
+def test_json_fingerprint_ignores_whitespace_key_order_and_number_form(hivenet_url: str) -> None:
+    """fingerprint="json": the same JSON written otherwise is the same request (replayed);
+    another value is 422; a body that is not JSON is 400 and begins nothing."""
+    calls = Calls()
+    key = {"Idempotency-Key": '"json-fingerprint-key"'}
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls), fingerprint="json")) as http:
+            first = await http.post("/orders", content=b'{"amount": 1.0, "currency": "EUR"}',
+                                    headers=key)
+            assert first.status_code == 201
+            again = await http.post("/orders", headers=key,
+                                    content=b'{ "currency":"EUR",\n "amount":1e0 }')
+            assert (again.status_code, again.headers["idempotent-replayed"]) == (201, "true")
+            assert again.content == first.content
+            other = await http.post("/orders", content=b'{"amount": 2, "currency": "EUR"}',
+                                    headers=key)
+            assert other.status_code == 422
+            for not_json in (b"amount=1", b'{"amount": NaN}', b"[1e400]", b"\xff"):
+                refused = await http.post("/orders", content=not_json,
+                                          headers={"Idempotency-Key": '"not-json"'})
+                assert refused.status_code == 400, not_json
+                assert refused.json()["idempotency"] == "invalid"
+                assert refused.json()["detail"].startswith("the body is not JSON")
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1
+    assert state_of(hivenet_url, "http", "not-json") == []
+
+
+def test_json_path_fingerprint_only_what_the_paths_select(hivenet_url: str) -> None:
+    calls = Calls()
+    key = {"Idempotency-Key": '"path-fingerprint-key"'}
+    paths = ["$.amount", '$["currency"]', "$.items[0].sku"]
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls), fingerprint=paths)) as http:
+            body = b'{"amount": 5, "currency": "EUR", "items": [{"sku": "A"}], "note": "x"}'
+            assert (await http.post("/orders", content=body, headers=key)).status_code == 201
+            same = (b'{"note": "retry", "amount": 5.0, "currency": "EUR",'
+                    b' "items": [{"sku": "A", "qty": 9}, {"sku": "B"}]}')
+            replay = await http.post("/orders", content=same, headers=key)
+            assert replay.headers["idempotent-replayed"] == "true"
+            for other in (b'{"amount": 5, "currency": "USD", "items": [{"sku": "A"}]}',
+                          b'{"amount": 5, "currency": "EUR", "items": []}',
+                          b'{"amount": 5, "currency": "EUR", "items": [{"sku": null}]}'):
+                assert (await http.post("/orders", content=other, headers=key)
+                        ).status_code == 422, other
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1
+
+
+@pytest.mark.parametrize("given", ["sha256", [], ["amount"], ["$.a.*"], ["$..a"]])
+def test_a_fingerprint_option_not_understood_is_refused_at_once(given: Any) -> None:
+    with pytest.raises(ValueError, match="fingerprint"):
+        IdempotencyMiddleware(Starlette(), engine=None, fingerprint=given)  # type: ignore[arg-type]
+
+
+def test_a_key_breaking_the_namespace_key_rules_is_400_with_the_rule(hivenet_url: str) -> None:
+    calls = Calls()
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        conn.execute("SELECT hivenet.set_namespace_policy('strict', p_key_min_length => 36, "
+                     "p_key_pattern => '^[0-9a-f-]+$')")
+
+    async def scenario(engine: AsyncEngine) -> None:
+        async with client(make_app(engine, created(calls), namespace="strict")) as http:
+            for key, rule in (('"too-short"', "key_min_length 36"),
+                              ('"' + "x" * 36 + '"', "key_pattern '^[0-9a-f-]+$'")):
+                answer = await http.post("/orders", content=b"a",
+                                         headers={"Idempotency-Key": key})
+                assert answer.status_code == 400
+                assert answer.json()["idempotency"] == "invalid"
+                assert rule in answer.json()["detail"], answer.json()
+            assert (await http.post("/orders", content=b"a", headers=KEY)).status_code == 201
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1

@@ -547,3 +547,27 @@ def test_management_commands_maintain_and_metrics(app_db: str, hivenet_admin_url
     out = StringIO()
     call_command("hivenet_metrics", "--json", stdout=out)
     assert {metric["name"] for metric in json.loads(out.getvalue())}
+
+
+def test_the_fingerprint_option_and_the_key_rules(app_db: str, owner: psycopg.Connection) -> None:
+    """HIVENET["IDEMPOTENCY"]["fingerprint"] = "json": the same JSON written otherwise is
+    replayed, a body that is not JSON is 400; a key breaking the namespace's rules is 400
+    naming the rule; an option not understood is refused when the middleware loads."""
+    with override_settings(HIVENET={"IDEMPOTENCY": {"fingerprint": "json"}}):
+        client = Client()
+        assert client.post("/orders", b'{"sku": "tea", "n": 2}', content_type=JSON,
+                           headers=KEY).status_code == 201
+        again = client.post("/orders", b'{"n":2.0,"sku":"tea"}', content_type=JSON,
+                            headers=KEY)
+        assert again.status_code == 201 and again["Idempotent-Replayed"] == "true"
+        not_json = client.post("/orders", b"sku=tea", content_type=JSON,
+                               headers={"Idempotency-Key": '"other"'})
+        assert not_json.status_code == 400 and not_json.json()["idempotency"] == "invalid"
+    assert views.RUNS["count"] == 1 and orders(owner) == 1
+    owner.execute("SELECT hivenet.set_namespace_policy('http', p_key_min_length => 32)")
+    short = Client().post("/orders", b"{}", content_type=JSON,
+                          headers={"Idempotency-Key": '"short"'})
+    assert short.status_code == 400 and "key_min_length 32" in short.json()["detail"]
+    with override_settings(HIVENET={"IDEMPOTENCY": {"fingerprint": "sha1"}}), \
+            pytest.raises(ImproperlyConfigured, match="fingerprint 'sha1'"):
+        Client().post("/orders", b"{}", content_type=JSON, headers=KEY)

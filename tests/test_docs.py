@@ -243,6 +243,13 @@ SQL = {
                 "INSERT INTO purchase_order VALUES ('req-7f3a')"}),
     "docs/guides/idempotency.md: SELECT hivenet.set_request_retention('payment-notify', '30 days');"
     "  -- hivenet_admin": Sql(login="admin"),
+    "docs/guides/idempotency.md: -- hivenet_admin": Sql(login="admin"),
+    "docs/guides/idempotency.md: SELECT * FROM hivenet.begin_request('payments', "
+    "'0b0c5d7e-2f0a-4c1e-9a51-6f1f3d6a2b10',": Sql(
+        setup="SELECT hivenet.set_namespace_policy('payments', p_fingerprint => 'json', "
+              "p_key_min_length => 36); "
+              "SELECT hivenet.set_namespace_policy('refunds', "
+              "p_fingerprint => '[\"$.amount\", \"$.currency\"]')"),
     "docs/operations.md: SELECT name, value, kind, description FROM hivenet.setting ORDER BY "
     "name;": Sql(login="admin"),
     "docs/operations.md: SELECT relname, n_live_tup, n_dead_tup, last_autovacuum, "
@@ -509,6 +516,13 @@ assert told == ["idempotency http k-1: started (attempt 1)",
                 "idempotency http k-1: replayed (attempt 1)",
                 "idempotency http k-1: mismatch (attempt None)"], told
 """),
+    "docs/guides/asgi.md: app.add_middleware(IdempotencyMiddleware, engine=engine, "
+    "namespace=\"payments\",": Python(
+        setup="from sqlalchemy.ext.asyncio import create_async_engine\n"
+              "from starlette.applications import Starlette\n"
+              "from hivenet_db.asgi import IdempotencyMiddleware\n"
+              "engine = create_async_engine(sa_app_url)\napp = Starlette()\n",
+        then="assert len(app.user_middleware) == 2"),
     "docs/guides/asgi.md: engine = create_async_engine(url, "
     "connect_args={\"prepare_threshold\": None})":
         Python(setup="from sqlalchemy.ext.asyncio import create_async_engine\nurl = sa_app_url"),

@@ -6,6 +6,7 @@ everything."""
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import hashlib
 import re
@@ -228,3 +229,27 @@ def test_every_release_upgrades_with_its_data_to_a_fresh_install(
         conn.execute(full_schema_sql())
     _assert_same_catalog(upgraded, fresh, f"release {release[0]} upgraded")
     _still_works(upgraded, last_serial)
+
+
+def test_the_unreleased_revision_downgrades_to_the_last_release(
+        new_db: Callable[[], str]) -> None:
+    """Upgraded with its data, given what only the new release has (a namespace's policy),
+    then downgraded: the catalog of the last release again, and the data still works."""
+    released = _releases()[-1][1]
+    if migrate.head() == released:
+        pytest.skip("no unreleased revision")
+    downgraded, at_release = new_db(), new_db()
+    replay(downgraded, released)
+    last_serial = _use(downgraded)
+    replay(downgraded, "head")
+    with psycopg.connect(downgraded, autocommit=True) as conn:
+        conn.execute("SELECT hivenet.set_namespace_policy('http', '2 days', 'json')")
+        conn.execute("SELECT hivenet.set_namespace_policy('strict', p_key_min_length => 32)")
+    command.downgrade(migrate._config(downgraded), released)
+    assert migrate.current(downgraded) == released
+    replay(at_release, released)
+    _assert_same_catalog(downgraded, at_release, f"downgraded to {released}")
+    _still_works(downgraded, last_serial)
+    with psycopg.connect(downgraded, autocommit=True) as conn:
+        assert conn.execute("SELECT namespace, retention FROM hivenet.request_namespace"
+                            ).fetchall() == [("http", dt.timedelta(days=2))]

@@ -79,6 +79,7 @@ def test_the_application_api_works_as_a_login_granted_hivenet_app(
     "SELECT hivenet.own_instances('01-09')",
     "SELECT hivenet.set_claim_expiry('q', '1 day')",
     "SELECT hivenet.set_request_retention('orders', '1 day')",
+    "SELECT hivenet.set_namespace_policy('orders', p_fingerprint => 'json')",
     "SELECT hivenet.resolve_request('orders', 'k1', 1, true, 'note')",
     "SELECT * FROM hivenet.request_attempt",
     "SELECT * FROM hivenet.setting",
@@ -182,11 +183,12 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "replication_warning": (ADMIN,), "define_format": (ADMIN,), "prepare_scope": (ADMIN,),
     "register_system": (ADMIN,), "register_module": (ADMIN,), "own_instances": (ADMIN,),
     "resolve_step": (ADMIN,), "resolve_request": (ADMIN,), "set_claim_expiry": (ADMIN,),
-    "set_request_retention": (ADMIN,),
+    "set_request_retention": (ADMIN,), "set_namespace_policy": (ADMIN,),
 }
 OWNER_ONLY = set("""
     _advance _allocate _attempt_subject _begin_attempt _begin_attempt_nowait
-    _canonical_instances _check_begin_options _check_fields _check_interval _check_name
+    _canonical_instances _canonical_json _canonical_number _check_begin_options _check_fields
+    _check_fingerprint _check_interval _check_name
     _check_owned _check_owned_serial _check_registry _claim_checked
     _claim_interface_serial_checked _claim_interface_serial_nowait _claim_nowait _clock_sequence
     _clock_sequence_name _cold_lock_space _cold_sequence_name _committed_sequence
@@ -197,12 +199,13 @@ OWNER_ONLY = set("""
     _latest_issued _layout_sql _lock_constants _maintain_claims _maintain_failover
     _maintain_interface_calls _maintain_requests _maintain_scopes _maintain_steps
     _max_period_index _node_field _not_owned _ownership_check _ownership_setting _park_scope
-    _period_last_instant _promote_scope _purge_requests _raise_clock _raise_stale_attempt
+    _period_last_instant _policy_fingerprint _promote_scope _purge_requests _raise_clock
+    _raise_key_refused _raise_stale_attempt
     _raise_step_outside_window _raise_unfinished _recompile _recompile_trigger
     _refuse_outside_window _reject_serial _replace_function _reset_lock_space _resolve_attempt
     _scope_fields _scope_of _scopes_by_node _serial_scope _serial_shaped _setting_check
     _setting_value _shown _step_days_from _step_days_to _step_issued_here
-    _step_window_expression _time_pattern _unit_rank
+    _step_window_expression _time_pattern _unit_rank _utf16_units
 """.split())  # noqa: SIM905 (a list of words reads best)
 
 # Views and what each role may do with them; SELECT on the reporting views for their
@@ -691,6 +694,7 @@ def test_every_administrative_command_runs_as_a_login_granted_only_hivenet_admin
             "SELECT * FROM hivenet.ownership()",
             "SELECT hivenet.set_claim_expiry('q', '1 day')",
             "SELECT hivenet.set_request_retention('orders', '2 days')",
+            "SELECT hivenet.set_namespace_policy('orders', p_key_min_length => 2)",
             "SELECT pg_sleep(1.1)",
             f"SELECT hivenet.resolve_step('{serial}', 1, true, 'settled by hand')",
             "SELECT hivenet.resolve_request('orders', 'k1', 1, false, 'not sent')",

@@ -43,7 +43,9 @@ from hivenet_db.errors import StaleAttempt
 from hivenet_db.http_idempotency import (
     RESOLVED_MEANWHILE,
     Answer,
+    Fingerprint,
     Refused,
+    check_fingerprint,
     client_key,
     fingerprint,
     recorded_response,
@@ -73,6 +75,8 @@ class Options:
     #: how long an attempt is trusted as processing before listed as stuck
     lease: timedelta | None = None
     database: str = DEFAULT_DB_ALIAS
+    #: what of the body identifies a request: "bytes", "json" or a list of JSON paths
+    fingerprint: Fingerprint = "bytes"
     #: a callable (or its dotted path) told each decision about a key
     #: (``hivenet_db.decisions``)
     on_decision: OnDecision | None = None
@@ -90,6 +94,10 @@ class Options:
         for name in ("scope", "on_decision"):
             if isinstance(given.get(name), str):
                 given[name] = import_string(given[name])
+        try:
+            check_fingerprint(given.get("fingerprint", "bytes"))
+        except ValueError as error:
+            raise ImproperlyConfigured(f"HIVENET['IDEMPOTENCY']: {error}") from None
         return cls(**given)
 
     @property
@@ -115,6 +123,7 @@ class IdempotencyMiddleware:
         self.get_response = get_response
         self.options = Options.from_settings()
         self._retention_set = self.options.retention is None
+        self._fingerprint = check_fingerprint(self.options.fingerprint)
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         options = self.options
@@ -130,7 +139,11 @@ class IdempotencyMiddleware:
         except Refused as refused:
             return _response(refused.answer())
         self._ensure_retention()
-        described = fingerprint(request.method or "", request.get_full_path(), request.body)
+        try:
+            described = fingerprint(request.method or "", request.get_full_path(), request.body,
+                                    self._fingerprint)
+        except Refused as refused:
+            return _response(refused.answer())
         try:
             with transaction.atomic(using=options.database):  # `processing`, committed first
                 start = RequestRepository(connection(options.database),

@@ -169,7 +169,8 @@ BEGIN
             hivenet.resolve_step(text, integer, boolean, text, jsonb),
             hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
             hivenet.set_claim_expiry(text, interval),
-            hivenet.set_request_retention(text, interval)
+            hivenet.set_request_retention(text, interval),
+            hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text)
         TO hivenet_admin;
     END IF;
 END $$;

@@ -26,8 +26,8 @@ CREATE TABLE hivenet.request_attempt (
     key            text        NOT NULL,
     attempt        integer     NOT NULL,
     state          hivenet.step_state NOT NULL,
-    -- sha256 of the normalised request (jsonb text): the same key with another request is
-    -- refused, never re-executed or replayed.
+    -- sha256 of the request by the namespace's policy (fingerprints.sql; by default the jsonb
+    -- text): the same key with another request is refused, never re-executed or replayed.
     fingerprint    bytea       NOT NULL,
     unified_serial text,       -- steps: the business transaction's unified serial, for audit
     -- how long `processing` is trusted; NULL: the setting step_lease (read when checked).
@@ -53,14 +53,21 @@ COMMENT ON TABLE hivenet.request_attempt IS
 CREATE INDEX request_attempt_started_at ON hivenet.request_attempt
     ((namespace || ''), started_at);
 
--- Retention per namespace (set_request_retention); namespaces without a row keep the setting
--- request_retention.
+-- The policy of a namespace (set_namespace_policy): NULL in a column is the default, and a
+-- namespace without a row has every default. retention NULL: the setting request_retention;
+-- fingerprint NULL: 'bytes' (fingerprints.sql); key_min_length, key_pattern NULL: no rule
+-- beyond a valid name. Only a namespace with a fingerprint or a key rule leaves begin_request's
+-- fast path (view _request_start); a row holding only NULLs is deleted.
 CREATE TABLE hivenet.request_namespace (
-    namespace text     PRIMARY KEY,
-    retention interval NOT NULL
+    namespace      text     PRIMARY KEY,
+    retention      interval,
+    fingerprint    text,
+    key_min_length integer,
+    key_pattern    text
 );
 COMMENT ON TABLE hivenet.request_namespace IS
-    'retention of the finished requests of a namespace, when not the setting request_retention';
+    'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
+    'key rules; NULL is the default';
 
 INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('step_lease', '5 minutes', 'interval',
@@ -123,9 +130,10 @@ BEGIN ATOMIC
     SELECT coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
 END;
 
--- The request's fingerprint, kept with every attempt and compared on every later begin: sha256
--- of the jsonb text (jsonb normalises key order and whitespace); no request counts as JSON
--- null. The one definition, for begin_request, begin_step and their full paths. Inlined (a
+-- The request's default fingerprint ('bytes'), kept with every attempt and compared on every
+-- later begin: sha256 of the jsonb text (jsonb normalises key order and whitespace); no
+-- request counts as JSON null. The one definition, for steps and for keyed requests in
+-- namespaces without a fingerprint policy (fingerprints.sql), on every path. Inlined (a
 -- SQL-standard body without SET), so PUBLIC may execute it: begin_step's replay runs with the
 -- caller's rights (privileges.sql).
 CREATE FUNCTION hivenet._fingerprint(p_request jsonb) RETURNS bytea
@@ -133,6 +141,24 @@ LANGUAGE sql STABLE
 BEGIN ATOMIC
     SELECT sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8'));
 END;
+
+-- HN001 naming the key rule of namespace p_namespace that key p_key breaks (key_min_length
+-- p_min_length, key_pattern p_pattern: set_namespace_policy). Off the hot path: its caller
+-- tests the rules first.
+CREATE FUNCTION hivenet._raise_key_refused(p_namespace text, p_key text, p_min_length integer,
+    p_pattern text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF length(p_key) < p_min_length THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('key %s is shorter than key_min_length %s of namespace %s',
+                             hivenet._shown(p_key), p_min_length, hivenet._shown(p_namespace));
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'HN001',
+        MESSAGE = format('key %s does not match key_pattern %s of namespace %s',
+                         hivenet._shown(p_key), hivenet._shown(p_pattern),
+                         hivenet._shown(p_namespace));
+END $$;
 
 -- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
 -- already checked by the caller (begin_request, begin_step). See begin_request for what it
@@ -144,7 +170,11 @@ CREATE FUNCTION hivenet._begin_attempt(
     p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    v_fingerprint bytea := hivenet._fingerprint(p_request);
+    -- The namespace's fingerprint policy (fingerprints.sql); NULL, the default, inlined.
+    v_policy text := (SELECT n.fingerprint FROM hivenet.request_namespace n
+                      WHERE n.namespace = p_namespace);
+    v_fingerprint bytea := CASE WHEN v_policy IS NULL THEN hivenet._fingerprint(p_request)
+                                ELSE hivenet._policy_fingerprint(v_policy, p_request) END;
     v_attempt integer := 1;
     v_last hivenet.request_attempt;
 BEGIN
@@ -230,7 +260,8 @@ END;
 -- _step_start for steps (steps.sql, where the why is). The rule checks the names and the lease
 -- (_request_start_valid, above; the checks' exact errors stay in _begin_request) and inserts
 -- attempt 1; it writes nothing for a key that has an attempt or for input it does not vouch
--- for (a namespace of the library's own among them), and then _begin_request decides.
+-- for (a namespace of the library's own among them, or one whose policy has a fingerprint or
+-- a key rule: one probe of request_namespace), and then _begin_request decides.
 -- Insert-only, for hivenet_app (privileges.sql): the row it writes is the one begin_request
 -- would write. The VALUES list evaluates each inserted expression once (see _step_start).
 CREATE VIEW hivenet._request_start AS
@@ -244,6 +275,10 @@ SELECT n.namespace, n.key, 1, 'processing', hivenet._fingerprint(n.request), n.l
        hivenet.now()
 FROM (VALUES (NEW.namespace, NEW.key, NEW.request, NEW.lease)) AS n (namespace, key, request, lease)
 WHERE hivenet._request_start_valid(n.namespace, n.key, n.lease)
+  AND NOT EXISTS (SELECT FROM hivenet.request_namespace p
+                  WHERE p.namespace = n.namespace
+                    AND (p.fingerprint IS NOT NULL OR p.key_min_length IS NOT NULL
+                         OR p.key_pattern IS NOT NULL))
 ON CONFLICT DO NOTHING
 RETURNING namespace, key, NULL::jsonb, lease;
 
@@ -269,12 +304,20 @@ CREATE FUNCTION hivenet._begin_request(
     p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
     p_nowait boolean, OUT outcome text, OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_min_length integer;
+    v_pattern text;
 BEGIN
     IF NOT (hivenet._plain_options(p_on_success, p_nowait)
             AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)) THEN
         PERFORM hivenet._check_name('namespace', p_namespace);
         PERFORM hivenet._check_name('key', p_key);
         PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+    END IF;
+    SELECT n.key_min_length, n.key_pattern INTO v_min_length, v_pattern
+    FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    IF length(p_key) < v_min_length OR p_key !~ v_pattern THEN
+        PERFORM hivenet._raise_key_refused(p_namespace, p_key, v_min_length, v_pattern);
     END IF;
     IF p_nowait THEN
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
@@ -299,13 +342,15 @@ END $$;
 --     operator resolves a stuck request with resolve_request; nothing takes it over).
 --   * latest `success`: on_success 'replay' → outcome 'replayed', the attempt that succeeded
 --     and its stored response; 'reject' → HN031 StepAlreadySucceeded.
---   request: its fingerprint (sha256 of the jsonb text, which jsonb normalises: key order and
---   whitespace do not matter) is kept, and a different request under the same key raises
---   HN032 RequestMismatch in every state. No request counts as JSON null.
+--   request: its fingerprint (by the namespace's policy, set_namespace_policy: by default
+--   sha256 of the jsonb text, which jsonb normalises: key order and whitespace do not matter;
+--   'json' or JSON paths: fingerprints.sql) is kept, and a different request under the same
+--   key raises HN032 RequestMismatch in every state. No request counts as JSON null.
 --   lease: how long `processing` is trusted (default: setting step_lease).
 --   HN001: namespace or key NULL, empty, longer than 255 characters or with a control
 --   character, a namespace starting 'hivenet.' (the library's own), on_success not
---   'replay'/'reject', lease not positive or longer than 10 years, nowait NULL.
+--   'replay'/'reject', lease not positive or longer than 10 years, nowait NULL, a key
+--   breaking the namespace's key_min_length or key_pattern.
 --   A key is never accepted twice while its record is kept: finished requests are removed by
 --   maintain() once their last attempt ended longer ago than the namespace's retention
 --   (set_request_retention; default the setting request_retention, 24 hours).
@@ -436,22 +481,41 @@ BEGIN
                                      p_response);
 END $$;
 
--- hivenet.set_request_retention(namespace, retention) → void
---   Finished requests of the namespace are kept for `retention` after their last attempt
---   ended (then maintain() removes them, and the same key starts afresh); NULL: back to the
---   setting request_retention (24 hours). Keep it longer than any client retries.
---   HN001: namespace not valid (as begin_request), retention not positive or longer than 10
---   years.
-CREATE FUNCTION hivenet.set_request_retention(p_namespace text, p_retention interval)
+-- hivenet.set_namespace_policy(namespace, retention default null, fingerprint default null,
+--     on_failure default null, expire_after default null, key_min_length default null,
+--     key_pattern default null) → void
+--   The policy of a namespace of keyed requests; a NULL argument leaves that value as it is.
+--   retention: finished requests are kept that long after their last attempt ended (then
+--   maintain() removes them, and the same key starts afresh); set_request_retention(namespace,
+--   NULL) goes back to the setting request_retention. fingerprint: what makes two requests
+--   under one key the same (fingerprints.sql): 'bytes' (the default), 'json' (RFC 8785) or a
+--   JSON array of JSON paths; keys begun before a change keep their old fingerprint, so their
+--   requests mismatch (HN032) until retention removes them. key_min_length (1 = no rule) and
+--   key_pattern (a POSIX regular expression; '' = no rule): begin_request refuses a key
+--   breaking them with HN001. on_failure and expire_after are not supported yet: HN001 unless
+--   NULL.
+--   HN001: namespace not valid (as begin_request), retention not positive, longer than 10
+--   years or shorter than step_lease, fingerprint none of the three, key_min_length not in
+--   1..255, key_pattern not a regular expression.
+CREATE FUNCTION hivenet.set_namespace_policy(
+    p_namespace text, p_retention interval DEFAULT NULL, p_fingerprint text DEFAULT NULL,
+    p_on_failure text DEFAULT NULL, p_expire_after interval DEFAULT NULL,
+    p_key_min_length integer DEFAULT NULL, p_key_pattern text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_conflict text;
 BEGIN
     PERFORM hivenet._check_name('namespace', p_namespace);
-    IF p_retention IS NULL THEN
-        DELETE FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
-    ELSE
+    IF p_on_failure IS NOT NULL OR p_expire_after IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s of namespace %s is not supported yet: pass NULL',
+                             CASE WHEN p_on_failure IS NOT NULL
+                                  THEN 'on_failure ' || hivenet._shown(p_on_failure)
+                                  ELSE 'expire_after ' || p_expire_after END,
+                             hivenet._shown(p_namespace));
+    END IF;
+    IF p_retention IS NOT NULL THEN
         PERFORM hivenet._check_interval(format('retention of namespace %s',
                                                hivenet._shown(p_namespace)), p_retention);
         v_conflict := hivenet._interval_conflict('request_retention', p_retention);
@@ -460,10 +524,52 @@ BEGIN
                 MESSAGE = format('retention %s of namespace %s %s', p_retention,
                                  hivenet._shown(p_namespace), v_conflict);
         END IF;
-        INSERT INTO hivenet.request_namespace AS n (namespace, retention)
-        VALUES (p_namespace, p_retention)
-        ON CONFLICT (namespace) DO UPDATE SET retention = EXCLUDED.retention;
     END IF;
+    IF p_fingerprint IS NOT NULL THEN
+        PERFORM hivenet._check_fingerprint(p_fingerprint);
+    END IF;
+    IF p_key_min_length NOT BETWEEN 1 AND 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('key_min_length %s of namespace %s is not between 1 and 255',
+                             p_key_min_length, hivenet._shown(p_namespace));
+    END IF;
+    BEGIN
+        PERFORM '' ~ p_key_pattern;
+    EXCEPTION WHEN invalid_regular_expression THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('key_pattern %s of namespace %s is not a regular expression',
+                             hivenet._shown(p_key_pattern), hivenet._shown(p_namespace));
+    END;
+    -- The defaults are stored as NULL, so that a default policy keeps the fast path.
+    INSERT INTO hivenet.request_namespace AS n
+        (namespace, retention, fingerprint, key_min_length, key_pattern)
+    VALUES (p_namespace, p_retention, nullif(p_fingerprint, 'bytes'),
+            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''))
+    ON CONFLICT (namespace) DO UPDATE SET
+        retention = coalesce(p_retention, n.retention),
+        fingerprint = CASE WHEN p_fingerprint IS NULL THEN n.fingerprint
+                           ELSE EXCLUDED.fingerprint END,
+        key_min_length = CASE WHEN p_key_min_length IS NULL THEN n.key_min_length
+                              ELSE EXCLUDED.key_min_length END,
+        key_pattern = CASE WHEN p_key_pattern IS NULL THEN n.key_pattern
+                           ELSE EXCLUDED.key_pattern END;
+    DELETE FROM hivenet.request_namespace n
+    WHERE n.namespace = p_namespace AND n.retention IS NULL AND n.fingerprint IS NULL
+      AND n.key_min_length IS NULL AND n.key_pattern IS NULL;
+END $$;
+
+-- hivenet.set_request_retention(namespace, retention) → void
+--   set_namespace_policy(namespace, retention), and NULL: back to the setting
+--   request_retention (24 hours). Keep it longer than any client retries.
+CREATE FUNCTION hivenet.set_request_retention(p_namespace text, p_retention interval)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF p_retention IS NULL THEN
+        UPDATE hivenet.request_namespace n SET retention = NULL
+        WHERE n.namespace = p_namespace;
+    END IF;
+    PERFORM hivenet.set_namespace_policy(p_namespace, p_retention);  -- checks, tidies
 END $$;
 
 -- Remove every attempt of the keys of namespace p_namespace whose attempts all ended before

@@ -1,0 +1,279 @@
+-- Back to release 0.1.0: the bodies of 0001_baseline.sql, and what 0.2.0 added dropped. A
+-- namespace's fingerprint and key rules go; its retention stays.
+
+DROP FUNCTION hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text);
+DROP FUNCTION hivenet._raise_key_refused(text, text, integer, text);
+DROP FUNCTION hivenet._policy_fingerprint(text, jsonb);
+DROP FUNCTION hivenet._check_fingerprint(text);
+DROP FUNCTION hivenet._canonical_json(jsonb);
+DROP FUNCTION hivenet._canonical_number(numeric);
+DROP FUNCTION hivenet._utf16_units(text);
+
+-- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
+-- already checked by the caller (begin_request, begin_step). See begin_request for what it
+-- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
+-- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
+-- force (docs/design/sql-internals.md).
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
+    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_fingerprint bytea := hivenet._fingerprint(p_request);
+    v_attempt integer := 1;
+    v_last hivenet.request_attempt;
+BEGIN
+    -- Optimistic: most keys are new, so insert the attempt first; a conflict (after waiting
+    -- for an uncommitted one) means there is a committed attempt to look at.
+    LOOP
+        INSERT INTO hivenet.request_attempt
+            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at)
+        VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
+                p_lease, hivenet.now())
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            outcome := 'started';
+            attempt := v_attempt;
+            RETURN;
+        END IF;
+        SELECT * INTO v_last FROM hivenet.request_attempt a
+        WHERE a.namespace = p_namespace AND a.key = p_key ORDER BY a.attempt DESC LIMIT 1;
+        IF NOT FOUND THEN
+            v_attempt := 1;  -- removed by maintain() in between: the key is new again
+        ELSIF v_last.fingerprint <> v_fingerprint THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN032',
+                MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
+                                 '%s)', hivenet._attempt_subject(p_namespace, p_key),
+                                 encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
+        ELSIF v_last.state = 'processing' THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN030',
+                MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
+                                 'its outcome is unknown',
+                                 hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
+                                 v_last.started_at,
+                                 v_last.started_at + hivenet._step_lease(v_last.lease));
+        ELSIF v_last.state = 'success' THEN
+            IF p_on_success = 'reject' THEN
+                RAISE EXCEPTION USING ERRCODE = 'HN031',
+                    MESSAGE = format('%s already succeeded (attempt %s at %s)',
+                                     hivenet._attempt_subject(p_namespace, p_key),
+                                     v_last.attempt, v_last.finished_at);
+            END IF;
+            outcome := 'replayed';
+            attempt := v_last.attempt;
+            response := v_last.response;
+            RETURN;
+        ELSE
+            v_attempt := v_last.attempt + 1;  -- the latest failed: proceed
+        END IF;
+        -- Next round: insert that attempt (waiting again if someone is starting it too).
+    END LOOP;
+END $$;
+
+CREATE OR REPLACE RULE start AS ON INSERT TO hivenet._request_start DO INSTEAD
+INSERT INTO hivenet.request_attempt
+    (namespace, key, attempt, state, fingerprint, lease, started_at)
+SELECT n.namespace, n.key, 1, 'processing', hivenet._fingerprint(n.request), n.lease,
+       hivenet.now()
+FROM (VALUES (NEW.namespace, NEW.key, NEW.request, NEW.lease)) AS n (namespace, key, request, lease)
+WHERE hivenet._request_start_valid(n.namespace, n.key, n.lease)
+ON CONFLICT DO NOTHING
+RETURNING namespace, key, NULL::jsonb, lease;
+
+-- begin_request's full path, in the owner's rights, after _start_request wrote nothing. Input
+-- the view vouches for, with plain options, met a key that has an attempt: the state machine
+-- decides. Anything else (bad input, nowait) gets every check with its exact error first.
+-- Not set-returning (OUT parameters): no tuplestore of its own.
+CREATE OR REPLACE FUNCTION hivenet._begin_request(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
+    p_nowait boolean, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
+            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)) THEN
+        PERFORM hivenet._check_name('namespace', p_namespace);
+        PERFORM hivenet._check_name('key', p_key);
+        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+    END IF;
+    IF p_nowait THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
+                                           p_lease) b;
+    ELSE
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
+                                    p_lease) b;
+    END IF;
+END $$;
+
+-- hivenet.set_request_retention(namespace, retention) → void
+--   Finished requests of the namespace are kept for `retention` after their last attempt
+--   ended (then maintain() removes them, and the same key starts afresh); NULL: back to the
+--   setting request_retention (24 hours). Keep it longer than any client retries.
+--   HN001: namespace not valid (as begin_request), retention not positive or longer than 10
+--   years.
+CREATE OR REPLACE FUNCTION hivenet.set_request_retention(p_namespace text, p_retention interval)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_conflict text;
+BEGIN
+    PERFORM hivenet._check_name('namespace', p_namespace);
+    IF p_retention IS NULL THEN
+        DELETE FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    ELSE
+        PERFORM hivenet._check_interval(format('retention of namespace %s',
+                                               hivenet._shown(p_namespace)), p_retention);
+        v_conflict := hivenet._interval_conflict('request_retention', p_retention);
+        IF v_conflict IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('retention %s of namespace %s %s', p_retention,
+                                 hivenet._shown(p_namespace), v_conflict);
+        END IF;
+        INSERT INTO hivenet.request_namespace AS n (namespace, retention)
+        VALUES (p_namespace, p_retention)
+        ON CONFLICT (namespace) DO UPDATE SET retention = EXCLUDED.retention;
+    END IF;
+END $$;
+
+-- Grants to the roles that exist (called here, and by bootstrap when it creates them after the
+-- schema was installed). Safe to run again.
+CREATE OR REPLACE FUNCTION hivenet._grant_roles() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_counter text;
+    v_role text;
+BEGIN
+    IF to_regrole('hivenet_app') IS NOT NULL THEN
+        GRANT USAGE ON SCHEMA hivenet TO hivenet_app;
+        -- The application API.
+        GRANT EXECUTE ON FUNCTION
+            hivenet.now(),
+            hivenet.next_unified_serial(text, text, text),
+            hivenet.next_system_serial(text, text, text),
+            hivenet.next_interface_serial(text, text, text, text),
+            hivenet.next_serial(text, jsonb),
+            hivenet.next_serials(text, jsonb, integer),
+            hivenet.parse_serial(text, text),
+            hivenet.claim_interface_serial(text, text, text, boolean),
+            hivenet.call_chain(text),
+            hivenet.claim(text, text, boolean),
+            hivenet.begin_step(text, jsonb, text, text, interval, boolean),
+            hivenet.finish_step(text, integer, boolean, jsonb),
+            hivenet.begin_request(text, text, jsonb, text, interval, boolean),
+            hivenet.finish_request(text, text, integer, boolean, jsonb),
+            hivenet.ownership(),
+            hivenet.flush_at_commit()
+        TO hivenet_app;
+        -- now() is inlined into the caller: its fake clock (clock.sql) runs as the caller.
+        GRANT EXECUTE ON FUNCTION hivenet._fake_now() TO hivenet_app;
+        -- The allocation fast path (compile.sql, _fast_unified and _fast_system), inlined into
+        -- next_unified_serial / next_system_serial: every function in it, and USAGE on the
+        -- counters it draws from (_grant_counter). The constants say what the formats and
+        -- settings are (no secret).
+        GRANT EXECUTE ON FUNCTION
+            hivenet._fast_unified(text, text, text),
+            hivenet._fast_system(text, text, text),
+            hivenet._format_constant(text),
+            hivenet._setting_constant(text),
+            hivenet._scope_sequence_name(text, text)
+        TO hivenet_app;
+        FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s ORDER BY 1 LOOP
+            IF to_regclass('hivenet.' || quote_ident(v_counter)) IS NOT NULL THEN
+                PERFORM hivenet._grant_counter(v_counter);
+            END IF;
+        END LOOP;
+        -- begin_step and begin_request (steps.sql, requests.sql), inlined into the caller's
+        -- statement. The replay of a succeeded step: _step_in_window and view _step_replay,
+        -- SELECT only: of every succeeded step its serial, attempt, request fingerprint,
+        -- unified serial and stored response, what begin_step replays to whoever presents the
+        -- same request. The application's own replays: no other role reads them.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._step_in_window(text),
+            hivenet._fingerprint(jsonb)
+        TO hivenet_app;
+        GRANT SELECT ON hivenet._step_replay TO hivenet_app;
+        -- A new step's or key's first attempt: _start_step / _start_request (run as the
+        -- caller) insert into view _step_start / _request_start, whose rule writes with the
+        -- owner's rights: the role may insert, not read. The rules' checks run as the
+        -- inserter: _step_start_valid and the generated layout check _serial_valid with
+        -- _serial_time (compile.sql), and _request_start_valid.
+        GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
+        GRANT EXECUTE ON FUNCTION
+            hivenet._plain_options(text, boolean),
+            hivenet._start_step(text, jsonb, text, text, interval, boolean),
+            hivenet._start_request(text, text, jsonb, text, interval, boolean),
+            hivenet._serial_valid(text, text),
+            hivenet._serial_time(text, text),
+            hivenet._step_start_valid(text, text, interval),
+            hivenet._request_start_valid(text, text, interval)
+        TO hivenet_app;
+        -- Everything else: _begin_step / _begin_request (SECURITY DEFINER, every check of
+        -- begin_step / begin_request: calling them directly can do nothing the public
+        -- functions cannot).
+        GRANT EXECUTE ON FUNCTION
+            hivenet._begin_step(text, jsonb, text, text, interval, boolean),
+            hivenet._begin_request(text, text, jsonb, text, interval, boolean)
+        TO hivenet_app;
+        -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
+        -- callers' clock, the bound on intervals, the rule for names and keys.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._caller_now(timestamptz, text),
+            hivenet._longest_interval(),
+            hivenet._interval_allowed(interval),
+            hivenet._name_valid(text)
+        TO hivenet_app;
+    END IF;
+
+    -- The reporting views and what they call as their reader, for both roles that read them.
+    FOREACH v_role IN ARRAY ARRAY['hivenet_reporting', 'hivenet_admin'] LOOP
+        CONTINUE WHEN to_regrole(v_role) IS NULL;
+        EXECUTE format('GRANT USAGE ON SCHEMA hivenet TO %I', v_role);
+        EXECUTE format('GRANT SELECT ON hivenet.interface_calls, '
+                       'hivenet.interface_calls_per_day, hivenet.step_states, '
+                       'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
+                       'hivenet.stuck_requests TO %I', v_role);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION '
+                       'hivenet.call_chain(text), '
+                       'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
+                       'hivenet._step_lease(interval), '         -- likewise
+                       'hivenet._reporting_local_now(), '        -- scope_usage
+                       'hivenet._period_index(timestamp, text), '
+                       'hivenet._period_start(bigint, text), '
+                       'hivenet._scope_counter_value(text), '
+                       'hivenet._serial_field(text, text, text), '  -- interface_calls
+                       'hivenet._serial_time(text, text), '
+                       'hivenet.parse_serial(text, text) '          -- in both, for other formats
+                       'TO %I', v_role);
+    END LOOP;
+
+    IF to_regrole('hivenet_admin') IS NOT NULL THEN
+        GRANT SELECT ON ALL TABLES IN SCHEMA hivenet TO hivenet_admin;
+        GRANT UPDATE ON hivenet.setting TO hivenet_admin;
+        GRANT EXECUTE ON FUNCTION
+            hivenet.maintain(),
+            hivenet.fence_failover(bigint, boolean),
+            hivenet._timeline(),  -- `hivenet-db failover-fence` reports this timeline's fence
+            hivenet.replication_warning(),
+            hivenet.define_format(text, jsonb, boolean, text),
+            hivenet.prepare_scope(text, jsonb),
+            hivenet.register_system(text, text),
+            hivenet.register_module(text, text, text),
+            hivenet.own_instances(text, boolean, boolean),
+            hivenet.ownership(),
+            hivenet.resolve_step(text, integer, boolean, text, jsonb),
+            hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
+            hivenet.set_claim_expiry(text, interval),
+            hivenet.set_request_retention(text, interval)
+        TO hivenet_admin;
+    END IF;
+END $$;
+
+DELETE FROM hivenet.request_namespace WHERE retention IS NULL;
+ALTER TABLE hivenet.request_namespace
+    DROP COLUMN fingerprint,
+    DROP COLUMN key_min_length,
+    DROP COLUMN key_pattern,
+    ALTER COLUMN retention SET NOT NULL;
+COMMENT ON TABLE hivenet.request_namespace IS
+    'retention of the finished requests of a namespace, when not the setting request_retention';
