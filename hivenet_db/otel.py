@@ -54,7 +54,7 @@ from hivenet_db.errors import (
     UnknownScope,
 )
 from hivenet_db.requests import AsyncRequestRepository, RequestRepository
-from hivenet_db.steps import AsyncStepRepository, StepRepository, StepStart
+from hivenet_db.steps import STEPS_NAMESPACE, AsyncStepRepository, StepRepository, StepStart
 
 UNIFIED = propagation.BAGGAGE_KEY  # "hivenet.serial.unified"
 SYSTEM = "hivenet.serial.system"
@@ -67,9 +67,6 @@ ATTEMPT = "hivenet.attempt"
 SUCCEEDED = "hivenet.succeeded"
 DECISION = "hivenet.decision"
 DECISION_EVENT = "hivenet.idempotency.decision"
-
-#: The namespace of steps' keyed requests (steps.sql).
-STEPS_NAMESPACE = "hivenet.steps"
 
 #: The decision a refusal stands for (the first class the error is an instance of).
 _REFUSALS: tuple[tuple[type[Exception], str], ...] = (
