@@ -189,7 +189,8 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
 }
 OWNER_ONLY = set("""
     _advance _allocate _attempt_subject _begin_attempt _begin_attempt_nowait
-    _canonical_instances _canonical_json _chain_append _chain_link _canonical_number _check_begin_options _check_fields
+    _canonical_instances _canonical_json _chain_append _chain_link _canonical_number
+    _check_begin_options _check_fields
     _check_fingerprint _check_interval _check_name
     _check_owned _check_owned_serial _check_registry _claim_checked
     _claim_interface_serial_checked _claim_interface_serial_nowait _claim_nowait _clock_sequence
