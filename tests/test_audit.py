@@ -163,6 +163,26 @@ def test_a_chain_of_begins_finishes_retries_and_resolutions_is_intact(
     assert failure(db, "SELECT * FROM hivenet.verify_audit_chain('plain')")[0] == "HN001"
 
 
+def test_a_chain_turned_off_stays_verifiable_and_goes_on_when_turned_on_again(
+        db: psycopg.Connection) -> None:
+    name, first, unchained, second = chained(db), key(), key(), key()
+    begin(db, name, first)
+    db.execute("SELECT hivenet.set_namespace_policy(%s, p_audit_chain => false)", (name,))
+    assert scalar(db, "SELECT count(*) FROM hivenet.request_namespace WHERE namespace = %s",
+                  (name,)) == 0  # the default policy again: new keys take the fast path
+    begin(db, name, unchained)
+    finish(db, name, first, 1, True, {"ok": 1})  # begun in the chain: its end is linked
+    assert verify(db, name)["problem"] is None
+    db.execute("SELECT hivenet.set_namespace_policy(%s, p_audit_chain => true)", (name,))
+    begin(db, name, second)
+    rows: dict[str, int | None] = dict(db.execute(
+        "SELECT key, chain_position FROM hivenet.request_attempt WHERE namespace = %s",
+        (name,)).fetchall())
+    assert rows == {first: 1, unchained: None, second: 3}
+    result = verify(db, name)
+    assert result["problem"] is None and (result["attempts"], result["links"]) == (2, 3)
+
+
 def test_a_response_changed_by_the_owner_is_found(db: psycopg.Connection) -> None:
     name, paid, later = chained(db), key(), key()
     finish(db, name, paid, begin(db, name, paid)[1], True, {"amount": 100})

@@ -164,8 +164,7 @@ END;
 CREATE FUNCTION hivenet._called_by() RETURNS text
 LANGUAGE sql STABLE
 BEGIN ATOMIC
-    SELECT CASE WHEN current_setting('role') = 'none' THEN session_user::text
-                ELSE current_setting('role') END;
+    SELECT coalesce(nullif(current_setting('role'), 'none'), session_user::text);
 END;
 
 -- HN001 naming the key rule of namespace p_namespace that key p_key breaks (key_min_length

@@ -569,8 +569,7 @@ ALTER TABLE hivenet.request_namespace ADD COLUMN audit_chain boolean;
 CREATE FUNCTION hivenet._called_by() RETURNS text
 LANGUAGE sql STABLE
 BEGIN ATOMIC
-    SELECT CASE WHEN current_setting('role') = 'none' THEN session_user::text
-                ELSE current_setting('role') END;
+    SELECT coalesce(nullif(current_setting('role'), 'none'), session_user::text);
 END;
 
 -- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
