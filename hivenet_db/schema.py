@@ -30,8 +30,9 @@ PARTS: tuple[str, ...] = (
     "compile",
     # The concerns, each after what its SQL bodies and views name: ownership reads the
     # settings' constants, allocate the fast paths, dedup and steps the layouts, steps the
-    # keyed requests.
+    # keyed requests, audit their attempts.
     "ownership", "allocate", "maintain", "dedup", "claims", "fingerprints", "requests", "steps",
+    "audit",
     # Every reporting view, over the tables of all the concerns above.
     "reporting", "failover",
     # Grants on everything above, and nothing for PUBLIC: last.

@@ -68,6 +68,8 @@ BLOCKS = {block.name: block for block in _blocks()}
 
 # --- blocks run by another test ------------------------------------------------------------
 ELSEWHERE = {
+    "docs/guides/idempotency.md: hivenet-db audit verify payouts --url \"$HIVENET_ADMIN_URL\"":
+        "tests/test_audit.py::test_the_command_says_intact_or_names_the_changed_attempt",
     "docs/guides/formats.md: SELECT hivenet.prepare_scope('unified',":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT hivenet.prepare_scope('id_service',":
@@ -275,6 +277,12 @@ SQL = {
         Sql(login="reporting", setup=INTERFACE_CALL + ";" + STUCK_STEP),
     "docs/guides/reporting.md: SELECT namespace, state, requests FROM hivenet.request_states WHERE "
     "requests > 0;": Sql(login="reporting"),
+    "docs/guides/reporting.md: -- Who began the attempts of the last hour, per role and "
+    "application.": Sql(login="reporting"),
+    "docs/guides/idempotency.md: -- hivenet_reporting: every attempt of one key, and who began it":
+        Sql(login="reporting", setup="SELECT hivenet.begin_request('payouts', 'po-2026-0001')"),
+    "docs/guides/idempotency.md: -- hivenet_admin: chain the attempts of namespace 'payouts', "
+    "then check them": Sql(login="admin", prints=("0", "None")),
     "docs/guides/scale-out.md: SELECT hivenet.own_instances('01-09');            -- '01-09'":
         Sql(login="admin", prints=("01-09", "01,03,05-07", "10-19")),
     "docs/guides/steps.md: SELECT * FROM "

@@ -173,6 +173,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     # intervals, the rule for names and keys (clock.sql, claims.sql).
     "_caller_now": (APP,), "_longest_interval": (APP,), "_interval_allowed": (APP,),
     "_name_valid": (APP,),
+    "_called_by": (APP,),  # in those rules too: who began an attempt
     "_serial_time": ALL,  # and in view interface_calls, run as its reader
     # In the reporting views, run as their reader.
     "_serial_field": VIEW_READERS, "_step_lease": VIEW_READERS,
@@ -184,10 +185,12 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "register_system": (ADMIN,), "register_module": (ADMIN,), "own_instances": (ADMIN,),
     "resolve_step": (ADMIN,), "resolve_request": (ADMIN,), "set_claim_expiry": (ADMIN,),
     "set_request_retention": (ADMIN,), "set_namespace_policy": (ADMIN,),
+    "verify_audit_chain": (ADMIN,),
 }
 OWNER_ONLY = set("""
     _advance _allocate _attempt_subject _begin_attempt _begin_attempt_nowait
-    _canonical_instances _canonical_json _canonical_number _check_begin_options _check_fields
+    _canonical_instances _canonical_json _chain_append _chain_link _canonical_number
+    _check_begin_options _check_fields
     _check_fingerprint _check_interval _check_name
     _check_owned _check_owned_serial _check_registry _claim_checked
     _claim_interface_serial_checked _claim_interface_serial_nowait _claim_nowait _clock_sequence
@@ -199,12 +202,13 @@ OWNER_ONLY = set("""
     _latest_issued _layout_sql _lock_constants _maintain_claims _maintain_failover
     _maintain_interface_calls _maintain_requests _maintain_scopes _maintain_steps
     _max_period_index _node_field _not_owned _ownership_check _ownership_setting _park_scope
-    _period_last_instant _policy_fingerprint _promote_scope _purge_requests _raise_clock
+    _period_last_instant _policy_fingerprint _promote_scope _purge_chained _purge_requests
+    _raise_clock
     _raise_key_refused _raise_stale_attempt
     _raise_step_outside_window _raise_unfinished _recompile _recompile_trigger
     _refuse_outside_window _reject_serial _replace_function _reset_lock_space _resolve_attempt
     _scope_fields _scope_of _scopes_by_node _serial_scope _serial_shaped _setting_check
-    _setting_value _shown _step_days_from _step_days_to _step_issued_here
+    _setting_value _shown _start_chain _step_days_from _step_days_to _step_issued_here
     _step_window_expression _time_pattern _unit_rank _utf16_units
 """.split())  # noqa: SIM905 (a list of words reads best)
 
@@ -212,7 +216,7 @@ OWNER_ONLY = set("""
 # readers. Tables: SELECT for hivenet_admin only. Sequences: USAGE (nextval) for hivenet_app
 # on the counters the fast path draws from (scopes'), nothing on the others.
 REPORTING_VIEWS = ("interface_calls", "interface_calls_per_day", "step_states", "stuck_steps",
-                   "scope_usage", "request_states", "stuck_requests")
+                   "scope_usage", "request_states", "stuck_requests", "request_attempts")
 VIEWS: dict[str, dict[str, str]] = {
     **{view: {REPORTING: "SELECT", ADMIN: "SELECT"} for view in REPORTING_VIEWS},
     "_step_replay": {APP: "SELECT", ADMIN: "SELECT"},  # begin_step's replay, as the caller

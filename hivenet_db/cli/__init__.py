@@ -14,14 +14,15 @@ that turns an exception into that line and an exit status:
 - 2 usage or environment: a malformed URL, no server, no such database or role, a refused
   password or privilege, schema hivenet not installed, newer than this package or with a
   conflicting version table, a revision that does not exist, no local PostgreSQL;
+- 3 ``audit verify``: the namespace's audit chain is broken (the line names where);
 - 70 an internal error (a bug: run again with ``--debug`` and report the traceback);
 - 130 interrupted.
 
 What each command accepts is in ``commands`` (cheap to import, so that ``--help`` and
 ``--version`` load neither SQLAlchemy nor psycopg nor rich); what it does is in the module of
-its group (``install``, ``prepare``, ``serials``, ``report``, ``maintain``, ``proxy``, ``demo``,
-``bench``, ``embedded``), imported only when it runs. A new command is its function in such a
-module and its arguments in ``commands``.
+its group (``install``, ``prepare``, ``serials``, ``report``, ``maintain``, ``audit``,
+``proxy``, ``demo``, ``bench``, ``embedded``), imported only when it runs. A new command is its
+function in such a module and its arguments in ``commands``.
 """
 
 from __future__ import annotations

@@ -200,6 +200,19 @@ def _maintain(commands: Commands) -> None:
                    help="fence again although this timeline was fenced already")
 
 
+def _audit(commands: Commands) -> None:
+    p = commands.add(
+        "audit", "audit:cmd_audit", "check the audit chain of a namespace of keyed requests",
+        examples=["audit verify payments --url postgresql://admin@db/app"],
+        description="Check the hash chain of NAMESPACE (set_namespace_policy(namespace, "
+        "p_audit_chain => true)) with hivenet.verify_audit_chain: exit status 0 and \"chain "
+        "of N attempts intact\" with the chain's head (keep it elsewhere: a chain rewritten "
+        "after a change gives another head), or 3 naming the first changed or deleted "
+        "attempt (docs/guides/idempotency.md, Audit).")
+    p.add_argument("action", choices=("verify",))
+    p.add_argument("namespace", help="the namespace whose chain to check")
+
+
 def _proxy(commands: Commands) -> None:
     p = commands.add(
         "proxy", "proxy:cmd_proxy", "install a PL/Proxy database that routes the hivenet "
@@ -259,4 +272,5 @@ def _embedded(commands: Commands) -> None:
 
 # In the order `hivenet-db --help` lists them.
 GROUPS: tuple[Callable[[Commands], None], ...] = (
-    _install, _prepare, _serials, _report, _maintain, _proxy, _demo, _bench, _embedded)
+    _install, _prepare, _serials, _report, _maintain, _audit, _proxy, _demo, _bench,
+    _embedded)

@@ -113,6 +113,8 @@ BEGIN
             hivenet._step_start_valid(text, text, interval),
             hivenet._request_start_valid(text, text, interval)
         TO hivenet_app;
+        -- Who begins an attempt (requests.sql), recorded by those rules as the inserter.
+        GRANT EXECUTE ON FUNCTION hivenet._called_by() TO hivenet_app;
         -- Everything else: _begin_step / _begin_request (SECURITY DEFINER, every check of
         -- begin_step / begin_request: calling them directly can do nothing the public
         -- functions cannot).
@@ -137,7 +139,7 @@ BEGIN
         EXECUTE format('GRANT SELECT ON hivenet.interface_calls, '
                        'hivenet.interface_calls_per_day, hivenet.step_states, '
                        'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
-                       'hivenet.stuck_requests TO %I', v_role);
+                       'hivenet.stuck_requests, hivenet.request_attempts TO %I', v_role);
         EXECUTE format('GRANT EXECUTE ON FUNCTION '
                        'hivenet.call_chain(text), '
                        'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
@@ -170,7 +172,9 @@ BEGIN
             hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
             hivenet.set_claim_expiry(text, interval),
             hivenet.set_request_retention(text, interval),
-            hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text)
+            hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text,
+                                         boolean),
+            hivenet.verify_audit_chain(text)  -- `hivenet-db audit verify`
         TO hivenet_admin;
     END IF;
 END $$;

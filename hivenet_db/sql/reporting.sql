@@ -175,3 +175,16 @@ GROUP BY n.namespace, s.state
 ORDER BY n.namespace, s.state;
 COMMENT ON VIEW hivenet.request_states IS
     'number of keyed requests per namespace and state (the state of their latest attempt)';
+
+-- hivenet.request_attempts: one row per attempt of every key, keyed requests and steps
+-- (namespace 'hivenet.steps', key the system serial), for audit: its state, when it began and
+-- ended, who began it (called_by: the role; the client's application_name and address,
+-- requests.sql) and who resolved it with what note. No payload: no request fingerprint,
+-- response or error. A scan of the attempts: filter by namespace and key.
+CREATE VIEW hivenet.request_attempts AS
+SELECT a.namespace, a.key, a.attempt, a.state::text AS state, a.started_at, a.finished_at,
+       a.called_by, a.application_name, a.client_addr, a.resolved_by, a.note
+FROM hivenet.request_attempt a;
+COMMENT ON VIEW hivenet.request_attempts IS
+    'every attempt of keyed requests and steps with who began it (role, application, client '
+    'address), without payloads (audit)';

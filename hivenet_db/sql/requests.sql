@@ -38,6 +38,17 @@ CREATE TABLE hivenet.request_attempt (
     error          jsonb,      -- failed: what the caller reported
     resolved_by    text,       -- the operator (session user) who resolved a stuck attempt
     note           text,       -- the operator's note
+    -- Who began the attempt, on every path (_called_by): the role, the client's
+    -- application_name (NULL when empty) and address (NULL over a Unix socket).
+    called_by        text,
+    application_name text,
+    client_addr      inet,
+    -- In a namespace with an audit chain only (audit.sql): the links of the attempt's begin
+    -- and of its end, each a position in the namespace's chain and the link's hash.
+    chain_position   bigint,
+    chain_hash       bytea,
+    finish_position  bigint,
+    finish_hash      bytea,
     PRIMARY KEY (namespace, key, attempt)
 )
 -- fillfactor: room on the page so finishing is a HOT update. Autovacuum after 2,000 dead rows
@@ -56,14 +67,16 @@ CREATE INDEX request_attempt_started_at ON hivenet.request_attempt
 -- The policy of a namespace (set_namespace_policy): NULL in a column is the default, and a
 -- namespace without a row has every default. retention NULL: the setting request_retention;
 -- fingerprint NULL: 'bytes' (fingerprints.sql); key_min_length, key_pattern NULL: no rule
--- beyond a valid name. Only a namespace with a fingerprint or a key rule leaves begin_request's
--- fast path (view _request_start); a row holding only NULLs is deleted.
+-- beyond a valid name; audit_chain NULL: no hash chain (audit.sql). Only a namespace with a
+-- fingerprint, a key rule or an audit chain leaves begin_request's fast path (view
+-- _request_start); a row holding only NULLs is deleted.
 CREATE TABLE hivenet.request_namespace (
     namespace      text     PRIMARY KEY,
     retention      interval,
     fingerprint    text,
     key_min_length integer,
-    key_pattern    text
+    key_pattern    text,
+    audit_chain    boolean
 );
 COMMENT ON TABLE hivenet.request_namespace IS
     'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
@@ -142,6 +155,18 @@ BEGIN ATOMIC
     SELECT sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8'));
 END;
 
+-- Who begins an attempt (column called_by): the role the caller acts as. current_user where
+-- the caller's own code runs; inside SECURITY DEFINER functions (_begin_attempt's callers)
+-- current_user is the owner, so the role is read from the session: the role of SET ROLE (SET
+-- LOCAL ROLE: a pooler's or PostgREST's per-request role), else the login. The one
+-- definition, for every path that inserts an attempt. Inlined (the rules of views
+-- _request_start and _step_start run it as the inserter: privileges.sql).
+CREATE FUNCTION hivenet._called_by() RETURNS text
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT coalesce(nullif(current_setting('role'), 'none'), session_user::text);
+END;
+
 -- HN001 naming the key rule of namespace p_namespace that key p_key breaks (key_min_length
 -- p_min_length, key_pattern p_pattern: set_namespace_policy). Off the hot path: its caller
 -- tests the rules first.
@@ -175,6 +200,9 @@ DECLARE
                       WHERE n.namespace = p_namespace);
     v_fingerprint bytea := CASE WHEN v_policy IS NULL THEN hivenet._fingerprint(p_request)
                                 ELSE hivenet._policy_fingerprint(v_policy, p_request) END;
+    -- An audit chain (audit.sql): a new attempt is its next link.
+    v_chained boolean := EXISTS (SELECT FROM hivenet.request_namespace n
+                                 WHERE n.namespace = p_namespace AND n.audit_chain);
     v_attempt integer := 1;
     v_last hivenet.request_attempt;
 BEGIN
@@ -182,11 +210,16 @@ BEGIN
     -- for an uncommitted one) means there is a committed attempt to look at.
     LOOP
         INSERT INTO hivenet.request_attempt
-            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at)
+            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at,
+             called_by, application_name, client_addr)
         VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
-                p_lease, hivenet.now())
+                p_lease, hivenet.now(), hivenet._called_by(),
+                nullif(current_setting('application_name'), ''), inet_client_addr())
         ON CONFLICT DO NOTHING;
         IF FOUND THEN
+            IF v_chained THEN
+                PERFORM hivenet._chain_append(p_namespace, p_key, v_attempt, 'begin');
+            END IF;
             outcome := 'started';
             attempt := v_attempt;
             RETURN;
@@ -260,8 +293,9 @@ END;
 -- _step_start for steps (steps.sql, where the why is). The rule checks the names and the lease
 -- (_request_start_valid, above; the checks' exact errors stay in _begin_request) and inserts
 -- attempt 1; it writes nothing for a key that has an attempt or for input it does not vouch
--- for (a namespace of the library's own among them, or one whose policy has a fingerprint or
--- a key rule: one probe of request_namespace), and then _begin_request decides.
+-- for (a namespace of the library's own among them, or one whose policy has a fingerprint, a
+-- key rule or an audit chain: one probe of request_namespace), and then _begin_request
+-- decides. It records the caller as _begin_attempt does.
 -- Insert-only, for hivenet_app (privileges.sql): the row it writes is the one begin_request
 -- would write. The VALUES list evaluates each inserted expression once (see _step_start).
 CREATE VIEW hivenet._request_start AS
@@ -270,15 +304,17 @@ SELECT NULL::text AS namespace, NULL::text AS key, NULL::jsonb AS request,
 WHERE false;
 CREATE RULE start AS ON INSERT TO hivenet._request_start DO INSTEAD
 INSERT INTO hivenet.request_attempt
-    (namespace, key, attempt, state, fingerprint, lease, started_at)
+    (namespace, key, attempt, state, fingerprint, lease, started_at, called_by,
+     application_name, client_addr)
 SELECT n.namespace, n.key, 1, 'processing', hivenet._fingerprint(n.request), n.lease,
-       hivenet.now()
+       hivenet.now(), hivenet._called_by(), nullif(current_setting('application_name'), ''),
+       inet_client_addr()
 FROM (VALUES (NEW.namespace, NEW.key, NEW.request, NEW.lease)) AS n (namespace, key, request, lease)
 WHERE hivenet._request_start_valid(n.namespace, n.key, n.lease)
   AND NOT EXISTS (SELECT FROM hivenet.request_namespace p
                   WHERE p.namespace = n.namespace
                     AND (p.fingerprint IS NOT NULL OR p.key_min_length IS NOT NULL
-                         OR p.key_pattern IS NOT NULL))
+                         OR p.key_pattern IS NOT NULL OR p.audit_chain IS NOT NULL))
 ON CONFLICT DO NOTHING
 RETURNING namespace, key, NULL::jsonb, lease;
 
@@ -430,10 +466,12 @@ BEGIN
             MESSAGE = format('%s attempt %s: resolving needs a note',
                              hivenet._attempt_subject(p_namespace, p_key), p_attempt);
     END IF;
-    -- finish's fencing and state change; the note goes on the row it just locked.
-    PERFORM hivenet.finish_request(p_namespace, p_key, p_attempt, p_succeeded, p_response);
+    -- The note first, so that the end of an attempt in an audit chain covers it (audit.sql);
+    -- then finish's fencing and state change (HN033 undoes the note with everything else).
     UPDATE hivenet.request_attempt a SET resolved_by = session_user, note = p_note
-    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt;
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
+      AND a.state = 'processing';
+    PERFORM hivenet.finish_request(p_namespace, p_key, p_attempt, p_succeeded, p_response);
 END $$;
 
 -- hivenet.finish_request(namespace, key, attempt, succeeded, response default null) → void
@@ -450,6 +488,8 @@ CREATE FUNCTION hivenet.finish_request(
     p_response jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_chained boolean;
 BEGIN
     UPDATE hivenet.request_attempt a
     SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
@@ -458,9 +498,14 @@ BEGIN
         response = CASE WHEN p_succeeded THEN p_response END,
         error = CASE WHEN NOT p_succeeded THEN p_response END
     WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
-      AND a.state = 'processing' AND p_succeeded IS NOT NULL;
+      AND a.state = 'processing' AND p_succeeded IS NOT NULL
+    RETURNING a.chain_hash IS NOT NULL INTO v_chained;
     IF NOT FOUND THEN
         PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
+    END IF;
+    -- An attempt whose begin is a link of an audit chain: its end is the next (audit.sql).
+    IF v_chained THEN
+        PERFORM hivenet._chain_append(p_namespace, p_key, p_attempt, 'finish');
     END IF;
 END $$;
 
@@ -483,7 +528,7 @@ END $$;
 
 -- hivenet.set_namespace_policy(namespace, retention default null, fingerprint default null,
 --     on_failure default null, expire_after default null, key_min_length default null,
---     key_pattern default null) → void
+--     key_pattern default null, audit_chain default null) → void
 --   The policy of a namespace of keyed requests; a NULL argument leaves that value as it is.
 --   retention: finished requests are kept that long after their last attempt ended (then
 --   maintain() removes them, and the same key starts afresh); set_request_retention(namespace,
@@ -492,15 +537,18 @@ END $$;
 --   JSON array of JSON paths; keys begun before a change keep their old fingerprint, so their
 --   requests mismatch (HN032) until retention removes them. key_min_length (1 = no rule) and
 --   key_pattern (a POSIX regular expression; '' = no rule): begin_request refuses a key
---   breaking them with HN001. on_failure and expire_after are not supported yet: HN001 unless
---   NULL.
+--   breaking them with HN001. audit_chain: true chains every attempt begun from then on
+--   (begin and end) into the namespace's hash chain, which verify_audit_chain checks; false
+--   chains no more, and the chain so far stays verifiable (audit.sql). on_failure and
+--   expire_after are not supported yet: HN001 unless NULL.
 --   HN001: namespace not valid (as begin_request), retention not positive, longer than 10
 --   years or shorter than step_lease, fingerprint none of the three, key_min_length not in
 --   1..255, key_pattern not a regular expression.
 CREATE FUNCTION hivenet.set_namespace_policy(
     p_namespace text, p_retention interval DEFAULT NULL, p_fingerprint text DEFAULT NULL,
     p_on_failure text DEFAULT NULL, p_expire_after interval DEFAULT NULL,
-    p_key_min_length integer DEFAULT NULL, p_key_pattern text DEFAULT NULL)
+    p_key_min_length integer DEFAULT NULL, p_key_pattern text DEFAULT NULL,
+    p_audit_chain boolean DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -542,9 +590,9 @@ BEGIN
     END;
     -- The defaults are stored as NULL, so that a default policy keeps the fast path.
     INSERT INTO hivenet.request_namespace AS n
-        (namespace, retention, fingerprint, key_min_length, key_pattern)
+        (namespace, retention, fingerprint, key_min_length, key_pattern, audit_chain)
     VALUES (p_namespace, p_retention, nullif(p_fingerprint, 'bytes'),
-            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''))
+            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''), nullif(p_audit_chain, false))
     ON CONFLICT (namespace) DO UPDATE SET
         retention = coalesce(p_retention, n.retention),
         fingerprint = CASE WHEN p_fingerprint IS NULL THEN n.fingerprint
@@ -552,10 +600,15 @@ BEGIN
         key_min_length = CASE WHEN p_key_min_length IS NULL THEN n.key_min_length
                               ELSE EXCLUDED.key_min_length END,
         key_pattern = CASE WHEN p_key_pattern IS NULL THEN n.key_pattern
-                           ELSE EXCLUDED.key_pattern END;
+                           ELSE EXCLUDED.key_pattern END,
+        audit_chain = CASE WHEN p_audit_chain IS NULL THEN n.audit_chain
+                           ELSE EXCLUDED.audit_chain END;
     DELETE FROM hivenet.request_namespace n
     WHERE n.namespace = p_namespace AND n.retention IS NULL AND n.fingerprint IS NULL
-      AND n.key_min_length IS NULL AND n.key_pattern IS NULL;
+      AND n.key_min_length IS NULL AND n.key_pattern IS NULL AND n.audit_chain IS NULL;
+    IF p_audit_chain THEN
+        PERFORM hivenet._start_chain(p_namespace);
+    END IF;
 END $$;
 
 -- hivenet.set_request_retention(namespace, retention) → void
@@ -590,10 +643,16 @@ BEGIN
       AND NOT EXISTS (SELECT 1 FROM hivenet.request_attempt y
                       WHERE y.namespace = p_namespace AND y.key = o.key
                         AND (y.finished_at IS NULL OR y.finished_at >= p_cutoff));
-    IF v_keys IS NOT NULL THEN
-        DELETE FROM hivenet.request_attempt d
-        WHERE d.namespace = p_namespace AND d.key = ANY (v_keys);
+    IF v_keys IS NULL THEN
+        RETURN;
     END IF;
+    -- A namespace with an audit chain keeps it verifiable (audit.sql).
+    IF EXISTS (SELECT FROM hivenet.request_chain c WHERE c.namespace = p_namespace) THEN
+        PERFORM hivenet._purge_chained(p_namespace, v_keys);
+        RETURN;
+    END IF;
+    DELETE FROM hivenet.request_attempt d
+    WHERE d.namespace = p_namespace AND d.key = ANY (v_keys);
 END $$;
 
 -- Retention of requests (run by hivenet.maintain()): each namespace but the steps' (see

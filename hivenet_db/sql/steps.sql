@@ -111,7 +111,8 @@ END;
 -- owner's rights): begin_step's common case (_start_step, below). The rule checks what a new
 -- step with plain options needs and inserts attempt 1; it writes nothing for a step that has
 -- an attempt, or for input it does not vouch for, and then _begin_step decides and names the
--- problem. No SECURITY DEFINER call (docs/design/sql-internals.md).
+-- problem. It records the caller as _begin_attempt does (requests.sql). No SECURITY DEFINER
+-- call (docs/design/sql-internals.md).
 -- Insert-only, for hivenet_app (privileges.sql): the row it writes is the one begin_step would
 -- write, and reading the view shows nothing.
 --   The checks (_step_start_valid, above) are generated from the definitions of formats
@@ -128,9 +129,11 @@ SELECT NULL::text AS system_serial, NULL::jsonb AS request, NULL::text AS unifie
 WHERE false;
 CREATE RULE start AS ON INSERT TO hivenet._step_start DO INSTEAD
 INSERT INTO hivenet.request_attempt
-    (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at)
+    (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at, called_by,
+     application_name, client_addr)
 SELECT 'hivenet.steps', n.system_serial, 1, 'processing', hivenet._fingerprint(n.request),
-       n.unified_serial, n.lease, hivenet.now()
+       n.unified_serial, n.lease, hivenet.now(), hivenet._called_by(),
+       nullif(current_setting('application_name'), ''), inet_client_addr()
 FROM (VALUES (NEW.system_serial, NEW.request, NEW.unified_serial, NEW.lease))
      AS n (system_serial, request, unified_serial, lease)
 WHERE hivenet._step_start_valid(n.system_serial, n.unified_serial, n.lease)

@@ -1,7 +1,119 @@
 -- Back to release 0.1.0: the bodies of 0001_baseline.sql, and what 0.2.0 added dropped. A
 -- namespace's fingerprint and key rules go; its retention stays.
 
-DROP FUNCTION hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text);
+-- Audit with the caller, undone: who began each attempt and the hash chains go.
+DROP VIEW hivenet.request_attempts;
+DROP FUNCTION hivenet.verify_audit_chain(text);
+DROP FUNCTION hivenet._purge_chained(text, text[]);
+DROP FUNCTION hivenet._chain_append(text, text, integer, text);
+DROP FUNCTION hivenet._chain_link(bytea, hivenet.request_attempt, text);
+DROP FUNCTION hivenet._start_chain(text);
+DROP TABLE hivenet.request_chain;
+
+CREATE OR REPLACE RULE start AS ON INSERT TO hivenet._request_start DO INSTEAD
+INSERT INTO hivenet.request_attempt
+    (namespace, key, attempt, state, fingerprint, lease, started_at)
+SELECT n.namespace, n.key, 1, 'processing', hivenet._fingerprint(n.request), n.lease,
+       hivenet.now()
+FROM (VALUES (NEW.namespace, NEW.key, NEW.request, NEW.lease)) AS n (namespace, key, request, lease)
+WHERE hivenet._request_start_valid(n.namespace, n.key, n.lease)
+ON CONFLICT DO NOTHING
+RETURNING namespace, key, NULL::jsonb, lease;
+
+CREATE OR REPLACE RULE start AS ON INSERT TO hivenet._step_start DO INSTEAD
+INSERT INTO hivenet.request_attempt
+    (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at)
+SELECT 'hivenet.steps', n.system_serial, 1, 'processing', hivenet._fingerprint(n.request),
+       n.unified_serial, n.lease, hivenet.now()
+FROM (VALUES (NEW.system_serial, NEW.request, NEW.unified_serial, NEW.lease))
+     AS n (system_serial, request, unified_serial, lease)
+WHERE hivenet._step_start_valid(n.system_serial, n.unified_serial, n.lease)
+ON CONFLICT DO NOTHING
+RETURNING key, NULL::jsonb, unified_serial, lease;
+
+-- hivenet.finish_request(namespace, key, attempt, succeeded, response default null) → void
+--   Ends the processing attempt `attempt` (the number begin_request returned) as `success`
+--   (response kept and replayed to later callers) or `failed` (response kept as the error;
+--   the next begin_request proceeds with a new attempt), in the caller's transaction.
+--   Fencing: HN033 StaleAttempt, changing nothing, when that attempt is not the key's current
+--   one or is no longer `processing` (finished, or resolved by an operator).
+--   HN001 when succeeded is NULL, or namespace or key is not valid (as begin_request). Blocks
+--   only while another transaction is finishing or resolving the same attempt; then raises
+--   HN033 if that one committed.
+CREATE OR REPLACE FUNCTION hivenet.finish_request(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean,
+    p_response jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE hivenet.request_attempt a
+    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
+                     ELSE 'failed'::hivenet.step_state END,
+        finished_at = hivenet.now(),
+        response = CASE WHEN p_succeeded THEN p_response END,
+        error = CASE WHEN NOT p_succeeded THEN p_response END
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
+      AND a.state = 'processing' AND p_succeeded IS NOT NULL;
+    IF NOT FOUND THEN
+        PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
+    END IF;
+END $$;
+
+-- The operator's resolution of a processing attempt (resolve_request, resolve_step).
+CREATE OR REPLACE FUNCTION hivenet._resolve_attempt(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text,
+    p_response jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF coalesce(btrim(p_note), '') = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s attempt %s: resolving needs a note',
+                             hivenet._attempt_subject(p_namespace, p_key), p_attempt);
+    END IF;
+    -- finish's fencing and state change; the note goes on the row it just locked.
+    PERFORM hivenet.finish_request(p_namespace, p_key, p_attempt, p_succeeded, p_response);
+    UPDATE hivenet.request_attempt a SET resolved_by = session_user, note = p_note
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt;
+END $$;
+
+-- Remove every attempt of the keys of namespace p_namespace whose attempts all ended before
+-- p_cutoff; for the steps' namespace, only of the keys (system serials) dated before
+-- p_dated_before (_maintain_steps: what begin_step refuses). A processing key is never
+-- removed. Candidates come from the index (namespace || '', started_at): an attempt that ended before the cutoff also started before it. The keys are
+-- collected first and deleted by primary key, so no plan can turn the delete into a scan (a
+-- join would be hashed against every row of the namespace).
+CREATE OR REPLACE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamptz,
+                                        p_dated_before timestamp DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_keys text[];
+BEGIN
+    SELECT array_agg(DISTINCT o.key) INTO v_keys FROM hivenet.request_attempt o
+    WHERE o.namespace || '' = p_namespace AND o.started_at < p_cutoff  -- the index's expression
+      AND (p_dated_before IS NULL OR hivenet._serial_time('system', o.key) < p_dated_before)
+      AND NOT EXISTS (SELECT 1 FROM hivenet.request_attempt y
+                      WHERE y.namespace = p_namespace AND y.key = o.key
+                        AND (y.finished_at IS NULL OR y.finished_at >= p_cutoff));
+    IF v_keys IS NOT NULL THEN
+        DELETE FROM hivenet.request_attempt d
+        WHERE d.namespace = p_namespace AND d.key = ANY (v_keys);
+    END IF;
+END $$;
+
+DROP FUNCTION hivenet._called_by();
+ALTER TABLE hivenet.request_attempt
+    DROP COLUMN called_by,
+    DROP COLUMN application_name,
+    DROP COLUMN client_addr,
+    DROP COLUMN chain_position,
+    DROP COLUMN chain_hash,
+    DROP COLUMN finish_position,
+    DROP COLUMN finish_hash;
+ALTER TABLE hivenet.request_namespace DROP COLUMN audit_chain;
+
+DROP FUNCTION hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text,
+    boolean);
 DROP FUNCTION hivenet._raise_key_refused(text, text, integer, text);
 DROP FUNCTION hivenet._policy_fingerprint(text, jsonb);
 DROP FUNCTION hivenet._check_fingerprint(text);

@@ -543,3 +543,707 @@ REVOKE EXECUTE ON FUNCTION hivenet._policy_fingerprint(text, jsonb) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION hivenet._raise_key_refused(text, text, integer, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text) FROM PUBLIC;
 SELECT hivenet._grant_roles();
+
+-- Audit with the caller: every attempt records who began it (called_by, application_name,
+-- client_addr; view request_attempts), and a namespace may keep a hash chain of its attempts
+-- (set_namespace_policy's audit_chain, audit.sql: verify_audit_chain).
+
+ALTER TABLE hivenet.request_attempt
+    ADD COLUMN called_by text,
+    ADD COLUMN application_name text,
+    ADD COLUMN client_addr inet,
+    ADD COLUMN chain_position bigint,
+    ADD COLUMN chain_hash bytea,
+    ADD COLUMN finish_position bigint,
+    ADD COLUMN finish_hash bytea;
+ALTER TABLE hivenet.request_namespace ADD COLUMN audit_chain boolean;
+
+-- hivenet_db/sql/requests.sql
+
+-- Who begins an attempt (column called_by): the role the caller acts as. current_user where
+-- the caller's own code runs; inside SECURITY DEFINER functions (_begin_attempt's callers)
+-- current_user is the owner, so the role is read from the session: the role of SET ROLE (SET
+-- LOCAL ROLE: a pooler's or PostgREST's per-request role), else the login. The one
+-- definition, for every path that inserts an attempt. Inlined (the rules of views
+-- _request_start and _step_start run it as the inserter: privileges.sql).
+CREATE FUNCTION hivenet._called_by() RETURNS text
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT coalesce(nullif(current_setting('role'), 'none'), session_user::text);
+END;
+
+-- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
+-- already checked by the caller (begin_request, begin_step). See begin_request for what it
+-- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
+-- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
+-- force (docs/design/sql-internals.md).
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
+    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    -- The namespace's fingerprint policy (fingerprints.sql); NULL, the default, inlined.
+    v_policy text := (SELECT n.fingerprint FROM hivenet.request_namespace n
+                      WHERE n.namespace = p_namespace);
+    v_fingerprint bytea := CASE WHEN v_policy IS NULL THEN hivenet._fingerprint(p_request)
+                                ELSE hivenet._policy_fingerprint(v_policy, p_request) END;
+    -- An audit chain (audit.sql): a new attempt is its next link.
+    v_chained boolean := EXISTS (SELECT FROM hivenet.request_namespace n
+                                 WHERE n.namespace = p_namespace AND n.audit_chain);
+    v_attempt integer := 1;
+    v_last hivenet.request_attempt;
+BEGIN
+    -- Optimistic: most keys are new, so insert the attempt first; a conflict (after waiting
+    -- for an uncommitted one) means there is a committed attempt to look at.
+    LOOP
+        INSERT INTO hivenet.request_attempt
+            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at,
+             called_by, application_name, client_addr)
+        VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
+                p_lease, hivenet.now(), hivenet._called_by(),
+                nullif(current_setting('application_name'), ''), inet_client_addr())
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            IF v_chained THEN
+                PERFORM hivenet._chain_append(p_namespace, p_key, v_attempt, 'begin');
+            END IF;
+            outcome := 'started';
+            attempt := v_attempt;
+            RETURN;
+        END IF;
+        SELECT * INTO v_last FROM hivenet.request_attempt a
+        WHERE a.namespace = p_namespace AND a.key = p_key ORDER BY a.attempt DESC LIMIT 1;
+        IF NOT FOUND THEN
+            v_attempt := 1;  -- removed by maintain() in between: the key is new again
+        ELSIF v_last.fingerprint <> v_fingerprint THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN032',
+                MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
+                                 '%s)', hivenet._attempt_subject(p_namespace, p_key),
+                                 encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
+        ELSIF v_last.state = 'processing' THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN030',
+                MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
+                                 'its outcome is unknown',
+                                 hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
+                                 v_last.started_at,
+                                 v_last.started_at + hivenet._step_lease(v_last.lease));
+        ELSIF v_last.state = 'success' THEN
+            IF p_on_success = 'reject' THEN
+                RAISE EXCEPTION USING ERRCODE = 'HN031',
+                    MESSAGE = format('%s already succeeded (attempt %s at %s)',
+                                     hivenet._attempt_subject(p_namespace, p_key),
+                                     v_last.attempt, v_last.finished_at);
+            END IF;
+            outcome := 'replayed';
+            attempt := v_last.attempt;
+            response := v_last.response;
+            RETURN;
+        ELSE
+            v_attempt := v_last.attempt + 1;  -- the latest failed: proceed
+        END IF;
+        -- Next round: insert that attempt (waiting again if someone is starting it too).
+    END LOOP;
+END $$;
+
+CREATE OR REPLACE RULE start AS ON INSERT TO hivenet._request_start DO INSTEAD
+INSERT INTO hivenet.request_attempt
+    (namespace, key, attempt, state, fingerprint, lease, started_at, called_by,
+     application_name, client_addr)
+SELECT n.namespace, n.key, 1, 'processing', hivenet._fingerprint(n.request), n.lease,
+       hivenet.now(), hivenet._called_by(), nullif(current_setting('application_name'), ''),
+       inet_client_addr()
+FROM (VALUES (NEW.namespace, NEW.key, NEW.request, NEW.lease)) AS n (namespace, key, request, lease)
+WHERE hivenet._request_start_valid(n.namespace, n.key, n.lease)
+  AND NOT EXISTS (SELECT FROM hivenet.request_namespace p
+                  WHERE p.namespace = n.namespace
+                    AND (p.fingerprint IS NOT NULL OR p.key_min_length IS NOT NULL
+                         OR p.key_pattern IS NOT NULL OR p.audit_chain IS NOT NULL))
+ON CONFLICT DO NOTHING
+RETURNING namespace, key, NULL::jsonb, lease;
+
+-- hivenet.finish_request(namespace, key, attempt, succeeded, response default null) → void
+--   Ends the processing attempt `attempt` (the number begin_request returned) as `success`
+--   (response kept and replayed to later callers) or `failed` (response kept as the error;
+--   the next begin_request proceeds with a new attempt), in the caller's transaction.
+--   Fencing: HN033 StaleAttempt, changing nothing, when that attempt is not the key's current
+--   one or is no longer `processing` (finished, or resolved by an operator).
+--   HN001 when succeeded is NULL, or namespace or key is not valid (as begin_request). Blocks
+--   only while another transaction is finishing or resolving the same attempt; then raises
+--   HN033 if that one committed.
+CREATE OR REPLACE FUNCTION hivenet.finish_request(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean,
+    p_response jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_chained boolean;
+BEGIN
+    UPDATE hivenet.request_attempt a
+    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
+                     ELSE 'failed'::hivenet.step_state END,
+        finished_at = hivenet.now(),
+        response = CASE WHEN p_succeeded THEN p_response END,
+        error = CASE WHEN NOT p_succeeded THEN p_response END
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
+      AND a.state = 'processing' AND p_succeeded IS NOT NULL
+    RETURNING a.chain_hash IS NOT NULL INTO v_chained;
+    IF NOT FOUND THEN
+        PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
+    END IF;
+    -- An attempt whose begin is a link of an audit chain: its end is the next (audit.sql).
+    IF v_chained THEN
+        PERFORM hivenet._chain_append(p_namespace, p_key, p_attempt, 'finish');
+    END IF;
+END $$;
+
+-- The operator's resolution of a processing attempt (resolve_request, resolve_step).
+CREATE OR REPLACE FUNCTION hivenet._resolve_attempt(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text,
+    p_response jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF coalesce(btrim(p_note), '') = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s attempt %s: resolving needs a note',
+                             hivenet._attempt_subject(p_namespace, p_key), p_attempt);
+    END IF;
+    -- The note first, so that the end of an attempt in an audit chain covers it (audit.sql);
+    -- then finish's fencing and state change (HN033 undoes the note with everything else).
+    UPDATE hivenet.request_attempt a SET resolved_by = session_user, note = p_note
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
+      AND a.state = 'processing';
+    PERFORM hivenet.finish_request(p_namespace, p_key, p_attempt, p_succeeded, p_response);
+END $$;
+
+DROP FUNCTION hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text);
+-- hivenet.set_namespace_policy(namespace, retention default null, fingerprint default null,
+--     on_failure default null, expire_after default null, key_min_length default null,
+--     key_pattern default null, audit_chain default null) → void
+--   The policy of a namespace of keyed requests; a NULL argument leaves that value as it is.
+--   retention: finished requests are kept that long after their last attempt ended (then
+--   maintain() removes them, and the same key starts afresh); set_request_retention(namespace,
+--   NULL) goes back to the setting request_retention. fingerprint: what makes two requests
+--   under one key the same (fingerprints.sql): 'bytes' (the default), 'json' (RFC 8785) or a
+--   JSON array of JSON paths; keys begun before a change keep their old fingerprint, so their
+--   requests mismatch (HN032) until retention removes them. key_min_length (1 = no rule) and
+--   key_pattern (a POSIX regular expression; '' = no rule): begin_request refuses a key
+--   breaking them with HN001. audit_chain: true chains every attempt begun from then on
+--   (begin and end) into the namespace's hash chain, which verify_audit_chain checks; false
+--   chains no more, and the chain so far stays verifiable (audit.sql). on_failure and
+--   expire_after are not supported yet: HN001 unless NULL.
+--   HN001: namespace not valid (as begin_request), retention not positive, longer than 10
+--   years or shorter than step_lease, fingerprint none of the three, key_min_length not in
+--   1..255, key_pattern not a regular expression.
+CREATE FUNCTION hivenet.set_namespace_policy(
+    p_namespace text, p_retention interval DEFAULT NULL, p_fingerprint text DEFAULT NULL,
+    p_on_failure text DEFAULT NULL, p_expire_after interval DEFAULT NULL,
+    p_key_min_length integer DEFAULT NULL, p_key_pattern text DEFAULT NULL,
+    p_audit_chain boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_conflict text;
+BEGIN
+    PERFORM hivenet._check_name('namespace', p_namespace);
+    IF p_on_failure IS NOT NULL OR p_expire_after IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s of namespace %s is not supported yet: pass NULL',
+                             CASE WHEN p_on_failure IS NOT NULL
+                                  THEN 'on_failure ' || hivenet._shown(p_on_failure)
+                                  ELSE 'expire_after ' || p_expire_after END,
+                             hivenet._shown(p_namespace));
+    END IF;
+    IF p_retention IS NOT NULL THEN
+        PERFORM hivenet._check_interval(format('retention of namespace %s',
+                                               hivenet._shown(p_namespace)), p_retention);
+        v_conflict := hivenet._interval_conflict('request_retention', p_retention);
+        IF v_conflict IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('retention %s of namespace %s %s', p_retention,
+                                 hivenet._shown(p_namespace), v_conflict);
+        END IF;
+    END IF;
+    IF p_fingerprint IS NOT NULL THEN
+        PERFORM hivenet._check_fingerprint(p_fingerprint);
+    END IF;
+    IF p_key_min_length NOT BETWEEN 1 AND 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('key_min_length %s of namespace %s is not between 1 and 255',
+                             p_key_min_length, hivenet._shown(p_namespace));
+    END IF;
+    BEGIN
+        PERFORM '' ~ p_key_pattern;
+    EXCEPTION WHEN invalid_regular_expression THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('key_pattern %s of namespace %s is not a regular expression',
+                             hivenet._shown(p_key_pattern), hivenet._shown(p_namespace));
+    END;
+    -- The defaults are stored as NULL, so that a default policy keeps the fast path.
+    INSERT INTO hivenet.request_namespace AS n
+        (namespace, retention, fingerprint, key_min_length, key_pattern, audit_chain)
+    VALUES (p_namespace, p_retention, nullif(p_fingerprint, 'bytes'),
+            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''), nullif(p_audit_chain, false))
+    ON CONFLICT (namespace) DO UPDATE SET
+        retention = coalesce(p_retention, n.retention),
+        fingerprint = CASE WHEN p_fingerprint IS NULL THEN n.fingerprint
+                           ELSE EXCLUDED.fingerprint END,
+        key_min_length = CASE WHEN p_key_min_length IS NULL THEN n.key_min_length
+                              ELSE EXCLUDED.key_min_length END,
+        key_pattern = CASE WHEN p_key_pattern IS NULL THEN n.key_pattern
+                           ELSE EXCLUDED.key_pattern END,
+        audit_chain = CASE WHEN p_audit_chain IS NULL THEN n.audit_chain
+                           ELSE EXCLUDED.audit_chain END;
+    DELETE FROM hivenet.request_namespace n
+    WHERE n.namespace = p_namespace AND n.retention IS NULL AND n.fingerprint IS NULL
+      AND n.key_min_length IS NULL AND n.key_pattern IS NULL AND n.audit_chain IS NULL;
+    IF p_audit_chain THEN
+        PERFORM hivenet._start_chain(p_namespace);
+    END IF;
+END $$;
+
+-- Remove every attempt of the keys of namespace p_namespace whose attempts all ended before
+-- p_cutoff; for the steps' namespace, only of the keys (system serials) dated before
+-- p_dated_before (_maintain_steps: what begin_step refuses). A processing key is never
+-- removed. Candidates come from the index (namespace || '', started_at): an attempt that ended before the cutoff also started before it. The keys are
+-- collected first and deleted by primary key, so no plan can turn the delete into a scan (a
+-- join would be hashed against every row of the namespace).
+CREATE OR REPLACE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamptz,
+                                        p_dated_before timestamp DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_keys text[];
+BEGIN
+    SELECT array_agg(DISTINCT o.key) INTO v_keys FROM hivenet.request_attempt o
+    WHERE o.namespace || '' = p_namespace AND o.started_at < p_cutoff  -- the index's expression
+      AND (p_dated_before IS NULL OR hivenet._serial_time('system', o.key) < p_dated_before)
+      AND NOT EXISTS (SELECT 1 FROM hivenet.request_attempt y
+                      WHERE y.namespace = p_namespace AND y.key = o.key
+                        AND (y.finished_at IS NULL OR y.finished_at >= p_cutoff));
+    IF v_keys IS NULL THEN
+        RETURN;
+    END IF;
+    -- A namespace with an audit chain keeps it verifiable (audit.sql).
+    IF EXISTS (SELECT FROM hivenet.request_chain c WHERE c.namespace = p_namespace) THEN
+        PERFORM hivenet._purge_chained(p_namespace, v_keys);
+        RETURN;
+    END IF;
+    DELETE FROM hivenet.request_attempt d
+    WHERE d.namespace = p_namespace AND d.key = ANY (v_keys);
+END $$;
+
+-- hivenet_db/sql/steps.sql
+CREATE OR REPLACE RULE start AS ON INSERT TO hivenet._step_start DO INSTEAD
+INSERT INTO hivenet.request_attempt
+    (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at, called_by,
+     application_name, client_addr)
+SELECT 'hivenet.steps', n.system_serial, 1, 'processing', hivenet._fingerprint(n.request),
+       n.unified_serial, n.lease, hivenet.now(), hivenet._called_by(),
+       nullif(current_setting('application_name'), ''), inet_client_addr()
+FROM (VALUES (NEW.system_serial, NEW.request, NEW.unified_serial, NEW.lease))
+     AS n (system_serial, request, unified_serial, lease)
+WHERE hivenet._step_start_valid(n.system_serial, n.unified_serial, n.lease)
+ON CONFLICT DO NOTHING
+RETURNING key, NULL::jsonb, unified_serial, lease;
+
+-- hivenet_db/sql/audit.sql
+-- The audit chain of a namespace of keyed requests (set_namespace_policy(..., audit_chain =>
+-- true)): tamper evidence for its attempts, checked by verify_audit_chain and `hivenet-db
+-- audit verify`. Who began each attempt is recorded in every namespace (requests.sql,
+-- _called_by; view request_attempts).
+--
+-- Every event of an attempt is a link of one chain per namespace, in the order the events
+-- happened: its begin (chain_position, chain_hash on the attempt's row) and its end
+-- (finish_position, finish_hash: finish_request, resolve_request). A link's hash is sha256 of
+-- the previous link's hash followed by the event's content (_chain_link). So a changed row
+-- breaks its link, a deleted row leaves a gap in the positions, and hashes written anew after
+-- a change give another head: verify_audit_chain returns the head, to keep outside the
+-- database (only that finds a chain rewritten from the changed row on by someone who can
+-- write the table).
+--
+-- Links are appended under the lock of the namespace's row of request_chain, held until
+-- commit: the begins and ends of attempts of one chained namespace take turns, and "the
+-- previous link" is always committed or the transaction's own. Only chained namespaces pay
+-- for it: other namespaces never read request_chain on begin or finish. The lock is taken
+-- once the attempt's row is written (a begin may first wait for a concurrent start or finish
+-- of its key, which waits for the lock in its turn); so a transaction that already appended
+-- a link and then begins a key another transaction is starting or finishing deadlocks with
+-- it, and PostgreSQL ends one of them (40P01): retry it. With nowait, a begin raises HN030
+-- while another transaction holds the chain.
+--
+-- Retention keeps the chain verifiable: maintain() removes only a prefix of the chain (the
+-- oldest links, up to the last one after which no attempt is half removed) and keeps the
+-- hash of the last removed link as the anchor the rest starts from (_purge_chained). Keys
+-- past their retention that are linked after a key still kept stay until that one goes.
+
+-- The chain of each namespace that ever had audit_chain on: where it starts after retention
+-- (anchor) and where it ends (head). Only the functions write it.
+CREATE TABLE hivenet.request_chain (
+    namespace       text   PRIMARY KEY,
+    position        bigint NOT NULL,  -- of the last link (0: none yet)
+    head            bytea  NOT NULL,  -- its hash
+    anchor_position bigint NOT NULL,  -- of the last link retention removed (0: none)
+    anchor          bytea  NOT NULL   -- its hash (the empty string before the first link)
+);
+COMMENT ON TABLE hivenet.request_chain IS
+    'the audit chain of a namespace of keyed requests: its head and the anchor retention left';
+
+-- The chain of namespace p_namespace, made when audit_chain is first turned on
+-- (set_namespace_policy); a chain turned on again goes on from its head.
+CREATE FUNCTION hivenet._start_chain(p_namespace text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    INSERT INTO hivenet.request_chain (namespace, position, head, anchor_position, anchor)
+    VALUES (p_namespace, 0, '', 0, '')
+    ON CONFLICT (namespace) DO NOTHING;
+END $$;
+
+-- The hash of the link of event p_event ('begin' or 'finish') of attempt p_attempt (its row),
+-- after the link whose hash is p_previous. What it covers: of a begin, the namespace, key,
+-- attempt, its position, the request's fingerprint, unified serial, lease, start and who
+-- began it (role, application, address); of an end, the namespace, key, attempt, its
+-- position, the state, end, a sha256 of the response and of the error, and the operator and
+-- note of a resolution. Times and intervals as epoch seconds, so no session setting (time
+-- zone, IntervalStyle) changes the text hashed.
+CREATE FUNCTION hivenet._chain_link(p_previous bytea, p_attempt hivenet.request_attempt,
+                                    p_event text) RETURNS bytea
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT sha256(p_previous || convert_to(CASE p_event
+        WHEN 'begin' THEN jsonb_build_array(
+            'begin', p_attempt.namespace, p_attempt.key, p_attempt.attempt,
+            p_attempt.chain_position, encode(p_attempt.fingerprint, 'hex'),
+            p_attempt.unified_serial, extract(epoch FROM p_attempt.lease),
+            extract(epoch FROM p_attempt.started_at), p_attempt.called_by,
+            p_attempt.application_name, host(p_attempt.client_addr))
+        WHEN 'finish' THEN jsonb_build_array(
+            'finish', p_attempt.namespace, p_attempt.key, p_attempt.attempt,
+            p_attempt.finish_position, p_attempt.state::text,
+            extract(epoch FROM p_attempt.finished_at),
+            encode(sha256(convert_to(p_attempt.response::text, 'UTF8')), 'hex'),
+            encode(sha256(convert_to(p_attempt.error::text, 'UTF8')), 'hex'),
+            p_attempt.resolved_by, p_attempt.note) END::text, 'UTF8'));
+END;
+
+-- Append the link of event p_event ('begin' or 'finish') of attempt p_attempt of key p_key to
+-- the chain of namespace p_namespace, after its head: the attempt's row gets the position and
+-- hash, the chain the new head. Locks the chain until commit.
+CREATE FUNCTION hivenet._chain_append(p_namespace text, p_key text, p_attempt integer,
+                                      p_event text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_chain hivenet.request_chain;
+    v_row hivenet.request_attempt;
+    v_hash bytea;
+BEGIN
+    SELECT * INTO v_chain FROM hivenet.request_chain c
+    WHERE c.namespace = p_namespace FOR UPDATE;
+    SELECT * INTO v_row FROM hivenet.request_attempt a
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt;
+    IF p_event = 'begin' THEN
+        v_row.chain_position := v_chain.position + 1;
+        v_hash := hivenet._chain_link(v_chain.head, v_row, p_event);
+        UPDATE hivenet.request_attempt a
+        SET chain_position = v_row.chain_position, chain_hash = v_hash
+        WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt;
+    ELSE
+        v_row.finish_position := v_chain.position + 1;
+        v_hash := hivenet._chain_link(v_chain.head, v_row, p_event);
+        UPDATE hivenet.request_attempt a
+        SET finish_position = v_row.finish_position, finish_hash = v_hash
+        WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt;
+    END IF;
+    UPDATE hivenet.request_chain c SET position = c.position + 1, head = v_hash
+    WHERE c.namespace = p_namespace;
+END $$;
+
+-- Retention of a namespace with an audit chain (_purge_requests): of the attempts of keys
+-- p_keys (all ended before the namespace's cutoff), remove those not in the chain and those
+-- whose links lie in the longest prefix of the chain that holds only whole attempts of those
+-- keys; the hash of its last link becomes the anchor. The rest waits for a later maintain().
+-- Reads the namespace's links.
+CREATE FUNCTION hivenet._purge_chained(p_namespace text, p_keys text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_kept bigint;
+    v_cut bigint;
+BEGIN
+    -- No link appended meanwhile.
+    PERFORM FROM hivenet.request_chain c WHERE c.namespace = p_namespace FOR UPDATE;
+    -- The first link of an attempt that stays.
+    SELECT min(a.chain_position) INTO v_kept FROM hivenet.request_attempt a
+    WHERE a.namespace = p_namespace AND a.chain_position IS NOT NULL
+      AND NOT a.key = ANY (p_keys);
+    -- Before it, the last link after which every begun attempt has ended: counting +1 at a
+    -- begin and -1 at an end, in the chain's order, where the count is back to 0.
+    SELECT max(l.position) INTO v_cut
+    FROM (SELECT l.position, sum(l.step) OVER (ORDER BY l.position) AS open
+          FROM (SELECT a.chain_position, 1 FROM hivenet.request_attempt a
+                WHERE a.namespace = p_namespace AND a.key = ANY (p_keys)
+                  AND a.chain_position IS NOT NULL
+                UNION ALL
+                SELECT a.finish_position, -1 FROM hivenet.request_attempt a
+                WHERE a.namespace = p_namespace AND a.key = ANY (p_keys)
+                  AND a.finish_position IS NOT NULL) AS l (position, step)
+          WHERE l.position < coalesce(v_kept, 9223372036854775807)) AS l
+    WHERE l.open = 0;
+    IF v_cut IS NOT NULL THEN
+        UPDATE hivenet.request_chain c SET anchor_position = v_cut,
+            anchor = (SELECT a.finish_hash FROM hivenet.request_attempt a
+                      WHERE a.namespace = p_namespace AND a.finish_position = v_cut)
+        WHERE c.namespace = p_namespace;
+    END IF;
+    DELETE FROM hivenet.request_attempt d
+    WHERE d.namespace = p_namespace AND d.key = ANY (p_keys)
+      AND (d.chain_position IS NULL OR d.finish_position <= v_cut);
+END $$;
+
+-- hivenet.verify_audit_chain(namespace) → table(attempts bigint, links bigint, head bytea,
+--     position bigint, key text, attempt integer, problem text), exactly one row.
+--   Checks the audit chain of a namespace (set_namespace_policy(..., audit_chain => true))
+--   from its anchor to its head: every link's hash against the content of its attempt's row
+--   and the link before it, and that no position is missing. problem NULL: the chain is
+--   intact, attempts (begun in the chain since its anchor) and links counted, head its last
+--   hash (keep it outside the database: a chain rewritten from a changed row on gives
+--   another). Otherwise the first bad link: its position, key, attempt, and what is wrong
+--   (a row changed, or the links of a deleted row missing). Attempts begun while the chain
+--   was off are not in it.
+--   HN001: the namespace never had an audit chain. Reads the namespace's attempts; blocks
+--   nothing (a link appended meanwhile is after the head it read).
+CREATE FUNCTION hivenet.verify_audit_chain(p_namespace text)
+RETURNS TABLE (attempts bigint, links bigint, head bytea, "position" bigint, key text,
+               attempt integer, problem text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_chain hivenet.request_chain;
+    v_link record;
+    v_previous bytea;
+    v_expected bigint;
+BEGIN
+    SELECT * INTO v_chain FROM hivenet.request_chain c WHERE c.namespace = p_namespace;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('namespace %s has no audit chain (set_namespace_policy(namespace, '
+                             'p_audit_chain => true) starts one)', hivenet._shown(p_namespace));
+    END IF;
+    attempts := 0;
+    head := v_chain.head;
+    v_previous := v_chain.anchor;
+    v_expected := v_chain.anchor_position + 1;
+    FOR v_link IN
+        SELECT l.position, l.event, l.hash, l.attempt_row
+        FROM (SELECT a.chain_position, 'begin', a.chain_hash, a FROM hivenet.request_attempt a
+              WHERE a.namespace = p_namespace AND a.chain_position IS NOT NULL
+              UNION ALL
+              SELECT a.finish_position, 'finish', a.finish_hash, a
+              FROM hivenet.request_attempt a
+              WHERE a.namespace = p_namespace AND a.finish_position IS NOT NULL)
+             AS l (position, event, hash, attempt_row)
+        WHERE l.position <= v_chain.position
+        ORDER BY l.position
+    LOOP
+        "position" := v_link.position;
+        key := (v_link.attempt_row).key;
+        attempt := (v_link.attempt_row).attempt;
+        IF v_link.position > v_expected THEN
+            "position" := v_expected;
+            problem := format('links %s to %s are missing (a deleted attempt, or a changed '
+                              'position) before the %s of key %s attempt %s', v_expected,
+                              v_link.position - 1, v_link.event, hivenet._shown(key), attempt);
+        ELSIF v_link.position < v_expected THEN
+            problem := format('link %s appears twice (a changed position): %s of key %s '
+                              'attempt %s', v_link.position, v_link.event, hivenet._shown(key),
+                              attempt);
+        ELSIF hivenet._chain_link(v_previous, v_link.attempt_row, v_link.event)
+              IS DISTINCT FROM v_link.hash THEN
+            problem := format('link %s, the %s of key %s attempt %s, does not match its row '
+                              'and the link before it: that row was changed', v_link.position,
+                              v_link.event, hivenet._shown(key), attempt);
+        END IF;
+        IF problem IS NOT NULL THEN
+            links := v_expected - 1 - v_chain.anchor_position;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        attempts := attempts + (v_link.event = 'begin')::integer;
+        v_previous := v_link.hash;
+        v_expected := v_expected + 1;
+    END LOOP;
+    links := v_expected - 1 - v_chain.anchor_position;
+    "position" := NULL;
+    key := NULL;
+    attempt := NULL;
+    IF v_expected <= v_chain.position THEN
+        "position" := v_expected;
+        problem := format('links %s to %s, the latest, are missing (deleted attempts)',
+                          v_expected, v_chain.position);
+    ELSIF v_previous IS DISTINCT FROM v_chain.head THEN
+        "position" := v_chain.position;
+        problem := format('the head of the chain (position %s) is not the hash of its last '
+                          'link', v_chain.position);
+    END IF;
+    RETURN NEXT;
+END $$;
+
+-- hivenet_db/sql/reporting.sql
+-- hivenet.request_attempts: one row per attempt of every key, keyed requests and steps
+-- (namespace 'hivenet.steps', key the system serial), for audit: its state, when it began and
+-- ended, who began it (called_by: the role; the client's application_name and address,
+-- requests.sql) and who resolved it with what note. No payload: no request fingerprint,
+-- response or error. A scan of the attempts: filter by namespace and key.
+CREATE VIEW hivenet.request_attempts AS
+SELECT a.namespace, a.key, a.attempt, a.state::text AS state, a.started_at, a.finished_at,
+       a.called_by, a.application_name, a.client_addr, a.resolved_by, a.note
+FROM hivenet.request_attempt a;
+COMMENT ON VIEW hivenet.request_attempts IS
+    'every attempt of keyed requests and steps with who began it (role, application, client '
+    'address), without payloads (audit)';
+
+-- hivenet_db/sql/privileges.sql
+-- Grants to the roles that exist (called here, and by bootstrap when it creates them after the
+-- schema was installed). Safe to run again.
+CREATE OR REPLACE FUNCTION hivenet._grant_roles() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_counter text;
+    v_role text;
+BEGIN
+    IF to_regrole('hivenet_app') IS NOT NULL THEN
+        GRANT USAGE ON SCHEMA hivenet TO hivenet_app;
+        -- The application API.
+        GRANT EXECUTE ON FUNCTION
+            hivenet.now(),
+            hivenet.next_unified_serial(text, text, text),
+            hivenet.next_system_serial(text, text, text),
+            hivenet.next_interface_serial(text, text, text, text),
+            hivenet.next_serial(text, jsonb),
+            hivenet.next_serials(text, jsonb, integer),
+            hivenet.parse_serial(text, text),
+            hivenet.claim_interface_serial(text, text, text, boolean),
+            hivenet.call_chain(text),
+            hivenet.claim(text, text, boolean),
+            hivenet.begin_step(text, jsonb, text, text, interval, boolean),
+            hivenet.finish_step(text, integer, boolean, jsonb),
+            hivenet.begin_request(text, text, jsonb, text, interval, boolean),
+            hivenet.finish_request(text, text, integer, boolean, jsonb),
+            hivenet.ownership(),
+            hivenet.flush_at_commit()
+        TO hivenet_app;
+        -- now() is inlined into the caller: its fake clock (clock.sql) runs as the caller.
+        GRANT EXECUTE ON FUNCTION hivenet._fake_now() TO hivenet_app;
+        -- The allocation fast path (compile.sql, _fast_unified and _fast_system), inlined into
+        -- next_unified_serial / next_system_serial: every function in it, and USAGE on the
+        -- counters it draws from (_grant_counter). The constants say what the formats and
+        -- settings are (no secret).
+        GRANT EXECUTE ON FUNCTION
+            hivenet._fast_unified(text, text, text),
+            hivenet._fast_system(text, text, text),
+            hivenet._format_constant(text),
+            hivenet._setting_constant(text),
+            hivenet._scope_sequence_name(text, text)
+        TO hivenet_app;
+        FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s ORDER BY 1 LOOP
+            IF to_regclass('hivenet.' || quote_ident(v_counter)) IS NOT NULL THEN
+                PERFORM hivenet._grant_counter(v_counter);
+            END IF;
+        END LOOP;
+        -- begin_step and begin_request (steps.sql, requests.sql), inlined into the caller's
+        -- statement. The replay of a succeeded step: _step_in_window and view _step_replay,
+        -- SELECT only: of every succeeded step its serial, attempt, request fingerprint,
+        -- unified serial and stored response, what begin_step replays to whoever presents the
+        -- same request. The application's own replays: no other role reads them.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._step_in_window(text),
+            hivenet._fingerprint(jsonb)
+        TO hivenet_app;
+        GRANT SELECT ON hivenet._step_replay TO hivenet_app;
+        -- A new step's or key's first attempt: _start_step / _start_request (run as the
+        -- caller) insert into view _step_start / _request_start, whose rule writes with the
+        -- owner's rights: the role may insert, not read. The rules' checks run as the
+        -- inserter: _step_start_valid and the generated layout check _serial_valid with
+        -- _serial_time (compile.sql), and _request_start_valid.
+        GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
+        GRANT EXECUTE ON FUNCTION
+            hivenet._plain_options(text, boolean),
+            hivenet._start_step(text, jsonb, text, text, interval, boolean),
+            hivenet._start_request(text, text, jsonb, text, interval, boolean),
+            hivenet._serial_valid(text, text),
+            hivenet._serial_time(text, text),
+            hivenet._step_start_valid(text, text, interval),
+            hivenet._request_start_valid(text, text, interval)
+        TO hivenet_app;
+        -- Who begins an attempt (requests.sql), recorded by those rules as the inserter.
+        GRANT EXECUTE ON FUNCTION hivenet._called_by() TO hivenet_app;
+        -- Everything else: _begin_step / _begin_request (SECURITY DEFINER, every check of
+        -- begin_step / begin_request: calling them directly can do nothing the public
+        -- functions cannot).
+        GRANT EXECUTE ON FUNCTION
+            hivenet._begin_step(text, jsonb, text, text, interval, boolean),
+            hivenet._begin_request(text, text, jsonb, text, interval, boolean)
+        TO hivenet_app;
+        -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
+        -- callers' clock, the bound on intervals, the rule for names and keys.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._caller_now(timestamptz, text),
+            hivenet._longest_interval(),
+            hivenet._interval_allowed(interval),
+            hivenet._name_valid(text)
+        TO hivenet_app;
+    END IF;
+
+    -- The reporting views and what they call as their reader, for both roles that read them.
+    FOREACH v_role IN ARRAY ARRAY['hivenet_reporting', 'hivenet_admin'] LOOP
+        CONTINUE WHEN to_regrole(v_role) IS NULL;
+        EXECUTE format('GRANT USAGE ON SCHEMA hivenet TO %I', v_role);
+        EXECUTE format('GRANT SELECT ON hivenet.interface_calls, '
+                       'hivenet.interface_calls_per_day, hivenet.step_states, '
+                       'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
+                       'hivenet.stuck_requests, hivenet.request_attempts TO %I', v_role);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION '
+                       'hivenet.call_chain(text), '
+                       'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
+                       'hivenet._step_lease(interval), '         -- likewise
+                       'hivenet._reporting_local_now(), '        -- scope_usage
+                       'hivenet._period_index(timestamp, text), '
+                       'hivenet._period_start(bigint, text), '
+                       'hivenet._scope_counter_value(text), '
+                       'hivenet._serial_field(text, text, text), '  -- interface_calls
+                       'hivenet._serial_time(text, text), '
+                       'hivenet.parse_serial(text, text) '          -- in both, for other formats
+                       'TO %I', v_role);
+    END LOOP;
+
+    IF to_regrole('hivenet_admin') IS NOT NULL THEN
+        GRANT SELECT ON ALL TABLES IN SCHEMA hivenet TO hivenet_admin;
+        GRANT UPDATE ON hivenet.setting TO hivenet_admin;
+        GRANT EXECUTE ON FUNCTION
+            hivenet.maintain(),
+            hivenet.fence_failover(bigint, boolean),
+            hivenet._timeline(),  -- `hivenet-db failover-fence` reports this timeline's fence
+            hivenet.replication_warning(),
+            hivenet.define_format(text, jsonb, boolean, text),
+            hivenet.prepare_scope(text, jsonb),
+            hivenet.register_system(text, text),
+            hivenet.register_module(text, text, text),
+            hivenet.own_instances(text, boolean, boolean),
+            hivenet.ownership(),
+            hivenet.resolve_step(text, integer, boolean, text, jsonb),
+            hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
+            hivenet.set_claim_expiry(text, interval),
+            hivenet.set_request_retention(text, interval),
+            hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text,
+                                         boolean),
+            hivenet.verify_audit_chain(text)  -- `hivenet-db audit verify`
+        TO hivenet_admin;
+    END IF;
+END $$;
+
+-- Nothing for PUBLIC (privileges.sql).
+REVOKE EXECUTE ON FUNCTION hivenet._called_by() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text, boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._start_chain(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._chain_link(bytea, hivenet.request_attempt, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._chain_append(text, text, integer, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._purge_chained(text, text[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.verify_audit_chain(text) FROM PUBLIC;
+SELECT hivenet._grant_roles();
