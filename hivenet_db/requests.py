@@ -89,6 +89,12 @@ class KeyStart:
     def replayed(self) -> bool:
         return self.outcome == "replayed"
 
+    def finished(self, succeeded: bool, response: Any = None) -> Finish:
+        """This started key as ``finish_many`` takes it."""
+        if not self.started or self.attempt is None:
+            raise ValueError(f"key {self.key!r} was not started ({self.outcome})")
+        return (self.key, self.attempt, succeeded, response)
+
 
 def _key_starts(result: Rows) -> list[KeyStart]:
     # begin_requests puts a refusal's error in response: {"code": ..., "message": ...}

@@ -197,7 +197,7 @@ def test_concurrent_overlapping_batches_start_each_key_exactly_once(connect: Any
         rows = begin_requests(conn, name, batches[i], [{"k": k} for k in batches[i]])
         for k, outcome, attempt, _ in rows:
             if outcome == "started":
-                finish(conn, name, k, attempt, True, {"by": i})
+                finish(conn, name, k, int(attempt or 0), True, {"by": i})
         conn.commit()
         return [(k, outcome, response) for k, outcome, _, response in rows]
 
@@ -236,7 +236,9 @@ def test_the_repository_begins_and_finishes_a_batch(any_conn: SyncDB) -> None:
     assert starts[2].error == "key 'k\\x01' contains a control character"
     assert told == [(name, done, "started", 1), (name, new, "started", 1),
                     (name, done, "replayed", 1), (name, bad, "rejected", None)]
-    repo.finish_many(name, [(s.key, s.attempt, True, {"order": 2}) for s in starts if s.started])
+    repo.finish_many(name, [s.finished(True, {"order": 2}) for s in starts if s.started])
+    with pytest.raises(ValueError, match="was not started"):
+        starts[1].finished(True)
     assert repo.begin_many(name, [new], [{"n": 3}])[0].outcome == "mismatch"
     assert repo.begin_many(name, [new], [{"n": 2}]) == [KeyStart(new, "replayed", 1, {"order": 2})]
     repo.finish_many(name, [])
@@ -257,8 +259,7 @@ def test_the_async_repository_begins_and_finishes_a_batch(hivenet_app_url: str,
         async with async_connection(async_kind, hivenet_app_url) as conn:
             repo = AsyncRequestRepository(conn, on_decision=lambda *args: told.append(args))
             starts = await repo.begin_many(name, keys, [{"n": 1}, {"n": 2}])
-            await repo.finish_many(name, [(s.key, s.attempt, False, {"error": "x"})
-                                          for s in starts])
+            await repo.finish_many(name, [s.finished(False, {"error": "x"}) for s in starts])
             await conn.commit()
             again = await repo.begin_many(name, keys, [{"n": 1}, {"n": 2}])
             await conn.rollback()

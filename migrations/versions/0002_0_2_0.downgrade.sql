@@ -1,6 +1,12 @@
 -- Back to release 0.1.0: the bodies of 0001_baseline.sql, and what 0.2.0 added dropped. A
 -- namespace's fingerprint and key rules go; its retention stays.
 
+-- Batches of keyed requests (batches.sql).
+DROP FUNCTION hivenet.begin_requests(text, text[], jsonb[], interval);
+DROP FUNCTION hivenet._begin_batch_key(text, text, jsonb, interval);
+DROP FUNCTION hivenet._check_batch(text, text[], jsonb[], interval);
+DROP FUNCTION hivenet._batch_limit();
+
 DROP FUNCTION hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text);
 DROP FUNCTION hivenet._raise_key_refused(text, text, integer, text);
 DROP FUNCTION hivenet._policy_fingerprint(text, jsonb);
