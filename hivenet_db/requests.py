@@ -27,6 +27,7 @@ from hivenet_db._execute import (
     AsyncDB,
     Rows,
     SyncDB,
+    _checked,
     driver_rows,
     driver_rows_async,
     rows,
@@ -57,12 +58,12 @@ _RESOLVE = text(
     "CAST(:response AS jsonb))"
 )
 _RETENTION = text("SELECT hivenet.set_request_retention(:namespace, :retention)")
-# A batch: begin_requests, and finish_request once per key in one statement.
+# A batch: begin_requests and finish_requests. The arrays go in binary (%b), which psycopg
+# writes without quoting each element as the text form needs (CPU per key).
 _BEGIN_MANY = ("SELECT key, outcome, attempt, response FROM hivenet.begin_requests("
-               "%s, %s::text[], %s::jsonb[], %s)")
-_FINISH_MANY = ("SELECT FROM unnest(%s::text[], %s::integer[], %s::boolean[], %s::jsonb[]) "
-                "AS f (key, attempt, succeeded, response) CROSS JOIN LATERAL "
-                "hivenet.finish_request(%s, f.key, f.attempt, f.succeeded, f.response)")
+               "%s, %b::text[], %b::text[]::jsonb[], %s)")
+_FINISH_MANY = ("SELECT FROM hivenet.finish_requests(%s, %b::text[], %b::integer[], "
+                "%b::boolean[], %b::text[]::jsonb[])")
 
 #: A key of a batch to finish: ``(key, attempt, succeeded, response)``.
 Finish = tuple[str, int, bool, Any]
@@ -106,15 +107,19 @@ def _key_starts(result: Rows) -> list[KeyStart]:
 
 def _begin_many_params(namespace: str, keys: Sequence[str], requests: Sequence[Any],
                        lease: timedelta | None) -> dict[str, Any]:
+    for key in keys:  # what driver_rows checks of a single key (a NUL)
+        _checked({"key": key})
     return {"namespace": namespace, "keys": list(keys),
             "requests": [as_json(request) for request in requests], "lease": lease}
 
 
 def _finish_many_params(namespace: str, finishes: Iterable[Finish]) -> dict[str, Any]:
     each = list(finishes)
-    return {"keys": [f[0] for f in each], "attempts": [f[1] for f in each],
-            "succeeded": [f[2] for f in each], "responses": [as_json(f[3]) for f in each],
-            "namespace": namespace}
+    for key, attempt, _, _ in each:  # what driver_rows checks of a single finish
+        _checked({"key": key, "attempt": attempt})
+    return {"namespace": namespace, "keys": [f[0] for f in each],
+            "attempts": [f[1] for f in each], "succeeded": [f[2] for f in each],
+            "responses": [as_json(f[3]) for f in each]}
 
 
 def _told(hook: OnDecision | None, namespace: str, starts: list[KeyStart]) -> list[KeyStart]:
@@ -188,9 +193,9 @@ class RequestRepository:
             self.db, _BEGIN_MANY, _begin_many_params(namespace, keys, requests, lease))))
 
     def finish_many(self, namespace: str, finishes: Iterable[Finish]) -> None:
-        """``finish`` of each ``(key, attempt, succeeded, response)`` in one statement; the
-        first that cannot be finished raises (``StaleAttempt``) and the statement changes
-        nothing."""
+        """``finish`` of each ``(key, attempt, succeeded, response)`` in one statement
+        (``hivenet.finish_requests``); the first that cannot be finished raises
+        (``StaleAttempt``) and nothing is finished."""
         driver_rows(self.db, _FINISH_MANY, _finish_many_params(namespace, finishes))
 
     def resolve(self, namespace: str, key: str, attempt: int, succeeded: bool, note: str,

@@ -5,6 +5,7 @@ PostgreSQL with real parallel connections."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import threading
 import uuid
@@ -224,6 +225,56 @@ def test_concurrent_overlapping_batches_start_each_key_exactly_once(connect: Any
     assert len(attempts(db, name)) == len(covered)
 
 
+def finish_requests(conn: psycopg.Connection, name: str, keys: list[str], attempts: list[int],
+                    succeeded: list[bool | None], responses: list[Any]) -> None:
+    conn.execute("SELECT hivenet.finish_requests(%s, %s::text[], %s::integer[], %s::boolean[], "
+                 "%s::jsonb[])", (name, keys, attempts, succeeded,
+                                  [None if r is None else Jsonb(r) for r in responses]))
+
+
+def test_finish_requests_finishes_a_batch_all_or_nothing(db: psycopg.Connection) -> None:
+    """One call finishes each started key as finish_request would; a key finish_request
+    refuses (a stale attempt, succeeded NULL) raises its error and nothing is finished."""
+    name = namespace()
+    k1, k2, k3, k4 = key(), key(), key(), key()
+    begin_requests(db, name, [k1, k2, k3, k4], [None] * 4)
+    finish_requests(db, name, [k1, k2], [1, 1], [True, False], [{"ok": 1}, {"error": "x"}])
+    assert db.execute("SELECT key, state::text, response, error, finished_at IS NOT NULL "
+                      "FROM hivenet.request_attempt WHERE namespace = %s AND key IN (%s, %s) "
+                      "ORDER BY key = %s DESC", (name, k1, k2, k1)).fetchall() == [
+        (k1, "success", {"ok": 1}, None, True), (k2, "failed", None, {"error": "x"}, True)]
+    code, message = failure(
+        db, "SELECT hivenet.finish_requests(%s, ARRAY[%s, %s], ARRAY[1, 1], ARRAY[true, true], "
+            "ARRAY[NULL, NULL]::jsonb[])", (name, k3, k1))
+    assert (code, message) == ("HN033", f"attempt 1 of request '{k1}' in namespace '{name}' is "
+                                        "not the current processing attempt (the current is "
+                                        "attempt 1, success)")
+    code, message = failure(
+        db, "SELECT hivenet.finish_requests(%s, ARRAY[%s, %s], ARRAY[1, 1], ARRAY[true, NULL], "
+            "ARRAY[NULL, NULL]::jsonb[])", (name, k3, k4))
+    assert (code, message) == ("HN001", f"request '{k4}' in namespace '{name}' attempt 1: "
+                                        "succeeded is NULL")
+    assert [state for k, _, state in attempts(db, name) if k in (k3, k4)] == ["processing"] * 2
+    finish_requests(db, name, [], [], [], [])
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    ("ARRAY['a', 'b'], ARRAY[1], ARRAY[true, true], ARRAY[NULL, NULL]::jsonb[]",
+     "the batch in namespace '{ns}' has 2 keys but 1 attempts and 2 succeeded"),
+    ("ARRAY['a'], ARRAY[1], NULL, ARRAY[NULL]::jsonb[]",
+     "the batch in namespace '{ns}' has 1 keys but 1 attempts and NULL succeeded"),
+    ("ARRAY['a'], ARRAY[1], ARRAY[true], ARRAY[]::jsonb[]",
+     "the batch in namespace '{ns}' has 1 keys but 0 responses"),
+    ("ARRAY['a', 'a'], ARRAY[1, 1], ARRAY[true, true], ARRAY[NULL, NULL]::jsonb[]",
+     "key 'a' is given more than once in the batch in namespace '{ns}'"),
+])
+def test_a_malformed_finish_is_refused_whole(db: psycopg.Connection, call: str,
+                                             message: str) -> None:
+    name = namespace()
+    assert failure(db, f"SELECT hivenet.finish_requests(%s, {call})", (name,)) == (
+        "HN001", message.format(ns=name))
+
+
 def test_the_repository_begins_and_finishes_a_batch(any_conn: SyncDB) -> None:
     name, told = namespace(), []
     repo = RequestRepository(any_conn, on_decision=lambda *args: told.append(args))
@@ -245,6 +296,10 @@ def test_the_repository_begins_and_finishes_a_batch(any_conn: SyncDB) -> None:
     with pytest.raises(StaleAttempt):
         repo.finish_many(name, [(new, 1, True, None)])
     any_conn.rollback()
+    with pytest.raises(InvalidInput, match="key holds a NUL character"):
+        repo.begin_many(name, [new, "a\x00"], [None, None])
+    with pytest.raises(InvalidInput, match="attempt 4294967296 is out of range"):
+        repo.finish_many(name, [(new, 2**32, True, None)])
     with pytest.raises(InvalidInput, match="has 1 keys but 2 requests"):
         repo.begin_many(name, [new], [None, None])
     any_conn.rollback()
@@ -267,3 +322,32 @@ def test_the_async_repository_begins_and_finishes_a_batch(hivenet_app_url: str,
 
     assert asyncio.run(scenario()) == ["started", "started", ("started", 2), ("started", 2)]
     assert [d[2] for d in told] == ["started"] * 4
+
+
+def test_the_bench_case_runs_quick(hivenet_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both sides of ``requests_batch_100`` begin and finish their 100 keys (a repeat of a
+    side's transaction replays every key), and the case runs quick."""
+    from hivenet_db import bench
+    from hivenet_db.bench import cases
+
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        for call in (cases._one_by_one, cases._batched):
+            prefix = f"bench-{call.__name__}"
+            call(conn, prefix, {"n": 1}, {"ok": True})
+            rows = conn.execute(
+                "SELECT count(*) FILTER (WHERE state = 'success'), count(*) "
+                "FROM hivenet.request_attempt WHERE namespace = %s AND key LIKE %s",
+                (cases.BATCH_NAMESPACE, f"{prefix}-%")).fetchone()
+            assert rows == (cases.BATCH_KEYS, cases.BATCH_KEYS)
+            starts = RequestRepository(conn).begin_many(
+                cases.BATCH_NAMESPACE, cases._batch_keys(prefix),
+                [{"n": 1}] * cases.BATCH_KEYS)
+            assert {s.outcome for s in starts} == {"replayed"}
+    code = bench.main(["--url", hivenet_url, "--quick", "--seconds", "1", "--rounds", "1",
+                       "--json", "--scenario", "requests_batch_100"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    [result] = json.loads(out.out)
+    assert (result["scenario"], result["unit"], result["clients"]) == (
+        "requests_batch_100", "keys/s", cases.BATCH_THREADS)
+    assert result["baseline_median"] > 0 and result["candidate_median"] > 0

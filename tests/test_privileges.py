@@ -159,7 +159,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "next_interface_serial": (APP,), "next_serial": (APP,), "next_serials": (APP,),
     "claim_interface_serial": (APP,), "claim": (APP,), "begin_step": (APP,),
     "finish_step": (APP,), "begin_request": (APP,), "finish_request": (APP,),
-    "begin_requests": (APP,),
+    "begin_requests": (APP,), "finish_requests": (APP,),
     "ownership": (APP, ADMIN), "call_chain": ALL, "parse_serial": ALL,
     "flush_at_commit": (APP,),  # makes a durable allocation's commit flush
     # now() and its fake clock, inlined into the callers and the views stuck_*.

@@ -357,10 +357,10 @@ def prepare_scopes(run: CaseRun) -> Result:
 # --- requests_batch_100 -----------------------------------------------------------------
 
 REQUESTS_BATCH = ("100 new keys begun and finished in one committed transaction: "
-                  "RequestRepository.begin_many + finish_many (hivenet.begin_requests, then "
-                  "finish_request of every key in one statement: 2 statements) vs begin + "
-                  "finish of each key (200 statements), 4 threads on the same 4 connections, "
-                  "keys per second (goal: ratio >= 5)")
+                  "RequestRepository.begin_many + finish_many (hivenet.begin_requests + "
+                  "hivenet.finish_requests: 2 statements) vs begin + finish of each key (200 "
+                  "statements), 4 threads on the same 4 connections, keys per second (goal: "
+                  "ratio >= 5)")
 BATCH_KEYS = 100
 BATCH_THREADS = 4
 BATCH_NAMESPACE = "bench.batch"

@@ -68,6 +68,7 @@ BEGIN
             hivenet.begin_request(text, text, jsonb, text, interval, boolean),
             hivenet.finish_request(text, text, integer, boolean, jsonb),
             hivenet.begin_requests(text, text[], jsonb[], interval),
+            hivenet.finish_requests(text, text[], integer[], boolean[], jsonb[]),
             hivenet.ownership(),
             hivenet.flush_at_commit()
         TO hivenet_app;

@@ -2,9 +2,10 @@
 -- namespace's fingerprint and key rules go; its retention stays.
 
 -- Batches of keyed requests (batches.sql).
+DROP FUNCTION hivenet.finish_requests(text, text[], integer[], boolean[], jsonb[]);
 DROP FUNCTION hivenet.begin_requests(text, text[], jsonb[], interval);
 DROP FUNCTION hivenet._begin_batch_key(text, text, jsonb, interval);
-DROP FUNCTION hivenet._check_batch(text, text[], jsonb[], interval);
+DROP FUNCTION hivenet._check_batch(text, text[], text, jsonb[], interval);
 DROP FUNCTION hivenet._batch_limit();
 
 DROP FUNCTION hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text);

@@ -545,8 +545,8 @@ REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text, interval, text, te
 SELECT hivenet._grant_roles();
 
 
--- Batches of keyed requests (begin_requests): hivenet_db/sql/batches.sql, its grant to
--- hivenet_app in _grant_roles (privileges.sql).
+-- Batches of keyed requests (begin_requests, finish_requests): hivenet_db/sql/batches.sql,
+-- their grants to hivenet_app in _grant_roles (privileges.sql).
 
 -- hivenet_db/sql/batches.sql
 -- Batches of keyed requests: begin_requests begins many keys of one namespace in one round
@@ -555,6 +555,7 @@ SELECT hivenet._grant_roles();
 -- INSERT of their first attempts (what begin_request writes for a new key), and every other key
 -- goes through _begin_request, begin_request's own full path (its checks, the namespace's
 -- policy and _begin_attempt), so each key is decided exactly as begin_request decides it.
+-- finish_requests finishes the started keys in one call, each by finish_request.
 
 -- The most keys one call takes: a batch is one statement and one transaction's locks.
 CREATE FUNCTION hivenet._batch_limit() RETURNS integer
@@ -563,35 +564,36 @@ BEGIN ATOMIC
     SELECT 1000;
 END;
 
--- HN001 unless the batch's shape is valid: namespace (as begin_request), both arrays given,
--- one-dimensional, as long as each other, at most _batch_limit() keys, no key NULL or given
--- twice, lease (as begin_request). A key begin_request would refuse is no error of the call:
--- that key's outcome is 'rejected'.
-CREATE FUNCTION hivenet._check_batch(p_namespace text, p_keys text[], p_requests jsonb[],
-    p_lease interval) RETURNS void
+-- HN001 unless the batch's shape is valid: namespace (as begin_request), the keys and the
+-- values given with them (p_what names them: 'requests', 'responses') given, one-dimensional,
+-- as long as each other, at most _batch_limit() keys, no key NULL or given twice, lease (as
+-- begin_request). A key begin_request would refuse is no error of begin_requests: that
+-- key's outcome is 'rejected'.
+CREATE FUNCTION hivenet._check_batch(p_namespace text, p_keys text[], p_what text,
+    p_values jsonb[], p_lease interval) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_duplicate text;
 BEGIN
     PERFORM hivenet._check_name('namespace', p_namespace);
-    IF p_keys IS NULL OR p_requests IS NULL THEN
+    IF p_keys IS NULL OR p_values IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('%s of the batch in namespace %s is NULL',
-                             CASE WHEN p_keys IS NULL THEN 'keys' ELSE 'requests' END,
+                             CASE WHEN p_keys IS NULL THEN 'keys' ELSE p_what END,
                              hivenet._shown(p_namespace));
     END IF;
-    IF array_ndims(p_keys) > 1 OR array_ndims(p_requests) > 1 THEN
+    IF array_ndims(p_keys) > 1 OR array_ndims(p_values) > 1 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('keys (%s dimensions) and requests (%s dimensions) of the batch in '
+            MESSAGE = format('keys (%s dimensions) and %s (%s dimensions) of the batch in '
                              'namespace %s are not both one-dimensional arrays',
-                             array_ndims(p_keys), array_ndims(p_requests),
+                             array_ndims(p_keys), p_what, array_ndims(p_values),
                              hivenet._shown(p_namespace));
     END IF;
-    IF cardinality(p_keys) <> cardinality(p_requests) THEN
+    IF cardinality(p_keys) <> cardinality(p_values) THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('the batch in namespace %s has %s keys but %s requests',
+            MESSAGE = format('the batch in namespace %s has %s keys but %s %s',
                              hivenet._shown(p_namespace), cardinality(p_keys),
-                             cardinality(p_requests));
+                             cardinality(p_values), p_what);
     END IF;
     IF cardinality(p_keys) > hivenet._batch_limit() THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
@@ -667,7 +669,7 @@ DECLARE
     v_position bigint;
     v_decided record;
 BEGIN
-    PERFORM hivenet._check_batch(p_namespace, p_keys, p_requests, p_lease);
+    PERFORM hivenet._check_batch(p_namespace, p_keys, 'requests', p_requests, p_lease);
     SELECT * INTO v_policy FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
     -- The common case, set-based: the first attempt of every new key the namespace accepts
     -- (the row begin_request writes for it); a key with an attempt conflicts, after waiting
@@ -675,9 +677,11 @@ BEGIN
     WITH started AS (
         INSERT INTO hivenet.request_attempt AS a
             (namespace, key, attempt, state, fingerprint, lease, started_at)
+        -- (the default fingerprint inlined, as _begin_attempt has it)
         SELECT p_namespace, k.key, 1, 'processing',
-               hivenet._policy_fingerprint(v_policy.fingerprint, k.request), p_lease,
-               hivenet.now()
+               CASE WHEN v_policy.fingerprint IS NULL THEN hivenet._fingerprint(k.request)
+                    ELSE hivenet._policy_fingerprint(v_policy.fingerprint, k.request) END,
+               p_lease, hivenet.now()
         FROM unnest(p_keys, p_requests) AS k (key, request)
         WHERE hivenet._name_valid(k.key)
           AND NOT coalesce(length(k.key) < v_policy.key_min_length
@@ -715,6 +719,37 @@ BEGIN
         ORDER BY k.position;
 END $$;
 
+-- hivenet.finish_requests(namespace, keys text[], attempts integer[], succeeded boolean[],
+--                         responses jsonb[]) → void
+--   finish_request(namespace, keys[i], attempts[i], succeeded[i], responses[i]) of every key
+--   of a batch (begin_requests' started keys), in the order of keys, in one call. All or
+--   nothing: the first key finish_request refuses raises its error (HN033, HN001) and the
+--   call changes nothing.
+--   HN001 for the whole call as begin_requests (namespace, keys, responses; NULL, lengths,
+--   1,000 keys, a key NULL or given twice), attempts or succeeded NULL or not as long as keys.
+CREATE FUNCTION hivenet.finish_requests(
+    p_namespace text, p_keys text[], p_attempts integer[], p_succeeded boolean[],
+    p_responses jsonb[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._check_batch(p_namespace, p_keys, 'responses', p_responses, NULL);
+    IF cardinality(p_attempts) IS DISTINCT FROM cardinality(p_keys)
+       OR cardinality(p_succeeded) IS DISTINCT FROM cardinality(p_keys) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('the batch in namespace %s has %s keys but %s attempts and %s '
+                             'succeeded', hivenet._shown(p_namespace), cardinality(p_keys),
+                             coalesce(cardinality(p_attempts)::text, 'NULL'),
+                             coalesce(cardinality(p_succeeded)::text, 'NULL'));
+    END IF;
+    -- Key by key, each by the primary key (a join of the arrays with the table is planned
+    -- from the table's statistics, and may read every processing row of the namespace).
+    FOR i IN 1 .. cardinality(p_keys) LOOP
+        PERFORM hivenet.finish_request(p_namespace, p_keys[i], p_attempts[i], p_succeeded[i],
+                                       p_responses[i]);
+    END LOOP;
+END $$;
+
 -- hivenet_db/sql/privileges.sql
 -- Grants to the roles that exist (called here, and by bootstrap when it creates them after the
 -- schema was installed). Safe to run again.
@@ -743,6 +778,7 @@ BEGIN
             hivenet.begin_request(text, text, jsonb, text, interval, boolean),
             hivenet.finish_request(text, text, integer, boolean, jsonb),
             hivenet.begin_requests(text, text[], jsonb[], interval),
+            hivenet.finish_requests(text, text[], integer[], boolean[], jsonb[]),
             hivenet.ownership(),
             hivenet.flush_at_commit()
         TO hivenet_app;
@@ -853,7 +889,9 @@ END $$;
 
 -- Nothing for PUBLIC (privileges.sql).
 REVOKE EXECUTE ON FUNCTION hivenet._batch_limit() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION hivenet._check_batch(text, text[], jsonb[], interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._check_batch(text, text[], text, jsonb[], interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION hivenet._begin_batch_key(text, text, jsonb, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_requests(text, text[], jsonb[], interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.finish_requests(text, text[], integer[], boolean[], jsonb[])
+    FROM PUBLIC;
 SELECT hivenet._grant_roles();
