@@ -184,13 +184,17 @@ def test_a_batch_waits_for_a_key_another_transaction_is_starting(
         batch.rollback()
 
 
-def test_concurrent_overlapping_batches_start_each_key_exactly_once(connect: Any,
-                                                                    db: psycopg.Connection) -> None:
+@pytest.mark.parametrize("failed_before", [0, 100])
+def test_concurrent_overlapping_batches_start_each_key_exactly_once(
+        connect: Any, db: psycopg.Connection, failed_before: int) -> None:
     """Six connections at once, each a batch of 60 keys out of 100 in its own random order,
     begun, finished and committed in one transaction: every key is started by exactly one of
-    them, the others replay its response; no batch deadlocks on another."""
+    them, the others replay its response; no batch deadlocks on another. Also when every key
+    has a failed attempt already, so that all go through the state machine one by one."""
     name = namespace()
     pool = [key() for _ in range(100)]
+    for k in pool[:failed_before]:
+        finish(db, name, k, begin(db, name, k, {"k": k}), False)
     conns = [connect(autocommit=False) for _ in range(6)]
     batches = [random.Random(i).sample(pool, 60) for i in range(len(conns))]
 
@@ -222,7 +226,7 @@ def test_concurrent_overlapping_batches_start_each_key_exactly_once(connect: Any
         for k, outcome, response in rows:
             if outcome == "replayed":
                 assert response == {"by": by[k]}
-    assert len(attempts(db, name)) == len(covered)
+    assert len(attempts(db, name)) == len(covered) + failed_before
 
 
 def finish_requests(conn: psycopg.Connection, name: str, keys: list[str], attempts: list[int],
