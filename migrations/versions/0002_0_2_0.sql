@@ -648,8 +648,9 @@ END $$;
 --   partial by design: the other keys are begun whatever one key's outcome.
 --   HN001 for the whole call: namespace not valid (as begin_request), keys or requests NULL,
 --   not one-dimensional or not as long as each other, more than 1,000 keys, a key NULL or
---   given twice, lease not positive or longer than 10 years; a request whose fingerprint
---   cannot be computed (a number no double holds, under fingerprint 'json').
+--   given twice, lease not positive or longer than 10 years; a new key's request whose
+--   fingerprint cannot be computed (a number no double holds, under fingerprint 'json'; for a
+--   key that has attempts it is that key's 'rejected').
 --   Blocks while another transaction has started one of the keys and not yet committed or
 --   rolled back, as begin_request; the keys are taken in their sort order, so two batches
 --   never deadlock on each other (a transaction that began some of the keys one by one, in
