@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     )
     from hivenet_db.requests import (
         AsyncRequestRepository,
+        KeyStart,
         RequestRepository,
         RequestRun,
         RequestStart,
@@ -72,6 +73,7 @@ _HOMES: dict[str, str] = {
     "StepInProgress": "hivenet_db.errors",
     "UnknownScope": "hivenet_db.errors",
     "AsyncRequestRepository": "hivenet_db.requests",
+    "KeyStart": "hivenet_db.requests",
     "RequestRepository": "hivenet_db.requests",
     "RequestRun": "hivenet_db.requests",
     "RequestStart": "hivenet_db.requests",
@@ -97,6 +99,7 @@ __all__ = [
     "HivenetError",
     "InterfaceDedup",
     "InvalidInput",
+    "KeyStart",
     "RequestMismatch",
     "RequestRepository",
     "RequestRun",

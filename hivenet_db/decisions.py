@@ -85,7 +85,15 @@ def tell(hook: OnDecision | None, namespace: str, key: str,
     """Call ``hook`` with the decision of ``outcome``, if any; log what it raises."""
     if hook is None or (decision := decision_of(outcome)) is None:
         return
-    attempt = None if isinstance(outcome, Exception) else outcome.attempt
+    told(hook, namespace, key, decision,
+         None if isinstance(outcome, Exception) else outcome.attempt)
+
+
+def told(hook: OnDecision | None, namespace: str, key: str, decision: Decision,
+         attempt: int | None) -> None:
+    """Call ``hook`` with ``decision``, if there is a hook; log what it raises."""
+    if hook is None:
+        return
     try:
         hook(namespace, key, decision, attempt)
     except Exception:
@@ -93,4 +101,5 @@ def tell(hook: OnDecision | None, namespace: str, key: str,
                       hook, decision, key, namespace)
 
 
-__all__ = ["Decision", "OnDecision", "decision_of", "reported", "reported_async", "tell"]
+__all__ = ["Decision", "OnDecision", "decision_of", "reported", "reported_async", "tell",
+           "told"]

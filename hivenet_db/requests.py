@@ -14,7 +14,7 @@ counterparts), never committing::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,13 +25,15 @@ from sqlalchemy import text
 
 from hivenet_db._execute import (
     AsyncDB,
+    Rows,
     SyncDB,
+    _checked,
     driver_rows,
     driver_rows_async,
     rows,
     rows_async,
 )
-from hivenet_db.decisions import OnDecision, reported, reported_async
+from hivenet_db.decisions import Decision, OnDecision, reported, reported_async, told
 from hivenet_db.steps import (
     Guarded,
     OnSuccess,
@@ -56,6 +58,74 @@ _RESOLVE = text(
     "CAST(:response AS jsonb))"
 )
 _RETENTION = text("SELECT hivenet.set_request_retention(:namespace, :retention)")
+# A batch: begin_requests and finish_requests. The arrays go in binary (%b), which psycopg
+# writes without quoting each element as the text form needs (CPU per key).
+_BEGIN_MANY = ("SELECT key, outcome, attempt, response FROM hivenet.begin_requests("
+               "%s, %b::text[], %b::text[]::jsonb[], %s)")
+_FINISH_MANY = ("SELECT FROM hivenet.finish_requests(%s, %b::text[], %b::integer[], "
+                "%b::boolean[], %b::text[]::jsonb[])")
+
+#: A key of a batch to finish: ``(key, attempt, succeeded, response)``.
+Finish = tuple[str, int, bool, Any]
+
+
+@dataclass(frozen=True)
+class KeyStart:
+    """What ``begin_many`` decided about one key of a batch: ``outcome`` ``started`` (run it,
+    then finish ``attempt``), ``replayed`` (``response`` is the stored original), or, with
+    ``attempt`` None and ``error`` the message ``begin`` would raise, ``in_progress``
+    (HN030), ``mismatch`` (HN032) or ``rejected`` (HN001: the key is refused)."""
+
+    key: str
+    outcome: Decision
+    attempt: int | None
+    response: Any = None
+    error: str | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.outcome == "started"
+
+    @property
+    def replayed(self) -> bool:
+        return self.outcome == "replayed"
+
+    def finished(self, succeeded: bool, response: Any = None) -> Finish:
+        """This started key as ``finish_many`` takes it."""
+        if not self.started or self.attempt is None:
+            raise ValueError(f"key {self.key!r} was not started ({self.outcome})")
+        return (self.key, self.attempt, succeeded, response)
+
+
+def _key_starts(result: Rows) -> list[KeyStart]:
+    # begin_requests puts a refusal's error in response: {"code": ..., "message": ...}
+    return [KeyStart(key, outcome, attempt, response)
+            if outcome in ("started", "replayed")
+            else KeyStart(key, outcome, attempt, error=response["message"])
+            for key, outcome, attempt, response in result]
+
+
+def _begin_many_params(namespace: str, keys: Sequence[str], requests: Sequence[Any],
+                       lease: timedelta | None) -> dict[str, Any]:
+    for key in keys:  # what driver_rows checks of a single key (a NUL)
+        _checked({"key": key})
+    return {"namespace": namespace, "keys": list(keys),
+            "requests": [as_json(request) for request in requests], "lease": lease}
+
+
+def _finish_many_params(namespace: str, finishes: Iterable[Finish]) -> dict[str, Any]:
+    each = list(finishes)
+    for key, attempt, _, _ in each:  # what driver_rows checks of a single finish
+        _checked({"key": key, "attempt": attempt})
+    return {"namespace": namespace, "keys": [f[0] for f in each],
+            "attempts": [f[1] for f in each], "succeeded": [f[2] for f in each],
+            "responses": [as_json(f[3]) for f in each]}
+
+
+def _told(hook: OnDecision | None, namespace: str, starts: list[KeyStart]) -> list[KeyStart]:
+    for start in starts:
+        told(hook, namespace, start.key, start.outcome, start.attempt)
+    return starts
 
 
 @dataclass
@@ -111,6 +181,22 @@ class RequestRepository:
                response: Any = None) -> None:
         """End ``attempt``: success with the response to replay, or failure with the error."""
         driver_rows(self.db, _FINISH, _finish_params(namespace, key, attempt, succeeded, response))
+
+    def begin_many(self, namespace: str, keys: Sequence[str], requests: Sequence[Any], *,
+                   lease: timedelta | None = None) -> list[KeyStart]:
+        """Receive a batch of keyed requests in one round trip (``hivenet.begin_requests``):
+        ``keys[i]`` with ``requests[i]``, one ``KeyStart`` per key in their order, a refused
+        key's error in it instead of raised. ``InvalidInput`` (HN001) for the batch as a whole
+        (lengths differ, a key given twice, more than 1,000 keys...). ``on_decision`` is told
+        each key's decision. Finish every started key (``finish``, ``finish_many``)."""
+        return _told(self.on_decision, namespace, _key_starts(driver_rows(
+            self.db, _BEGIN_MANY, _begin_many_params(namespace, keys, requests, lease))))
+
+    def finish_many(self, namespace: str, finishes: Iterable[Finish]) -> None:
+        """``finish`` of each ``(key, attempt, succeeded, response)`` in one statement
+        (``hivenet.finish_requests``); the first that cannot be finished raises
+        (``StaleAttempt``) and nothing is finished."""
+        driver_rows(self.db, _FINISH_MANY, _finish_many_params(namespace, finishes))
 
     def resolve(self, namespace: str, key: str, attempt: int, succeeded: bool, note: str,
                 response: Any = None) -> None:
@@ -169,6 +255,14 @@ class AsyncRequestRepository:
         await driver_rows_async(self.db, _FINISH,
                          _finish_params(namespace, key, attempt, succeeded, response))
 
+    async def begin_many(self, namespace: str, keys: Sequence[str], requests: Sequence[Any], *,
+                         lease: timedelta | None = None) -> list[KeyStart]:
+        return _told(self.on_decision, namespace, _key_starts(await driver_rows_async(
+            self.db, _BEGIN_MANY, _begin_many_params(namespace, keys, requests, lease))))
+
+    async def finish_many(self, namespace: str, finishes: Iterable[Finish]) -> None:
+        await driver_rows_async(self.db, _FINISH_MANY, _finish_many_params(namespace, finishes))
+
     async def resolve(self, namespace: str, key: str, attempt: int, succeeded: bool, note: str,
                       response: Any = None) -> None:
         params = _finish_params(namespace, key, attempt, succeeded, response) | {"note": note}
@@ -196,4 +290,5 @@ class AsyncRequestRepository:
         return run.response
 
 
-__all__ = ["AsyncRequestRepository", "RequestRepository", "RequestRun", "RequestStart"]
+__all__ = ["AsyncRequestRepository", "Finish", "KeyStart", "RequestRepository", "RequestRun",
+           "RequestStart"]

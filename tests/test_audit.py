@@ -139,6 +139,27 @@ def test_the_reporting_role_reads_the_attempts_without_payloads(
     assert "receipt" not in repr(rows) and "4111" not in repr(rows)
 
 
+def test_a_batch_records_the_caller_and_links_each_key_of_a_chained_namespace(
+        db: psycopg.Connection, hivenet_app_url: str) -> None:
+    """begin_requests writes its new keys in one INSERT of its own: the caller columns there
+    too, and in a chained namespace every key's begin is a link (the keys go one by one)."""
+    login = psycopg.conninfo.conninfo_to_dict(hivenet_app_url)["user"]
+    chain, keys = chained(db), [key(), key(), key()]
+    with psycopg.connect(hivenet_app_url, autocommit=True,
+                         application_name="batch-worker") as app:
+        for name in ("audit", chain):
+            outcomes = app.execute(
+                "SELECT outcome FROM hivenet.begin_requests(%s, %s::text[], %s::jsonb[])",
+                (name, keys, [Jsonb(None)] * len(keys))).fetchall()
+            assert outcomes == [("started",)] * len(keys)
+    rows = [row for row in callers(db, "audit") if row[0] in keys] + callers(db, chain)
+    assert len(rows) == 2 * len(keys)
+    assert {row[2:] for row in rows} == {(login, "batch-worker", "127.0.0.1")}
+    result = verify(db, chain)
+    assert result["problem"] is None, result
+    assert (result["attempts"], result["links"]) == (len(keys), len(keys))
+
+
 # --- the hash chain --------------------------------------------------------------------------
 
 def test_a_chain_of_begins_finishes_retries_and_resolutions_is_intact(

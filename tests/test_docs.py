@@ -238,6 +238,8 @@ SQL = {
         prints=("C0001A0101T0001202611210930150000000042",)),
     "docs/guides/dedup.md: SELECT hivenet.claim('inventory.purchase_input_finished', "
     "'PO-20261121-0001');": Sql(),
+    "docs/guides/idempotency.md: -- as hivenet_app: a batch of three messages, the third "
+    "without a key": Sql(),
     "docs/guides/idempotency.md: BEGIN;": Sql(
         setup="CREATE TABLE purchase_order (key text); "
               "GRANT INSERT ON purchase_order TO hivenet_app",
@@ -580,6 +582,14 @@ assert posted[0]["X-Hivenet-System-Serial"] == step_serial and len(sent) == 1
 """),
     "docs/guides/idempotency.md: from hivenet_db import RequestRepository": Python(
         setup=KEYED, then="assert made == [order] and answer == {'order_id': 1}"),
+    "docs/guides/idempotency.md: # a consumer of batches that reports the messages to retry":
+        Python(setup=ENGINE + "from types import SimpleNamespace\napplied = []\n"
+               "def apply_inventory_event(conn, value):\n"
+               "    applied.append(value)\n    return {'applied': True}\n"
+               "messages = [SimpleNamespace(id=f'b-{i}', value={'sku': i}) for i in range(3)]\n",
+               then="assert consume_batch(engine, messages) == []\n"
+                    "assert consume_batch(engine, messages) == []\n"
+                    "assert applied == [{'sku': 0}, {'sku': 1}, {'sku': 2}]"),
     "docs/guides/idempotency.md: from collections import Counter": Python(
         setup=KEYED, then="assert made == [order]"),
     "docs/guides/idempotency.md: from hivenet_db import RequestRepository, StepInProgress": Python(

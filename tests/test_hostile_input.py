@@ -140,6 +140,13 @@ STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "timestamp without time zone": st.sampled_from(TIMESTAMPS),
     "timestamp with time zone": st.sampled_from(TIMESTAMPTZS),
 }
+# Arrays (a batch's keys, requests, attempts...): NULL, short lists of the element's values
+# (a few keys drawn from three, so that some repeat), and one key past the batch limit.
+STRATEGIES |= {
+    f"{element}[]": st.one_of(st.none(), st.lists(STRATEGIES[element], max_size=5))
+    for element in ("text", "jsonb", "integer", "boolean")}
+STRATEGIES["text[]"] |= st.lists(st.sampled_from(["k1", "k2", None]), max_size=4) | st.just(
+    [f"k{i}" for i in range(1001)])
 
 # --- the database's state ----------------------------------------------------------------------
 

@@ -65,6 +65,9 @@ def test_the_application_api_works_as_a_login_granted_hivenet_app(
         "replayed", 1, {})  # the fast path, with the caller's rights (steps.sql)
     attempt = scalar(app, "SELECT attempt FROM hivenet.begin_request('orders', 'k1', '{}')")
     app.execute("SELECT hivenet.finish_request('orders', 'k1', %s, true, '{}')", (attempt,))
+    assert app.execute("SELECT outcome FROM hivenet.begin_requests('orders', "
+                       "ARRAY['k1', 'k2'], ARRAY['{}', '{}']::jsonb[])").fetchall() == [
+        ("replayed",), ("started",)]
     assert isinstance(scalar(app, "SELECT hivenet.now()"), dt.datetime)
 
 
@@ -156,6 +159,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "next_interface_serial": (APP,), "next_serial": (APP,), "next_serials": (APP,),
     "claim_interface_serial": (APP,), "claim": (APP,), "begin_step": (APP,),
     "finish_step": (APP,), "begin_request": (APP,), "finish_request": (APP,),
+    "begin_requests": (APP,), "finish_requests": (APP,),
     "ownership": (APP, ADMIN), "call_chain": ALL, "parse_serial": ALL,
     "flush_at_commit": (APP,),  # makes a durable allocation's commit flush
     # now() and its fake clock, inlined into the callers and the views stuck_*.
@@ -188,7 +192,8 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "verify_audit_chain": (ADMIN,),
 }
 OWNER_ONLY = set("""
-    _advance _allocate _attempt_subject _begin_attempt _begin_attempt_nowait
+    _advance _allocate _attempt_subject _batch_limit _begin_attempt _begin_attempt_nowait
+    _begin_batch_key _check_batch
     _canonical_instances _canonical_json _chain_append _chain_link _canonical_number
     _check_begin_options _check_fields
     _check_fingerprint _check_interval _check_name

@@ -340,6 +340,7 @@ def builtin_cases() -> dict[str, Case]:
         Case("partition_drop", cases.PARTITION_DROP, cases.partition_drop),
         Case("first_use", cases.FIRST_USE, cases.first_use),
         Case("prepare_scopes", cases.PREPARE_SCOPES, cases.prepare_scopes),
+        Case("requests_batch_100", cases.REQUESTS_BATCH, cases.requests_batch),
     ]}
 
 

@@ -13,6 +13,9 @@ candidate in the same run, rounds alternating, and gives a ``Result`` like the s
 - ``first_use``: the first allocation of an unprepared scope (its format's cold counter)
   against an allocation of a prepared one, each in its own committed transaction
   (milliseconds per call).
+- ``requests_batch_100``: 100 new keys begun and finished in one transaction with
+  ``RequestRepository.begin_many`` + ``finish_many`` against ``begin`` + ``finish`` of each
+  key, on the same connections (keys per second).
 - ``prepare_scopes``: preparing 10,000 scopes (``hivenet.prepare_scope``, 500 a transaction,
   as ``hivenet-db prepare``) against creating 10,000 bare sequences in the same transactions
   (seconds for all).
@@ -33,10 +36,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
 from hivenet_db.bench import BenchError, CpuMeter, Result, pgbench
+from hivenet_db.bench.handwritten_keys import _rate
+from hivenet_db.requests import RequestRepository
 from hivenet_db.tools.proc_stat import cpu_seconds
 
 Say = Callable[[str], None]
@@ -346,3 +352,65 @@ def prepare_scopes(run: CaseRun) -> Result:
                         f"{took:8.1f} s for {n:,}")
     return result
 
+
+
+# --- requests_batch_100 -----------------------------------------------------------------
+
+REQUESTS_BATCH = ("100 new keys begun and finished in one committed transaction: "
+                  "RequestRepository.begin_many + finish_many (hivenet.begin_requests + "
+                  "hivenet.finish_requests: 2 statements) vs begin + finish of each key (200 "
+                  "statements), 4 threads on the same 4 connections, keys per second (goal: "
+                  "ratio >= 5)")
+BATCH_KEYS = 100
+BATCH_THREADS = 4
+BATCH_NAMESPACE = "bench.batch"
+
+
+def _batch_keys(prefix: str) -> list[str]:
+    return [f"{prefix}-{i}" for i in range(BATCH_KEYS)]
+
+
+def _one_by_one(conn: psycopg.Connection[Any], prefix: str, request: Any,
+                response: Any) -> None:
+    repo = RequestRepository(conn)
+    with conn.transaction():
+        for key in _batch_keys(prefix):
+            start = repo.begin(BATCH_NAMESPACE, key, request)
+            repo.finish(BATCH_NAMESPACE, key, start.attempt, True, response)
+
+
+def _batched(conn: psycopg.Connection[Any], prefix: str, request: Any, response: Any) -> None:
+    repo = RequestRepository(conn)
+    with conn.transaction():
+        starts = repo.begin_many(BATCH_NAMESPACE, _batch_keys(prefix), [request] * BATCH_KEYS)
+        repo.finish_many(BATCH_NAMESPACE, [s.finished(True, response)
+                                           for s in starts if s.started])
+
+
+def requests_batch(run: CaseRun) -> Result:
+    """Both ways on the same connections, rounds alternating; each call is a transaction of
+    ``BATCH_KEYS`` keys (``handwritten_keys._rate`` times calls, so its rates and CPU per call
+    are scaled to keys)."""
+    seconds = run.seconds or 5
+    result = Result(scenario="requests_batch_100", description=REQUESTS_BATCH,
+                    clients=BATCH_THREADS, seconds=seconds, unit="keys/s")
+    conns = [psycopg.connect(run.url, autocommit=True) for _ in range(BATCH_THREADS)]
+    try:
+        for call in (_one_by_one, _batched):  # psycopg prepares a statement after 5 runs
+            _rate(conns, call, 1, None)
+        order = [("baseline", _one_by_one, result.baseline_tps, result.baseline_cpu_us),
+                 ("candidate", _batched, result.candidate_tps, result.candidate_cpu_us)]
+        for i in range(run.rounds):
+            for kind, call, sink, cpu_sink in order if i % 2 == 0 else reversed(order):
+                rate, client, server = _rate(conns, call, seconds, run.meter)
+                sink.append(rate * BATCH_KEYS)
+                if server is not None:
+                    cpu_sink.append((client + server) / BATCH_KEYS)
+                run.say(f"  requests_batch_100 round {i + 1}/{run.rounds} {kind:<9} "
+                        f"{rate * BATCH_KEYS:8.0f} keys/s  client {client / BATCH_KEYS:6.1f} "
+                        "cpu us/key" + ("" if server is None
+                                        else f"  server {server / BATCH_KEYS:6.1f} cpu us/key"))
+    finally:
+        for conn in conns:
+            conn.close()
+    return result

@@ -67,6 +67,8 @@ BEGIN
             hivenet.finish_step(text, integer, boolean, jsonb),
             hivenet.begin_request(text, text, jsonb, text, interval, boolean),
             hivenet.finish_request(text, text, integer, boolean, jsonb),
+            hivenet.begin_requests(text, text[], jsonb[], interval),
+            hivenet.finish_requests(text, text[], integer[], boolean[], jsonb[]),
             hivenet.ownership(),
             hivenet.flush_at_commit()
         TO hivenet_app;

@@ -1,6 +1,13 @@
 -- Back to release 0.1.0: the bodies of 0001_baseline.sql, and what 0.2.0 added dropped. A
 -- namespace's fingerprint and key rules go; its retention stays.
 
+-- Batches of keyed requests (batches.sql).
+DROP FUNCTION hivenet.finish_requests(text, text[], integer[], boolean[], jsonb[]);
+DROP FUNCTION hivenet.begin_requests(text, text[], jsonb[], interval);
+DROP FUNCTION hivenet._begin_batch_key(text, text, jsonb, interval);
+DROP FUNCTION hivenet._check_batch(text, text[], text, jsonb[], interval);
+DROP FUNCTION hivenet._batch_limit();
+
 -- Audit with the caller, undone: who began each attempt and the hash chains go.
 DROP VIEW hivenet.request_attempts;
 DROP FUNCTION hivenet.verify_audit_chain(text);
