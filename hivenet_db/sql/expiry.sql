@@ -1,0 +1,74 @@
+-- Expiry of keyed requests left `processing` (set_namespace_policy's expire_after, requests.sql).
+--
+-- An attempt of a namespace with an expire_after that is still `processing` longer than that
+-- after it started becomes `expired`, a failure by policy, when a begin_request of its key
+-- (_begin_attempt) or maintain() finds it; the namespace's on_failure then applies as to any
+-- failure ('retry': the next begin starts a new attempt; 'final': it is replayed as a failure,
+-- with response NULL). Expiring finishes the attempt as an operator's resolution does: its
+-- finished_at, resolved_by 'hivenet.expire_after' and a note saying why, so its late
+-- finish_request gets HN033 (fencing). A finish that comes before anyone found the attempt
+-- expired is accepted: no caller was told otherwise yet. Steps never expire: their namespace
+-- has no policy (set_namespace_policy refuses the library's own).
+
+-- Whether an attempt of namespace p_namespace started at p_started_at is past the namespace's
+-- expire_after; false when it has none (the default). One probe of request_namespace, made
+-- only when a begin finds the latest attempt `processing`.
+CREATE FUNCTION hivenet._expiry_due(p_namespace text, p_started_at timestamptz) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN coalesce((SELECT p_started_at + n.expire_after <= hivenet.now()
+                     FROM hivenet.request_namespace n WHERE n.namespace = p_namespace), false);
+END $$;
+
+-- Expire the attempts (p_keys[i], p_attempts[i]) of namespace p_namespace that are still
+-- `processing` past its expire_after; returns how many it expired. Blocks while another
+-- transaction finishes, resolves or expires one of them, then leaves it if that one did.
+-- 'expired' is named in PL/pgSQL, read when it runs: revision 0002 adds the value in the
+-- transaction that creates this function, where it could not be used yet.
+CREATE FUNCTION hivenet._expire_attempts(p_namespace text, p_keys text[],
+                                         p_attempts integer[]) RETURNS integer
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_expired integer;
+BEGIN
+    UPDATE hivenet.request_attempt a
+    SET state = 'expired', finished_at = hivenet.now(), resolved_by = 'hivenet.expire_after',
+        note = format('expired by policy: processing for longer than expire_after %s of the '
+                      'namespace', n.expire_after)
+    FROM hivenet.request_namespace n, unnest(p_keys, p_attempts) AS c (key, attempt)
+    WHERE n.namespace = p_namespace AND a.namespace = p_namespace AND a.key = c.key
+      AND a.attempt = c.attempt AND a.state = 'processing'
+      AND a.started_at + n.expire_after <= hivenet.now();
+    GET DIAGNOSTICS v_expired = ROW_COUNT;
+    RETURN v_expired;
+END $$;
+
+-- Expiry by maintain(), so that the views and metrics show attempts nobody begins again: in
+-- each namespace with an expire_after, its oldest processing attempts past it, at most 1,000
+-- a run (bounded work: the next run goes on). Candidates come from the index
+-- (namespace || '', started_at), the attempts started before the namespace's cutoff, in
+-- started order; SKIP LOCKED leaves one that a begin or a finish is changing right now to it.
+CREATE FUNCTION hivenet._maintain_request_expiry() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_namespace text;
+    v_cutoff timestamptz;
+    v_keys text[];
+    v_attempts integer[];
+BEGIN
+    FOR v_namespace, v_cutoff IN
+        SELECT n.namespace, hivenet.now() - n.expire_after FROM hivenet.request_namespace n
+        WHERE n.expire_after IS NOT NULL
+    LOOP
+        SELECT array_agg(c.key), array_agg(c.attempt) INTO v_keys, v_attempts
+        FROM (SELECT a.key, a.attempt FROM hivenet.request_attempt a
+              WHERE a.namespace || '' = v_namespace  -- the index's expression
+                AND a.started_at <= v_cutoff AND a.state = 'processing'
+              ORDER BY a.namespace || '', a.started_at
+              LIMIT 1000
+              FOR UPDATE OF a SKIP LOCKED) AS c;
+        IF v_keys IS NOT NULL THEN
+            PERFORM hivenet._expire_attempts(v_namespace, v_keys, v_attempts);
+        END IF;
+    END LOOP;
+END $$;
