@@ -543,3 +543,267 @@ REVOKE EXECUTE ON FUNCTION hivenet._policy_fingerprint(text, jsonb) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION hivenet._raise_key_refused(text, text, integer, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text) FROM PUBLIC;
 SELECT hivenet._grant_roles();
+
+-- Failure policy per namespace: on_failure ('retry', 'final': outcome 'replayed_failure') and
+-- expire_after (state expired), in set_namespace_policy and the state machine.
+-- ADD VALUE in this transaction: 'expired' may not be used before it commits, so only
+-- PL/pgSQL bodies (read when they run) name it, and nothing here runs them.
+ALTER TYPE hivenet.step_state ADD VALUE 'expired';
+ALTER TABLE hivenet.request_namespace
+    ADD COLUMN on_failure text,
+    ADD COLUMN expire_after interval;
+COMMENT ON TABLE hivenet.request_namespace IS
+    'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
+    'key rules, failure policy; NULL is the default';
+
+-- hivenet_db/sql/requests.sql
+-- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
+-- already checked by the caller (begin_request, begin_step). See begin_request for what it
+-- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
+-- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
+-- force (docs/design/sql-internals.md).
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
+    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    -- The namespace's fingerprint policy (fingerprints.sql); NULL, the default, inlined.
+    v_policy text := (SELECT n.fingerprint FROM hivenet.request_namespace n
+                      WHERE n.namespace = p_namespace);
+    v_fingerprint bytea := CASE WHEN v_policy IS NULL THEN hivenet._fingerprint(p_request)
+                                ELSE hivenet._policy_fingerprint(v_policy, p_request) END;
+    v_attempt integer := 1;
+    v_last hivenet.request_attempt;
+BEGIN
+    -- Optimistic: most keys are new, so insert the attempt first; a conflict (after waiting
+    -- for an uncommitted one) means there is a committed attempt to look at.
+    LOOP
+        INSERT INTO hivenet.request_attempt
+            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at)
+        VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
+                p_lease, hivenet.now())
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            outcome := 'started';
+            attempt := v_attempt;
+            RETURN;
+        END IF;
+        SELECT * INTO v_last FROM hivenet.request_attempt a
+        WHERE a.namespace = p_namespace AND a.key = p_key ORDER BY a.attempt DESC LIMIT 1;
+        IF NOT FOUND THEN
+            v_attempt := 1;  -- removed by maintain() in between: the key is new again
+        ELSIF v_last.fingerprint <> v_fingerprint THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN032',
+                MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
+                                 '%s)', hivenet._attempt_subject(p_namespace, p_key),
+                                 encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
+        ELSIF v_last.state = 'processing'
+              AND NOT hivenet._expiry_due(p_namespace, v_last.started_at) THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN030',
+                MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
+                                 'its outcome is unknown',
+                                 hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
+                                 v_last.started_at,
+                                 v_last.started_at + hivenet._step_lease(v_last.lease));
+        -- Past its namespace's expire_after: expired here (expiry.sql), then a failure like
+        -- any other (the branches below); unless another transaction finished or expired it
+        -- meanwhile: then look again (attempt v_attempt exists, so the insert conflicts).
+        ELSIF v_last.state = 'processing'
+              AND hivenet._expire_attempts(p_namespace, ARRAY[p_key],
+                                           ARRAY[v_last.attempt]) = 0 THEN
+            CONTINUE;
+        ELSIF v_last.state = 'success' THEN
+            IF p_on_success = 'reject' THEN
+                RAISE EXCEPTION USING ERRCODE = 'HN031',
+                    MESSAGE = format('%s already succeeded (attempt %s at %s)',
+                                     hivenet._attempt_subject(p_namespace, p_key),
+                                     v_last.attempt, v_last.finished_at);
+            END IF;
+            outcome := 'replayed';
+            attempt := v_last.attempt;
+            response := v_last.response;
+            RETURN;
+        ELSIF (SELECT n.on_failure FROM hivenet.request_namespace n
+               WHERE n.namespace = p_namespace) = 'final' THEN
+            -- The latest failed or expired (before, or just now) and failures are final: its
+            -- error is replayed, told apart from a success by the outcome.
+            outcome := 'replayed_failure';
+            attempt := v_last.attempt;
+            response := v_last.error;
+            RETURN;
+        ELSE
+            v_attempt := v_last.attempt + 1;  -- the latest failed or expired: proceed
+        END IF;
+        -- Next round: insert that attempt (waiting again if someone is starting it too).
+    END LOOP;
+END $$;
+
+-- hivenet.set_namespace_policy(namespace, retention default null, fingerprint default null,
+--     on_failure default null, expire_after default null, key_min_length default null,
+--     key_pattern default null) → void
+--   The policy of a namespace of keyed requests; a NULL argument leaves that value as it is.
+--   retention: finished requests are kept that long after their last attempt ended (then
+--   maintain() removes them, and the same key starts afresh); set_request_retention(namespace,
+--   NULL) goes back to the setting request_retention. fingerprint: what makes two requests
+--   under one key the same (fingerprints.sql): 'bytes' (the default), 'json' (RFC 8785) or a
+--   JSON array of JSON paths; keys begun before a change keep their old fingerprint, so their
+--   requests mismatch (HN032) until retention removes them. key_min_length (1 = no rule) and
+--   key_pattern (a POSIX regular expression; '' = no rule): begin_request refuses a key
+--   breaking them with HN001. on_failure: 'retry' (the default: a failed attempt may run
+--   again) or 'final' (begin_request replays a failed attempt's error: outcome
+--   'replayed_failure'). expire_after: a `processing` attempt started longer ago becomes
+--   `expired` when a begin_request of its key or maintain() finds it (expiry.sql), then
+--   on_failure applies; '0' = never (the default).
+--   HN001: namespace not valid (as begin_request), retention not positive, longer than 10
+--   years or shorter than step_lease, fingerprint none of the three, key_min_length not in
+--   1..255, key_pattern not a regular expression, on_failure neither 'retry' nor 'final',
+--   expire_after negative or longer than 10 years.
+CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(
+    p_namespace text, p_retention interval DEFAULT NULL, p_fingerprint text DEFAULT NULL,
+    p_on_failure text DEFAULT NULL, p_expire_after interval DEFAULT NULL,
+    p_key_min_length integer DEFAULT NULL, p_key_pattern text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_conflict text;
+BEGIN
+    PERFORM hivenet._check_name('namespace', p_namespace);
+    IF p_on_failure NOT IN ('retry', 'final') THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('on_failure %s of namespace %s is neither ''retry'' nor ''final''',
+                             hivenet._shown(p_on_failure), hivenet._shown(p_namespace));
+    END IF;
+    IF p_expire_after <> interval '0' THEN
+        PERFORM hivenet._check_interval(format('expire_after of namespace %s',
+                                               hivenet._shown(p_namespace)), p_expire_after);
+    END IF;
+    IF p_retention IS NOT NULL THEN
+        PERFORM hivenet._check_interval(format('retention of namespace %s',
+                                               hivenet._shown(p_namespace)), p_retention);
+        v_conflict := hivenet._interval_conflict('request_retention', p_retention);
+        IF v_conflict IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('retention %s of namespace %s %s', p_retention,
+                                 hivenet._shown(p_namespace), v_conflict);
+        END IF;
+    END IF;
+    IF p_fingerprint IS NOT NULL THEN
+        PERFORM hivenet._check_fingerprint(p_fingerprint);
+    END IF;
+    IF p_key_min_length NOT BETWEEN 1 AND 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('key_min_length %s of namespace %s is not between 1 and 255',
+                             p_key_min_length, hivenet._shown(p_namespace));
+    END IF;
+    BEGIN
+        PERFORM '' ~ p_key_pattern;
+    EXCEPTION WHEN invalid_regular_expression THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('key_pattern %s of namespace %s is not a regular expression',
+                             hivenet._shown(p_key_pattern), hivenet._shown(p_namespace));
+    END;
+    -- The defaults are stored as NULL, so that a default policy keeps the fast path.
+    INSERT INTO hivenet.request_namespace AS n
+        (namespace, retention, fingerprint, key_min_length, key_pattern, on_failure,
+         expire_after)
+    VALUES (p_namespace, p_retention, nullif(p_fingerprint, 'bytes'),
+            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''),
+            nullif(p_on_failure, 'retry'), nullif(p_expire_after, interval '0'))
+    ON CONFLICT (namespace) DO UPDATE SET
+        retention = coalesce(p_retention, n.retention),
+        fingerprint = CASE WHEN p_fingerprint IS NULL THEN n.fingerprint
+                           ELSE EXCLUDED.fingerprint END,
+        key_min_length = CASE WHEN p_key_min_length IS NULL THEN n.key_min_length
+                              ELSE EXCLUDED.key_min_length END,
+        key_pattern = CASE WHEN p_key_pattern IS NULL THEN n.key_pattern
+                           ELSE EXCLUDED.key_pattern END,
+        on_failure = CASE WHEN p_on_failure IS NULL THEN n.on_failure
+                          ELSE EXCLUDED.on_failure END,
+        expire_after = CASE WHEN p_expire_after IS NULL THEN n.expire_after
+                            ELSE EXCLUDED.expire_after END;
+    DELETE FROM hivenet.request_namespace n
+    WHERE n.namespace = p_namespace AND n.retention IS NULL AND n.fingerprint IS NULL
+      AND n.key_min_length IS NULL AND n.key_pattern IS NULL AND n.on_failure IS NULL
+      AND n.expire_after IS NULL;
+END $$;
+
+-- hivenet_db/sql/expiry.sql
+-- Expiry of keyed requests left `processing` (set_namespace_policy's expire_after, requests.sql).
+--
+-- An attempt of a namespace with an expire_after that is still `processing` longer than that
+-- after it started becomes `expired`, a failure by policy, when a begin_request of its key
+-- (_begin_attempt) or maintain() finds it; the namespace's on_failure then applies as to any
+-- failure ('retry': the next begin starts a new attempt; 'final': it is replayed as a failure,
+-- with response NULL). Expiring finishes the attempt as an operator's resolution does: its
+-- finished_at, resolved_by 'hivenet.expire_after' and a note saying why, so its late
+-- finish_request gets HN033 (fencing). A finish that comes before anyone found the attempt
+-- expired is accepted: no caller was told otherwise yet. Steps never expire: their namespace
+-- has no policy (set_namespace_policy refuses the library's own).
+
+-- Whether an attempt of namespace p_namespace started at p_started_at is past the namespace's
+-- expire_after; false when it has none (the default). One probe of request_namespace, made
+-- only when a begin finds the latest attempt `processing`.
+CREATE FUNCTION hivenet._expiry_due(p_namespace text, p_started_at timestamptz) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN coalesce((SELECT p_started_at + n.expire_after <= hivenet.now()
+                     FROM hivenet.request_namespace n WHERE n.namespace = p_namespace), false);
+END $$;
+
+-- Expire the attempts (p_keys[i], p_attempts[i]) of namespace p_namespace that are still
+-- `processing` past its expire_after; returns how many it expired. Blocks while another
+-- transaction finishes, resolves or expires one of them, then leaves it if that one did.
+-- 'expired' is named in PL/pgSQL, read when it runs: revision 0002 adds the value in the
+-- transaction that creates this function, where it could not be used yet.
+CREATE FUNCTION hivenet._expire_attempts(p_namespace text, p_keys text[],
+                                         p_attempts integer[]) RETURNS integer
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_expired integer;
+BEGIN
+    UPDATE hivenet.request_attempt a
+    SET state = 'expired', finished_at = hivenet.now(), resolved_by = 'hivenet.expire_after',
+        note = format('expired by policy: processing for longer than expire_after %s of the '
+                      'namespace', n.expire_after)
+    FROM hivenet.request_namespace n, unnest(p_keys, p_attempts) AS c (key, attempt)
+    WHERE n.namespace = p_namespace AND a.namespace = p_namespace AND a.key = c.key
+      AND a.attempt = c.attempt AND a.state = 'processing'
+      AND a.started_at + n.expire_after <= hivenet.now();
+    GET DIAGNOSTICS v_expired = ROW_COUNT;
+    RETURN v_expired;
+END $$;
+
+-- Expiry by maintain(), so that the views and metrics show attempts nobody begins again: in
+-- each namespace with an expire_after, its oldest processing attempts past it, at most 1,000
+-- a run (bounded work: the next run goes on). Candidates come from the index
+-- (namespace || '', started_at), the attempts started before the namespace's cutoff, in
+-- started order; SKIP LOCKED leaves one that a begin or a finish is changing right now to it.
+CREATE FUNCTION hivenet._maintain_request_expiry() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_namespace text;
+    v_cutoff timestamptz;
+    v_keys text[];
+    v_attempts integer[];
+BEGIN
+    FOR v_namespace, v_cutoff IN
+        SELECT n.namespace, hivenet.now() - n.expire_after FROM hivenet.request_namespace n
+        WHERE n.expire_after IS NOT NULL
+    LOOP
+        SELECT array_agg(c.key), array_agg(c.attempt) INTO v_keys, v_attempts
+        FROM (SELECT a.key, a.attempt FROM hivenet.request_attempt a
+              WHERE a.namespace || '' = v_namespace  -- the index's expression
+                AND a.started_at <= v_cutoff AND a.state = 'processing'
+              ORDER BY a.namespace || '', a.started_at
+              LIMIT 1000
+              FOR UPDATE OF a SKIP LOCKED) AS c;
+        IF v_keys IS NOT NULL THEN
+            PERFORM hivenet._expire_attempts(v_namespace, v_keys, v_attempts);
+        END IF;
+    END LOOP;
+END $$;
+
+-- Nothing for PUBLIC (privileges.sql).
+REVOKE EXECUTE ON FUNCTION hivenet._expiry_due(text, timestamptz) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._expire_attempts(text, text[], integer[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_request_expiry() FROM PUBLIC;
