@@ -292,6 +292,7 @@ WHERE state = 'expired';
 DROP FUNCTION hivenet._maintain_request_expiry();
 DROP FUNCTION hivenet._expire_attempts(text, text[], integer[]);
 DROP FUNCTION hivenet._expiry_due(text, timestamptz);
+DROP TABLE hivenet.request_expiry;
 ALTER TABLE hivenet.request_namespace
     DROP COLUMN on_failure,
     DROP COLUMN expire_after;

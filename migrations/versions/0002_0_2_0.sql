@@ -740,6 +740,18 @@ END $$;
 -- expired is accepted: no caller was told otherwise yet. Steps never expire: their namespace
 -- has no policy (set_namespace_policy refuses the library's own).
 
+-- How far maintain()'s expiry has come in each namespace with an expire_after: every attempt
+-- started before expired_through was left processing by no earlier run (each run reads the
+-- index from there on, never the namespace's older attempts again). Written by maintain()
+-- only; a row of a namespace without an expire_after is stale and removed by the next run.
+CREATE TABLE hivenet.request_expiry (
+    namespace       text        PRIMARY KEY,
+    expired_through timestamptz NOT NULL
+);
+COMMENT ON TABLE hivenet.request_expiry IS
+    'how far maintain() has expired the processing attempts of each namespace with an '
+    'expire_after (expiry.sql)';
+
 -- Whether an attempt of namespace p_namespace started at p_started_at is past the namespace's
 -- expire_after; false when it has none (the default). One probe of request_namespace, made
 -- only when a begin finds the latest attempt `processing`.
@@ -773,33 +785,50 @@ BEGIN
     RETURN v_expired;
 END $$;
 
--- Expiry by maintain(), so that the views and metrics show attempts nobody begins again: in
--- each namespace with an expire_after, its oldest processing attempts past it, at most 1,000
--- a run (bounded work: the next run goes on). Candidates come from the index
--- (namespace || '', started_at), the attempts started before the namespace's cutoff, in
--- started order; SKIP LOCKED leaves one that a begin or a finish is changing right now to it.
+-- Expiry by maintain(), so that the views and metrics show attempts nobody begins again. In
+-- each namespace with an expire_after, the attempts started since the last run's mark
+-- (request_expiry) and before the namespace's cutoff, read from the index
+-- (namespace || '', started_at) in started order: what became due since the last run, not
+-- the namespace's retained history again. At most 1,000 processing ones are expired a run
+-- (bounded work: the mark stops at the last, and the next run goes on). SKIP LOCKED leaves an
+-- attempt a begin or a finish is changing right now to that one. The begin of a key is what
+-- enforces expiry; this is housekeeping, so an attempt committed `processing` only after
+-- the mark passed its start is left to its key's next begin.
 CREATE FUNCTION hivenet._maintain_request_expiry() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_namespace text;
+    v_from timestamptz;
     v_cutoff timestamptz;
     v_keys text[];
     v_attempts integer[];
+    v_last timestamptz;
 BEGIN
-    FOR v_namespace, v_cutoff IN
-        SELECT n.namespace, hivenet.now() - n.expire_after FROM hivenet.request_namespace n
+    DELETE FROM hivenet.request_expiry e
+    WHERE NOT EXISTS (SELECT FROM hivenet.request_namespace n
+                      WHERE n.namespace = e.namespace AND n.expire_after IS NOT NULL);
+    FOR v_namespace, v_from, v_cutoff IN
+        SELECT n.namespace, coalesce(e.expired_through, '-infinity'),
+               hivenet.now() - n.expire_after
+        FROM hivenet.request_namespace n
+        LEFT JOIN hivenet.request_expiry e ON e.namespace = n.namespace
         WHERE n.expire_after IS NOT NULL
     LOOP
-        SELECT array_agg(c.key), array_agg(c.attempt) INTO v_keys, v_attempts
-        FROM (SELECT a.key, a.attempt FROM hivenet.request_attempt a
+        SELECT array_agg(c.key), array_agg(c.attempt), max(c.started_at)
+        INTO v_keys, v_attempts, v_last
+        FROM (SELECT a.key, a.attempt, a.started_at FROM hivenet.request_attempt a
               WHERE a.namespace || '' = v_namespace  -- the index's expression
-                AND a.started_at <= v_cutoff AND a.state = 'processing'
+                AND a.started_at >= v_from AND a.started_at <= v_cutoff
+                AND a.state = 'processing'
               ORDER BY a.namespace || '', a.started_at
               LIMIT 1000
               FOR UPDATE OF a SKIP LOCKED) AS c;
         IF v_keys IS NOT NULL THEN
             PERFORM hivenet._expire_attempts(v_namespace, v_keys, v_attempts);
         END IF;
+        INSERT INTO hivenet.request_expiry AS e (namespace, expired_through)
+        VALUES (v_namespace, CASE WHEN cardinality(v_keys) = 1000 THEN v_last ELSE v_cutoff END)
+        ON CONFLICT (namespace) DO UPDATE SET expired_through = EXCLUDED.expired_through;
     END LOOP;
 END $$;
 
@@ -807,3 +836,4 @@ END $$;
 REVOKE EXECUTE ON FUNCTION hivenet._expiry_due(text, timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION hivenet._expire_attempts(text, text[], integer[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION hivenet._maintain_request_expiry() FROM PUBLIC;
+SELECT hivenet._grant_roles();  -- hivenet_admin reads the new table
