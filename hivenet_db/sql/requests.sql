@@ -382,7 +382,8 @@ END $$;
 --   maintain() once their last attempt ended longer ago than the namespace's retention
 --   (set_request_retention; default the setting request_retention, 24 hours).
 --   Blocks while another transaction has started the same attempt and not yet committed or
---   rolled back (then looks again); with nowait it raises HN030 at once instead. In
+--   rolled back, or is finishing or expiring the attempt it would expire (then looks again);
+--   with nowait it raises HN030 at once instead. In
 --   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).
 --   One statement, inlined into the caller's (a set-returning LANGUAGE sql function, as
 --   begin_step): a new key with plain options is started by _start_request, with no SECURITY
