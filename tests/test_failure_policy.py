@@ -269,6 +269,40 @@ def test_concurrent_begins_on_an_expired_attempt_expire_it_once(
         assert [row[:2] for row in attempts(db, name, "k")] == [(1, "expired")]
 
 
+def test_a_finish_racing_the_expiring_begin_waits_and_is_fenced(
+        db: psycopg.Connection, connect: Connect, fake_clock: SetClock) -> None:
+    """The worker of an attempt finishes it while a begin is expiring it: the finish waits
+    for the begin's transaction, and once that commits it gets HN033, changing nothing."""
+    name = namespace()
+    policy(db, name, expire_after="10 minutes")
+    fake_clock(db, T0)
+    begin(db, name, "k")
+    expiring, worker = connect(), connect()
+    fake_clock(expiring, "2026-03-01 13:00:00+00")
+    expiring.execute("BEGIN")
+    assert begin(expiring, name, "k") == ("started", 2, None)
+    outcome: list[Any] = []
+
+    def late_finish() -> None:
+        try:
+            finish(worker, name, "k", 1, True, {"paid": 1})
+            outcome.append("finished")
+        except psycopg.Error as error:
+            outcome.append(error.diag.sqlstate)
+
+    thread = threading.Thread(target=late_finish)
+    thread.start()
+    for _ in range(500):
+        if _waiting_for_a_lock(db, [worker.info.backend_pid]):
+            break
+        threading.Event().wait(0.01)
+    assert _waiting_for_a_lock(db, [worker.info.backend_pid])
+    expiring.execute("COMMIT")
+    thread.join(30)
+    assert outcome == ["HN033"]
+    assert [row[:2] for row in attempts(db, name, "k")] == [(1, "expired"), (2, "processing")]
+
+
 def test_begins_racing_on_expired_attempts_start_exactly_one_new_attempt_each(
         db: psycopg.Connection, connect: Connect, fake_clock: SetClock) -> None:
     """Eight connections released together, each beginning the same 20 expired keys (in
