@@ -24,9 +24,11 @@ COMMENT ON TABLE hivenet.request_expiry IS
 
 -- Whether an attempt of namespace p_namespace started at p_started_at is past the namespace's
 -- expire_after; false when it has none (the default). One probe of request_namespace, made
--- only when a begin finds the latest attempt `processing`.
+-- only when a begin finds the latest attempt `processing` (HN030's path: a concurrent
+-- duplicate). No SET clause, as _begin_attempt, its only caller, whose callers set the search
+-- path: a SET would cost more than the probe.
 CREATE FUNCTION hivenet._expiry_due(p_namespace text, p_started_at timestamptz) RETURNS boolean
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN coalesce((SELECT p_started_at + n.expire_after <= hivenet.now()
                      FROM hivenet.request_namespace n WHERE n.namespace = p_namespace), false);
