@@ -44,7 +44,7 @@ from hivenet_db.http_idempotency import (
     problem,
     recorded_response,
     refusal,
-    replayed,
+    replay,
     stored_key,
 )
 from hivenet_db.steps import error_report
@@ -222,7 +222,7 @@ class IdempotencyMiddleware:
             await _send(send, *refused.answer())
             return
         if start.replayed:
-            await _send(send, *replayed(start.response))
+            await _send(send, *replay(start))
             return
         await self._run(scope, receive, send, key, body, start.attempt)
 

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from hivenet_db.errors import InvalidInput, RequestMismatch, StepInProgress
+from hivenet_db.steps import StepStart
 
 #: The longest key stored (``hivenet.begin_request`` refuses longer ones): the client's key,
 #: prefixed by the percent-encoded scope and ``:`` when ``scope`` is given.
@@ -229,6 +230,33 @@ def recorded_response(status: int, body: bytes = b"",
     return {"status": status, "headers": kept, "body": base64.b64encode(body).decode("ascii")}
 
 
+def replay(start: StepStart) -> Answer:
+    """The answer to a request whose key's first outcome ``begin_request`` replayed: the
+    recorded response (``replayed``), or, when that outcome is a failure the namespace keeps
+    final (``start.failed``), ``replayed_failure``."""
+    return replayed_failure(start.response) if start.failed else replayed(start.response)
+
+
+def replayed_failure(error: Any) -> Answer:
+    """What to replay for a failure that is final (``hivenet.set_namespace_policy(...,
+    on_failure => 'final')``), ``Idempotent-Replayed: true`` last: the recorded response when
+    the handler answered 5xx; else a problem document, of kind ``failed`` with the status
+    recorded for a raising handler (500), or of kind ``expired`` (500) when the first attempt
+    never finished and expired (its error is null)."""
+    if isinstance(error, dict) and set(error) == {"status", "headers", "body"}:
+        return replayed(error)
+    if error is None:
+        answer = problem(500, "the first request with this key never finished and expired; "
+                         "its failure is final", "expired")
+    else:
+        recorded = error.get("status") if isinstance(error, dict) else None
+        status = recorded if isinstance(recorded, int) and 500 <= recorded <= 599 else 500
+        answer = problem(status, "the first request with this key failed; its failure is "
+                         "final", "failed")
+    status, headers, body = answer
+    return status, [*headers, REPLAYED], body
+
+
 def replayed(response: Any) -> Answer:
     """Status, headers and body to replay from a recorded response, ``Idempotent-Replayed:
     true`` last. Any other JSON value (an operator resolved the request with a plain
@@ -257,7 +285,7 @@ def _replayable(response: Any) -> Answer:
 def problem(status: int, detail: str, kind: str) -> Answer:
     """An RFC 9457 problem document: ``about:blank`` with the status's phrase as title, the
     detail, and the member ``idempotency`` naming the case (missing, invalid, in-flight,
-    mismatch, resolved) for clients that act on it."""
+    mismatch, resolved, failed, expired) for clients that act on it."""
     body = json.dumps({"type": "about:blank", "title": HTTPStatus(status).phrase,
                        "status": status, "detail": detail, "idempotency": kind}).encode()
     return status, [(b"content-type", b"application/problem+json")], body
@@ -265,5 +293,5 @@ def problem(status: int, detail: str, kind: str) -> Answer:
 
 __all__ = ["MAX_KEY_LENGTH", "REPLAYED", "REPLAYED_HEADERS", "RESOLVED_MEANWHILE", "Answer",
            "Fingerprint", "Refused", "check_fingerprint", "client_key", "fingerprint",
-           "json_body", "parse_key", "problem", "recorded_response", "refusal", "replayed",
-           "stored_key"]
+           "json_body", "parse_key", "problem", "recorded_response", "refusal", "replay",
+           "replayed", "replayed_failure", "stored_key"]

@@ -32,7 +32,7 @@ PARTS: tuple[str, ...] = (
     # settings' constants, allocate the fast paths, dedup and steps the layouts, steps the
     # keyed requests, audit their attempts.
     "ownership", "allocate", "maintain", "dedup", "claims", "fingerprints", "requests",
-    "batches", "steps", "audit",
+    "expiry", "batches", "steps", "audit",
     # Every reporting view, over the tables of all the concerns above.
     "reporting", "failover",
     # Grants on everything above, and nothing for PUBLIC: last.

@@ -26,7 +26,9 @@ from hivenet_db._execute import AsyncDB, Rows, SyncDB, json_text, rows, rows_asy
 from hivenet_db.decisions import OnDecision, reported, reported_async
 from hivenet_db.propagation import current_unified_serial
 
-Outcome = Literal["started", "replayed"]
+#: ``replayed_failure`` only for keyed requests of a namespace whose failures are final
+#: (``hivenet.set_namespace_policy(..., on_failure => 'final')``); never for steps.
+Outcome = Literal["started", "replayed", "replayed_failure"]
 OnSuccess = Literal["replay", "reject"]
 
 #: The namespace of steps among keyed requests (their key: the system serial).
@@ -47,7 +49,9 @@ _RESOLVE = text(
 @dataclass(frozen=True)
 class StepStart:
     """What ``begin`` found: ``started`` (run the step, then finish ``attempt``) or
-    ``replayed`` (it already succeeded; ``response`` is the stored original)."""
+    ``replayed`` (it already succeeded; ``response`` is the stored original). A keyed request
+    whose namespace's failures are final is also ``replayed`` after a failure, and then
+    ``failed`` too: ``response`` is the failed attempt's stored error (None when it expired)."""
 
     outcome: Outcome
     attempt: int
@@ -59,12 +63,19 @@ class StepStart:
 
     @property
     def replayed(self) -> bool:
-        return self.outcome == "replayed"
+        """Not run again: the first outcome is replayed (a success, or a failure if ``failed``)."""
+        return self.outcome != "started"
+
+    @property
+    def failed(self) -> bool:
+        """The replayed outcome is a failure (outcome ``replayed_failure``)."""
+        return self.outcome == "replayed_failure"
 
 
 class Guarded:
     """What a guarded body sees (``StepRun``, ``RequestRun``): set ``response`` when
-    ``started``; when ``replayed`` it already holds the original response."""
+    ``started``; when ``replayed`` it already holds the original response (the stored error
+    when ``failed``)."""
 
     start: StepStart
     response: Any
@@ -76,6 +87,10 @@ class Guarded:
     @property
     def replayed(self) -> bool:
         return self.start.replayed
+
+    @property
+    def failed(self) -> bool:
+        return self.start.failed
 
     @property
     def attempt(self) -> int:

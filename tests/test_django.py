@@ -277,6 +277,21 @@ def test_5xx_or_exception_rolls_the_effect_back_and_the_retry_runs(
     assert views.RUNS["count"] == 2 and states(owner) == ["failed", "failed"]
 
 
+@pytest.mark.parametrize("path", ["/unavailable", "/crash"])
+def test_a_final_failure_is_replayed_and_the_view_does_not_run_again(
+        app_db: str, owner: psycopg.Connection, path: str) -> None:
+    """In a namespace whose failures are final (set_namespace_policy), the recorded 5xx is
+    replayed byte for byte: also a raising view's, which Django turned into its 500 page
+    before the middleware saw it."""
+    owner.execute("SELECT hivenet.set_namespace_policy('http', p_on_failure => 'final')")
+    client = Client(raise_request_exception=False)
+    first = client.post(path, b"{}", content_type=JSON, headers=KEY)
+    again = client.post(path, b"{}", content_type=JSON, headers=KEY)
+    assert again.status_code == first.status_code >= 500
+    assert again.headers["Idempotent-Replayed"] == "true" and again.content == first.content
+    assert views.RUNS["count"] == 1 and states(owner) == ["failed"]
+
+
 def test_without_atomic_requests_the_record_follows_the_committed_effect(
         app_db: str, owner: psycopg.Connection) -> None:
     connections["default"].settings_dict["ATOMIC_REQUESTS"] = False

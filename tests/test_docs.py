@@ -163,6 +163,7 @@ NOT_RUNNABLE = {
     "docs/design/architecture.md: application code (inside its own transaction)":
         "a diagram of a call",
     "docs/guides/steps.md: stateDiagram-v2": "a state diagram (mermaid)",
+    "docs/guides/idempotency.md: stateDiagram-v2": "a state diagram (mermaid)",
     "README.md: python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python "
     "-m pytest": "the test suite itself",
     "docs/guides/asgi.md: pip install 'hivenet-db[asgi]'      # starlette and SQLAlchemy's asyncio "
@@ -254,6 +255,17 @@ SQL = {
               "p_key_min_length => 36); "
               "SELECT hivenet.set_namespace_policy('refunds', "
               "p_fingerprint => '[\"$.amount\", \"$.currency\"]')"),
+    "docs/guides/idempotency.md: -- hivenet_admin: payment callbacks fail for good, and expire "
+    "after 10 minutes": Sql(login="admin"),
+    # n-1002 begun half an hour before the pages' clock, never finished.
+    "docs/guides/idempotency.md: SELECT * FROM hivenet.begin_request('pay-callback', 'n-1001', "
+    "'{\"status\": \"PAID\"}');": Sql(
+        setup="SELECT hivenet.set_namespace_policy('pay-callback', p_on_failure => 'final', "
+              "p_expire_after => '10 minutes'); "
+              "SET hivenet.fake_now = '2026-11-21 09:10:00+00'; "
+              "SELECT * FROM hivenet.begin_request('pay-callback', 'n-1002', "
+              "'{\"status\": \"PAID\"}')",
+        prints=("replayed_failure", "{'error': 'order already closed'}")),
     "docs/operations.md: SELECT name, value, kind, description FROM hivenet.setting ORDER BY "
     "name;": Sql(login="admin"),
     "docs/operations.md: SELECT relname, n_live_tup, n_dead_tup, last_autovacuum, "

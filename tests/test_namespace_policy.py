@@ -140,8 +140,9 @@ def test_the_policy_is_checked_and_null_leaves_a_value_as_it_is(db: psycopg.Conn
     db.execute("SELECT hivenet.set_request_retention(%s, NULL)", (name,))
     assert stored(db, name) is None  # every default: no row
     cases: list[tuple[dict[str, Any], str]] = [
-        ({"on_failure": "final"}, "on_failure 'final' of namespace"),
-        ({"expire_after": "1 hour"}, "expire_after 01:00:00 of namespace"),
+        ({"on_failure": "finally"}, "on_failure 'finally' of namespace"),
+        ({"expire_after": "-1 hour"}, "-01:00:00 is not between 0"),
+        ({"expire_after": "11 years"}, "11 years is not between 0"),
         ({"fingerprint": "sha1"}, "fingerprint 'sha1' is neither"),
         ({"fingerprint": "[]"}, "fingerprint '[]' is neither"),
         ({"fingerprint": '["$.a", "$$"]'}, "path '\"$$\"' is not a JSON path"),
@@ -156,8 +157,6 @@ def test_the_policy_is_checked_and_null_leaves_a_value_as_it_is(db: psycopg.Conn
         code, message = failure(db, f"SELECT hivenet.set_namespace_policy(%(ns)s{named})",
                                 {"ns": name, **values})
         assert (code, words in message) == ("HN001", True), message
-    assert "not supported yet" in failure(
-        db, "SELECT hivenet.set_namespace_policy('x', p_on_failure => 'retry')")[1]
     code, message = failure(db, "SELECT hivenet.set_namespace_policy('hivenet.steps', "
                                 "p_fingerprint => 'json')")
     assert code == "HN001" and "reserved" in message

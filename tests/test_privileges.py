@@ -210,6 +210,7 @@ OWNER_ONLY = set("""
     _period_last_instant _policy_fingerprint _promote_scope _purge_chained _purge_requests
     _raise_clock
     _raise_key_refused _raise_stale_attempt
+    _expire_attempts _expiry_due _maintain_request_expiry
     _raise_step_outside_window _raise_unfinished _recompile _recompile_trigger
     _refuse_outside_window _reject_serial _replace_function _reset_lock_space _resolve_attempt
     _scope_fields _scope_of _scopes_by_node _serial_scope _serial_shaped _setting_check

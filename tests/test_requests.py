@@ -315,7 +315,7 @@ def test_stuck_requests_and_request_states(db: psycopg.Connection,
                       (serial,)).fetchone()[0] == 0  # steps are in stuck_steps
     states = db.execute("SELECT state, requests FROM hivenet.request_states WHERE namespace = %s",
                         (ns,)).fetchall()
-    assert states == [("processing", 1), ("success", 1), ("failed", 1)]
+    assert states == [("processing", 1), ("success", 1), ("failed", 1), ("expired", 0)]
     assert db.execute("SELECT count(*) FROM hivenet.request_states "
                       "WHERE namespace = 'hivenet.steps'").fetchone()[0] == 0
 

@@ -670,7 +670,7 @@ def test_exactly_once_under_16_parallel_duplicates(connect: Connect) -> None:
     assert set(outcomes) <= {"started", "crashed", "replayed", "HN030", "HN031"}
     assert sum(outcomes.values()) == clients * trials
     states = setup.execute("SELECT state, steps FROM hivenet.step_states").fetchall()
-    assert states == [("processing", 0), ("success", trials), ("failed", 0)]
+    assert states == [("processing", 0), ("success", trials), ("failed", 0), ("expired", 0)]
 
 
 # --- across transactions: leases, stuck steps, operator resolution ---------------------------
@@ -746,13 +746,15 @@ def test_every_attempt_is_kept(db: psycopg.Connection) -> None:
 
 def test_step_states_counts_steps_by_their_latest_attempt(db: psycopg.Connection) -> None:
     states = "SELECT state, steps FROM hivenet.step_states"
-    assert db.execute(states).fetchall() == [("processing", 0), ("success", 0), ("failed", 0)]
+    assert db.execute(states).fetchall() == [("processing", 0), ("success", 0), ("failed", 0),
+                                             ("expired", 0)]
     a, b, c = new_serial(db), new_serial(db), new_serial(db)
     begin(db, a)
     finish(db, b, begin(db, b)[1], False)
     finish(db, b, begin(db, b)[1], True)
     finish(db, c, begin(db, c)[1], False)
-    assert db.execute(states).fetchall() == [("processing", 1), ("success", 1), ("failed", 1)]
+    assert db.execute(states).fetchall() == [("processing", 1), ("success", 1), ("failed", 1),
+                                             ("expired", 0)]
 
 
 def test_maintain_purges_finished_steps_past_retention(db: psycopg.Connection,

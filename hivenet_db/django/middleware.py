@@ -50,7 +50,7 @@ from hivenet_db.http_idempotency import (
     fingerprint,
     recorded_response,
     refusal,
-    replayed,
+    replay,
     stored_key,
 )
 from hivenet_db.requests import RequestRepository
@@ -155,7 +155,7 @@ class IdempotencyMiddleware:
                 raise
             return _response(decided.answer())
         if start.replayed:
-            return _response(replayed(start.response))
+            return _response(replay(start))
         return self._run(request, key, start.attempt)
 
     def _run(self, request: HttpRequest, key: str, attempt: int) -> HttpResponseBase:

@@ -17,9 +17,10 @@
 -- of live rows.
 
 -- The states of an attempt; an enum, not a CHECK on text (docs/design/sql-internals.md).
--- The other invariants (attempt > 0, lease > 0, finished_at set exactly when
--- not processing) are kept by the functions, the only writers.
-CREATE TYPE hivenet.step_state AS ENUM ('processing', 'success', 'failed');
+-- `expired`: left `processing` longer than its namespace's expire_after (expiry.sql), a
+-- failure by policy. The other invariants (attempt > 0, lease > 0, finished_at set exactly
+-- when not processing) are kept by the functions, the only writers.
+CREATE TYPE hivenet.step_state AS ENUM ('processing', 'success', 'failed', 'expired');
 
 CREATE TABLE hivenet.request_attempt (
     namespace      text        NOT NULL,
@@ -35,9 +36,11 @@ CREATE TABLE hivenet.request_attempt (
     started_at     timestamptz NOT NULL,
     finished_at    timestamptz,
     response       jsonb,      -- success: the response replayed to later callers
-    error          jsonb,      -- failed: what the caller reported
-    resolved_by    text,       -- the operator (session user) who resolved a stuck attempt
-    note           text,       -- the operator's note
+    error          jsonb,      -- failed: what the caller reported (expired: NULL)
+    -- the operator (session user) who resolved a stuck attempt; 'hivenet.expire_after' when
+    -- the namespace's policy expired it
+    resolved_by    text,
+    note           text,       -- the operator's note, or why the policy expired it
     -- Who began the attempt, on every path (_called_by): the role, the client's
     -- application_name (NULL when empty) and address (NULL over a Unix socket).
     called_by        text,
@@ -67,20 +70,23 @@ CREATE INDEX request_attempt_started_at ON hivenet.request_attempt
 -- The policy of a namespace (set_namespace_policy): NULL in a column is the default, and a
 -- namespace without a row has every default. retention NULL: the setting request_retention;
 -- fingerprint NULL: 'bytes' (fingerprints.sql); key_min_length, key_pattern NULL: no rule
--- beyond a valid name; audit_chain NULL: no hash chain (audit.sql). Only a namespace with a
--- fingerprint, a key rule or an audit chain leaves begin_request's fast path (view
--- _request_start); a row holding only NULLs is deleted.
+-- beyond a valid name; audit_chain NULL: no hash chain (audit.sql); on_failure NULL: 'retry';
+-- expire_after NULL: never (expiry.sql). Only a namespace with a fingerprint, a key rule or an
+-- audit chain leaves begin_request's fast path (view _request_start): the failure policy
+-- matters only once a key has an attempt. A row holding only NULLs is deleted.
 CREATE TABLE hivenet.request_namespace (
     namespace      text     PRIMARY KEY,
     retention      interval,
     fingerprint    text,
     key_min_length integer,
     key_pattern    text,
-    audit_chain    boolean
+    audit_chain    boolean,
+    on_failure     text,
+    expire_after   interval
 );
 COMMENT ON TABLE hivenet.request_namespace IS
     'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
-    'key rules; NULL is the default';
+    'key rules, failure policy; NULL is the default';
 
 INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('step_lease', '5 minutes', 'interval',
@@ -233,13 +239,21 @@ BEGIN
                 MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
                                  '%s)', hivenet._attempt_subject(p_namespace, p_key),
                                  encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
-        ELSIF v_last.state = 'processing' THEN
+        ELSIF v_last.state = 'processing'
+              AND NOT hivenet._expiry_due(p_namespace, v_last.started_at) THEN
             RAISE EXCEPTION USING ERRCODE = 'HN030',
                 MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
                                  'its outcome is unknown',
                                  hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
                                  v_last.started_at,
                                  v_last.started_at + hivenet._step_lease(v_last.lease));
+        -- Past its namespace's expire_after: expired here (expiry.sql), then a failure like
+        -- any other (the branches below); unless another transaction finished or expired it
+        -- meanwhile: then look again (attempt v_attempt exists, so the insert conflicts).
+        ELSIF v_last.state = 'processing'
+              AND hivenet._expire_attempts(p_namespace, ARRAY[p_key],
+                                           ARRAY[v_last.attempt]) = 0 THEN
+            CONTINUE;
         ELSIF v_last.state = 'success' THEN
             IF p_on_success = 'reject' THEN
                 RAISE EXCEPTION USING ERRCODE = 'HN031',
@@ -251,8 +265,16 @@ BEGIN
             attempt := v_last.attempt;
             response := v_last.response;
             RETURN;
+        ELSIF (SELECT n.on_failure FROM hivenet.request_namespace n
+               WHERE n.namespace = p_namespace) = 'final' THEN
+            -- The latest failed or expired (before, or just now) and failures are final: its
+            -- error is replayed, told apart from a success by the outcome.
+            outcome := 'replayed_failure';
+            attempt := v_last.attempt;
+            response := v_last.error;
+            RETURN;
         ELSE
-            v_attempt := v_last.attempt + 1;  -- the latest failed: proceed
+            v_attempt := v_last.attempt + 1;  -- the latest failed or expired: proceed
         END IF;
         -- Next round: insert that attempt (waiting again if someone is starting it too).
     END LOOP;
@@ -371,11 +393,15 @@ END $$;
 --   → table(outcome text, attempt int, response jsonb), exactly one row.
 --   Receives one keyed request (a client's Idempotency-Key, a message id, a pay id ...) in the
 --   caller's transaction:
---   * no attempt yet, or the latest failed: a new attempt starts, state `processing`;
---     outcome 'started', attempt n+1, response NULL. Apply the effect, then call
---     finish_request with that attempt number.
+--   * no attempt yet, or the latest failed or expired: a new attempt starts, state
+--     `processing`; outcome 'started', attempt n+1, response NULL. Apply the effect, then call
+--     finish_request with that attempt number. In a namespace whose on_failure is 'final'
+--     (set_namespace_policy), a latest failed or expired attempt is replayed instead: outcome
+--     'replayed_failure', that attempt, and its error as response (NULL when expired).
 --   * latest `processing`: HN030 StepInProgress (unknown state), also past its lease (an
---     operator resolves a stuck request with resolve_request; nothing takes it over).
+--     operator resolves a stuck request with resolve_request; nothing takes it over); but
+--     past the namespace's expire_after, it becomes `expired` (finished now, resolved_by
+--     'hivenet.expire_after', a note saying so) and is then a failure as above.
 --   * latest `success`: on_success 'replay' → outcome 'replayed', the attempt that succeeded
 --     and its stored response; 'reject' → HN031 StepAlreadySucceeded.
 --   request: its fingerprint (by the namespace's policy, set_namespace_policy: by default
@@ -391,7 +417,8 @@ END $$;
 --   maintain() once their last attempt ended longer ago than the namespace's retention
 --   (set_request_retention; default the setting request_retention, 24 hours).
 --   Blocks while another transaction has started the same attempt and not yet committed or
---   rolled back (then looks again); with nowait it raises HN030 at once instead. In
+--   rolled back, or is finishing or expiring the attempt it would expire (then looks again);
+--   with nowait it raises HN030 at once instead. In
 --   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).
 --   One statement, inlined into the caller's (a set-returning LANGUAGE sql function, as
 --   begin_step): a new key with plain options is started by _start_request, with no SECURITY
@@ -479,7 +506,8 @@ END $$;
 --   (response kept and replayed to later callers) or `failed` (response kept as the error;
 --   the next begin_request proceeds with a new attempt), in the caller's transaction.
 --   Fencing: HN033 StaleAttempt, changing nothing, when that attempt is not the key's current
---   one or is no longer `processing` (finished, or resolved by an operator).
+--   one or is no longer `processing` (finished, resolved by an operator, or expired by its
+--   namespace's expire_after).
 --   HN001 when succeeded is NULL, or namespace or key is not valid (as begin_request). Blocks
 --   only while another transaction is finishing or resolving the same attempt; then raises
 --   HN033 if that one committed.
@@ -539,11 +567,15 @@ END $$;
 --   key_pattern (a POSIX regular expression; '' = no rule): begin_request refuses a key
 --   breaking them with HN001. audit_chain: true chains every attempt begun from then on
 --   (begin and end) into the namespace's hash chain, which verify_audit_chain checks; false
---   chains no more, and the chain so far stays verifiable (audit.sql). on_failure and
---   expire_after are not supported yet: HN001 unless NULL.
+--   chains no more, and the chain so far stays verifiable (audit.sql). on_failure: 'retry'
+--   (the default: a failed attempt may run again) or 'final' (begin_request replays a failed
+--   attempt's error: outcome 'replayed_failure'). expire_after: a `processing` attempt started
+--   longer ago becomes `expired` when a begin_request of its key or maintain() finds it
+--   (expiry.sql), then on_failure applies; '0' = never (the default).
 --   HN001: namespace not valid (as begin_request), retention not positive, longer than 10
 --   years or shorter than step_lease, fingerprint none of the three, key_min_length not in
---   1..255, key_pattern not a regular expression.
+--   1..255, key_pattern not a regular expression, on_failure neither 'retry' nor 'final',
+--   expire_after negative or longer than 10 years.
 CREATE FUNCTION hivenet.set_namespace_policy(
     p_namespace text, p_retention interval DEFAULT NULL, p_fingerprint text DEFAULT NULL,
     p_on_failure text DEFAULT NULL, p_expire_after interval DEFAULT NULL,
@@ -555,13 +587,14 @@ DECLARE
     v_conflict text;
 BEGIN
     PERFORM hivenet._check_name('namespace', p_namespace);
-    IF p_on_failure IS NOT NULL OR p_expire_after IS NOT NULL THEN
+    IF p_on_failure NOT IN ('retry', 'final') THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('%s of namespace %s is not supported yet: pass NULL',
-                             CASE WHEN p_on_failure IS NOT NULL
-                                  THEN 'on_failure ' || hivenet._shown(p_on_failure)
-                                  ELSE 'expire_after ' || p_expire_after END,
-                             hivenet._shown(p_namespace));
+            MESSAGE = format('on_failure %s of namespace %s is neither ''retry'' nor ''final''',
+                             hivenet._shown(p_on_failure), hivenet._shown(p_namespace));
+    END IF;
+    IF p_expire_after <> interval '0' THEN
+        PERFORM hivenet._check_interval(format('expire_after of namespace %s',
+                                               hivenet._shown(p_namespace)), p_expire_after);
     END IF;
     IF p_retention IS NOT NULL THEN
         PERFORM hivenet._check_interval(format('retention of namespace %s',
@@ -590,9 +623,11 @@ BEGIN
     END;
     -- The defaults are stored as NULL, so that a default policy keeps the fast path.
     INSERT INTO hivenet.request_namespace AS n
-        (namespace, retention, fingerprint, key_min_length, key_pattern, audit_chain)
+        (namespace, retention, fingerprint, key_min_length, key_pattern, audit_chain,
+         on_failure, expire_after)
     VALUES (p_namespace, p_retention, nullif(p_fingerprint, 'bytes'),
-            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''), nullif(p_audit_chain, false))
+            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''), nullif(p_audit_chain, false),
+            nullif(p_on_failure, 'retry'), nullif(p_expire_after, interval '0'))
     ON CONFLICT (namespace) DO UPDATE SET
         retention = coalesce(p_retention, n.retention),
         fingerprint = CASE WHEN p_fingerprint IS NULL THEN n.fingerprint
@@ -602,10 +637,15 @@ BEGIN
         key_pattern = CASE WHEN p_key_pattern IS NULL THEN n.key_pattern
                            ELSE EXCLUDED.key_pattern END,
         audit_chain = CASE WHEN p_audit_chain IS NULL THEN n.audit_chain
-                           ELSE EXCLUDED.audit_chain END;
+                           ELSE EXCLUDED.audit_chain END,
+        on_failure = CASE WHEN p_on_failure IS NULL THEN n.on_failure
+                          ELSE EXCLUDED.on_failure END,
+        expire_after = CASE WHEN p_expire_after IS NULL THEN n.expire_after
+                            ELSE EXCLUDED.expire_after END;
     DELETE FROM hivenet.request_namespace n
     WHERE n.namespace = p_namespace AND n.retention IS NULL AND n.fingerprint IS NULL
-      AND n.key_min_length IS NULL AND n.key_pattern IS NULL AND n.audit_chain IS NULL;
+      AND n.key_min_length IS NULL AND n.key_pattern IS NULL AND n.audit_chain IS NULL
+      AND n.on_failure IS NULL AND n.expire_after IS NULL;
     IF p_audit_chain THEN
         PERFORM hivenet._start_chain(p_namespace);
     END IF;

@@ -396,3 +396,155 @@ ALTER TABLE hivenet.request_namespace
     ALTER COLUMN retention SET NOT NULL;
 COMMENT ON TABLE hivenet.request_namespace IS
     'retention of the finished requests of a namespace, when not the setting request_retention';
+
+-- Back from the failure policy per namespace: what 0.1.0 cannot hold goes. An `expired`
+-- attempt becomes `failed` (its note says so: the next begin_request retries it, 0.1.0's only
+-- policy), and the value 'expired' leaves type step_state. PostgreSQL cannot drop a value of
+-- an enum, so the type is made again without it: the views and rules that read the column
+-- state, and begin_step (its SQL body reads them), are dropped and made again with 0.1.0's
+-- definitions, and the column is converted (the table is rewritten). Last in this file: any
+-- object of 0.2.0 reading that column is gone by then.
+UPDATE hivenet.request_attempt
+SET state = 'failed',
+    note = concat_ws('; ', note, 'marked failed by the downgrade to 0.1.0 (it had expired)')
+WHERE state = 'expired';
+DROP FUNCTION hivenet._maintain_request_expiry();
+DROP FUNCTION hivenet._expire_attempts(text, text[], integer[]);
+DROP FUNCTION hivenet._expiry_due(text, timestamptz);
+DROP TABLE hivenet.request_expiry;
+ALTER TABLE hivenet.request_namespace
+    DROP COLUMN on_failure,
+    DROP COLUMN expire_after;
+
+DROP FUNCTION hivenet.begin_step(text, jsonb, text, text, interval, boolean);
+DROP VIEW hivenet.request_states, hivenet.stuck_requests, hivenet.step_states,
+    hivenet.stuck_steps, hivenet._step_start, hivenet._step_replay, hivenet.step_attempt,
+    hivenet._request_start;
+ALTER TYPE hivenet.step_state RENAME TO step_state_0_2_0;
+CREATE TYPE hivenet.step_state AS ENUM ('processing', 'success', 'failed');
+ALTER TABLE hivenet.request_attempt
+    ALTER COLUMN state TYPE hivenet.step_state USING state::text::hivenet.step_state;
+DROP TYPE hivenet.step_state_0_2_0;
+
+-- 0.1.0's definitions (0001_baseline.sql), in its order.
+CREATE VIEW hivenet._request_start AS
+SELECT NULL::text AS namespace, NULL::text AS key, NULL::jsonb AS request,
+       NULL::interval AS lease
+WHERE false;
+CREATE RULE start AS ON INSERT TO hivenet._request_start DO INSTEAD
+INSERT INTO hivenet.request_attempt
+    (namespace, key, attempt, state, fingerprint, lease, started_at)
+SELECT n.namespace, n.key, 1, 'processing', hivenet._fingerprint(n.request), n.lease,
+       hivenet.now()
+FROM (VALUES (NEW.namespace, NEW.key, NEW.request, NEW.lease)) AS n (namespace, key, request, lease)
+WHERE hivenet._request_start_valid(n.namespace, n.key, n.lease)
+ON CONFLICT DO NOTHING
+RETURNING namespace, key, NULL::jsonb, lease;
+
+CREATE VIEW hivenet.step_attempt AS
+SELECT a.key AS system_serial, a.attempt, a.state, a.fingerprint, a.unified_serial, a.lease,
+       a.started_at, a.finished_at, a.response, a.error, a.resolved_by, a.note
+FROM hivenet.request_attempt a
+WHERE a.namespace = 'hivenet.steps';
+COMMENT ON VIEW hivenet.step_attempt IS
+    'every attempt of every processing step (system serial); the latest attempt is the step''s state';
+
+CREATE VIEW hivenet._step_replay AS
+SELECT a.key AS system_serial, a.attempt, a.fingerprint, a.unified_serial, a.response
+FROM hivenet.request_attempt a
+WHERE a.namespace = 'hivenet.steps' AND a.state = 'success';
+
+CREATE VIEW hivenet._step_start AS
+SELECT NULL::text AS system_serial, NULL::jsonb AS request, NULL::text AS unified_serial,
+       NULL::interval AS lease
+WHERE false;
+CREATE RULE start AS ON INSERT TO hivenet._step_start DO INSTEAD
+INSERT INTO hivenet.request_attempt
+    (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at)
+SELECT 'hivenet.steps', n.system_serial, 1, 'processing', hivenet._fingerprint(n.request),
+       n.unified_serial, n.lease, hivenet.now()
+FROM (VALUES (NEW.system_serial, NEW.request, NEW.unified_serial, NEW.lease))
+     AS n (system_serial, request, unified_serial, lease)
+WHERE hivenet._step_start_valid(n.system_serial, n.unified_serial, n.lease)
+ON CONFLICT DO NOTHING
+RETURNING key, NULL::jsonb, unified_serial, lease;
+
+CREATE FUNCTION hivenet.begin_step(
+    p_system_serial text, p_request jsonb DEFAULT NULL, p_on_success text DEFAULT 'replay',
+    p_unified_serial text DEFAULT NULL, p_lease interval DEFAULT NULL,
+    p_nowait boolean DEFAULT false)
+RETURNS TABLE (outcome text, attempt integer, response jsonb)
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    (SELECT 'replayed'::text, r.attempt, r.response
+     FROM hivenet._step_replay r
+     WHERE r.system_serial = p_system_serial
+       AND r.fingerprint = hivenet._fingerprint(p_request)
+       -- Options that replay (nowait or not: a replay never waits); the unified serial the
+       -- step was begun with (so a valid one) or none.
+       AND p_on_success = 'replay' AND p_nowait IS NOT NULL
+       AND (p_lease IS NULL OR p_lease > interval '0')
+       AND (p_unified_serial IS NULL OR p_unified_serial = r.unified_serial)
+       AND hivenet._step_in_window(r.system_serial)
+     UNION ALL
+     SELECT 'started'::text, 1, NULL::jsonb
+     WHERE hivenet._start_step(p_system_serial, p_request, p_on_success, p_unified_serial,
+                               p_lease, p_nowait)
+     UNION ALL
+     SELECT b.outcome, b.attempt, b.response
+     FROM hivenet._begin_step(p_system_serial, p_request, p_on_success, p_unified_serial,
+                              p_lease, p_nowait) b)
+    LIMIT 1;
+END;
+
+CREATE VIEW hivenet.stuck_steps AS
+SELECT a.key AS system_serial, a.attempt, a.unified_serial, a.started_at,
+       a.started_at + hivenet._step_lease(a.lease) AS lease_expired_at,
+       hivenet.now() - a.started_at AS processing_for
+FROM hivenet.request_attempt a
+WHERE a.namespace = 'hivenet.steps' AND a.state = 'processing'
+  AND a.started_at + hivenet._step_lease(a.lease) < hivenet.now()
+ORDER BY a.started_at;
+COMMENT ON VIEW hivenet.stuck_steps IS
+    'processing steps past their lease (unknown outcome): resolve with hivenet.resolve_step';
+
+CREATE VIEW hivenet.step_states AS
+SELECT s.state::text AS state, count(l.key) AS steps
+FROM unnest(enum_range(NULL::hivenet.step_state)) AS s(state)
+LEFT JOIN (SELECT DISTINCT ON (a.key) a.key, a.state
+           FROM hivenet.request_attempt a WHERE a.namespace = 'hivenet.steps'
+           ORDER BY a.key, a.attempt DESC) AS l
+       ON l.state = s.state
+GROUP BY s.state
+ORDER BY s.state;
+COMMENT ON VIEW hivenet.step_states IS 'number of steps per state (the state of their latest attempt)';
+
+CREATE VIEW hivenet.stuck_requests AS
+SELECT a.namespace, a.key, a.attempt, a.started_at,
+       a.started_at + hivenet._step_lease(a.lease) AS lease_expired_at,
+       hivenet.now() - a.started_at AS processing_for
+FROM hivenet.request_attempt a
+WHERE a.namespace <> 'hivenet.steps' AND a.state = 'processing'
+  AND a.started_at + hivenet._step_lease(a.lease) < hivenet.now()
+ORDER BY a.started_at;
+COMMENT ON VIEW hivenet.stuck_requests IS
+    'processing requests past their lease (unknown outcome): resolve with hivenet.resolve_request';
+
+CREATE VIEW hivenet.request_states AS
+SELECT n.namespace, s.state::text AS state, count(l.key) AS requests
+FROM (SELECT DISTINCT a.namespace FROM hivenet.request_attempt a
+      WHERE a.namespace <> 'hivenet.steps') AS n
+CROSS JOIN unnest(enum_range(NULL::hivenet.step_state)) AS s(state)
+LEFT JOIN (SELECT DISTINCT ON (a.namespace, a.key) a.namespace, a.key, a.state
+           FROM hivenet.request_attempt a WHERE a.namespace <> 'hivenet.steps'
+           ORDER BY a.namespace, a.key, a.attempt DESC) AS l
+       ON l.namespace = n.namespace AND l.state = s.state
+GROUP BY n.namespace, s.state
+ORDER BY n.namespace, s.state;
+COMMENT ON VIEW hivenet.request_states IS
+    'number of keyed requests per namespace and state (the state of their latest attempt)';
+
+-- Their grants, as 0.1.0 gives them (privileges.sql).
+REVOKE EXECUTE ON FUNCTION hivenet.begin_step(text, jsonb, text, text, interval, boolean)
+    FROM PUBLIC;
+SELECT hivenet._grant_roles();

@@ -1,9 +1,9 @@
 """Release 0.2.0 (unreleased): the changes of schema hivenet since 0.1.0.
 
 The delta from revision 0001 (CONTRIBUTING.md, "Changing SQL"): the policy of a namespace
-(set_namespace_policy: fingerprints and key rules); who began each attempt and the audit chain
-of a namespace (audit.sql). Editable until 0.2.0 is released, then
-frozen as 0001 is. The downgrade goes back to 0.1.0 (its bodies, copied from
+(set_namespace_policy: fingerprints, key rules, failure policy and expiry); who began each
+attempt and the audit chain of a namespace (audit.sql); batches (batches.sql). Editable until
+0.2.0 is released, then frozen as 0001 is. The downgrade goes back to 0.1.0 (its bodies, copied from
 0001_baseline.sql).
 
 Revision ID: 0002

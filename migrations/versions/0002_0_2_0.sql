@@ -1163,6 +1163,321 @@ BEGIN
     END LOOP;
 END $$;
 
+-- Failure policy per namespace: on_failure ('retry', 'final': outcome 'replayed_failure') and
+-- expire_after (state expired), in set_namespace_policy and the state machine.
+-- ADD VALUE in this transaction: 'expired' may not be used before it commits, so only
+-- PL/pgSQL bodies (read when they run) name it, and nothing here runs them.
+ALTER TYPE hivenet.step_state ADD VALUE 'expired';
+ALTER TABLE hivenet.request_namespace
+    ADD COLUMN on_failure text,
+    ADD COLUMN expire_after interval;
+COMMENT ON TABLE hivenet.request_namespace IS
+    'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
+    'key rules, failure policy; NULL is the default';
+
+-- hivenet_db/sql/requests.sql
+-- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
+-- already checked by the caller (begin_request, begin_step). See begin_request for what it
+-- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
+-- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
+-- force (docs/design/sql-internals.md).
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
+    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    -- The namespace's fingerprint policy (fingerprints.sql); NULL, the default, inlined.
+    v_policy text := (SELECT n.fingerprint FROM hivenet.request_namespace n
+                      WHERE n.namespace = p_namespace);
+    v_fingerprint bytea := CASE WHEN v_policy IS NULL THEN hivenet._fingerprint(p_request)
+                                ELSE hivenet._policy_fingerprint(v_policy, p_request) END;
+    -- An audit chain (audit.sql): a new attempt is its next link.
+    v_chained boolean := EXISTS (SELECT FROM hivenet.request_namespace n
+                                 WHERE n.namespace = p_namespace AND n.audit_chain);
+    v_attempt integer := 1;
+    v_last hivenet.request_attempt;
+BEGIN
+    -- Optimistic: most keys are new, so insert the attempt first; a conflict (after waiting
+    -- for an uncommitted one) means there is a committed attempt to look at.
+    LOOP
+        INSERT INTO hivenet.request_attempt
+            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at,
+             called_by, application_name, client_addr)
+        VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
+                p_lease, hivenet.now(), hivenet._called_by(),
+                nullif(current_setting('application_name'), ''), inet_client_addr())
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            IF v_chained THEN
+                PERFORM hivenet._chain_append(p_namespace, p_key, v_attempt, 'begin');
+            END IF;
+            outcome := 'started';
+            attempt := v_attempt;
+            RETURN;
+        END IF;
+        SELECT * INTO v_last FROM hivenet.request_attempt a
+        WHERE a.namespace = p_namespace AND a.key = p_key ORDER BY a.attempt DESC LIMIT 1;
+        IF NOT FOUND THEN
+            v_attempt := 1;  -- removed by maintain() in between: the key is new again
+        ELSIF v_last.fingerprint <> v_fingerprint THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN032',
+                MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
+                                 '%s)', hivenet._attempt_subject(p_namespace, p_key),
+                                 encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
+        ELSIF v_last.state = 'processing'
+              AND NOT hivenet._expiry_due(p_namespace, v_last.started_at) THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN030',
+                MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
+                                 'its outcome is unknown',
+                                 hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
+                                 v_last.started_at,
+                                 v_last.started_at + hivenet._step_lease(v_last.lease));
+        -- Past its namespace's expire_after: expired here (expiry.sql), then a failure like
+        -- any other (the branches below); unless another transaction finished or expired it
+        -- meanwhile: then look again (attempt v_attempt exists, so the insert conflicts).
+        ELSIF v_last.state = 'processing'
+              AND hivenet._expire_attempts(p_namespace, ARRAY[p_key],
+                                           ARRAY[v_last.attempt]) = 0 THEN
+            CONTINUE;
+        ELSIF v_last.state = 'success' THEN
+            IF p_on_success = 'reject' THEN
+                RAISE EXCEPTION USING ERRCODE = 'HN031',
+                    MESSAGE = format('%s already succeeded (attempt %s at %s)',
+                                     hivenet._attempt_subject(p_namespace, p_key),
+                                     v_last.attempt, v_last.finished_at);
+            END IF;
+            outcome := 'replayed';
+            attempt := v_last.attempt;
+            response := v_last.response;
+            RETURN;
+        ELSIF (SELECT n.on_failure FROM hivenet.request_namespace n
+               WHERE n.namespace = p_namespace) = 'final' THEN
+            -- The latest failed or expired (before, or just now) and failures are final: its
+            -- error is replayed, told apart from a success by the outcome.
+            outcome := 'replayed_failure';
+            attempt := v_last.attempt;
+            response := v_last.error;
+            RETURN;
+        ELSE
+            v_attempt := v_last.attempt + 1;  -- the latest failed or expired: proceed
+        END IF;
+        -- Next round: insert that attempt (waiting again if someone is starting it too).
+    END LOOP;
+END $$;
+
+-- hivenet.set_namespace_policy(namespace, retention default null, fingerprint default null,
+--     on_failure default null, expire_after default null, key_min_length default null,
+--     key_pattern default null) → void
+--   The policy of a namespace of keyed requests; a NULL argument leaves that value as it is.
+--   retention: finished requests are kept that long after their last attempt ended (then
+--   maintain() removes them, and the same key starts afresh); set_request_retention(namespace,
+--   NULL) goes back to the setting request_retention. fingerprint: what makes two requests
+--   under one key the same (fingerprints.sql): 'bytes' (the default), 'json' (RFC 8785) or a
+--   JSON array of JSON paths; keys begun before a change keep their old fingerprint, so their
+--   requests mismatch (HN032) until retention removes them. key_min_length (1 = no rule) and
+--   key_pattern (a POSIX regular expression; '' = no rule): begin_request refuses a key
+--   breaking them with HN001. on_failure: 'retry' (the default: a failed attempt may run
+--   again) or 'final' (begin_request replays a failed attempt's error: outcome
+--   'replayed_failure'). expire_after: a `processing` attempt started longer ago becomes
+--   `expired` when a begin_request of its key or maintain() finds it (expiry.sql), then
+--   on_failure applies; '0' = never (the default).
+--   HN001: namespace not valid (as begin_request), retention not positive, longer than 10
+--   years or shorter than step_lease, fingerprint none of the three, key_min_length not in
+--   1..255, key_pattern not a regular expression, on_failure neither 'retry' nor 'final',
+--   expire_after negative or longer than 10 years.
+CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(
+    p_namespace text, p_retention interval DEFAULT NULL, p_fingerprint text DEFAULT NULL,
+    p_on_failure text DEFAULT NULL, p_expire_after interval DEFAULT NULL,
+    p_key_min_length integer DEFAULT NULL, p_key_pattern text DEFAULT NULL,
+    p_audit_chain boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_conflict text;
+BEGIN
+    PERFORM hivenet._check_name('namespace', p_namespace);
+    IF p_on_failure NOT IN ('retry', 'final') THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('on_failure %s of namespace %s is neither ''retry'' nor ''final''',
+                             hivenet._shown(p_on_failure), hivenet._shown(p_namespace));
+    END IF;
+    IF p_expire_after <> interval '0' THEN
+        PERFORM hivenet._check_interval(format('expire_after of namespace %s',
+                                               hivenet._shown(p_namespace)), p_expire_after);
+    END IF;
+    IF p_retention IS NOT NULL THEN
+        PERFORM hivenet._check_interval(format('retention of namespace %s',
+                                               hivenet._shown(p_namespace)), p_retention);
+        v_conflict := hivenet._interval_conflict('request_retention', p_retention);
+        IF v_conflict IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('retention %s of namespace %s %s', p_retention,
+                                 hivenet._shown(p_namespace), v_conflict);
+        END IF;
+    END IF;
+    IF p_fingerprint IS NOT NULL THEN
+        PERFORM hivenet._check_fingerprint(p_fingerprint);
+    END IF;
+    IF p_key_min_length NOT BETWEEN 1 AND 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('key_min_length %s of namespace %s is not between 1 and 255',
+                             p_key_min_length, hivenet._shown(p_namespace));
+    END IF;
+    BEGIN
+        PERFORM '' ~ p_key_pattern;
+    EXCEPTION WHEN invalid_regular_expression THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('key_pattern %s of namespace %s is not a regular expression',
+                             hivenet._shown(p_key_pattern), hivenet._shown(p_namespace));
+    END;
+    -- The defaults are stored as NULL, so that a default policy keeps the fast path.
+    INSERT INTO hivenet.request_namespace AS n
+        (namespace, retention, fingerprint, key_min_length, key_pattern, audit_chain,
+         on_failure, expire_after)
+    VALUES (p_namespace, p_retention, nullif(p_fingerprint, 'bytes'),
+            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''), nullif(p_audit_chain, false),
+            nullif(p_on_failure, 'retry'), nullif(p_expire_after, interval '0'))
+    ON CONFLICT (namespace) DO UPDATE SET
+        retention = coalesce(p_retention, n.retention),
+        fingerprint = CASE WHEN p_fingerprint IS NULL THEN n.fingerprint
+                           ELSE EXCLUDED.fingerprint END,
+        key_min_length = CASE WHEN p_key_min_length IS NULL THEN n.key_min_length
+                              ELSE EXCLUDED.key_min_length END,
+        key_pattern = CASE WHEN p_key_pattern IS NULL THEN n.key_pattern
+                           ELSE EXCLUDED.key_pattern END,
+        audit_chain = CASE WHEN p_audit_chain IS NULL THEN n.audit_chain
+                           ELSE EXCLUDED.audit_chain END,
+        on_failure = CASE WHEN p_on_failure IS NULL THEN n.on_failure
+                          ELSE EXCLUDED.on_failure END,
+        expire_after = CASE WHEN p_expire_after IS NULL THEN n.expire_after
+                            ELSE EXCLUDED.expire_after END;
+    DELETE FROM hivenet.request_namespace n
+    WHERE n.namespace = p_namespace AND n.retention IS NULL AND n.fingerprint IS NULL
+      AND n.key_min_length IS NULL AND n.key_pattern IS NULL AND n.audit_chain IS NULL
+      AND n.on_failure IS NULL AND n.expire_after IS NULL;
+    IF p_audit_chain THEN
+        PERFORM hivenet._start_chain(p_namespace);
+    END IF;
+END $$;
+
+-- hivenet_db/sql/expiry.sql
+-- Expiry of keyed requests left `processing` (set_namespace_policy's expire_after, requests.sql).
+--
+-- An attempt of a namespace with an expire_after that is still `processing` longer than that
+-- after it started becomes `expired`, a failure by policy, when a begin_request of its key
+-- (_begin_attempt) or maintain() finds it; the namespace's on_failure then applies as to any
+-- failure ('retry': the next begin starts a new attempt; 'final': it is replayed as a failure,
+-- with response NULL). Expiring finishes the attempt as an operator's resolution does: its
+-- finished_at, resolved_by 'hivenet.expire_after' and a note saying why, so its late
+-- finish_request gets HN033 (fencing). A finish that comes before anyone found the attempt
+-- expired is accepted: no caller was told otherwise yet. Steps never expire: their namespace
+-- has no policy (set_namespace_policy refuses the library's own).
+
+-- How far maintain()'s expiry has come in each namespace with an expire_after: every attempt
+-- started before expired_through was left processing by no earlier run (each run reads the
+-- index from there on, never the namespace's older attempts again). Written by maintain()
+-- only; a row of a namespace without an expire_after is stale and removed by the next run.
+CREATE TABLE hivenet.request_expiry (
+    namespace       text        PRIMARY KEY,
+    expired_through timestamptz NOT NULL
+);
+COMMENT ON TABLE hivenet.request_expiry IS
+    'how far maintain() has expired the processing attempts of each namespace with an '
+    'expire_after (expiry.sql)';
+
+-- Whether an attempt of namespace p_namespace started at p_started_at is past the namespace's
+-- expire_after; false when it has none (the default). One probe of request_namespace, made
+-- only when a begin finds the latest attempt `processing` (HN030's path: a concurrent
+-- duplicate). No SET clause, as _begin_attempt, its only caller, whose callers set the search
+-- path: a SET would cost more than the probe.
+CREATE FUNCTION hivenet._expiry_due(p_namespace text, p_started_at timestamptz) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce((SELECT p_started_at + n.expire_after <= hivenet.now()
+                     FROM hivenet.request_namespace n WHERE n.namespace = p_namespace), false);
+END $$;
+
+-- Expire the attempts (p_keys[i], p_attempts[i]) of namespace p_namespace that are still
+-- `processing` past its expire_after; returns how many it expired. Blocks while another
+-- transaction finishes, resolves or expires one of them, then leaves it if that one did.
+-- 'expired' is named in PL/pgSQL, read when it runs: revision 0002 adds the value in the
+-- transaction that creates this function, where it could not be used yet.
+CREATE FUNCTION hivenet._expire_attempts(p_namespace text, p_keys text[],
+                                         p_attempts integer[]) RETURNS integer
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_expired integer := 0;
+    v_row record;
+BEGIN
+    FOR v_row IN
+        UPDATE hivenet.request_attempt a
+        SET state = 'expired', finished_at = hivenet.now(),
+            resolved_by = 'hivenet.expire_after',
+            note = format('expired by policy: processing for longer than expire_after %s of the '
+                          'namespace', n.expire_after)
+        FROM hivenet.request_namespace n, unnest(p_keys, p_attempts) AS c (key, attempt)
+        WHERE n.namespace = p_namespace AND a.namespace = p_namespace AND a.key = c.key
+          AND a.attempt = c.attempt AND a.state = 'processing'
+          AND a.started_at + n.expire_after <= hivenet.now()
+        RETURNING a.key, a.attempt, a.chain_hash IS NOT NULL AS chained
+    LOOP
+        v_expired := v_expired + 1;
+        -- An attempt whose begin is a link of an audit chain: its expiry is the next
+        -- (audit.sql), as a finish's would be.
+        IF v_row.chained THEN
+            PERFORM hivenet._chain_append(p_namespace, v_row.key, v_row.attempt, 'finish');
+        END IF;
+    END LOOP;
+    RETURN v_expired;
+END $$;
+
+-- Expiry by maintain(), so that the views and metrics show attempts nobody begins again. In
+-- each namespace with an expire_after, the attempts started since the last run's mark
+-- (request_expiry) and before the namespace's cutoff, read from the index
+-- (namespace || '', started_at) in started order: what became due since the last run, not
+-- the namespace's retained history again. At most 1,000 processing ones are expired a run
+-- (bounded work: the mark stops at the last, and the next run goes on). SKIP LOCKED leaves an
+-- attempt a begin or a finish is changing right now to that one. The begin of a key is what
+-- enforces expiry; this is housekeeping, so an attempt committed `processing` only after
+-- the mark passed its start is left to its key's next begin.
+CREATE FUNCTION hivenet._maintain_request_expiry() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_namespace text;
+    v_from timestamptz;
+    v_cutoff timestamptz;
+    v_keys text[];
+    v_attempts integer[];
+    v_last timestamptz;
+BEGIN
+    DELETE FROM hivenet.request_expiry e
+    WHERE NOT EXISTS (SELECT FROM hivenet.request_namespace n
+                      WHERE n.namespace = e.namespace AND n.expire_after IS NOT NULL);
+    FOR v_namespace, v_from, v_cutoff IN
+        SELECT n.namespace, coalesce(e.expired_through, '-infinity'),
+               hivenet.now() - n.expire_after
+        FROM hivenet.request_namespace n
+        LEFT JOIN hivenet.request_expiry e ON e.namespace = n.namespace
+        WHERE n.expire_after IS NOT NULL
+    LOOP
+        SELECT array_agg(c.key), array_agg(c.attempt), max(c.started_at)
+        INTO v_keys, v_attempts, v_last
+        FROM (SELECT a.key, a.attempt, a.started_at FROM hivenet.request_attempt a
+              WHERE a.namespace || '' = v_namespace  -- the index's expression
+                AND a.started_at >= v_from AND a.started_at <= v_cutoff
+                AND a.state = 'processing'
+              ORDER BY a.namespace || '', a.started_at
+              LIMIT 1000
+              FOR UPDATE OF a SKIP LOCKED) AS c;
+        IF v_keys IS NOT NULL THEN
+            PERFORM hivenet._expire_attempts(v_namespace, v_keys, v_attempts);
+        END IF;
+        INSERT INTO hivenet.request_expiry AS e (namespace, expired_through)
+        VALUES (v_namespace, CASE WHEN cardinality(v_keys) = 1000 THEN v_last ELSE v_cutoff END)
+        ON CONFLICT (namespace) DO UPDATE SET expired_through = EXCLUDED.expired_through;
+    END LOOP;
+END $$;
+
 -- Grants (privileges.sql), once for everything above:
 -- every function and view of 0.2.0 granted to the roles, nothing to PUBLIC.
 CREATE OR REPLACE FUNCTION hivenet._grant_roles() RETURNS void
