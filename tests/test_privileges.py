@@ -156,6 +156,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "next_interface_serial": (APP,), "next_serial": (APP,), "next_serials": (APP,),
     "claim_interface_serial": (APP,), "claim": (APP,), "begin_step": (APP,),
     "finish_step": (APP,), "begin_request": (APP,), "finish_request": (APP,),
+    "watch_request": (APP,),  # a client waiting for an outcome registers (requests.sql)
     "ownership": (APP, ADMIN), "call_chain": ALL, "parse_serial": ALL,
     "flush_at_commit": (APP,),  # makes a durable allocation's commit flush
     # now() and its fake clock, inlined into the callers and the views stuck_*.
@@ -187,6 +188,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
 }
 OWNER_ONLY = set("""
     _advance _allocate _attempt_subject _begin_attempt _begin_attempt_nowait
+    _begin_attempt_within
     _canonical_instances _canonical_json _canonical_number _check_begin_options _check_fields
     _check_fingerprint _check_interval _check_name
     _check_owned _check_owned_serial _check_registry _claim_checked

@@ -243,6 +243,27 @@ EXCEPTION WHEN lock_not_available THEN
                          hivenet._attempt_subject(p_namespace, p_key));
 END $$;
 
+-- _begin_attempt waiting at most p_wait for a concurrent start of the same attempt (a lock
+-- wait), under lock_timeout p_wait, then HN030 naming the wait: the in-transaction shape's
+-- bound. lock_timeout set inside a function with a SET clause for it ends with the function,
+-- so the caller's is untouched (its own function, as _begin_attempt_nowait).
+CREATE FUNCTION hivenet._begin_attempt_within(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
+    p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+BEGIN
+    -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
+    PERFORM set_config('lock_timeout', least(greatest(ceil(extract(epoch FROM p_wait) * 1000),
+                                                      1), 2147483647)::bigint || 'ms', true);
+    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
+                                p_lease) b;
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION USING ERRCODE = 'HN030',
+        MESSAGE = format('%s is being started by another transaction that did not end within '
+                         'wait %s', hivenet._attempt_subject(p_namespace, p_key), p_wait);
+END $$;
+
 -- What view _request_start vouches for (below), and begin_request after the view wrote nothing:
 -- what _check_name and _check_begin_options accept, for plain options. Inlined where
 -- it is called: no function runs.
@@ -302,7 +323,8 @@ END $$;
 -- Not set-returning (OUT parameters): no tuplestore of its own.
 CREATE FUNCTION hivenet._begin_request(
     p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
-    p_nowait boolean, OUT outcome text, OUT attempt integer, OUT response jsonb)
+    p_nowait boolean, p_wait interval, OUT outcome text, OUT attempt integer,
+    OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_min_length integer;
@@ -314,6 +336,11 @@ BEGIN
         PERFORM hivenet._check_name('key', p_key);
         PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
     END IF;
+    IF p_wait < interval '0' OR p_wait > hivenet._longest_interval() THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('wait %s is not between 0 and %s', p_wait,
+                             hivenet._longest_interval());
+    END IF;
     SELECT n.key_min_length, n.key_pattern INTO v_min_length, v_pattern
     FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
     IF length(p_key) < v_min_length OR p_key !~ v_pattern THEN
@@ -323,6 +350,10 @@ BEGIN
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
                                            p_lease) b;
+    ELSIF p_wait IS NOT NULL THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_within(p_namespace, p_key, p_request, p_on_success,
+                                           p_lease, p_wait) b;
     ELSE
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
@@ -331,7 +362,7 @@ BEGIN
 END $$;
 
 -- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',
---                       lease default null, nowait default false)
+--                       lease default null, nowait default false, wait default null)
 --   → table(outcome text, attempt int, response jsonb), exactly one row.
 --   Receives one keyed request (a client's Idempotency-Key, a message id, a pay id ...) in the
 --   caller's transaction:
@@ -350,12 +381,16 @@ END $$;
 --   HN001: namespace or key NULL, empty, longer than 255 characters or with a control
 --   character, a namespace starting 'hivenet.' (the library's own), on_success not
 --   'replay'/'reject', lease not positive or longer than 10 years, nowait NULL, a key
---   breaking the namespace's key_min_length or key_pattern.
+--   breaking the namespace's key_min_length or key_pattern, wait negative or longer than 10
+--   years.
 --   A key is never accepted twice while its record is kept: finished requests are removed by
 --   maintain() once their last attempt ended longer ago than the namespace's retention
 --   (set_request_retention; default the setting request_retention, 24 hours).
 --   Blocks while another transaction has started the same attempt and not yet committed or
---   rolled back (then looks again); with nowait it raises HN030 at once instead. In
+--   rolled back (then looks again); with nowait it raises HN030 at once instead, with wait
+--   once it waited that long (wait 0 is nowait). An attempt begun and committed by another
+--   transaction holds no lock: begin raises HN030 at once, wait or not; a client waits for its
+--   outcome with watch_request and LISTEN, then begins again (see watch_request). In
 --   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).
 --   One statement, inlined into the caller's (a set-returning LANGUAGE sql function, as
 --   begin_step): a new key with plain options is started by _start_request, with no SECURITY
@@ -365,17 +400,18 @@ END $$;
 CREATE FUNCTION hivenet.begin_request(
     p_namespace text, p_key text, p_request jsonb DEFAULT NULL,
     p_on_success text DEFAULT 'replay', p_lease interval DEFAULT NULL,
-    p_nowait boolean DEFAULT false)
+    p_nowait boolean DEFAULT false, p_wait interval DEFAULT NULL)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
+    -- With a wait, not the view: its INSERT would wait for a concurrent start unbounded.
     (SELECT 'started'::text, 1, NULL::jsonb
      WHERE hivenet._start_request(p_namespace, p_key, p_request, p_on_success, p_lease,
-                                  p_nowait)
+                                  p_nowait OR p_wait IS NOT NULL)
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
      FROM hivenet._begin_request(p_namespace, p_key, p_request, p_on_success, p_lease,
-                                 p_nowait) b)
+                                 p_nowait, p_wait) b)
     LIMIT 1;
 END;
 
@@ -445,6 +481,8 @@ END $$;
 --   HN001 when succeeded is NULL, or namespace or key is not valid (as begin_request). Blocks
 --   only while another transaction is finishing or resolving the same attempt; then raises
 --   HN033 if that one committed.
+--   When a client waits for the key's outcome (watch_request), notifies channel
+--   hivenet_request_finished at commit with payload the JSON array [namespace, key].
 CREATE FUNCTION hivenet.finish_request(
     p_namespace text, p_key text, p_attempt integer, p_succeeded boolean,
     p_response jsonb DEFAULT NULL)
@@ -462,6 +500,13 @@ BEGIN
     IF NOT FOUND THEN
         PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
     END IF;
+    -- Wake whoever waits for this outcome (watch_request), and only then: NOTIFY takes a
+    -- global lock at commit. Without a waiter, one probe of an (almost always) empty index.
+    DELETE FROM hivenet.request_waiter w WHERE w.namespace = p_namespace AND w.key = p_key;
+    IF FOUND THEN
+        PERFORM pg_notify('hivenet_request_finished',
+                          json_build_array(p_namespace, p_key)::text);
+    END IF;
 END $$;
 
 -- hivenet.resolve_request(namespace, key, attempt, succeeded, note, response default null)
@@ -471,6 +516,7 @@ END $$;
 --   user. The original attempt's late finish_request then gets HN033. Works on any processing
 --   attempt, also before its lease ran out.
 --   HN033 as finish_request; HN001 when note is empty or succeeded NULL. Blocks like finish.
+--   Wakes the waiters of the key as finish_request does.
 CREATE FUNCTION hivenet.resolve_request(
     p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text,
     p_response jsonb DEFAULT NULL)
@@ -623,4 +669,44 @@ BEGIN
         PERFORM hivenet._purge_requests(v_namespace, v_now - least(
             coalesce(v_retention, v_default), hivenet._longest_interval()));
     END LOOP;
+    DELETE FROM hivenet.request_waiter w WHERE w.until < v_now;  -- waiters long gone
+END $$;
+
+-- Waiting for the first outcome (begin_request's wait, in the two-transaction shape). An
+-- attempt begun and committed holds no lock to wait on, and a function cannot receive a
+-- notification inside its transaction: the waiting client registers here, LISTENs on its own
+-- session, begins again (the attempt may have ended before the registration was seen) and,
+-- when it is still in progress, waits for finish_request's NOTIFY. finish_request notifies
+-- only keys with a row here: NOTIFY serialises every notifying commit of the cluster.
+-- Unlogged: a registration is worth nothing after a crash (its listener is gone with it).
+CREATE UNLOGGED TABLE hivenet.request_waiter (
+    namespace text        NOT NULL,
+    key       text        NOT NULL,
+    until     timestamptz NOT NULL,  -- the last waiter's deadline; maintain() removes it after
+    PRIMARY KEY (namespace, key)
+);
+COMMENT ON TABLE hivenet.request_waiter IS
+    'keys whose outcome a client waits for (watch_request): finish_request notifies them';
+
+-- hivenet.watch_request(namespace, key, wait) → text
+--   Registers that a client waits up to `wait` for the outcome of the key's processing
+--   attempt and returns the channel to LISTEN on, 'hivenet_request_finished'. Commit it, and
+--   LISTEN before that on a session connection of your own (not through a transaction
+--   pooler); then begin_request again (it may have finished in between) and, on HN030, wait
+--   for a notification whose payload is the JSON array [namespace, key]; then begin again.
+--   Each finish_request (or resolve_request) of the key notifies once and ends the
+--   registration: a waiter that meets a new attempt in progress registers again.
+--   HN001: namespace or key not valid (as begin_request), wait not positive or longer than
+--   10 years.
+CREATE FUNCTION hivenet.watch_request(p_namespace text, p_key text, p_wait interval)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._check_name('namespace', p_namespace);
+    PERFORM hivenet._check_name('key', p_key);
+    PERFORM hivenet._check_interval('wait', p_wait);
+    INSERT INTO hivenet.request_waiter AS w (namespace, key, until)
+    VALUES (p_namespace, p_key, hivenet.now() + p_wait)
+    ON CONFLICT (namespace, key) DO UPDATE SET until = greatest(w.until, EXCLUDED.until);
+    RETURN 'hivenet_request_finished';
 END $$;

@@ -277,3 +277,121 @@ ALTER TABLE hivenet.request_namespace
     ALTER COLUMN retention SET NOT NULL;
 COMMENT ON TABLE hivenet.request_namespace IS
     'retention of the finished requests of a namespace, when not the setting request_retention';
+
+-- Waiting for the first outcome, undone (after the sections above restored 0.1.0's
+-- _grant_roles and _begin_request): begin_request without wait, finish_request without the
+-- notification, no waiters.
+DROP FUNCTION hivenet.begin_request(text, text, jsonb, text, interval, boolean, interval);
+DROP FUNCTION hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval);
+DROP FUNCTION hivenet._begin_attempt_within(text, text, jsonb, text, interval, interval);
+DROP FUNCTION hivenet.watch_request(text, text, interval);
+
+-- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',
+--                       lease default null, nowait default false)
+--   → table(outcome text, attempt int, response jsonb), exactly one row.
+--   Receives one keyed request (a client's Idempotency-Key, a message id, a pay id ...) in the
+--   caller's transaction:
+--   * no attempt yet, or the latest failed: a new attempt starts, state `processing`;
+--     outcome 'started', attempt n+1, response NULL. Apply the effect, then call
+--     finish_request with that attempt number.
+--   * latest `processing`: HN030 StepInProgress (unknown state), also past its lease (an
+--     operator resolves a stuck request with resolve_request; nothing takes it over).
+--   * latest `success`: on_success 'replay' → outcome 'replayed', the attempt that succeeded
+--     and its stored response; 'reject' → HN031 StepAlreadySucceeded.
+--   request: its fingerprint (sha256 of the jsonb text, which jsonb normalises: key order and
+--   whitespace do not matter) is kept, and a different request under the same key raises
+--   HN032 RequestMismatch in every state. No request counts as JSON null.
+--   lease: how long `processing` is trusted (default: setting step_lease).
+--   HN001: namespace or key NULL, empty, longer than 255 characters or with a control
+--   character, a namespace starting 'hivenet.' (the library's own), on_success not
+--   'replay'/'reject', lease not positive or longer than 10 years, nowait NULL.
+--   A key is never accepted twice while its record is kept: finished requests are removed by
+--   maintain() once their last attempt ended longer ago than the namespace's retention
+--   (set_request_retention; default the setting request_retention, 24 hours).
+--   Blocks while another transaction has started the same attempt and not yet committed or
+--   rolled back (then looks again); with nowait it raises HN030 at once instead. In
+--   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).
+--   One statement, inlined into the caller's (a set-returning LANGUAGE sql function, as
+--   begin_step): a new key with plain options is started by _start_request, with no SECURITY
+--   DEFINER call; anything else (a key that has an attempt, bad input, nowait) goes to
+--   _begin_request, run only when the first branch wrote nothing (a UNION ALL under LIMIT 1,
+--   as begin_step's).
+CREATE FUNCTION hivenet.begin_request(
+    p_namespace text, p_key text, p_request jsonb DEFAULT NULL,
+    p_on_success text DEFAULT 'replay', p_lease interval DEFAULT NULL,
+    p_nowait boolean DEFAULT false)
+RETURNS TABLE (outcome text, attempt integer, response jsonb)
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    (SELECT 'started'::text, 1, NULL::jsonb
+     WHERE hivenet._start_request(p_namespace, p_key, p_request, p_on_success, p_lease,
+                                  p_nowait)
+     UNION ALL
+     SELECT b.outcome, b.attempt, b.response
+     FROM hivenet._begin_request(p_namespace, p_key, p_request, p_on_success, p_lease,
+                                 p_nowait) b)
+    LIMIT 1;
+END;
+
+-- hivenet.finish_request(namespace, key, attempt, succeeded, response default null) → void
+--   Ends the processing attempt `attempt` (the number begin_request returned) as `success`
+--   (response kept and replayed to later callers) or `failed` (response kept as the error;
+--   the next begin_request proceeds with a new attempt), in the caller's transaction.
+--   Fencing: HN033 StaleAttempt, changing nothing, when that attempt is not the key's current
+--   one or is no longer `processing` (finished, or resolved by an operator).
+--   HN001 when succeeded is NULL, or namespace or key is not valid (as begin_request). Blocks
+--   only while another transaction is finishing or resolving the same attempt; then raises
+--   HN033 if that one committed.
+CREATE OR REPLACE FUNCTION hivenet.finish_request(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean,
+    p_response jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE hivenet.request_attempt a
+    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
+                     ELSE 'failed'::hivenet.step_state END,
+        finished_at = hivenet.now(),
+        response = CASE WHEN p_succeeded THEN p_response END,
+        error = CASE WHEN NOT p_succeeded THEN p_response END
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
+      AND a.state = 'processing' AND p_succeeded IS NOT NULL;
+    IF NOT FOUND THEN
+        PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
+    END IF;
+END $$;
+
+-- Retention of requests (run by hivenet.maintain()): each namespace but the steps' (see
+-- _maintain_steps) by its own retention. The namespaces are found by skipping through the
+-- index, one probe each, never by reading the rows.
+CREATE OR REPLACE FUNCTION hivenet._maintain_requests() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_default interval := hivenet._setting_value('request_retention')::interval;
+    v_namespace text;
+    v_retention interval;
+BEGIN
+    FOR v_namespace IN
+        WITH RECURSIVE n AS (
+            SELECT min(a.namespace) AS namespace FROM hivenet.request_attempt a
+            UNION ALL
+            SELECT (SELECT min(a.namespace) FROM hivenet.request_attempt a
+                    WHERE a.namespace > n.namespace)
+            FROM n WHERE n.namespace IS NOT NULL)
+        SELECT n.namespace FROM n
+        WHERE n.namespace IS NOT NULL AND n.namespace <> 'hivenet.steps'
+    LOOP
+        SELECT r.retention INTO v_retention FROM hivenet.request_namespace r
+        WHERE r.namespace = v_namespace;
+        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp.
+        PERFORM hivenet._purge_requests(v_namespace, v_now - least(
+            coalesce(v_retention, v_default), hivenet._longest_interval()));
+    END LOOP;
+END $$;
+
+DROP TABLE hivenet.request_waiter;
+
+REVOKE EXECUTE ON FUNCTION hivenet._begin_request(text, text, jsonb, text, interval, boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.begin_request(text, text, jsonb, text, interval, boolean) FROM PUBLIC;
+SELECT hivenet._grant_roles();

@@ -543,3 +543,368 @@ REVOKE EXECUTE ON FUNCTION hivenet._policy_fingerprint(text, jsonb) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION hivenet._raise_key_refused(text, text, integer, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text) FROM PUBLIC;
 SELECT hivenet._grant_roles();
+
+-- Waiting for the first outcome: begin_request(..., wait) bounds the wait for a concurrent
+-- start (lock_timeout); finish_request notifies the keys a client waits for
+-- (watch_request, table request_waiter). begin_request and _begin_request take a new last
+-- parameter: dropped and created again (no view or function depends on them).
+DROP FUNCTION hivenet.begin_request(text, text, jsonb, text, interval, boolean);
+DROP FUNCTION hivenet._begin_request(text, text, jsonb, text, interval, boolean);
+
+CREATE UNLOGGED TABLE hivenet.request_waiter (
+    namespace text        NOT NULL,
+    key       text        NOT NULL,
+    until     timestamptz NOT NULL,  -- the last waiter's deadline; maintain() removes it after
+    PRIMARY KEY (namespace, key)
+);
+COMMENT ON TABLE hivenet.request_waiter IS
+    'keys whose outcome a client waits for (watch_request): finish_request notifies them';
+
+-- _begin_attempt waiting at most p_wait for a concurrent start of the same attempt (a lock
+-- wait), under lock_timeout p_wait, then HN030 naming the wait: the in-transaction shape's
+-- bound. lock_timeout set inside a function with a SET clause for it ends with the function,
+-- so the caller's is untouched (its own function, as _begin_attempt_nowait).
+CREATE FUNCTION hivenet._begin_attempt_within(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
+    p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+BEGIN
+    -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
+    PERFORM set_config('lock_timeout', least(greatest(ceil(extract(epoch FROM p_wait) * 1000),
+                                                      1), 2147483647)::bigint || 'ms', true);
+    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
+                                p_lease) b;
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION USING ERRCODE = 'HN030',
+        MESSAGE = format('%s is being started by another transaction that did not end within '
+                         'wait %s', hivenet._attempt_subject(p_namespace, p_key), p_wait);
+END $$;
+
+-- begin_request's full path, in the owner's rights, after _start_request wrote nothing. Input
+-- the view vouches for, with plain options, met a key that has an attempt: the state machine
+-- decides. Anything else (bad input, nowait) gets every check with its exact error first.
+-- Not set-returning (OUT parameters): no tuplestore of its own.
+CREATE FUNCTION hivenet._begin_request(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
+    p_nowait boolean, p_wait interval, OUT outcome text, OUT attempt integer,
+    OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_min_length integer;
+    v_pattern text;
+BEGIN
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
+            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)) THEN
+        PERFORM hivenet._check_name('namespace', p_namespace);
+        PERFORM hivenet._check_name('key', p_key);
+        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+    END IF;
+    IF p_wait < interval '0' OR p_wait > hivenet._longest_interval() THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('wait %s is not between 0 and %s', p_wait,
+                             hivenet._longest_interval());
+    END IF;
+    SELECT n.key_min_length, n.key_pattern INTO v_min_length, v_pattern
+    FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    IF length(p_key) < v_min_length OR p_key !~ v_pattern THEN
+        PERFORM hivenet._raise_key_refused(p_namespace, p_key, v_min_length, v_pattern);
+    END IF;
+    IF p_nowait THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
+                                           p_lease) b;
+    ELSIF p_wait IS NOT NULL THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_within(p_namespace, p_key, p_request, p_on_success,
+                                           p_lease, p_wait) b;
+    ELSE
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
+                                    p_lease) b;
+    END IF;
+END $$;
+
+-- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',
+--                       lease default null, nowait default false, wait default null)
+--   → table(outcome text, attempt int, response jsonb), exactly one row.
+--   Receives one keyed request (a client's Idempotency-Key, a message id, a pay id ...) in the
+--   caller's transaction:
+--   * no attempt yet, or the latest failed: a new attempt starts, state `processing`;
+--     outcome 'started', attempt n+1, response NULL. Apply the effect, then call
+--     finish_request with that attempt number.
+--   * latest `processing`: HN030 StepInProgress (unknown state), also past its lease (an
+--     operator resolves a stuck request with resolve_request; nothing takes it over).
+--   * latest `success`: on_success 'replay' → outcome 'replayed', the attempt that succeeded
+--     and its stored response; 'reject' → HN031 StepAlreadySucceeded.
+--   request: its fingerprint (by the namespace's policy, set_namespace_policy: by default
+--   sha256 of the jsonb text, which jsonb normalises: key order and whitespace do not matter;
+--   'json' or JSON paths: fingerprints.sql) is kept, and a different request under the same
+--   key raises HN032 RequestMismatch in every state. No request counts as JSON null.
+--   lease: how long `processing` is trusted (default: setting step_lease).
+--   HN001: namespace or key NULL, empty, longer than 255 characters or with a control
+--   character, a namespace starting 'hivenet.' (the library's own), on_success not
+--   'replay'/'reject', lease not positive or longer than 10 years, nowait NULL, a key
+--   breaking the namespace's key_min_length or key_pattern, wait negative or longer than 10
+--   years.
+--   A key is never accepted twice while its record is kept: finished requests are removed by
+--   maintain() once their last attempt ended longer ago than the namespace's retention
+--   (set_request_retention; default the setting request_retention, 24 hours).
+--   Blocks while another transaction has started the same attempt and not yet committed or
+--   rolled back (then looks again); with nowait it raises HN030 at once instead, with wait
+--   once it waited that long (wait 0 is nowait). An attempt begun and committed by another
+--   transaction holds no lock: begin raises HN030 at once, wait or not; a client waits for its
+--   outcome with watch_request and LISTEN, then begins again (see watch_request). In
+--   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).
+--   One statement, inlined into the caller's (a set-returning LANGUAGE sql function, as
+--   begin_step): a new key with plain options is started by _start_request, with no SECURITY
+--   DEFINER call; anything else (a key that has an attempt, bad input, nowait) goes to
+--   _begin_request, run only when the first branch wrote nothing (a UNION ALL under LIMIT 1,
+--   as begin_step's).
+CREATE FUNCTION hivenet.begin_request(
+    p_namespace text, p_key text, p_request jsonb DEFAULT NULL,
+    p_on_success text DEFAULT 'replay', p_lease interval DEFAULT NULL,
+    p_nowait boolean DEFAULT false, p_wait interval DEFAULT NULL)
+RETURNS TABLE (outcome text, attempt integer, response jsonb)
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    -- With a wait, not the view: its INSERT would wait for a concurrent start unbounded.
+    (SELECT 'started'::text, 1, NULL::jsonb
+     WHERE hivenet._start_request(p_namespace, p_key, p_request, p_on_success, p_lease,
+                                  p_nowait OR p_wait IS NOT NULL)
+     UNION ALL
+     SELECT b.outcome, b.attempt, b.response
+     FROM hivenet._begin_request(p_namespace, p_key, p_request, p_on_success, p_lease,
+                                 p_nowait, p_wait) b)
+    LIMIT 1;
+END;
+
+-- hivenet.finish_request(namespace, key, attempt, succeeded, response default null) → void
+--   Ends the processing attempt `attempt` (the number begin_request returned) as `success`
+--   (response kept and replayed to later callers) or `failed` (response kept as the error;
+--   the next begin_request proceeds with a new attempt), in the caller's transaction.
+--   Fencing: HN033 StaleAttempt, changing nothing, when that attempt is not the key's current
+--   one or is no longer `processing` (finished, or resolved by an operator).
+--   HN001 when succeeded is NULL, or namespace or key is not valid (as begin_request). Blocks
+--   only while another transaction is finishing or resolving the same attempt; then raises
+--   HN033 if that one committed.
+--   When a client waits for the key's outcome (watch_request), notifies channel
+--   hivenet_request_finished at commit with payload the JSON array [namespace, key].
+CREATE OR REPLACE FUNCTION hivenet.finish_request(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean,
+    p_response jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE hivenet.request_attempt a
+    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
+                     ELSE 'failed'::hivenet.step_state END,
+        finished_at = hivenet.now(),
+        response = CASE WHEN p_succeeded THEN p_response END,
+        error = CASE WHEN NOT p_succeeded THEN p_response END
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
+      AND a.state = 'processing' AND p_succeeded IS NOT NULL;
+    IF NOT FOUND THEN
+        PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
+    END IF;
+    -- Wake whoever waits for this outcome (watch_request), and only then: NOTIFY takes a
+    -- global lock at commit. Without a waiter, one probe of an (almost always) empty index.
+    DELETE FROM hivenet.request_waiter w WHERE w.namespace = p_namespace AND w.key = p_key;
+    IF FOUND THEN
+        PERFORM pg_notify('hivenet_request_finished',
+                          json_build_array(p_namespace, p_key)::text);
+    END IF;
+END $$;
+
+-- hivenet.watch_request(namespace, key, wait) → text
+--   Registers that a client waits up to `wait` for the outcome of the key's processing
+--   attempt and returns the channel to LISTEN on, 'hivenet_request_finished'. Commit it, and
+--   LISTEN before that on a session connection of your own (not through a transaction
+--   pooler); then begin_request again (it may have finished in between) and, on HN030, wait
+--   for a notification whose payload is the JSON array [namespace, key]; then begin again.
+--   Each finish_request (or resolve_request) of the key notifies once and ends the
+--   registration: a waiter that meets a new attempt in progress registers again.
+--   HN001: namespace or key not valid (as begin_request), wait not positive or longer than
+--   10 years.
+CREATE FUNCTION hivenet.watch_request(p_namespace text, p_key text, p_wait interval)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._check_name('namespace', p_namespace);
+    PERFORM hivenet._check_name('key', p_key);
+    PERFORM hivenet._check_interval('wait', p_wait);
+    INSERT INTO hivenet.request_waiter AS w (namespace, key, until)
+    VALUES (p_namespace, p_key, hivenet.now() + p_wait)
+    ON CONFLICT (namespace, key) DO UPDATE SET until = greatest(w.until, EXCLUDED.until);
+    RETURN 'hivenet_request_finished';
+END $$;
+
+-- Retention of requests (run by hivenet.maintain()): each namespace but the steps' (see
+-- _maintain_steps) by its own retention. The namespaces are found by skipping through the
+-- index, one probe each, never by reading the rows.
+CREATE OR REPLACE FUNCTION hivenet._maintain_requests() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_default interval := hivenet._setting_value('request_retention')::interval;
+    v_namespace text;
+    v_retention interval;
+BEGIN
+    FOR v_namespace IN
+        WITH RECURSIVE n AS (
+            SELECT min(a.namespace) AS namespace FROM hivenet.request_attempt a
+            UNION ALL
+            SELECT (SELECT min(a.namespace) FROM hivenet.request_attempt a
+                    WHERE a.namespace > n.namespace)
+            FROM n WHERE n.namespace IS NOT NULL)
+        SELECT n.namespace FROM n
+        WHERE n.namespace IS NOT NULL AND n.namespace <> 'hivenet.steps'
+    LOOP
+        SELECT r.retention INTO v_retention FROM hivenet.request_namespace r
+        WHERE r.namespace = v_namespace;
+        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp.
+        PERFORM hivenet._purge_requests(v_namespace, v_now - least(
+            coalesce(v_retention, v_default), hivenet._longest_interval()));
+    END LOOP;
+    DELETE FROM hivenet.request_waiter w WHERE w.until < v_now;  -- waiters long gone
+END $$;
+
+-- Grants of the new functions (privileges.sql), nothing for PUBLIC.
+CREATE OR REPLACE FUNCTION hivenet._grant_roles() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_counter text;
+    v_role text;
+BEGIN
+    IF to_regrole('hivenet_app') IS NOT NULL THEN
+        GRANT USAGE ON SCHEMA hivenet TO hivenet_app;
+        -- The application API.
+        GRANT EXECUTE ON FUNCTION
+            hivenet.now(),
+            hivenet.next_unified_serial(text, text, text),
+            hivenet.next_system_serial(text, text, text),
+            hivenet.next_interface_serial(text, text, text, text),
+            hivenet.next_serial(text, jsonb),
+            hivenet.next_serials(text, jsonb, integer),
+            hivenet.parse_serial(text, text),
+            hivenet.claim_interface_serial(text, text, text, boolean),
+            hivenet.call_chain(text),
+            hivenet.claim(text, text, boolean),
+            hivenet.begin_step(text, jsonb, text, text, interval, boolean),
+            hivenet.finish_step(text, integer, boolean, jsonb),
+            hivenet.begin_request(text, text, jsonb, text, interval, boolean, interval),
+            hivenet.watch_request(text, text, interval),
+            hivenet.finish_request(text, text, integer, boolean, jsonb),
+            hivenet.ownership(),
+            hivenet.flush_at_commit()
+        TO hivenet_app;
+        -- now() is inlined into the caller: its fake clock (clock.sql) runs as the caller.
+        GRANT EXECUTE ON FUNCTION hivenet._fake_now() TO hivenet_app;
+        -- The allocation fast path (compile.sql, _fast_unified and _fast_system), inlined into
+        -- next_unified_serial / next_system_serial: every function in it, and USAGE on the
+        -- counters it draws from (_grant_counter). The constants say what the formats and
+        -- settings are (no secret).
+        GRANT EXECUTE ON FUNCTION
+            hivenet._fast_unified(text, text, text),
+            hivenet._fast_system(text, text, text),
+            hivenet._format_constant(text),
+            hivenet._setting_constant(text),
+            hivenet._scope_sequence_name(text, text)
+        TO hivenet_app;
+        FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s ORDER BY 1 LOOP
+            IF to_regclass('hivenet.' || quote_ident(v_counter)) IS NOT NULL THEN
+                PERFORM hivenet._grant_counter(v_counter);
+            END IF;
+        END LOOP;
+        -- begin_step and begin_request (steps.sql, requests.sql), inlined into the caller's
+        -- statement. The replay of a succeeded step: _step_in_window and view _step_replay,
+        -- SELECT only: of every succeeded step its serial, attempt, request fingerprint,
+        -- unified serial and stored response, what begin_step replays to whoever presents the
+        -- same request. The application's own replays: no other role reads them.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._step_in_window(text),
+            hivenet._fingerprint(jsonb)
+        TO hivenet_app;
+        GRANT SELECT ON hivenet._step_replay TO hivenet_app;
+        -- A new step's or key's first attempt: _start_step / _start_request (run as the
+        -- caller) insert into view _step_start / _request_start, whose rule writes with the
+        -- owner's rights: the role may insert, not read. The rules' checks run as the
+        -- inserter: _step_start_valid and the generated layout check _serial_valid with
+        -- _serial_time (compile.sql), and _request_start_valid.
+        GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
+        GRANT EXECUTE ON FUNCTION
+            hivenet._plain_options(text, boolean),
+            hivenet._start_step(text, jsonb, text, text, interval, boolean),
+            hivenet._start_request(text, text, jsonb, text, interval, boolean),
+            hivenet._serial_valid(text, text),
+            hivenet._serial_time(text, text),
+            hivenet._step_start_valid(text, text, interval),
+            hivenet._request_start_valid(text, text, interval)
+        TO hivenet_app;
+        -- Everything else: _begin_step / _begin_request (SECURITY DEFINER, every check of
+        -- begin_step / begin_request: calling them directly can do nothing the public
+        -- functions cannot).
+        GRANT EXECUTE ON FUNCTION
+            hivenet._begin_step(text, jsonb, text, text, interval, boolean),
+            hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval)
+        TO hivenet_app;
+        -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
+        -- callers' clock, the bound on intervals, the rule for names and keys.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._caller_now(timestamptz, text),
+            hivenet._longest_interval(),
+            hivenet._interval_allowed(interval),
+            hivenet._name_valid(text)
+        TO hivenet_app;
+    END IF;
+
+    -- The reporting views and what they call as their reader, for both roles that read them.
+    FOREACH v_role IN ARRAY ARRAY['hivenet_reporting', 'hivenet_admin'] LOOP
+        CONTINUE WHEN to_regrole(v_role) IS NULL;
+        EXECUTE format('GRANT USAGE ON SCHEMA hivenet TO %I', v_role);
+        EXECUTE format('GRANT SELECT ON hivenet.interface_calls, '
+                       'hivenet.interface_calls_per_day, hivenet.step_states, '
+                       'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
+                       'hivenet.stuck_requests TO %I', v_role);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION '
+                       'hivenet.call_chain(text), '
+                       'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
+                       'hivenet._step_lease(interval), '         -- likewise
+                       'hivenet._reporting_local_now(), '        -- scope_usage
+                       'hivenet._period_index(timestamp, text), '
+                       'hivenet._period_start(bigint, text), '
+                       'hivenet._scope_counter_value(text), '
+                       'hivenet._serial_field(text, text, text), '  -- interface_calls
+                       'hivenet._serial_time(text, text), '
+                       'hivenet.parse_serial(text, text) '          -- in both, for other formats
+                       'TO %I', v_role);
+    END LOOP;
+
+    IF to_regrole('hivenet_admin') IS NOT NULL THEN
+        GRANT SELECT ON ALL TABLES IN SCHEMA hivenet TO hivenet_admin;
+        GRANT UPDATE ON hivenet.setting TO hivenet_admin;
+        GRANT EXECUTE ON FUNCTION
+            hivenet.maintain(),
+            hivenet.fence_failover(bigint, boolean),
+            hivenet._timeline(),  -- `hivenet-db failover-fence` reports this timeline's fence
+            hivenet.replication_warning(),
+            hivenet.define_format(text, jsonb, boolean, text),
+            hivenet.prepare_scope(text, jsonb),
+            hivenet.register_system(text, text),
+            hivenet.register_module(text, text, text),
+            hivenet.own_instances(text, boolean, boolean),
+            hivenet.ownership(),
+            hivenet.resolve_step(text, integer, boolean, text, jsonb),
+            hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
+            hivenet.set_claim_expiry(text, interval),
+            hivenet.set_request_retention(text, interval),
+            hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text)
+        TO hivenet_admin;
+    END IF;
+END $$;
+
+REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt_within(text, text, jsonb, text, interval, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.begin_request(text, text, jsonb, text, interval, boolean, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.watch_request(text, text, interval) FROM PUBLIC;
+SELECT hivenet._grant_roles();
