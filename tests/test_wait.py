@@ -59,15 +59,16 @@ def started_and_committed(db: psycopg.Connection, key: str) -> int:
     return int(attempt)
 
 
-def waiters(db: psycopg.Connection, key: str) -> int:
+def waiters(db: psycopg.Connection, key: str, namespace: str = NAMESPACE) -> int:
     return int(scalar(db, "SELECT count(*) FROM hivenet.request_waiter "
-                          "WHERE namespace = %s AND key = %s", (NAMESPACE, key)))
+                          "WHERE namespace = %s AND key = %s", (namespace, key)))
 
 
-def until_registered(db: psycopg.Connection, key: str, timeout: float = 10.0) -> None:
+def until_registered(db: psycopg.Connection, key: str, namespace: str = NAMESPACE,
+                     timeout: float = 10.0) -> None:
     """Return once a waiter registered for the key (its registration committed)."""
     deadline = time.monotonic() + timeout
-    while waiters(db, key) == 0:
+    while waiters(db, key, namespace) == 0:
         assert time.monotonic() < deadline, "nobody registered to wait"
         time.sleep(0.005)
 
@@ -353,3 +354,55 @@ def test_waiters_behind_pgbouncer_hold_no_server_connection(
                 conn.close()
             listener.close()
     assert {(s.outcome, s.response["order"]) for s in starts} == {("replayed", 8)}
+
+
+# --- the HTTP middleware -----------------------------------------------------------------------
+
+def test_a_duplicate_http_request_waits_and_gets_the_first_response(
+        db: psycopg.Connection, hivenet_url: str) -> None:
+    pytest.importorskip("httpx", reason="the tests need httpx (extra test)")
+    from tests.test_asgi import KEY, Calls, client, created, make_app, run
+
+    calls = Calls()
+    calls.release.clear()
+    told: list[str] = []
+
+    async def scenario(engine: Any) -> None:
+        app = make_app(engine, created(calls), wait=30,
+                       on_decision=lambda _n, _k, decision, _a: told.append(decision))
+        async with client(app) as http:
+            first = asyncio.create_task(http.post("/orders", content=b"x", headers=KEY))
+            await calls.entered.wait()
+            second = asyncio.create_task(http.post("/orders", content=b"x", headers=KEY))
+            await asyncio.to_thread(until_registered, db, KEY["Idempotency-Key"].strip('"'),
+                                    "http")
+            calls.release.set()
+            answers = [await first, await second]
+        assert [answer.status_code for answer in answers] == [201, 201]
+        assert answers[1].headers["idempotent-replayed"] == "true"
+        assert answers[1].content == answers[0].content
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1 and told == ["started", "replayed"]
+
+
+def test_a_duplicate_http_request_gets_409_once_its_wait_is_over(hivenet_url: str) -> None:
+    pytest.importorskip("httpx", reason="the tests need httpx (extra test)")
+    from tests.test_asgi import KEY, Calls, client, created, make_app, run
+
+    calls = Calls()
+    calls.release.clear()
+
+    async def scenario(engine: Any) -> None:
+        async with client(make_app(engine, created(calls), wait=timedelta(seconds=0.4))
+                          ) as http:
+            first = asyncio.create_task(http.post("/orders", content=b"x", headers=KEY))
+            await calls.entered.wait()
+            started = time.monotonic()
+            second = await http.post("/orders", content=b"x", headers=KEY)
+            assert time.monotonic() - started >= 0.4
+            assert second.status_code == 409 and second.json()["idempotency"] == "in-flight"
+            calls.release.set()
+            assert (await first).status_code == 201
+
+    run(hivenet_url, scenario)
