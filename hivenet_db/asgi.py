@@ -245,17 +245,17 @@ class IdempotencyMiddleware:
         # the first attempt's outcome, no connection is held.
         return await reported_async(self.on_decision, self.namespace, key, waited_async(
             self._listener, self.namespace, key, self.wait,
-            lambda left: self._begin_once(key, request, left), lambda left: self._watch(
-                key, left), _nothing))
+            lambda left: self._begin_once(key, request, left), lambda: self._watch(key),
+            _nothing))
 
     async def _begin_once(self, key: str, request: Any, wait: timedelta) -> StepStart:
         async with self.engine.begin() as conn:
             return await AsyncRequestRepository(conn)._begin(
                 self.namespace, key, request, "replay", self.lease, False, wait)
 
-    async def _watch(self, key: str, left: timedelta) -> None:
+    async def _watch(self, key: str) -> None:
         async with self.engine.begin() as conn:
-            await AsyncRequestRepository(conn)._register(self.namespace, key, left)
+            await AsyncRequestRepository(conn)._register(self.namespace, key)
 
     def _listener(self) -> FinishListener:
         if self.listener is None:

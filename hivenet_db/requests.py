@@ -60,7 +60,7 @@ _RESOLVE = text(
     "CAST(:response AS jsonb))"
 )
 _RETENTION = text("SELECT hivenet.set_request_retention(:namespace, :retention)")
-_WATCH = "SELECT FROM hivenet.watch_request(%s, %s, %s::interval)"
+_WATCH = "SELECT FROM hivenet.watch_request(%s, %s)"
 
 
 @dataclass
@@ -83,12 +83,6 @@ def _begin_params(namespace: str, key: str, request: Any, on_success: OnSuccess,
                   wait: timedelta | None = None) -> dict[str, Any]:
     return {"namespace": namespace, "key": key, "request": as_json(request),
             "on_success": on_success, "lease": lease, "nowait": nowait, "wait": wait}
-
-
-def _watch_params(namespace: str, key: str, left: timedelta) -> dict[str, Any]:
-    # at least a millisecond: watch_request takes a positive wait
-    return {"namespace": namespace, "key": key,
-            "wait": max(left, timedelta(milliseconds=1))}
 
 
 def _finish_params(namespace: str, key: str, attempt: int, succeeded: bool,
@@ -144,12 +138,12 @@ class RequestRepository:
         return start_of(driver_rows(self.db, _BEGIN, _begin_params(
             namespace, key, request, on_success, lease, nowait, wait)))
 
-    def _watch(self, namespace: str, key: str, left: timedelta) -> None:
-        self._register(namespace, key, left)
+    def _watch(self, namespace: str, key: str) -> None:
+        self._register(namespace, key)
         self.db.commit()
 
-    def _register(self, namespace: str, key: str, left: timedelta) -> None:
-        driver_rows(self.db, _WATCH, _watch_params(namespace, key, left))
+    def _register(self, namespace: str, key: str) -> None:
+        driver_rows(self.db, _WATCH, {"namespace": namespace, "key": key})
 
     def _listener(self) -> FinishListener:
         if self.listener is None:
@@ -224,12 +218,12 @@ class AsyncRequestRepository:
         return start_of(await driver_rows_async(self.db, _BEGIN, _begin_params(
             namespace, key, request, on_success, lease, nowait, wait)))
 
-    async def _watch(self, namespace: str, key: str, left: timedelta) -> None:
-        await self._register(namespace, key, left)
+    async def _watch(self, namespace: str, key: str) -> None:
+        await self._register(namespace, key)
         await self.db.commit()
 
-    async def _register(self, namespace: str, key: str, left: timedelta) -> None:
-        await driver_rows_async(self.db, _WATCH, _watch_params(namespace, key, left))
+    async def _register(self, namespace: str, key: str) -> None:
+        await driver_rows_async(self.db, _WATCH, {"namespace": namespace, "key": key})
 
     async def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
                      response: Any = None) -> None:

@@ -10,8 +10,8 @@ A concurrent duplicate of a keyed request meets the first attempt in one of two 
   anyway), registers with ``hivenet.watch_request`` (committed), begins again (the attempt
   may have ended before the registration was seen) and, if it is still in progress, waits
   for the NOTIFY of ``finish_request`` on a listener connection of its own, at most for what
-  is left of ``wait``; then begins again. ``finish_request`` notifies only the keys someone
-  registered for, so nobody else pays for NOTIFY's lock at commit.
+  is left of ``wait``; then begins again. ``finish_request`` notifies only the attempts a waiter
+  marked, so nobody else pays for NOTIFY's lock at commit.
 
 One ``FinishListener`` per database and process (``FinishListener.shared``): a thread with a
 session connection of its own, LISTENing, waking the waiters of each key notified. It must
@@ -208,11 +208,11 @@ def _left(deadline: float) -> timedelta:
 
 
 def waited(listener: Callable[[], FinishListener], namespace: str, key: str, wait: timedelta,
-           begin: Callable[[timedelta], T], watch: Callable[[timedelta], None],
+           begin: Callable[[timedelta], T], watch: Callable[[], None],
            end: Callable[[], None]) -> T:
     """``begin(left)`` (``left``: what is left of ``wait``, for ``begin_request``'s own
     bound), and while it raises ``StepInProgress`` with time left: ``end()`` the transaction,
-    ``watch(left)`` (register and commit) and begin again at once, then wait for the key's
+    ``watch()`` (register and commit) and begin again at once, then wait for the key's
     notification and begin again. Raises the last ``StepInProgress`` (naming ``wait``) when
     none came in time."""
     deadline = time.monotonic() + wait.total_seconds()
@@ -228,7 +228,7 @@ def waited(listener: Callable[[], FinishListener], namespace: str, key: str, wai
                 if not watched.ready(deadline):
                     raise _timed_out(busy, wait) from busy
                 if not watched.registered:
-                    watch(_left(deadline))
+                    watch()
                     watched.registered = True
                     continue  # it may have ended before the registration was seen
                 waiter.event.wait(deadline - time.monotonic())
@@ -237,7 +237,7 @@ def waited(listener: Callable[[], FinishListener], namespace: str, key: str, wai
 
 async def waited_async(listener: Callable[[], FinishListener], namespace: str, key: str,
                        wait: timedelta, begin: Callable[[timedelta], Awaitable[T]],
-                       watch: Callable[[timedelta], Awaitable[None]],
+                       watch: Callable[[], Awaitable[None]],
                        end: Callable[[], Awaitable[None]]) -> T:
     """``waited`` for coroutines; the listener's thread wakes the event loop."""
     deadline = time.monotonic() + wait.total_seconds()
@@ -253,7 +253,7 @@ async def waited_async(listener: Callable[[], FinishListener], namespace: str, k
                 if not await asyncio.to_thread(watched.ready, deadline):
                     raise _timed_out(busy, wait) from busy
                 if not watched.registered:
-                    await watch(_left(deadline))
+                    await watch()
                     watched.registered = True
                     continue
                 assert waiter.woken is not None
@@ -293,7 +293,8 @@ class _Watch:
         return self._waiter
 
     def woken(self) -> None:
-        """After a wake-up: the registration was used up (finish deletes it)."""
+        """After a wake-up: the attempt it marked has ended; a new one in progress (begun by
+        another waiter) is marked again before waiting for it."""
         assert self._waiter is not None
         self._waiter.clear()
         self.registered = False

@@ -596,7 +596,8 @@ def test_with_wait_concurrent_duplicates_get_the_first_response(
             pending = [pool.submit(send) for _ in range(4)]
             assert views.ENTERED.wait(10)
             deadline = time.monotonic() + 10
-            while scalar(owner, "SELECT count(*) FROM hivenet.request_waiter") == 0:
+            while scalar(owner, "SELECT count(*) FROM hivenet.request_attempt "
+                                "WHERE state = 'processing' AND awaited") == 0:
                 assert time.monotonic() < deadline, "no duplicate registered to wait"
                 threading.Event().wait(0.01)
             views.GATE.set()

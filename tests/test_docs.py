@@ -244,7 +244,7 @@ SQL = {
     "docs/guides/idempotency.md: SELECT hivenet.set_request_retention('payment-notify', '30 days');"
     "  -- hivenet_admin": Sql(login="admin"),
     "docs/guides/idempotency.md: -- hivenet_admin": Sql(login="admin"),
-    "docs/guides/idempotency.md: LISTEN hivenet_request_finished;                     -- on a "
+    "docs/guides/idempotency.md: LISTEN hivenet_request_finished;                    -- on a "
     "session of its own": Sql(),
     "docs/guides/idempotency.md: SELECT * FROM hivenet.begin_request('payments', "
     "'0b0c5d7e-2f0a-4c1e-9a51-6f1f3d6a2b10',": Sql(

@@ -59,16 +59,17 @@ def started_and_committed(db: psycopg.Connection, key: str) -> int:
     return int(attempt)
 
 
-def waiters(db: psycopg.Connection, key: str, namespace: str = NAMESPACE) -> int:
-    return int(scalar(db, "SELECT count(*) FROM hivenet.request_waiter "
-                          "WHERE namespace = %s AND key = %s", (namespace, key)))
+def awaited(db: psycopg.Connection, key: str, namespace: str = NAMESPACE) -> bool:
+    """Whether the key's processing attempt is marked as waited for (watch_request)."""
+    return bool(scalar(db, "SELECT count(*) FROM hivenet.request_attempt WHERE namespace = %s "
+                           "AND key = %s AND state = 'processing' AND awaited", (namespace, key)))
 
 
 def until_registered(db: psycopg.Connection, key: str, namespace: str = NAMESPACE,
                      timeout: float = 10.0) -> None:
     """Return once a waiter registered for the key (its registration committed)."""
     deadline = time.monotonic() + timeout
-    while waiters(db, key, namespace) == 0:
+    while not awaited(db, key, namespace):
         assert time.monotonic() < deadline, "nobody registered to wait"
         time.sleep(0.005)
 
@@ -156,11 +157,22 @@ def test_finish_notifies_only_a_key_someone_waits_for(db: psycopg.Connection,
     finish(db, unwatched, started_and_committed(db, unwatched), True, {})
     assert notified(listener) == []
     attempt = started_and_committed(db, watched)
-    assert scalar(db, "SELECT hivenet.watch_request(%s, %s, '1 minute')",
-                  (NAMESPACE, watched)) == CHANNEL
+    assert scalar(db, "SELECT hivenet.watch_request(%s, %s)", (NAMESPACE, watched)) == CHANNEL
     finish(db, watched, attempt, False, {"error": "x"})
     assert notified(listener) == [json.dumps([NAMESPACE, watched])]
-    assert waiters(db, watched) == 0  # one notification per registration
+    # the next attempt is another: not waited for until watched again
+    attempt = started_and_committed(db, watched)
+    finish(db, watched, attempt, True, {})
+    assert notified(listener) == []
+
+
+def test_watching_a_key_that_is_not_in_progress_changes_nothing(db: psycopg.Connection) -> None:
+    key = new_key()
+    assert scalar(db, "SELECT hivenet.watch_request(%s, %s)", (NAMESPACE, key)) == CHANNEL
+    finish(db, key, started_and_committed(db, key), True, {})
+    db.execute("SELECT hivenet.watch_request(%s, %s)", (NAMESPACE, key))
+    assert scalar(db, "SELECT count(*) FILTER (WHERE awaited) FROM hivenet.request_attempt "
+                      "WHERE namespace = %s AND key = %s", (NAMESPACE, key)) == 0
 
 
 def test_resolve_notifies_too(db: psycopg.Connection, connect: Connect) -> None:
@@ -168,28 +180,17 @@ def test_resolve_notifies_too(db: psycopg.Connection, connect: Connect) -> None:
     listener.execute(f"LISTEN {CHANNEL}")
     key = new_key()
     attempt = started_and_committed(db, key)
-    db.execute("SELECT hivenet.watch_request(%s, %s, '1 minute')", (NAMESPACE, key))
+    db.execute("SELECT hivenet.watch_request(%s, %s)", (NAMESPACE, key))
     db.execute("SELECT hivenet.resolve_request(%s, %s, %s, true, 'done by hand', '{}')",
                (NAMESPACE, key, attempt))
     assert notified(listener) == [json.dumps([NAMESPACE, key])]
 
 
 def test_watch_request_checks_its_arguments(db: psycopg.Connection) -> None:
-    for args, named in [(("", "k", "1 minute"), "namespace"), (("n", "k", "0"), "wait 00:00:00")]:
+    for args, named in [(("", "k"), "namespace"), (("n", "k\n"), "key")]:
         with pytest.raises(psycopg.Error) as refused:
-            db.execute("SELECT hivenet.watch_request(%s, %s, %s::interval)", args)
+            db.execute("SELECT hivenet.watch_request(%s, %s)", args)
         assert refused.value.sqlstate == "HN001" and named in str(refused.value)
-
-
-def test_maintain_removes_registrations_past_their_wait(
-        db: psycopg.Connection, fake_clock: Callable[[psycopg.Connection, str], None]) -> None:
-    key = new_key()
-    db.execute("SELECT hivenet.watch_request(%s, %s, '1 minute')", (NAMESPACE, key))
-    db.execute("SELECT hivenet.maintain()")
-    assert waiters(db, key) == 1
-    fake_clock(db, str(scalar(db, "SELECT now() + interval '2 minutes'")))
-    db.execute("SELECT hivenet.maintain()")
-    assert waiters(db, key) == 0
 
 
 # --- the repository: the two-transaction shape -------------------------------------------------
@@ -268,7 +269,8 @@ def test_without_a_duplicate_wait_changes_nothing(db: psycopg.Connection,
         run.response = {"order": 1}
     conn.commit()
     assert RequestRepository(conn).begin(NAMESPACE, key, ORDER, wait=5).replayed
-    assert waiters(db, key) == 0
+    assert scalar(db, "SELECT count(*) FILTER (WHERE awaited) FROM hivenet.request_attempt "
+                      "WHERE namespace = %s AND key = %s", (NAMESPACE, key)) == 0
     with pytest.raises(InvalidInput):
         RequestRepository(conn).begin(NAMESPACE, key, ORDER, wait=-1)  # checked by Python too
 

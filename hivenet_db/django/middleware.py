@@ -178,7 +178,7 @@ class IdempotencyMiddleware:
         return reported(options.on_decision, options.namespace, key, lambda: waited(
             self._listener, options.namespace, key, as_timedelta(wait),
             lambda left: self._begin_once(key, described, left),
-            lambda left: self._watch(key, left), lambda: None))
+            lambda: self._watch(key), lambda: None))
 
     def _begin_once(self, key: str, described: Any, wait: timedelta) -> StepStart:
         options = self.options
@@ -186,10 +186,10 @@ class IdempotencyMiddleware:
             return RequestRepository(connection(options.database))._begin(
                 options.namespace, key, described, "replay", options.lease, False, wait)
 
-    def _watch(self, key: str, left: timedelta) -> None:
+    def _watch(self, key: str) -> None:
         with transaction.atomic(using=self.options.database):
             RequestRepository(connection(self.options.database))._register(
-                self.options.namespace, key, left)
+                self.options.namespace, key)
 
     def _listener(self) -> FinishListener:
         url = self.options.listen_url or libpq_url(database_url(self.options.database))

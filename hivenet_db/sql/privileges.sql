@@ -66,7 +66,7 @@ BEGIN
             hivenet.begin_step(text, jsonb, text, text, interval, boolean),
             hivenet.finish_step(text, integer, boolean, jsonb),
             hivenet.begin_request(text, text, jsonb, text, interval, boolean, interval),
-            hivenet.watch_request(text, text, interval),
+            hivenet.watch_request(text, text),
             hivenet.finish_request(text, text, integer, boolean, jsonb),
             hivenet.ownership(),
             hivenet.flush_at_commit()

@@ -38,6 +38,9 @@ CREATE TABLE hivenet.request_attempt (
     error          jsonb,      -- failed: what the caller reported
     resolved_by    text,       -- the operator (session user) who resolved a stuck attempt
     note           text,       -- the operator's note
+    -- true: a client waits for this processing attempt's outcome (watch_request), so that
+    -- finish_request notifies; on the row, so finishing reads it at no cost.
+    awaited        boolean,
     PRIMARY KEY (namespace, key, attempt)
 )
 -- fillfactor: room on the page so finishing is a HOT update. Autovacuum after 2,000 dead rows
@@ -481,7 +484,7 @@ END $$;
 --   HN001 when succeeded is NULL, or namespace or key is not valid (as begin_request). Blocks
 --   only while another transaction is finishing or resolving the same attempt; then raises
 --   HN033 if that one committed.
---   When a client waits for the key's outcome (watch_request), notifies channel
+--   When a client waits for the attempt's outcome (watch_request), notifies channel
 --   hivenet_request_finished at commit with payload the JSON array [namespace, key].
 CREATE FUNCTION hivenet.finish_request(
     p_namespace text, p_key text, p_attempt integer, p_succeeded boolean,
@@ -491,8 +494,6 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 DECLARE
     v_awaited boolean;
 BEGIN
-    -- Whether a client waits for this outcome (watch_request): in the same statement, one
-    -- probe of an (almost always) empty index; no statement more on the hot path.
     UPDATE hivenet.request_attempt a
     SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
                      ELSE 'failed'::hivenet.step_state END,
@@ -501,15 +502,13 @@ BEGIN
         error = CASE WHEN NOT p_succeeded THEN p_response END
     WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
       AND a.state = 'processing' AND p_succeeded IS NOT NULL
-    RETURNING EXISTS (SELECT FROM hivenet.request_waiter w
-                      WHERE w.namespace = p_namespace AND w.key = p_key) INTO v_awaited;
+    RETURNING a.awaited INTO v_awaited;
     IF NOT FOUND THEN
         PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
     END IF;
-    -- Wake the waiters, and only then: NOTIFY serialises the notifying commits.
+    -- Wake the waiters (watch_request), and only then: NOTIFY serialises the notifying
+    -- commits of the whole cluster.
     IF v_awaited THEN
-        DELETE FROM hivenet.request_waiter w
-        WHERE w.namespace = p_namespace AND w.key = p_key;
         PERFORM pg_notify('hivenet_request_finished',
                           json_build_array(p_namespace, p_key)::text);
     END IF;
@@ -675,44 +674,32 @@ BEGIN
         PERFORM hivenet._purge_requests(v_namespace, v_now - least(
             coalesce(v_retention, v_default), hivenet._longest_interval()));
     END LOOP;
-    DELETE FROM hivenet.request_waiter w WHERE w.until < v_now;  -- waiters long gone
 END $$;
 
--- Waiting for the first outcome (begin_request's wait, in the two-transaction shape). An
--- attempt begun and committed holds no lock to wait on, and a function cannot receive a
--- notification inside its transaction: the waiting client registers here, LISTENs on its own
--- session, begins again (the attempt may have ended before the registration was seen) and,
--- when it is still in progress, waits for finish_request's NOTIFY. finish_request notifies
--- only keys with a row here: NOTIFY serialises every notifying commit of the cluster.
--- Unlogged: a registration is worth nothing after a crash (its listener is gone with it).
-CREATE UNLOGGED TABLE hivenet.request_waiter (
-    namespace text        NOT NULL,
-    key       text        NOT NULL,
-    until     timestamptz NOT NULL,  -- the last waiter's deadline; maintain() removes it after
-    PRIMARY KEY (namespace, key)
-);
-COMMENT ON TABLE hivenet.request_waiter IS
-    'keys whose outcome a client waits for (watch_request): finish_request notifies them';
-
--- hivenet.watch_request(namespace, key, wait) → text
---   Registers that a client waits up to `wait` for the outcome of the key's processing
---   attempt and returns the channel to LISTEN on, 'hivenet_request_finished'. Commit it, and
---   LISTEN before that on a session connection of your own (not through a transaction
---   pooler); then begin_request again (it may have finished in between) and, on HN030, wait
---   for a notification whose payload is the JSON array [namespace, key]; then begin again.
---   Each finish_request (or resolve_request) of the key notifies once and ends the
---   registration: a waiter that meets a new attempt in progress registers again.
---   HN001: namespace or key not valid (as begin_request), wait not positive or longer than
---   10 years.
-CREATE FUNCTION hivenet.watch_request(p_namespace text, p_key text, p_wait interval)
+-- hivenet.watch_request(namespace, key) → text
+--   Registers that a client waits for the outcome of the key's processing attempt, so that
+--   its finish_request (or resolve_request) notifies channel hivenet_request_finished at
+--   commit with payload the JSON array [namespace, key]; returns that channel.
+--   begin_request's wait in the two-transaction shape: an attempt begun and committed holds
+--   no lock to wait on, and a function cannot receive a notification inside its transaction,
+--   so the client waits: LISTEN on the channel (on a session of its own, not through a
+--   transaction pooler), watch_request and commit, begin_request again (the attempt may have
+--   ended before the registration) and, on HN030, wait for the key's notification for what
+--   is left of its wait; then begin again. It marks the processing attempt (column awaited):
+--   only marked attempts notify, as NOTIFY serialises every notifying commit of the cluster.
+--   A key with no processing attempt is left alone (it ended: begin again). A finish in
+--   REPEATABLE READ or SERIALIZABLE whose snapshot predates the mark raises
+--   serialization_failure (40001), as for any concurrent update of its row: retry it. Blocks
+--   while the attempt is being finished.
+--   HN001: namespace or key not valid (as begin_request).
+CREATE FUNCTION hivenet.watch_request(p_namespace text, p_key text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM hivenet._check_name('namespace', p_namespace);
     PERFORM hivenet._check_name('key', p_key);
-    PERFORM hivenet._check_interval('wait', p_wait);
-    INSERT INTO hivenet.request_waiter AS w (namespace, key, until)
-    VALUES (p_namespace, p_key, hivenet.now() + p_wait)
-    ON CONFLICT (namespace, key) DO UPDATE SET until = greatest(w.until, EXCLUDED.until);
+    UPDATE hivenet.request_attempt a SET awaited = true
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.state = 'processing'
+      AND a.awaited IS NOT TRUE;
     RETURN 'hivenet_request_finished';
 END $$;

@@ -280,11 +280,11 @@ COMMENT ON TABLE hivenet.request_namespace IS
 
 -- Waiting for the first outcome, undone (after the sections above restored 0.1.0's
 -- _grant_roles and _begin_request): begin_request without wait, finish_request without the
--- notification, no waiters.
+-- notification, attempts without the mark.
 DROP FUNCTION hivenet.begin_request(text, text, jsonb, text, interval, boolean, interval);
 DROP FUNCTION hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval);
 DROP FUNCTION hivenet._begin_attempt_within(text, text, jsonb, text, interval, interval);
-DROP FUNCTION hivenet.watch_request(text, text, interval);
+DROP FUNCTION hivenet.watch_request(text, text);
 
 -- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',
 --                       lease default null, nowait default false)
@@ -361,36 +361,7 @@ BEGIN
     END IF;
 END $$;
 
--- Retention of requests (run by hivenet.maintain()): each namespace but the steps' (see
--- _maintain_steps) by its own retention. The namespaces are found by skipping through the
--- index, one probe each, never by reading the rows.
-CREATE OR REPLACE FUNCTION hivenet._maintain_requests() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_now timestamptz := hivenet.now();
-    v_default interval := hivenet._setting_value('request_retention')::interval;
-    v_namespace text;
-    v_retention interval;
-BEGIN
-    FOR v_namespace IN
-        WITH RECURSIVE n AS (
-            SELECT min(a.namespace) AS namespace FROM hivenet.request_attempt a
-            UNION ALL
-            SELECT (SELECT min(a.namespace) FROM hivenet.request_attempt a
-                    WHERE a.namespace > n.namespace)
-            FROM n WHERE n.namespace IS NOT NULL)
-        SELECT n.namespace FROM n
-        WHERE n.namespace IS NOT NULL AND n.namespace <> 'hivenet.steps'
-    LOOP
-        SELECT r.retention INTO v_retention FROM hivenet.request_namespace r
-        WHERE r.namespace = v_namespace;
-        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp.
-        PERFORM hivenet._purge_requests(v_namespace, v_now - least(
-            coalesce(v_retention, v_default), hivenet._longest_interval()));
-    END LOOP;
-END $$;
-
-DROP TABLE hivenet.request_waiter;
+ALTER TABLE hivenet.request_attempt DROP COLUMN awaited;
 
 REVOKE EXECUTE ON FUNCTION hivenet._begin_request(text, text, jsonb, text, interval, boolean) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_request(text, text, jsonb, text, interval, boolean) FROM PUBLIC;
