@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import HTTPConnection, Request
 
 from hivenet_db import AsyncRequestRepository
-from hivenet_db.decisions import OnDecision
+from hivenet_db.decisions import OnDecision, reported_async
 from hivenet_db.errors import StaleAttempt
 from hivenet_db.http_idempotency import (
     MAX_KEY_LENGTH,
@@ -47,7 +47,9 @@ from hivenet_db.http_idempotency import (
     replay,
     stored_key,
 )
-from hivenet_db.steps import error_report
+from hivenet_db.steps import StepStart, error_report
+from hivenet_db.urls import libpq_url
+from hivenet_db.waiting import FinishListener, Wait, as_timedelta, waited_async
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -111,6 +113,13 @@ class IdempotencyMiddleware:
     whitespace, key order and the form of numbers do not matter; 400 when not JSON) or a list
     of JSON paths (``["$.amount", "$.currency"]``: only what they select; ``$`` followed by
     ``.name``, ``["name"]`` and ``[index]``).
+
+    ``wait`` (seconds or a ``timedelta``): a request whose key is in flight waits up to that
+    long for the first one's outcome and gets its response replayed (or runs, when the first
+    failed), instead of 409 at once; 409 when it does not finish in time. While waiting it
+    holds no connection; it listens on ``listener`` (``hivenet_db.waiting``; default: one per
+    process on the engine's database; pass one reaching PostgreSQL directly, or through a
+    session pooler, when the engine goes through a transaction pooler).
     """
 
     #: how long an attempt is trusted as ``processing`` before listed in
@@ -121,7 +130,8 @@ class IdempotencyMiddleware:
                  methods: Iterable[str] = ("POST", "PATCH"), required: bool = True,
                  namespace: str = "http", scope: ScopeOf | None = None,
                  retention: timedelta | None = None, fingerprint: Fingerprint = "bytes",
-                 on_decision: OnDecision | None = None) -> None:
+                 wait: Wait | None = None, on_decision: OnDecision | None = None,
+                 listener: FinishListener | None = None) -> None:
         self.app = app
         self.engine = engine
         self.header = header.lower().encode("latin-1")
@@ -133,6 +143,8 @@ class IdempotencyMiddleware:
         self.on_decision = on_decision
         self._retention_set = retention is None
         self.fingerprint = check_fingerprint(fingerprint)
+        self.wait = None if wait is None else as_timedelta(wait)
+        self.listener = listener
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan" and not self._retention_set:
@@ -212,9 +224,7 @@ class IdempotencyMiddleware:
             await _send(send, *not_json.answer())
             return
         try:
-            async with self.engine.begin() as conn:  # commits `processing` before the handler
-                start = await AsyncRequestRepository(conn, on_decision=self.on_decision).begin(
-                    self.namespace, key, request, lease=self.lease, nowait=True)
+            start = await self._begin(key, request)
         except Exception as error:
             refused = refusal(error)
             if refused is None:
@@ -225,6 +235,33 @@ class IdempotencyMiddleware:
             await _send(send, *replay(start))
             return
         await self._run(scope, receive, send, key, body, start.attempt)
+
+    async def _begin(self, key: str, request: Any) -> StepStart:
+        if self.wait is None:
+            async with self.engine.begin() as conn:  # commits `processing` before the handler
+                return await AsyncRequestRepository(conn, on_decision=self.on_decision).begin(
+                    self.namespace, key, request, lease=self.lease, nowait=True)
+        # Each look, and the registration, in a transaction of its own: while waiting for
+        # the first attempt's outcome, no connection is held.
+        return await reported_async(self.on_decision, self.namespace, key, waited_async(
+            self._listener, self.namespace, key, self.wait,
+            lambda left: self._begin_once(key, request, left), lambda: self._watch(key),
+            _nothing))
+
+    async def _begin_once(self, key: str, request: Any, wait: timedelta) -> StepStart:
+        async with self.engine.begin() as conn:
+            return await AsyncRequestRepository(conn)._begin(
+                self.namespace, key, request, "replay", self.lease, False, wait)
+
+    async def _watch(self, key: str) -> None:
+        async with self.engine.begin() as conn:
+            await AsyncRequestRepository(conn)._register(self.namespace, key)
+
+    def _listener(self) -> FinishListener:
+        if self.listener is None:
+            self.listener = FinishListener.shared(
+                libpq_url(self.engine.url.render_as_string(hide_password=False)))
+        return self.listener
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, key: str, body: bytes,
                    attempt: int) -> None:
@@ -282,6 +319,10 @@ class IdempotencyMiddleware:
             handle._connection = None  # record the failure on a connection of its own
         with suppress(StaleAttempt):  # an operator resolved it meanwhile: their record stands
             await self._finish(handle, False, response)
+
+
+async def _nothing() -> None:
+    """Ending a look's transaction: its ``engine.begin()`` block did."""
 
 
 class _Captured:

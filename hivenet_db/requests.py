@@ -28,6 +28,9 @@ from hivenet_db._execute import (
     Rows,
     SyncDB,
     _checked,
+    conninfo_of,
+    driver_of,
+    driver_of_async,
     driver_rows,
     driver_rows_async,
     rows,
@@ -43,6 +46,7 @@ from hivenet_db.steps import (
     guarded_async,
     start_of,
 )
+from hivenet_db.waiting import FinishListener, Wait, as_timedelta, waited, waited_async
 
 # What begin found: the same object as for steps (outcome, attempt, response).
 RequestStart = StepStart
@@ -51,13 +55,15 @@ RequestStart = StepStart
 # (driver_rows: positional parameters, no text() compiled), as allocations are; the
 # parameters in the order of the _begin_params / _finish_params dicts.
 _BEGIN = ("SELECT outcome, attempt, response FROM hivenet.begin_request("
-          "%s, %s, %s::jsonb, %s, %s, %s)")
+          "%s, %s, %s::jsonb, %s, %s, %s, %s::interval)")
 _FINISH = "SELECT FROM hivenet.finish_request(%s, %s, %s, %s, %s::jsonb)"
 _RESOLVE = text(
     "SELECT hivenet.resolve_request(:namespace, :key, :attempt, :succeeded, :note, "
     "CAST(:response AS jsonb))"
 )
 _RETENTION = text("SELECT hivenet.set_request_retention(:namespace, :retention)")
+_WATCH = "SELECT FROM hivenet.watch_request(%s, %s)"
+
 # A batch: begin_requests and finish_requests. The arrays go in binary (%b), which psycopg
 # writes without quoting each element as the text form needs (CPU per key).
 _BEGIN_MANY = ("SELECT key, outcome, attempt, response FROM hivenet.begin_requests("
@@ -144,9 +150,10 @@ class RequestRun(Guarded):
 
 
 def _begin_params(namespace: str, key: str, request: Any, on_success: OnSuccess,
-                  lease: timedelta | None, nowait: bool) -> dict[str, Any]:
+                  lease: timedelta | None, nowait: bool,
+                  wait: timedelta | None = None) -> dict[str, Any]:
     return {"namespace": namespace, "key": key, "request": as_json(request),
-            "on_success": on_success, "lease": lease, "nowait": nowait}
+            "on_success": on_success, "lease": lease, "nowait": nowait, "wait": wait}
 
 
 def _finish_params(namespace: str, key: str, attempt: int, succeeded: bool,
@@ -161,21 +168,58 @@ class RequestRepository:
 
     ``begin`` raises ``StepInProgress`` (HN030), ``StepAlreadySucceeded`` (HN031),
     ``RequestMismatch`` (HN032) or ``InvalidInput`` (HN001); ``finish`` and ``resolve`` raise
-    ``StaleAttempt`` (HN033). Nothing is committed here: the caller's transaction decides.
+    ``StaleAttempt`` (HN033). Nothing is committed here: the caller's transaction decides,
+    except while ``begin`` waits (``wait``, below).
     ``on_decision(namespace, key, decision, attempt)`` is told what each ``begin`` decided
     (``hivenet_db.decisions``).
+
+    ``begin(..., wait=...)`` (seconds or a timedelta) waits up to that long for the outcome
+    of a concurrent attempt of the same key instead of raising ``StepInProgress`` at once,
+    then replays it (or starts a new attempt after a failure). An attempt uncommitted in
+    another transaction is waited for in the database; one committed as ``processing`` is
+    waited for without a transaction (``hivenet_db.waiting``): the repository rolls back the
+    caller's transaction (which the error aborted), commits its registration and listens on
+    ``listener`` (default: one per process on the same database as ``db``; give one that
+    reaches PostgreSQL directly, or through a session pooler, when ``db`` goes through a
+    transaction pooler). So ``db`` must be a connection whose transaction the repository may
+    end: a psycopg connection, a SQLAlchemy ``Session`` or a ``Connection`` used with
+    ``commit()`` (not inside ``engine.begin()``).
     """
 
-    def __init__(self, db: SyncDB, *, on_decision: OnDecision | None = None) -> None:
+    def __init__(self, db: SyncDB, *, on_decision: OnDecision | None = None,
+                 listener: FinishListener | None = None) -> None:
         self.db = db
         self.on_decision = on_decision
+        self.listener = listener
 
     def begin(self, namespace: str, key: str, request: Any = None, *,
               on_success: OnSuccess = "replay", lease: timedelta | None = None,
-              nowait: bool = False) -> StepStart:
+              nowait: bool = False, wait: Wait | None = None) -> StepStart:
         """Receive the request keyed ``key`` in ``namespace``."""
-        return reported(self.on_decision, namespace, key, lambda: start_of(driver_rows(
-            self.db, _BEGIN, _begin_params(namespace, key, request, on_success, lease, nowait))))
+        if wait is None:
+            return reported(self.on_decision, namespace, key, lambda: self._begin(
+                namespace, key, request, on_success, lease, nowait, None))
+        return reported(self.on_decision, namespace, key, lambda: waited(
+            self._listener, namespace, key, as_timedelta(wait),
+            partial(self._begin, namespace, key, request, on_success, lease, nowait),
+            partial(self._watch, namespace, key), self.db.rollback))
+
+    def _begin(self, namespace: str, key: str, request: Any, on_success: OnSuccess,
+               lease: timedelta | None, nowait: bool, wait: timedelta | None) -> StepStart:
+        return start_of(driver_rows(self.db, _BEGIN, _begin_params(
+            namespace, key, request, on_success, lease, nowait, wait)))
+
+    def _watch(self, namespace: str, key: str) -> None:
+        self._register(namespace, key)
+        self.db.commit()
+
+    def _register(self, namespace: str, key: str) -> None:
+        driver_rows(self.db, _WATCH, {"namespace": namespace, "key": key})
+
+    def _listener(self) -> FinishListener:
+        if self.listener is None:
+            self.listener = FinishListener.shared(conninfo_of(driver_of(self.db)))
+        return self.listener
 
     def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
                response: Any = None) -> None:
@@ -211,22 +255,23 @@ class RequestRepository:
     @contextmanager
     def request(self, namespace: str, key: str, request: Any = None, *,
                 on_success: OnSuccess = "replay", lease: timedelta | None = None,
-                nowait: bool = False) -> Iterator[RequestRun]:
+                nowait: bool = False, wait: Wait | None = None) -> Iterator[RequestRun]:
         """Begin the request, run the body, finish it: success with ``run.response``, or
         failure with ``error_report(exception)`` and the exception re-raised. When replayed
         the body must do nothing (check ``run.started``); nothing is recorded."""
         run = RequestRun.of(namespace, key, self.begin(
-            namespace, key, request, on_success=on_success, lease=lease, nowait=nowait))
+            namespace, key, request, on_success=on_success, lease=lease, nowait=nowait,
+            wait=wait))
         with guarded(run, partial(self.finish, namespace, key)) as inside:
             yield inside
 
     def run(self, namespace: str, key: str, request: Any, body: Callable[[], Any], *,
             on_success: OnSuccess = "replay", lease: timedelta | None = None,
-            nowait: bool = False) -> Any:
+            nowait: bool = False, wait: Wait | None = None) -> Any:
         """``request`` for a callable: call ``body()`` once if the request starts, return its
         response, or the original response when it is replayed."""
         with self.request(namespace, key, request, on_success=on_success, lease=lease,
-                          nowait=nowait) as run:
+                          nowait=nowait, wait=wait) as run:
             if run.started:
                 run.response = body()
         return run.response
@@ -235,20 +280,37 @@ class RequestRepository:
 class AsyncRequestRepository:
     """``RequestRepository`` for an ``AsyncConnection`` or ``AsyncSession`` (or psycopg's)."""
 
-    def __init__(self, db: AsyncDB, *, on_decision: OnDecision | None = None) -> None:
+    def __init__(self, db: AsyncDB, *, on_decision: OnDecision | None = None,
+                 listener: FinishListener | None = None) -> None:
         self.db = db
         self.on_decision = on_decision
+        self.listener = listener
 
     async def begin(self, namespace: str, key: str, request: Any = None, *,
                     on_success: OnSuccess = "replay", lease: timedelta | None = None,
-                    nowait: bool = False) -> StepStart:
-        return await reported_async(self.on_decision, namespace, key, self._begin(
-            namespace, key, request, on_success, lease, nowait))
+                    nowait: bool = False, wait: Wait | None = None) -> StepStart:
+        if wait is None:
+            return await reported_async(self.on_decision, namespace, key, self._begin(
+                namespace, key, request, on_success, lease, nowait, None))
+        listener = self.listener or FinishListener.shared(
+            conninfo_of(await driver_of_async(self.db)))
+        return await reported_async(self.on_decision, namespace, key, waited_async(
+            lambda: listener, namespace, key, as_timedelta(wait),
+            partial(self._begin, namespace, key, request, on_success, lease, nowait),
+            partial(self._watch, namespace, key), self.db.rollback))
 
     async def _begin(self, namespace: str, key: str, request: Any, on_success: OnSuccess,
-                     lease: timedelta | None, nowait: bool) -> StepStart:
+                     lease: timedelta | None, nowait: bool,
+                     wait: timedelta | None) -> StepStart:
         return start_of(await driver_rows_async(self.db, _BEGIN, _begin_params(
-            namespace, key, request, on_success, lease, nowait)))
+            namespace, key, request, on_success, lease, nowait, wait)))
+
+    async def _watch(self, namespace: str, key: str) -> None:
+        await self._register(namespace, key)
+        await self.db.commit()
+
+    async def _register(self, namespace: str, key: str) -> None:
+        await driver_rows_async(self.db, _WATCH, {"namespace": namespace, "key": key})
 
     async def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
                      response: Any = None) -> None:
@@ -274,17 +336,20 @@ class AsyncRequestRepository:
     @asynccontextmanager
     async def request(self, namespace: str, key: str, request: Any = None, *,
                       on_success: OnSuccess = "replay", lease: timedelta | None = None,
-                      nowait: bool = False) -> AsyncIterator[RequestRun]:
+                      nowait: bool = False,
+                      wait: Wait | None = None) -> AsyncIterator[RequestRun]:
         run = RequestRun.of(namespace, key, await self.begin(
-            namespace, key, request, on_success=on_success, lease=lease, nowait=nowait))
+            namespace, key, request, on_success=on_success, lease=lease, nowait=nowait,
+            wait=wait))
         async with guarded_async(run, partial(self.finish, namespace, key)) as inside:
             yield inside
 
     async def run(self, namespace: str, key: str, request: Any,
                   body: Callable[[], Awaitable[Any]], *, on_success: OnSuccess = "replay",
-                  lease: timedelta | None = None, nowait: bool = False) -> Any:
+                  lease: timedelta | None = None, nowait: bool = False,
+                  wait: Wait | None = None) -> Any:
         async with self.request(namespace, key, request, on_success=on_success, lease=lease,
-                                nowait=nowait) as run:
+                                nowait=nowait, wait=wait) as run:
             if run.started:
                 run.response = await body()
         return run.response

@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -586,3 +587,42 @@ def test_the_fingerprint_option_and_the_key_rules(app_db: str, owner: psycopg.Co
     with override_settings(HIVENET={"IDEMPOTENCY": {"fingerprint": "sha1"}}), \
             pytest.raises(ImproperlyConfigured, match="fingerprint 'sha1'"):
         Client().post("/orders", b"{}", content_type=JSON, headers=KEY)
+
+
+def test_with_wait_concurrent_duplicates_get_the_first_response(
+        app_db: str, owner: psycopg.Connection) -> None:
+    """``wait``: the duplicates of a request in flight wait for its outcome (each thread with
+    its own Django connection, holding no transaction meanwhile) and replay it."""
+    with override_settings(HIVENET={"IDEMPOTENCY": {"wait": 30}}):  # read by the handler
+        server = make_server("127.0.0.1", 0, WSGIHandler(), server_class=_ThreadingWSGIServer,
+                             handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/orders"
+
+    def send() -> tuple[int, dict[str, str], bytes]:
+        request = urllib.request.Request(url, b'{"sku": "tea"}', method="POST", headers={
+            "Idempotency-Key": '"order-1"', "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, _lower(response.headers), response.read()
+
+    views.GATE.clear()
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            pending = [pool.submit(send) for _ in range(4)]
+            assert views.ENTERED.wait(10)
+            deadline = time.monotonic() + 10
+            while scalar(owner, "SELECT count(*) FROM hivenet.request_attempt "
+                                "WHERE state = 'processing' AND awaited") == 0:
+                assert time.monotonic() < deadline, "no duplicate registered to wait"
+                threading.Event().wait(0.01)
+            views.GATE.set()
+            answers = [future.result(timeout=30) for future in pending]
+    finally:
+        views.GATE.set()
+        server.shutdown()
+        server.server_close()
+    assert [status for status, _, _ in answers] == [201] * 4
+    assert len({body for _, _, body in answers}) == 1
+    assert sorted(headers.get("idempotent-replayed", "") for _, headers, _ in answers) == [
+        "", "true", "true", "true"]
+    assert views.RUNS["count"] == 1 and orders(owner) == 1

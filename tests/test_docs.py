@@ -249,6 +249,8 @@ SQL = {
     "docs/guides/idempotency.md: SELECT hivenet.set_request_retention('payment-notify', '30 days');"
     "  -- hivenet_admin": Sql(login="admin"),
     "docs/guides/idempotency.md: -- hivenet_admin": Sql(login="admin"),
+    "docs/guides/idempotency.md: LISTEN hivenet_request_finished;                    -- on a "
+    "session of its own": Sql(),
     "docs/guides/idempotency.md: SELECT * FROM hivenet.begin_request('payments', "
     "'0b0c5d7e-2f0a-4c1e-9a51-6f1f3d6a2b10',": Sql(
         setup="SELECT hivenet.set_namespace_policy('payments', p_fingerprint => 'json', "
@@ -545,6 +547,12 @@ assert told == ["idempotency http k-1: started (attempt 1)",
               "from hivenet_db.asgi import IdempotencyMiddleware\n"
               "engine = create_async_engine(sa_app_url)\napp = Starlette()\n",
         then="assert len(app.user_middleware) == 2"),
+    "docs/guides/asgi.md: app.add_middleware(IdempotencyMiddleware, engine=engine, wait=10)":
+        Python(setup="from sqlalchemy.ext.asyncio import create_async_engine\n"
+                     "from starlette.applications import Starlette\n"
+                     "from hivenet_db.asgi import IdempotencyMiddleware\n"
+                     "engine = create_async_engine(sa_app_url)\napp = Starlette()\n",
+               then="assert len(app.user_middleware) == 1"),
     "docs/guides/asgi.md: engine = create_async_engine(url, "
     "connect_args={\"prepare_threshold\": None})":
         Python(setup="from sqlalchemy.ext.asyncio import create_async_engine\nurl = sa_app_url"),
@@ -604,6 +612,7 @@ assert posted[0]["X-Hivenet-System-Serial"] == step_serial and len(sent) == 1
                     "assert applied == [{'sku': 0}, {'sku': 1}, {'sku': 2}]"),
     "docs/guides/idempotency.md: from collections import Counter": Python(
         setup=KEYED, then="assert made == [order]"),
+    "docs/guides/idempotency.md: import threading": Python(setup=KEYED),
     "docs/guides/idempotency.md: from hivenet_db import RequestRepository, StepInProgress": Python(
         setup=ENGINE + "from types import SimpleNamespace\napplied = []\n"
               "def apply_inventory_event(conn, value):\n"

@@ -160,6 +160,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "claim_interface_serial": (APP,), "claim": (APP,), "begin_step": (APP,),
     "finish_step": (APP,), "begin_request": (APP,), "finish_request": (APP,),
     "begin_requests": (APP,), "finish_requests": (APP,),
+    "watch_request": (APP,),  # a client waiting for an outcome registers (requests.sql)
     "ownership": (APP, ADMIN), "call_chain": ALL, "parse_serial": ALL,
     "flush_at_commit": (APP,),  # makes a durable allocation's commit flush
     # now() and its fake clock, inlined into the callers and the views stuck_*.
@@ -193,7 +194,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
 }
 OWNER_ONLY = set("""
     _advance _allocate _attempt_subject _batch_limit _begin_attempt _begin_attempt_nowait
-    _begin_batch_key _check_batch
+    _begin_attempt_within _begin_batch_key _check_batch
     _canonical_instances _canonical_json _chain_append _chain_link _canonical_number
     _check_begin_options _check_fields
     _check_fingerprint _check_interval _check_name
@@ -215,6 +216,7 @@ OWNER_ONLY = set("""
     _refuse_outside_window _reject_serial _replace_function _reset_lock_space _resolve_attempt
     _scope_fields _scope_of _scopes_by_node _serial_scope _serial_shaped _setting_check
     _setting_value _shown _start_chain _step_days_from _step_days_to _step_issued_here
+    _wake_waiters
     _step_window_expression _time_pattern _unit_rank _utf16_units
 """.split())  # noqa: SIM905 (a list of words reads best)
 

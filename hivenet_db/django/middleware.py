@@ -37,9 +37,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
-from hivenet_db.decisions import OnDecision
-from hivenet_db.django.db import connection
-from hivenet_db.errors import StaleAttempt
+from hivenet_db.decisions import OnDecision, reported
+from hivenet_db.django.db import connection, database_url
+from hivenet_db.errors import InvalidInput, StaleAttempt
 from hivenet_db.http_idempotency import (
     RESOLVED_MEANWHILE,
     Answer,
@@ -54,7 +54,9 @@ from hivenet_db.http_idempotency import (
     stored_key,
 )
 from hivenet_db.requests import RequestRepository
-from hivenet_db.steps import error_report
+from hivenet_db.steps import StepStart, error_report
+from hivenet_db.urls import libpq_url
+from hivenet_db.waiting import FinishListener, as_timedelta, waited
 
 GetResponse = Callable[[HttpRequest], HttpResponseBase]
 
@@ -80,6 +82,12 @@ class Options:
     #: a callable (or its dotted path) told each decision about a key
     #: (``hivenet_db.decisions``)
     on_decision: OnDecision | None = None
+    #: seconds (or a timedelta) a request whose key is in flight waits for the first one's
+    #: outcome (replayed) before 409; None: 409 at once
+    wait: float | timedelta | None = None
+    #: where the waiters listen (``hivenet_db.waiting``): a libpq URL reaching PostgreSQL
+    #: directly or through a session pooler; None: the database's own URL
+    listen_url: str | None = None
 
     @classmethod
     def from_settings(cls) -> Options:
@@ -96,7 +104,9 @@ class Options:
                 given[name] = import_string(given[name])
         try:
             check_fingerprint(given.get("fingerprint", "bytes"))
-        except ValueError as error:
+            if given.get("wait") is not None:
+                as_timedelta(given["wait"])
+        except (ValueError, InvalidInput) as error:
             raise ImproperlyConfigured(f"HIVENET['IDEMPOTENCY']: {error}") from None
         return cls(**given)
 
@@ -145,10 +155,7 @@ class IdempotencyMiddleware:
         except Refused as refused:
             return _response(refused.answer())
         try:
-            with transaction.atomic(using=options.database):  # `processing`, committed first
-                start = RequestRepository(connection(options.database),
-                                          on_decision=options.on_decision).begin(
-                    options.namespace, key, described, lease=options.lease, nowait=True)
+            start = self._begin(key, described)
         except Exception as error:
             decided = refusal(error)
             if decided is None:
@@ -157,6 +164,36 @@ class IdempotencyMiddleware:
         if start.replayed:
             return _response(replay(start))
         return self._run(request, key, start.attempt)
+
+    def _begin(self, key: str, described: Any) -> StepStart:
+        options = self.options
+        wait = options.wait
+        if wait is None:
+            with transaction.atomic(using=options.database):  # `processing`, committed first
+                return RequestRepository(connection(options.database),
+                                         on_decision=options.on_decision).begin(
+                    options.namespace, key, described, lease=options.lease, nowait=True)
+        # Each look, and the registration, in a transaction of its own: while waiting for
+        # the first attempt's outcome, no transaction is open.
+        return reported(options.on_decision, options.namespace, key, lambda: waited(
+            self._listener, options.namespace, key, as_timedelta(wait),
+            lambda left: self._begin_once(key, described, left),
+            lambda: self._watch(key), lambda: None))
+
+    def _begin_once(self, key: str, described: Any, wait: timedelta) -> StepStart:
+        options = self.options
+        with transaction.atomic(using=options.database):
+            return RequestRepository(connection(options.database))._begin(
+                options.namespace, key, described, "replay", options.lease, False, wait)
+
+    def _watch(self, key: str) -> None:
+        with transaction.atomic(using=self.options.database):
+            RequestRepository(connection(self.options.database))._register(
+                self.options.namespace, key)
+
+    def _listener(self) -> FinishListener:
+        url = self.options.listen_url or libpq_url(database_url(self.options.database))
+        return FinishListener.shared(url)
 
     def _run(self, request: HttpRequest, key: str, attempt: int) -> HttpResponseBase:
         database = self.options.database

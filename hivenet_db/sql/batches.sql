@@ -75,7 +75,7 @@ CREATE FUNCTION hivenet._begin_batch_key(p_namespace text, p_key text, p_request
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-    FROM hivenet._begin_request(p_namespace, p_key, p_request, 'replay', p_lease, false) b;
+    FROM hivenet._begin_request(p_namespace, p_key, p_request, 'replay', p_lease, false, NULL) b;
 EXCEPTION WHEN SQLSTATE 'HN030' OR SQLSTATE 'HN032' OR SQLSTATE 'HN001' THEN
     outcome := CASE SQLSTATE WHEN 'HN030' THEN 'in_progress' WHEN 'HN032' THEN 'mismatch'
                              ELSE 'rejected' END;

@@ -56,13 +56,16 @@ BEGIN
         WHERE n.namespace = p_namespace AND a.namespace = p_namespace AND a.key = c.key
           AND a.attempt = c.attempt AND a.state = 'processing'
           AND a.started_at + n.expire_after <= hivenet.now()
-        RETURNING a.key, a.attempt, a.chain_hash IS NOT NULL AS chained
+        RETURNING a.key, a.attempt, a.chain_hash IS NOT NULL AS chained, a.awaited
     LOOP
         v_expired := v_expired + 1;
         -- An attempt whose begin is a link of an audit chain: its expiry is the next
         -- (audit.sql), as a finish's would be.
         IF v_row.chained THEN
             PERFORM hivenet._chain_append(p_namespace, v_row.key, v_row.attempt, 'finish');
+        END IF;
+        IF v_row.awaited THEN
+            PERFORM hivenet._wake_waiters(p_namespace, v_row.key);
         END IF;
     END LOOP;
     RETURN v_expired;

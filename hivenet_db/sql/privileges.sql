@@ -65,7 +65,8 @@ BEGIN
             hivenet.claim(text, text, boolean),
             hivenet.begin_step(text, jsonb, text, text, interval, boolean),
             hivenet.finish_step(text, integer, boolean, jsonb),
-            hivenet.begin_request(text, text, jsonb, text, interval, boolean),
+            hivenet.begin_request(text, text, jsonb, text, interval, boolean, interval),
+            hivenet.watch_request(text, text),
             hivenet.finish_request(text, text, integer, boolean, jsonb),
             hivenet.begin_requests(text, text[], jsonb[], interval),
             hivenet.finish_requests(text, text[], integer[], boolean[], jsonb[]),
@@ -122,7 +123,7 @@ BEGIN
         -- functions cannot).
         GRANT EXECUTE ON FUNCTION
             hivenet._begin_step(text, jsonb, text, text, interval, boolean),
-            hivenet._begin_request(text, text, jsonb, text, interval, boolean)
+            hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval)
         TO hivenet_app;
         -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
         -- callers' clock, the bound on intervals, the rule for names and keys.

@@ -52,6 +52,9 @@ CREATE TABLE hivenet.request_attempt (
     chain_hash       bytea,
     finish_position  bigint,
     finish_hash      bytea,
+    -- true: a client waits for this processing attempt's outcome (watch_request), so that
+    -- finish_request notifies; on the row, so finishing reads it at no cost.
+    awaited          boolean,
     PRIMARY KEY (namespace, key, attempt)
 )
 -- fillfactor: room on the page so finishing is a HOT update. Autovacuum after 2,000 dead rows
@@ -298,6 +301,27 @@ EXCEPTION WHEN lock_not_available THEN
                          hivenet._attempt_subject(p_namespace, p_key));
 END $$;
 
+-- _begin_attempt waiting at most p_wait for a concurrent start of the same attempt (a lock
+-- wait), under lock_timeout p_wait, then HN030 naming the wait: the in-transaction shape's
+-- bound. lock_timeout set inside a function with a SET clause for it ends with the function,
+-- so the caller's is untouched (its own function, as _begin_attempt_nowait).
+CREATE FUNCTION hivenet._begin_attempt_within(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
+    p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+BEGIN
+    -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
+    PERFORM set_config('lock_timeout', least(greatest(ceil(extract(epoch FROM p_wait) * 1000),
+                                                      1), 2147483647)::bigint || 'ms', true);
+    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
+                                p_lease) b;
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION USING ERRCODE = 'HN030',
+        MESSAGE = format('%s is being started by another transaction that did not end within '
+                         'wait %s', hivenet._attempt_subject(p_namespace, p_key), p_wait);
+END $$;
+
 -- What view _request_start vouches for (below), and begin_request after the view wrote nothing:
 -- what _check_name and _check_begin_options accept, for plain options. Inlined where
 -- it is called: no function runs.
@@ -360,7 +384,8 @@ END $$;
 -- Not set-returning (OUT parameters): no tuplestore of its own.
 CREATE FUNCTION hivenet._begin_request(
     p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
-    p_nowait boolean, OUT outcome text, OUT attempt integer, OUT response jsonb)
+    p_nowait boolean, p_wait interval, OUT outcome text, OUT attempt integer,
+    OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_min_length integer;
@@ -372,6 +397,11 @@ BEGIN
         PERFORM hivenet._check_name('key', p_key);
         PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
     END IF;
+    IF p_wait < interval '0' OR p_wait > hivenet._longest_interval() THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('wait %s is not between 0 and %s', p_wait,
+                             hivenet._longest_interval());
+    END IF;
     SELECT n.key_min_length, n.key_pattern INTO v_min_length, v_pattern
     FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
     IF length(p_key) < v_min_length OR p_key !~ v_pattern THEN
@@ -381,6 +411,10 @@ BEGIN
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
                                            p_lease) b;
+    ELSIF p_wait IS NOT NULL THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_within(p_namespace, p_key, p_request, p_on_success,
+                                           p_lease, p_wait) b;
     ELSE
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
@@ -389,7 +423,7 @@ BEGIN
 END $$;
 
 -- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',
---                       lease default null, nowait default false)
+--                       lease default null, nowait default false, wait default null)
 --   → table(outcome text, attempt int, response jsonb), exactly one row.
 --   Receives one keyed request (a client's Idempotency-Key, a message id, a pay id ...) in the
 --   caller's transaction:
@@ -412,13 +446,17 @@ END $$;
 --   HN001: namespace or key NULL, empty, longer than 255 characters or with a control
 --   character, a namespace starting 'hivenet.' (the library's own), on_success not
 --   'replay'/'reject', lease not positive or longer than 10 years, nowait NULL, a key
---   breaking the namespace's key_min_length or key_pattern.
+--   breaking the namespace's key_min_length or key_pattern, wait negative or longer than 10
+--   years.
 --   A key is never accepted twice while its record is kept: finished requests are removed by
 --   maintain() once their last attempt ended longer ago than the namespace's retention
 --   (set_request_retention; default the setting request_retention, 24 hours).
 --   Blocks while another transaction has started the same attempt and not yet committed or
 --   rolled back, or is finishing or expiring the attempt it would expire (then looks again);
---   with nowait it raises HN030 at once instead. In
+--   with nowait it raises HN030 at once instead, with wait once it waited that long (wait 0
+--   is nowait). An attempt begun and committed by another transaction holds no lock: begin
+--   raises HN030 at once, wait or not; a client waits for its outcome with watch_request and
+--   LISTEN, then begins again (see watch_request). In
 --   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).
 --   One statement, inlined into the caller's (a set-returning LANGUAGE sql function, as
 --   begin_step): a new key with plain options is started by _start_request, with no SECURITY
@@ -428,17 +466,18 @@ END $$;
 CREATE FUNCTION hivenet.begin_request(
     p_namespace text, p_key text, p_request jsonb DEFAULT NULL,
     p_on_success text DEFAULT 'replay', p_lease interval DEFAULT NULL,
-    p_nowait boolean DEFAULT false)
+    p_nowait boolean DEFAULT false, p_wait interval DEFAULT NULL)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
+    -- With a wait, not the view: its INSERT would wait for a concurrent start unbounded.
     (SELECT 'started'::text, 1, NULL::jsonb
      WHERE hivenet._start_request(p_namespace, p_key, p_request, p_on_success, p_lease,
-                                  p_nowait)
+                                  p_nowait OR p_wait IS NOT NULL)
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
      FROM hivenet._begin_request(p_namespace, p_key, p_request, p_on_success, p_lease,
-                                 p_nowait) b)
+                                 p_nowait, p_wait) b)
     LIMIT 1;
 END;
 
@@ -501,6 +540,15 @@ BEGIN
     PERFORM hivenet.finish_request(p_namespace, p_key, p_attempt, p_succeeded, p_response);
 END $$;
 
+-- Wake the clients waiting for key p_key's outcome (watch_request) at commit: only for an
+-- attempt marked awaited, since NOTIFY serialises the notifying commits of the whole cluster.
+-- Called where an attempt ends: finish_request (resolve_request through it) and expiry.
+CREATE FUNCTION hivenet._wake_waiters(p_namespace text, p_key text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM pg_notify('hivenet_request_finished', json_build_array(p_namespace, p_key)::text);
+END $$;
+
 -- hivenet.finish_request(namespace, key, attempt, succeeded, response default null) → void
 --   Ends the processing attempt `attempt` (the number begin_request returned) as `success`
 --   (response kept and replayed to later callers) or `failed` (response kept as the error;
@@ -511,6 +559,8 @@ END $$;
 --   HN001 when succeeded is NULL, or namespace or key is not valid (as begin_request). Blocks
 --   only while another transaction is finishing or resolving the same attempt; then raises
 --   HN033 if that one committed.
+--   When a client waits for the attempt's outcome (watch_request), notifies channel
+--   hivenet_request_finished at commit with payload the JSON array [namespace, key].
 CREATE FUNCTION hivenet.finish_request(
     p_namespace text, p_key text, p_attempt integer, p_succeeded boolean,
     p_response jsonb DEFAULT NULL)
@@ -518,6 +568,7 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_chained boolean;
+    v_awaited boolean;
 BEGIN
     UPDATE hivenet.request_attempt a
     SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
@@ -527,13 +578,16 @@ BEGIN
         error = CASE WHEN NOT p_succeeded THEN p_response END
     WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
       AND a.state = 'processing' AND p_succeeded IS NOT NULL
-    RETURNING a.chain_hash IS NOT NULL INTO v_chained;
+    RETURNING a.chain_hash IS NOT NULL, a.awaited INTO v_chained, v_awaited;
     IF NOT FOUND THEN
         PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
     END IF;
     -- An attempt whose begin is a link of an audit chain: its end is the next (audit.sql).
     IF v_chained THEN
         PERFORM hivenet._chain_append(p_namespace, p_key, p_attempt, 'finish');
+    END IF;
+    IF v_awaited THEN
+        PERFORM hivenet._wake_waiters(p_namespace, p_key);
     END IF;
 END $$;
 
@@ -544,6 +598,7 @@ END $$;
 --   user. The original attempt's late finish_request then gets HN033. Works on any processing
 --   attempt, also before its lease ran out.
 --   HN033 as finish_request; HN001 when note is empty or succeeded NULL. Blocks like finish.
+--   Wakes the waiters of the key as finish_request does.
 CREATE FUNCTION hivenet.resolve_request(
     p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text,
     p_response jsonb DEFAULT NULL)
@@ -722,4 +777,32 @@ BEGIN
         PERFORM hivenet._purge_requests(v_namespace, v_now - least(
             coalesce(v_retention, v_default), hivenet._longest_interval()));
     END LOOP;
+END $$;
+
+-- hivenet.watch_request(namespace, key) → text
+--   Registers that a client waits for the outcome of the key's processing attempt, so that
+--   its finish_request (or resolve_request) notifies channel hivenet_request_finished at
+--   commit with payload the JSON array [namespace, key]; returns that channel.
+--   begin_request's wait in the two-transaction shape: an attempt begun and committed holds
+--   no lock to wait on, and a function cannot receive a notification inside its transaction,
+--   so the client waits: LISTEN on the channel (on a session of its own, not through a
+--   transaction pooler), watch_request and commit, begin_request again (the attempt may have
+--   ended before the registration) and, on HN030, wait for the key's notification for what
+--   is left of its wait; then begin again. It marks the processing attempt (column awaited):
+--   only marked attempts notify, as NOTIFY serialises every notifying commit of the cluster.
+--   A key with no processing attempt is left alone (it ended: begin again). A finish in
+--   REPEATABLE READ or SERIALIZABLE whose snapshot predates the mark raises
+--   serialization_failure (40001), as for any concurrent update of its row: retry it. Blocks
+--   while the attempt is being finished.
+--   HN001: namespace or key not valid (as begin_request).
+CREATE FUNCTION hivenet.watch_request(p_namespace text, p_key text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._check_name('namespace', p_namespace);
+    PERFORM hivenet._check_name('key', p_key);
+    UPDATE hivenet.request_attempt a SET awaited = true
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.state = 'processing'
+      AND a.awaited IS NOT TRUE;
+    RETURN 'hivenet_request_finished';
 END $$;

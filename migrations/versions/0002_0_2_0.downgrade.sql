@@ -397,6 +397,96 @@ ALTER TABLE hivenet.request_namespace
 COMMENT ON TABLE hivenet.request_namespace IS
     'retention of the finished requests of a namespace, when not the setting request_retention';
 
+-- Waiting for the first outcome, undone (after the sections above restored 0.1.0's
+-- _grant_roles and _begin_request): begin_request without wait, finish_request without the
+-- notification, attempts without the mark.
+DROP FUNCTION hivenet.begin_request(text, text, jsonb, text, interval, boolean, interval);
+DROP FUNCTION hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval);
+DROP FUNCTION hivenet._begin_attempt_within(text, text, jsonb, text, interval, interval);
+DROP FUNCTION hivenet.watch_request(text, text);
+DROP FUNCTION hivenet._wake_waiters(text, text);
+
+-- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',
+--                       lease default null, nowait default false)
+--   → table(outcome text, attempt int, response jsonb), exactly one row.
+--   Receives one keyed request (a client's Idempotency-Key, a message id, a pay id ...) in the
+--   caller's transaction:
+--   * no attempt yet, or the latest failed: a new attempt starts, state `processing`;
+--     outcome 'started', attempt n+1, response NULL. Apply the effect, then call
+--     finish_request with that attempt number.
+--   * latest `processing`: HN030 StepInProgress (unknown state), also past its lease (an
+--     operator resolves a stuck request with resolve_request; nothing takes it over).
+--   * latest `success`: on_success 'replay' → outcome 'replayed', the attempt that succeeded
+--     and its stored response; 'reject' → HN031 StepAlreadySucceeded.
+--   request: its fingerprint (sha256 of the jsonb text, which jsonb normalises: key order and
+--   whitespace do not matter) is kept, and a different request under the same key raises
+--   HN032 RequestMismatch in every state. No request counts as JSON null.
+--   lease: how long `processing` is trusted (default: setting step_lease).
+--   HN001: namespace or key NULL, empty, longer than 255 characters or with a control
+--   character, a namespace starting 'hivenet.' (the library's own), on_success not
+--   'replay'/'reject', lease not positive or longer than 10 years, nowait NULL.
+--   A key is never accepted twice while its record is kept: finished requests are removed by
+--   maintain() once their last attempt ended longer ago than the namespace's retention
+--   (set_request_retention; default the setting request_retention, 24 hours).
+--   Blocks while another transaction has started the same attempt and not yet committed or
+--   rolled back (then looks again); with nowait it raises HN030 at once instead. In
+--   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).
+--   One statement, inlined into the caller's (a set-returning LANGUAGE sql function, as
+--   begin_step): a new key with plain options is started by _start_request, with no SECURITY
+--   DEFINER call; anything else (a key that has an attempt, bad input, nowait) goes to
+--   _begin_request, run only when the first branch wrote nothing (a UNION ALL under LIMIT 1,
+--   as begin_step's).
+CREATE FUNCTION hivenet.begin_request(
+    p_namespace text, p_key text, p_request jsonb DEFAULT NULL,
+    p_on_success text DEFAULT 'replay', p_lease interval DEFAULT NULL,
+    p_nowait boolean DEFAULT false)
+RETURNS TABLE (outcome text, attempt integer, response jsonb)
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    (SELECT 'started'::text, 1, NULL::jsonb
+     WHERE hivenet._start_request(p_namespace, p_key, p_request, p_on_success, p_lease,
+                                  p_nowait)
+     UNION ALL
+     SELECT b.outcome, b.attempt, b.response
+     FROM hivenet._begin_request(p_namespace, p_key, p_request, p_on_success, p_lease,
+                                 p_nowait) b)
+    LIMIT 1;
+END;
+
+-- hivenet.finish_request(namespace, key, attempt, succeeded, response default null) → void
+--   Ends the processing attempt `attempt` (the number begin_request returned) as `success`
+--   (response kept and replayed to later callers) or `failed` (response kept as the error;
+--   the next begin_request proceeds with a new attempt), in the caller's transaction.
+--   Fencing: HN033 StaleAttempt, changing nothing, when that attempt is not the key's current
+--   one or is no longer `processing` (finished, or resolved by an operator).
+--   HN001 when succeeded is NULL, or namespace or key is not valid (as begin_request). Blocks
+--   only while another transaction is finishing or resolving the same attempt; then raises
+--   HN033 if that one committed.
+CREATE OR REPLACE FUNCTION hivenet.finish_request(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean,
+    p_response jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE hivenet.request_attempt a
+    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
+                     ELSE 'failed'::hivenet.step_state END,
+        finished_at = hivenet.now(),
+        response = CASE WHEN p_succeeded THEN p_response END,
+        error = CASE WHEN NOT p_succeeded THEN p_response END
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
+      AND a.state = 'processing' AND p_succeeded IS NOT NULL;
+    IF NOT FOUND THEN
+        PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
+    END IF;
+END $$;
+
+ALTER TABLE hivenet.request_attempt DROP COLUMN awaited;
+
+REVOKE EXECUTE ON FUNCTION hivenet._begin_request(text, text, jsonb, text, interval, boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.begin_request(text, text, jsonb, text, interval, boolean) FROM PUBLIC;
+SELECT hivenet._grant_roles();
+
 -- Back from the failure policy per namespace: what 0.1.0 cannot hold goes. An `expired`
 -- attempt becomes `failed` (its note says so: the next begin_request retries it, 0.1.0's only
 -- policy), and the value 'expired' leaves type step_state. PostgreSQL cannot drop a value of

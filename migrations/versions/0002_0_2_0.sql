@@ -22,7 +22,7 @@ COMMENT ON TABLE hivenet.request_namespace IS
 
 -- The UTF-16 code units of p_text: RFC 8785 orders an object's members by them (a character
 -- above U+FFFF sorts as its surrogates, before U+E000..U+FFFF; code point order would not).
-CREATE FUNCTION hivenet._utf16_units(p_text text) RETURNS integer[]
+CREATE OR REPLACE FUNCTION hivenet._utf16_units(p_text text) RETURNS integer[]
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
     SELECT coalesce(array_agg(u.unit ORDER BY c.position, u.half), '{}')
@@ -41,7 +41,7 @@ END;
 -- session's setting cannot round them), shortened where fewer digits still give the same
 -- double: float8 output does not take a value on the edge of the double's interval (1e23
 -- comes out 9.999999999999999e+22). HN001 for a number no double holds.
-CREATE FUNCTION hivenet._canonical_number(p_number numeric) RETURNS text
+CREATE OR REPLACE FUNCTION hivenet._canonical_number(p_number numeric) RETURNS text
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp SET extra_float_digits = 1 AS $$
 DECLARE
     v_double double precision;
@@ -98,7 +98,7 @@ END $$;
 -- The RFC 8785 canonical form of p_value: members ordered by the UTF-16 units of their names,
 -- no whitespace, numbers by _canonical_number; strings as jsonb writes them, which escapes
 -- exactly what RFC 8785 escapes (\b \t \n \f \r \" \\, other controls as \u00xx).
-CREATE FUNCTION hivenet._canonical_json(p_value jsonb) RETURNS text
+CREATE OR REPLACE FUNCTION hivenet._canonical_json(p_value jsonb) RETURNS text
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_out text;
@@ -123,7 +123,7 @@ END $$;
 
 -- HN001 unless p_fingerprint is a fingerprint policy: 'bytes', 'json' or a non-empty JSON array
 -- of JSON paths (strings jsonpath accepts).
-CREATE FUNCTION hivenet._check_fingerprint(p_fingerprint text) RETURNS void
+CREATE OR REPLACE FUNCTION hivenet._check_fingerprint(p_fingerprint text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_paths jsonb;
@@ -159,7 +159,7 @@ END $$;
 
 -- The fingerprint of p_request under policy p_fingerprint (checked by _check_fingerprint;
 -- NULL or 'bytes': _fingerprint, the steps' and the default).
-CREATE FUNCTION hivenet._policy_fingerprint(p_fingerprint text, p_request jsonb) RETURNS bytea
+CREATE OR REPLACE FUNCTION hivenet._policy_fingerprint(p_fingerprint text, p_request jsonb) RETURNS bytea
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_request jsonb := coalesce(p_request, 'null'::jsonb);
@@ -180,7 +180,7 @@ END $$;
 -- HN001 naming the key rule of namespace p_namespace that key p_key breaks (key_min_length
 -- p_min_length, key_pattern p_pattern: set_namespace_policy). Off the hot path: its caller
 -- tests the rules first.
-CREATE FUNCTION hivenet._raise_key_refused(p_namespace text, p_key text, p_min_length integer,
+CREATE OR REPLACE FUNCTION hivenet._raise_key_refused(p_namespace text, p_key text, p_min_length integer,
     p_pattern text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -421,7 +421,7 @@ ALTER TABLE hivenet.request_namespace ADD COLUMN audit_chain boolean;
 -- LOCAL ROLE: a pooler's or PostgREST's per-request role), else the login. The one
 -- definition, for every path that inserts an attempt. Inlined (the rules of views
 -- _request_start and _step_start run it as the inserter: privileges.sql).
-CREATE FUNCTION hivenet._called_by() RETURNS text
+CREATE OR REPLACE FUNCTION hivenet._called_by() RETURNS text
 LANGUAGE sql STABLE
 BEGIN ATOMIC
     SELECT coalesce(nullif(current_setting('role'), 'none'), session_user::text);
@@ -745,7 +745,7 @@ COMMENT ON TABLE hivenet.request_chain IS
 
 -- The chain of namespace p_namespace, made when audit_chain is first turned on
 -- (set_namespace_policy); a chain turned on again goes on from its head.
-CREATE FUNCTION hivenet._start_chain(p_namespace text) RETURNS void
+CREATE OR REPLACE FUNCTION hivenet._start_chain(p_namespace text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     INSERT INTO hivenet.request_chain (namespace, position, head, anchor_position, anchor)
@@ -760,7 +760,7 @@ END $$;
 -- position, the state, end, a sha256 of the response and of the error, and the operator and
 -- note of a resolution. Times and intervals as epoch seconds, so no session setting (time
 -- zone, IntervalStyle) changes the text hashed.
-CREATE FUNCTION hivenet._chain_link(p_previous bytea, p_attempt hivenet.request_attempt,
+CREATE OR REPLACE FUNCTION hivenet._chain_link(p_previous bytea, p_attempt hivenet.request_attempt,
                                     p_event text) RETURNS bytea
 LANGUAGE sql STABLE
 BEGIN ATOMIC
@@ -783,7 +783,7 @@ END;
 -- Append the link of event p_event ('begin' or 'finish') of attempt p_attempt of key p_key to
 -- the chain of namespace p_namespace, after its head: the attempt's row gets the position and
 -- hash, the chain the new head. Locks the chain until commit.
-CREATE FUNCTION hivenet._chain_append(p_namespace text, p_key text, p_attempt integer,
+CREATE OR REPLACE FUNCTION hivenet._chain_append(p_namespace text, p_key text, p_attempt integer,
                                       p_event text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -817,7 +817,7 @@ END $$;
 -- whose links lie in the longest prefix of the chain that holds only whole attempts of those
 -- keys; the hash of its last link becomes the anchor. The rest waits for a later maintain().
 -- Reads the namespace's links.
-CREATE FUNCTION hivenet._purge_chained(p_namespace text, p_keys text[]) RETURNS void
+CREATE OR REPLACE FUNCTION hivenet._purge_chained(p_namespace text, p_keys text[]) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_kept bigint;
@@ -865,7 +865,7 @@ END $$;
 --   was off are not in it.
 --   HN001: the namespace never had an audit chain. Reads the namespace's attempts; blocks
 --   nothing (a link appended meanwhile is after the head it read).
-CREATE FUNCTION hivenet.verify_audit_chain(p_namespace text)
+CREATE OR REPLACE FUNCTION hivenet.verify_audit_chain(p_namespace text)
 RETURNS TABLE (attempts bigint, links bigint, head bytea, "position" bigint, key text,
                attempt integer, problem text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -967,7 +967,7 @@ COMMENT ON VIEW hivenet.request_attempts IS
 -- finish_requests finishes the started keys in one call, each by finish_request.
 
 -- The most keys one call takes: a batch is one statement and one transaction's locks.
-CREATE FUNCTION hivenet._batch_limit() RETURNS integer
+CREATE OR REPLACE FUNCTION hivenet._batch_limit() RETURNS integer
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
     SELECT 1000;
@@ -978,7 +978,7 @@ END;
 -- as long as each other, at most _batch_limit() keys, no key NULL or given twice, lease (as
 -- begin_request). A key begin_request would refuse is no error of begin_requests: that
 -- key's outcome is 'rejected'.
-CREATE FUNCTION hivenet._check_batch(p_namespace text, p_keys text[], p_what text,
+CREATE OR REPLACE FUNCTION hivenet._check_batch(p_namespace text, p_keys text[], p_what text,
     p_values jsonb[], p_lease interval) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -1030,12 +1030,12 @@ END $$;
 -- this key's own subtransaction. response: the stored response when replayed, else for a
 -- refusal the error begin_request would raise, {"code": ..., "message": ...}. No SET clause,
 -- as _begin_attempt: only begin_requests calls it.
-CREATE FUNCTION hivenet._begin_batch_key(p_namespace text, p_key text, p_request jsonb,
+CREATE OR REPLACE FUNCTION hivenet._begin_batch_key(p_namespace text, p_key text, p_request jsonb,
     p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-    FROM hivenet._begin_request(p_namespace, p_key, p_request, 'replay', p_lease, false) b;
+    FROM hivenet._begin_request(p_namespace, p_key, p_request, 'replay', p_lease, false, NULL) b;
 EXCEPTION WHEN SQLSTATE 'HN030' OR SQLSTATE 'HN032' OR SQLSTATE 'HN001' THEN
     outcome := CASE SQLSTATE WHEN 'HN030' THEN 'in_progress' WHEN 'HN032' THEN 'mismatch'
                              ELSE 'rejected' END;
@@ -1064,7 +1064,7 @@ END $$;
 --   rolled back, as begin_request; the keys are taken in their sort order, so two batches
 --   never deadlock on each other (a transaction that began some of the keys one by one, in
 --   another order, may: PostgreSQL then rolls one back with 40P01).
-CREATE FUNCTION hivenet.begin_requests(
+CREATE OR REPLACE FUNCTION hivenet.begin_requests(
     p_namespace text, p_keys text[], p_requests jsonb[], p_lease interval DEFAULT NULL)
 RETURNS TABLE (key text, outcome text, attempt integer, response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -1140,7 +1140,7 @@ END $$;
 --   call changes nothing.
 --   HN001 for the whole call as begin_requests (namespace, keys, responses; NULL, lengths,
 --   1,000 keys, a key NULL or given twice), attempts or succeeded NULL or not as long as keys.
-CREATE FUNCTION hivenet.finish_requests(
+CREATE OR REPLACE FUNCTION hivenet.finish_requests(
     p_namespace text, p_keys text[], p_attempts integer[], p_succeeded boolean[],
     p_responses jsonb[])
 RETURNS void
@@ -1390,7 +1390,7 @@ COMMENT ON TABLE hivenet.request_expiry IS
 -- only when a begin finds the latest attempt `processing` (HN030's path: a concurrent
 -- duplicate). No SET clause, as _begin_attempt, its only caller, whose callers set the search
 -- path: a SET would cost more than the probe.
-CREATE FUNCTION hivenet._expiry_due(p_namespace text, p_started_at timestamptz) RETURNS boolean
+CREATE OR REPLACE FUNCTION hivenet._expiry_due(p_namespace text, p_started_at timestamptz) RETURNS boolean
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN coalesce((SELECT p_started_at + n.expire_after <= hivenet.now()
@@ -1402,7 +1402,7 @@ END $$;
 -- transaction finishes, resolves or expires one of them, then leaves it if that one did.
 -- 'expired' is named in PL/pgSQL, read when it runs: revision 0002 adds the value in the
 -- transaction that creates this function, where it could not be used yet.
-CREATE FUNCTION hivenet._expire_attempts(p_namespace text, p_keys text[],
+CREATE OR REPLACE FUNCTION hivenet._expire_attempts(p_namespace text, p_keys text[],
                                          p_attempts integer[]) RETURNS integer
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -1419,13 +1419,16 @@ BEGIN
         WHERE n.namespace = p_namespace AND a.namespace = p_namespace AND a.key = c.key
           AND a.attempt = c.attempt AND a.state = 'processing'
           AND a.started_at + n.expire_after <= hivenet.now()
-        RETURNING a.key, a.attempt, a.chain_hash IS NOT NULL AS chained
+        RETURNING a.key, a.attempt, a.chain_hash IS NOT NULL AS chained, a.awaited
     LOOP
         v_expired := v_expired + 1;
         -- An attempt whose begin is a link of an audit chain: its expiry is the next
         -- (audit.sql), as a finish's would be.
         IF v_row.chained THEN
             PERFORM hivenet._chain_append(p_namespace, v_row.key, v_row.attempt, 'finish');
+        END IF;
+        IF v_row.awaited THEN
+            PERFORM hivenet._wake_waiters(p_namespace, v_row.key);
         END IF;
     END LOOP;
     RETURN v_expired;
@@ -1440,7 +1443,7 @@ END $$;
 -- attempt a begin or a finish is changing right now to that one. The begin of a key is what
 -- enforces expiry; this is housekeeping, so an attempt committed `processing` only after
 -- the mark passed its start is left to its key's next begin.
-CREATE FUNCTION hivenet._maintain_request_expiry() RETURNS void
+CREATE OR REPLACE FUNCTION hivenet._maintain_request_expiry() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_namespace text;
@@ -1478,6 +1481,214 @@ BEGIN
     END LOOP;
 END $$;
 
+-- Waiting for the first outcome: begin_request(..., wait) bounds the wait for a concurrent
+-- start (lock_timeout); finish_request notifies the attempts a client waits for
+-- (watch_request marks them: column awaited). begin_request and _begin_request take a new
+-- last parameter: dropped and created again (no view or function depends on them).
+DROP FUNCTION hivenet.begin_request(text, text, jsonb, text, interval, boolean);
+DROP FUNCTION hivenet._begin_request(text, text, jsonb, text, interval, boolean);
+
+-- true: a client waits for this processing attempt's outcome (watch_request), so that
+-- finish_request notifies; on the row, so finishing reads it at no cost.
+ALTER TABLE hivenet.request_attempt ADD COLUMN awaited boolean;
+
+-- _begin_attempt waiting at most p_wait for a concurrent start of the same attempt (a lock
+-- wait), under lock_timeout p_wait, then HN030 naming the wait: the in-transaction shape's
+-- bound. lock_timeout set inside a function with a SET clause for it ends with the function,
+-- so the caller's is untouched (its own function, as _begin_attempt_nowait).
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt_within(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
+    p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+BEGIN
+    -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
+    PERFORM set_config('lock_timeout', least(greatest(ceil(extract(epoch FROM p_wait) * 1000),
+                                                      1), 2147483647)::bigint || 'ms', true);
+    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
+                                p_lease) b;
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION USING ERRCODE = 'HN030',
+        MESSAGE = format('%s is being started by another transaction that did not end within '
+                         'wait %s', hivenet._attempt_subject(p_namespace, p_key), p_wait);
+END $$;
+
+-- begin_request's full path, in the owner's rights, after _start_request wrote nothing. Input
+-- the view vouches for, with plain options, met a key that has an attempt: the state machine
+-- decides. Anything else (bad input, nowait) gets every check with its exact error first.
+-- Not set-returning (OUT parameters): no tuplestore of its own.
+CREATE OR REPLACE FUNCTION hivenet._begin_request(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
+    p_nowait boolean, p_wait interval, OUT outcome text, OUT attempt integer,
+    OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_min_length integer;
+    v_pattern text;
+BEGIN
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
+            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)) THEN
+        PERFORM hivenet._check_name('namespace', p_namespace);
+        PERFORM hivenet._check_name('key', p_key);
+        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+    END IF;
+    IF p_wait < interval '0' OR p_wait > hivenet._longest_interval() THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('wait %s is not between 0 and %s', p_wait,
+                             hivenet._longest_interval());
+    END IF;
+    SELECT n.key_min_length, n.key_pattern INTO v_min_length, v_pattern
+    FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    IF length(p_key) < v_min_length OR p_key !~ v_pattern THEN
+        PERFORM hivenet._raise_key_refused(p_namespace, p_key, v_min_length, v_pattern);
+    END IF;
+    IF p_nowait THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
+                                           p_lease) b;
+    ELSIF p_wait IS NOT NULL THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_within(p_namespace, p_key, p_request, p_on_success,
+                                           p_lease, p_wait) b;
+    ELSE
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
+                                    p_lease) b;
+    END IF;
+END $$;
+
+-- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',
+--                       lease default null, nowait default false, wait default null)
+--   → table(outcome text, attempt int, response jsonb), exactly one row.
+--   Receives one keyed request (a client's Idempotency-Key, a message id, a pay id ...) in the
+--   caller's transaction:
+--   * no attempt yet, or the latest failed: a new attempt starts, state `processing`;
+--     outcome 'started', attempt n+1, response NULL. Apply the effect, then call
+--     finish_request with that attempt number.
+--   * latest `processing`: HN030 StepInProgress (unknown state), also past its lease (an
+--     operator resolves a stuck request with resolve_request; nothing takes it over).
+--   * latest `success`: on_success 'replay' → outcome 'replayed', the attempt that succeeded
+--     and its stored response; 'reject' → HN031 StepAlreadySucceeded.
+--   request: its fingerprint (by the namespace's policy, set_namespace_policy: by default
+--   sha256 of the jsonb text, which jsonb normalises: key order and whitespace do not matter;
+--   'json' or JSON paths: fingerprints.sql) is kept, and a different request under the same
+--   key raises HN032 RequestMismatch in every state. No request counts as JSON null.
+--   lease: how long `processing` is trusted (default: setting step_lease).
+--   HN001: namespace or key NULL, empty, longer than 255 characters or with a control
+--   character, a namespace starting 'hivenet.' (the library's own), on_success not
+--   'replay'/'reject', lease not positive or longer than 10 years, nowait NULL, a key
+--   breaking the namespace's key_min_length or key_pattern, wait negative or longer than 10
+--   years.
+--   A key is never accepted twice while its record is kept: finished requests are removed by
+--   maintain() once their last attempt ended longer ago than the namespace's retention
+--   (set_request_retention; default the setting request_retention, 24 hours).
+--   Blocks while another transaction has started the same attempt and not yet committed or
+--   rolled back (then looks again); with nowait it raises HN030 at once instead, with wait
+--   once it waited that long (wait 0 is nowait). An attempt begun and committed by another
+--   transaction holds no lock: begin raises HN030 at once, wait or not; a client waits for its
+--   outcome with watch_request and LISTEN, then begins again (see watch_request). In
+--   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).
+--   One statement, inlined into the caller's (a set-returning LANGUAGE sql function, as
+--   begin_step): a new key with plain options is started by _start_request, with no SECURITY
+--   DEFINER call; anything else (a key that has an attempt, bad input, nowait) goes to
+--   _begin_request, run only when the first branch wrote nothing (a UNION ALL under LIMIT 1,
+--   as begin_step's).
+CREATE OR REPLACE FUNCTION hivenet.begin_request(
+    p_namespace text, p_key text, p_request jsonb DEFAULT NULL,
+    p_on_success text DEFAULT 'replay', p_lease interval DEFAULT NULL,
+    p_nowait boolean DEFAULT false, p_wait interval DEFAULT NULL)
+RETURNS TABLE (outcome text, attempt integer, response jsonb)
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    -- With a wait, not the view: its INSERT would wait for a concurrent start unbounded.
+    (SELECT 'started'::text, 1, NULL::jsonb
+     WHERE hivenet._start_request(p_namespace, p_key, p_request, p_on_success, p_lease,
+                                  p_nowait OR p_wait IS NOT NULL)
+     UNION ALL
+     SELECT b.outcome, b.attempt, b.response
+     FROM hivenet._begin_request(p_namespace, p_key, p_request, p_on_success, p_lease,
+                                 p_nowait, p_wait) b)
+    LIMIT 1;
+END;
+
+-- hivenet.finish_request(namespace, key, attempt, succeeded, response default null) → void
+--   Ends the processing attempt `attempt` (the number begin_request returned) as `success`
+--   (response kept and replayed to later callers) or `failed` (response kept as the error;
+--   the next begin_request proceeds with a new attempt), in the caller's transaction.
+--   Fencing: HN033 StaleAttempt, changing nothing, when that attempt is not the key's current
+--   one or is no longer `processing` (finished, or resolved by an operator).
+--   HN001 when succeeded is NULL, or namespace or key is not valid (as begin_request). Blocks
+--   only while another transaction is finishing or resolving the same attempt; then raises
+--   HN033 if that one committed.
+--   When a client waits for the attempt's outcome (watch_request), notifies channel
+--   hivenet_request_finished at commit with payload the JSON array [namespace, key].
+CREATE OR REPLACE FUNCTION hivenet.finish_request(
+    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean,
+    p_response jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_chained boolean;
+    v_awaited boolean;
+BEGIN
+    UPDATE hivenet.request_attempt a
+    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
+                     ELSE 'failed'::hivenet.step_state END,
+        finished_at = hivenet.now(),
+        response = CASE WHEN p_succeeded THEN p_response END,
+        error = CASE WHEN NOT p_succeeded THEN p_response END
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
+      AND a.state = 'processing' AND p_succeeded IS NOT NULL
+    RETURNING a.chain_hash IS NOT NULL, a.awaited INTO v_chained, v_awaited;
+    IF NOT FOUND THEN
+        PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
+    END IF;
+    -- An attempt whose begin is a link of an audit chain: its end is the next (audit.sql).
+    IF v_chained THEN
+        PERFORM hivenet._chain_append(p_namespace, p_key, p_attempt, 'finish');
+    END IF;
+    IF v_awaited THEN
+        PERFORM hivenet._wake_waiters(p_namespace, p_key);
+    END IF;
+END $$;
+
+-- hivenet.watch_request(namespace, key) → text
+--   Registers that a client waits for the outcome of the key's processing attempt, so that
+--   its finish_request (or resolve_request) notifies channel hivenet_request_finished at
+--   commit with payload the JSON array [namespace, key]; returns that channel.
+--   begin_request's wait in the two-transaction shape: an attempt begun and committed holds
+--   no lock to wait on, and a function cannot receive a notification inside its transaction,
+--   so the client waits: LISTEN on the channel (on a session of its own, not through a
+--   transaction pooler), watch_request and commit, begin_request again (the attempt may have
+--   ended before the registration) and, on HN030, wait for the key's notification for what
+--   is left of its wait; then begin again. It marks the processing attempt (column awaited):
+--   only marked attempts notify, as NOTIFY serialises every notifying commit of the cluster.
+--   A key with no processing attempt is left alone (it ended: begin again). A finish in
+--   REPEATABLE READ or SERIALIZABLE whose snapshot predates the mark raises
+--   serialization_failure (40001), as for any concurrent update of its row: retry it. Blocks
+--   while the attempt is being finished.
+--   HN001: namespace or key not valid (as begin_request).
+CREATE OR REPLACE FUNCTION hivenet.watch_request(p_namespace text, p_key text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._check_name('namespace', p_namespace);
+    PERFORM hivenet._check_name('key', p_key);
+    UPDATE hivenet.request_attempt a SET awaited = true
+    WHERE a.namespace = p_namespace AND a.key = p_key AND a.state = 'processing'
+      AND a.awaited IS NOT TRUE;
+    RETURN 'hivenet_request_finished';
+END $$;
+
+-- Wake the clients waiting for key p_key's outcome (watch_request) at commit: only for an
+-- attempt marked awaited, since NOTIFY serialises the notifying commits of the whole cluster.
+-- Called where an attempt ends: finish_request (resolve_request through it) and expiry.
+CREATE FUNCTION hivenet._wake_waiters(p_namespace text, p_key text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM pg_notify('hivenet_request_finished', json_build_array(p_namespace, p_key)::text);
+END $$;
+
 -- Grants (privileges.sql), once for everything above:
 -- every function and view of 0.2.0 granted to the roles, nothing to PUBLIC.
 CREATE OR REPLACE FUNCTION hivenet._grant_roles() RETURNS void
@@ -1502,7 +1713,8 @@ BEGIN
             hivenet.claim(text, text, boolean),
             hivenet.begin_step(text, jsonb, text, text, interval, boolean),
             hivenet.finish_step(text, integer, boolean, jsonb),
-            hivenet.begin_request(text, text, jsonb, text, interval, boolean),
+            hivenet.begin_request(text, text, jsonb, text, interval, boolean, interval),
+            hivenet.watch_request(text, text),
             hivenet.finish_request(text, text, integer, boolean, jsonb),
             hivenet.begin_requests(text, text[], jsonb[], interval),
             hivenet.finish_requests(text, text[], integer[], boolean[], jsonb[]),
@@ -1559,7 +1771,7 @@ BEGIN
         -- functions cannot).
         GRANT EXECUTE ON FUNCTION
             hivenet._begin_step(text, jsonb, text, text, interval, boolean),
-            hivenet._begin_request(text, text, jsonb, text, interval, boolean)
+            hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval)
         TO hivenet_app;
         -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
         -- callers' clock, the bound on intervals, the rule for names and keys.

@@ -1,0 +1,410 @@
+"""Waiting for the first outcome (begin_request's wait, issue 30 point 2), against a real
+PostgreSQL with real concurrent clients: each thread or task has connections of its own.
+
+In the in-transaction shape (begin, work, finish, commit in one transaction) the duplicate
+waits in the database for the first's row, bounded by wait. In the two-transaction shape
+(begin commits `processing`) it waits on the client: registered by watch_request, woken by
+finish_request's NOTIFY on a listener connection, holding no transaction meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from hivenet_db import AsyncRequestRepository, InvalidInput, RequestRepository, StepInProgress
+from hivenet_db._execute import SyncDB, driver_of
+from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
+from hivenet_db.waiting import CHANNEL, FinishListener
+from tests.helpers import async_connection, scalar, wait_until_blocked
+from tests.servers import pgbouncer
+from tests.test_steps import Background
+
+Connect = Callable[..., psycopg.Connection]
+NAMESPACE = "orders"
+ORDER = {"item": "P0001", "quantity": 2}
+
+
+def new_key() -> str:
+    return f"k-{uuid.uuid4()}"
+
+
+def begun(conn: psycopg.Connection, key: str, wait: str | None = None) -> tuple[Any, ...]:
+    row = conn.execute("SELECT outcome, attempt, response FROM hivenet.begin_request("
+                       "%s, %s, %s::jsonb, p_wait => %s::interval)",
+                       (NAMESPACE, key, json.dumps(ORDER), wait)).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def finish(conn: psycopg.Connection, key: str, attempt: int, succeeded: bool,
+           response: Any) -> None:
+    conn.execute("SELECT hivenet.finish_request(%s, %s, %s, %s, %s::jsonb)",
+                 (NAMESPACE, key, attempt, succeeded, json.dumps(response)))
+
+
+def started_and_committed(db: psycopg.Connection, key: str) -> int:
+    """The first attempt, begun and committed (`processing`): the two-transaction shape."""
+    outcome, attempt, _ = begun(db, key)
+    assert outcome == "started"
+    return int(attempt)
+
+
+def awaited(db: psycopg.Connection, key: str, namespace: str = NAMESPACE) -> bool:
+    """Whether the key's processing attempt is marked as waited for (watch_request)."""
+    return bool(scalar(db, "SELECT count(*) FROM hivenet.request_attempt WHERE namespace = %s "
+                           "AND key = %s AND state = 'processing' AND awaited", (namespace, key)))
+
+
+def until_registered(db: psycopg.Connection, key: str, namespace: str = NAMESPACE,
+                     timeout: float = 10.0) -> None:
+    """Return once a waiter registered for the key (its registration committed)."""
+    deadline = time.monotonic() + timeout
+    while not awaited(db, key, namespace):
+        assert time.monotonic() < deadline, "nobody registered to wait"
+        time.sleep(0.005)
+
+
+def idle_outside_transaction(db: psycopg.Connection, pid: int) -> bool:
+    return bool(scalar(db, "SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)) == "idle")
+
+
+# --- SQL: the in-transaction shape ---------------------------------------------------------
+
+def test_a_duplicate_waits_for_an_uncommitted_first_and_replays_its_response(
+        db: psycopg.Connection, connect: Connect) -> None:
+    first, second = connect(autocommit=False), connect(autocommit=False)
+    key = new_key()
+    assert begun(first, key)[:2] == ("started", 1)
+    waiting = Background(lambda: begun(second, key, "10 seconds"))
+    wait_until_blocked(db, second.info.backend_pid)
+    finish(first, key, 1, True, {"order": 7})
+    first.commit()
+    assert waiting.result() == ("replayed", 1, {"order": 7})  # no HN030
+
+
+def test_a_duplicate_of_a_first_rolled_back_starts_it(db: psycopg.Connection,
+                                                      connect: Connect) -> None:
+    first, second = connect(autocommit=False), connect(autocommit=False)
+    key = new_key()
+    begun(first, key)
+    waiting = Background(lambda: begun(second, key, "10 seconds"))
+    wait_until_blocked(db, second.info.backend_pid)
+    first.rollback()
+    assert waiting.result() == ("started", 1, None)
+
+
+def test_wait_bounds_the_wait_for_an_uncommitted_first(db: psycopg.Connection,
+                                                       connect: Connect) -> None:
+    first, second = connect(autocommit=False), connect(autocommit=False)
+    key = new_key()
+    begun(first, key)
+    started = time.monotonic()
+    with pytest.raises(psycopg.Error) as busy:
+        begun(second, key, "300 milliseconds")
+    waited = time.monotonic() - started
+    assert busy.value.sqlstate == "HN030"
+    assert "within wait 00:00:00.3" in str(busy.value.diag.message_primary)
+    assert 0.3 <= waited < 5
+    second.rollback()
+    # the caller's lock_timeout is untouched
+    assert scalar(second, "SHOW lock_timeout") == "0"
+    # wait 0 is nowait: at once
+    started = time.monotonic()
+    with pytest.raises(psycopg.Error) as at_once:
+        begun(second, key, "0")
+    assert at_once.value.sqlstate == "HN030" and time.monotonic() - started < 1
+
+
+def test_a_committed_processing_attempt_raises_at_once_in_sql(db: psycopg.Connection) -> None:
+    """SQL cannot wait for an attempt that holds no lock: the client waits (below)."""
+    key = new_key()
+    started_and_committed(db, key)
+    started = time.monotonic()
+    with pytest.raises(psycopg.Error) as busy:
+        begun(db, key, "5 seconds")
+    assert busy.value.sqlstate == "HN030" and time.monotonic() - started < 2
+
+
+@pytest.mark.parametrize("wait", ["-1 second", "11 years"])
+def test_a_wait_out_of_range_is_refused(db: psycopg.Connection, wait: str) -> None:
+    with pytest.raises(psycopg.Error) as refused:
+        begun(db, new_key(), wait)
+    assert refused.value.sqlstate == "HN001"
+    assert f"wait {scalar(db, 'SELECT %s::interval::text', (wait,))}" in str(refused.value)
+
+
+# --- SQL: who is notified ----------------------------------------------------------------------
+
+def notified(listener: psycopg.Connection, seconds: float = 0.5) -> list[str]:
+    return [n.payload for n in listener.notifies(timeout=seconds)]
+
+
+def test_finish_notifies_only_a_key_someone_waits_for(db: psycopg.Connection,
+                                                      connect: Connect) -> None:
+    listener = connect()
+    listener.execute(f"LISTEN {CHANNEL}")
+    unwatched, watched = new_key(), new_key()
+    finish(db, unwatched, started_and_committed(db, unwatched), True, {})
+    assert notified(listener) == []
+    attempt = started_and_committed(db, watched)
+    assert scalar(db, "SELECT hivenet.watch_request(%s, %s)", (NAMESPACE, watched)) == CHANNEL
+    finish(db, watched, attempt, False, {"error": "x"})
+    assert notified(listener) == [json.dumps([NAMESPACE, watched])]
+    # the next attempt is another: not waited for until watched again
+    attempt = started_and_committed(db, watched)
+    finish(db, watched, attempt, True, {})
+    assert notified(listener) == []
+
+
+def test_watching_a_key_that_is_not_in_progress_changes_nothing(db: psycopg.Connection) -> None:
+    key = new_key()
+    assert scalar(db, "SELECT hivenet.watch_request(%s, %s)", (NAMESPACE, key)) == CHANNEL
+    finish(db, key, started_and_committed(db, key), True, {})
+    db.execute("SELECT hivenet.watch_request(%s, %s)", (NAMESPACE, key))
+    assert scalar(db, "SELECT count(*) FILTER (WHERE awaited) FROM hivenet.request_attempt "
+                      "WHERE namespace = %s AND key = %s", (NAMESPACE, key)) == 0
+
+
+def test_resolve_notifies_too(db: psycopg.Connection, connect: Connect) -> None:
+    listener = connect()
+    listener.execute(f"LISTEN {CHANNEL}")
+    key = new_key()
+    attempt = started_and_committed(db, key)
+    db.execute("SELECT hivenet.watch_request(%s, %s)", (NAMESPACE, key))
+    db.execute("SELECT hivenet.resolve_request(%s, %s, %s, true, 'done by hand', '{}')",
+               (NAMESPACE, key, attempt))
+    assert notified(listener) == [json.dumps([NAMESPACE, key])]
+
+
+def test_watch_request_checks_its_arguments(db: psycopg.Connection) -> None:
+    for args, named in [(("", "k"), "namespace"), (("n", "k\n"), "key")]:
+        with pytest.raises(psycopg.Error) as refused:
+            db.execute("SELECT hivenet.watch_request(%s, %s)", args)
+        assert refused.value.sqlstate == "HN001" and named in str(refused.value)
+
+
+# --- the repository: the two-transaction shape -------------------------------------------------
+
+@pytest.fixture
+def first(connect: Connect) -> psycopg.Connection:
+    """The first caller's connection (autocommit: begin commits `processing`)."""
+    return connect()
+
+
+def test_a_duplicate_waits_for_a_committed_first_and_replays_it(
+        db: psycopg.Connection, first: psycopg.Connection, any_conn: SyncDB) -> None:
+    key = new_key()
+    attempt = started_and_committed(first, key)
+    decisions: list[tuple[str, int | None]] = []
+    repository = RequestRepository(any_conn, on_decision=lambda _n, _k, decision, at:
+                                   decisions.append((decision, at)))
+    pid = driver_of(any_conn).info.backend_pid
+    waiting = Background(lambda: repository.begin(NAMESPACE, key, ORDER, wait=30))
+    until_registered(db, key)
+    time.sleep(0.05)  # let it get from its registration to its wait
+    assert idle_outside_transaction(db, pid)  # waiting, it holds no transaction
+    finish(first, key, attempt, True, {"order": 7})
+    start = waiting.result()
+    assert (start.outcome, start.attempt, start.response) == ("replayed", 1, {"order": 7})
+    assert decisions == [("replayed", 1)]  # one decision for the whole wait
+
+
+def test_a_duplicate_starts_the_next_attempt_when_the_first_fails(
+        db: psycopg.Connection, first: psycopg.Connection, connect: Connect) -> None:
+    key = new_key()
+    attempt = started_and_committed(first, key)
+    waiting = Background(lambda: RequestRepository(connect(autocommit=False)).begin(
+        NAMESPACE, key, ORDER, wait=timedelta(seconds=30)))
+    until_registered(db, key)
+    finish(first, key, attempt, False, {"error": "declined"})
+    start = waiting.result()
+    assert (start.outcome, start.attempt) == ("started", 2)
+
+
+def test_a_first_that_never_finishes_gives_in_progress_after_the_wait(
+        db: psycopg.Connection, first: psycopg.Connection, connect: Connect) -> None:
+    key = new_key()
+    started_and_committed(first, key)
+    decisions: list[str] = []
+    repository = RequestRepository(connect(autocommit=False),
+                                   on_decision=lambda _n, _k, decision, _a: decisions.append(
+                                       decision))
+    started = time.monotonic()
+    with pytest.raises(StepInProgress) as busy:
+        repository.begin(NAMESPACE, key, ORDER, wait=0.5)
+    waited = time.monotonic() - started
+    assert 0.5 <= waited < 5, waited
+    assert "not finished within wait 0:00:00.500000" in busy.value.message
+    assert decisions == ["in_progress"]
+
+
+def test_many_duplicates_all_replay_the_one_outcome(
+        db: psycopg.Connection, first: psycopg.Connection, connect: Connect) -> None:
+    key = new_key()
+    attempt = started_and_committed(first, key)
+    conns = [connect(autocommit=False) for _ in range(6)]
+    waiting = [Background(partial(RequestRepository(conn).begin, NAMESPACE, key, ORDER,
+                                  wait=30)) for conn in conns]
+    until_registered(db, key)
+    finish(first, key, attempt, True, {"order": 7})
+    assert {(s.outcome, s.attempt) for s in (w.result() for w in waiting)} == {("replayed", 1)}
+
+
+def test_without_a_duplicate_wait_changes_nothing(db: psycopg.Connection,
+                                                  connect: Connect) -> None:
+    conn = connect(autocommit=False)
+    key = new_key()
+    with RequestRepository(conn).request(NAMESPACE, key, ORDER, wait=5) as run:
+        assert run.started
+        run.response = {"order": 1}
+    conn.commit()
+    assert RequestRepository(conn).begin(NAMESPACE, key, ORDER, wait=5).replayed
+    assert scalar(db, "SELECT count(*) FILTER (WHERE awaited) FROM hivenet.request_attempt "
+                      "WHERE namespace = %s AND key = %s", (NAMESPACE, key)) == 0
+    with pytest.raises(InvalidInput):
+        RequestRepository(conn).begin(NAMESPACE, key, ORDER, wait=-1)  # checked by Python too
+
+
+def test_the_async_repository_waits_too(db: psycopg.Connection, first: psycopg.Connection,
+                                        async_kind: str, hivenet_app_url: str) -> None:
+    key = new_key()
+    attempt = started_and_committed(first, key)
+
+    async def scenario() -> Any:
+        async with async_connection(async_kind, hivenet_app_url) as conn:
+            waiting = asyncio.ensure_future(AsyncRequestRepository(conn).begin(
+                NAMESPACE, key, ORDER, wait=30))
+            await asyncio.to_thread(until_registered, db, key)
+            await asyncio.to_thread(finish, first, key, attempt, True, {"order": 9})
+            return await waiting
+
+    start = asyncio.run(scenario())
+    assert (start.outcome, start.response) == ("replayed", {"order": 9})
+
+
+def test_a_lost_listener_connection_wakes_the_waiters_who_look_again(
+        db: psycopg.Connection, first: psycopg.Connection, connect: Connect,
+        hivenet_url: str) -> None:
+    key = new_key()
+    attempt = started_and_committed(first, key)
+    listener = FinishListener(hivenet_url)
+    waiting = Background(lambda: RequestRepository(connect(autocommit=False), listener=listener)
+                         .begin(NAMESPACE, key, ORDER, wait=30))
+    until_registered(db, key)
+    db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+               "WHERE query = %s", (f"LISTEN {CHANNEL}",))
+    finish(first, key, attempt, True, {"order": 3})  # while it reconnects: no notification
+    try:
+        assert waiting.result().response == {"order": 3}
+    finally:
+        listener.close()
+
+
+# --- through PgBouncer (transaction pooling) ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bouncer_port(hivenet_server: EmbeddedPostgres) -> Iterator[int]:
+    """PgBouncer in transaction pooling with two server connections for the whole test."""
+    try:
+        with pgbouncer(hivenet_server.port, pool_size=2, max_clients=64,
+                       user=SUPERUSER) as port:
+            yield port
+    except FileNotFoundError as missing:
+        pytest.fail(str(missing))
+
+
+def test_waiters_behind_pgbouncer_hold_no_server_connection(
+        db: psycopg.Connection, hivenet_url: str, bouncer_port: int) -> None:
+    """Eight duplicates wait through a pool of two server connections: had a waiter kept
+    one, the first could not finish. Their listener reaches PostgreSQL directly (LISTEN needs
+    a session; transaction pooling keeps none)."""
+    dbname = urlsplit(hivenet_url).path.lstrip("/")
+    pooled = f"postgresql://{SUPERUSER}@127.0.0.1:{bouncer_port}/{dbname}"
+    listener = FinishListener(hivenet_url)
+
+    def through_pool() -> psycopg.Connection:
+        return psycopg.connect(pooled, prepare_threshold=None)
+
+    def duplicate(conn: psycopg.Connection) -> Any:
+        start = RequestRepository(conn, listener=listener).begin(NAMESPACE, key, ORDER, wait=30)
+        conn.commit()  # as a caller does: the server connection goes back to the pool
+        return start
+
+    key = new_key()
+    with through_pool() as first:
+        first.autocommit = True
+        attempt = started_and_committed(first, key)
+        clients = [through_pool() for _ in range(8)]
+        try:
+            waiting = [Background(partial(duplicate, conn)) for conn in clients]
+            until_registered(db, key)
+            time.sleep(0.2)  # let them all get to their wait
+            finish(first, key, attempt, True, {"order": 8})
+            starts = [w.result() for w in waiting]
+        finally:
+            for conn in clients:
+                conn.close()
+            listener.close()
+    assert {(s.outcome, s.response["order"]) for s in starts} == {("replayed", 8)}
+
+
+# --- the HTTP middleware -----------------------------------------------------------------------
+
+def test_a_duplicate_http_request_waits_and_gets_the_first_response(
+        db: psycopg.Connection, hivenet_url: str) -> None:
+    pytest.importorskip("httpx", reason="the tests need httpx (extra test)")
+    from tests.test_asgi import KEY, Calls, client, created, make_app, run
+
+    calls = Calls()
+    calls.release.clear()
+    told: list[str] = []
+
+    async def scenario(engine: Any) -> None:
+        app = make_app(engine, created(calls), wait=30,
+                       on_decision=lambda _n, _k, decision, _a: told.append(decision))
+        async with client(app) as http:
+            first = asyncio.create_task(http.post("/orders", content=b"x", headers=KEY))
+            await calls.entered.wait()
+            second = asyncio.create_task(http.post("/orders", content=b"x", headers=KEY))
+            await asyncio.to_thread(until_registered, db, KEY["Idempotency-Key"].strip('"'),
+                                    "http")
+            calls.release.set()
+            answers = [await first, await second]
+        assert [answer.status_code for answer in answers] == [201, 201]
+        assert answers[1].headers["idempotent-replayed"] == "true"
+        assert answers[1].content == answers[0].content
+
+    run(hivenet_url, scenario)
+    assert calls.count == 1 and told == ["started", "replayed"]
+
+
+def test_a_duplicate_http_request_gets_409_once_its_wait_is_over(hivenet_url: str) -> None:
+    pytest.importorskip("httpx", reason="the tests need httpx (extra test)")
+    from tests.test_asgi import KEY, Calls, client, created, make_app, run
+
+    calls = Calls()
+    calls.release.clear()
+
+    async def scenario(engine: Any) -> None:
+        async with client(make_app(engine, created(calls), wait=timedelta(seconds=0.4))
+                          ) as http:
+            first = asyncio.create_task(http.post("/orders", content=b"x", headers=KEY))
+            await calls.entered.wait()
+            started = time.monotonic()
+            second = await http.post("/orders", content=b"x", headers=KEY)
+            assert time.monotonic() - started >= 0.4
+            assert second.status_code == 409 and second.json()["idempotency"] == "in-flight"
+            calls.release.set()
+            assert (await first).status_code == 201
+
+    run(hivenet_url, scenario)
