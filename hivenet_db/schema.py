@@ -31,7 +31,8 @@ PARTS: tuple[str, ...] = (
     # The concerns, each after what its SQL bodies and views name: ownership reads the
     # settings' constants, allocate the fast paths, dedup and steps the layouts, steps the
     # keyed requests.
-    "ownership", "allocate", "maintain", "dedup", "claims", "fingerprints", "requests", "steps",
+    "ownership", "allocate", "maintain", "dedup", "claims", "fingerprints", "decisions", "requests",
+    "steps",
     # Every reporting view, over the tables of all the concerns above.
     "reporting", "failover",
     # Grants on everything above, and nothing for PUBLIC: last.

@@ -175,3 +175,19 @@ GROUP BY n.namespace, s.state
 ORDER BY n.namespace, s.state;
 COMMENT ON VIEW hivenet.request_states IS
     'number of keyed requests per namespace and state (the state of their latest attempt)';
+
+-- hivenet.request_decisions: per namespace (steps: 'hivenet.steps'; decisions no namespace
+-- could count: 'hivenet.other') and decision, how many begins decided so since install,
+-- committed or not (decisions.sql says what each decision is and what a rollback does): what
+-- metric hivenet_request_decisions_total exports. Every decision of a namespace is listed
+-- once it has counters (its first started key), 0 until it happens.
+CREATE VIEW hivenet.request_decisions AS
+SELECT d.namespace, d.decision,
+       sum(coalesce(hivenet._scope_counter_value(s.relname), 0))::bigint AS decisions
+FROM hivenet.decision_counter d
+JOIN pg_catalog.pg_class s ON s.oid = d.counter
+GROUP BY d.namespace, d.decision
+ORDER BY d.namespace, d.decision;
+COMMENT ON VIEW hivenet.request_decisions IS
+    'number of begins per namespace and decision (started, replayed, in_progress, mismatch, '
+    'rejected, expired), committed or not';
