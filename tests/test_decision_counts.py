@@ -240,7 +240,7 @@ def test_the_reporting_role_reads_the_counts_and_nothing_else(
         db.execute("SET ROLE decisions_reader")
         assert of(db, "orders")["started"] == 1
         assert sqlstate(db, "SELECT hivenet._count_decision('orders', 'started')") == "42501"
-        assert sqlstate(db, "SELECT count(*) FROM hivenet.decision_counter") == "42501"
+        assert sqlstate(db, "SELECT count(*) FROM hivenet._decision_counters") == "42501"
     finally:
         db.execute("RESET ROLE")
         db.execute("DROP ROLE decisions_reader")

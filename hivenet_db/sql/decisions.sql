@@ -18,7 +18,7 @@
 -- docs/benchmarks.md. A sequence writes WAL once per 32 values, so after a crash a count can
 -- jump ahead by up to 32 (never back).
 --
--- A namespace gets its six counters with its first started key (_decision_counter), made in
+-- A namespace gets its six counters with its first started key (_new_decision_counter), made in
 -- that caller's transaction: a second transaction starting a key of the same new namespace
 -- at the same time makes six of its own (each counter's name is unique, so neither waits for
 -- the other) and the view sums them. Made in a transaction that rolls back, the counters
@@ -37,6 +37,11 @@ CREATE TABLE hivenet.decision_counter (
 );
 COMMENT ON TABLE hivenet.decision_counter IS
     'the sequences that count the decisions of begin per namespace (view request_decisions)';
+
+-- The counters, for begin's paths that run as hivenet_app (_count_decision), which reads
+-- them through this view: the role has no right on a table (privileges.sql).
+CREATE VIEW hivenet._decision_counters AS
+SELECT c.namespace, c.decision, c.counter FROM hivenet.decision_counter c;
 
 -- The number in each counter's name (decisions_<number>_<decision>): unique, whoever makes it.
 CREATE SEQUENCE hivenet.decision_counter_number;
@@ -67,9 +72,9 @@ END $$;
 -- The counter of decision p_decision in namespace p_namespace when _count_decision found
 -- none: for a started key, the namespace's own, made now (its first start, or another
 -- transaction's counters are not committed yet); for anything else, namespace
--- 'hivenet.other''s (see above). NULL for no decision of the six. SECURITY DEFINER: it makes
+-- 'hivenet.other' (see above). NULL for no decision of the six. SECURITY DEFINER: it makes
 -- sequences for hivenet_app.
-CREATE FUNCTION hivenet._decision_counter(p_namespace text, p_decision text) RETURNS regclass
+CREATE FUNCTION hivenet._new_decision_counter(p_namespace text, p_decision text) RETURNS regclass
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_namespace text := CASE WHEN p_decision = 'started' AND hivenet._name_valid(p_namespace)
@@ -102,15 +107,17 @@ END $$;
 -- Count decision p_decision of a begin in namespace p_namespace; returns p_decision, so a
 -- caller can write `outcome := hivenet._count_decision(p_namespace, 'started')`, and calls
 -- it just before a RAISE. Runs as the caller (the start paths run as hivenet_app): one probe
--- of decision_counter and a nextval on a counter hivenet_app may use; the rare miss goes to
--- _decision_counter. No SET clause: a SET costs a tenth of a begin (requests.sql).
+-- of view _decision_counters and a nextval on a counter hivenet_app may use; the rare miss
+-- goes to _new_decision_counter. No SET clause: a SET costs a tenth of a begin (requests.sql).
 CREATE FUNCTION hivenet._count_decision(p_namespace text, p_decision text) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    PERFORM nextval(coalesce(
-        (SELECT c.counter FROM hivenet.decision_counter c
-         WHERE c.namespace = p_namespace AND c.decision = p_decision LIMIT 1),
-        hivenet._decision_counter(p_namespace, p_decision)));
+    -- Every name qualified, operators too: the caller's search_path is in force.
+    PERFORM pg_catalog.nextval(coalesce(
+        (SELECT c.counter FROM hivenet._decision_counters c
+         WHERE c.namespace OPERATOR(pg_catalog.=) p_namespace
+           AND c.decision OPERATOR(pg_catalog.=) p_decision LIMIT 1),
+        hivenet._new_decision_counter(p_namespace, p_decision)));
     RETURN p_decision;
 END $$;
 

@@ -104,14 +104,14 @@ BEGIN
         -- inserter: _step_start_valid and the generated layout check _serial_valid with
         -- _serial_time (compile.sql), and _request_start_valid.
         GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
-        -- Both count their decision as the caller (decisions.sql): a probe of the counters'
-        -- table and nextval on a counter (USAGE: _grant_decision_counters); a namespace's
-        -- first start makes its counters through SECURITY DEFINER _decision_counter. So does
-        -- begin_step's replay.
-        GRANT SELECT ON hivenet.decision_counter TO hivenet_app;
+        -- Both count their decision as the caller (decisions.sql): a probe of view
+        -- _decision_counters and nextval on a counter (USAGE: _grant_decision_counters); a
+        -- namespace's first start makes its counters through SECURITY DEFINER
+        -- _new_decision_counter. So does begin_step's replay.
+        GRANT SELECT ON hivenet._decision_counters TO hivenet_app;
         GRANT EXECUTE ON FUNCTION
             hivenet._count_decision(text, text),
-            hivenet._decision_counter(text, text)
+            hivenet._new_decision_counter(text, text)
         TO hivenet_app;
         PERFORM hivenet._grant_decision_counters();
         GRANT EXECUTE ON FUNCTION
