@@ -260,7 +260,12 @@ CREATE FUNCTION hivenet.begin_step(
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
-    (SELECT hivenet._count_decision('hivenet.steps', 'replayed'), r.attempt, r.response
+    -- 'replayed', counted (decisions.sql, as _count_decision) with no PL/pgSQL call: the
+    -- select list runs only for the row replayed, and its subquery once, when first read.
+    (SELECT coalesce((SELECT 'replayed'::text FROM hivenet._decision_counters c
+                      WHERE c.namespace = 'hivenet.steps' AND c.decision = 'replayed'
+                        AND nextval(c.counter) > 0 LIMIT 1), 'replayed'),
+            r.attempt, r.response
      FROM hivenet._step_replay r
      WHERE r.system_serial = p_system_serial
        AND r.fingerprint = hivenet._fingerprint(p_request)
