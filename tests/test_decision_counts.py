@@ -163,6 +163,24 @@ def test_a_duplicate_that_waited_for_the_first_is_counted_once(
     assert of(db, "orders")["started"] == 1 and of(db, "orders")["replayed"] == 1
 
 
+def test_one_statement_counts_each_of_its_begins(app: Callable[[], psycopg.Connection],
+                                                 db: psycopg.Connection) -> None:
+    """begin_request and begin_step are inlined into the caller's statement: called once per
+    row of a query (a key or serial per row), each call is counted, none folded into one."""
+    conn, serials = app(), [new_serial(db) for _ in range(5)]
+    for serial in serials:
+        conn.execute("SELECT * FROM hivenet.begin_step(%s)", (serial,))
+        conn.execute("SELECT hivenet.finish_step(%s, 1, true)", (serial,))
+    conn.execute("SELECT count(*) FROM generate_series(1, 50) g, "
+                 "LATERAL hivenet.begin_request('rows', 'k' || g) b")
+    assert scalar(conn, "SELECT count(*) FROM unnest(%s::text[]) s, "
+                        "LATERAL hivenet.begin_step(s) b WHERE b.outcome = 'replayed'",
+                  (serials,)) == 5
+    conn.commit()
+    assert of(db, "rows")["started"] == 50
+    assert of(db, "hivenet.steps")["replayed"] == 5
+
+
 THREADS, ROUNDS = 8, 25
 
 

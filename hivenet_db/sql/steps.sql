@@ -261,10 +261,12 @@ RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
     -- 'replayed', counted (decisions.sql, as _count_decision) with no PL/pgSQL call: the
-    -- select list runs only for the row replayed, and its subquery once, when first read.
+    -- select list runs only for the row replayed. The subquery names r so that it runs for
+    -- every row replayed (uncorrelated, it would run once for a caller's whole statement).
     (SELECT coalesce((SELECT 'replayed'::text FROM hivenet._decision_counters c
                       WHERE c.namespace = 'hivenet.steps' AND c.decision = 'replayed'
-                        AND nextval(c.counter) > 0 LIMIT 1), 'replayed'),
+                        AND r.system_serial IS NOT NULL AND nextval(c.counter) > 0
+                      LIMIT 1), 'replayed'),
             r.attempt, r.response
      FROM hivenet._step_replay r
      WHERE r.system_serial = p_system_serial
