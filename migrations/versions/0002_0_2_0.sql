@@ -574,9 +574,9 @@ SELECT hivenet._grant_roles();
 -- at the same time makes six of its own (each counter's name is unique, so neither waits for
 -- the other) and the view sums them. Made in a transaction that rolls back, the counters
 -- vanish with what they counted (that transaction's decisions only: no other saw them).
--- Decisions of a namespace without counters that raise (a bad namespace, or a bad key in a
--- namespace that never started one) cannot make them, as the raise would undo it: they are
--- counted under namespace 'hivenet.other'.
+-- Decisions of a namespace without counters that raise (a bad namespace, a bad key in a
+-- namespace that never started one, a duplicate of its first key before that commits) cannot
+-- make them, as the raise would undo it: they are counted under namespace 'hivenet.other'.
 
 -- Which sequences count which decision of which namespace: six rows (one per decision) per
 -- namespace and maker, usually one maker. counter: nextval by OID, no name resolved.
