@@ -10,10 +10,14 @@ decision and the attempt, after the statement and before ``begin`` returns or ra
     RequestRepository(conn, on_decision=log_decision)
 
 Decisions: ``started`` and ``replayed`` (attempt: the one begun or replayed), ``in_progress``
-(HN030), ``mismatch`` (HN032) and ``rejected`` (HN001: the key or an option refused; HN031: a
-repeat of a success whose policy is ``reject``), these three with attempt None (the error does
-not say which). Any other error (a lost connection...) is no decision: the hook is not
-called. The hook observes, it never decides: whatever it raises is logged on the logger
+(HN030), ``mismatch`` (HN032) and ``rejected`` (HN001: the key or an option refused; HN002,
+HN021: a step's serial another database owns or outside the window; HN031: a repeat of a
+success whose policy is ``reject``), these three with attempt None (the error does not say
+which). Any other error (a lost connection...) is no decision: the hook is not called. The
+same names are the OpenTelemetry attribute ``hivenet.decision`` of a begin (hivenet_db.otel)
+and the label ``decision`` of the metric ``hivenet_request_decisions_total``, which the
+database counts (hivenet_db/sql/decisions.sql; also ``expired``, which begin does not
+return). The hook observes, it never decides: whatever it raises is logged on the logger
 ``hivenet_db.decisions`` and dropped, so ``begin`` returns or raises exactly as without it.
 It runs in the caller's thread, inside the caller's transaction: keep it quick, and leave the
 database alone (an async repository calls it synchronously too).
@@ -23,19 +27,35 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from hivenet_db.errors import (
     InvalidInput,
     RequestMismatch,
+    SerialOutsideWindow,
     StepAlreadySucceeded,
     StepInProgress,
+    UnknownScope,
 )
 
 if TYPE_CHECKING:  # steps.py reports through this module
     from hivenet_db.steps import StepStart
 
-Decision: TypeAlias = Literal["started", "replayed", "in_progress", "mismatch", "rejected"]
+Decision: TypeAlias = Literal["started", "replayed", "in_progress", "mismatch", "rejected",
+                              "expired"]
+#: Every decision, as the database counts them (view hivenet.request_decisions).
+DECISIONS: tuple[Decision, ...] = get_args(Decision)
+
+#: The decision a begin's refusal stands for (the first class the error is an instance of);
+#: the SQL counts the same (decisions.sql).
+REFUSALS: tuple[tuple[type[Exception], Decision], ...] = (
+    (StepInProgress, "in_progress"),
+    (RequestMismatch, "mismatch"),
+    (StepAlreadySucceeded, "rejected"),
+    (InvalidInput, "rejected"),
+    (SerialOutsideWindow, "rejected"),
+    (UnknownScope, "rejected"),
+)
 
 #: ``on_decision(namespace, key, decision, attempt)``.
 OnDecision: TypeAlias = Callable[[str, str, Decision, "int | None"], object]
@@ -47,13 +67,8 @@ def decision_of(outcome: StepStart | Exception) -> Decision | None:
     """The decision of what ``begin`` returned or raised; None for an error that is not one."""
     if not isinstance(outcome, Exception):
         return "replayed" if outcome.replayed else "started"
-    if isinstance(outcome, StepInProgress):
-        return "in_progress"
-    if isinstance(outcome, RequestMismatch):
-        return "mismatch"
-    if isinstance(outcome, InvalidInput | StepAlreadySucceeded):
-        return "rejected"
-    return None
+    return next((decision for refusal, decision in REFUSALS if isinstance(outcome, refusal)),
+                None)
 
 
 def reported(hook: OnDecision | None, namespace: str, key: str,
@@ -101,5 +116,5 @@ def told(hook: OnDecision | None, namespace: str, key: str, decision: Decision,
                       hook, decision, key, namespace)
 
 
-__all__ = ["Decision", "OnDecision", "decision_of", "reported", "reported_async", "tell",
-           "told"]
+__all__ = ["DECISIONS", "REFUSALS", "Decision", "OnDecision", "decision_of", "reported",
+           "reported_async", "tell", "told"]

@@ -10,8 +10,9 @@ Prometheus text format (``hivenet-db metrics``), and ``HivenetCollector`` hands 
 
     REGISTRY.register(HivenetCollector(engine))   # one connection of engine per scrape
 
-Every metric is a gauge read at scrape time: nothing is kept in the process, so any number
-of processes (or the command) report the same values.
+Every metric is read at scrape time: nothing is kept in the process, so any number of
+processes (or the command) report the same values. All are gauges but
+``hivenet_request_decisions_total``, a counter the database keeps (hivenet_db/sql/decisions.sql).
 """
 
 from __future__ import annotations
@@ -38,13 +39,15 @@ INSTALL_HINT = "pip install 'hivenet-db[metrics]'"
 
 @dataclass(frozen=True)
 class Spec:
-    """Metric ``name`` is column ``column`` of query ``query``, labelled by ``labels``."""
+    """Metric ``name`` is column ``column`` of query ``query``, labelled by ``labels``; a
+    ``gauge`` or a ``counter`` (its name ends in ``_total``)."""
 
     query: str
     column: str
     name: str
     help: str
     labels: tuple[str, ...] = ()
+    kind: str = "gauge"
 
 
 SCOPE = ("format", "scope")
@@ -90,6 +93,10 @@ METRICS = (
          "interface calls in the default partition (days maintain() had not prepared)"),
     Spec("maintain_run", "last_run_seconds", "hivenet_maintain_last_run_timestamp_seconds",
          "when hivenet.maintain() last finished (unix time; 0 before its first run)"),
+    Spec("request_decisions", "decisions", "hivenet_request_decisions_total",
+         "begins of keyed requests and steps (namespace hivenet.steps) per namespace and "
+         "decision, committed or not: started, replayed, in_progress, mismatch, rejected, "
+         "expired", ("namespace", "decision"), kind="counter"),
 )
 
 
@@ -101,14 +108,15 @@ class Sample:
 
 @dataclass(frozen=True)
 class Metric:
-    """A gauge and its samples (none when there is nothing to measure, e.g. no partition)."""
+    """A metric and its samples (none when there is nothing to measure, e.g. no partition)."""
 
     name: str
     help: str
     samples: list[Sample]
+    kind: str = "gauge"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "help": self.help,
+        return {"name": self.name, "help": self.help, "type": self.kind,
                 "samples": [{"labels": s.labels, "value": s.value} for s in self.samples]}
 
 
@@ -136,7 +144,8 @@ def read(db: SyncDB) -> list[Metric]:
     return [Metric(spec.name, spec.help,
                    [Sample({label: str(row[label]) for label in spec.labels},
                            float(row[spec.column]))
-                    for row in results[spec.query] if row[spec.column] is not None])
+                    for row in results[spec.query] if row[spec.column] is not None],
+                   spec.kind)
             for spec in METRICS]
 
 
@@ -154,12 +163,12 @@ def _number(value: float) -> str:
 
 
 def exposition(metrics: list[Metric]) -> str:
-    """``metrics`` in the Prometheus text exposition format 0.0.4 (all gauges), the format
+    """``metrics`` in the Prometheus text exposition format 0.0.4, the format
     ``prometheus_client`` parses; written here so the command needs no extra package."""
     lines: list[str] = []
     for metric in metrics:
         lines += [f"# HELP {metric.name} {_escape(metric.help, quote=False)}",
-                  f"# TYPE {metric.name} gauge"]
+                  f"# TYPE {metric.name} {metric.kind}"]
         for sample in metric.samples:
             labels = ",".join(f'{k}="{_escape(v, quote=True)}"' for k, v in sample.labels.items())
             lines.append(f"{metric.name}{{{labels}}} {_number(sample.value)}" if labels
@@ -180,12 +189,13 @@ class HivenetCollector:
         return []
 
     def collect(self) -> Iterator[PromMetric]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         with self.engine.connect() as conn:
             metrics = read(conn)
         for spec, metric in zip(METRICS, metrics, strict=True):  # read keeps METRICS' order
-            family = GaugeMetricFamily(metric.name, metric.help, labels=spec.labels)
+            family = (CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily)(
+                metric.name, metric.help, labels=spec.labels)
             for sample in metric.samples:
                 family.add_metric([sample.labels[label] for label in spec.labels],
                                   sample.value)

@@ -10,9 +10,10 @@ puts the originals back. Instrumented:
   durable allocation (``next_durable``), with the attributes below when known;
 - on the span of each idempotency decision (``begin``, ``claim``) the attribute
   ``hivenet.decision`` and an event ``hivenet.idempotency.decision``, from what the
-  repository returned or raised: ``started``, ``replayed``, ``claimed``, ``in_progress``,
-  ``rejected`` (succeeded, policy ``reject``), ``mismatch``, ``duplicate``,
-  ``outside_window``, ``unknown_scope``, ``invalid``;
+  repository returned or raised. A begin's are those of the ``on_decision`` hook and of
+  the metric ``hivenet_request_decisions_total`` (``hivenet_db.decisions``): ``started``,
+  ``replayed``, ``in_progress``, ``mismatch``, ``rejected``; a claim's: ``claimed``,
+  ``duplicate``, ``outside_window``, ``unknown_scope``, ``rejected``;
 - the unified serial in W3C baggage (``hivenet_db.propagation``).
 
 The spans are ``INTERNAL``; the SQL under them is the database instrumentation's (SQLAlchemy,
@@ -37,6 +38,7 @@ from opentelemetry.util.types import AttributeValue
 
 from hivenet_db import propagation
 from hivenet_db.allocation import AsyncSerialRepository, SerialRepository
+from hivenet_db.decisions import REFUSALS
 from hivenet_db.dedup import (
     AsyncClaimRepository,
     AsyncInterfaceDedup,
@@ -47,10 +49,7 @@ from hivenet_db.errors import (
     DuplicateClaim,
     DuplicateInterfaceSerial,
     InvalidInput,
-    RequestMismatch,
     SerialOutsideWindow,
-    StepAlreadySucceeded,
-    StepInProgress,
     UnknownScope,
 )
 from hivenet_db.requests import AsyncRequestRepository, RequestRepository
@@ -68,16 +67,15 @@ SUCCEEDED = "hivenet.succeeded"
 DECISION = "hivenet.decision"
 DECISION_EVENT = "hivenet.idempotency.decision"
 
-#: The decision a refusal stands for (the first class the error is an instance of).
-_REFUSALS: tuple[tuple[type[Exception], str], ...] = (
-    (StepInProgress, "in_progress"),
-    (StepAlreadySucceeded, "rejected"),
-    (RequestMismatch, "mismatch"),
+Refusals = tuple[tuple[type[Exception], str], ...]
+#: The decision a claim's refusal stands for (the first class the error is an instance of);
+#: a begin's are hivenet_db.decisions.REFUSALS.
+_CLAIM_REFUSALS: Refusals = (
     (DuplicateClaim, "duplicate"),
     (DuplicateInterfaceSerial, "duplicate"),
     (SerialOutsideWindow, "outside_window"),
     (UnknownScope, "unknown_scope"),
-    (InvalidInput, "invalid"),
+    (InvalidInput, "rejected"),
 )
 
 Arguments = Mapping[str, Any]
@@ -127,8 +125,8 @@ def _decided(span: Span, decision: str, attempt: int | None = None) -> None:
     span.add_event(DECISION_EVENT, event)
 
 
-def _refused(span: Span, error: Exception, *, event: bool) -> None:
-    for refusal, decision in _REFUSALS:
+def _refused(span: Span, error: Exception, refusals: Refusals, *, event: bool) -> None:
+    for refusal, decision in refusals:
         if isinstance(error, refusal):
             if event:
                 _decided(span, decision)
@@ -158,12 +156,14 @@ def _nothing(span: Span, result: object) -> None:
 @dataclass(frozen=True)
 class _Traced:
     """A method wrapped by ``instrument``: its span's name, the attributes taken from its
-    arguments, what its result adds, and whether it decides (a refusal is a decision)."""
+    arguments, what its result adds, whether it decides (a refusal is a decision) and which
+    decision each refusal is."""
 
     name: str
     attributes: Callable[[Arguments], Attributes]
     result: Callable[[Span, object], None] = _nothing
     decides: bool = False
+    refusals: Refusals = REFUSALS
 
 
 _BEGIN_STEP = _Traced("hivenet.step.begin", _step, _began, decides=True)
@@ -172,8 +172,9 @@ _RESOLVE_STEP = _Traced("hivenet.step.resolve", _step)
 _BEGIN_REQUEST = _Traced("hivenet.request.begin", _request, _began, decides=True)
 _FINISH_REQUEST = _Traced("hivenet.request.finish", _request)
 _RESOLVE_REQUEST = _Traced("hivenet.request.resolve", _request)
-_CLAIM = _Traced("hivenet.claim", _claim, _claimed, decides=True)
-_INTERFACE_CLAIM = _Traced("hivenet.interface.claim", _interface_claim, _claimed, decides=True)
+_CLAIM = _Traced("hivenet.claim", _claim, _claimed, decides=True, refusals=_CLAIM_REFUSALS)
+_INTERFACE_CLAIM = _Traced("hivenet.interface.claim", _interface_claim, _claimed, decides=True,
+                           refusals=_CLAIM_REFUSALS)
 _DURABLE = _Traced("hivenet.serial.durable", _durable, _issued)
 # The guarded blocks: begin (its own span, a child) decides; the block's span says what.
 _STEP = _Traced("hivenet.step", _step)
@@ -223,7 +224,7 @@ def _call(method: Callable[..., Any], traced: _Traced, tracer: Tracer) -> Callab
                 try:
                     result = await method(*args, **kwargs)
                 except Exception as error:
-                    _refused(span, error, event=traced.decides)
+                    _refused(span, error, traced.refusals, event=traced.decides)
                     raise
                 traced.result(span, result)
                 return result
@@ -236,7 +237,7 @@ def _call(method: Callable[..., Any], traced: _Traced, tracer: Tracer) -> Callab
             try:
                 result = method(*args, **kwargs)
             except Exception as error:
-                _refused(span, error, event=traced.decides)
+                _refused(span, error, traced.refusals, event=traced.decides)
                 raise
             traced.result(span, result)
             return result
@@ -256,7 +257,7 @@ def _block(method: Callable[..., Any], traced: _Traced, tracer: Tracer) -> Calla
             try:
                 run = block.enter_context(method(*args, **kwargs))
             except Exception as error:
-                _refused(span, error, event=False)
+                _refused(span, error, REFUSALS, event=False)
                 raise
             span.set_attributes({DECISION: run.start.outcome, ATTEMPT: run.attempt})
             yield run
@@ -278,7 +279,7 @@ def _async_block(method: Callable[..., Any], traced: _Traced,
                 try:
                     run = await block.enter_async_context(method(*args, **kwargs))
                 except Exception as error:
-                    _refused(span, error, event=False)
+                    _refused(span, error, REFUSALS, event=False)
                     raise
                 span.set_attributes({DECISION: run.start.outcome, ATTEMPT: run.attempt})
                 yield run

@@ -30,9 +30,9 @@ PARTS: tuple[str, ...] = (
     "compile",
     # The concerns, each after what its SQL bodies and views name: ownership reads the
     # settings' constants, allocate the fast paths, dedup and steps the layouts, steps the
-    # keyed requests, audit their attempts.
-    "ownership", "allocate", "maintain", "dedup", "claims", "fingerprints", "requests",
-    "expiry", "batches", "steps", "audit",
+    # keyed requests, audit their attempts; decisions are counted by requests and steps.
+    "ownership", "allocate", "maintain", "dedup", "claims", "fingerprints", "decisions",
+    "requests", "expiry", "batches", "steps", "audit",
     # Every reporting view, over the tables of all the concerns above.
     "reporting", "failover",
     # Grants on everything above, and nothing for PUBLIC: last.

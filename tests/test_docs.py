@@ -181,7 +181,7 @@ NOT_RUNNABLE = {
     "docs/guides/psycopg-pool.md: pip install 'hivenet-db[pool]'      # psycopg_pool":
         "an install from a package index",
     "docs/operations.md: groups:":
-        "Prometheus alert rules (the metrics they read: tests/test_metrics.py)",
+        "Prometheus alert rules (the metrics they read: tests/test_dashboard.py)",
     "docs/operations.md: SELECT cron.schedule('hivenet-maintain', '*/5 * * * *', "
     "'SELECT hivenet.maintain()');  -- pg_cron": "needs the pg_cron extension",
     "docs/guides/scale-out.md: session = ShardedSession(shards=shard_map.engines,":
@@ -246,6 +246,10 @@ SQL = {
               "GRANT INSERT ON purchase_order TO hivenet_app",
         values={"INSERT INTO purchase_order ...":
                 "INSERT INTO purchase_order VALUES ('req-7f3a')"}),
+    "docs/guides/idempotency.md: -- hivenet_reporting: how the namespace's begins were decided "
+    "since install": Sql(login="reporting",
+                         setup="SELECT * FROM hivenet.begin_request('orders', 'k1')",
+                         prints=("started",)),
     "docs/guides/idempotency.md: SELECT hivenet.set_request_retention('payment-notify', '30 days');"
     "  -- hivenet_admin": Sql(login="admin"),
     "docs/guides/idempotency.md: -- hivenet_admin": Sql(login="admin"),

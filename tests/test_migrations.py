@@ -71,7 +71,8 @@ def _catalog(url: str) -> list[str]:
     """Schema hivenet as pg_dump sees it (tables, columns, constraints, indexes, functions
     with their bodies, security and settings, views, triggers, grants), one entry per object,
     sorted; plus the rows of the settings and formats, which the schema defines. Counter
-    sequences of scopes and their clocks are data (made by use), and the day partitions of
+    sequences of scopes and their clocks, and the counters of decisions, are data (made by
+    use), and the day partitions of
     interface_call follow the clock at install (two installs on either side of the moment a
     new day comes into reach differ by one), so they are left out."""
     dump = subprocess.run(
@@ -80,7 +81,7 @@ def _catalog(url: str) -> list[str]:
     entries = re.split(r"^--\n-- Name: ", dump, flags=re.M)[1:]
     kept = []
     for entry in entries:
-        if re.match(r'(SEQUENCE )?"?(seq|clk)_', entry):  # a scope's counter or clock, or a grant
+        if re.match(r'(SEQUENCE )?"?(seq|clk|decisions)_', entry):  # a counter or clock, a grant
             continue
         if re.match(r"interface_call_[0-9]{8}(?![0-9])", entry):  # a day's partition, its indexes
             continue

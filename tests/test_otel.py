@@ -170,7 +170,7 @@ def test_every_refusal_of_a_step_is_a_decision(spans: InMemorySpanExporter,
 
     begins = named(spans, "hivenet.step.begin")
     assert [decisions(span) for span in begins] == [
-        ["started"], ["in_progress"], ["mismatch"], ["rejected"], ["invalid"]]
+        ["started"], ["in_progress"], ["mismatch"], ["rejected"], ["rejected"]]
     assert [span.status.status_code for span in begins] == [StatusCode.UNSET] + [
         StatusCode.ERROR] * 4
     assert [event.name for event in begins[1].events] == [otel.DECISION_EVENT, "exception"]

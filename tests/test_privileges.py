@@ -172,6 +172,8 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "_begin_step": (APP,), "_begin_request": (APP,), "_step_in_window": (APP,),
     "_fingerprint": (APP,), "_plain_options": (APP,), "_start_step": (APP,),
     "_start_request": (APP,),
+    # Count a decision as the caller, and make a namespace's counters (decisions.sql).
+    "_count_decision": (APP,), "_new_decision_counter": (APP,),
     # In the rules of views _step_start and _request_start, run as their inserter.
     "_serial_valid": (APP,), "_step_start_valid": (APP,), "_request_start_valid": (APP,),
     # Inlined into those rules and _step_in_window: the callers' clock, the bound on
@@ -202,6 +204,7 @@ OWNER_ONLY = set("""
     _claim_interface_serial_checked _claim_interface_serial_nowait _claim_nowait _clock_sequence
     _clock_sequence_name _cold_lock_space _cold_sequence_name _committed_sequence
     _compile_format _constants_lock_space _create_clock _create_cold_counter
+    _create_decision_counters _grant_decision_counters
     _create_interface_partition _default_failover_gap _drop_interface_partition
     _fast_path_expression _fence _field_problem _field_values _format_error _grant_counter
     _grant_roles _instance_in _interface_partition_name _interval_conflict _issue _issue_cold
@@ -222,14 +225,16 @@ OWNER_ONLY = set("""
 
 # Views and what each role may do with them; SELECT on the reporting views for their
 # readers. Tables: SELECT for hivenet_admin only. Sequences: USAGE (nextval) for hivenet_app
-# on the counters the fast path draws from (scopes'), nothing on the others.
+# on the counters the fast paths draw from (scopes', decisions'), nothing on the others.
 REPORTING_VIEWS = ("interface_calls", "interface_calls_per_day", "step_states", "stuck_steps",
-                   "scope_usage", "request_states", "stuck_requests", "request_attempts")
+                   "scope_usage", "request_states", "stuck_requests", "request_attempts",
+                   "request_decisions")
 VIEWS: dict[str, dict[str, str]] = {
     **{view: {REPORTING: "SELECT", ADMIN: "SELECT"} for view in REPORTING_VIEWS},
     "_step_replay": {APP: "SELECT", ADMIN: "SELECT"},  # begin_step's replay, as the caller
     "_step_start": {APP: "INSERT", ADMIN: "SELECT"},  # a new step's start (steps.sql)
     "_request_start": {APP: "INSERT", ADMIN: "SELECT"},  # a new key's (requests.sql)
+    "_decision_counters": {APP: "SELECT", ADMIN: "SELECT"},  # begin counts (decisions.sql)
     "step_attempt": {ADMIN: "SELECT"},
 }
 TABLE_RIGHTS = "SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER"
@@ -239,7 +244,7 @@ def _expected_relation(name: str, kind: str) -> dict[str, str]:
     if kind == "v":
         return VIEWS[name]
     if kind == "S":
-        return {APP: "USAGE"} if name.startswith("seq_") else {}
+        return {APP: "USAGE"} if name.startswith(("seq_", "decisions_")) else {}
     return {ADMIN: "SELECT, UPDATE" if name == "setting" else "SELECT"}
 
 
@@ -460,7 +465,8 @@ def test_the_application_role_writes_no_table(hivenet_app: psycopg.Connection,
                                           TRIGGER')""")}
     assert readable == {"hivenet._step_replay",  # SELECT only: begin_step's replay (steps.sql)
                         "hivenet._step_start",  # INSERT only: a new step's start (steps.sql)
-                        "hivenet._request_start"}  # the same for a key (requests.sql)
+                        "hivenet._request_start",  # the same for a key (requests.sql)
+                        "hivenet._decision_counters"}  # SELECT only: counting (decisions.sql)
     writable = hivenet_app.execute("""
         SELECT c.oid::regclass::text FROM pg_class c
         WHERE c.relnamespace = 'hivenet'::regnamespace

@@ -403,17 +403,18 @@ def test_a_new_key_starts_without_a_security_definer_call(db: psycopg.Connection
     (_start_request, run as the caller); nowait, or a key that has an attempt (here a failed
     one), goes on to _begin_request, with no check again for input the view vouched for."""
     requests, request_key = RequestRepository(db), key()
+    requests.begin("orders", key())  # the namespace's first start makes its counters
     assert functions_run(db, lambda: requests.begin("orders", request_key, {"n": 1})) == {
-        "_start_request": 1}
+        "_start_request": 1, "_count_decision": 1}
     requests.finish("orders", request_key, 1, False)
     retry: list[RequestStart] = []
     assert functions_run(db, lambda: retry.append(
         requests.begin("orders", request_key, {"n": 1}))) == {
-        "_start_request": 1, "_begin_request": 1, "_begin_attempt": 1}
+        "_start_request": 1, "_begin_request": 1, "_begin_attempt": 1, "_count_decision": 1}
     assert retry == [RequestStart("started", 2)]
     assert functions_run(db, lambda: requests.begin("orders", key(), nowait=True)) == {
         "_start_request": 1, "_begin_request": 1, "_begin_attempt_nowait": 1,
-        "_begin_attempt": 1}
+        "_begin_attempt": 1, "_count_decision": 1}
 
 
 def test_a_key_that_has_an_attempt_still_gets_every_check(db: psycopg.Connection) -> None:

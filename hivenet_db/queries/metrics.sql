@@ -57,3 +57,8 @@ FROM (SELECT to_date(right(c.relname, 8), 'YYYYMMDD') AS day
 -- "not run for a day" fires then too.
 SELECT coalesce((SELECT extract(epoch FROM ran_at) FROM hivenet.maintain_run), 0)
        AS last_run_seconds;
+
+-- name: request_decisions
+-- Begins per namespace and decision since install, committed or not (decisions.sql).
+SELECT namespace, decision, decisions FROM hivenet.request_decisions
+ORDER BY namespace, decision;

@@ -143,6 +143,7 @@ BEGIN
         ON CONFLICT DO NOTHING
         RETURNING a.key)
     SELECT coalesce(array_agg(s.key), '{}') INTO v_started FROM started s;
+    PERFORM hivenet._count_decision(p_namespace, 'started') FROM unnest(v_started);
     -- Every other key by begin_request's full path, in sort order too; the outcomes by the
     -- keys' positions (arrays of the batch's length: an element set in an empty array would
     -- start the array at that position).

@@ -59,6 +59,7 @@ BEGIN
         RETURNING a.key, a.attempt, a.chain_hash IS NOT NULL AS chained, a.awaited
     LOOP
         v_expired := v_expired + 1;
+        PERFORM hivenet._count_decision(p_namespace, 'expired');
         -- An attempt whose begin is a link of an audit chain: its expiry is the next
         -- (audit.sql), as a finish's would be.
         IF v_row.chained THEN

@@ -107,6 +107,16 @@ BEGIN
         -- inserter: _step_start_valid and the generated layout check _serial_valid with
         -- _serial_time (compile.sql), and _request_start_valid.
         GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
+        -- Both count their decision as the caller (decisions.sql): a probe of view
+        -- _decision_counters and nextval on a counter (USAGE: _grant_decision_counters); a
+        -- namespace's first start makes its counters through SECURITY DEFINER
+        -- _new_decision_counter. So does begin_step's replay.
+        GRANT SELECT ON hivenet._decision_counters TO hivenet_app;
+        GRANT EXECUTE ON FUNCTION
+            hivenet._count_decision(text, text),
+            hivenet._new_decision_counter(text, text)
+        TO hivenet_app;
+        PERFORM hivenet._grant_decision_counters();
         GRANT EXECUTE ON FUNCTION
             hivenet._plain_options(text, boolean),
             hivenet._start_step(text, jsonb, text, text, interval, boolean),
@@ -142,7 +152,7 @@ BEGIN
         EXECUTE format('GRANT SELECT ON hivenet.interface_calls, '
                        'hivenet.interface_calls_per_day, hivenet.step_states, '
                        'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
-                       'hivenet.stuck_requests, hivenet.request_attempts TO %I', v_role);
+                       'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions TO %I', v_role);
         EXECUTE format('GRANT EXECUTE ON FUNCTION '
                        'hivenet.call_chain(text), '
                        'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
@@ -150,7 +160,7 @@ BEGIN
                        'hivenet._reporting_local_now(), '        -- scope_usage
                        'hivenet._period_index(timestamp, text), '
                        'hivenet._period_start(bigint, text), '
-                       'hivenet._scope_counter_value(text), '
+                       'hivenet._scope_counter_value(text), '    -- and request_decisions
                        'hivenet._serial_field(text, text, text), '  -- interface_calls
                        'hivenet._serial_time(text, text), '
                        'hivenet.parse_serial(text, text) '          -- in both, for other formats

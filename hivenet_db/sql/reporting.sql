@@ -188,3 +188,19 @@ FROM hivenet.request_attempt a;
 COMMENT ON VIEW hivenet.request_attempts IS
     'every attempt of keyed requests and steps with who began it (role, application, client '
     'address), without payloads (audit)';
+
+-- hivenet.request_decisions: per namespace (steps: 'hivenet.steps'; decisions no namespace
+-- could count: 'hivenet.other') and decision, how many begins decided so since install,
+-- committed or not (decisions.sql says what each decision is and what a rollback does): what
+-- metric hivenet_request_decisions_total exports. Every decision of a namespace is listed
+-- once it has counters (its first started key), 0 until it happens.
+CREATE VIEW hivenet.request_decisions AS
+SELECT d.namespace, d.decision,
+       sum(coalesce(hivenet._scope_counter_value(s.relname), 0))::bigint AS decisions
+FROM hivenet.decision_counter d
+JOIN pg_catalog.pg_class s ON s.oid = d.counter
+GROUP BY d.namespace, d.decision
+ORDER BY d.namespace, d.decision;
+COMMENT ON VIEW hivenet.request_decisions IS
+    'number of begins per namespace and decision (started, replayed, in_progress, mismatch, '
+    'rejected, expired), committed or not';

@@ -181,8 +181,9 @@ END;
 -- tests the rules first.
 CREATE FUNCTION hivenet._raise_key_refused(p_namespace text, p_key text, p_min_length integer,
     p_pattern text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    PERFORM hivenet._count_decision(p_namespace, 'rejected');
     IF length(p_key) < p_min_length THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('key %s is shorter than key_min_length %s of namespace %s',
@@ -229,7 +230,7 @@ BEGIN
             IF v_chained THEN
                 PERFORM hivenet._chain_append(p_namespace, p_key, v_attempt, 'begin');
             END IF;
-            outcome := 'started';
+            outcome := hivenet._count_decision(p_namespace, 'started');
             attempt := v_attempt;
             RETURN;
         END IF;
@@ -238,12 +239,14 @@ BEGIN
         IF NOT FOUND THEN
             v_attempt := 1;  -- removed by maintain() in between: the key is new again
         ELSIF v_last.fingerprint <> v_fingerprint THEN
+            PERFORM hivenet._count_decision(p_namespace, 'mismatch');
             RAISE EXCEPTION USING ERRCODE = 'HN032',
                 MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
                                  '%s)', hivenet._attempt_subject(p_namespace, p_key),
                                  encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
         ELSIF v_last.state = 'processing'
               AND NOT hivenet._expiry_due(p_namespace, v_last.started_at) THEN
+            PERFORM hivenet._count_decision(p_namespace, 'in_progress');
             RAISE EXCEPTION USING ERRCODE = 'HN030',
                 MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
                                  'its outcome is unknown',
@@ -259,19 +262,22 @@ BEGIN
             CONTINUE;
         ELSIF v_last.state = 'success' THEN
             IF p_on_success = 'reject' THEN
+                PERFORM hivenet._count_decision(p_namespace, 'rejected');
                 RAISE EXCEPTION USING ERRCODE = 'HN031',
                     MESSAGE = format('%s already succeeded (attempt %s at %s)',
                                      hivenet._attempt_subject(p_namespace, p_key),
                                      v_last.attempt, v_last.finished_at);
             END IF;
-            outcome := 'replayed';
+            outcome := hivenet._count_decision(p_namespace, 'replayed');
             attempt := v_last.attempt;
             response := v_last.response;
             RETURN;
         ELSIF (SELECT n.on_failure FROM hivenet.request_namespace n
                WHERE n.namespace = p_namespace) = 'final' THEN
             -- The latest failed or expired (before, or just now) and failures are final: its
-            -- error is replayed, told apart from a success by the outcome.
+            -- error is replayed, told apart from a success by the outcome (a replay, counted
+            -- as one: decisions.sql).
+            PERFORM hivenet._count_decision(p_namespace, 'replayed');
             outcome := 'replayed_failure';
             attempt := v_last.attempt;
             response := v_last.error;
@@ -296,6 +302,7 @@ BEGIN
     FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, p_unified_serial,
                                 p_lease) b;
 EXCEPTION WHEN lock_not_available THEN
+    PERFORM hivenet._count_decision(p_namespace, 'in_progress');
     RAISE EXCEPTION USING ERRCODE = 'HN030',
         MESSAGE = format('%s is being started by another transaction right now (nowait)',
                          hivenet._attempt_subject(p_namespace, p_key));
@@ -317,6 +324,7 @@ BEGIN
     FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
                                 p_lease) b;
 EXCEPTION WHEN lock_not_available THEN
+    PERFORM hivenet._count_decision(p_namespace, 'in_progress');
     RAISE EXCEPTION USING ERRCODE = 'HN030',
         MESSAGE = format('%s is being started by another transaction that did not end within '
                          'wait %s', hivenet._attempt_subject(p_namespace, p_key), p_wait);
@@ -375,7 +383,11 @@ BEGIN
         RETURN false;
     END IF;
     INSERT INTO hivenet._request_start VALUES (p_namespace, p_key, p_request, p_lease);
-    RETURN FOUND;
+    IF FOUND THEN
+        PERFORM hivenet._count_decision(p_namespace, 'started');
+        RETURN true;
+    END IF;
+    RETURN false;
 END $$;
 
 -- begin_request's full path, in the owner's rights, after _start_request wrote nothing. Input
@@ -393,9 +405,14 @@ DECLARE
 BEGIN
     IF NOT (hivenet._plain_options(p_on_success, p_nowait)
             AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)) THEN
-        PERFORM hivenet._check_name('namespace', p_namespace);
-        PERFORM hivenet._check_name('key', p_key);
-        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+        BEGIN
+            PERFORM hivenet._check_name('namespace', p_namespace);
+            PERFORM hivenet._check_name('key', p_key);
+            PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+        EXCEPTION WHEN SQLSTATE 'HN001' THEN
+            PERFORM hivenet._count_decision(p_namespace, 'rejected');
+            RAISE;
+        END;
     END IF;
     IF p_wait < interval '0' OR p_wait > hivenet._longest_interval() THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',

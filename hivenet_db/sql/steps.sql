@@ -154,7 +154,11 @@ BEGIN
     END IF;
     INSERT INTO hivenet._step_start
     VALUES (p_system_serial, p_request, p_unified_serial, p_lease);
-    RETURN FOUND;
+    IF FOUND THEN
+        PERFORM hivenet._count_decision('hivenet.steps', 'started');
+        RETURN true;
+    END IF;
+    RETURN false;
 END $$;
 
 -- begin_step's full path, in the step owner's rights, after _start_step wrote nothing. A step
@@ -175,22 +179,27 @@ BEGIN
     IF NOT (hivenet._plain_options(p_on_success, p_nowait)
             AND coalesce(hivenet._step_start_valid(p_system_serial, p_unified_serial, p_lease),
                          false)) THEN
-        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-        PERFORM hivenet.parse_serial(p_system_serial, 'system');
-        IF p_unified_serial IS NOT NULL THEN
-            PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
-        END IF;
-        -- Several primaries: a serial of an instance another shard owns (ownership.sql).
-        IF hivenet._setting_constant('owned_instances') <> 'all' THEN
-            PERFORM hivenet._check_owned_serial('system', p_system_serial);
-        END IF;
-        -- Old serials are refused, not run again: their record may be purged (HN021).
-        v_day := hivenet._serial_time('system', p_system_serial)::date;
-        IF v_day < hivenet._step_days_from(hivenet.now())
-           OR (v_day > hivenet._step_days_to(hivenet.now())
-               AND NOT hivenet._step_issued_here(p_system_serial, v_day)) THEN
-            PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
-        END IF;
+        BEGIN
+            PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+            PERFORM hivenet.parse_serial(p_system_serial, 'system');
+            IF p_unified_serial IS NOT NULL THEN
+                PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
+            END IF;
+            -- Several primaries: a serial of an instance another shard owns (ownership.sql).
+            IF hivenet._setting_constant('owned_instances') <> 'all' THEN
+                PERFORM hivenet._check_owned_serial('system', p_system_serial);
+            END IF;
+            -- Old serials are refused, not run again: their record may be purged (HN021).
+            v_day := hivenet._serial_time('system', p_system_serial)::date;
+            IF v_day < hivenet._step_days_from(hivenet.now())
+               OR (v_day > hivenet._step_days_to(hivenet.now())
+                   AND NOT hivenet._step_issued_here(p_system_serial, v_day)) THEN
+                PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'HN001' OR SQLSTATE 'HN002' OR SQLSTATE 'HN021' THEN
+            PERFORM hivenet._count_decision('hivenet.steps', 'rejected');
+            RAISE;
+        END;
     END IF;
     IF p_nowait THEN
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
@@ -254,7 +263,14 @@ CREATE FUNCTION hivenet.begin_step(
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
-    (SELECT 'replayed'::text, r.attempt, r.response
+    -- 'replayed', counted (decisions.sql, as _count_decision) with no PL/pgSQL call: the
+    -- select list runs only for the row replayed. The subquery names r so that it runs for
+    -- every row replayed (uncorrelated, it would run once for a caller's whole statement).
+    (SELECT coalesce((SELECT 'replayed'::text FROM hivenet._decision_counters c
+                      WHERE c.namespace = 'hivenet.steps' AND c.decision = 'replayed'
+                        AND r.system_serial IS NOT NULL AND nextval(c.counter) > 0
+                      LIMIT 1), 'replayed'),
+            r.attempt, r.response
      FROM hivenet._step_replay r
      WHERE r.system_serial = p_system_serial
        AND r.fingerprint = hivenet._fingerprint(p_request)

@@ -1,6 +1,193 @@
 -- Back to release 0.1.0: the bodies of 0001_baseline.sql, and what 0.2.0 added dropped. A
 -- namespace's fingerprint and key rules go; its retention stays.
 
+-- Back from decision counts: the 0.1.0 bodies of the functions that count, then the
+-- counts dropped with their counters.
+
+-- _begin_attempt with nowait: the same, under the shortest lock_timeout, so that where it
+-- would wait for a concurrent start of the same attempt it raises HN030 at once. Its own
+-- function (SET clause) so the caller's lock_timeout is untouched, and the subtransaction of
+-- the EXCEPTION block stays off the default path.
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt_nowait(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
+    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+BEGIN
+    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, p_unified_serial,
+                                p_lease) b;
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION USING ERRCODE = 'HN030',
+        MESSAGE = format('%s is being started by another transaction right now (nowait)',
+                         hivenet._attempt_subject(p_namespace, p_key));
+END $$;
+
+-- Whether a new key with plain options was started: attempt 1 written through view
+-- _request_start. begin_request's first branch, run as the caller, as _start_step (steps.sql,
+-- where the why is).
+CREATE OR REPLACE FUNCTION hivenet._start_request(p_namespace text, p_key text, p_request jsonb,
+    p_on_success text, p_lease interval, p_nowait boolean) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF NOT hivenet._plain_options(p_on_success, p_nowait) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO hivenet._request_start VALUES (p_namespace, p_key, p_request, p_lease);
+    RETURN FOUND;
+END $$;
+
+-- Whether a new step with plain options was started: attempt 1 written through view
+-- _step_start. begin_step's second branch, run as the caller: the view's rule writes with the
+-- owner's rights and its checks are bound when it was created, so no SECURITY DEFINER and no
+-- SET clause is needed, and none is paid (a SET costs a tenth of a begin; requests.sql).
+-- PL/pgSQL, so its INSERT is planned once per session, not per call.
+CREATE OR REPLACE FUNCTION hivenet._start_step(p_system_serial text, p_request jsonb, p_on_success text,
+    p_unified_serial text, p_lease interval, p_nowait boolean) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF NOT hivenet._plain_options(p_on_success, p_nowait) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO hivenet._step_start
+    VALUES (p_system_serial, p_request, p_unified_serial, p_lease);
+    RETURN FOUND;
+END $$;
+
+-- begin_step's full path, in the step owner's rights, after _start_step wrote nothing. A step
+-- that has an attempt, its input vouched for by the view's test (_step_start_valid) with
+-- plain options, goes to the state machine (requests.sql); everything else (bad input,
+-- nowait, instances to check, a serial near the window's edges) gets every check with its
+-- exact error first (parse_serial names the problem). Not set-returning (OUT parameters): no
+-- tuplestore of its own.
+CREATE OR REPLACE FUNCTION hivenet._begin_step(
+    p_system_serial text, p_request jsonb, p_on_success text, p_unified_serial text,
+    p_lease interval, p_nowait boolean, OUT outcome text, OUT attempt integer,
+    OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_day date;
+BEGIN
+    -- Without parse_serial (~200 µs a serial) when the view vouches for the input.
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
+            AND coalesce(hivenet._step_start_valid(p_system_serial, p_unified_serial, p_lease),
+                         false)) THEN
+        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+        PERFORM hivenet.parse_serial(p_system_serial, 'system');
+        IF p_unified_serial IS NOT NULL THEN
+            PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
+        END IF;
+        -- Several primaries: a serial of an instance another shard owns (ownership.sql).
+        IF hivenet._setting_constant('owned_instances') <> 'all' THEN
+            PERFORM hivenet._check_owned_serial('system', p_system_serial);
+        END IF;
+        -- Old serials are refused, not run again: their record may be purged (HN021).
+        v_day := hivenet._serial_time('system', p_system_serial)::date;
+        IF v_day < hivenet._step_days_from(hivenet.now())
+           OR (v_day > hivenet._step_days_to(hivenet.now())
+               AND NOT hivenet._step_issued_here(p_system_serial, v_day)) THEN
+            PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
+        END IF;
+    END IF;
+    IF p_nowait THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_nowait('hivenet.steps', p_system_serial, p_request,
+                                           p_on_success, p_unified_serial, p_lease) b;
+        RETURN;
+    END IF;
+    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+    FROM hivenet._begin_attempt('hivenet.steps', p_system_serial, p_request, p_on_success,
+                                p_unified_serial, p_lease) b;
+END $$;
+
+-- hivenet.begin_step(system_serial, request default null, on_success default 'replay',
+--                    unified_serial default null, lease default null, nowait default false)
+--   → table(outcome text, attempt int, response jsonb), exactly one row.
+--   Receives one processing step, identified by its 30-character system serial, in the
+--   caller's transaction (SPEC §4):
+--   * no attempt yet, or the latest failed: a new attempt starts, state `processing`;
+--     outcome 'started', attempt n+1, response NULL. Apply the business effect, then call
+--     finish_step with that attempt number.
+--   * latest `processing`: HN030 StepInProgress (unknown state), also past its lease (an
+--     operator resolves a stuck step with resolve_step; nothing takes it over silently).
+--   * latest `success`: on_success 'replay' → outcome 'replayed', the attempt that succeeded
+--     and its stored response; 'reject' → HN031 StepAlreadySucceeded.
+--   request: the business request; its fingerprint (sha256 of the jsonb text, which jsonb
+--   normalises: key order and whitespace do not matter) is kept, and a different request
+--   under the same serial raises HN032 RequestMismatch in every state. No request counts as
+--   JSON null.
+--   unified_serial: the business transaction's unified serial, kept for audit.
+--   lease: how long `processing` is trusted (default: setting step_lease).
+--   HN001: system serial no valid system serial (as parse_serial(serial, 'system')), unified
+--   serial no valid unified serial, on_success not 'replay'/'reject', lease not positive or
+--   longer than 10 years.
+--   HN021 SerialOutsideWindow: the serial's date, read as its caller's local date in any zone
+--   from UTC-12 to UTC+14, starts before now - step_retention in every such zone (the step's
+--   record may already be purged: it must not run again), or after now +
+--   step_future_tolerance in every such zone, unless this database issued serials of its
+--   scope dated that day or later (its clock stepped back).
+--   HN002 UnknownScope: a database that declared owned instances does not own the serial's
+--   instance (a retry sent to the wrong shard; ownership.sql, check_received_instances).
+--   Blocks while another transaction has started the same attempt and not yet committed or
+--   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
+--   with nowait it raises HN030 at once instead. In REPEATABLE READ or SERIALIZABLE a
+--   concurrent start raises serialization_failure (40001): retry the transaction.
+--   One statement, three branches: begin_step is a set-returning LANGUAGE sql function that
+--   the planner inlines into the caller's statement (called in FROM), a UNION ALL under
+--   LIMIT 1 whose branches run in order, each only when the ones before it returned nothing:
+--   1. A replay of a step that succeeded with the same request, plain options, no unified
+--      serial or the one it was begun with, and a serial in the window is one read of view
+--      _step_replay by primary key, with no PL/pgSQL call: the stored serials were checked
+--      when the step began (a format is never redefined), so no serial is parsed again.
+--   2. A new step with plain options: _start_step, one INSERT into view _step_start.
+--   3. Everything else (failed, processing, another request or unified serial, reject,
+--      nowait, bad input, an instance other shards own) goes to _begin_step, which decides
+--      and names the problem.
+--   Why this shape: docs/design/sql-internals.md.
+CREATE OR REPLACE FUNCTION hivenet.begin_step(
+    p_system_serial text, p_request jsonb DEFAULT NULL, p_on_success text DEFAULT 'replay',
+    p_unified_serial text DEFAULT NULL, p_lease interval DEFAULT NULL,
+    p_nowait boolean DEFAULT false)
+RETURNS TABLE (outcome text, attempt integer, response jsonb)
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    (SELECT 'replayed'::text, r.attempt, r.response
+     FROM hivenet._step_replay r
+     WHERE r.system_serial = p_system_serial
+       AND r.fingerprint = hivenet._fingerprint(p_request)
+       -- Options that replay (nowait or not: a replay never waits); the unified serial the
+       -- step was begun with (so a valid one) or none.
+       AND p_on_success = 'replay' AND p_nowait IS NOT NULL
+       AND (p_lease IS NULL OR p_lease > interval '0')
+       AND (p_unified_serial IS NULL OR p_unified_serial = r.unified_serial)
+       AND hivenet._step_in_window(r.system_serial)
+     UNION ALL
+     SELECT 'started'::text, 1, NULL::jsonb
+     WHERE hivenet._start_step(p_system_serial, p_request, p_on_success, p_unified_serial,
+                               p_lease, p_nowait)
+     UNION ALL
+     SELECT b.outcome, b.attempt, b.response
+     FROM hivenet._begin_step(p_system_serial, p_request, p_on_success, p_unified_serial,
+                              p_lease, p_nowait) b)
+    LIMIT 1;
+END;
+
+DROP VIEW hivenet.request_decisions;
+DROP FUNCTION hivenet._count_decision(text, text);
+DROP FUNCTION hivenet._new_decision_counter(text, text);
+DROP FUNCTION hivenet._grant_decision_counters();
+DROP FUNCTION hivenet._create_decision_counters(text, boolean);
+DO $$
+DECLARE
+    v_counter regclass;
+BEGIN
+    FOR v_counter IN SELECT c.counter FROM hivenet.decision_counter c LOOP
+        EXECUTE format('DROP SEQUENCE %s', v_counter);
+    END LOOP;
+END $$;
+DROP VIEW hivenet._decision_counters;
+DROP TABLE hivenet.decision_counter;
+DROP SEQUENCE hivenet.decision_counter_number;
+
 -- Batches of keyed requests (batches.sql).
 DROP FUNCTION hivenet.finish_requests(text, text[], integer[], boolean[], jsonb[]);
 DROP FUNCTION hivenet.begin_requests(text, text[], jsonb[], interval);

@@ -1103,6 +1103,7 @@ BEGIN
         ON CONFLICT DO NOTHING
         RETURNING a.key)
     SELECT coalesce(array_agg(s.key), '{}') INTO v_started FROM started s;
+    PERFORM hivenet._count_decision(p_namespace, 'started') FROM unnest(v_started);
     -- Every other key by begin_request's full path, in sort order too; the outcomes by the
     -- keys' positions (arrays of the batch's length: an element set in an empty array would
     -- start the array at that position).
@@ -1422,6 +1423,7 @@ BEGIN
         RETURNING a.key, a.attempt, a.chain_hash IS NOT NULL AS chained, a.awaited
     LOOP
         v_expired := v_expired + 1;
+        PERFORM hivenet._count_decision(p_namespace, 'expired');
         -- An attempt whose begin is a link of an audit chain: its expiry is the next
         -- (audit.sql), as a finish's would be.
         IF v_row.chained THEN
@@ -1508,6 +1510,7 @@ BEGIN
     FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
                                 p_lease) b;
 EXCEPTION WHEN lock_not_available THEN
+    PERFORM hivenet._count_decision(p_namespace, 'in_progress');
     RAISE EXCEPTION USING ERRCODE = 'HN030',
         MESSAGE = format('%s is being started by another transaction that did not end within '
                          'wait %s', hivenet._attempt_subject(p_namespace, p_key), p_wait);
@@ -1683,11 +1686,518 @@ END $$;
 -- Wake the clients waiting for key p_key's outcome (watch_request) at commit: only for an
 -- attempt marked awaited, since NOTIFY serialises the notifying commits of the whole cluster.
 -- Called where an attempt ends: finish_request (resolve_request through it) and expiry.
-CREATE FUNCTION hivenet._wake_waiters(p_namespace text, p_key text) RETURNS void
+CREATE OR REPLACE FUNCTION hivenet._wake_waiters(p_namespace text, p_key text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM pg_notify('hivenet_request_finished', json_build_array(p_namespace, p_key)::text);
 END $$;
+
+-- Decision counts per namespace and decision (hivenet_db/sql/decisions.sql, view
+-- request_decisions, metric hivenet_request_decisions_total): the counting calls in
+-- begin_request's and begin_step's paths.
+
+-- hivenet_db/sql/decisions.sql
+-- Decision counts: how many begins of each namespace (steps are namespace 'hivenet.steps')
+-- ended in each decision, for metric hivenet_request_decisions_total (view
+-- request_decisions, reporting.sql). The decisions, the same strings as the Python hook's and
+-- the OpenTelemetry attribute's (hivenet_db/decisions.py):
+--   started      a new attempt began (the key was new, or its latest attempt failed)
+--   replayed     the stored response of a success was returned
+--   in_progress  HN030: the latest attempt is processing
+--   mismatch     HN032: the key was begun with another request
+--   rejected     the key or an option was refused (HN001, HN002, HN021), or a repeat of a
+--                success whose policy is 'reject' (HN031)
+--   expired      a processing attempt was found past its namespace's expire_after
+--
+-- A count is a sequence: nextval survives the caller's rollback, and in_progress, mismatch
+-- and rejected raise, which aborts the caller's transaction. So a count is of decisions
+-- taken, committed or not: a started key whose transaction rolled back was counted started
+-- (and its next begin is counted again). The cost on the hot path is one index probe of
+-- decision_counter and one nextval (no row written); the measurements are in
+-- docs/benchmarks.md. A sequence writes WAL once per 32 values, so after a crash a count can
+-- jump ahead by up to 32 (never back).
+--
+-- A namespace gets its six counters with its first started key (_new_decision_counter), made in
+-- that caller's transaction: a second transaction starting a key of the same new namespace
+-- at the same time makes six of its own (each counter's name is unique, so neither waits for
+-- the other) and the view sums them. Made in a transaction that rolls back, the counters
+-- vanish with what they counted (that transaction's decisions only: no other saw them).
+-- Decisions of a namespace without counters that raise (a bad namespace, a bad key in a
+-- namespace that never started one, a duplicate of its first key before that commits) cannot
+-- make them, as the raise would undo it: they are counted under namespace 'hivenet.other'.
+
+-- Which sequences count which decision of which namespace: six rows (one per decision) per
+-- namespace and maker, usually one maker. counter: nextval by OID, no name resolved.
+CREATE TABLE hivenet.decision_counter (
+    namespace text     NOT NULL,
+    decision  text     NOT NULL,
+    counter   regclass NOT NULL,
+    PRIMARY KEY (namespace, decision, counter)
+);
+COMMENT ON TABLE hivenet.decision_counter IS
+    'the sequences that count the decisions of begin per namespace (view request_decisions)';
+
+-- The counters, for begin's paths that run as hivenet_app (_count_decision), which reads
+-- them through this view: the role has no right on a table (privileges.sql).
+CREATE VIEW hivenet._decision_counters AS
+SELECT c.namespace, c.decision, c.counter FROM hivenet.decision_counter c;
+
+-- The number in each counter's name (decisions_<number>_<decision>): unique, whoever makes it.
+CREATE SEQUENCE hivenet.decision_counter_number;
+
+-- Make the six counters of namespace p_namespace, usable by hivenet_app (_grant_counter,
+-- privileges.sql) unless p_grant is false: at install, before privileges.sql, whose
+-- _grant_roles grants every counter (_grant_decision_counters).
+CREATE OR REPLACE FUNCTION hivenet._create_decision_counters(p_namespace text, p_grant boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_number bigint := nextval('hivenet.decision_counter_number');
+    v_decision text;
+    v_name text;
+BEGIN
+    FOREACH v_decision IN ARRAY ARRAY['started', 'replayed', 'in_progress', 'mismatch',
+                                      'rejected', 'expired'] LOOP
+        v_name := format('decisions_%s_%s', v_number, v_decision);
+        EXECUTE format('CREATE SEQUENCE hivenet.%I', v_name);
+        IF p_grant THEN
+            PERFORM hivenet._grant_counter(v_name);
+        END IF;
+        INSERT INTO hivenet.decision_counter (namespace, decision, counter)
+        VALUES (p_namespace, v_decision, ('hivenet.' || quote_ident(v_name))::regclass);
+    END LOOP;
+END $$;
+
+-- The counter of decision p_decision in namespace p_namespace when _count_decision found
+-- none: for a started key, the namespace's own, made now (its first start, or another
+-- transaction's counters are not committed yet); for anything else, namespace
+-- 'hivenet.other' (see above). NULL for no decision of the six. SECURITY DEFINER: it makes
+-- sequences for hivenet_app.
+CREATE OR REPLACE FUNCTION hivenet._new_decision_counter(p_namespace text, p_decision text) RETURNS regclass
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_namespace text := CASE WHEN p_decision = 'started' AND hivenet._name_valid(p_namespace)
+                             THEN p_namespace ELSE 'hivenet.other' END;
+    v_counter regclass;
+BEGIN
+    LOOP
+        SELECT c.counter INTO v_counter FROM hivenet.decision_counter c
+        WHERE c.namespace = v_namespace AND c.decision = p_decision LIMIT 1;
+        IF FOUND OR v_namespace = 'hivenet.other' THEN
+            RETURN v_counter;
+        END IF;
+        PERFORM hivenet._create_decision_counters(v_namespace, true);
+    END LOOP;
+END $$;
+
+-- Let hivenet_app count on every counter (_grant_counter): run by _grant_roles
+-- (privileges.sql), at install and when bootstrap made the roles.
+CREATE OR REPLACE FUNCTION hivenet._grant_decision_counters() RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_name name;
+BEGIN
+    FOR v_name IN SELECT s.relname FROM hivenet.decision_counter c
+                  JOIN pg_class s ON s.oid = c.counter ORDER BY 1 LOOP
+        PERFORM hivenet._grant_counter(v_name);
+    END LOOP;
+END $$;
+
+-- Count decision p_decision of a begin in namespace p_namespace; returns p_decision, so a
+-- caller can write `outcome := hivenet._count_decision(p_namespace, 'started')`, and calls
+-- it just before a RAISE. Runs as the caller (the start paths run as hivenet_app): one probe
+-- of view _decision_counters and a nextval on a counter hivenet_app may use; the rare miss
+-- goes to _new_decision_counter. No SET clause: a SET costs a tenth of a begin (requests.sql).
+CREATE OR REPLACE FUNCTION hivenet._count_decision(p_namespace text, p_decision text) RETURNS text
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    -- Every name qualified, operators too: the caller's search_path is in force.
+    PERFORM pg_catalog.nextval(coalesce(
+        (SELECT c.counter FROM hivenet._decision_counters c
+         WHERE c.namespace OPERATOR(pg_catalog.=) p_namespace
+           AND c.decision OPERATOR(pg_catalog.=) p_decision LIMIT 1),
+        hivenet._new_decision_counter(p_namespace, p_decision)));
+    RETURN p_decision;
+END $$;
+
+-- The counters of the steps and of decisions without a namespace of their own, from the start.
+SELECT hivenet._create_decision_counters('hivenet.steps', false);
+SELECT hivenet._create_decision_counters('hivenet.other', false);
+
+-- The namespaces that started keys under 0.1.0 get their counters now, so that their
+-- refusals are counted under their own name (decisions.sql).
+SELECT hivenet._create_decision_counters(n.namespace, false)
+FROM (SELECT DISTINCT a.namespace FROM hivenet.request_attempt a
+      WHERE a.namespace <> 'hivenet.steps' ORDER BY 1) AS n;
+
+-- hivenet_db/sql/requests.sql
+-- HN001 naming the key rule of namespace p_namespace that key p_key breaks (key_min_length
+-- p_min_length, key_pattern p_pattern: set_namespace_policy). Off the hot path: its caller
+-- tests the rules first.
+CREATE OR REPLACE FUNCTION hivenet._raise_key_refused(p_namespace text, p_key text, p_min_length integer,
+    p_pattern text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._count_decision(p_namespace, 'rejected');
+    IF length(p_key) < p_min_length THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('key %s is shorter than key_min_length %s of namespace %s',
+                             hivenet._shown(p_key), p_min_length, hivenet._shown(p_namespace));
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'HN001',
+        MESSAGE = format('key %s does not match key_pattern %s of namespace %s',
+                         hivenet._shown(p_key), hivenet._shown(p_pattern),
+                         hivenet._shown(p_namespace));
+END $$;
+
+-- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
+-- already checked by the caller (begin_request, begin_step). See begin_request for what it
+-- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
+-- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
+-- force (docs/design/sql-internals.md).
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
+    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    -- The namespace's fingerprint policy (fingerprints.sql); NULL, the default, inlined.
+    v_policy text := (SELECT n.fingerprint FROM hivenet.request_namespace n
+                      WHERE n.namespace = p_namespace);
+    v_fingerprint bytea := CASE WHEN v_policy IS NULL THEN hivenet._fingerprint(p_request)
+                                ELSE hivenet._policy_fingerprint(v_policy, p_request) END;
+    -- An audit chain (audit.sql): a new attempt is its next link.
+    v_chained boolean := EXISTS (SELECT FROM hivenet.request_namespace n
+                                 WHERE n.namespace = p_namespace AND n.audit_chain);
+    v_attempt integer := 1;
+    v_last hivenet.request_attempt;
+BEGIN
+    -- Optimistic: most keys are new, so insert the attempt first; a conflict (after waiting
+    -- for an uncommitted one) means there is a committed attempt to look at.
+    LOOP
+        INSERT INTO hivenet.request_attempt
+            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at,
+             called_by, application_name, client_addr)
+        VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
+                p_lease, hivenet.now(), hivenet._called_by(),
+                nullif(current_setting('application_name'), ''), inet_client_addr())
+        ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            IF v_chained THEN
+                PERFORM hivenet._chain_append(p_namespace, p_key, v_attempt, 'begin');
+            END IF;
+            outcome := hivenet._count_decision(p_namespace, 'started');
+            attempt := v_attempt;
+            RETURN;
+        END IF;
+        SELECT * INTO v_last FROM hivenet.request_attempt a
+        WHERE a.namespace = p_namespace AND a.key = p_key ORDER BY a.attempt DESC LIMIT 1;
+        IF NOT FOUND THEN
+            v_attempt := 1;  -- removed by maintain() in between: the key is new again
+        ELSIF v_last.fingerprint <> v_fingerprint THEN
+            PERFORM hivenet._count_decision(p_namespace, 'mismatch');
+            RAISE EXCEPTION USING ERRCODE = 'HN032',
+                MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
+                                 '%s)', hivenet._attempt_subject(p_namespace, p_key),
+                                 encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
+        ELSIF v_last.state = 'processing'
+              AND NOT hivenet._expiry_due(p_namespace, v_last.started_at) THEN
+            PERFORM hivenet._count_decision(p_namespace, 'in_progress');
+            RAISE EXCEPTION USING ERRCODE = 'HN030',
+                MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
+                                 'its outcome is unknown',
+                                 hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
+                                 v_last.started_at,
+                                 v_last.started_at + hivenet._step_lease(v_last.lease));
+        -- Past its namespace's expire_after: expired here (expiry.sql), then a failure like
+        -- any other (the branches below); unless another transaction finished or expired it
+        -- meanwhile: then look again (attempt v_attempt exists, so the insert conflicts).
+        ELSIF v_last.state = 'processing'
+              AND hivenet._expire_attempts(p_namespace, ARRAY[p_key],
+                                           ARRAY[v_last.attempt]) = 0 THEN
+            CONTINUE;
+        ELSIF v_last.state = 'success' THEN
+            IF p_on_success = 'reject' THEN
+                PERFORM hivenet._count_decision(p_namespace, 'rejected');
+                RAISE EXCEPTION USING ERRCODE = 'HN031',
+                    MESSAGE = format('%s already succeeded (attempt %s at %s)',
+                                     hivenet._attempt_subject(p_namespace, p_key),
+                                     v_last.attempt, v_last.finished_at);
+            END IF;
+            outcome := hivenet._count_decision(p_namespace, 'replayed');
+            attempt := v_last.attempt;
+            response := v_last.response;
+            RETURN;
+        ELSIF (SELECT n.on_failure FROM hivenet.request_namespace n
+               WHERE n.namespace = p_namespace) = 'final' THEN
+            -- The latest failed or expired (before, or just now) and failures are final: its
+            -- error is replayed, told apart from a success by the outcome (a replay, counted
+            -- as one: decisions.sql).
+            PERFORM hivenet._count_decision(p_namespace, 'replayed');
+            outcome := 'replayed_failure';
+            attempt := v_last.attempt;
+            response := v_last.error;
+            RETURN;
+        ELSE
+            v_attempt := v_last.attempt + 1;  -- the latest failed or expired: proceed
+        END IF;
+        -- Next round: insert that attempt (waiting again if someone is starting it too).
+    END LOOP;
+END $$;
+
+-- _begin_attempt with nowait: the same, under the shortest lock_timeout, so that where it
+-- would wait for a concurrent start of the same attempt it raises HN030 at once. Its own
+-- function (SET clause) so the caller's lock_timeout is untouched, and the subtransaction of
+-- the EXCEPTION block stays off the default path.
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt_nowait(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
+    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+BEGIN
+    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, p_unified_serial,
+                                p_lease) b;
+EXCEPTION WHEN lock_not_available THEN
+    PERFORM hivenet._count_decision(p_namespace, 'in_progress');
+    RAISE EXCEPTION USING ERRCODE = 'HN030',
+        MESSAGE = format('%s is being started by another transaction right now (nowait)',
+                         hivenet._attempt_subject(p_namespace, p_key));
+END $$;
+
+-- Whether a new key with plain options was started: attempt 1 written through view
+-- _request_start. begin_request's first branch, run as the caller, as _start_step (steps.sql,
+-- where the why is).
+CREATE OR REPLACE FUNCTION hivenet._start_request(p_namespace text, p_key text, p_request jsonb,
+    p_on_success text, p_lease interval, p_nowait boolean) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF NOT hivenet._plain_options(p_on_success, p_nowait) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO hivenet._request_start VALUES (p_namespace, p_key, p_request, p_lease);
+    IF FOUND THEN
+        PERFORM hivenet._count_decision(p_namespace, 'started');
+        RETURN true;
+    END IF;
+    RETURN false;
+END $$;
+
+-- begin_request's full path, in the owner's rights, after _start_request wrote nothing. Input
+-- the view vouches for, with plain options, met a key that has an attempt: the state machine
+-- decides. Anything else (bad input, nowait) gets every check with its exact error first.
+-- Not set-returning (OUT parameters): no tuplestore of its own.
+CREATE OR REPLACE FUNCTION hivenet._begin_request(
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
+    p_nowait boolean, p_wait interval, OUT outcome text, OUT attempt integer,
+    OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_min_length integer;
+    v_pattern text;
+BEGIN
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
+            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)) THEN
+        BEGIN
+            PERFORM hivenet._check_name('namespace', p_namespace);
+            PERFORM hivenet._check_name('key', p_key);
+            PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+        EXCEPTION WHEN SQLSTATE 'HN001' THEN
+            PERFORM hivenet._count_decision(p_namespace, 'rejected');
+            RAISE;
+        END;
+    END IF;
+    IF p_wait < interval '0' OR p_wait > hivenet._longest_interval() THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('wait %s is not between 0 and %s', p_wait,
+                             hivenet._longest_interval());
+    END IF;
+    SELECT n.key_min_length, n.key_pattern INTO v_min_length, v_pattern
+    FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    IF length(p_key) < v_min_length OR p_key !~ v_pattern THEN
+        PERFORM hivenet._raise_key_refused(p_namespace, p_key, v_min_length, v_pattern);
+    END IF;
+    IF p_nowait THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
+                                           p_lease) b;
+    ELSIF p_wait IS NOT NULL THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_within(p_namespace, p_key, p_request, p_on_success,
+                                           p_lease, p_wait) b;
+    ELSE
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
+                                    p_lease) b;
+    END IF;
+END $$;
+
+-- hivenet_db/sql/steps.sql
+-- Whether a new step with plain options was started: attempt 1 written through view
+-- _step_start. begin_step's second branch, run as the caller: the view's rule writes with the
+-- owner's rights and its checks are bound when it was created, so no SECURITY DEFINER and no
+-- SET clause is needed, and none is paid (a SET costs a tenth of a begin; requests.sql).
+-- PL/pgSQL, so its INSERT is planned once per session, not per call.
+CREATE OR REPLACE FUNCTION hivenet._start_step(p_system_serial text, p_request jsonb, p_on_success text,
+    p_unified_serial text, p_lease interval, p_nowait boolean) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF NOT hivenet._plain_options(p_on_success, p_nowait) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO hivenet._step_start
+    VALUES (p_system_serial, p_request, p_unified_serial, p_lease);
+    IF FOUND THEN
+        PERFORM hivenet._count_decision('hivenet.steps', 'started');
+        RETURN true;
+    END IF;
+    RETURN false;
+END $$;
+
+-- begin_step's full path, in the step owner's rights, after _start_step wrote nothing. A step
+-- that has an attempt, its input vouched for by the view's test (_step_start_valid) with
+-- plain options, goes to the state machine (requests.sql); everything else (bad input,
+-- nowait, instances to check, a serial near the window's edges) gets every check with its
+-- exact error first (parse_serial names the problem). Not set-returning (OUT parameters): no
+-- tuplestore of its own.
+CREATE OR REPLACE FUNCTION hivenet._begin_step(
+    p_system_serial text, p_request jsonb, p_on_success text, p_unified_serial text,
+    p_lease interval, p_nowait boolean, OUT outcome text, OUT attempt integer,
+    OUT response jsonb)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_day date;
+BEGIN
+    -- Without parse_serial (~200 µs a serial) when the view vouches for the input.
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
+            AND coalesce(hivenet._step_start_valid(p_system_serial, p_unified_serial, p_lease),
+                         false)) THEN
+        BEGIN
+            PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+            PERFORM hivenet.parse_serial(p_system_serial, 'system');
+            IF p_unified_serial IS NOT NULL THEN
+                PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
+            END IF;
+            -- Several primaries: a serial of an instance another shard owns (ownership.sql).
+            IF hivenet._setting_constant('owned_instances') <> 'all' THEN
+                PERFORM hivenet._check_owned_serial('system', p_system_serial);
+            END IF;
+            -- Old serials are refused, not run again: their record may be purged (HN021).
+            v_day := hivenet._serial_time('system', p_system_serial)::date;
+            IF v_day < hivenet._step_days_from(hivenet.now())
+               OR (v_day > hivenet._step_days_to(hivenet.now())
+                   AND NOT hivenet._step_issued_here(p_system_serial, v_day)) THEN
+                PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'HN001' OR SQLSTATE 'HN002' OR SQLSTATE 'HN021' THEN
+            PERFORM hivenet._count_decision('hivenet.steps', 'rejected');
+            RAISE;
+        END;
+    END IF;
+    IF p_nowait THEN
+        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+        FROM hivenet._begin_attempt_nowait('hivenet.steps', p_system_serial, p_request,
+                                           p_on_success, p_unified_serial, p_lease) b;
+        RETURN;
+    END IF;
+    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+    FROM hivenet._begin_attempt('hivenet.steps', p_system_serial, p_request, p_on_success,
+                                p_unified_serial, p_lease) b;
+END $$;
+
+-- hivenet.begin_step(system_serial, request default null, on_success default 'replay',
+--                    unified_serial default null, lease default null, nowait default false)
+--   → table(outcome text, attempt int, response jsonb), exactly one row.
+--   Receives one processing step, identified by its 30-character system serial, in the
+--   caller's transaction (SPEC §4):
+--   * no attempt yet, or the latest failed: a new attempt starts, state `processing`;
+--     outcome 'started', attempt n+1, response NULL. Apply the business effect, then call
+--     finish_step with that attempt number.
+--   * latest `processing`: HN030 StepInProgress (unknown state), also past its lease (an
+--     operator resolves a stuck step with resolve_step; nothing takes it over silently).
+--   * latest `success`: on_success 'replay' → outcome 'replayed', the attempt that succeeded
+--     and its stored response; 'reject' → HN031 StepAlreadySucceeded.
+--   request: the business request; its fingerprint (sha256 of the jsonb text, which jsonb
+--   normalises: key order and whitespace do not matter) is kept, and a different request
+--   under the same serial raises HN032 RequestMismatch in every state. No request counts as
+--   JSON null.
+--   unified_serial: the business transaction's unified serial, kept for audit.
+--   lease: how long `processing` is trusted (default: setting step_lease).
+--   HN001: system serial no valid system serial (as parse_serial(serial, 'system')), unified
+--   serial no valid unified serial, on_success not 'replay'/'reject', lease not positive or
+--   longer than 10 years.
+--   HN021 SerialOutsideWindow: the serial's date, read as its caller's local date in any zone
+--   from UTC-12 to UTC+14, starts before now - step_retention in every such zone (the step's
+--   record may already be purged: it must not run again), or after now +
+--   step_future_tolerance in every such zone, unless this database issued serials of its
+--   scope dated that day or later (its clock stepped back).
+--   HN002 UnknownScope: a database that declared owned instances does not own the serial's
+--   instance (a retry sent to the wrong shard; ownership.sql, check_received_instances).
+--   Blocks while another transaction has started the same attempt and not yet committed or
+--   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
+--   with nowait it raises HN030 at once instead. In REPEATABLE READ or SERIALIZABLE a
+--   concurrent start raises serialization_failure (40001): retry the transaction.
+--   One statement, three branches: begin_step is a set-returning LANGUAGE sql function that
+--   the planner inlines into the caller's statement (called in FROM), a UNION ALL under
+--   LIMIT 1 whose branches run in order, each only when the ones before it returned nothing:
+--   1. A replay of a step that succeeded with the same request, plain options, no unified
+--      serial or the one it was begun with, and a serial in the window is one read of view
+--      _step_replay by primary key, with no PL/pgSQL call: the stored serials were checked
+--      when the step began (a format is never redefined), so no serial is parsed again.
+--   2. A new step with plain options: _start_step, one INSERT into view _step_start.
+--   3. Everything else (failed, processing, another request or unified serial, reject,
+--      nowait, bad input, an instance other shards own) goes to _begin_step, which decides
+--      and names the problem.
+--   Why this shape: docs/design/sql-internals.md.
+CREATE OR REPLACE FUNCTION hivenet.begin_step(
+    p_system_serial text, p_request jsonb DEFAULT NULL, p_on_success text DEFAULT 'replay',
+    p_unified_serial text DEFAULT NULL, p_lease interval DEFAULT NULL,
+    p_nowait boolean DEFAULT false)
+RETURNS TABLE (outcome text, attempt integer, response jsonb)
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    -- 'replayed', counted (decisions.sql, as _count_decision) with no PL/pgSQL call: the
+    -- select list runs only for the row replayed. The subquery names r so that it runs for
+    -- every row replayed (uncorrelated, it would run once for a caller's whole statement).
+    (SELECT coalesce((SELECT 'replayed'::text FROM hivenet._decision_counters c
+                      WHERE c.namespace = 'hivenet.steps' AND c.decision = 'replayed'
+                        AND r.system_serial IS NOT NULL AND nextval(c.counter) > 0
+                      LIMIT 1), 'replayed'),
+            r.attempt, r.response
+     FROM hivenet._step_replay r
+     WHERE r.system_serial = p_system_serial
+       AND r.fingerprint = hivenet._fingerprint(p_request)
+       -- Options that replay (nowait or not: a replay never waits); the unified serial the
+       -- step was begun with (so a valid one) or none.
+       AND p_on_success = 'replay' AND p_nowait IS NOT NULL
+       AND (p_lease IS NULL OR p_lease > interval '0')
+       AND (p_unified_serial IS NULL OR p_unified_serial = r.unified_serial)
+       AND hivenet._step_in_window(r.system_serial)
+     UNION ALL
+     SELECT 'started'::text, 1, NULL::jsonb
+     WHERE hivenet._start_step(p_system_serial, p_request, p_on_success, p_unified_serial,
+                               p_lease, p_nowait)
+     UNION ALL
+     SELECT b.outcome, b.attempt, b.response
+     FROM hivenet._begin_step(p_system_serial, p_request, p_on_success, p_unified_serial,
+                              p_lease, p_nowait) b)
+    LIMIT 1;
+END;
+
+-- hivenet_db/sql/reporting.sql
+-- hivenet.request_decisions: per namespace (steps: 'hivenet.steps'; decisions no namespace
+-- could count: 'hivenet.other') and decision, how many begins decided so since install,
+-- committed or not (decisions.sql says what each decision is and what a rollback does): what
+-- metric hivenet_request_decisions_total exports. Every decision of a namespace is listed
+-- once it has counters (its first started key), 0 until it happens.
+CREATE VIEW hivenet.request_decisions AS
+SELECT d.namespace, d.decision,
+       sum(coalesce(hivenet._scope_counter_value(s.relname), 0))::bigint AS decisions
+FROM hivenet.decision_counter d
+JOIN pg_catalog.pg_class s ON s.oid = d.counter
+GROUP BY d.namespace, d.decision
+ORDER BY d.namespace, d.decision;
+COMMENT ON VIEW hivenet.request_decisions IS
+    'number of begins per namespace and decision (started, replayed, in_progress, mismatch, '
+    'rejected, expired), committed or not';
 
 -- Grants (privileges.sql), once for everything above:
 -- every function and view of 0.2.0 granted to the roles, nothing to PUBLIC.
@@ -1755,6 +2265,16 @@ BEGIN
         -- inserter: _step_start_valid and the generated layout check _serial_valid with
         -- _serial_time (compile.sql), and _request_start_valid.
         GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
+        -- Both count their decision as the caller (decisions.sql): a probe of view
+        -- _decision_counters and nextval on a counter (USAGE: _grant_decision_counters); a
+        -- namespace's first start makes its counters through SECURITY DEFINER
+        -- _new_decision_counter. So does begin_step's replay.
+        GRANT SELECT ON hivenet._decision_counters TO hivenet_app;
+        GRANT EXECUTE ON FUNCTION
+            hivenet._count_decision(text, text),
+            hivenet._new_decision_counter(text, text)
+        TO hivenet_app;
+        PERFORM hivenet._grant_decision_counters();
         GRANT EXECUTE ON FUNCTION
             hivenet._plain_options(text, boolean),
             hivenet._start_step(text, jsonb, text, text, interval, boolean),
@@ -1790,7 +2310,7 @@ BEGIN
         EXECUTE format('GRANT SELECT ON hivenet.interface_calls, '
                        'hivenet.interface_calls_per_day, hivenet.step_states, '
                        'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
-                       'hivenet.stuck_requests, hivenet.request_attempts TO %I', v_role);
+                       'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions TO %I', v_role);
         EXECUTE format('GRANT EXECUTE ON FUNCTION '
                        'hivenet.call_chain(text), '
                        'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
@@ -1798,7 +2318,7 @@ BEGIN
                        'hivenet._reporting_local_now(), '        -- scope_usage
                        'hivenet._period_index(timestamp, text), '
                        'hivenet._period_start(bigint, text), '
-                       'hivenet._scope_counter_value(text), '
+                       'hivenet._scope_counter_value(text), '    -- and request_decisions
                        'hivenet._serial_field(text, text, text), '  -- interface_calls
                        'hivenet._serial_time(text, text), '
                        'hivenet.parse_serial(text, text) '          -- in both, for other formats
