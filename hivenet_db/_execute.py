@@ -79,17 +79,22 @@ def _checked(params: Mapping[str, Any]) -> None:
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+# One encoder for every call: json.dumps builds a new one whenever it is given an option.
+_ENCODER = json.JSONEncoder(allow_nan=False)
+
+
 def json_text(name: str, value: Any) -> str:
     """``value`` as a JSON parameter; InvalidInput (HN001) for what JSON or PostgreSQL cannot
     hold: NaN or Infinity (no JSON number; the database would answer 22P02), nesting deeper
     than Python can write (RecursionError), a string holding NUL."""
     try:
-        text = json.dumps(value, allow_nan=False)
+        text = _ENCODER.encode(value)
     except ValueError as error:
         raise InvalidInput(f"{name} holds NaN or Infinity, which JSON cannot ({error})") from None
     except RecursionError:
         raise InvalidInput(f"{name} is nested too deeply to be sent as JSON") from None
-    if _JSON_NUL.search(text):
+    # The expression reads the text character by character: only where an escape may be NUL.
+    if "\\u0000" in text and _JSON_NUL.search(text):
         raise InvalidInput(f"{name} holds a NUL character, which PostgreSQL text cannot")
     return text
 

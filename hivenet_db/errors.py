@@ -23,8 +23,8 @@ through ``translated()`` unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 import psycopg
 from sqlalchemy.exc import DBAPIError
@@ -132,13 +132,24 @@ def from_database(error: BaseException | None) -> HivenetError | None:
     return cls(error.diag.message_primary or str(error), error.diag.sqlstate)
 
 
-@contextmanager
-def translated() -> Iterator[None]:
+class _Translated:
+    """``translated()``: a class, not a generator (``@contextmanager``), as it is entered twice
+    for every keyed request; it holds no state, so one serves every caller."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if isinstance(error, DBAPIError | psycopg.Error):
+            typed = from_database(error)
+            if typed is not None:
+                raise typed from error
+
+
+_TRANSLATED = _Translated()
+
+
+def translated() -> AbstractContextManager[None]:
     """Re-raise hivenet SQLSTATEs as their exception class (the original is the cause)."""
-    try:
-        yield
-    except (DBAPIError, psycopg.Error) as error:
-        typed = from_database(error)
-        if typed is None:
-            raise
-        raise typed from error
+    return _TRANSLATED

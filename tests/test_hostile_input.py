@@ -523,6 +523,9 @@ def test_a_string_like_the_escape_of_nul_is_sent(owner: psycopg.Connection) -> N
     (lambda db: ClaimRepository(db).claim("n\x00", "k"),
      "namespace holds a NUL character (character 2 of 2)"),
     (lambda db: StepRepository(db).begin("x", {"a": ["\x00"]}), "request or response holds"),
+    # the text of a NUL's escape next to a NUL: the quick test for an escape does not stop
+    (lambda db: RequestRepository(db).finish("n", "k", 1, True, ["\\u0000", "\\\x00"]),
+     "request or response holds a NUL"),
     (lambda db: SerialRepository(db).next_many("unified", 2**31, system="C0001",
                                                module="A01", instance="01"),
      "count 2147483648 is out of range"),
