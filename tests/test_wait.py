@@ -186,6 +186,21 @@ def test_resolve_notifies_too(db: psycopg.Connection, connect: Connect) -> None:
     assert notified(listener) == [json.dumps([NAMESPACE, key])]
 
 
+def test_an_expiry_notifies_too(db: psycopg.Connection, connect: Connect) -> None:
+    """maintain() expiring a watched attempt (expire_after) wakes its waiters, as a finish
+    would: they look again and meet the namespace's failure policy, not a wait run out."""
+    listener = connect()
+    listener.execute(f"LISTEN {CHANNEL}")
+    name, key = f"wait-expiry-{uuid.uuid4().hex[:8]}", new_key()
+    db.execute("SELECT hivenet.set_namespace_policy(%s, p_expire_after => '1 minute')", (name,))
+    db.execute("SELECT hivenet.begin_request(%s, %s)", (name, key))
+    db.execute("SELECT hivenet.watch_request(%s, %s)", (name, key))
+    db.execute("UPDATE hivenet.request_attempt SET started_at = started_at - interval '1 hour' "
+               "WHERE namespace = %s AND key = %s", (name, key))
+    db.execute("SELECT hivenet.maintain()")
+    assert notified(listener) == [json.dumps([name, key])]
+
+
 def test_watch_request_checks_its_arguments(db: psycopg.Connection) -> None:
     for args, named in [(("", "k"), "namespace"), (("n", "k\n"), "key")]:
         with pytest.raises(psycopg.Error) as refused:
