@@ -1,5 +1,7 @@
--- Back to release 0.1.0: the bodies of 0001_baseline.sql, and what 0.2.0 added dropped. A
--- namespace's fingerprint and key rules go; its retention stays.
+-- Back to release 0.1.0: the bodies of 0001_baseline.sql, and what 0.2.0 added dropped, the
+-- features undone in the reverse of their order (the failure policy last: it makes the type
+-- of the state column again). A namespace's policy goes but for its retention; counts,
+-- callers, chains and waiters' marks go; expired attempts become failed ones.
 
 -- Back from decision counts: the 0.1.0 bodies of the functions that count, then the
 -- counts dropped with their counters.

@@ -2,8 +2,9 @@
 
 The delta from revision 0001 (CONTRIBUTING.md, "Changing SQL"): the policy of a namespace
 (set_namespace_policy: fingerprints, key rules, failure policy and expiry); who began each
-attempt and the audit chain of a namespace (audit.sql); batches (batches.sql). Editable until
-0.2.0 is released, then frozen as 0001 is. The downgrade goes back to 0.1.0 (its bodies, copied from
+attempt and the audit chain of a namespace (audit.sql); batches (batches.sql); waiting for the
+first outcome (watch_request); decision counts (decisions.sql). Editable until 0.2.0 is
+released, then frozen as 0001 is. The downgrade goes back to 0.1.0 (its bodies, copied from
 0001_baseline.sql).
 
 Revision ID: 0002

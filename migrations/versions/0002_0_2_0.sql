@@ -1,5 +1,10 @@
--- Release 0.2.0 from 0.1.0: the policy of a namespace (set_namespace_policy): fingerprints
--- ('bytes', 'json' by RFC 8785, JSON paths) and key rules beside the retention.
+-- Release 0.2.0 from 0.1.0, a section per feature, in this order: the policy of a namespace
+-- (set_namespace_policy: fingerprints 'bytes', 'json' by RFC 8785 or JSON paths, and key
+-- rules beside the retention); who began each attempt and a namespace's audit chain
+-- (audit.sql); batches (batches.sql); the failure policy and expiry (expiry.sql); waiting for
+-- the first outcome (watch_request); decision counts (decisions.sql). A function changed by
+-- several features appears once, at its first place, with its final body; the grants of
+-- everything come last.
 
 ALTER TABLE hivenet.request_namespace
     ALTER COLUMN retention DROP NOT NULL,
@@ -182,8 +187,9 @@ END $$;
 -- tests the rules first.
 CREATE OR REPLACE FUNCTION hivenet._raise_key_refused(p_namespace text, p_key text, p_min_length integer,
     p_pattern text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    PERFORM hivenet._count_decision(p_namespace, 'rejected');
     IF length(p_key) < p_min_length THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('key %s is shorter than key_min_length %s of namespace %s',
@@ -210,6 +216,9 @@ DECLARE
                       WHERE n.namespace = p_namespace);
     v_fingerprint bytea := CASE WHEN v_policy IS NULL THEN hivenet._fingerprint(p_request)
                                 ELSE hivenet._policy_fingerprint(v_policy, p_request) END;
+    -- An audit chain (audit.sql): a new attempt is its next link.
+    v_chained boolean := EXISTS (SELECT FROM hivenet.request_namespace n
+                                 WHERE n.namespace = p_namespace AND n.audit_chain);
     v_attempt integer := 1;
     v_last hivenet.request_attempt;
 BEGIN
@@ -217,12 +226,17 @@ BEGIN
     -- for an uncommitted one) means there is a committed attempt to look at.
     LOOP
         INSERT INTO hivenet.request_attempt
-            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at)
+            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at,
+             called_by, application_name, client_addr)
         VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
-                p_lease, hivenet.now())
+                p_lease, hivenet.now(), hivenet._called_by(),
+                nullif(current_setting('application_name'), ''), inet_client_addr())
         ON CONFLICT DO NOTHING;
         IF FOUND THEN
-            outcome := 'started';
+            IF v_chained THEN
+                PERFORM hivenet._chain_append(p_namespace, p_key, v_attempt, 'begin');
+            END IF;
+            outcome := hivenet._count_decision(p_namespace, 'started');
             attempt := v_attempt;
             RETURN;
         END IF;
@@ -231,30 +245,51 @@ BEGIN
         IF NOT FOUND THEN
             v_attempt := 1;  -- removed by maintain() in between: the key is new again
         ELSIF v_last.fingerprint <> v_fingerprint THEN
+            PERFORM hivenet._count_decision(p_namespace, 'mismatch');
             RAISE EXCEPTION USING ERRCODE = 'HN032',
                 MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
                                  '%s)', hivenet._attempt_subject(p_namespace, p_key),
                                  encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
-        ELSIF v_last.state = 'processing' THEN
+        ELSIF v_last.state = 'processing'
+              AND NOT hivenet._expiry_due(p_namespace, v_last.started_at) THEN
+            PERFORM hivenet._count_decision(p_namespace, 'in_progress');
             RAISE EXCEPTION USING ERRCODE = 'HN030',
                 MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
                                  'its outcome is unknown',
                                  hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
                                  v_last.started_at,
                                  v_last.started_at + hivenet._step_lease(v_last.lease));
+        -- Past its namespace's expire_after: expired here (expiry.sql), then a failure like
+        -- any other (the branches below); unless another transaction finished or expired it
+        -- meanwhile: then look again (attempt v_attempt exists, so the insert conflicts).
+        ELSIF v_last.state = 'processing'
+              AND hivenet._expire_attempts(p_namespace, ARRAY[p_key],
+                                           ARRAY[v_last.attempt]) = 0 THEN
+            CONTINUE;
         ELSIF v_last.state = 'success' THEN
             IF p_on_success = 'reject' THEN
+                PERFORM hivenet._count_decision(p_namespace, 'rejected');
                 RAISE EXCEPTION USING ERRCODE = 'HN031',
                     MESSAGE = format('%s already succeeded (attempt %s at %s)',
                                      hivenet._attempt_subject(p_namespace, p_key),
                                      v_last.attempt, v_last.finished_at);
             END IF;
-            outcome := 'replayed';
+            outcome := hivenet._count_decision(p_namespace, 'replayed');
             attempt := v_last.attempt;
             response := v_last.response;
             RETURN;
+        ELSIF (SELECT n.on_failure FROM hivenet.request_namespace n
+               WHERE n.namespace = p_namespace) = 'final' THEN
+            -- The latest failed or expired (before, or just now) and failures are final: its
+            -- error is replayed, told apart from a success by the outcome (a replay, counted
+            -- as one: decisions.sql).
+            PERFORM hivenet._count_decision(p_namespace, 'replayed');
+            outcome := 'replayed_failure';
+            attempt := v_last.attempt;
+            response := v_last.error;
+            RETURN;
         ELSE
-            v_attempt := v_last.attempt + 1;  -- the latest failed: proceed
+            v_attempt := v_last.attempt + 1;  -- the latest failed or expired: proceed
         END IF;
         -- Next round: insert that attempt (waiting again if someone is starting it too).
     END LOOP;
@@ -427,79 +462,6 @@ BEGIN ATOMIC
     SELECT coalesce(nullif(current_setting('role'), 'none'), session_user::text);
 END;
 
--- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
--- already checked by the caller (begin_request, begin_step). See begin_request for what it
--- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
--- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
--- force (docs/design/sql-internals.md).
-CREATE OR REPLACE FUNCTION hivenet._begin_attempt(
-    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
-    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    -- The namespace's fingerprint policy (fingerprints.sql); NULL, the default, inlined.
-    v_policy text := (SELECT n.fingerprint FROM hivenet.request_namespace n
-                      WHERE n.namespace = p_namespace);
-    v_fingerprint bytea := CASE WHEN v_policy IS NULL THEN hivenet._fingerprint(p_request)
-                                ELSE hivenet._policy_fingerprint(v_policy, p_request) END;
-    -- An audit chain (audit.sql): a new attempt is its next link.
-    v_chained boolean := EXISTS (SELECT FROM hivenet.request_namespace n
-                                 WHERE n.namespace = p_namespace AND n.audit_chain);
-    v_attempt integer := 1;
-    v_last hivenet.request_attempt;
-BEGIN
-    -- Optimistic: most keys are new, so insert the attempt first; a conflict (after waiting
-    -- for an uncommitted one) means there is a committed attempt to look at.
-    LOOP
-        INSERT INTO hivenet.request_attempt
-            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at,
-             called_by, application_name, client_addr)
-        VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
-                p_lease, hivenet.now(), hivenet._called_by(),
-                nullif(current_setting('application_name'), ''), inet_client_addr())
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            IF v_chained THEN
-                PERFORM hivenet._chain_append(p_namespace, p_key, v_attempt, 'begin');
-            END IF;
-            outcome := 'started';
-            attempt := v_attempt;
-            RETURN;
-        END IF;
-        SELECT * INTO v_last FROM hivenet.request_attempt a
-        WHERE a.namespace = p_namespace AND a.key = p_key ORDER BY a.attempt DESC LIMIT 1;
-        IF NOT FOUND THEN
-            v_attempt := 1;  -- removed by maintain() in between: the key is new again
-        ELSIF v_last.fingerprint <> v_fingerprint THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN032',
-                MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
-                                 '%s)', hivenet._attempt_subject(p_namespace, p_key),
-                                 encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
-        ELSIF v_last.state = 'processing' THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN030',
-                MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
-                                 'its outcome is unknown',
-                                 hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
-                                 v_last.started_at,
-                                 v_last.started_at + hivenet._step_lease(v_last.lease));
-        ELSIF v_last.state = 'success' THEN
-            IF p_on_success = 'reject' THEN
-                RAISE EXCEPTION USING ERRCODE = 'HN031',
-                    MESSAGE = format('%s already succeeded (attempt %s at %s)',
-                                     hivenet._attempt_subject(p_namespace, p_key),
-                                     v_last.attempt, v_last.finished_at);
-            END IF;
-            outcome := 'replayed';
-            attempt := v_last.attempt;
-            response := v_last.response;
-            RETURN;
-        ELSE
-            v_attempt := v_last.attempt + 1;  -- the latest failed: proceed
-        END IF;
-        -- Next round: insert that attempt (waiting again if someone is starting it too).
-    END LOOP;
-END $$;
-
 CREATE OR REPLACE RULE start AS ON INSERT TO hivenet._request_start DO INSTEAD
 INSERT INTO hivenet.request_attempt
     (namespace, key, attempt, state, fingerprint, lease, started_at, called_by,
@@ -532,6 +494,7 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_chained boolean;
+    v_awaited boolean;
 BEGIN
     UPDATE hivenet.request_attempt a
     SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
@@ -541,13 +504,16 @@ BEGIN
         error = CASE WHEN NOT p_succeeded THEN p_response END
     WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
       AND a.state = 'processing' AND p_succeeded IS NOT NULL
-    RETURNING a.chain_hash IS NOT NULL INTO v_chained;
+    RETURNING a.chain_hash IS NOT NULL, a.awaited INTO v_chained, v_awaited;
     IF NOT FOUND THEN
         PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
     END IF;
     -- An attempt whose begin is a link of an audit chain: its end is the next (audit.sql).
     IF v_chained THEN
         PERFORM hivenet._chain_append(p_namespace, p_key, p_attempt, 'finish');
+    END IF;
+    IF v_awaited THEN
+        PERFORM hivenet._wake_waiters(p_namespace, p_key);
     END IF;
 END $$;
 
@@ -1176,96 +1142,6 @@ COMMENT ON TABLE hivenet.request_namespace IS
     'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
     'key rules, failure policy; NULL is the default';
 
--- hivenet_db/sql/requests.sql
--- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
--- already checked by the caller (begin_request, begin_step). See begin_request for what it
--- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
--- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
--- force (docs/design/sql-internals.md).
-CREATE OR REPLACE FUNCTION hivenet._begin_attempt(
-    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
-    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    -- The namespace's fingerprint policy (fingerprints.sql); NULL, the default, inlined.
-    v_policy text := (SELECT n.fingerprint FROM hivenet.request_namespace n
-                      WHERE n.namespace = p_namespace);
-    v_fingerprint bytea := CASE WHEN v_policy IS NULL THEN hivenet._fingerprint(p_request)
-                                ELSE hivenet._policy_fingerprint(v_policy, p_request) END;
-    -- An audit chain (audit.sql): a new attempt is its next link.
-    v_chained boolean := EXISTS (SELECT FROM hivenet.request_namespace n
-                                 WHERE n.namespace = p_namespace AND n.audit_chain);
-    v_attempt integer := 1;
-    v_last hivenet.request_attempt;
-BEGIN
-    -- Optimistic: most keys are new, so insert the attempt first; a conflict (after waiting
-    -- for an uncommitted one) means there is a committed attempt to look at.
-    LOOP
-        INSERT INTO hivenet.request_attempt
-            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at,
-             called_by, application_name, client_addr)
-        VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
-                p_lease, hivenet.now(), hivenet._called_by(),
-                nullif(current_setting('application_name'), ''), inet_client_addr())
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            IF v_chained THEN
-                PERFORM hivenet._chain_append(p_namespace, p_key, v_attempt, 'begin');
-            END IF;
-            outcome := 'started';
-            attempt := v_attempt;
-            RETURN;
-        END IF;
-        SELECT * INTO v_last FROM hivenet.request_attempt a
-        WHERE a.namespace = p_namespace AND a.key = p_key ORDER BY a.attempt DESC LIMIT 1;
-        IF NOT FOUND THEN
-            v_attempt := 1;  -- removed by maintain() in between: the key is new again
-        ELSIF v_last.fingerprint <> v_fingerprint THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN032',
-                MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
-                                 '%s)', hivenet._attempt_subject(p_namespace, p_key),
-                                 encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
-        ELSIF v_last.state = 'processing'
-              AND NOT hivenet._expiry_due(p_namespace, v_last.started_at) THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN030',
-                MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
-                                 'its outcome is unknown',
-                                 hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
-                                 v_last.started_at,
-                                 v_last.started_at + hivenet._step_lease(v_last.lease));
-        -- Past its namespace's expire_after: expired here (expiry.sql), then a failure like
-        -- any other (the branches below); unless another transaction finished or expired it
-        -- meanwhile: then look again (attempt v_attempt exists, so the insert conflicts).
-        ELSIF v_last.state = 'processing'
-              AND hivenet._expire_attempts(p_namespace, ARRAY[p_key],
-                                           ARRAY[v_last.attempt]) = 0 THEN
-            CONTINUE;
-        ELSIF v_last.state = 'success' THEN
-            IF p_on_success = 'reject' THEN
-                RAISE EXCEPTION USING ERRCODE = 'HN031',
-                    MESSAGE = format('%s already succeeded (attempt %s at %s)',
-                                     hivenet._attempt_subject(p_namespace, p_key),
-                                     v_last.attempt, v_last.finished_at);
-            END IF;
-            outcome := 'replayed';
-            attempt := v_last.attempt;
-            response := v_last.response;
-            RETURN;
-        ELSIF (SELECT n.on_failure FROM hivenet.request_namespace n
-               WHERE n.namespace = p_namespace) = 'final' THEN
-            -- The latest failed or expired (before, or just now) and failures are final: its
-            -- error is replayed, told apart from a success by the outcome.
-            outcome := 'replayed_failure';
-            attempt := v_last.attempt;
-            response := v_last.error;
-            RETURN;
-        ELSE
-            v_attempt := v_last.attempt + 1;  -- the latest failed or expired: proceed
-        END IF;
-        -- Next round: insert that attempt (waiting again if someone is starting it too).
-    END LOOP;
-END $$;
-
 -- hivenet.set_namespace_policy(namespace, retention default null, fingerprint default null,
 --     on_failure default null, expire_after default null, key_min_length default null,
 --     key_pattern default null) → void
@@ -1614,47 +1490,6 @@ BEGIN ATOMIC
     LIMIT 1;
 END;
 
--- hivenet.finish_request(namespace, key, attempt, succeeded, response default null) → void
---   Ends the processing attempt `attempt` (the number begin_request returned) as `success`
---   (response kept and replayed to later callers) or `failed` (response kept as the error;
---   the next begin_request proceeds with a new attempt), in the caller's transaction.
---   Fencing: HN033 StaleAttempt, changing nothing, when that attempt is not the key's current
---   one or is no longer `processing` (finished, or resolved by an operator).
---   HN001 when succeeded is NULL, or namespace or key is not valid (as begin_request). Blocks
---   only while another transaction is finishing or resolving the same attempt; then raises
---   HN033 if that one committed.
---   When a client waits for the attempt's outcome (watch_request), notifies channel
---   hivenet_request_finished at commit with payload the JSON array [namespace, key].
-CREATE OR REPLACE FUNCTION hivenet.finish_request(
-    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean,
-    p_response jsonb DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_chained boolean;
-    v_awaited boolean;
-BEGIN
-    UPDATE hivenet.request_attempt a
-    SET state = CASE WHEN p_succeeded THEN 'success'::hivenet.step_state
-                     ELSE 'failed'::hivenet.step_state END,
-        finished_at = hivenet.now(),
-        response = CASE WHEN p_succeeded THEN p_response END,
-        error = CASE WHEN NOT p_succeeded THEN p_response END
-    WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt
-      AND a.state = 'processing' AND p_succeeded IS NOT NULL
-    RETURNING a.chain_hash IS NOT NULL, a.awaited INTO v_chained, v_awaited;
-    IF NOT FOUND THEN
-        PERFORM hivenet._raise_unfinished(p_namespace, p_key, p_attempt, p_succeeded);
-    END IF;
-    -- An attempt whose begin is a link of an audit chain: its end is the next (audit.sql).
-    IF v_chained THEN
-        PERFORM hivenet._chain_append(p_namespace, p_key, p_attempt, 'finish');
-    END IF;
-    IF v_awaited THEN
-        PERFORM hivenet._wake_waiters(p_namespace, p_key);
-    END IF;
-END $$;
-
 -- hivenet.watch_request(namespace, key) → text
 --   Registers that a client waits for the outcome of the key's processing attempt, so that
 --   its finish_request (or resolve_request) notifies channel hivenet_request_finished at
@@ -1829,120 +1664,6 @@ SELECT hivenet._create_decision_counters('hivenet.other', false);
 SELECT hivenet._create_decision_counters(n.namespace, false)
 FROM (SELECT DISTINCT a.namespace FROM hivenet.request_attempt a
       WHERE a.namespace <> 'hivenet.steps' ORDER BY 1) AS n;
-
--- hivenet_db/sql/requests.sql
--- HN001 naming the key rule of namespace p_namespace that key p_key breaks (key_min_length
--- p_min_length, key_pattern p_pattern: set_namespace_policy). Off the hot path: its caller
--- tests the rules first.
-CREATE OR REPLACE FUNCTION hivenet._raise_key_refused(p_namespace text, p_key text, p_min_length integer,
-    p_pattern text) RETURNS void
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM hivenet._count_decision(p_namespace, 'rejected');
-    IF length(p_key) < p_min_length THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('key %s is shorter than key_min_length %s of namespace %s',
-                             hivenet._shown(p_key), p_min_length, hivenet._shown(p_namespace));
-    END IF;
-    RAISE EXCEPTION USING ERRCODE = 'HN001',
-        MESSAGE = format('key %s does not match key_pattern %s of namespace %s',
-                         hivenet._shown(p_key), hivenet._shown(p_pattern),
-                         hivenet._shown(p_namespace));
-END $$;
-
--- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
--- already checked by the caller (begin_request, begin_step). See begin_request for what it
--- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
--- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
--- force (docs/design/sql-internals.md).
-CREATE OR REPLACE FUNCTION hivenet._begin_attempt(
-    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
-    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    -- The namespace's fingerprint policy (fingerprints.sql); NULL, the default, inlined.
-    v_policy text := (SELECT n.fingerprint FROM hivenet.request_namespace n
-                      WHERE n.namespace = p_namespace);
-    v_fingerprint bytea := CASE WHEN v_policy IS NULL THEN hivenet._fingerprint(p_request)
-                                ELSE hivenet._policy_fingerprint(v_policy, p_request) END;
-    -- An audit chain (audit.sql): a new attempt is its next link.
-    v_chained boolean := EXISTS (SELECT FROM hivenet.request_namespace n
-                                 WHERE n.namespace = p_namespace AND n.audit_chain);
-    v_attempt integer := 1;
-    v_last hivenet.request_attempt;
-BEGIN
-    -- Optimistic: most keys are new, so insert the attempt first; a conflict (after waiting
-    -- for an uncommitted one) means there is a committed attempt to look at.
-    LOOP
-        INSERT INTO hivenet.request_attempt
-            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at,
-             called_by, application_name, client_addr)
-        VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
-                p_lease, hivenet.now(), hivenet._called_by(),
-                nullif(current_setting('application_name'), ''), inet_client_addr())
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            IF v_chained THEN
-                PERFORM hivenet._chain_append(p_namespace, p_key, v_attempt, 'begin');
-            END IF;
-            outcome := hivenet._count_decision(p_namespace, 'started');
-            attempt := v_attempt;
-            RETURN;
-        END IF;
-        SELECT * INTO v_last FROM hivenet.request_attempt a
-        WHERE a.namespace = p_namespace AND a.key = p_key ORDER BY a.attempt DESC LIMIT 1;
-        IF NOT FOUND THEN
-            v_attempt := 1;  -- removed by maintain() in between: the key is new again
-        ELSIF v_last.fingerprint <> v_fingerprint THEN
-            PERFORM hivenet._count_decision(p_namespace, 'mismatch');
-            RAISE EXCEPTION USING ERRCODE = 'HN032',
-                MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
-                                 '%s)', hivenet._attempt_subject(p_namespace, p_key),
-                                 encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
-        ELSIF v_last.state = 'processing'
-              AND NOT hivenet._expiry_due(p_namespace, v_last.started_at) THEN
-            PERFORM hivenet._count_decision(p_namespace, 'in_progress');
-            RAISE EXCEPTION USING ERRCODE = 'HN030',
-                MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
-                                 'its outcome is unknown',
-                                 hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
-                                 v_last.started_at,
-                                 v_last.started_at + hivenet._step_lease(v_last.lease));
-        -- Past its namespace's expire_after: expired here (expiry.sql), then a failure like
-        -- any other (the branches below); unless another transaction finished or expired it
-        -- meanwhile: then look again (attempt v_attempt exists, so the insert conflicts).
-        ELSIF v_last.state = 'processing'
-              AND hivenet._expire_attempts(p_namespace, ARRAY[p_key],
-                                           ARRAY[v_last.attempt]) = 0 THEN
-            CONTINUE;
-        ELSIF v_last.state = 'success' THEN
-            IF p_on_success = 'reject' THEN
-                PERFORM hivenet._count_decision(p_namespace, 'rejected');
-                RAISE EXCEPTION USING ERRCODE = 'HN031',
-                    MESSAGE = format('%s already succeeded (attempt %s at %s)',
-                                     hivenet._attempt_subject(p_namespace, p_key),
-                                     v_last.attempt, v_last.finished_at);
-            END IF;
-            outcome := hivenet._count_decision(p_namespace, 'replayed');
-            attempt := v_last.attempt;
-            response := v_last.response;
-            RETURN;
-        ELSIF (SELECT n.on_failure FROM hivenet.request_namespace n
-               WHERE n.namespace = p_namespace) = 'final' THEN
-            -- The latest failed or expired (before, or just now) and failures are final: its
-            -- error is replayed, told apart from a success by the outcome (a replay, counted
-            -- as one: decisions.sql).
-            PERFORM hivenet._count_decision(p_namespace, 'replayed');
-            outcome := 'replayed_failure';
-            attempt := v_last.attempt;
-            response := v_last.error;
-            RETURN;
-        ELSE
-            v_attempt := v_last.attempt + 1;  -- the latest failed or expired: proceed
-        END IF;
-        -- Next round: insert that attempt (waiting again if someone is starting it too).
-    END LOOP;
-END $$;
 
 -- _begin_attempt with nowait: the same, under the shortest lock_timeout, so that where it
 -- would wait for a concurrent start of the same attempt it raises HN030 at once. Its own
