@@ -1,7 +1,9 @@
--- Back to release 0.1.0: the bodies of 0001_baseline.sql, and what 0.2.0 added dropped, the
--- features undone in the reverse of their order (the failure policy last: it makes the type
--- of the state column again). A namespace's policy goes but for its retention; counts,
--- callers, chains and waiters' marks go; expired attempts become failed ones.
+-- Back to release 0.1.0: the bodies of 0001_baseline.sql, and what 0.2.0 added dropped, in
+-- this order: decision counts, batches, audit, the namespace policy, waiting (after the
+-- policy's section, which restores the _begin_request it keeps), the failure policy (last: it
+-- makes the type of the state column again, once nothing of 0.2.0 reads it). A namespace's
+-- policy goes but for its retention; counts, callers, chains and waiters' marks go; expired
+-- attempts become failed ones.
 
 -- Back from decision counts: the 0.1.0 bodies of the functions that count, then the
 -- counts dropped with their counters.
