@@ -205,14 +205,14 @@ CREATE FUNCTION hivenet._begin_attempt(
     p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    -- The namespace's fingerprint policy (fingerprints.sql); NULL, the default, inlined.
-    v_policy text := (SELECT n.fingerprint FROM hivenet.request_namespace n
-                      WHERE n.namespace = p_namespace);
-    v_fingerprint bytea := CASE WHEN v_policy IS NULL THEN hivenet._fingerprint(p_request)
-                                ELSE hivenet._policy_fingerprint(v_policy, p_request) END;
-    -- An audit chain (audit.sql): a new attempt is its next link.
-    v_chained boolean := EXISTS (SELECT FROM hivenet.request_namespace n
-                                 WHERE n.namespace = p_namespace AND n.audit_chain);
+    -- The namespace's policy, read once (no row: every value NULL, the defaults).
+    v_policy hivenet.request_namespace := (SELECT n FROM hivenet.request_namespace n
+                                           WHERE n.namespace = p_namespace);
+    -- The fingerprint by the policy (fingerprints.sql); NULL, the default, inlined.
+    v_fingerprint bytea := CASE WHEN v_policy.fingerprint IS NULL
+                                THEN hivenet._fingerprint(p_request)
+                                ELSE hivenet._policy_fingerprint(v_policy.fingerprint,
+                                                                 p_request) END;
     v_attempt integer := 1;
     v_last hivenet.request_attempt;
 BEGIN
@@ -227,7 +227,7 @@ BEGIN
                 nullif(current_setting('application_name'), ''), inet_client_addr())
         ON CONFLICT DO NOTHING;
         IF FOUND THEN
-            IF v_chained THEN
+            IF v_policy.audit_chain THEN  -- a new attempt is the chain's next link (audit.sql)
                 PERFORM hivenet._chain_append(p_namespace, p_key, v_attempt, 'begin');
             END IF;
             outcome := hivenet._count_decision(p_namespace, 'started');
@@ -272,8 +272,7 @@ BEGIN
             attempt := v_last.attempt;
             response := v_last.response;
             RETURN;
-        ELSIF (SELECT n.on_failure FROM hivenet.request_namespace n
-               WHERE n.namespace = p_namespace) = 'final' THEN
+        ELSIF v_policy.on_failure = 'final' THEN
             -- The latest failed or expired (before, or just now) and failures are final: its
             -- error is replayed, told apart from a success by the outcome (a replay, counted
             -- as one: decisions.sql).
