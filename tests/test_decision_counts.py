@@ -291,7 +291,7 @@ def test_batches_final_failures_expiries_and_bounded_waits_are_counted(
     """The other ways in: a batch's new keys (one INSERT of their own) and its other keys
     (begin_request's path); a final failure replayed (a replay); an attempt expired by a
     begin (expired, then the begin's own decision); a duplicate whose wait ran out
-    (in_progress)."""
+    (in_progress); a wait out of range (rejected)."""
     name = f"count-{uuid.uuid4().hex[:12]}"
     db.execute("SELECT hivenet.set_namespace_policy(%s, p_on_failure => 'final', "
                "p_expire_after => '10 minutes')", (name,))
@@ -320,5 +320,8 @@ def test_batches_final_failures_expiries_and_bounded_waits_are_counted(
     assert sqlstate(conn, "SELECT * FROM hivenet.begin_request(%s, 'd', '{}', "
                           "p_wait => '50 milliseconds')", (name,)) == "HN030"
     starting.rollback()
+    # A wait out of range is refused: rejected, as any option begin_request refuses.
+    assert sqlstate(conn, "SELECT * FROM hivenet.begin_request(%s, 'e', '{}', "
+                          "p_wait => '-1 second')", (name,)) == "HN001"
     assert of(db, name) == {**dict.fromkeys(DECISIONS, 0), "started": 4, "replayed": 2,
-                            "in_progress": 3, "expired": 1}
+                            "in_progress": 3, "expired": 1, "rejected": 1}

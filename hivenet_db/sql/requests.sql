@@ -399,24 +399,27 @@ CREATE FUNCTION hivenet._begin_request(
     OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    v_wait_valid boolean := coalesce(p_wait BETWEEN interval '0' AND hivenet._longest_interval(),
+                                     true);
     v_min_length integer;
     v_pattern text;
 BEGIN
     IF NOT (hivenet._plain_options(p_on_success, p_nowait)
-            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)) THEN
+            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)
+            AND v_wait_valid) THEN
         BEGIN
             PERFORM hivenet._check_name('namespace', p_namespace);
             PERFORM hivenet._check_name('key', p_key);
             PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+            IF NOT v_wait_valid THEN
+                RAISE EXCEPTION USING ERRCODE = 'HN001',
+                    MESSAGE = format('wait %s is not between 0 and %s', p_wait,
+                                     hivenet._longest_interval());
+            END IF;
         EXCEPTION WHEN SQLSTATE 'HN001' THEN
-            PERFORM hivenet._count_decision(p_namespace, 'rejected');
+            PERFORM hivenet._count_decision(p_namespace, 'rejected');  -- decisions.sql
             RAISE;
         END;
-    END IF;
-    IF p_wait < interval '0' OR p_wait > hivenet._longest_interval() THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('wait %s is not between 0 and %s', p_wait,
-                             hivenet._longest_interval());
     END IF;
     SELECT n.key_min_length, n.key_pattern INTO v_min_length, v_pattern
     FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
