@@ -3,8 +3,9 @@
 -- rules beside the retention); who began each attempt and a namespace's audit chain
 -- (audit.sql); batches (batches.sql); the failure policy and expiry (expiry.sql); waiting for
 -- the first outcome (watch_request); decision counts (decisions.sql). A function changed by
--- several features appears once, at its first place, with its final body; the grants of
--- everything come last.
+-- several features appears once, with its final body: at its first place, or where its final
+-- signature is made (set_namespace_policy with the audit chain, begin_request and
+-- _begin_request with wait); the grants of everything come last.
 
 ALTER TABLE hivenet.request_namespace
     ALTER COLUMN retention DROP NOT NULL,
@@ -308,117 +309,6 @@ WHERE hivenet._request_start_valid(n.namespace, n.key, n.lease)
 ON CONFLICT DO NOTHING
 RETURNING namespace, key, NULL::jsonb, lease;
 
--- begin_request's full path, in the owner's rights, after _start_request wrote nothing. Input
--- the view vouches for, with plain options, met a key that has an attempt: the state machine
--- decides. Anything else (bad input, nowait) gets every check with its exact error first.
--- Not set-returning (OUT parameters): no tuplestore of its own.
-CREATE OR REPLACE FUNCTION hivenet._begin_request(
-    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
-    p_nowait boolean, OUT outcome text, OUT attempt integer, OUT response jsonb)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_min_length integer;
-    v_pattern text;
-BEGIN
-    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
-            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)) THEN
-        PERFORM hivenet._check_name('namespace', p_namespace);
-        PERFORM hivenet._check_name('key', p_key);
-        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-    END IF;
-    SELECT n.key_min_length, n.key_pattern INTO v_min_length, v_pattern
-    FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
-    IF length(p_key) < v_min_length OR p_key !~ v_pattern THEN
-        PERFORM hivenet._raise_key_refused(p_namespace, p_key, v_min_length, v_pattern);
-    END IF;
-    IF p_nowait THEN
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
-                                           p_lease) b;
-    ELSE
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
-                                    p_lease) b;
-    END IF;
-END $$;
-
--- hivenet.set_namespace_policy(namespace, retention default null, fingerprint default null,
---     on_failure default null, expire_after default null, key_min_length default null,
---     key_pattern default null) → void
---   The policy of a namespace of keyed requests; a NULL argument leaves that value as it is.
---   retention: finished requests are kept that long after their last attempt ended (then
---   maintain() removes them, and the same key starts afresh); set_request_retention(namespace,
---   NULL) goes back to the setting request_retention. fingerprint: what makes two requests
---   under one key the same (fingerprints.sql): 'bytes' (the default), 'json' (RFC 8785) or a
---   JSON array of JSON paths; keys begun before a change keep their old fingerprint, so their
---   requests mismatch (HN032) until retention removes them. key_min_length (1 = no rule) and
---   key_pattern (a POSIX regular expression; '' = no rule): begin_request refuses a key
---   breaking them with HN001. on_failure and expire_after are not supported yet: HN001 unless
---   NULL.
---   HN001: namespace not valid (as begin_request), retention not positive, longer than 10
---   years or shorter than step_lease, fingerprint none of the three, key_min_length not in
---   1..255, key_pattern not a regular expression.
-CREATE FUNCTION hivenet.set_namespace_policy(
-    p_namespace text, p_retention interval DEFAULT NULL, p_fingerprint text DEFAULT NULL,
-    p_on_failure text DEFAULT NULL, p_expire_after interval DEFAULT NULL,
-    p_key_min_length integer DEFAULT NULL, p_key_pattern text DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_conflict text;
-BEGIN
-    PERFORM hivenet._check_name('namespace', p_namespace);
-    IF p_on_failure IS NOT NULL OR p_expire_after IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('%s of namespace %s is not supported yet: pass NULL',
-                             CASE WHEN p_on_failure IS NOT NULL
-                                  THEN 'on_failure ' || hivenet._shown(p_on_failure)
-                                  ELSE 'expire_after ' || p_expire_after END,
-                             hivenet._shown(p_namespace));
-    END IF;
-    IF p_retention IS NOT NULL THEN
-        PERFORM hivenet._check_interval(format('retention of namespace %s',
-                                               hivenet._shown(p_namespace)), p_retention);
-        v_conflict := hivenet._interval_conflict('request_retention', p_retention);
-        IF v_conflict IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('retention %s of namespace %s %s', p_retention,
-                                 hivenet._shown(p_namespace), v_conflict);
-        END IF;
-    END IF;
-    IF p_fingerprint IS NOT NULL THEN
-        PERFORM hivenet._check_fingerprint(p_fingerprint);
-    END IF;
-    IF p_key_min_length NOT BETWEEN 1 AND 255 THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('key_min_length %s of namespace %s is not between 1 and 255',
-                             p_key_min_length, hivenet._shown(p_namespace));
-    END IF;
-    BEGIN
-        PERFORM '' ~ p_key_pattern;
-    EXCEPTION WHEN invalid_regular_expression THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('key_pattern %s of namespace %s is not a regular expression',
-                             hivenet._shown(p_key_pattern), hivenet._shown(p_namespace));
-    END;
-    -- The defaults are stored as NULL, so that a default policy keeps the fast path.
-    INSERT INTO hivenet.request_namespace AS n
-        (namespace, retention, fingerprint, key_min_length, key_pattern)
-    VALUES (p_namespace, p_retention, nullif(p_fingerprint, 'bytes'),
-            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''))
-    ON CONFLICT (namespace) DO UPDATE SET
-        retention = coalesce(p_retention, n.retention),
-        fingerprint = CASE WHEN p_fingerprint IS NULL THEN n.fingerprint
-                           ELSE EXCLUDED.fingerprint END,
-        key_min_length = CASE WHEN p_key_min_length IS NULL THEN n.key_min_length
-                              ELSE EXCLUDED.key_min_length END,
-        key_pattern = CASE WHEN p_key_pattern IS NULL THEN n.key_pattern
-                           ELSE EXCLUDED.key_pattern END;
-    DELETE FROM hivenet.request_namespace n
-    WHERE n.namespace = p_namespace AND n.retention IS NULL AND n.fingerprint IS NULL
-      AND n.key_min_length IS NULL AND n.key_pattern IS NULL;
-END $$;
-
 -- hivenet.set_request_retention(namespace, retention) → void
 --   set_namespace_policy(namespace, retention), and NULL: back to the setting
 --   request_retention (24 hours). Keep it longer than any client retries.
@@ -536,7 +426,6 @@ BEGIN
     PERFORM hivenet.finish_request(p_namespace, p_key, p_attempt, p_succeeded, p_response);
 END $$;
 
-DROP FUNCTION hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text);
 -- hivenet.set_namespace_policy(namespace, retention default null, fingerprint default null,
 --     on_failure default null, expire_after default null, key_min_length default null,
 --     key_pattern default null, audit_chain default null) → void
@@ -550,11 +439,15 @@ DROP FUNCTION hivenet.set_namespace_policy(text, interval, text, text, interval,
 --   key_pattern (a POSIX regular expression; '' = no rule): begin_request refuses a key
 --   breaking them with HN001. audit_chain: true chains every attempt begun from then on
 --   (begin and end) into the namespace's hash chain, which verify_audit_chain checks; false
---   chains no more, and the chain so far stays verifiable (audit.sql). on_failure and
---   expire_after are not supported yet: HN001 unless NULL.
+--   chains no more, and the chain so far stays verifiable (audit.sql). on_failure: 'retry'
+--   (the default: a failed attempt may run again) or 'final' (begin_request replays a failed
+--   attempt's error: outcome 'replayed_failure'). expire_after: a `processing` attempt started
+--   longer ago becomes `expired` when a begin_request of its key or maintain() finds it
+--   (expiry.sql), then on_failure applies; '0' = never (the default).
 --   HN001: namespace not valid (as begin_request), retention not positive, longer than 10
 --   years or shorter than step_lease, fingerprint none of the three, key_min_length not in
---   1..255, key_pattern not a regular expression.
+--   1..255, key_pattern not a regular expression, on_failure neither 'retry' nor 'final',
+--   expire_after negative or longer than 10 years.
 CREATE FUNCTION hivenet.set_namespace_policy(
     p_namespace text, p_retention interval DEFAULT NULL, p_fingerprint text DEFAULT NULL,
     p_on_failure text DEFAULT NULL, p_expire_after interval DEFAULT NULL,
@@ -566,13 +459,14 @@ DECLARE
     v_conflict text;
 BEGIN
     PERFORM hivenet._check_name('namespace', p_namespace);
-    IF p_on_failure IS NOT NULL OR p_expire_after IS NOT NULL THEN
+    IF p_on_failure NOT IN ('retry', 'final') THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('%s of namespace %s is not supported yet: pass NULL',
-                             CASE WHEN p_on_failure IS NOT NULL
-                                  THEN 'on_failure ' || hivenet._shown(p_on_failure)
-                                  ELSE 'expire_after ' || p_expire_after END,
-                             hivenet._shown(p_namespace));
+            MESSAGE = format('on_failure %s of namespace %s is neither ''retry'' nor ''final''',
+                             hivenet._shown(p_on_failure), hivenet._shown(p_namespace));
+    END IF;
+    IF p_expire_after <> interval '0' THEN
+        PERFORM hivenet._check_interval(format('expire_after of namespace %s',
+                                               hivenet._shown(p_namespace)), p_expire_after);
     END IF;
     IF p_retention IS NOT NULL THEN
         PERFORM hivenet._check_interval(format('retention of namespace %s',
@@ -601,9 +495,11 @@ BEGIN
     END;
     -- The defaults are stored as NULL, so that a default policy keeps the fast path.
     INSERT INTO hivenet.request_namespace AS n
-        (namespace, retention, fingerprint, key_min_length, key_pattern, audit_chain)
+        (namespace, retention, fingerprint, key_min_length, key_pattern, audit_chain,
+         on_failure, expire_after)
     VALUES (p_namespace, p_retention, nullif(p_fingerprint, 'bytes'),
-            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''), nullif(p_audit_chain, false))
+            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''), nullif(p_audit_chain, false),
+            nullif(p_on_failure, 'retry'), nullif(p_expire_after, interval '0'))
     ON CONFLICT (namespace) DO UPDATE SET
         retention = coalesce(p_retention, n.retention),
         fingerprint = CASE WHEN p_fingerprint IS NULL THEN n.fingerprint
@@ -613,10 +509,15 @@ BEGIN
         key_pattern = CASE WHEN p_key_pattern IS NULL THEN n.key_pattern
                            ELSE EXCLUDED.key_pattern END,
         audit_chain = CASE WHEN p_audit_chain IS NULL THEN n.audit_chain
-                           ELSE EXCLUDED.audit_chain END;
+                           ELSE EXCLUDED.audit_chain END,
+        on_failure = CASE WHEN p_on_failure IS NULL THEN n.on_failure
+                          ELSE EXCLUDED.on_failure END,
+        expire_after = CASE WHEN p_expire_after IS NULL THEN n.expire_after
+                            ELSE EXCLUDED.expire_after END;
     DELETE FROM hivenet.request_namespace n
     WHERE n.namespace = p_namespace AND n.retention IS NULL AND n.fingerprint IS NULL
-      AND n.key_min_length IS NULL AND n.key_pattern IS NULL AND n.audit_chain IS NULL;
+      AND n.key_min_length IS NULL AND n.key_pattern IS NULL AND n.audit_chain IS NULL
+      AND n.on_failure IS NULL AND n.expire_after IS NULL;
     IF p_audit_chain THEN
         PERFORM hivenet._start_chain(p_namespace);
     END IF;
@@ -1141,101 +1042,6 @@ COMMENT ON TABLE hivenet.request_namespace IS
     'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
     'key rules, failure policy; NULL is the default';
 
--- hivenet.set_namespace_policy(namespace, retention default null, fingerprint default null,
---     on_failure default null, expire_after default null, key_min_length default null,
---     key_pattern default null) → void
---   The policy of a namespace of keyed requests; a NULL argument leaves that value as it is.
---   retention: finished requests are kept that long after their last attempt ended (then
---   maintain() removes them, and the same key starts afresh); set_request_retention(namespace,
---   NULL) goes back to the setting request_retention. fingerprint: what makes two requests
---   under one key the same (fingerprints.sql): 'bytes' (the default), 'json' (RFC 8785) or a
---   JSON array of JSON paths; keys begun before a change keep their old fingerprint, so their
---   requests mismatch (HN032) until retention removes them. key_min_length (1 = no rule) and
---   key_pattern (a POSIX regular expression; '' = no rule): begin_request refuses a key
---   breaking them with HN001. on_failure: 'retry' (the default: a failed attempt may run
---   again) or 'final' (begin_request replays a failed attempt's error: outcome
---   'replayed_failure'). expire_after: a `processing` attempt started longer ago becomes
---   `expired` when a begin_request of its key or maintain() finds it (expiry.sql), then
---   on_failure applies; '0' = never (the default).
---   HN001: namespace not valid (as begin_request), retention not positive, longer than 10
---   years or shorter than step_lease, fingerprint none of the three, key_min_length not in
---   1..255, key_pattern not a regular expression, on_failure neither 'retry' nor 'final',
---   expire_after negative or longer than 10 years.
-CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(
-    p_namespace text, p_retention interval DEFAULT NULL, p_fingerprint text DEFAULT NULL,
-    p_on_failure text DEFAULT NULL, p_expire_after interval DEFAULT NULL,
-    p_key_min_length integer DEFAULT NULL, p_key_pattern text DEFAULT NULL,
-    p_audit_chain boolean DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_conflict text;
-BEGIN
-    PERFORM hivenet._check_name('namespace', p_namespace);
-    IF p_on_failure NOT IN ('retry', 'final') THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('on_failure %s of namespace %s is neither ''retry'' nor ''final''',
-                             hivenet._shown(p_on_failure), hivenet._shown(p_namespace));
-    END IF;
-    IF p_expire_after <> interval '0' THEN
-        PERFORM hivenet._check_interval(format('expire_after of namespace %s',
-                                               hivenet._shown(p_namespace)), p_expire_after);
-    END IF;
-    IF p_retention IS NOT NULL THEN
-        PERFORM hivenet._check_interval(format('retention of namespace %s',
-                                               hivenet._shown(p_namespace)), p_retention);
-        v_conflict := hivenet._interval_conflict('request_retention', p_retention);
-        IF v_conflict IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('retention %s of namespace %s %s', p_retention,
-                                 hivenet._shown(p_namespace), v_conflict);
-        END IF;
-    END IF;
-    IF p_fingerprint IS NOT NULL THEN
-        PERFORM hivenet._check_fingerprint(p_fingerprint);
-    END IF;
-    IF p_key_min_length NOT BETWEEN 1 AND 255 THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('key_min_length %s of namespace %s is not between 1 and 255',
-                             p_key_min_length, hivenet._shown(p_namespace));
-    END IF;
-    BEGIN
-        PERFORM '' ~ p_key_pattern;
-    EXCEPTION WHEN invalid_regular_expression THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('key_pattern %s of namespace %s is not a regular expression',
-                             hivenet._shown(p_key_pattern), hivenet._shown(p_namespace));
-    END;
-    -- The defaults are stored as NULL, so that a default policy keeps the fast path.
-    INSERT INTO hivenet.request_namespace AS n
-        (namespace, retention, fingerprint, key_min_length, key_pattern, audit_chain,
-         on_failure, expire_after)
-    VALUES (p_namespace, p_retention, nullif(p_fingerprint, 'bytes'),
-            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''), nullif(p_audit_chain, false),
-            nullif(p_on_failure, 'retry'), nullif(p_expire_after, interval '0'))
-    ON CONFLICT (namespace) DO UPDATE SET
-        retention = coalesce(p_retention, n.retention),
-        fingerprint = CASE WHEN p_fingerprint IS NULL THEN n.fingerprint
-                           ELSE EXCLUDED.fingerprint END,
-        key_min_length = CASE WHEN p_key_min_length IS NULL THEN n.key_min_length
-                              ELSE EXCLUDED.key_min_length END,
-        key_pattern = CASE WHEN p_key_pattern IS NULL THEN n.key_pattern
-                           ELSE EXCLUDED.key_pattern END,
-        audit_chain = CASE WHEN p_audit_chain IS NULL THEN n.audit_chain
-                           ELSE EXCLUDED.audit_chain END,
-        on_failure = CASE WHEN p_on_failure IS NULL THEN n.on_failure
-                          ELSE EXCLUDED.on_failure END,
-        expire_after = CASE WHEN p_expire_after IS NULL THEN n.expire_after
-                            ELSE EXCLUDED.expire_after END;
-    DELETE FROM hivenet.request_namespace n
-    WHERE n.namespace = p_namespace AND n.retention IS NULL AND n.fingerprint IS NULL
-      AND n.key_min_length IS NULL AND n.key_pattern IS NULL AND n.audit_chain IS NULL
-      AND n.on_failure IS NULL AND n.expire_after IS NULL;
-    IF p_audit_chain THEN
-        PERFORM hivenet._start_chain(p_namespace);
-    END IF;
-END $$;
-
 -- hivenet_db/sql/expiry.sql
 -- Expiry of keyed requests left `processing` (set_namespace_policy's expire_after, requests.sql).
 --
@@ -1401,19 +1207,27 @@ CREATE OR REPLACE FUNCTION hivenet._begin_request(
     OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    v_wait_valid boolean := coalesce(p_wait BETWEEN interval '0' AND hivenet._longest_interval(),
+                                     true);
     v_min_length integer;
     v_pattern text;
 BEGIN
     IF NOT (hivenet._plain_options(p_on_success, p_nowait)
-            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)) THEN
-        PERFORM hivenet._check_name('namespace', p_namespace);
-        PERFORM hivenet._check_name('key', p_key);
-        PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-    END IF;
-    IF p_wait < interval '0' OR p_wait > hivenet._longest_interval() THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('wait %s is not between 0 and %s', p_wait,
-                             hivenet._longest_interval());
+            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)
+            AND v_wait_valid) THEN
+        BEGIN
+            PERFORM hivenet._check_name('namespace', p_namespace);
+            PERFORM hivenet._check_name('key', p_key);
+            PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
+            IF NOT v_wait_valid THEN
+                RAISE EXCEPTION USING ERRCODE = 'HN001',
+                    MESSAGE = format('wait %s is not between 0 and %s', p_wait,
+                                     hivenet._longest_interval());
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'HN001' THEN
+            PERFORM hivenet._count_decision(p_namespace, 'rejected');  -- decisions.sql
+            RAISE;
+        END;
     END IF;
     SELECT n.key_min_length, n.key_pattern INTO v_min_length, v_pattern
     FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
@@ -1699,58 +1513,6 @@ BEGIN
         RETURN true;
     END IF;
     RETURN false;
-END $$;
-
--- begin_request's full path, in the owner's rights, after _start_request wrote nothing. Input
--- the view vouches for, with plain options, met a key that has an attempt: the state machine
--- decides. Anything else (bad input, nowait) gets every check with its exact error first.
--- Not set-returning (OUT parameters): no tuplestore of its own.
-CREATE OR REPLACE FUNCTION hivenet._begin_request(
-    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
-    p_nowait boolean, p_wait interval, OUT outcome text, OUT attempt integer,
-    OUT response jsonb)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_wait_valid boolean := coalesce(p_wait BETWEEN interval '0' AND hivenet._longest_interval(),
-                                     true);
-    v_min_length integer;
-    v_pattern text;
-BEGIN
-    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
-            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)
-            AND v_wait_valid) THEN
-        BEGIN
-            PERFORM hivenet._check_name('namespace', p_namespace);
-            PERFORM hivenet._check_name('key', p_key);
-            PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-            IF NOT v_wait_valid THEN
-                RAISE EXCEPTION USING ERRCODE = 'HN001',
-                    MESSAGE = format('wait %s is not between 0 and %s', p_wait,
-                                     hivenet._longest_interval());
-            END IF;
-        EXCEPTION WHEN SQLSTATE 'HN001' THEN
-            PERFORM hivenet._count_decision(p_namespace, 'rejected');  -- decisions.sql
-            RAISE;
-        END;
-    END IF;
-    SELECT n.key_min_length, n.key_pattern INTO v_min_length, v_pattern
-    FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
-    IF length(p_key) < v_min_length OR p_key !~ v_pattern THEN
-        PERFORM hivenet._raise_key_refused(p_namespace, p_key, v_min_length, v_pattern);
-    END IF;
-    IF p_nowait THEN
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
-                                           p_lease) b;
-    ELSIF p_wait IS NOT NULL THEN
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_within(p_namespace, p_key, p_request, p_on_success,
-                                           p_lease, p_wait) b;
-    ELSE
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
-                                    p_lease) b;
-    END IF;
 END $$;
 
 -- hivenet_db/sql/steps.sql
