@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
@@ -419,28 +420,40 @@ def _hold_then_release(send: Any, n: int) -> list[tuple[int, dict[str, str], byt
         return [future.result(timeout=30) for future in pending]
 
 
+@contextmanager
+def _threaded_server(hivenet: dict[str, Any] | None = None) -> Iterator[str]:
+    """A threaded WSGI server of the Django site (a thread, a Django connection per request),
+    its handler made under setting HIVENET ``hivenet`` when given (the handler reads it once);
+    yields the URL of its orders view."""
+    with override_settings(HIVENET=hivenet) if hivenet else nullcontext():
+        server = make_server("127.0.0.1", 0, WSGIHandler(), server_class=_ThreadingWSGIServer,
+                             handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/orders"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _order(url: str) -> urllib.request.Request:
+    """The one order every concurrent client sends, under one key."""
+    return urllib.request.Request(url, b'{"sku": "tea"}', method="POST", headers={
+        "Idempotency-Key": '"order-1"', "Content-Type": "application/json"})
+
+
 def test_16_concurrent_duplicates_on_a_threaded_wsgi_server_run_the_view_once(
         app_db: str, owner: psycopg.Connection) -> None:
-    server = make_server("127.0.0.1", 0, WSGIHandler(), server_class=_ThreadingWSGIServer,
-                         handler_class=_Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}/orders"
-
     def send() -> tuple[int, dict[str, str], bytes]:
-        request = urllib.request.Request(url, b'{"sku": "tea"}', method="POST", headers={
-            "Idempotency-Key": '"order-1"', "Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with urllib.request.urlopen(_order(url), timeout=30) as response:
                 return response.status, dict(response.headers), response.read()
         except urllib.error.HTTPError as error:
             return error.code, dict(error.headers), error.read()
 
-    try:
+    with _threaded_server() as url:
         answers = _hold_then_release(send, 16)
         replay = send()
-    finally:
-        server.shutdown()
-        server.server_close()
     statuses = sorted(status for status, _, _ in answers)
     assert statuses == [201] + [409] * 15, statuses
     assert views.RUNS["count"] == 1 and orders(owner) == 1
@@ -593,21 +606,13 @@ def test_with_wait_concurrent_duplicates_get_the_first_response(
         app_db: str, owner: psycopg.Connection) -> None:
     """``wait``: the duplicates of a request in flight wait for its outcome (each thread with
     its own Django connection, holding no transaction meanwhile) and replay it."""
-    with override_settings(HIVENET={"IDEMPOTENCY": {"wait": 30}}):  # read by the handler
-        server = make_server("127.0.0.1", 0, WSGIHandler(), server_class=_ThreadingWSGIServer,
-                             handler_class=_Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}/orders"
-
     def send() -> tuple[int, dict[str, str], bytes]:
-        request = urllib.request.Request(url, b'{"sku": "tea"}', method="POST", headers={
-            "Idempotency-Key": '"order-1"', "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(_order(url), timeout=30) as response:
             return response.status, _lower(response.headers), response.read()
 
     views.GATE.clear()
-    try:
-        with ThreadPoolExecutor(4) as pool:
+    with _threaded_server({"IDEMPOTENCY": {"wait": 30}}) as url, ThreadPoolExecutor(4) as pool:
+        try:
             pending = [pool.submit(send) for _ in range(4)]
             assert views.ENTERED.wait(10)
             deadline = time.monotonic() + 10
@@ -617,10 +622,8 @@ def test_with_wait_concurrent_duplicates_get_the_first_response(
                 threading.Event().wait(0.01)
             views.GATE.set()
             answers = [future.result(timeout=30) for future in pending]
-    finally:
-        views.GATE.set()
-        server.shutdown()
-        server.server_close()
+        finally:
+            views.GATE.set()
     assert [status for status, _, _ in answers] == [201] * 4
     assert len({body for _, _, body in answers}) == 1
     assert sorted(headers.get("idempotent-replayed", "") for _, headers, _ in answers) == [
