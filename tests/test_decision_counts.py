@@ -113,6 +113,18 @@ def test_nowait_and_a_key_rule_count_their_refusals(
                                 "in_progress": 1, "rejected": 1}
 
 
+def test_a_request_the_json_fingerprint_cannot_read_is_counted_rejected(
+        app: Callable[[], psycopg.Connection], db: psycopg.Connection) -> None:
+    db.execute("SELECT hivenet.set_namespace_policy('orders', p_fingerprint => 'json')")
+    conn = app()
+    conn.execute(BEGIN, ("k0", '{"amount": 1}'))  # the namespace's counters, committed
+    conn.commit()
+    # 1e400: a number no double holds has no RFC 8785 form (HN001), new key or not
+    assert sqlstate(conn, BEGIN, ("k1", '{"amount": 1e400}')) == "HN001"
+    assert sqlstate(conn, BEGIN, ("k0", '{"amount": 1e400}')) == "HN001"
+    assert of(db, "orders") == {**dict.fromkeys(DECISIONS, 0), "started": 1, "rejected": 2}
+
+
 def test_refusals_no_namespace_can_count_go_to_hivenet_other(
         app: Callable[[], psycopg.Connection], db: psycopg.Connection) -> None:
     conn = app()

@@ -215,14 +215,21 @@ DECLARE
     -- The namespace's policy, read once (no row: every value NULL, the defaults).
     v_policy hivenet.request_namespace := (SELECT n FROM hivenet.request_namespace n
                                            WHERE n.namespace = p_namespace);
-    -- The fingerprint by the policy (fingerprints.sql); NULL, the default, inlined.
-    v_fingerprint bytea := CASE WHEN v_policy.fingerprint IS NULL
-                                THEN hivenet._fingerprint(p_request)
-                                ELSE hivenet._policy_fingerprint(v_policy.fingerprint,
-                                                                 p_request) END;
+    v_fingerprint bytea;
     v_attempt integer := 1;
     v_last hivenet.request_attempt;
 BEGIN
+    -- The fingerprint by the policy (fingerprints.sql); NULL, the default, inlined.
+    IF v_policy.fingerprint IS NULL THEN
+        v_fingerprint := hivenet._fingerprint(p_request);
+    ELSE
+        BEGIN
+            v_fingerprint := hivenet._policy_fingerprint(v_policy.fingerprint, p_request);
+        EXCEPTION WHEN SQLSTATE 'HN001' THEN  -- a number no double holds: the key is refused
+            PERFORM hivenet._count_decision(p_namespace, 'rejected');
+            RAISE;
+        END;
+    END IF;
     -- Optimistic: most keys are new, so insert the attempt first; a conflict (after waiting
     -- for an uncommitted one) means there is a committed attempt to look at.
     LOOP
