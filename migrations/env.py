@@ -19,7 +19,10 @@ url = (config.attributes.get("url") or context.get_x_argument(as_dictionary=True
 if not url:
     raise SystemExit("no database URL: pass -x url=... or set HIVENET_DATABASE_URL")
 
+# One transaction per revision: a revision may use a value an earlier one added to an enum
+# (0.2.0 adds step_state 'expired'), which PostgreSQL refuses in the transaction that added it.
 with engine_for(url) as engine, engine.connect() as conn:
-    context.configure(connection=conn, version_table=VERSION_TABLE, transactional_ddl=True)
+    context.configure(connection=conn, version_table=VERSION_TABLE, transactional_ddl=True,
+                      transaction_per_migration=True)
     with context.begin_transaction():
         context.run_migrations()

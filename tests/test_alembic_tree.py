@@ -51,7 +51,8 @@ class Tree:
         configured = env.read_text().replace(
             "target_metadata=target_metadata",
             "target_metadata=target_metadata,\n"
-            "        process_revision_directives=keep_out_of_the_package")
+            "        process_revision_directives=keep_out_of_the_package,\n"
+            "        transaction_per_migration=True")
         assert configured.count("keep_out_of_the_package") == 2  # offline and online
         env.write_text(guard + "\n\n" + configured)
 
