@@ -195,8 +195,8 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "verify_audit_chain": (ADMIN,),
 }
 OWNER_ONLY = set("""
-    _advance _allocate _attempt_subject _batch_limit _begin_attempt _begin_attempt_nowait
-    _begin_attempt_within _begin_batch_key _check_batch
+    _advance _allocate _attempt_subject _batch_limit _begin_attempt _begin_attempt_within
+    _begin_batch_key _check_batch
     _canonical_instances _canonical_json _chain_append _chain_link _canonical_number
     _check_begin_options _check_fields
     _check_fingerprint _check_interval _check_name

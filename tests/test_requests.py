@@ -413,7 +413,7 @@ def test_a_new_key_starts_without_a_security_definer_call(db: psycopg.Connection
         "_start_request": 1, "_begin_request": 1, "_begin_attempt": 1, "_count_decision": 1}
     assert retry == [RequestStart("started", 2)]
     assert functions_run(db, lambda: requests.begin("orders", key(), nowait=True)) == {
-        "_start_request": 1, "_begin_request": 1, "_begin_attempt_nowait": 1,
+        "_start_request": 1, "_begin_request": 1, "_begin_attempt_within": 1,
         "_begin_attempt": 1, "_count_decision": 1}
 
 

@@ -858,7 +858,7 @@ def test_a_new_step_starts_without_a_security_definer_call(db: psycopg.Connectio
     fresh = new_serial(db)
     assert functions_run(db, lambda: steps.begin(fresh, REQUEST, nowait=True)) == {
         "_start_step": 1, "_begin_step": 1, "parse_serial": 1,  # every check: not plain
-        "_begin_attempt_nowait": 1, "_begin_attempt": 1, "_count_decision": 1}
+        "_begin_attempt_within": 1, "_begin_attempt": 1, "_count_decision": 1}
 
 
 def test_a_step_that_has_an_attempt_still_gets_every_check(

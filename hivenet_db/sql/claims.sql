@@ -90,7 +90,7 @@ END $$;
 -- The full path under the shortest lock_timeout: where it would wait for another transaction
 -- taking the same claim, it raises HN040 at once. Its own function (SET clause) so the
 -- caller's lock_timeout is untouched, and the subtransaction of the EXCEPTION block stays off
--- the default path (as _begin_attempt_nowait, requests.sql).
+-- the default path (as _begin_attempt_within, requests.sql).
 CREATE FUNCTION hivenet._claim_nowait(p_namespace text, p_key text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
 BEGIN

@@ -193,7 +193,7 @@ END $$;
 -- The full path under the shortest lock_timeout: where the insert would wait for another
 -- transaction's uncommitted claim of the same serial, it raises HN020 at once. Its own function
 -- (SET clause) so the caller's lock_timeout is untouched, and the subtransaction of the
--- EXCEPTION block stays off the default path (as _begin_attempt_nowait, requests.sql).
+-- EXCEPTION block stays off the default path (as _begin_attempt_within, requests.sql).
 CREATE FUNCTION hivenet._claim_interface_serial_nowait(p_serial text, p_unified_serial text,
     p_system_serial text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$

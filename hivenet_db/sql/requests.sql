@@ -295,45 +295,33 @@ BEGIN
     END LOOP;
 END $$;
 
--- _begin_attempt with nowait: the same, under the shortest lock_timeout, so that where it
--- would wait for a concurrent start of the same attempt it raises HN030 at once. Its own
--- function (SET clause) so the caller's lock_timeout is untouched, and the subtransaction of
--- the EXCEPTION block stays off the default path.
-CREATE FUNCTION hivenet._begin_attempt_nowait(
+-- _begin_attempt waiting at most p_wait for a concurrent start of the same attempt (a lock
+-- wait), under lock_timeout p_wait, then HN030 naming the wait: the in-transaction shape's
+-- bound. A NULL p_wait is nowait: the shortest lock_timeout (the SET clause's), so that where
+-- it would wait it raises HN030 at once. Its own function: a lock_timeout set inside a
+-- function with a SET clause for it ends with the function, so the caller's is untouched, and
+-- the subtransaction of the EXCEPTION block stays off the default path.
+CREATE FUNCTION hivenet._begin_attempt_within(
     p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
-    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+    p_lease interval, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
 BEGIN
+    IF p_wait IS NOT NULL THEN
+        -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
+        PERFORM set_config('lock_timeout',
+                           least(greatest(ceil(extract(epoch FROM p_wait) * 1000), 1),
+                                 2147483647)::bigint || 'ms', true);
+    END IF;
     SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
     FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, p_unified_serial,
                                 p_lease) b;
 EXCEPTION WHEN lock_not_available THEN
     PERFORM hivenet._count_decision(p_namespace, 'in_progress');
     RAISE EXCEPTION USING ERRCODE = 'HN030',
-        MESSAGE = format('%s is being started by another transaction right now (nowait)',
-                         hivenet._attempt_subject(p_namespace, p_key));
-END $$;
-
--- _begin_attempt waiting at most p_wait for a concurrent start of the same attempt (a lock
--- wait), under lock_timeout p_wait, then HN030 naming the wait: the in-transaction shape's
--- bound. lock_timeout set inside a function with a SET clause for it ends with the function,
--- so the caller's is untouched (its own function, as _begin_attempt_nowait).
-CREATE FUNCTION hivenet._begin_attempt_within(
-    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
-    p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
-BEGIN
-    -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
-    PERFORM set_config('lock_timeout', least(greatest(ceil(extract(epoch FROM p_wait) * 1000),
-                                                      1), 2147483647)::bigint || 'ms', true);
-    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
-                                p_lease) b;
-EXCEPTION WHEN lock_not_available THEN
-    PERFORM hivenet._count_decision(p_namespace, 'in_progress');
-    RAISE EXCEPTION USING ERRCODE = 'HN030',
-        MESSAGE = format('%s is being started by another transaction that did not end within '
-                         'wait %s', hivenet._attempt_subject(p_namespace, p_key), p_wait);
+        MESSAGE = format('%s is being started by another transaction %s',
+                         hivenet._attempt_subject(p_namespace, p_key),
+                         CASE WHEN p_wait IS NULL THEN 'right now (nowait)'
+                              ELSE format('that did not end within wait %s', p_wait) END);
 END $$;
 
 -- What view _request_start vouches for (below), and begin_request after the view wrote nothing:
@@ -433,14 +421,10 @@ BEGIN
     IF length(p_key) < v_min_length OR p_key !~ v_pattern THEN
         PERFORM hivenet._raise_key_refused(p_namespace, p_key, v_min_length, v_pattern);
     END IF;
-    IF p_nowait THEN
+    IF p_nowait OR p_wait IS NOT NULL THEN  -- nowait: no wait (NULL), whatever p_wait says
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
-                                           p_lease) b;
-    ELSIF p_wait IS NOT NULL THEN
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_within(p_namespace, p_key, p_request, p_on_success,
-                                           p_lease, p_wait) b;
+        FROM hivenet._begin_attempt_within(p_namespace, p_key, p_request, p_on_success, NULL,
+                                           p_lease, CASE WHEN NOT p_nowait THEN p_wait END) b;
     ELSE
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,

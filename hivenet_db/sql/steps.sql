@@ -203,8 +203,8 @@ BEGIN
     END IF;
     IF p_nowait THEN
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_nowait('hivenet.steps', p_system_serial, p_request,
-                                           p_on_success, p_unified_serial, p_lease) b;
+        FROM hivenet._begin_attempt_within('hivenet.steps', p_system_serial, p_request,
+                                           p_on_success, p_unified_serial, p_lease, NULL) b;
         RETURN;
     END IF;
     SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response

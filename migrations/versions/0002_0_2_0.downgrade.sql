@@ -1,18 +1,19 @@
 -- Back to release 0.1.0: the bodies of 0001_baseline.sql, and what 0.2.0 added dropped, in
--- this order: decision counts, batches, audit, the namespace policy, waiting (after the
--- policy's section, which restores the _begin_request it keeps), the failure policy (last: it
--- makes the type of the state column again, once nothing of 0.2.0 reads it). A namespace's
--- policy goes but for its retention; counts, callers, chains and waiters' marks go; expired
--- attempts become failed ones.
+-- this order: nowait's own function, decision counts, batches, audit, the namespace policy,
+-- waiting (after the policy's section, which restores the _begin_request it keeps), the
+-- failure policy (last: it makes the type of the state column again, once nothing of 0.2.0
+-- reads it). A namespace's policy goes but for its retention; counts, callers, chains and
+-- waiters' marks go; expired attempts become failed ones.
 
--- Back from decision counts: the 0.1.0 bodies of the functions that count, then the
--- counts dropped with their counters.
+-- Back from nowait and wait in one function: 0.1.0's _begin_attempt_nowait again, before
+-- the callers that call it come back (below); owner-only, as 0.1.0 had it (privileges.sql).
+-- _begin_attempt_within goes with waiting.
 
 -- _begin_attempt with nowait: the same, under the shortest lock_timeout, so that where it
 -- would wait for a concurrent start of the same attempt it raises HN030 at once. Its own
 -- function (SET clause) so the caller's lock_timeout is untouched, and the subtransaction of
 -- the EXCEPTION block stays off the default path.
-CREATE OR REPLACE FUNCTION hivenet._begin_attempt_nowait(
+CREATE FUNCTION hivenet._begin_attempt_nowait(
     p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
     p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
@@ -25,6 +26,11 @@ EXCEPTION WHEN lock_not_available THEN
         MESSAGE = format('%s is being started by another transaction right now (nowait)',
                          hivenet._attempt_subject(p_namespace, p_key));
 END $$;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt_nowait(text, text, jsonb, text, text, interval)
+    FROM PUBLIC;
+
+-- Back from decision counts: the 0.1.0 bodies of the functions that count, then the
+-- counts dropped with their counters.
 
 -- Whether a new key with plain options was started: attempt 1 written through view
 -- _request_start. begin_request's first branch, run as the caller, as _start_step (steps.sql,
@@ -593,7 +599,7 @@ COMMENT ON TABLE hivenet.request_namespace IS
 -- notification, attempts without the mark.
 DROP FUNCTION hivenet.begin_request(text, text, jsonb, text, interval, boolean, interval);
 DROP FUNCTION hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval);
-DROP FUNCTION hivenet._begin_attempt_within(text, text, jsonb, text, interval, interval);
+DROP FUNCTION hivenet._begin_attempt_within(text, text, jsonb, text, text, interval, interval);
 DROP FUNCTION hivenet.watch_request(text, text);
 DROP FUNCTION hivenet._wake_waiters(text, text);
 

@@ -2,10 +2,11 @@
 -- (set_namespace_policy: fingerprints 'bytes', 'json' by RFC 8785 or JSON paths, and key
 -- rules beside the retention); who began each attempt and a namespace's audit chain
 -- (audit.sql); batches (batches.sql); the failure policy and expiry (expiry.sql); waiting for
--- the first outcome (watch_request); decision counts (decisions.sql). A function changed by
--- several features appears once, with its final body: at its first place, or where its final
--- signature is made (set_namespace_policy with the audit chain, begin_request and
--- _begin_request with wait); the grants of everything come last.
+-- the first outcome (watch_request); decision counts (decisions.sql); nowait and wait in one
+-- function (0.1.0's _begin_attempt_nowait dropped). A function changed by several features
+-- appears once, with its final body: at its first place, or where its final signature is made
+-- (set_namespace_policy with the audit chain, begin_request and _begin_request with wait); the
+-- grants of everything come last.
 
 ALTER TABLE hivenet.request_namespace
     ALTER COLUMN retention DROP NOT NULL,
@@ -1184,24 +1185,31 @@ ALTER TABLE hivenet.request_attempt ADD COLUMN awaited boolean;
 
 -- _begin_attempt waiting at most p_wait for a concurrent start of the same attempt (a lock
 -- wait), under lock_timeout p_wait, then HN030 naming the wait: the in-transaction shape's
--- bound. lock_timeout set inside a function with a SET clause for it ends with the function,
--- so the caller's is untouched (its own function, as _begin_attempt_nowait).
+-- bound. A NULL p_wait is nowait: the shortest lock_timeout (the SET clause's), so that where
+-- it would wait it raises HN030 at once. Its own function: a lock_timeout set inside a
+-- function with a SET clause for it ends with the function, so the caller's is untouched, and
+-- the subtransaction of the EXCEPTION block stays off the default path.
 CREATE OR REPLACE FUNCTION hivenet._begin_attempt_within(
-    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
-    p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
+    p_lease interval, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
 BEGIN
-    -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
-    PERFORM set_config('lock_timeout', least(greatest(ceil(extract(epoch FROM p_wait) * 1000),
-                                                      1), 2147483647)::bigint || 'ms', true);
+    IF p_wait IS NOT NULL THEN
+        -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
+        PERFORM set_config('lock_timeout',
+                           least(greatest(ceil(extract(epoch FROM p_wait) * 1000), 1),
+                                 2147483647)::bigint || 'ms', true);
+    END IF;
     SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
+    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, p_unified_serial,
                                 p_lease) b;
 EXCEPTION WHEN lock_not_available THEN
     PERFORM hivenet._count_decision(p_namespace, 'in_progress');
     RAISE EXCEPTION USING ERRCODE = 'HN030',
-        MESSAGE = format('%s is being started by another transaction that did not end within '
-                         'wait %s', hivenet._attempt_subject(p_namespace, p_key), p_wait);
+        MESSAGE = format('%s is being started by another transaction %s',
+                         hivenet._attempt_subject(p_namespace, p_key),
+                         CASE WHEN p_wait IS NULL THEN 'right now (nowait)'
+                              ELSE format('that did not end within wait %s', p_wait) END);
 END $$;
 
 -- begin_request's full path, in the owner's rights, after _start_request wrote nothing. Input
@@ -1241,14 +1249,10 @@ BEGIN
     IF length(p_key) < v_min_length OR p_key !~ v_pattern THEN
         PERFORM hivenet._raise_key_refused(p_namespace, p_key, v_min_length, v_pattern);
     END IF;
-    IF p_nowait THEN
+    IF p_nowait OR p_wait IS NOT NULL THEN  -- nowait: no wait (NULL), whatever p_wait says
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_nowait(p_namespace, p_key, p_request, p_on_success, NULL,
-                                           p_lease) b;
-    ELSIF p_wait IS NOT NULL THEN
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_within(p_namespace, p_key, p_request, p_on_success,
-                                           p_lease, p_wait) b;
+        FROM hivenet._begin_attempt_within(p_namespace, p_key, p_request, p_on_success, NULL,
+                                           p_lease, CASE WHEN NOT p_nowait THEN p_wait END) b;
     ELSE
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
@@ -1485,25 +1489,6 @@ SELECT hivenet._create_decision_counters(n.namespace, false)
 FROM (SELECT DISTINCT a.namespace FROM hivenet.request_attempt a
       WHERE a.namespace <> 'hivenet.steps' ORDER BY 1) AS n;
 
--- _begin_attempt with nowait: the same, under the shortest lock_timeout, so that where it
--- would wait for a concurrent start of the same attempt it raises HN030 at once. Its own
--- function (SET clause) so the caller's lock_timeout is untouched, and the subtransaction of
--- the EXCEPTION block stays off the default path.
-CREATE OR REPLACE FUNCTION hivenet._begin_attempt_nowait(
-    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
-    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
-BEGIN
-    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, p_unified_serial,
-                                p_lease) b;
-EXCEPTION WHEN lock_not_available THEN
-    PERFORM hivenet._count_decision(p_namespace, 'in_progress');
-    RAISE EXCEPTION USING ERRCODE = 'HN030',
-        MESSAGE = format('%s is being started by another transaction right now (nowait)',
-                         hivenet._attempt_subject(p_namespace, p_key));
-END $$;
-
 -- Whether a new key with plain options was started: attempt 1 written through view
 -- _request_start. begin_request's first branch, run as the caller, as _start_step (steps.sql,
 -- where the why is).
@@ -1586,8 +1571,8 @@ BEGIN
     END IF;
     IF p_nowait THEN
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_nowait('hivenet.steps', p_system_serial, p_request,
-                                           p_on_success, p_unified_serial, p_lease) b;
+        FROM hivenet._begin_attempt_within('hivenet.steps', p_system_serial, p_request,
+                                           p_on_success, p_unified_serial, p_lease, NULL) b;
         RETURN;
     END IF;
     SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
@@ -1690,6 +1675,10 @@ ORDER BY d.namespace, d.decision;
 COMMENT ON VIEW hivenet.request_decisions IS
     'number of begins per namespace and decision (started, replayed, in_progress, mismatch, '
     'rejected, expired), committed or not';
+
+-- nowait and wait in one function: _begin_attempt_within (created above, with waiting) runs
+-- nowait too, as a NULL wait; 0.1.0's _begin_attempt_nowait, which nothing calls now, goes.
+DROP FUNCTION hivenet._begin_attempt_nowait(text, text, jsonb, text, text, interval);
 
 -- Grants (privileges.sql), once for everything above:
 -- every function and view of 0.2.0 granted to the roles, nothing to PUBLIC.
