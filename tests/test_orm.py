@@ -1,4 +1,5 @@
-"""Serials in ORM models and Core statements: the recipes of docs/guides/orm.md, run as written."""
+"""Serials in ORM models and Core statements: what the recipes of docs/guides/orm.md do, checked
+in depth on models like the page's (tests/test_docs.py runs the page's blocks as written)."""
 
 from __future__ import annotations
 
