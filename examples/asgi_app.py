@@ -6,12 +6,15 @@
 ``POST /orders`` (shape b) inserts the order on the middleware's connection: the row and the
 recorded response commit together. ``POST /notify`` (shape a) calls something outside the
 database; the middleware committed ``processing`` before it ran.
+
+The login is the application's (granted hivenet_app only), so the middleware does not set the
+namespace's retention (``set_request_retention`` is hivenet_admin's): an administrator does,
+``SELECT hivenet.set_request_retention('shop', '2 days')`` (docs/guides/asgi.md, Retention).
 """
 
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Response
@@ -32,7 +35,7 @@ def client_of(request: Request) -> str:
 def create_app(engine: AsyncEngine) -> FastAPI:
     app = FastAPI()
     app.add_middleware(IdempotencyMiddleware, engine=engine, namespace="shop",
-                       scope=client_of, retention=timedelta(days=2))
+                       scope=client_of)
 
     @app.post("/orders", status_code=201)
     async def create_order(order: dict[str, str], response: Response,

@@ -1,6 +1,11 @@
 """IdempotencyMiddleware (hivenet_db.asgi) against a real PostgreSQL, through httpx's ASGI
 transport: every status, byte-for-byte replay, concurrency, both transaction shapes, and a
-server that dies between begin and finish."""
+server that dies between begin and finish.
+
+The middleware's engine is the application login's (``hivenet_app_url``, granted only
+hivenet_app), as in production; the owner's URL (``hivenet_url``) only for what an operator or
+administrator does: creating the handlers' table and its grants, setting a namespace's policy,
+resolving an attempt, reading ``hivenet.request_attempt``."""
 
 from __future__ import annotations
 
@@ -98,7 +103,8 @@ def created(calls: Calls) -> Handler:
 
 
 def state_of(url: str, namespace: str, key: str) -> list[tuple[int, str]]:
-    """The attempts of a key: (attempt, state), oldest first."""
+    """The attempts of a key: (attempt, state), oldest first (read as the owner: no
+    application role may read hivenet.request_attempt)."""
     with psycopg.connect(url, autocommit=True) as conn:
         return [(row[0], str(row[1])) for row in conn.execute(
             "SELECT attempt, state::text FROM hivenet.request_attempt "
@@ -120,7 +126,7 @@ def test_parse_key_sf_string_and_bare_token() -> None:
             parse_key(bad)
 
 
-def test_missing_empty_long_or_malformed_key_is_400(hivenet_url: str) -> None:
+def test_missing_empty_long_or_malformed_key_is_400(hivenet_app_url: str) -> None:
     calls = Calls()
 
     async def scenario(engine: AsyncEngine) -> None:
@@ -144,11 +150,11 @@ def test_missing_empty_long_or_malformed_key_is_400(hivenet_url: str) -> None:
             longest = await http.post("/orders", headers={"Idempotency-Key": "k" * 255})
             assert longest.status_code == 201
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 1
 
 
-def test_not_required_or_not_covered_runs_the_handler_each_time(hivenet_url: str) -> None:
+def test_not_required_or_not_covered_runs_the_handler_each_time(hivenet_app_url: str) -> None:
     calls = Calls()
 
     async def scenario(engine: AsyncEngine) -> None:
@@ -162,13 +168,13 @@ def test_not_required_or_not_covered_runs_the_handler_each_time(hivenet_url: str
             assert covered.status_code == again.status_code == 201
             assert again.headers["idempotent-replayed"] == "true"
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 5
 
 
 # --- replay ----------------------------------------------------------------------------------
 
-def test_finished_request_is_replayed_byte_for_byte(hivenet_url: str) -> None:
+def test_finished_request_is_replayed_byte_for_byte(hivenet_url: str, hivenet_app_url: str) -> None:
     calls = Calls()
 
     async def scenario(engine: AsyncEngine) -> None:
@@ -185,13 +191,13 @@ def test_finished_request_is_replayed_byte_for_byte(hivenet_url: str) -> None:
         assert first.headers["set-cookie"] == "session=secret"
         assert "set-cookie" not in second.headers and "x-run" not in second.headers
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 1
     assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
         (1, "success")]
 
 
-def test_4xx_is_recorded_and_replayed(hivenet_url: str) -> None:
+def test_4xx_is_recorded_and_replayed(hivenet_app_url: str) -> None:
     calls = Calls()
 
     async def handler(request: Request) -> Response:
@@ -206,11 +212,11 @@ def test_4xx_is_recorded_and_replayed(hivenet_url: str) -> None:
         assert second.content == first.content == b'{"error":"out of stock"}'
         assert second.headers["idempotent-replayed"] == "true"
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 1
 
 
-def test_same_key_with_another_request_is_422(hivenet_url: str) -> None:
+def test_same_key_with_another_request_is_422(hivenet_app_url: str) -> None:
     calls = Calls()
 
     async def scenario(engine: AsyncEngine) -> None:
@@ -226,12 +232,14 @@ def test_same_key_with_another_request_is_422(hivenet_url: str) -> None:
                 assert answer.json()["idempotency"] == "mismatch"
             assert (await http.post("/orders", content=b"a", headers=KEY)).status_code == 201
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 1
 
 
-def test_operator_plain_json_response_is_replayed_as_200(hivenet_url: str) -> None:
-    # An operator who resolves with a document that is not a recorded response (or none)
+def test_operator_plain_json_response_is_replayed_as_200(
+        hivenet_url: str, hivenet_app_url: str) -> None:
+    # An operator who resolves with a document that is not a recorded response (or none), as
+    # the owner: resolve_request is an administrator's, not the application's
     request = json.dumps(fingerprint("POST", "/orders", b""))
     with psycopg.connect(hivenet_url, autocommit=True) as conn:
         for key, response in (("k1", '{"order": 5}'), ("k2", None)):
@@ -253,13 +261,13 @@ def test_operator_plain_json_response_is_replayed_as_200(hivenet_url: str) -> No
             other = await http.post("/orders", content=b"x", headers={"Idempotency-Key": "k1"})
             assert other.status_code == 422
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 0
 
 
 # --- in flight and concurrency ---------------------------------------------------------------
 
-def test_same_key_while_in_flight_is_409_at_once(hivenet_url: str) -> None:
+def test_same_key_while_in_flight_is_409_at_once(hivenet_app_url: str) -> None:
     calls = Calls()
     calls.release.clear()
 
@@ -274,11 +282,11 @@ def test_same_key_while_in_flight_is_409_at_once(hivenet_url: str) -> None:
             calls.release.set()
             assert (await first).status_code == 201
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 1
 
 
-def test_16_concurrent_requests_with_one_key_run_the_handler_once(hivenet_url: str) -> None:
+def test_16_concurrent_requests_with_one_key_run_the_handler_once(hivenet_app_url: str) -> None:
     calls = Calls()
     calls.release.clear()
 
@@ -299,11 +307,11 @@ def test_16_concurrent_requests_with_one_key_run_the_handler_once(hivenet_url: s
         statuses = sorted(answer.status_code for answer in answers)
         assert statuses == [201] + [409] * 15
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 1
 
 
-def test_16_concurrent_requests_free_running_run_the_handler_once(hivenet_url: str) -> None:
+def test_16_concurrent_requests_free_running_run_the_handler_once(hivenet_app_url: str) -> None:
     calls = Calls()
 
     async def scenario(engine: AsyncEngine) -> None:
@@ -319,13 +327,14 @@ def test_16_concurrent_requests_free_running_run_the_handler_once(hivenet_url: s
             else:
                 assert answer.status_code == 409
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 1
 
 
 # --- failures --------------------------------------------------------------------------------
 
-def test_raising_handler_records_a_failed_attempt_and_the_retry_runs(hivenet_url: str) -> None:
+def test_raising_handler_records_a_failed_attempt_and_the_retry_runs(
+        hivenet_url: str, hivenet_app_url: str) -> None:
     calls = Calls()
 
     async def handler(request: Request) -> Response:
@@ -342,13 +351,14 @@ def test_raising_handler_records_a_failed_attempt_and_the_retry_runs(hivenet_url
             again = await http.post("/orders", headers=KEY)
             assert again.headers["idempotent-replayed"] == "true" and again.text == "made"
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 2
     assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
         (1, "failed"), (2, "success")]
 
 
-def test_5xx_records_a_failed_attempt_and_the_retry_runs(hivenet_url: str) -> None:
+def test_5xx_records_a_failed_attempt_and_the_retry_runs(
+        hivenet_url: str, hivenet_app_url: str) -> None:
     calls = Calls()
 
     async def handler(request: Request) -> Response:
@@ -364,7 +374,7 @@ def test_5xx_records_a_failed_attempt_and_the_retry_runs(hivenet_url: str) -> No
             assert (await http.post("/orders", headers=KEY)).status_code == 201
             assert (await http.post("/orders", headers=KEY)).headers["idempotent-replayed"]
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 2
     assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
         (1, "failed"), (2, "success")]
@@ -372,7 +382,7 @@ def test_5xx_records_a_failed_attempt_and_the_retry_runs(hivenet_url: str) -> No
 
 # --- scope -----------------------------------------------------------------------------------
 
-def test_scope_keeps_two_clients_keys_apart(hivenet_url: str) -> None:
+def test_scope_keeps_two_clients_keys_apart(hivenet_url: str, hivenet_app_url: str) -> None:
     calls = Calls()
 
     def client_of(request: Request) -> str:
@@ -392,7 +402,7 @@ def test_scope_keeps_two_clients_keys_apart(hivenet_url: str) -> None:
             # the scope counts toward the longest key
             assert (await post("alice", "k" * 250)).status_code == 400
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 4
     assert state_of(hivenet_url, "http", "alice:k") == [(1, "success")]
     assert state_of(hivenet_url, "http", "a%3Ab:c") == [(1, "success")]
@@ -400,7 +410,14 @@ def test_scope_keeps_two_clients_keys_apart(hivenet_url: str) -> None:
 
 # --- shape (b): the handler's writes commit with the recorded response -----------------------
 
-ORDERS = "CREATE TABLE orders (id serial PRIMARY KEY, sku text NOT NULL)"
+def create_orders(owner_url: str) -> None:
+    """The handlers' table, made by the owner, who grants the application role what the
+    handlers do (insert, and read back the id): hivenet grants nothing on an application's
+    tables."""
+    with psycopg.connect(owner_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id serial PRIMARY KEY, sku text NOT NULL)")
+        conn.execute("GRANT SELECT, INSERT ON orders TO hivenet_app")
+        conn.execute("GRANT USAGE ON SEQUENCE orders_id_seq TO hivenet_app")
 
 
 def orders(url: str) -> list[str]:
@@ -429,9 +446,8 @@ def writing(calls: Calls, outcomes: list[str]) -> Handler:
     return handler
 
 
-def test_shape_b_writes_commit_with_the_response(hivenet_url: str) -> None:
-    with psycopg.connect(hivenet_url, autocommit=True) as conn:
-        conn.execute(ORDERS)
+def test_shape_b_writes_commit_with_the_response(hivenet_url: str, hivenet_app_url: str) -> None:
+    create_orders(hivenet_url)
     calls = Calls()
 
     async def scenario(engine: AsyncEngine) -> None:
@@ -445,16 +461,16 @@ def test_shape_b_writes_commit_with_the_response(hivenet_url: str) -> None:
             replay = await http.post("/orders", content=b"A", headers=KEY)
             assert replay.text == "order A" and replay.headers["idempotent-replayed"] == "true"
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 3
     assert orders(hivenet_url) == ["A"]
     assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
         (1, "failed"), (2, "failed"), (3, "success")]
 
 
-def test_shape_b_writes_are_invisible_until_the_response_is_recorded(hivenet_url: str) -> None:
-    with psycopg.connect(hivenet_url, autocommit=True) as conn:
-        conn.execute(ORDERS)
+def test_shape_b_writes_are_invisible_until_the_response_is_recorded(
+        hivenet_url: str, hivenet_app_url: str) -> None:
+    create_orders(hivenet_url)
     calls = Calls()
     calls.release.clear()
 
@@ -470,12 +486,12 @@ def test_shape_b_writes_are_invisible_until_the_response_is_recorded(hivenet_url
             assert (await first).status_code == 201
             assert orders(hivenet_url) == ["A"]
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
 
 
-def test_shape_b_attempt_resolved_meanwhile_commits_nothing(hivenet_url: str) -> None:
-    with psycopg.connect(hivenet_url, autocommit=True) as conn:
-        conn.execute(ORDERS)
+def test_shape_b_attempt_resolved_meanwhile_commits_nothing(
+        hivenet_url: str, hivenet_app_url: str) -> None:
+    create_orders(hivenet_url)
     calls = Calls()
     calls.release.clear()
     key = "8e03978e-40d5-43e8-bc93-6894a57f9324"
@@ -484,7 +500,7 @@ def test_shape_b_attempt_resolved_meanwhile_commits_nothing(hivenet_url: str) ->
         async with client(make_app(engine, writing(calls, ["ok", "ok"]))) as http:
             first = asyncio.create_task(http.post("/orders", content=b"A", headers=KEY))
             await calls.entered.wait()
-            with psycopg.connect(hivenet_url, autocommit=True) as conn:
+            with psycopg.connect(hivenet_url, autocommit=True) as conn:  # an operator
                 conn.execute("SELECT hivenet.resolve_request('http', %s, 1, false, "
                              "'declared failed by the operator')", (key,))
             calls.release.set()
@@ -494,12 +510,12 @@ def test_shape_b_attempt_resolved_meanwhile_commits_nothing(hivenet_url: str) ->
             retry = await http.post("/orders", content=b"A", headers=KEY)
             assert retry.status_code == 201
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert orders(hivenet_url) == ["A"]
     assert state_of(hivenet_url, "http", key) == [(1, "failed"), (2, "success")]
 
 
-def test_idempotency_connection_outside_a_covered_request_raises(hivenet_url: str) -> None:
+def test_idempotency_connection_outside_a_covered_request_raises(hivenet_app_url: str) -> None:
     async def handler(request: Request) -> Response:
         with pytest.raises(RuntimeError, match="not covered"):
             await idempotency_connection(request)
@@ -510,14 +526,13 @@ def test_idempotency_connection_outside_a_covered_request_raises(hivenet_url: st
             assert (await http.post("/orders")).text == "fine"
             assert (await http.get("/orders")).text == "fine"
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
 
 
 # --- FastAPI ---------------------------------------------------------------------------------
 
-def test_fastapi_dependency_and_replay(hivenet_url: str) -> None:
-    with psycopg.connect(hivenet_url, autocommit=True) as conn:
-        conn.execute(ORDERS)
+def test_fastapi_dependency_and_replay(hivenet_url: str, hivenet_app_url: str) -> None:
+    create_orders(hivenet_url)
     calls = Calls()
 
     async def scenario(engine: AsyncEngine) -> None:
@@ -543,12 +558,16 @@ def test_fastapi_dependency_and_replay(hivenet_url: str) -> None:
         assert second.headers["idempotent-replayed"] == "true"
         assert missing.status_code == 400
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 1
     assert orders(hivenet_url) == ["A"]
 
 
 # --- retention -------------------------------------------------------------------------------
+
+# The retention option calls hivenet.set_request_retention, an administrator's function (not
+# hivenet_app's): a middleware that sets it runs as the owner here; the application role's
+# refusal is tested below.
 
 def test_retention_is_set_once_for_the_namespace(hivenet_url: str) -> None:
     calls = Calls()
@@ -564,7 +583,7 @@ def test_retention_is_set_once_for_the_namespace(hivenet_url: str) -> None:
             assert (await http.post("/orders", headers={"Idempotency-Key": "b"})
                     ).status_code == 201
 
-    run(hivenet_url, scenario)
+    run(hivenet_url, scenario)  # an administrator's role: see above
     with psycopg.connect(hivenet_url, autocommit=True) as conn:
         assert scalar(conn, "SELECT retention FROM hivenet.request_namespace "
                       "WHERE namespace = 'shop'") == timedelta(days=5)
@@ -607,9 +626,9 @@ def die_in_handler(url: str, key: str) -> None:
 
 @pytest.mark.parametrize("operator_says", ["succeeded", "failed"])
 def test_server_dying_after_begin_leaves_a_stuck_request_an_operator_resolves(
-        hivenet_url: str, operator_says: str) -> None:
+        hivenet_url: str, hivenet_app_url: str, operator_says: str) -> None:
     key = "crash-1"
-    die_in_handler(hivenet_url, key)
+    die_in_handler(hivenet_app_url, key)
     assert state_of(hivenet_url, "http", key) == [(1, "processing")]
     calls = Calls()
 
@@ -621,8 +640,8 @@ def test_server_dying_after_begin_leaves_a_stuck_request_an_operator_resolves(
         answer = await retry(engine)
         assert answer.status_code == 409 and answer.json()["idempotency"] == "in-flight"
 
-    run(hivenet_url, before)
-    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+    run(hivenet_app_url, before)
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:  # the operator's part
         # past its lease it is listed for the operator
         conn.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'allow_fake_clock'")
         conn.execute("SELECT set_config('hivenet.fake_now', "
@@ -650,11 +669,12 @@ def test_server_dying_after_begin_leaves_a_stuck_request_an_operator_resolves(
         else:
             assert answer.status_code == 201 and "idempotent-replayed" not in answer.headers
 
-    run(hivenet_url, after)
+    run(hivenet_app_url, after)
     assert calls.count == (0 if operator_says == "succeeded" else 1)
 
 
-def test_cancelled_handler_leaves_the_request_processing(hivenet_url: str) -> None:
+def test_cancelled_handler_leaves_the_request_processing(
+        hivenet_url: str, hivenet_app_url: str) -> None:
     calls = Calls()
     calls.release.clear()
 
@@ -667,7 +687,7 @@ def test_cancelled_handler_leaves_the_request_processing(hivenet_url: str) -> No
                 await first
             assert (await http.post("/orders", headers=KEY)).status_code == 409
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
         (1, "processing")]
 
@@ -683,10 +703,9 @@ def load_example() -> Any:
     return module
 
 
-def test_example_app(hivenet_url: str) -> None:
+def test_example_app(hivenet_url: str, hivenet_app_url: str) -> None:
     example = load_example()
-    with psycopg.connect(hivenet_url, autocommit=True) as conn:
-        conn.execute(ORDERS)
+    create_orders(hivenet_url)
 
     async def scenario(engine: AsyncEngine) -> None:
         transport = httpx.ASGITransport(app=example.create_app(engine))
@@ -706,12 +725,9 @@ def test_example_app(hivenet_url: str) -> None:
                 assert (await post("/notify", "alice", "n-1", {"text": "hi"})).status_code == 202
             assert (await http.post("/notify", json={"text": "hi"})).status_code == 400
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert orders(hivenet_url) == ["A", "A"]
     assert example.sent == ["alice: hi"]
-    with psycopg.connect(hivenet_url, autocommit=True) as conn:
-        assert scalar(conn, "SELECT retention FROM hivenet.request_namespace "
-                      "WHERE namespace = 'shop'") == timedelta(days=2)
 
 
 async def lifespan_startup(app: Starlette) -> dict[str, Any]:
@@ -753,13 +769,34 @@ def test_retention_is_set_at_startup_and_a_refused_one_fails_the_startup(
         async with client(bad) as http:
             assert (await http.post("/orders", headers=KEY)).status_code == 500
 
-    run(hivenet_url, scenario)
+    run(hivenet_url, scenario)  # an administrator's role, which may set it (see above)
     assert calls.count == 0
+
+
+def test_the_application_role_may_not_set_the_retention_and_its_startup_says_so(
+        hivenet_url: str, hivenet_app_url: str) -> None:
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        app = make_app(engine, created(calls), namespace="shop", retention=timedelta(days=3))
+        failed = await lifespan_startup(app)
+        assert failed["type"] == "lifespan.startup.failed"
+        assert "permission denied for function set_request_retention" in failed["message"]
+        assert "granted to hivenet_admin" in failed["message"]
+        async with client(app) as http:
+            assert (await http.post("/orders", headers=KEY)).status_code == 500
+
+    run(hivenet_app_url, scenario)
+    assert calls.count == 0
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+        assert scalar(conn, "SELECT count(*) FROM hivenet.request_namespace "
+                      "WHERE namespace = 'shop'") == 0
 
 
 # --- fingerprint and key policy ----------------------------------------------------------------
 
-def test_json_fingerprint_ignores_whitespace_key_order_and_number_form(hivenet_url: str) -> None:
+def test_json_fingerprint_ignores_whitespace_key_order_and_number_form(
+        hivenet_url: str, hivenet_app_url: str) -> None:
     """fingerprint="json": the same JSON written otherwise is the same request (replayed);
     another value is 422; a body that is not JSON is 400 and begins nothing."""
     calls = Calls()
@@ -784,12 +821,12 @@ def test_json_fingerprint_ignores_whitespace_key_order_and_number_form(hivenet_u
                 assert refused.json()["idempotency"] == "invalid"
                 assert refused.json()["detail"].startswith("the body is not JSON")
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 1
     assert state_of(hivenet_url, "http", "not-json") == []
 
 
-def test_json_path_fingerprint_only_what_the_paths_select(hivenet_url: str) -> None:
+def test_json_path_fingerprint_only_what_the_paths_select(hivenet_app_url: str) -> None:
     calls = Calls()
     key = {"Idempotency-Key": '"path-fingerprint-key"'}
     paths = ["$.amount", '$["currency"]', "$.items[0].sku"]
@@ -808,7 +845,7 @@ def test_json_path_fingerprint_only_what_the_paths_select(hivenet_url: str) -> N
                 assert (await http.post("/orders", content=other, headers=key)
                         ).status_code == 422, other
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 1
 
 
@@ -818,9 +855,10 @@ def test_a_fingerprint_option_not_understood_is_refused_at_once(given: Any) -> N
         IdempotencyMiddleware(Starlette(), engine=None, fingerprint=given)  # type: ignore[arg-type]
 
 
-def test_a_key_breaking_the_namespace_key_rules_is_400_with_the_rule(hivenet_url: str) -> None:
+def test_a_key_breaking_the_namespace_key_rules_is_400_with_the_rule(
+        hivenet_url: str, hivenet_app_url: str) -> None:
     calls = Calls()
-    with psycopg.connect(hivenet_url, autocommit=True) as conn:
+    with psycopg.connect(hivenet_url, autocommit=True) as conn:  # an administrator's call
         conn.execute("SELECT hivenet.set_namespace_policy('strict', p_key_min_length => 36, "
                      "p_key_pattern => '^[0-9a-f-]+$')")
 
@@ -835,5 +873,5 @@ def test_a_key_breaking_the_namespace_key_rules_is_400_with_the_rule(hivenet_url
                 assert rule in answer.json()["detail"], answer.json()
             assert (await http.post("/orders", content=b"a", headers=KEY)).status_code == 201
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 1

@@ -439,10 +439,10 @@ KEY = {"Idempotency-Key": '"3f1e0c1a-9d7b-4b55-a1c2-2b8f8a6e4d10"'}
 
 
 def test_middleware_replays_a_final_5xx_byte_for_byte(asgi: Any, db: psycopg.Connection,
-                                                      hivenet_url: str) -> None:
+                                                      hivenet_app_url: str) -> None:
     from starlette.requests import Request
     from starlette.responses import PlainTextResponse, Response
-    policy(db, "http", on_failure="final")
+    policy(db, "http", on_failure="final")  # an administrator's call: db is the owner's
     calls: list[int] = []
 
     async def handler(request: Request) -> Response:
@@ -459,14 +459,15 @@ def test_middleware_replays_a_final_5xx_byte_for_byte(asgi: Any, db: psycopg.Con
             assert again.headers["idempotent-replayed"] == "true"
             assert again.headers["content-type"] == first.headers["content-type"]
 
-    asgi.run(hivenet_url, scenario)
+    asgi.run(hivenet_app_url, scenario)
     assert calls == [1]
 
 
 def test_middleware_answers_a_final_raised_error_or_expiry_with_a_problem(
-        asgi: Any, db: psycopg.Connection, hivenet_url: str) -> None:
+        asgi: Any, db: psycopg.Connection, hivenet_app_url: str) -> None:
     from starlette.requests import Request
     from starlette.responses import Response
+    # an administrator's call: db is the owner's; the middleware runs as the application role
     policy(db, "http", on_failure="final", expire_after="1 millisecond")
     calls: list[int] = []
 
@@ -502,7 +503,7 @@ def test_middleware_answers_a_final_raised_error_or_expiry_with_a_problem(
             assert expired.headers["idempotent-replayed"] == "true"
         assert len(calls) == calls_before
 
-    asgi.run(hivenet_url, scenario)
+    asgi.run(hivenet_app_url, scenario)
     assert [row[0] for row in db.execute(
         "SELECT state::text FROM hivenet.request_attempt WHERE namespace = 'http' "
         "ORDER BY key")] == ["failed", "expired"]

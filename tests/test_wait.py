@@ -376,7 +376,7 @@ def test_waiters_behind_pgbouncer_hold_no_server_connection(
 # --- the HTTP middleware -----------------------------------------------------------------------
 
 def test_a_duplicate_http_request_waits_and_gets_the_first_response(
-        db: psycopg.Connection, hivenet_url: str) -> None:
+        db: psycopg.Connection, hivenet_app_url: str) -> None:
     pytest.importorskip("httpx", reason="the tests need httpx (extra test)")
     from tests.test_asgi import KEY, Calls, client, created, make_app, run
 
@@ -399,11 +399,12 @@ def test_a_duplicate_http_request_waits_and_gets_the_first_response(
         assert answers[1].headers["idempotent-replayed"] == "true"
         assert answers[1].content == answers[0].content
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
     assert calls.count == 1 and told == ["started", "replayed"]
 
 
-def test_a_duplicate_http_request_gets_409_once_its_wait_is_over(hivenet_url: str) -> None:
+def test_a_duplicate_http_request_gets_409_once_its_wait_is_over(
+        hivenet_app_url: str) -> None:
     pytest.importorskip("httpx", reason="the tests need httpx (extra test)")
     from tests.test_asgi import KEY, Calls, client, created, make_app, run
 
@@ -422,4 +423,4 @@ def test_a_duplicate_http_request_gets_409_once_its_wait_is_over(hivenet_url: st
             calls.release.set()
             assert (await first).status_code == 201
 
-    run(hivenet_url, scenario)
+    run(hivenet_app_url, scenario)
