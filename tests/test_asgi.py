@@ -55,6 +55,7 @@ class Calls:
 
     def __init__(self) -> None:
         self.count = 0
+        # waited for with a timeout: a handler that raised before it entered must fail the test
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
         self.release.set()
@@ -274,7 +275,7 @@ def test_same_key_while_in_flight_is_409_at_once(hivenet_app_url: str) -> None:
     async def scenario(engine: AsyncEngine) -> None:
         async with client(make_app(engine, created(calls))) as http:
             first = asyncio.create_task(http.post("/orders", headers=KEY))
-            await calls.entered.wait()
+            await asyncio.wait_for(calls.entered.wait(), 60)
             second = await http.post("/orders", headers=KEY)
             assert second.status_code == 409
             assert second.headers["content-type"] == "application/problem+json"
@@ -477,7 +478,7 @@ def test_shape_b_writes_are_invisible_until_the_response_is_recorded(
     async def scenario(engine: AsyncEngine) -> None:
         async with client(make_app(engine, writing(calls, ["ok"]))) as http:
             first = asyncio.create_task(http.post("/orders", content=b"A", headers=KEY))
-            await calls.entered.wait()
+            await asyncio.wait_for(calls.entered.wait(), 60)
             assert orders(hivenet_url) == []  # written, not committed
             assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
                 (1, "processing")]  # but begin committed: a retry now is 409
@@ -499,7 +500,7 @@ def test_shape_b_attempt_resolved_meanwhile_commits_nothing(
     async def scenario(engine: AsyncEngine) -> None:
         async with client(make_app(engine, writing(calls, ["ok", "ok"]))) as http:
             first = asyncio.create_task(http.post("/orders", content=b"A", headers=KEY))
-            await calls.entered.wait()
+            await asyncio.wait_for(calls.entered.wait(), 60)
             with psycopg.connect(hivenet_url, autocommit=True) as conn:  # an operator
                 conn.execute("SELECT hivenet.resolve_request('http', %s, 1, false, "
                              "'declared failed by the operator')", (key,))
@@ -681,7 +682,7 @@ def test_cancelled_handler_leaves_the_request_processing(
     async def scenario(engine: AsyncEngine) -> None:
         async with client(make_app(engine, created(calls))) as http:
             first = asyncio.create_task(http.post("/orders", headers=KEY))
-            await calls.entered.wait()
+            await asyncio.wait_for(calls.entered.wait(), 60)
             first.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await first
