@@ -131,26 +131,40 @@ SHAPES = {
 }
 
 
-def server_shapes(url: str, data_dir: str, transactions: int, rounds: int) -> None:
+Runs = dict[str, list[tuple[float, float]]]
+
+
+def _alternating(url: str, data_dir: str, shapes: dict[str, list[str]], end: str, clients: int,
+                 rounds: int, **length: int) -> Runs:
+    """Each shape as a pgbench script of one transaction ended by ``end``, ``clients`` clients,
+    ``rounds`` rounds alternating: per shape, each run's (tps, server CPU µs per transaction).
+    ``length``: pgbench's ``seconds`` or ``transactions``."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(_TABLE)
     meter = CpuMeter(Path(data_dir))
-    names = list(SHAPES)
-    cpu: dict[str, list[float]] = {name: [] for name in names}
+    names = list(shapes)
+    runs: Runs = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as folder:
         scripts = {}
         for i, name in enumerate(names):
             scripts[name] = Path(folder) / f"{i}.sql"
+            # committed keys stay: a range wide enough that no two runs draw one twice
             scripts[name].write_text("\n".join(
-                ["\\set k random(1, 1000000000000)", "BEGIN;", *SHAPES[name], "ROLLBACK;"]))
+                ["\\set k random(1, 9000000000000000000)", "BEGIN;", *shapes[name], end]))
         for r in range(rounds):
             for name in names if r % 2 == 0 else reversed(names):
-                _, used = pgbench(url, scripts[name], 1, transactions=transactions, meter=meter)
+                rate, used = pgbench(url, scripts[name], clients, meter=meter, **length)
                 assert used is not None
-                cpu[name].append(used)
-    for name in names:
-        print(f"{name:34} server us/tx: min {min(cpu[name]):6.1f}  "
-              f"median {statistics.median(cpu[name]):6.1f}")
+                runs[name].append((rate, used))
+    return runs
+
+
+def server_shapes(url: str, data_dir: str, transactions: int, rounds: int) -> None:
+    runs = _alternating(url, data_dir, SHAPES, "ROLLBACK;", 1, rounds, transactions=transactions)
+    for name, each in runs.items():
+        cpu = [used for _, used in each]
+        print(f"{name:34} server us/tx: min {min(cpu):6.1f}  "
+              f"median {statistics.median(cpu):6.1f}")
 
 
 _ROW = ("INSERT INTO hivenet.request_attempt (namespace, key, attempt, state, fingerprint, "
@@ -187,31 +201,12 @@ STAIRCASE = {
 
 
 def staircase(url: str, data_dir: str, seconds: int, rounds: int) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(_TABLE)
-    meter = CpuMeter(Path(data_dir))
-    names = list(STAIRCASE)
-    cpu: dict[str, list[float]] = {name: [] for name in names}
-    tps: dict[str, list[float]] = {name: [] for name in names}
-    with tempfile.TemporaryDirectory() as folder:
-        scripts = {}
-        for i, name in enumerate(names):
-            scripts[name] = Path(folder) / f"{i}.sql"
-            scripts[name].write_text("\n".join(
-                # committed keys stay: a range wide enough that no two runs draw one twice
-                ["\\set k random(1, 9000000000000000000)", "BEGIN;", *STAIRCASE[name],
-                 "COMMIT;"]))
-        for r in range(rounds):
-            for name in names if r % 2 == 0 else reversed(names):
-                rate, used = pgbench(url, scripts[name], 8, seconds=seconds, meter=meter)
-                assert used is not None
-                tps[name].append(rate)
-                cpu[name].append(used)
-    base = statistics.median(tps[names[0]])
-    for name in names:
-        rate = statistics.median(tps[name])
+    runs = _alternating(url, data_dir, STAIRCASE, "COMMIT;", 8, rounds, seconds=seconds)
+    base = statistics.median(rate for rate, _ in runs[next(iter(runs))])
+    for name, each in runs.items():
+        rate = statistics.median(r for r, _ in each)
         print(f"{name:34} {rate:7.0f} tps (ratio {rate / base:.3f})  "
-              f"server us/tx median {statistics.median(cpu[name]):6.1f}")
+              f"server us/tx median {statistics.median(u for _, u in each):6.1f}")
 
 
 _FLOOR_INSERT = ("INSERT INTO hivenet.request_attempt (namespace, key, attempt, state, "
