@@ -10,6 +10,7 @@ import datetime as dt
 import difflib
 import hashlib
 import re
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from alembic import command
+from sqlalchemy.exc import DBAPIError
 
 import hivenet_db
 from hivenet_db.schema import PARTS, full_schema_sql
@@ -164,6 +166,22 @@ def test_released_revisions_never_change() -> None:
         assert revision_digest(revision) == recorded, (
             f"revision {revision} of release {version} changed; released revisions never "
             "change: put the change into the next release's revision instead")
+
+
+def test_each_revision_commits_on_its_own(empty_db: str, tmp_path: Path) -> None:
+    """env.py runs each revision in a transaction of its own (so a revision may use a value an
+    earlier one added to an enum): a later revision that fails leaves the earlier ones in."""
+    shutil.copytree(MIGRATIONS, tmp_path / "migrations",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "migrations" / "versions" / "9999_fails.py").write_text(
+        f"from alembic import op\nrevision = '9999'\ndown_revision = {migrate.head()!r}\n"
+        "branch_labels = None\ndepends_on = None\n\n\n"
+        "def upgrade() -> None:\n    op.execute('SELECT 1 / 0')\n")
+    config = migrate._config(empty_db)
+    config.set_main_option("script_location", str(tmp_path / "migrations"))
+    with pytest.raises(DBAPIError, match="division by zero"):
+        command.upgrade(config, "head")
+    assert migrate.current(empty_db) == migrate.head()
 
 
 def test_unreleased_changes_collect_in_one_revision() -> None:
