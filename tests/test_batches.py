@@ -119,6 +119,25 @@ def test_a_batch_in_a_namespace_with_a_policy(db: psycopg.Connection) -> None:
     assert rows == [(first, "replayed"), (second, "mismatch")]
 
 
+def test_a_request_the_json_fingerprint_cannot_read_is_that_keys_refusal(
+        db: psycopg.Connection) -> None:
+    """1e400 has no RFC 8785 form (no double holds it): under 'json' that key, new or not,
+    is rejected and counted so; the batch's other keys go on."""
+    name = namespace()
+    db.execute("SELECT hivenet.set_namespace_policy(%s, p_fingerprint => 'json')", (name,))
+    old, new, fine = key(), key(), key()
+    begin_requests(db, name, [old], [{"a": 1}])
+    rows = db.execute(
+        "SELECT key, outcome, attempt, response->>'code' FROM hivenet.begin_requests(%s, "
+        "ARRAY[%s, %s, %s], ARRAY['{\"a\": 1e400}', '{\"a\": 1e400}', '{}']::jsonb[])",
+        (name, old, new, fine)).fetchall()
+    assert rows == [(old, "rejected", None, "HN001"), (new, "rejected", None, "HN001"),
+                    (fine, "started", 1, None)]
+    assert db.execute("SELECT decision, decisions FROM hivenet.request_decisions "
+                      "WHERE namespace = %s AND decisions > 0 ORDER BY 1",
+                      (name,)).fetchall() == [("rejected", 2), ("started", 2)]
+
+
 @pytest.mark.parametrize(("keys", "requests", "message"), [
     ("NULL", "'{}'::jsonb[]", "keys of the batch in namespace '{ns}' is NULL"),
     ("'{}'::text[]", "NULL", "requests of the batch in namespace '{ns}' is NULL"),

@@ -931,9 +931,8 @@ END $$;
 --   partial by design: the other keys are begun whatever one key's outcome.
 --   HN001 for the whole call: namespace not valid (as begin_request), keys or requests NULL,
 --   not one-dimensional or not as long as each other, more than 1,000 keys, a key NULL or
---   given twice, lease not positive or longer than 10 years; a new key's request whose
---   fingerprint cannot be computed (a number no double holds, under fingerprint 'json'; for a
---   key that has attempts it is that key's 'rejected').
+--   given twice, lease not positive or longer than 10 years. (A request the namespace's
+--   fingerprint cannot read, a number no double holds under 'json', is that key's 'rejected'.)
 --   Blocks while another transaction has started one of the keys and not yet committed or
 --   rolled back, as begin_request; the keys are taken in their sort order, so two batches
 --   never deadlock on each other (a transaction that began some of the keys one by one, in
@@ -962,15 +961,14 @@ BEGIN
         INSERT INTO hivenet.request_attempt AS a
             (namespace, key, attempt, state, fingerprint, lease, started_at, called_by,
              application_name, client_addr)
-        -- (the default fingerprint inlined, as _begin_attempt has it)
-        SELECT p_namespace, k.key, 1, 'processing',
-               CASE WHEN v_policy.fingerprint IS NULL THEN hivenet._fingerprint(k.request)
-                    ELSE hivenet._policy_fingerprint(v_policy.fingerprint, k.request) END,
+        SELECT p_namespace, k.key, 1, 'processing', hivenet._fingerprint(k.request),
                p_lease, hivenet.now(), hivenet._called_by(),
                nullif(current_setting('application_name'), ''), inet_client_addr()
         FROM unnest(p_keys, p_requests) AS k (key, request)
-        -- (a namespace with an audit chain links each key's begin: one by one, below)
+        -- One by one, below, in a namespace with an audit chain (it links each key's begin)
+        -- or a fingerprint of its own (a request it cannot read is that key's 'rejected').
         WHERE hivenet._name_valid(k.key) AND v_policy.audit_chain IS NULL
+          AND v_policy.fingerprint IS NULL
           AND NOT coalesce(length(k.key) < v_policy.key_min_length
                            OR k.key !~ v_policy.key_pattern, false)  -- _begin_request's test
         ORDER BY k.key
