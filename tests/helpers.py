@@ -67,6 +67,18 @@ def functions_run(db: psycopg.Connection, call: Callable[[], object]) -> dict[st
             if n != before.get(name, 0)}
 
 
+def policy_call(namespace: str, **values: Any) -> tuple[str, dict[str, Any]]:
+    """``hivenet.set_namespace_policy(namespace, p_<option> => value, ...)`` and its
+    parameters, for ``execute`` or ``failure``."""
+    named = "".join(f", p_{option} => %({option})s" for option in values)
+    return f"SELECT hivenet.set_namespace_policy(%(ns)s{named})", {"ns": namespace, **values}
+
+
+def policy(db: psycopg.Connection, namespace: str, **values: Any) -> None:
+    """Set options of the policy of ``namespace`` (as its owner or hivenet_admin)."""
+    db.execute(*policy_call(namespace, **values))
+
+
 def sqlstate_of(error: BaseException) -> str | None:
     """The SQLSTATE of an exception caught elsewhere (None when it is not a database error)."""
     return getattr(getattr(error, "diag", None), "sqlstate", None)

@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 
 from hivenet_db import RequestRepository
 from hivenet_db.tools import migrate
-from tests.helpers import explain_to_notices, failure, race, scalar
+from tests.helpers import explain_to_notices, failure, policy, race, scalar
 from tests.test_migrations import _assert_same_catalog, _releases, new_db, replay
 
 Connect = Callable[..., psycopg.Connection]
@@ -32,11 +32,6 @@ T0 = "2026-03-01 12:00:00+00"
 
 def namespace() -> str:
     return f"pay-{uuid.uuid4().hex[:12]}"
-
-
-def policy(db: psycopg.Connection, name: str, **values: Any) -> None:
-    named = "".join(f", p_{option} => %({option})s" for option in values)
-    db.execute(f"SELECT hivenet.set_namespace_policy(%(ns)s{named})", {"ns": name, **values})
 
 
 def stored(db: psycopg.Connection, name: str) -> Any:

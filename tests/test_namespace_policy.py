@@ -18,7 +18,15 @@ from psycopg.types.json import Jsonb
 
 from hivenet_db import InvalidInput, RequestRepository
 from hivenet_db._execute import SyncDB
-from tests.helpers import failure, functions_run, race, role_in, scalar
+from tests.helpers import (
+    failure,
+    functions_run,
+    policy,
+    policy_call,
+    race,
+    role_in,
+    scalar,
+)
 
 Connect = Callable[..., psycopg.Connection]
 
@@ -29,11 +37,6 @@ def key() -> str:
 
 def namespace() -> str:
     return f"ns-{uuid.uuid4().hex[:12]}"
-
-
-def policy(db: psycopg.Connection, name: str, **values: Any) -> None:
-    named = "".join(f", p_{option} => %({option})s" for option in values)
-    db.execute(f"SELECT hivenet.set_namespace_policy(%(ns)s{named})", {"ns": name, **values})
 
 
 def stored(db: psycopg.Connection, name: str) -> Any:
@@ -153,9 +156,7 @@ def test_the_policy_is_checked_and_null_leaves_a_value_as_it_is(db: psycopg.Conn
         ({"retention": "0 days"}, "retention"),
     ]
     for values, words in cases:
-        named = "".join(f", p_{option} => %({option})s" for option in values)
-        code, message = failure(db, f"SELECT hivenet.set_namespace_policy(%(ns)s{named})",
-                                {"ns": name, **values})
+        code, message = failure(db, *policy_call(name, **values))
         assert (code, words in message) == ("HN001", True), message
     code, message = failure(db, "SELECT hivenet.set_namespace_policy('hivenet.steps', "
                                 "p_fingerprint => 'json')")
