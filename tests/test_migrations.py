@@ -24,6 +24,7 @@ import hivenet_db
 from hivenet_db.schema import PARTS, full_schema_sql
 from hivenet_db.tools import migrate
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres, find_bin_dir
+from hivenet_db.tools.revision import stale as stale_scripts
 
 MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
 VERSIONS = MIGRATIONS / "versions"
@@ -182,6 +183,15 @@ def test_each_revision_commits_on_its_own(empty_db: str, tmp_path: Path) -> None
     with pytest.raises(DBAPIError, match="division by zero"):
         command.upgrade(config, "head")
     assert migrate.current(empty_db) == migrate.head()
+
+
+def test_the_unreleased_revision_is_written_from_the_schema_files(
+        hivenet_server: EmbeddedPostgres) -> None:
+    """Its scripts are what the generator writes from the schema files and the hand-written
+    parts beside them (CONTRIBUTING.md, "Changing SQL"), not edited by hand."""
+    stale = stale_scripts(hivenet_server.url())
+    assert not stale, (f"{[path.name for path in stale]} stale: run "
+                       "`python -m hivenet_db.tools.revision`")
 
 
 def test_unreleased_changes_collect_in_one_revision() -> None:

@@ -1,11 +1,9 @@
 """Release 0.2.0 (unreleased): the changes of schema hivenet since 0.1.0.
 
-The delta from revision 0001 (CONTRIBUTING.md, "Changing SQL"): the policy of a namespace
-(set_namespace_policy: fingerprints, key rules, failure policy and expiry); who began each
-attempt and the audit chain of a namespace (audit.sql); batches (batches.sql); waiting for the
-first outcome (watch_request); decision counts (decisions.sql). Editable until 0.2.0 is
-released, then frozen as 0001 is. The downgrade goes back to 0.1.0 (its bodies, copied from
-0001_baseline.sql).
+Its scripts 0002_0_2_0.sql and 0002_0_2_0.downgrade.sql are written by
+``python -m hivenet_db.tools.revision`` from the schema files and the hand-written
+.tables.sql and .data.sql parts beside them (CONTRIBUTING.md, "Changing SQL"). Frozen when
+0.2.0 is released, as 0001 is.
 
 Revision ID: 0002
 Revises: 0001

@@ -1,0 +1,56 @@
+-- Back from release 0.2.0 to 0.1.0: tables, types and sequences, written by hand (the code
+-- around them is written from the schema files: hivenet_db/tools/revision.py). What 0.1.0
+-- cannot hold goes: a namespace's policy but its retention, counts, callers, chains, waiters'
+-- marks; expired attempts become failed ones.
+
+-- Decision counts, with their counters.
+DO $$
+DECLARE
+    v_counter regclass;
+BEGIN
+    FOR v_counter IN SELECT c.counter FROM hivenet.decision_counter c LOOP
+        EXECUTE format('DROP SEQUENCE %s', v_counter);
+    END LOOP;
+END $$;
+DROP TABLE hivenet.decision_counter;
+DROP SEQUENCE hivenet.decision_counter_number;
+
+-- The audit chain, who began each attempt, waiters' marks.
+DROP TABLE hivenet.request_chain;
+ALTER TABLE hivenet.request_attempt
+    DROP COLUMN called_by,
+    DROP COLUMN application_name,
+    DROP COLUMN client_addr,
+    DROP COLUMN chain_position,
+    DROP COLUMN chain_hash,
+    DROP COLUMN finish_position,
+    DROP COLUMN finish_hash,
+    DROP COLUMN awaited;
+
+-- The policy of a namespace: only a retention stays.
+DELETE FROM hivenet.request_namespace WHERE retention IS NULL;
+ALTER TABLE hivenet.request_namespace
+    DROP COLUMN fingerprint,
+    DROP COLUMN key_min_length,
+    DROP COLUMN key_pattern,
+    DROP COLUMN audit_chain,
+    DROP COLUMN on_failure,
+    DROP COLUMN expire_after,
+    ALTER COLUMN retention SET NOT NULL;
+COMMENT ON TABLE hivenet.request_namespace IS
+    'retention of the finished requests of a namespace, when not the setting request_retention';
+
+-- Expiry: an expired attempt becomes failed (its note says so: the next begin_request retries
+-- it, 0.1.0's only policy), and 'expired' leaves type step_state. PostgreSQL cannot drop a
+-- value of an enum, so the type is made again without it (what reads it was dropped above)
+-- and the column converted (the table is rewritten).
+UPDATE hivenet.request_attempt
+SET state = 'failed',
+    note = concat_ws('; ', note, 'marked failed by the downgrade to 0.1.0 (it had expired)')
+WHERE state = 'expired';
+DROP TABLE hivenet.request_expiry;
+ALTER TYPE hivenet.step_state RENAME TO step_state_0_2_0;
+CREATE TYPE hivenet.step_state AS ENUM ('processing', 'success', 'failed');
+ALTER TABLE hivenet.request_attempt
+    ALTER COLUMN state TYPE hivenet.step_state USING state::text::hivenet.step_state;
+DROP TYPE hivenet.step_state_0_2_0;

@@ -1,0 +1,60 @@
+-- Release 0.2.0 from 0.1.0: tables, types and sequences, written by hand (the code around them
+-- is written from the schema files: hivenet_db/tools/revision.py).
+
+-- The policy of a namespace (set_namespace_policy): fingerprints, key rules, the audit chain,
+-- the failure policy and expiry.
+ALTER TABLE hivenet.request_namespace
+    ALTER COLUMN retention DROP NOT NULL,
+    ADD COLUMN fingerprint text,
+    ADD COLUMN key_min_length integer,
+    ADD COLUMN key_pattern text,
+    ADD COLUMN audit_chain boolean,
+    ADD COLUMN on_failure text,
+    ADD COLUMN expire_after interval;
+COMMENT ON TABLE hivenet.request_namespace IS
+    'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
+    'key rules, failure policy; NULL is the default';
+
+-- Who began each attempt, its links in the namespace's audit chain, and whether a client
+-- waits for its outcome (watch_request).
+ALTER TABLE hivenet.request_attempt
+    ADD COLUMN called_by text,
+    ADD COLUMN application_name text,
+    ADD COLUMN client_addr inet,
+    ADD COLUMN chain_position bigint,
+    ADD COLUMN chain_hash bytea,
+    ADD COLUMN finish_position bigint,
+    ADD COLUMN finish_hash bytea,
+    ADD COLUMN awaited boolean;
+
+CREATE TABLE hivenet.request_chain (
+    namespace       text   PRIMARY KEY,
+    position        bigint NOT NULL,  -- of the last link (0: none yet)
+    head            bytea  NOT NULL,  -- its hash
+    anchor_position bigint NOT NULL,  -- of the last link retention removed (0: none)
+    anchor          bytea  NOT NULL   -- its hash (the empty string before the first link)
+);
+COMMENT ON TABLE hivenet.request_chain IS
+    'the audit chain of a namespace of keyed requests: its head and the anchor retention left';
+
+-- Expiry. ADD VALUE in this transaction: 'expired' may not be used before it commits, so
+-- only PL/pgSQL bodies (read when they run) name it, and nothing here runs them.
+ALTER TYPE hivenet.step_state ADD VALUE 'expired';
+CREATE TABLE hivenet.request_expiry (
+    namespace       text        PRIMARY KEY,
+    expired_through timestamptz NOT NULL
+);
+COMMENT ON TABLE hivenet.request_expiry IS
+    'how far maintain() has expired the processing attempts of each namespace with an '
+    'expire_after (expiry.sql)';
+
+-- Decision counts: which sequences count which decision of which namespace.
+CREATE TABLE hivenet.decision_counter (
+    namespace text     NOT NULL,
+    decision  text     NOT NULL,
+    counter   regclass NOT NULL,
+    PRIMARY KEY (namespace, decision, counter)
+);
+COMMENT ON TABLE hivenet.decision_counter IS
+    'the sequences that count the decisions of begin per namespace (view request_decisions)';
+CREATE SEQUENCE hivenet.decision_counter_number;
