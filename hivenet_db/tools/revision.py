@@ -34,6 +34,7 @@ import tempfile
 import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 
 import psycopg
@@ -42,7 +43,8 @@ from hivenet_db.schema import full_schema_sql
 from hivenet_db.tools import migrate
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 
-VERSIONS = Path(migrate.__file__).resolve().parents[2] / "migrations" / "versions"
+# The packaged migrations (hivenet_db.migrations: migrations/ of the source tree).
+VERSIONS = Path(str(files("hivenet_db.migrations"))) / "versions"
 RELEASES = VERSIONS.parent / "RELEASES"
 
 # Counters and clocks of scopes, and the counters of decisions, are data made by use.
