@@ -8,6 +8,20 @@
 -- transaction of their own only (docs/guides/plproxy.md). Administrative functions (maintain,
 -- define_format, own_instances, settings) are run on each shard, not through the proxy.
 
+-- A proxy installed when the parameters were named p_...: CREATE OR REPLACE cannot rename a
+-- parameter, so those functions are dropped and made again below, granted as a new install.
+DO $$
+DECLARE
+    v_function regprocedure;
+BEGIN
+    FOR v_function IN SELECT p.oid FROM pg_proc p
+                      WHERE p.pronamespace = 'hivenet'::regnamespace
+                        AND EXISTS (SELECT FROM unnest(p.proargnames) AS a (name)
+                                    WHERE starts_with(a.name, 'p_')) LOOP
+        EXECUTE format('DROP FUNCTION %s', v_function);
+    END LOOP;
+END $$;
+
 -- Allocation: by the scope's node field (instance; shard for id_service).
 -- next_unified_serial and next_system_serial run the shard's next_serial, which they fall
 -- back to on any unusual case anyway (allocate.sql): same serials, same errors. PL/Proxy sends
