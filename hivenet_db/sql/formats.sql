@@ -335,6 +335,8 @@ END $$;
 --   it (counters.sql), and vanishes with it on a rollback. Never delete rows of
 --   hivenet.format by hand. Takes a row lock on the new name, and a new format waits for
 --   another transaction defining one (or changing a setting) to commit.
+--   As every public PL/pgSQL function: parameters named as the reference prints them, read
+--   through p_ aliases (a bare name is a column): docs/design/sql-internals.md.
 CREATE FUNCTION hivenet.define_format(name text, segments jsonb,
     borrow_next_period boolean DEFAULT false, description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

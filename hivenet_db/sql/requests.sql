@@ -474,9 +474,8 @@ END $$;
 --   _begin_request, run only when the first branch wrote nothing (a UNION ALL under LIMIT 1,
 --   as begin_step's).
 CREATE FUNCTION hivenet.begin_request(
-    namespace text, key text, request jsonb DEFAULT NULL,
-    on_success text DEFAULT 'replay', lease interval DEFAULT NULL,
-    nowait boolean DEFAULT false, wait interval DEFAULT NULL)
+    namespace text, key text, request jsonb DEFAULT NULL, on_success text DEFAULT 'replay',
+    lease interval DEFAULT NULL, nowait boolean DEFAULT false, wait interval DEFAULT NULL)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
@@ -486,8 +485,7 @@ BEGIN ATOMIC
                                   nowait OR wait IS NOT NULL)
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
-     FROM hivenet._begin_request(namespace, key, request, on_success, lease,
-                                 nowait, wait) b)
+     FROM hivenet._begin_request(namespace, key, request, on_success, lease, nowait, wait) b)
     LIMIT 1;
 END;
 
@@ -572,8 +570,7 @@ END $$;
 --   When a client waits for the attempt's outcome (watch_request), notifies channel
 --   hivenet_request_finished at commit with payload the JSON array [namespace, key].
 CREATE FUNCTION hivenet.finish_request(
-    namespace text, key text, attempt integer, succeeded boolean,
-    response jsonb DEFAULT NULL)
+    namespace text, key text, attempt integer, succeeded boolean, response jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column

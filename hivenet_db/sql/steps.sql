@@ -258,14 +258,14 @@ END $$;
 --   Why this shape: docs/design/sql-internals.md.
 CREATE FUNCTION hivenet.begin_step(
     system_serial text, request jsonb DEFAULT NULL, on_success text DEFAULT 'replay',
-    unified_serial text DEFAULT NULL, lease interval DEFAULT NULL,
-    nowait boolean DEFAULT false)
+    unified_serial text DEFAULT NULL, lease interval DEFAULT NULL, nowait boolean DEFAULT false)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
     -- 'replayed', counted (decisions.sql, as _count_decision) with no PL/pgSQL call: the
     -- select list runs only for the row replayed. The subquery names r so that it runs for
     -- every row replayed (uncorrelated, it would run once for a caller's whole statement).
+    -- The parameters are qualified here: a column of r of the same name would win.
     (SELECT coalesce((SELECT 'replayed'::text FROM hivenet._decision_counters c
                       WHERE c.namespace = 'hivenet.steps' AND c.decision = 'replayed'
                         AND r.system_serial IS NOT NULL AND nextval(c.counter) > 0
@@ -282,12 +282,10 @@ BEGIN ATOMIC
        AND hivenet._step_in_window(r.system_serial)
      UNION ALL
      SELECT 'started'::text, 1, NULL::jsonb
-     WHERE hivenet._start_step(system_serial, request, on_success, unified_serial,
-                               lease, nowait)
+     WHERE hivenet._start_step(system_serial, request, on_success, unified_serial, lease, nowait)
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
-     FROM hivenet._begin_step(system_serial, request, on_success, unified_serial,
-                              lease, nowait) b)
+     FROM hivenet._begin_step(system_serial, request, on_success, unified_serial, lease, nowait) b)
     LIMIT 1;
 END;
 
@@ -306,8 +304,7 @@ RETURNS void
 -- caller's statement: no PL/pgSQL layer of its own.
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT hivenet.finish_request('hivenet.steps', system_serial, attempt, succeeded,
-                                  response);
+    SELECT hivenet.finish_request('hivenet.steps', system_serial, attempt, succeeded, response);
 END;
 
 -- hivenet.resolve_step(system_serial, attempt, succeeded, note, response default null) → void
@@ -318,8 +315,7 @@ END;
 --   HN033. Works on any processing attempt, also before its lease ran out.
 --   HN033 as finish_step; HN001 when note is empty or succeeded NULL. Blocks like finish_step.
 CREATE FUNCTION hivenet.resolve_step(
-    system_serial text, attempt integer, succeeded boolean, note text,
-    response jsonb DEFAULT NULL)
+    system_serial text, attempt integer, succeeded boolean, note text, response jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
