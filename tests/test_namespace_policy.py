@@ -46,7 +46,7 @@ def stored(db: psycopg.Connection, name: str) -> Any:
 
 def begin(conn: psycopg.Connection, name: str, request_key: str, request: Any,
           **options: Any) -> tuple[str, int, Any]:
-    named = "".join(f", p_{option} => %({option})s" for option in options)
+    named = "".join(f", {option} => %({option})s" for option in options)
     row = conn.execute(f"SELECT * FROM hivenet.begin_request(%(ns)s, %(key)s, %(request)s"
                        f"{named})", {"ns": name, "key": request_key,
                                      "request": Jsonb(request), **options}).fetchone()

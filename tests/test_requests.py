@@ -49,7 +49,7 @@ def key() -> str:
 
 def begin(conn: psycopg.Connection, namespace: str | None, request_key: str | None,
           request: Any = ORDER, **options: Any) -> Any:
-    named = "".join(f", p_{name} => %({name})s" for name in options)
+    named = "".join(f", {name} => %({name})s" for name in options)
     return conn.execute(
         f"SELECT * FROM hivenet.begin_request(%(ns)s, %(key)s, %(request)s{named})",
         {"ns": namespace, "key": request_key,
