@@ -837,7 +837,8 @@ def test_every_named_argument_of_the_pages_is_a_parameter(hivenet_url: str) -> N
                     seen += 1
                     allowed = parameters.get(function or "") or every
                     if argument not in allowed:
-                        wrong.append(f"{page.relative_to(ROOT)}: {function or '(no call)'}: {argument}")
+                        wrong.append(f"{page.relative_to(ROOT)}: {function or '(no call)'}: "
+                                     f"{argument}")
     assert seen > 20, seen
     assert not wrong, wrong
 

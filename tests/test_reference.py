@@ -85,7 +85,7 @@ def test_every_public_function_has_the_signature_the_sql_reference_prints(
     signature is then called in named notation (prepared, not run): every name resolves."""
     documented = _sections("sql.md", "###")
     with psycopg.connect(hivenet_url) as conn:
-        signatures = dict(conn.execute(SIGNATURES).fetchall())
+        signatures: dict[str, str] = dict(conn.execute(SIGNATURES).fetchall())
         assert len(signatures) > 25, signatures
         for name, signature in sorted(signatures.items()):
             assert _printed_signature(documented[name]) == signature, name
