@@ -68,9 +68,9 @@ def functions_run(db: psycopg.Connection, call: Callable[[], object]) -> dict[st
 
 
 def policy_call(namespace: str, **values: Any) -> tuple[str, dict[str, Any]]:
-    """``hivenet.set_namespace_policy(namespace, p_<option> => value, ...)`` and its
+    """``hivenet.set_namespace_policy(namespace, <option> => value, ...)`` and its
     parameters, for ``execute`` or ``failure``."""
-    named = "".join(f", p_{option} => %({option})s" for option in values)
+    named = "".join(f", {option} => %({option})s" for option in values)
     return f"SELECT hivenet.set_namespace_policy(%(ns)s{named})", {"ns": namespace, **values}
 
 

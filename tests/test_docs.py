@@ -257,17 +257,17 @@ SQL = {
     "session of its own": Sql(),
     "docs/guides/idempotency.md: SELECT * FROM hivenet.begin_request('payments', "
     "'0b0c5d7e-2f0a-4c1e-9a51-6f1f3d6a2b10',": Sql(
-        setup="SELECT hivenet.set_namespace_policy('payments', p_fingerprint => 'json', "
-              "p_key_min_length => 36); "
+        setup="SELECT hivenet.set_namespace_policy('payments', fingerprint => 'json', "
+              "key_min_length => 36); "
               "SELECT hivenet.set_namespace_policy('refunds', "
-              "p_fingerprint => '[\"$.amount\", \"$.currency\"]')"),
+              "fingerprint => '[\"$.amount\", \"$.currency\"]')"),
     "docs/guides/idempotency.md: -- hivenet_admin: payment callbacks fail for good, and expire "
     "after 10 minutes": Sql(login="admin"),
     # n-1002 begun half an hour before the pages' clock, never finished.
     "docs/guides/idempotency.md: SELECT * FROM hivenet.begin_request('pay-callback', 'n-1001', "
     "'{\"status\": \"PAID\"}');": Sql(
-        setup="SELECT hivenet.set_namespace_policy('pay-callback', p_on_failure => 'final', "
-              "p_expire_after => '10 minutes'); "
+        setup="SELECT hivenet.set_namespace_policy('pay-callback', on_failure => 'final', "
+              "expire_after => '10 minutes'); "
               "SET hivenet.fake_now = '2026-11-21 09:10:00+00'; "
               "SELECT * FROM hivenet.begin_request('pay-callback', 'n-1002', "
               "'{\"status\": \"PAID\"}')",
@@ -798,6 +798,49 @@ def test_the_tests_named_elsewhere_exist() -> None:
         path, _, test = where.split(" ")[0].partition("::")
         source = (ROOT / path).read_text(encoding="utf-8")
         assert not test or f"def {test}(" in source, where
+
+
+# --- named arguments -----------------------------------------------------------------------
+#: Each public SQL function's parameter names.
+PARAMETERS = """
+    SELECT p.proname, p.proargnames[:p.pronargs] FROM pg_proc p
+    WHERE p.pronamespace = 'hivenet'::regnamespace AND p.proname !~ '^_'"""
+
+
+def _named_arguments(code: str) -> Iterator[tuple[str | None, str]]:
+    """(function, argument) of every ``argument => value`` of a piece of SQL: the innermost
+    call it is written in, or None when the piece shows no call (`nowait => true`)."""
+    calls: list[str | None] = []
+    for token in re.finditer(r"(\w+)\s*\(|\(|\)|(\w+) =>", re.sub(r"'(?:[^']|'')*'", "''", code)):
+        if token[0].endswith("("):
+            calls.append(token[1])
+        elif token[0] == ")":
+            calls = calls[:-1]
+        else:
+            yield (calls[-1] if calls else None), token[2]
+
+
+def test_every_named_argument_of_the_pages_is_a_parameter(hivenet_url: str) -> None:
+    """Named notation is the contract (SPEC §8): every `name => value` a page prints, in a
+    code block or in the text, names a parameter of the function it is given to (of some
+    public function where the text shows no call). The SQL blocks also run above."""
+    with psycopg.connect(hivenet_url) as conn:
+        parameters: dict[str, list[str]] = dict(conn.execute(PARAMETERS).fetchall())
+    every = {name for names in parameters.values() for name in names or ()}
+    wrong, seen = [], 0
+    for page in PAGES:
+        for token in MarkdownIt("commonmark").parse(page.read_text(encoding="utf-8")):
+            spans = [token] if token.type == "fence" and token.info == "sql" else \
+                [child for child in token.children or () if child.type == "code_inline"]
+            for span in spans:
+                for function, argument in _named_arguments(span.content):
+                    seen += 1
+                    allowed = parameters.get(function or "") or every
+                    if argument not in allowed:
+                        wrong.append(f"{page.relative_to(ROOT)}: {function or '(no call)'}: "
+                                     f"{argument}")
+    assert seen > 20, seen
+    assert not wrong, wrong
 
 
 # --- links ---------------------------------------------------------------------------------

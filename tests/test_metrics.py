@@ -59,9 +59,9 @@ def activity(db: psycopg.Connection) -> None:
                "FROM generate_series(1, 3)")
     step = db.execute("SELECT hivenet.next_system_serial('C0002', 'A01', '01')").fetchone()[0]
     db.execute("SELECT hivenet.next_system_serial('C0002', 'A01', '01')")
-    db.execute("SELECT * FROM hivenet.begin_step(%s, '{}', p_lease => '1 microsecond')", (step,))
+    db.execute("SELECT * FROM hivenet.begin_step(%s, '{}', lease => '1 microsecond')", (step,))
     db.execute("SELECT * FROM hivenet.begin_request('metrics-test', 'stuck', '{}', "
-               "p_lease => '1 microsecond')")
+               "lease => '1 microsecond')")
     for key, succeeded in (("done", True), ("failed", False)):
         db.execute("SELECT * FROM hivenet.begin_request('metrics-test', %s)", (key,))
         db.execute("SELECT hivenet.finish_request('metrics-test', %s, 1, %s)", (key, succeeded))

@@ -201,6 +201,35 @@ def test_unreleased_changes_collect_in_one_revision() -> None:
     assert len(unreleased) <= 1, f"unreleased revisions {unreleased}: collect them in one"
 
 
+#: Each public function's input types in order and how many of them have defaults.
+_PUBLIC_ARGUMENTS = """
+    SELECT p.proname, p.proargtypes::regtype[]::text[], p.pronargdefaults
+    FROM pg_proc p WHERE p.pronamespace = 'hivenet'::regnamespace AND p.proname !~ '^_'
+    ORDER BY 1"""
+
+
+@pytest.mark.parametrize("release", [r[:2] for r in _releases()], ids=lambda r: r[0])
+def test_every_released_function_is_called_by_position_as_before(
+        release: tuple[str, str], new_db: Callable[[], str]) -> None:
+    """SPEC §8: a later version may rename nothing a positional caller sees, and may only add
+    optional parameters at the end. Each public function of the release is called on a fresh
+    install by position with the release's argument types, with every argument and with the
+    required ones only (prepared: resolved by the server, not run)."""
+    _, revision = release
+    released = new_db()
+    replay(released, revision)
+    with psycopg.connect(released) as conn:
+        functions = conn.execute(_PUBLIC_ARGUMENTS).fetchall()
+    assert len(functions) > 10, functions
+    with psycopg.connect(new_db(), autocommit=True) as conn:
+        conn.execute(full_schema_sql())
+        for name, types, defaults in functions:
+            for count in {len(types), len(types) - defaults}:
+                arguments = ", ".join(f"${i}::{t}" for i, t in enumerate(types[:count], 1))
+                conn.execute(f"PREPARE positional AS SELECT * FROM hivenet.{name}({arguments})")
+                conn.execute("DEALLOCATE positional")
+
+
 # What a database holds after use: serials of a scope, a claim, an interface call, a finished
 # step with its response, a finished keyed request. Kept to the API of the first release.
 _USE = (
@@ -273,7 +302,7 @@ def test_the_unreleased_revision_downgrades_to_the_last_release(
     replay(downgraded, "head")
     with psycopg.connect(downgraded, autocommit=True) as conn:
         conn.execute("SELECT hivenet.set_namespace_policy('http', '2 days', 'json')")
-        conn.execute("SELECT hivenet.set_namespace_policy('strict', p_key_min_length => 32)")
+        conn.execute("SELECT hivenet.set_namespace_policy('strict', key_min_length => 32)")
     command.downgrade(migrate._config(downgraded), released)
     assert migrate.current(downgraded) == released
     replay(at_release, released)

@@ -82,7 +82,7 @@ def test_the_application_api_works_as_a_login_granted_hivenet_app(
     "SELECT hivenet.own_instances('01-09')",
     "SELECT hivenet.set_claim_expiry('q', '1 day')",
     "SELECT hivenet.set_request_retention('orders', '1 day')",
-    "SELECT hivenet.set_namespace_policy('orders', p_fingerprint => 'json')",
+    "SELECT hivenet.set_namespace_policy('orders', fingerprint => 'json')",
     "SELECT hivenet.resolve_request('orders', 'k1', 1, true, 'note')",
     "SELECT * FROM hivenet.request_attempt",
     "SELECT * FROM hivenet.setting",
@@ -691,8 +691,8 @@ def test_every_administrative_command_runs_as_a_login_granted_only_hivenet_admin
     function _timeline`); and a refused setting must explain itself (HN001), not fail on a
     private function (42501)."""
     serial = scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
-    db.execute("SELECT * FROM hivenet.begin_step(%s, '{}', p_lease => '1 second')", (serial,))
-    db.execute("SELECT * FROM hivenet.begin_request('orders', 'k1', p_lease => '1 second')")
+    db.execute("SELECT * FROM hivenet.begin_step(%s, '{}', lease => '1 second')", (serial,))
+    db.execute("SELECT * FROM hivenet.begin_request('orders', 'k1', lease => '1 second')")
     for command in (["maintain"], ["failover-fence", "--force"], ["report"], ["metrics"]):
         assert cli.main([*command, "--url", hivenet_admin_url]) == 0, command
     assert "hivenet_scope_capacity" in capsys.readouterr().out
@@ -712,7 +712,7 @@ def test_every_administrative_command_runs_as_a_login_granted_only_hivenet_admin
             "SELECT * FROM hivenet.ownership()",
             "SELECT hivenet.set_claim_expiry('q', '1 day')",
             "SELECT hivenet.set_request_retention('orders', '2 days')",
-            "SELECT hivenet.set_namespace_policy('orders', p_key_min_length => 2)",
+            "SELECT hivenet.set_namespace_policy('orders', key_min_length => 2)",
             "SELECT pg_sleep(1.1)",
             f"SELECT hivenet.resolve_step('{serial}', 1, true, 'settled by hand')",
             "SELECT hivenet.resolve_request('orders', 'k1', 1, false, 'not sent')",

@@ -40,7 +40,7 @@ def new_key() -> str:
 
 def begun(conn: psycopg.Connection, key: str, wait: str | None = None) -> tuple[Any, ...]:
     row = conn.execute("SELECT outcome, attempt, response FROM hivenet.begin_request("
-                       "%s, %s, %s::jsonb, p_wait => %s::interval)",
+                       "%s, %s, %s::jsonb, wait => %s::interval)",
                        (NAMESPACE, key, json.dumps(ORDER), wait)).fetchone()
     assert row is not None
     return tuple(row)
@@ -192,7 +192,7 @@ def test_an_expiry_notifies_too(db: psycopg.Connection, connect: Connect) -> Non
     listener = connect()
     listener.execute(f"LISTEN {CHANNEL}")
     name, key = f"wait-expiry-{uuid.uuid4().hex[:8]}", new_key()
-    db.execute("SELECT hivenet.set_namespace_policy(%s, p_expire_after => '1 minute')", (name,))
+    db.execute("SELECT hivenet.set_namespace_policy(%s, expire_after => '1 minute')", (name,))
     db.execute("SELECT hivenet.begin_request(%s, %s)", (name, key))
     db.execute("SELECT hivenet.watch_request(%s, %s)", (name, key))
     db.execute("UPDATE hivenet.request_attempt SET started_at = started_at - interval '1 hour' "

@@ -205,7 +205,7 @@ def _audit(commands: Commands) -> None:
         "audit", "audit:cmd_audit", "check the audit chain of a namespace of keyed requests",
         examples=["audit verify payments --url postgresql://admin@db/app"],
         description="Check the hash chain of NAMESPACE (set_namespace_policy(namespace, "
-        "p_audit_chain => true)) with hivenet.verify_audit_chain: exit status 0 and \"chain "
+        "audit_chain => true)) with hivenet.verify_audit_chain: exit status 0 and \"chain "
         "of N attempts intact\" with the chain's head (keep it elsewhere: a chain rewritten "
         "after a change gives another head), or 3 naming the first changed or deleted "
         "attempt (docs/guides/idempotency.md, Audit).")

@@ -178,8 +178,11 @@ END $$;
 -- hivenet.next_serial(format, fields) → text: one serial of any format, fields by name,
 --   e.g. next_serial('unified', '{"system":"C0001","module":"A01","instance":"01"}').
 --   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
-CREATE FUNCTION hivenet.next_serial(p_format text, p_fields jsonb) RETURNS text
+CREATE FUNCTION hivenet.next_serial(format text, fields jsonb) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_format ALIAS FOR format; p_fields ALIAS FOR fields;
 BEGIN
     RETURN (hivenet._allocate(p_format, p_fields, NULL, 1))[1];
 END $$;
@@ -188,10 +191,12 @@ END $$;
 --   in increasing order. HN001 unless 1 <= n <= the setting max_serials_per_call (10,000 by
 --   default): one call for a million would hold its backend for many seconds and take a
 --   million of the scope's capacity for the period. Larger batches take several calls.
-CREATE FUNCTION hivenet.next_serials(p_format text, p_fields jsonb, p_n integer)
+CREATE FUNCTION hivenet.next_serials(format text, fields jsonb, n integer)
 RETURNS SETOF text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_format ALIAS FOR format; p_fields ALIAS FOR fields; p_n ALIAS FOR n;
     v_limit integer := hivenet._setting_constant('max_serials_per_call')::integer;
 BEGIN
     IF p_n > v_limit THEN
@@ -206,25 +211,25 @@ END $$;
 --   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction. Inlined (see
 --   _fast_unified): the fast path, else next_serial (_allocate: the checks, the exact errors,
 --   the slow paths), which the caller may run without the right to call _allocate.
-CREATE FUNCTION hivenet.next_unified_serial(p_system text, p_module text, p_instance text)
+CREATE FUNCTION hivenet.next_unified_serial(system text, module text, instance text)
 RETURNS text
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT coalesce(hivenet._fast_unified(p_system, p_module, p_instance),
+    SELECT coalesce(hivenet._fast_unified(system, module, instance),
                     hivenet.next_serial('unified', jsonb_build_object(
-                        'system', p_system, 'module', p_module, 'instance', p_instance)));
+                        'system', system, 'module', module, 'instance', instance)));
 END;
 
 -- hivenet.next_system_serial(system, module, instance) → text (30 characters)
 --   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction. Inlined, as
 --   next_unified_serial.
-CREATE FUNCTION hivenet.next_system_serial(p_system text, p_module text, p_instance text)
+CREATE FUNCTION hivenet.next_system_serial(system text, module text, instance text)
 RETURNS text
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT coalesce(hivenet._fast_system(p_system, p_module, p_instance),
+    SELECT coalesce(hivenet._fast_system(system, module, instance),
                     hivenet.next_serial('system', jsonb_build_object(
-                        'system', p_system, 'module', p_module, 'instance', p_instance)));
+                        'system', system, 'module', module, 'instance', instance)));
 END;
 
 -- The next_interface_serial function is plpgsql, not sql: its serial prints the time of day,
@@ -232,9 +237,13 @@ END;
 
 -- hivenet.next_interface_serial(system, module, instance, target) → text (39 characters)
 --   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
-CREATE FUNCTION hivenet.next_interface_serial(p_system text, p_module text, p_instance text,
-    p_target text) RETURNS text
+CREATE FUNCTION hivenet.next_interface_serial(system text, module text, instance text,
+    target text) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_system ALIAS FOR system; p_module ALIAS FOR module; p_instance ALIAS FOR instance;
+    p_target ALIAS FOR target;
 BEGIN
     RETURN (hivenet._allocate('interface', NULL,
                               ARRAY[p_system, p_module, p_instance, p_target], 1))[1];

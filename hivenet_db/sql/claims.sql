@@ -116,9 +116,12 @@ END $$;
 --   (retry) instead.
 --   The wait is the primary key's own (the insert waits for the transaction holding the same
 --   key): claims of distinct keys never wait on each other.
-CREATE FUNCTION hivenet.claim(p_namespace text, p_key text, p_nowait boolean DEFAULT false)
+CREATE FUNCTION hivenet.claim(namespace text, key text, nowait boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key; p_nowait ALIAS FOR nowait;
 BEGIN
     IF p_nowait THEN
         -- The table's lock first, waited for as by any statement (as claim_interface_serial,
@@ -148,8 +151,11 @@ END $$;
 --   expire after expiry (NULL: never). Raises HN001 when namespace is not valid (as claim()
 --   takes it), or expiry is not positive or longer than 10 years. Runs in the caller's
 --   transaction; blocks only a concurrent change of the same namespace.
-CREATE FUNCTION hivenet.set_claim_expiry(p_namespace text, p_expiry interval) RETURNS void
+CREATE FUNCTION hivenet.set_claim_expiry(namespace text, expiry interval) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_expiry ALIAS FOR expiry;
 BEGIN
     PERFORM hivenet._check_name('claim namespace', p_namespace);
     PERFORM hivenet._check_interval(format('claim expiry of namespace %s',

@@ -213,9 +213,11 @@ END $$;
 --   each new sequence holds a lock until commit), since allocations of unprepared scopes of
 --   the format wait for it. HN001 for an unknown format or bad field values; HN002 for an
 --   instance (or a format) this database does not own (ownership.sql).
-CREATE FUNCTION hivenet.prepare_scope(p_format text, p_fields jsonb) RETURNS void
+CREATE FUNCTION hivenet.prepare_scope(format text, fields jsonb) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_format ALIAS FOR format; p_fields ALIAS FOR fields;
     v_format hivenet.format;
     v_fields jsonb;
     v_values text[];

@@ -39,17 +39,20 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 100000
 
 -- hivenet.fence_failover(gap, force) → table (administrators; `hivenet-db failover-fence`)
 --   Run on a promoted standby before it takes traffic. Moves each counter to greatest(its
---   last value, the start of the clock's period) + p_gap. A counter of a format that does not
+--   last value, the start of the clock's period) + gap. A counter of a format that does not
 --   borrow the next period and whose period cannot hold the gap is parked at its capacity (HN010
---   until the next period: every number of this one may have been issued). p_gap NULL:
+--   until the next period: every number of this one may have been issued). gap NULL:
 --   _default_failover_gap(). One row per counter moved. Does nothing (no row) when this
---   timeline was fenced already, unless p_force.
+--   timeline was fenced already, unless force.
 --   Commits with the caller; holds every format's cold lock until then, so run it in a short
 --   transaction of its own. HN001 for a gap below 1.
-CREATE FUNCTION hivenet.fence_failover(p_gap bigint DEFAULT NULL, p_force boolean DEFAULT false)
+CREATE FUNCTION hivenet.fence_failover(gap bigint DEFAULT NULL, force boolean DEFAULT false)
 RETURNS TABLE (timeline integer, format text, counter text, from_value bigint,
                to_value bigint, parked boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_gap ALIAS FOR gap; p_force ALIAS FOR force;
 BEGIN
     RETURN QUERY SELECT * FROM hivenet._fence(
         coalesce(p_gap, hivenet._default_failover_gap()), p_force, 'command');

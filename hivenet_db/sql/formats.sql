@@ -335,10 +335,15 @@ END $$;
 --   it (counters.sql), and vanishes with it on a rollback. Never delete rows of
 --   hivenet.format by hand. Takes a row lock on the new name, and a new format waits for
 --   another transaction defining one (or changing a setting) to commit.
-CREATE FUNCTION hivenet.define_format(p_name text, p_segments jsonb,
-    p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL) RETURNS void
+--   As every public PL/pgSQL function: parameters named as the reference prints them, read
+--   through p_ aliases (a bare name is a column): docs/design/sql-internals.md.
+CREATE FUNCTION hivenet.define_format(name text, segments jsonb,
+    borrow_next_period boolean DEFAULT false, description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_name ALIAS FOR name; p_segments ALIAS FOR segments;
+    p_borrow_next_period ALIAS FOR borrow_next_period; p_description ALIAS FOR description;
     v_new hivenet.format := hivenet._compile_format(p_name, p_segments, p_borrow_next_period,
                                                     p_description);
     v_old hivenet.format;

@@ -205,7 +205,7 @@ $$;
 -- Trigger on hivenet.setting, for owned_instances and single_primary_formats: writes the
 -- instances canonically (HN001 when malformed), refuses a change that leaves a scope of this
 -- database outside what it may issue (HN001 naming one: give the instances up with
--- own_instances(..., p_force => true), which parks them first), and restores the parked
+-- own_instances(..., force => true), which parks them first), and restores the parked
 -- scopes that the new value allows again. SECURITY DEFINER: an administrator's plain UPDATE
 -- renames the owner's sequences.
 CREATE FUNCTION hivenet._ownership_check() RETURNS trigger
@@ -233,7 +233,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('setting %s %s: this database has issued serials of format %s '
                              'scope %s, which it would no longer own; give it up with '
-                             'hivenet.own_instances(..., p_force => true), which parks such '
+                             'hivenet.own_instances(..., force => true), which parks such '
                              'scopes (docs/guides/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
                              (v_scope.format).name, hivenet._shown(v_scope.scope));
     END IF;
@@ -284,11 +284,14 @@ END $$;
 --   Moving an instance to another database is safe only across a period boundary of its
 --   formats: counters are not carried over (docs/guides/scale-out.md). Commits with the caller;
 --   waits for transactions that use a parked scope. READ COMMITTED only (compile.sql).
-CREATE FUNCTION hivenet.own_instances(p_instances text,
-    p_single_primary_formats boolean DEFAULT NULL, p_force boolean DEFAULT false)
+CREATE FUNCTION hivenet.own_instances(instances text,
+    single_primary_formats boolean DEFAULT NULL, force boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_instances ALIAS FOR instances; p_single_primary_formats ALIAS FOR single_primary_formats;
+    p_force ALIAS FOR force;
     v_owned text := hivenet._canonical_instances(p_instances);
     v_single boolean := coalesce(p_single_primary_formats,
                                  hivenet._setting_value('single_primary_formats')::boolean);

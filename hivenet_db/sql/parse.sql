@@ -5,9 +5,11 @@
 --   impossible date, seq 0) or the format is unknown. IMMUTABLE in effect; never blocks.
 --   hivenet_db.parse_serial does the same in Python for the built-in formats (same results,
 --   same messages; tests/test_parsing.py compares them).
-CREATE FUNCTION hivenet.parse_serial(p_serial text, p_format text DEFAULT NULL) RETURNS jsonb
+CREATE FUNCTION hivenet.parse_serial(serial text, format text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_serial ALIAS FOR serial; p_format ALIAS FOR format;
     v_kinds constant text[] := ARRAY['unified', 'system', 'interface'];
     v_format hivenet.format;
     v_seg jsonb;

@@ -36,7 +36,7 @@ COMMENT ON VIEW hivenet.interface_calls_per_day IS
 -- hivenet.call_chain(unified_serial) → table: every recorded call of that business
 --   transaction, exactly in the order recorded (call_order). Empty when none is recorded or the
 --   days are past retention. No HN error; reads only, never blocks.
-CREATE FUNCTION hivenet.call_chain(p_unified_serial text)
+CREATE FUNCTION hivenet.call_chain(unified_serial text)
 RETURNS TABLE (interface_serial text, system_serial text, source_system text,
                source_module text, source_instance text, target_system text,
                serial_time timestamp, recorded_at timestamptz)
@@ -44,7 +44,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
            c.source_instance, c.target_system, c.serial_time, c.recorded_at
     FROM hivenet.interface_calls c
-    WHERE c.unified_serial = p_unified_serial
+    WHERE c.unified_serial = call_chain.unified_serial
     ORDER BY c.call_order
 $$;
 
