@@ -10,11 +10,36 @@ DROP VIEW hivenet.stuck_requests;
 DROP VIEW hivenet.step_states;
 DROP VIEW hivenet.step_attempt;
 DROP VIEW hivenet.request_states;
+DROP VIEW hivenet.interface_calls_per_day;
+DROP VIEW hivenet.interface_calls;
 DROP VIEW hivenet._step_start;
 DROP VIEW hivenet._request_start;
+DROP FUNCTION hivenet.set_request_retention(text,interval);
+DROP FUNCTION hivenet.set_claim_expiry(text,interval);
+DROP FUNCTION hivenet.resolve_step(text,integer,boolean,text,jsonb);
+DROP FUNCTION hivenet.resolve_request(text,text,integer,boolean,text,jsonb);
+DROP FUNCTION hivenet.register_system(text,text);
+DROP FUNCTION hivenet.register_module(text,text,text);
+DROP FUNCTION hivenet.prepare_scope(text,jsonb);
+DROP FUNCTION hivenet.own_instances(text,boolean,boolean);
+DROP FUNCTION hivenet.next_unified_serial(text,text,text);
+DROP FUNCTION hivenet.next_system_serial(text,text,text);
+DROP FUNCTION hivenet.next_serials(text,jsonb,integer);
+DROP FUNCTION hivenet.next_serial(text,jsonb);
+DROP FUNCTION hivenet.next_interface_serial(text,text,text,text);
+DROP FUNCTION hivenet.finish_step(text,integer,boolean,jsonb);
+DROP FUNCTION hivenet.finish_request(text,text,integer,boolean,jsonb);
+DROP FUNCTION hivenet.fence_failover(bigint,boolean);
+DROP FUNCTION hivenet.define_format(text,jsonb,boolean,text);
+DROP FUNCTION hivenet.claim_interface_serial(text,text,text,boolean);
+DROP FUNCTION hivenet.claim(text,text,boolean);
+DROP FUNCTION hivenet.call_chain(text);
 DROP FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean);
 DROP VIEW hivenet._step_replay;
 DROP FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean);
+DROP FUNCTION hivenet._serial_time(text,text);
+DROP FUNCTION hivenet._serial_field(text,text,text);
+DROP FUNCTION hivenet.parse_serial(text,text);
 DROP FUNCTION hivenet._begin_request(text,text,jsonb,text,interval,boolean);
 DROP FUNCTION hivenet._begin_attempt_nowait(text,text,jsonb,text,text,interval);
 
@@ -869,6 +894,49 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._new_decision_counter(text,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._ownership_check()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_owned text;
+    v_single boolean;
+    v_scope record;
+BEGIN
+    IF NEW.name = 'owned_instances' THEN
+        NEW.value := hivenet._canonical_instances(NEW.value);
+    END IF;
+    IF TG_OP = 'INSERT' OR to_regclass('hivenet.scope_pending') IS NULL THEN
+        RETURN NEW;
+    END IF;
+    v_owned := CASE WHEN NEW.name = 'owned_instances' THEN NEW.value
+                    ELSE hivenet._setting_value('owned_instances') END;
+    v_single := CASE WHEN NEW.name = 'single_primary_formats' THEN NEW.value::boolean
+                     ELSE hivenet._setting_value('single_primary_formats')::boolean END;
+    SELECT s.format, s.scope, s.node INTO v_scope FROM hivenet._scopes_by_node() s
+    WHERE (s.sequence_name IS NULL OR left(s.sequence_name, 4) <> 'off_')
+      AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+    ORDER BY (s.format).name, s.scope LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('setting %s %s: this database has issued serials of format %s '
+                             'scope %s, which it would no longer own; give it up with '
+                             'hivenet.own_instances(..., force => true), which parks such '
+                             'scopes (docs/guides/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
+                             (v_scope.format).name, hivenet._shown(v_scope.scope));
+    END IF;
+    FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
+                   WHERE left(s.sequence_name, 4) = 'off_'
+                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NULL
+                   ORDER BY s.sequence_name LOOP
+        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, false);
+    END LOOP;
+    RETURN NEW;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._ownership_check() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._policy_fingerprint(p_fingerprint text, p_request jsonb)
  RETURNS bytea
  LANGUAGE plpgsql
@@ -997,6 +1065,252 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._resolve_attempt(text,text,integer,boolean,text,jsonb) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet.parse_serial(serial text, format text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_serial ALIAS FOR serial; p_format ALIAS FOR format;
+    v_kinds constant text[] := ARRAY['unified', 'system', 'interface'];
+    v_format hivenet.format;
+    v_seg jsonb;
+    v_pos integer := 1;
+    v_part text;
+    v_problem text;
+    v_time timestamp;
+    v_result jsonb;
+BEGIN
+    IF p_serial IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'serial is NULL';
+    END IF;
+    SELECT * INTO v_format FROM hivenet.format
+    WHERE name = coalesce(p_format, (SELECT k.name FROM hivenet.format k
+                                     WHERE k.name = ANY (v_kinds)
+                                       AND k.length = octet_length(p_serial)));
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = CASE WHEN p_format IS NULL
+            -- 'unified (28), system (30) or interface (39)', lengths from the definitions.
+            THEN format('serial %s is no %s serial; name its format', hivenet._shown(p_serial),
+                        (SELECT regexp_replace(string_agg(format('%s (%s)', k.name, k.length),
+                                                          ', ' ORDER BY array_position(v_kinds,
+                                                                                       k.name)),
+                                               ', ([^,]*)$', ' or \1')
+                         FROM hivenet.format k WHERE k.name = ANY (v_kinds)))
+            ELSE format('unknown format %s', hivenet._shown(p_format)) END;
+    END IF;
+    v_result := jsonb_build_object('format', v_format.name);
+    IF octet_length(p_serial) <> v_format.length OR length(p_serial) <> v_format.length THEN
+        v_problem := format('length %s, not %s', length(p_serial), v_format.length);
+    END IF;
+    FOR v_seg IN SELECT jsonb_array_elements(v_format.segments) LOOP
+        EXIT WHEN v_problem IS NOT NULL;
+        IF v_seg -> 'printed' = 'false' THEN
+            v_part := '';  -- a field of the counter key that is not printed
+        ELSIF v_seg ? 'field' THEN
+            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
+            v_problem := 'field ' || (v_seg ->> 'field') || ' '
+                         || hivenet._field_problem(v_seg, v_part);
+            v_result := v_result || jsonb_build_object(v_seg ->> 'field', v_part);
+        ELSIF v_seg ? 'literal' THEN
+            v_part := substr(p_serial, v_pos, length(v_seg ->> 'literal'));
+            IF v_part <> v_seg ->> 'literal' THEN
+                v_problem := format('%L where %L belongs', v_part, v_seg ->> 'literal');
+            END IF;
+        ELSIF v_seg ? 'time' THEN
+            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
+            BEGIN
+                v_time := to_timestamp(v_part, v_seg ->> 'to_char')::timestamp;
+            EXCEPTION WHEN data_exception THEN
+                v_time := NULL;
+            END;
+            -- The round trip rejects what to_timestamp forgives (spaces, signs, 2-digit years).
+            IF v_part !~ '^[0-9]+$' OR v_time IS NULL
+               OR to_char(v_time, v_seg ->> 'to_char') <> v_part THEN
+                v_problem := format('time %L is no valid %s', v_part, v_seg ->> 'time');
+            ELSIF hivenet._unit_rank(v_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
+                v_result := v_result || jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
+            ELSE
+                v_result := v_result || jsonb_build_object(
+                    'datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
+            END IF;
+        ELSE
+            v_part := substr(p_serial, v_pos, v_format.seq_width);
+            IF v_part !~ '^[0-9]+$' OR v_part::numeric = 0 THEN
+                v_problem := format('seq %L is not 1 to %s', v_part, v_format.capacity);
+            ELSE
+                v_result := v_result || jsonb_build_object('seq', v_part::bigint);
+            END IF;
+        END IF;
+        v_pos := v_pos + length(v_part);
+    END LOOP;
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('serial %s is no valid %s serial: %s', hivenet._shown(p_serial),
+                             v_format.name, v_problem);
+    END IF;
+    RETURN v_result;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.parse_serial(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._serial_field(p_format text, p_serial text, p_field text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_format
+             WHEN 'id_service'::text THEN
+             CASE p_field
+                 WHEN 'merchant'::text THEN substr(p_serial, 1, 12)
+                 WHEN 'shard'::text THEN substr(p_serial, 21, 2)
+                 ELSE NULL::text
+             END
+             WHEN 'interface'::text THEN
+             CASE p_field
+                 WHEN 'instance'::text THEN substr(p_serial, 9, 2)
+                 WHEN 'module'::text THEN substr(p_serial, 6, 3)
+                 WHEN 'system'::text THEN substr(p_serial, 1, 5)
+                 WHEN 'target'::text THEN substr(p_serial, 11, 5)
+                 ELSE NULL::text
+             END
+             WHEN 'merchant_trade'::text THEN
+             CASE p_field
+                 WHEN 'merchant'::text THEN substr(p_serial, 1, 12)
+                 ELSE NULL::text
+             END
+             WHEN 'per_second'::text THEN
+             CASE p_field
+                 WHEN NULL::text THEN NULL::text
+                 ELSE NULL::text
+             END
+             WHEN 'system'::text THEN
+             CASE p_field
+                 WHEN 'instance'::text THEN substr(p_serial, 9, 2)
+                 WHEN 'module'::text THEN substr(p_serial, 6, 3)
+                 WHEN 'system'::text THEN substr(p_serial, 1, 5)
+                 ELSE NULL::text
+             END
+             WHEN 'unified'::text THEN
+             CASE p_field
+                 WHEN 'instance'::text THEN substr(p_serial, 9, 2)
+                 WHEN 'module'::text THEN substr(p_serial, 6, 3)
+                 WHEN 'system'::text THEN substr(p_serial, 1, 5)
+                 ELSE NULL::text
+             END
+             ELSE (hivenet.parse_serial(p_serial, p_format) ->> p_field)
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._serial_field(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._serial_time(p_format text, p_serial text)
+ RETURNS timestamp without time zone
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_format
+             WHEN 'id_service'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 28) AND (p_serial ~ '^[0-9]*$'::text)) THEN ((substr(p_serial, 13, 4) <> '0000'::text) AND (((substr(p_serial, 17, 2))::integer >= 1) AND ((substr(p_serial, 17, 2))::integer <= 12)) AND ((substr(p_serial, 19, 2))::integer >= 1) AND (((substr(p_serial, 19, 2))::integer <= 28) OR ((substr(p_serial, 19, 2))::integer <=
+                     CASE (substr(p_serial, 17, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 13, 4))::integer % 4) = 0) AND ((((substr(p_serial, 13, 4))::integer % 100) <> 0) OR (((substr(p_serial, 13, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 17, 2))::integer + ((substr(p_serial, 17, 2))::integer / 8)) % 2))
+                     END)) AND (substr(p_serial, 23, 6) <> '000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 13, 4))::integer, (substr(p_serial, 17, 2))::integer, (substr(p_serial, 19, 2))::integer, 0, 0, (0)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'interface'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 39) AND (p_serial ~ '^[0-9A-Za-z]{8}[0-9]{2}[0-9A-Za-z]{5}[0-9]*$'::text)) THEN ((substr(p_serial, 9, 2) <> '00'::text) AND (substr(p_serial, 16, 4) <> '0000'::text) AND (((substr(p_serial, 20, 2))::integer >= 1) AND ((substr(p_serial, 20, 2))::integer <= 12)) AND ((substr(p_serial, 22, 2))::integer >= 1) AND (((substr(p_serial, 22, 2))::integer <= 28) OR ((substr(p_serial, 22, 2))::integer <=
+                     CASE (substr(p_serial, 20, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 16, 4))::integer % 4) = 0) AND ((((substr(p_serial, 16, 4))::integer % 100) <> 0) OR (((substr(p_serial, 16, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 20, 2))::integer + ((substr(p_serial, 20, 2))::integer / 8)) % 2))
+                     END)) AND ((substr(p_serial, 24, 2))::integer < 24) AND ((substr(p_serial, 26, 2))::integer < 60) AND ((substr(p_serial, 28, 2))::integer < 60) AND (substr(p_serial, 30, 10) <> '0000000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 16, 4))::integer, (substr(p_serial, 20, 2))::integer, (substr(p_serial, 22, 2))::integer, (substr(p_serial, 24, 2))::integer, (substr(p_serial, 26, 2))::integer, ((substr(p_serial, 28, 2))::integer)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'merchant_trade'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 32) AND (p_serial ~ '^[0-9]*$'::text)) THEN ((substr(p_serial, 13, 4) <> '0000'::text) AND (((substr(p_serial, 17, 2))::integer >= 1) AND ((substr(p_serial, 17, 2))::integer <= 12)) AND ((substr(p_serial, 19, 2))::integer >= 1) AND (((substr(p_serial, 19, 2))::integer <= 28) OR ((substr(p_serial, 19, 2))::integer <=
+                     CASE (substr(p_serial, 17, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 13, 4))::integer % 4) = 0) AND ((((substr(p_serial, 13, 4))::integer % 100) <> 0) OR (((substr(p_serial, 13, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 17, 2))::integer + ((substr(p_serial, 17, 2))::integer / 8)) % 2))
+                     END)) AND ((substr(p_serial, 21, 2))::integer < 24) AND ((substr(p_serial, 23, 2))::integer < 60) AND ((substr(p_serial, 25, 2))::integer < 60) AND (substr(p_serial, 27, 6) <> '000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 13, 4))::integer, (substr(p_serial, 17, 2))::integer, (substr(p_serial, 19, 2))::integer, (substr(p_serial, 21, 2))::integer, (substr(p_serial, 23, 2))::integer, ((substr(p_serial, 25, 2))::integer)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'per_second'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 17) AND (p_serial ~ '^[0-9]*$'::text)) THEN ((((substr(p_serial, 3, 2))::integer >= 1) AND ((substr(p_serial, 3, 2))::integer <= 12)) AND ((substr(p_serial, 5, 2))::integer >= 1) AND (((substr(p_serial, 5, 2))::integer <= 28) OR ((substr(p_serial, 5, 2))::integer <=
+                     CASE (substr(p_serial, 3, 2))::integer
+                         WHEN 2 THEN (28 + ((((((substr(p_serial, 1, 2))::integer +
+                         CASE
+                             WHEN ((substr(p_serial, 1, 2))::integer < 70) THEN 2000
+                             ELSE 1900
+                         END) % 4) = 0) AND (((((substr(p_serial, 1, 2))::integer +
+                         CASE
+                             WHEN ((substr(p_serial, 1, 2))::integer < 70) THEN 2000
+                             ELSE 1900
+                         END) % 100) <> 0) OR ((((substr(p_serial, 1, 2))::integer +
+                         CASE
+                             WHEN ((substr(p_serial, 1, 2))::integer < 70) THEN 2000
+                             ELSE 1900
+                         END) % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 3, 2))::integer + ((substr(p_serial, 3, 2))::integer / 8)) % 2))
+                     END)) AND ((substr(p_serial, 7, 2))::integer < 24) AND ((substr(p_serial, 9, 2))::integer < 60) AND ((substr(p_serial, 11, 2))::integer < 60) AND (substr(p_serial, 13, 5) <> '00000'::text))
+                     ELSE false
+                 END THEN make_timestamp(((substr(p_serial, 1, 2))::integer +
+                 CASE
+                     WHEN ((substr(p_serial, 1, 2))::integer < 70) THEN 2000
+                     ELSE 1900
+                 END), (substr(p_serial, 3, 2))::integer, (substr(p_serial, 5, 2))::integer, (substr(p_serial, 7, 2))::integer, (substr(p_serial, 9, 2))::integer, ((substr(p_serial, 11, 2))::integer)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'system'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 30) AND (p_serial ~ '^[0-9A-Za-z]{8}[0-9]*$'::text)) THEN ((substr(p_serial, 9, 2) <> '00'::text) AND (substr(p_serial, 11, 4) <> '0000'::text) AND (((substr(p_serial, 15, 2))::integer >= 1) AND ((substr(p_serial, 15, 2))::integer <= 12)) AND ((substr(p_serial, 17, 2))::integer >= 1) AND (((substr(p_serial, 17, 2))::integer <= 28) OR ((substr(p_serial, 17, 2))::integer <=
+                     CASE (substr(p_serial, 15, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 11, 4))::integer % 4) = 0) AND ((((substr(p_serial, 11, 4))::integer % 100) <> 0) OR (((substr(p_serial, 11, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 15, 2))::integer + ((substr(p_serial, 15, 2))::integer / 8)) % 2))
+                     END)) AND (substr(p_serial, 19, 12) <> '000000000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 11, 4))::integer, (substr(p_serial, 15, 2))::integer, (substr(p_serial, 17, 2))::integer, 0, 0, (0)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'unified'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 28) AND (p_serial ~ '^[0-9A-Za-z]{8}[0-9]*$'::text)) THEN ((substr(p_serial, 9, 2) <> '00'::text) AND (substr(p_serial, 11, 4) <> '0000'::text) AND (((substr(p_serial, 15, 2))::integer >= 1) AND ((substr(p_serial, 15, 2))::integer <= 12)) AND ((substr(p_serial, 17, 2))::integer >= 1) AND (((substr(p_serial, 17, 2))::integer <= 28) OR ((substr(p_serial, 17, 2))::integer <=
+                     CASE (substr(p_serial, 15, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 11, 4))::integer % 4) = 0) AND ((((substr(p_serial, 11, 4))::integer % 100) <> 0) OR (((substr(p_serial, 11, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 15, 2))::integer + ((substr(p_serial, 15, 2))::integer / 8)) % 2))
+                     END)) AND (substr(p_serial, 19, 10) <> '0000000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 11, 4))::integer, (substr(p_serial, 15, 2))::integer, (substr(p_serial, 17, 2))::integer, 0, 0, (0)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             ELSE (COALESCE((hivenet.parse_serial(p_serial, p_format) ->> 'datetime'::text), (hivenet.parse_serial(p_serial, p_format) ->> 'date'::text)))::timestamp without time zone
+         END AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._serial_time(text,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._start_chain(p_namespace text)
  RETURNS void
  LANGUAGE plpgsql
@@ -1074,7 +1388,7 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._wake_waiters(text,text) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.begin_request(p_namespace text, p_key text, p_request jsonb DEFAULT NULL::jsonb, p_on_success text DEFAULT 'replay'::text, p_lease interval DEFAULT NULL::interval, p_nowait boolean DEFAULT false, p_wait interval DEFAULT NULL::interval)
+CREATE OR REPLACE FUNCTION hivenet.begin_request(namespace text, key text, request jsonb DEFAULT NULL::jsonb, on_success text DEFAULT 'replay'::text, lease interval DEFAULT NULL::interval, nowait boolean DEFAULT false, wait interval DEFAULT NULL::interval)
  RETURNS TABLE(outcome text, attempt integer, response jsonb)
  LANGUAGE sql
  STABLE
@@ -1082,23 +1396,26 @@ BEGIN ATOMIC
  SELECT 'started'::text AS text,
      1,
      NULL::jsonb AS jsonb
-   WHERE hivenet._start_request(begin_request.p_namespace, begin_request.p_key, begin_request.p_request, begin_request.p_on_success, begin_request.p_lease, (begin_request.p_nowait OR (begin_request.p_wait IS NOT NULL)))
+   WHERE hivenet._start_request(begin_request.namespace, begin_request.key, begin_request.request, begin_request.on_success, begin_request.lease, (begin_request.nowait OR (begin_request.wait IS NOT NULL)))
  UNION ALL
   SELECT b.outcome,
      b.attempt,
      b.response
-    FROM hivenet._begin_request(begin_request.p_namespace, begin_request.p_key, begin_request.p_request, begin_request.p_on_success, begin_request.p_lease, begin_request.p_nowait, begin_request.p_wait) b(outcome, attempt, response)
+    FROM hivenet._begin_request(begin_request.namespace, begin_request.key, begin_request.request, begin_request.on_success, begin_request.lease, begin_request.nowait, begin_request.wait) b(outcome, attempt, response)
  LIMIT 1;
 END;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.begin_requests(p_namespace text, p_keys text[], p_requests jsonb[], p_lease interval DEFAULT NULL::interval)
+CREATE OR REPLACE FUNCTION hivenet.begin_requests(namespace text, keys text[], requests jsonb[], lease interval DEFAULT NULL::interval)
  RETURNS TABLE(key text, outcome text, attempt integer, response jsonb)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
 DECLARE
+    p_namespace ALIAS FOR namespace; p_keys ALIAS FOR keys; p_requests ALIAS FOR requests;
+    p_lease ALIAS FOR lease;
     v_policy hivenet.request_namespace;
     v_started text[];
     v_outcomes text[];
@@ -1178,7 +1495,7 @@ CREATE VIEW hivenet._step_replay AS
    FROM hivenet.request_attempt a
   WHERE ((a.namespace = 'hivenet.steps'::text) AND (a.state = 'success'::hivenet.step_state));
 
-CREATE OR REPLACE FUNCTION hivenet.begin_step(p_system_serial text, p_request jsonb DEFAULT NULL::jsonb, p_on_success text DEFAULT 'replay'::text, p_unified_serial text DEFAULT NULL::text, p_lease interval DEFAULT NULL::interval, p_nowait boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION hivenet.begin_step(system_serial text, request jsonb DEFAULT NULL::jsonb, on_success text DEFAULT 'replay'::text, unified_serial text DEFAULT NULL::text, lease interval DEFAULT NULL::interval, nowait boolean DEFAULT false)
  RETURNS TABLE(outcome text, attempt integer, response jsonb)
  LANGUAGE sql
  STABLE
@@ -1190,28 +1507,191 @@ BEGIN ATOMIC
      r.attempt,
      r.response
     FROM hivenet._step_replay r
-   WHERE ((r.system_serial = begin_step.p_system_serial) AND (r.fingerprint = hivenet._fingerprint(begin_step.p_request)) AND (begin_step.p_on_success = 'replay'::text) AND (begin_step.p_nowait IS NOT NULL) AND ((begin_step.p_lease IS NULL) OR (begin_step.p_lease > '00:00:00'::interval)) AND ((begin_step.p_unified_serial IS NULL) OR (begin_step.p_unified_serial = r.unified_serial)) AND hivenet._step_in_window(r.system_serial))
+   WHERE ((r.system_serial = begin_step.system_serial) AND (r.fingerprint = hivenet._fingerprint(begin_step.request)) AND (begin_step.on_success = 'replay'::text) AND (begin_step.nowait IS NOT NULL) AND ((begin_step.lease IS NULL) OR (begin_step.lease > '00:00:00'::interval)) AND ((begin_step.unified_serial IS NULL) OR (begin_step.unified_serial = r.unified_serial)) AND hivenet._step_in_window(r.system_serial))
  UNION ALL
   SELECT 'started'::text AS text,
      1,
      NULL::jsonb AS jsonb
-   WHERE hivenet._start_step(begin_step.p_system_serial, begin_step.p_request, begin_step.p_on_success, begin_step.p_unified_serial, begin_step.p_lease, begin_step.p_nowait)
+   WHERE hivenet._start_step(begin_step.system_serial, begin_step.request, begin_step.on_success, begin_step.unified_serial, begin_step.lease, begin_step.nowait)
  UNION ALL
   SELECT b.outcome,
      b.attempt,
      b.response
-    FROM hivenet._begin_step(begin_step.p_system_serial, begin_step.p_request, begin_step.p_on_success, begin_step.p_unified_serial, begin_step.p_lease, begin_step.p_nowait) b(outcome, attempt, response)
+    FROM hivenet._begin_step(begin_step.system_serial, begin_step.request, begin_step.on_success, begin_step.unified_serial, begin_step.lease, begin_step.nowait) b(outcome, attempt, response)
  LIMIT 1;
 END;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.finish_request(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_response jsonb DEFAULT NULL::jsonb)
+CREATE OR REPLACE FUNCTION hivenet.call_chain(unified_serial text)
+ RETURNS TABLE(interface_serial text, system_serial text, source_system text, source_module text, source_instance text, target_system text, serial_time timestamp without time zone, recorded_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
+           c.source_instance, c.target_system, c.serial_time, c.recorded_at
+    FROM hivenet.interface_calls c
+    WHERE c.unified_serial = call_chain.unified_serial
+    ORDER BY c.call_order
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet.call_chain(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.claim(namespace text, key text, nowait boolean DEFAULT false)
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
 DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key; p_nowait ALIAS FOR nowait;
+BEGIN
+    IF p_nowait THEN
+        -- The table's lock first, waited for as by any statement (as claim_interface_serial,
+        -- dedup.sql): a wait for it under the nowait path's lock_timeout would read as a
+        -- claim of this key in progress (a false HN040).
+        LOCK TABLE hivenet.claim_record IN ROW EXCLUSIVE MODE;
+        PERFORM hivenet._claim_nowait(p_namespace, p_key);
+        RETURN;
+    END IF;
+    -- Fast path: one statement (its plan cached by the session) that takes a free claim of a
+    -- well-sized namespace and key; anything else, a taken claim included, goes to the full
+    -- path, which decides and raises the exact error.
+    INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
+    SELECT p_namespace, p_key, c.now,
+           c.now + (SELECT n.expiry FROM hivenet.claim_namespace n
+                    WHERE n.namespace = p_namespace)
+    FROM (SELECT hivenet.now() AS now OFFSET 0) c  -- one clock reading for both times
+    WHERE hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key)
+      AND left(p_namespace, 8) <> 'hivenet.'
+    ON CONFLICT (namespace, key) DO NOTHING;
+    IF NOT FOUND THEN
+        PERFORM hivenet._claim_checked(p_namespace, p_key);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.claim(text,text,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.claim_interface_serial(serial text, unified_serial text DEFAULT NULL::text, system_serial text DEFAULT NULL::text, nowait boolean DEFAULT false)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_serial ALIAS FOR serial; p_unified_serial ALIAS FOR unified_serial;
+    p_system_serial ALIAS FOR system_serial; p_nowait ALIAS FOR nowait;
+    v_mark text;  -- an assignment is a simple expression; PERFORM would run the executor
+BEGIN
+    IF p_nowait THEN
+        -- The table's lock first, waited for as by any statement: a maintain() creating a
+        -- partition holds the table a moment, and under the nowait path's lock_timeout that
+        -- wait would read as a claim of this serial in progress (a false HN020).
+        LOCK TABLE hivenet.interface_call IN ROW EXCLUSIVE MODE;
+        PERFORM hivenet._claim_interface_serial_nowait(p_serial, p_unified_serial,
+                                                       p_system_serial);
+        v_mark := set_config('hivenet.interface_claimed', 'on', true);
+        RETURN;
+    END IF;
+    -- Fast path, run on every incoming call: one statement (its plan cached by the session)
+    -- that records the call only when every check of the full path surely passes, the same
+    -- generated expressions folded into its WHERE: a valid serial (its time read only then:
+    -- casts may fail on others), inside the window, well-shaped carried serials, every
+    -- instance owned, the day's partition there. Anything else, a duplicate included, goes
+    -- to the full path, which decides and raises the exact error. Only for the transaction's
+    -- first claim (hivenet.interface_claimed, set locally at the end of every claim, undone
+    -- by a rolled-back savepoint as the claim's locks are): then it holds no lock on the
+    -- table yet, so its list of partitions is refreshed when the insert takes that lock (see
+    -- the full path).
+    INSERT INTO hivenet.interface_call
+        (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
+    SELECT p_serial, c.local_time::date, p_unified_serial, p_system_serial, c.now
+    FROM (SELECT hivenet._serial_time('interface', p_serial) AS local_time,  -- NULL: invalid
+                 hivenet.now() AS now
+          OFFSET 0) c  -- one clock reading for the window and recorded_at
+    WHERE c.local_time >= hivenet._caller_now(c.now, 'earliest')
+                          - hivenet._setting_constant('interface_window')::interval
+      AND c.local_time <= hivenet._caller_now(c.now, 'latest')
+                          + hivenet._setting_constant('interface_future_tolerance')::interval
+      AND coalesce(hivenet._serial_shaped('unified', p_unified_serial), true)
+      AND coalesce(hivenet._serial_shaped('system', p_system_serial), true)
+      AND hivenet._setting_constant('owned_instances') = 'all'
+      AND to_regclass('hivenet.interface_call_' || to_char(c.local_time, 'YYYYMMDD'))
+          IS NOT NULL
+      AND current_setting('hivenet.interface_claimed', true) IS DISTINCT FROM 'on'
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        PERFORM hivenet._claim_interface_serial_checked(p_serial, p_unified_serial,
+                                                        p_system_serial);
+    END IF;
+    v_mark := set_config('hivenet.interface_claimed', 'on', true);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.claim_interface_serial(text,text,text,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.define_format(name text, segments jsonb, borrow_next_period boolean DEFAULT false, description text DEFAULT NULL::text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_name ALIAS FOR name; p_segments ALIAS FOR segments;
+    p_borrow_next_period ALIAS FOR borrow_next_period; p_description ALIAS FOR description;
+    v_new hivenet.format := hivenet._compile_format(p_name, p_segments, p_borrow_next_period,
+                                                    p_description);
+    v_old hivenet.format;
+    v_leftover text;
+BEGIN
+    INSERT INTO hivenet.format VALUES (v_new.*) ON CONFLICT (name) DO NOTHING;
+    IF FOUND THEN
+        FOR v_leftover IN
+            UPDATE hivenet.scope SET definition = md5(v_new.segments::text)
+            WHERE format = p_name AND definition <> md5(v_new.segments::text)
+            RETURNING sequence_name
+        LOOP
+            PERFORM setval(('hivenet.' || quote_ident(v_leftover))::regclass, 0, true);
+            IF v_new.clock_unit IS NOT NULL THEN
+                PERFORM hivenet._create_clock(v_leftover, 0);  -- the old one may have had none
+            END IF;
+        END LOOP;
+    ELSE
+        SELECT * INTO v_old FROM hivenet.format WHERE name = p_name;
+        IF v_old.segments <> v_new.segments
+           OR v_old.borrow_next_period <> v_new.borrow_next_period THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('format %L is already defined differently (as %s)', p_name,
+                                 hivenet._shown(v_old.segments::text));
+        END IF;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.define_format(text,jsonb,boolean,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.fence_failover(gap bigint DEFAULT NULL::bigint, force boolean DEFAULT false)
+ RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_gap ALIAS FOR gap; p_force ALIAS FOR force;
+BEGIN
+    RETURN QUERY SELECT * FROM hivenet._fence(
+        coalesce(p_gap, hivenet._default_failover_gap()), p_force, 'command');
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.fence_failover(bigint,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.finish_request(namespace text, key text, attempt integer, succeeded boolean, response jsonb DEFAULT NULL::jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key; p_attempt ALIAS FOR attempt;
+    p_succeeded ALIAS FOR succeeded; p_response ALIAS FOR response;
     v_chained boolean;
     v_awaited boolean;
 BEGIN
@@ -1237,12 +1717,16 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.finish_request(text,text,integer,boolean,jsonb) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.finish_requests(p_namespace text, p_keys text[], p_attempts integer[], p_succeeded boolean[], p_responses jsonb[])
+CREATE OR REPLACE FUNCTION hivenet.finish_requests(namespace text, keys text[], attempts integer[], succeeded boolean[], responses jsonb[])
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_keys ALIAS FOR keys; p_attempts ALIAS FOR attempts;
+    p_succeeded ALIAS FOR succeeded; p_responses ALIAS FOR responses;
 BEGIN
     PERFORM hivenet._check_batch(p_namespace, p_keys, 'responses', p_responses, NULL);
     IF cardinality(p_attempts) IS DISTINCT FROM cardinality(p_keys)
@@ -1262,13 +1746,279 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.finish_requests(text,text[],integer[],boolean[],jsonb[]) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(p_namespace text, p_retention interval DEFAULT NULL::interval, p_fingerprint text DEFAULT NULL::text, p_on_failure text DEFAULT NULL::text, p_expire_after interval DEFAULT NULL::interval, p_key_min_length integer DEFAULT NULL::integer, p_key_pattern text DEFAULT NULL::text, p_audit_chain boolean DEFAULT NULL::boolean)
+CREATE OR REPLACE FUNCTION hivenet.finish_step(system_serial text, attempt integer, succeeded boolean, response jsonb DEFAULT NULL::jsonb)
+ RETURNS void
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT hivenet.finish_request('hivenet.steps'::text, system_serial, attempt, succeeded, response) AS finish_request;
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.finish_step(text,integer,boolean,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_interface_serial(system text, module text, instance text, target text)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_system ALIAS FOR system; p_module ALIAS FOR module; p_instance ALIAS FOR instance;
+    p_target ALIAS FOR target;
+BEGIN
+    RETURN (hivenet._allocate('interface', NULL,
+                              ARRAY[p_system, p_module, p_instance, p_target], 1))[1];
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.next_interface_serial(text,text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_serial(format text, fields jsonb)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_format ALIAS FOR format; p_fields ALIAS FOR fields;
+BEGIN
+    RETURN (hivenet._allocate(p_format, p_fields, NULL, 1))[1];
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.next_serial(text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_serials(format text, fields jsonb, n integer)
+ RETURNS SETOF text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_format ALIAS FOR format; p_fields ALIAS FOR fields; p_n ALIAS FOR n;
+    v_limit integer := hivenet._setting_constant('max_serials_per_call')::integer;
+BEGIN
+    IF p_n > v_limit THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: count %s is more than the %s serials one call may take '
+                             '(setting max_serials_per_call); take them in several calls',
+                             hivenet._shown(p_format), p_n, v_limit);
+    END IF;
+    RETURN QUERY SELECT unnest(hivenet._allocate(p_format, p_fields, NULL, p_n));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.next_serials(text,jsonb,integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_system_serial(system text, module text, instance text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT COALESCE(hivenet._fast_system(system, module, instance), hivenet.next_serial('system'::text, jsonb_build_object('system', system, 'module', module, 'instance', instance))) AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.next_system_serial(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_unified_serial(system text, module text, instance text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT COALESCE(hivenet._fast_unified(system, module, instance), hivenet.next_serial('unified'::text, jsonb_build_object('system', system, 'module', module, 'instance', instance))) AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.next_unified_serial(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.own_instances(instances text, single_primary_formats boolean DEFAULT NULL::boolean, force boolean DEFAULT false)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_instances ALIAS FOR instances; p_single_primary_formats ALIAS FOR single_primary_formats;
+    p_force ALIAS FOR force;
+    v_owned text := hivenet._canonical_instances(p_instances);
+    v_single boolean := coalesce(p_single_primary_formats,
+                                 hivenet._setting_value('single_primary_formats')::boolean);
+    v_scope record;
+BEGIN
+    IF p_force THEN
+        FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
+                       WHERE hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+                       ORDER BY (s.format).name, s.scope LOOP
+            IF v_scope.sequence_name IS NULL THEN
+                DELETE FROM hivenet.scope_pending
+                WHERE format = (v_scope.format).name AND scope = v_scope.scope;
+            ELSE
+                PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
+            END IF;
+        END LOOP;
+    END IF;
+    -- The trigger checks each update against the other setting's value of the moment: the
+    -- update that owns more goes first, so that no state between owns less than the last.
+    IF v_single THEN
+        UPDATE hivenet.setting SET value = 'true' WHERE name = 'single_primary_formats'
+                                                  AND value <> 'true';
+    END IF;
+    UPDATE hivenet.setting SET value = v_owned WHERE name = 'owned_instances';
+    UPDATE hivenet.setting SET value = v_single::text WHERE name = 'single_primary_formats'
+                                                        AND value <> v_single::text;
+    RETURN v_owned;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.own_instances(text,boolean,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.prepare_scope(format text, fields jsonb)
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
 DECLARE
+    p_format ALIAS FOR format; p_fields ALIAS FOR fields;
+    v_format hivenet.format;
+    v_fields jsonb;
+    v_values text[];
+    v_scope text;
+BEGIN
+    SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('unknown format %s', hivenet._shown(p_format));
+    END IF;
+    FOR v_fields IN SELECT f FROM jsonb_array_elements(CASE jsonb_typeof(p_fields)
+                                  WHEN 'array' THEN p_fields ELSE jsonb_build_array(p_fields)
+                                  END) AS f LOOP
+        v_values := hivenet._field_values(v_format, v_fields);
+        PERFORM hivenet._check_fields(v_format, v_values, true);
+        PERFORM hivenet._check_owned(v_format, v_values);
+        v_scope := hivenet._scope_of(v_format, v_values);
+        CONTINUE WHEN EXISTS (SELECT FROM hivenet.scope s
+                              WHERE s.format = p_format AND s.scope = v_scope);
+        PERFORM hivenet._promote_scope(v_format, v_scope,
+                                       hivenet._scope_fields(v_format, v_values));
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.prepare_scope(text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.register_module(system text, module text, description text DEFAULT NULL::text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_system ALIAS FOR system; p_module ALIAS FOR module; p_description ALIAS FOR description;
+    v_format text;
+BEGIN
+    IF p_module IS NULL OR p_module !~ '^[0-9A-Za-z]{3}$' OR octet_length(p_module) <> 3 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('module %s must be 3 characters of [0-9A-Za-z]',
+                             hivenet._shown(p_module));
+    END IF;
+    IF NOT EXISTS (SELECT FROM hivenet.registered_system WHERE system = p_system) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN002',
+            MESSAGE = format('system %s is not registered', hivenet._shown(p_system));
+    END IF;
+    INSERT INTO hivenet.registered_module (system, module, description)
+    VALUES (p_system, p_module, p_description)
+    ON CONFLICT (system, module) DO UPDATE
+        SET description = coalesce(EXCLUDED.description, registered_module.description);
+    FOR v_format IN
+        SELECT f.name FROM hivenet.format f
+        WHERE ARRAY(SELECT f.field_names[k] FROM generate_subscripts(f.field_names, 1) AS k
+                    WHERE f.key_fields IS NULL OR k = ANY (f.key_fields) ORDER BY 1)
+              = ARRAY['instance', 'module', 'system']
+        ORDER BY f.name
+    LOOP
+        PERFORM hivenet.prepare_scope(v_format, (
+            SELECT coalesce(jsonb_agg(jsonb_build_object('system', p_system, 'module', p_module,
+                                                'instance', to_char(i, 'FM00')) ORDER BY i), '[]')
+            FROM generate_series(1, 99) AS i
+            WHERE hivenet._instance_in(to_char(i, 'FM00'),
+                                       hivenet._setting_value('owned_instances'))));
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.register_module(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.register_system(system text, description text DEFAULT NULL::text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_system ALIAS FOR system; p_description ALIAS FOR description;
+BEGIN
+    IF p_system IS NULL OR p_system !~ '^[0-9A-Za-z]{5}$' OR octet_length(p_system) <> 5 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('system %s must be 5 characters of [0-9A-Za-z]',
+                             hivenet._shown(p_system));
+    END IF;
+    INSERT INTO hivenet.registered_system (system, description) VALUES (p_system, p_description)
+    ON CONFLICT (system) DO UPDATE
+        SET description = coalesce(EXCLUDED.description, registered_system.description);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.register_system(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.resolve_request(namespace text, key text, attempt integer, succeeded boolean, note text, response jsonb DEFAULT NULL::jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key; p_attempt ALIAS FOR attempt;
+    p_succeeded ALIAS FOR succeeded; p_note ALIAS FOR note; p_response ALIAS FOR response;
+BEGIN
+    PERFORM hivenet._resolve_attempt(p_namespace, p_key, p_attempt, p_succeeded, p_note,
+                                     p_response);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.resolve_request(text,text,integer,boolean,text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.resolve_step(system_serial text, attempt integer, succeeded boolean, note text, response jsonb DEFAULT NULL::jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_system_serial ALIAS FOR system_serial; p_attempt ALIAS FOR attempt;
+    p_succeeded ALIAS FOR succeeded; p_note ALIAS FOR note; p_response ALIAS FOR response;
+BEGIN
+    PERFORM hivenet._resolve_attempt('hivenet.steps', p_system_serial, p_attempt, p_succeeded,
+                                     p_note, p_response);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.resolve_step(text,integer,boolean,text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.set_claim_expiry(namespace text, expiry interval)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_expiry ALIAS FOR expiry;
+BEGIN
+    PERFORM hivenet._check_name('claim namespace', p_namespace);
+    PERFORM hivenet._check_interval(format('claim expiry of namespace %s',
+                                           hivenet._shown(p_namespace)), p_expiry);
+    INSERT INTO hivenet.claim_namespace (namespace, expiry) VALUES (p_namespace, p_expiry)
+    ON CONFLICT (namespace) DO UPDATE SET expiry = excluded.expiry;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.set_claim_expiry(text,interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(namespace text, retention interval DEFAULT NULL::interval, fingerprint text DEFAULT NULL::text, on_failure text DEFAULT NULL::text, expire_after interval DEFAULT NULL::interval, key_min_length integer DEFAULT NULL::integer, key_pattern text DEFAULT NULL::text, audit_chain boolean DEFAULT NULL::boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_retention ALIAS FOR retention;
+    p_fingerprint ALIAS FOR fingerprint; p_on_failure ALIAS FOR on_failure;
+    p_expire_after ALIAS FOR expire_after; p_key_min_length ALIAS FOR key_min_length;
+    p_key_pattern ALIAS FOR key_pattern; p_audit_chain ALIAS FOR audit_chain;
     v_conflict text;
 BEGIN
     PERFORM hivenet._check_name('namespace', p_namespace);
@@ -1337,12 +2087,15 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.set_request_retention(p_namespace text, p_retention interval)
+CREATE OR REPLACE FUNCTION hivenet.set_request_retention(namespace text, retention interval)
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_retention ALIAS FOR retention;
 BEGIN
     IF p_retention IS NULL THEN
         UPDATE hivenet.request_namespace n SET retention = NULL
@@ -1352,13 +2105,15 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.set_request_retention(text,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.verify_audit_chain(p_namespace text)
+CREATE OR REPLACE FUNCTION hivenet.verify_audit_chain(namespace text)
  RETURNS TABLE(attempts bigint, links bigint, head bytea, "position" bigint, key text, attempt integer, problem text)
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
 DECLARE
+    p_namespace ALIAS FOR namespace;
     v_chain hivenet.request_chain;
     v_link record;
     v_previous bytea;
@@ -1368,7 +2123,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('namespace %s has no audit chain (set_namespace_policy(namespace, '
-                             'p_audit_chain => true) starts one)', hivenet._shown(p_namespace));
+                             'audit_chain => true) starts one)', hivenet._shown(p_namespace));
     END IF;
     attempts := 0;
     head := v_chain.head;
@@ -1430,12 +2185,15 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.verify_audit_chain(text) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.watch_request(p_namespace text, p_key text)
+CREATE OR REPLACE FUNCTION hivenet.watch_request(namespace text, key text)
  RETURNS text
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key;
 BEGIN
     PERFORM hivenet._check_name('namespace', p_namespace);
     PERFORM hivenet._check_name('key', p_key);
@@ -1496,6 +2254,30 @@ CREATE RULE start AS
     NULL::jsonb AS jsonb,
     request_attempt.unified_serial,
     request_attempt.lease;
+
+CREATE VIEW hivenet.interface_calls AS
+ SELECT c.interface_serial,
+    c.unified_serial,
+    c.system_serial,
+    hivenet._serial_field('interface'::text, c.interface_serial, 'system'::text) AS source_system,
+    hivenet._serial_field('interface'::text, c.interface_serial, 'module'::text) AS source_module,
+    hivenet._serial_field('interface'::text, c.interface_serial, 'instance'::text) AS source_instance,
+    hivenet._serial_field('interface'::text, c.interface_serial, 'target'::text) AS target_system,
+    c.serial_day,
+    hivenet._serial_time('interface'::text, c.interface_serial) AS serial_time,
+    c.recorded_at,
+    c.call_order
+   FROM hivenet.interface_call c;
+COMMENT ON VIEW hivenet.interface_calls IS 'recorded interface calls with the source and target of each serial (reporting)';
+
+CREATE VIEW hivenet.interface_calls_per_day AS
+ SELECT interface_calls.serial_day AS day,
+    interface_calls.source_system,
+    interface_calls.target_system,
+    count(*) AS calls
+   FROM hivenet.interface_calls
+  GROUP BY interface_calls.serial_day, interface_calls.source_system, interface_calls.target_system;
+COMMENT ON VIEW hivenet.interface_calls_per_day IS 'recorded interface calls per serial day, source system and target system (reporting)';
 
 CREATE VIEW hivenet.request_attempts AS
  SELECT a.namespace,
