@@ -289,6 +289,46 @@ def test_every_release_upgrades_with_its_data_to_a_fresh_install(
     _still_works(upgraded, last_serial)
 
 
+def test_an_applications_serial_default_survives_the_upgrade(new_db: Callable[[], str]) -> None:
+    """A table of the application's whose column default calls a function the upgrade makes
+    again (new parameter names need a DROP) keeps its default, now calling the new function."""
+    released = _releases()[-1][1]
+    db = new_db()
+    replay(db, released)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.payment (id int, serial text NOT NULL "
+                     "DEFAULT hivenet.next_unified_serial('C0001', 'A01', '01'))")
+        conn.execute("SELECT hivenet.prepare_scope('unified', "
+                     "'{\"system\": \"C0001\", \"module\": \"A01\", \"instance\": \"01\"}')")
+        conn.execute("INSERT INTO public.payment (id) VALUES (1)")
+    replay(db, "head")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("INSERT INTO public.payment (id) VALUES (2)")
+        serials = [s for (s,) in conn.execute("SELECT serial FROM public.payment ORDER BY id")]
+        default = conn.execute(
+            "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
+            "WHERE adrelid = 'public.payment'::regclass").fetchone()[0]
+    assert [s[-10:] for s in serials] == ["0000000001", "0000000002"]
+    assert "hivenet.next_unified_serial('C0001'" in default
+
+
+def test_an_applications_view_on_a_function_made_again_stops_the_upgrade_naming_it(
+        new_db: Callable[[], str]) -> None:
+    """Anything else of the application's that calls such a function would be dropped with it:
+    the upgrade stops before changing anything, and says what to do."""
+    released = _releases()[-1][1]
+    db = new_db()
+    replay(db, released)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE VIEW public.parsed AS "
+                     "SELECT hivenet.parse_serial('C0001A0101201507100123456789') AS fields")
+    with pytest.raises(psycopg.Error, match=r"and view parsed calls .*drop it before the "
+                       r"upgrade") as stopped:
+        replay(db, "head")
+    assert stopped.value.sqlstate == "2BP01"
+    assert migrate.current(db) == released
+
+
 def test_the_unreleased_revision_downgrades_to_the_last_release(
         new_db: Callable[[], str]) -> None:
     """Upgraded with its data, given what only the new release has (a namespace's policy),

@@ -236,6 +236,7 @@ class Change:
     drops: list[str]       # statements, dependents first
     creates: list[str]     # statements, dependencies first
     revokes: list[tuple[str, str, str]]  # grants ``old`` has and ``new`` has not, kept objects
+    functions: list[str]   # the functions dropped, as regprocedure names them
 
 
 def diff(old: Catalog, new: Catalog) -> Change:
@@ -265,6 +266,7 @@ def diff(old: Catalog, new: Catalog) -> Change:
     kept_objects = {obj for obj, _, _ in new.grants} - {
         _grant_object(key) for key in gone}
     return Change(
+        functions=sorted(key.split(" ", 1)[1] for key in gone if key.startswith("function ")),
         drops=[old.code[key].drop for key in reversed(_in_order(gone, old))],
         creates=[new.code[key].create for key in _in_order(made, new)],
         revokes=sorted(grant for grant in old.grants - new.grants
@@ -285,6 +287,8 @@ def render(change: Change, title: str, tables: str, data: str) -> str:
              "not edit it.\n"
              "-- Bodies are checked when they run, as pg_dump's scripts do.\n"
              "SET LOCAL check_function_bodies = off;"]
+    if change.functions:
+        parts.append(_dependents_sql("keep_dependents", change.functions))
     if change.drops:
         parts.append("-- Code that goes, or changes what CREATE OR REPLACE cannot.\n"
                      + "\n".join(change.drops))
@@ -293,6 +297,8 @@ def render(change: Change, title: str, tables: str, data: str) -> str:
                      + tables.strip())
     if change.creates:
         parts.append("-- Code, in dependency order.\n" + "\n\n".join(change.creates))
+    if change.functions:
+        parts.append(_dependents_sql("restore_dependents", change.functions))
     if data.strip():
         parts.append("-- Rows (the .data.sql beside this file).\n" + data.strip())
     if change.revokes:
@@ -309,6 +315,15 @@ def render(change: Change, title: str, tables: str, data: str) -> str:
                  "-- functions from this database's settings and formats (compile.sql).\n"
                  "SELECT hivenet._grant_roles();\nSELECT hivenet._recompile();")
     return "\n\n".join(parts) + "\n"
+
+
+def _dependents_sql(name: str, functions: list[str]) -> str:
+    """revision_sql/<name>.sql with the dropped functions written in where it says
+    :'functions' (as psql writes in a variable)."""
+    array = "ARRAY[\n" + ",\n".join(f"            {_literal(f)}" for f in functions) + "]"
+    sql = files("hivenet_db.tools").joinpath("revision_sql", f"{name}.sql").read_text(
+        encoding="utf-8")
+    return sql.strip().replace(":'functions'", array)
 
 
 def _literal(value: str) -> str:

@@ -4,6 +4,128 @@
 -- Bodies are checked when they run, as pg_dump's scripts do.
 SET LOCAL check_function_bodies = off;
 
+-- Objects outside schema hivenet that call a function this revision drops and makes again:
+-- an application's column defaults (a serial column's DEFAULT hivenet.next_unified_serial(...))
+-- are kept, dropped, and set again after the functions are made (restore_dependents.sql); the
+-- migrating role must own their tables. Anything else (a view, a function with an SQL body, a
+-- constraint, an index, a trigger) would be dropped with them: the upgrade stops, naming it.
+DO $$
+DECLARE
+    v_functions regprocedure[] := ARRAY(
+        SELECT to_regprocedure(f) FROM unnest(ARRAY[
+            'hivenet._batch_limit()',
+            'hivenet._begin_attempt_within(text,text,jsonb,text,text,interval,interval)',
+            'hivenet._begin_batch_key(text,text,jsonb,interval)',
+            'hivenet._begin_request(text,text,jsonb,text,interval,boolean,interval)',
+            'hivenet._called_by()',
+            'hivenet._canonical_json(jsonb)',
+            'hivenet._canonical_number(numeric)',
+            'hivenet._chain_append(text,text,integer,text)',
+            'hivenet._chain_link(bytea,hivenet.request_attempt,text)',
+            'hivenet._check_batch(text,text[],text,jsonb[],interval)',
+            'hivenet._check_fingerprint(text)',
+            'hivenet._count_decision(text,text)',
+            'hivenet._create_decision_counters(text,boolean)',
+            'hivenet._expire_attempts(text,text[],integer[])',
+            'hivenet._expiry_due(text,timestamp with time zone)',
+            'hivenet._grant_decision_counters()',
+            'hivenet._maintain_request_expiry()',
+            'hivenet._new_decision_counter(text,text)',
+            'hivenet._policy_fingerprint(text,jsonb)',
+            'hivenet._purge_chained(text,text[])',
+            'hivenet._raise_key_refused(text,text,integer,text)',
+            'hivenet._serial_field(text,text,text)',
+            'hivenet._serial_time(text,text)',
+            'hivenet._start_chain(text)',
+            'hivenet._utf16_units(text)',
+            'hivenet._wake_waiters(text,text)',
+            'hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval)',
+            'hivenet.begin_requests(text,text[],jsonb[],interval)',
+            'hivenet.begin_step(text,jsonb,text,text,interval,boolean)',
+            'hivenet.call_chain(text)',
+            'hivenet.claim(text,text,boolean)',
+            'hivenet.claim_interface_serial(text,text,text,boolean)',
+            'hivenet.define_format(text,jsonb,boolean,text)',
+            'hivenet.fence_failover(bigint,boolean)',
+            'hivenet.finish_request(text,text,integer,boolean,jsonb)',
+            'hivenet.finish_requests(text,text[],integer[],boolean[],jsonb[])',
+            'hivenet.finish_step(text,integer,boolean,jsonb)',
+            'hivenet.next_interface_serial(text,text,text,text)',
+            'hivenet.next_serial(text,jsonb)',
+            'hivenet.next_serials(text,jsonb,integer)',
+            'hivenet.next_system_serial(text,text,text)',
+            'hivenet.next_unified_serial(text,text,text)',
+            'hivenet.own_instances(text,boolean,boolean)',
+            'hivenet.parse_serial(text,text)',
+            'hivenet.prepare_scope(text,jsonb)',
+            'hivenet.register_module(text,text,text)',
+            'hivenet.register_system(text,text)',
+            'hivenet.resolve_request(text,text,integer,boolean,text,jsonb)',
+            'hivenet.resolve_step(text,integer,boolean,text,jsonb)',
+            'hivenet.set_claim_expiry(text,interval)',
+            'hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean)',
+            'hivenet.set_request_retention(text,interval)',
+            'hivenet.verify_audit_chain(text)',
+            'hivenet.watch_request(text,text)']::text[]) AS f);
+    v_blocking text;
+    v_kept jsonb;
+    v_default record;
+BEGIN
+    SELECT string_agg(DISTINCT coalesce(  -- a view, rather than its rule
+               (SELECT pg_describe_object('pg_class'::regclass, r.ev_class, 0)
+                FROM pg_rewrite r WHERE d.classid = 'pg_rewrite'::regclass AND r.oid = d.objid),
+               pg_describe_object(d.classid, d.objid, d.objsubid)), '; ')
+    INTO v_blocking
+    FROM pg_depend d
+    WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (v_functions)
+      AND d.deptype = 'n' AND d.classid <> 'pg_attrdef'::regclass
+      AND (CASE d.classid
+               WHEN 'pg_proc'::regclass THEN
+                   (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = d.objid)
+               WHEN 'pg_rewrite'::regclass THEN
+                   (SELECT c.relnamespace FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+                    WHERE r.oid = d.objid)
+               WHEN 'pg_trigger'::regclass THEN
+                   (SELECT c.relnamespace FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                    WHERE t.oid = d.objid)
+               WHEN 'pg_constraint'::regclass THEN
+                   (SELECT k.connamespace FROM pg_constraint k WHERE k.oid = d.objid)
+               WHEN 'pg_class'::regclass THEN
+                   (SELECT c.relnamespace FROM pg_class c WHERE c.oid = d.objid)
+           END) IS DISTINCT FROM 'hivenet'::regnamespace;
+    IF v_blocking IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',
+            MESSAGE = format('this upgrade makes functions of schema hivenet again, and %s '
+                             'calls one of them: drop it before the upgrade and make it again '
+                             'after', v_blocking);
+    END IF;
+    FOR v_default IN
+        SELECT a.adrelid::regclass AS relation, c.relowner, t.attname,
+               pg_get_expr(a.adbin, a.adrelid) AS expression
+        FROM pg_depend d
+        JOIN pg_attrdef a ON d.classid = 'pg_attrdef'::regclass AND a.oid = d.objid
+        JOIN pg_attribute t ON t.attrelid = a.adrelid AND t.attnum = a.adnum
+        JOIN pg_class c ON c.oid = a.adrelid
+        WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (v_functions)
+          AND c.relnamespace <> 'hivenet'::regnamespace
+        ORDER BY 1, 3
+    LOOP
+        IF NOT pg_has_role(v_default.relowner, 'USAGE') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('the default of column %s of table %s calls a function of '
+                                 'schema hivenet that this upgrade makes again: run the upgrade '
+                                 'as a member of the table''s owner, %s, or drop the default '
+                                 'before it and set it again after', v_default.attname,
+                                 v_default.relation, v_default.relowner::regrole);
+        END IF;
+        v_kept := coalesce(v_kept, '[]') || jsonb_build_object('relation', v_default.relation,
+            'column', v_default.attname, 'expression', v_default.expression);
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', v_default.relation,
+                       v_default.attname);
+    END LOOP;
+    PERFORM set_config('hivenet.revision_kept_defaults', coalesce(v_kept, '[]')::text, true);
+END $$;
+
 -- Code that goes, or changes what CREATE OR REPLACE cannot.
 DROP VIEW hivenet.stuck_steps;
 DROP VIEW hivenet.stuck_requests;
@@ -1378,6 +1500,22 @@ CREATE VIEW hivenet.stuck_steps AS
   WHERE ((a.namespace = 'hivenet.steps'::text) AND (a.state = 'processing'::hivenet.step_state) AND ((a.started_at + hivenet._step_lease(a.lease)) < hivenet.now()))
   ORDER BY a.started_at;
 COMMENT ON VIEW hivenet.stuck_steps IS 'processing steps past their lease (unknown outcome): resolve with hivenet.resolve_step';
+
+-- The column defaults keep_dependents.sql kept, set again: their expressions, read again,
+-- call the functions just made.
+DO $$
+DECLARE
+    v_default record;
+BEGIN
+    FOR v_default IN
+        SELECT * FROM jsonb_to_recordset(
+            current_setting('hivenet.revision_kept_defaults')::jsonb)
+            AS k (relation text, "column" text, expression text)
+    LOOP
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', v_default.relation,
+                       v_default."column", v_default.expression);
+    END LOOP;
+END $$;
 
 -- Grants as a fresh install makes them (privileges.sql), and the generated
 -- functions from this database's settings and formats (compile.sql).
