@@ -34,7 +34,7 @@ from typing import ClassVar, TypeVar
 
 import psycopg
 
-from hivenet_db.errors import InvalidInput, StepInProgress
+from hivenet_db.errors import AttemptInProgress, InvalidInput
 
 #: The channel ``hivenet.finish_request`` notifies, payload ``[namespace, key]`` (JSON).
 CHANNEL = "hivenet_request_finished"
@@ -199,8 +199,8 @@ def _without_password(conninfo: str) -> str:
     return psycopg.conninfo.make_conninfo("", **params)
 
 
-def _timed_out(busy: StepInProgress, wait: timedelta) -> StepInProgress:
-    return StepInProgress(f"{busy.message}; not finished within wait {wait}", busy.sqlstate)
+def _timed_out(busy: AttemptInProgress, wait: timedelta) -> AttemptInProgress:
+    return AttemptInProgress(f"{busy.message}; not finished within wait {wait}", busy.sqlstate)
 
 
 def _left(deadline: float) -> timedelta:
@@ -211,16 +211,16 @@ def waited(listener: Callable[[], FinishListener], namespace: str, key: str, wai
            begin: Callable[[timedelta], T], watch: Callable[[], None],
            end: Callable[[], None]) -> T:
     """``begin(left)`` (``left``: what is left of ``wait``, for ``begin_request``'s own
-    bound), and while it raises ``StepInProgress`` with time left: ``end()`` the transaction,
+    bound), and while it raises ``AttemptInProgress`` with time left: ``end()`` the transaction,
     ``watch()`` (register and commit) and begin again at once, then wait for the key's
-    notification and begin again. Raises the last ``StepInProgress`` (naming ``wait``) when
+    notification and begin again. Raises the last ``AttemptInProgress`` (naming ``wait``) when
     none came in time."""
     deadline = time.monotonic() + wait.total_seconds()
     with _Watch(listener, namespace, key) as watched:
         while True:
             try:
                 return begin(_left(deadline))
-            except StepInProgress as busy:
+            except AttemptInProgress as busy:
                 if _left(deadline) <= timedelta(0):
                     raise _timed_out(busy, wait) from busy
                 end()
@@ -245,7 +245,7 @@ async def waited_async(listener: Callable[[], FinishListener], namespace: str, k
         while True:
             try:
                 return await begin(_left(deadline))
-            except StepInProgress as busy:
+            except AttemptInProgress as busy:
                 if _left(deadline) <= timedelta(0):
                     raise _timed_out(busy, wait) from busy
                 await end()

@@ -184,6 +184,26 @@ def test_a_chain_of_begins_finishes_retries_and_resolutions_is_intact(
     assert failure(db, "SELECT * FROM hivenet.verify_audit_chain('plain')")[0] == "HN001"
 
 
+def test_the_steps_have_a_chain_when_their_policy_says_so(db: psycopg.Connection,
+                                                       hivenet_admin_url: str) -> None:
+    """The steps' namespace takes audit_chain as any namespace: a new step (its fast path
+    leaves a chained namespace to the full path, which links it), a failed one and its retry,
+    a batch of steps, and their ends are links of one intact chain, as the command says."""
+    db.execute("SELECT hivenet.set_namespace_policy('hivenet.steps', audit_chain => true)")
+    first, second, third = (system_serial(db) for _ in range(3))
+    db.execute("SELECT * FROM hivenet.begin_step(%s)", (first,))
+    db.execute("SELECT hivenet.finish_step(%s, 1, false)", (first,))
+    db.execute("SELECT * FROM hivenet.begin_step(%s)", (first,))
+    db.execute("SELECT hivenet.finish_step(%s, 2, true)", (first,))
+    db.execute("SELECT * FROM hivenet.begin_steps(ARRAY[%s, %s], ARRAY[NULL, NULL]::jsonb[])",
+               (second, third))
+    result = verify(db, "hivenet.steps")
+    assert result["problem"] is None, result
+    assert (result["attempts"], result["links"]) == (4, 6)
+    out = hivenet_db(hivenet_admin_url, "audit", "verify", "hivenet.steps", rc=0).stdout
+    assert out.startswith("chain of 4 attempts intact (6 links since the anchor)"), out
+
+
 def test_a_chain_turned_off_stays_verifiable_and_goes_on_when_turned_on_again(
         db: psycopg.Connection) -> None:
     name, first, unchained, second = chained(db), key(), key(), key()

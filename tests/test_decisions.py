@@ -26,8 +26,9 @@ from hivenet_db import (
     StepRepository,
 )
 from hivenet_db._execute import SyncDB
+from hivenet_db.attempts import STEPS_NAMESPACE, OnSuccess
 from hivenet_db.decisions import Decision, decision_of
-from hivenet_db.steps import STEPS_NAMESPACE, OnSuccess, StepStart
+from hivenet_db.steps import StepStart
 from tests.helpers import async_connection, wait_until_blocked
 from tests.test_steps import new_serial
 

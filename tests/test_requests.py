@@ -398,23 +398,24 @@ def test_repository_begin_finish_resolve_and_errors(any_conn: SyncDB,
     any_conn.rollback()
 
 
-def test_a_new_key_starts_without_a_security_definer_call(db: psycopg.Connection) -> None:
-    """As a new step's: begin_request starts a new key by one INSERT into view _request_start
-    (_start_request, run as the caller); nowait, or a key that has an attempt (here a failed
-    one), goes on to _begin_request, with no check again for input the view vouched for."""
+def test_a_new_key_starts_by_the_fast_path_of_every_key(db: psycopg.Connection) -> None:
+    """As a new step's: begin_request starts a new key by one INSERT (_start_key, then the one
+    writer _start_attempt); nowait, or a key that has an attempt (here a failed one), goes on
+    to the full path _begin_key, with no check again for input the fast path vouched for."""
     requests, request_key = RequestRepository(db), key()
     requests.begin("orders", key())  # the namespace's first start makes its counters
     assert functions_run(db, lambda: requests.begin("orders", request_key, {"n": 1})) == {
-        "_start_request": 1, "_count_decision": 1}
+        "_start_key": 1, "_start_attempt": 1, "_count_decision": 1}
     requests.finish("orders", request_key, 1, False)
     retry: list[RequestStart] = []
     assert functions_run(db, lambda: retry.append(
         requests.begin("orders", request_key, {"n": 1}))) == {
-        "_start_request": 1, "_begin_request": 1, "_begin_attempt": 1, "_count_decision": 1}
+        "_start_key": 1, "_start_attempt": 3, "_begin_key": 1, "_begin_attempt": 1,
+        "_count_decision": 1}
     assert retry == [RequestStart("started", 2)]
     assert functions_run(db, lambda: requests.begin("orders", key(), nowait=True)) == {
-        "_start_request": 1, "_begin_request": 1, "_begin_attempt_within": 1,
-        "_begin_attempt": 1, "_count_decision": 1}
+        "_start_key": 1, "_begin_key": 1, "_begin_attempt_within": 1,
+        "_begin_attempt": 1, "_start_attempt": 1, "_count_decision": 1}
 
 
 def test_a_key_that_has_an_attempt_still_gets_every_check(db: psycopg.Connection) -> None:
@@ -432,23 +433,26 @@ def test_a_key_that_has_an_attempt_still_gets_every_check(db: psycopg.Connection
                       "WHERE namespace = 'orders' AND key = %s", (request_key,)) == 1
 
 
-def test_the_start_view_writes_no_namespace_of_the_library(db: psycopg.Connection) -> None:
-    """_request_start writes what begin_request would: never a step (namespace hivenet.steps)
-    nor any other name begin_request refuses, also for a volatile input, evaluated once (its
-    first value is a namespace of the library's own, any later one is not)."""
+def test_the_fast_path_starts_what_begin_request_would_and_counts_it(
+        db: psycopg.Connection) -> None:
+    """_start_key, which begin_request's statement calls and hivenet_app may call directly,
+    starts only what begin_request would start, and counts it: never a step (namespace
+    hivenet.steps) nor any other name begin_request refuses, nor a key as a step elsewhere
+    than in the steps' namespace."""
     serial = scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
-    db.execute("CREATE TEMP SEQUENCE evaluations")
-    start = "INSERT INTO hivenet._request_start VALUES (%s, %s, NULL, NULL) RETURNING 1"
-    for namespace, bad_key in [("hivenet.steps", serial), ("orders", "bad\x01key"),
-                               ("", "k"), ("orders", "k" * 256)]:
-        assert db.execute(start, (namespace, bad_key)).fetchall() == [], (namespace, bad_key)
-    volatile = db.execute(
-        "INSERT INTO hivenet._request_start VALUES (CASE WHEN nextval('evaluations') = 1 "
-        "THEN 'hivenet.steps' ELSE 'orders' END, %s, NULL, NULL) RETURNING 1",
-        (serial,)).fetchall()
-    assert volatile == [] and scalar(db, "SELECT currval('evaluations')") == 1
+    start = "SELECT hivenet._start_key(%s, %s, %s, NULL, 'replay', NULL, NULL, false, NULL)"
+    for step, namespace, bad_key in [(False, "hivenet.steps", serial),
+                                     (False, "orders", "bad\x01key"), (False, "", "k"),
+                                     (False, "orders", "k" * 256), (True, "orders", serial)]:
+        assert scalar(db, start, (step, namespace, bad_key)) is False, (namespace, bad_key)
     assert scalar(db, "SELECT count(*) FROM hivenet.request_attempt WHERE key = %s",
                   (serial,)) == 0
+    counted = ("SELECT decisions FROM hivenet.request_decisions "
+               "WHERE namespace = 'orders' AND decision = 'started'")
+    db.execute(start, (False, "orders", key()))  # the namespace's first start: its counters
+    before = scalar(db, counted)
+    assert scalar(db, start, (False, "orders", key())) is True
+    assert scalar(db, counted) == before + 1
 
 
 def test_request_context_manager_and_run(any_conn: SyncDB, db: psycopg.Connection) -> None:

@@ -14,34 +14,47 @@ DECLARE
     v_functions regprocedure[] := ARRAY(
         SELECT to_regprocedure(f) FROM unnest(ARRAY[
             'hivenet._batch_limit()',
-            'hivenet._begin_attempt_within(text,text,jsonb,text,text,interval,interval)',
-            'hivenet._begin_batch_key(text,text,jsonb,interval)',
-            'hivenet._begin_request(text,text,jsonb,text,interval,boolean,interval)',
-            'hivenet._called_by()',
+            'hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval)',
+            'hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,interval)',
+            'hivenet._begin_batch(boolean,text,text[],jsonb[],text,interval)',
+            'hivenet._begin_batch_key(boolean,text,text,jsonb,text,interval)',
+            'hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval)',
             'hivenet._canonical_json(jsonb)',
             'hivenet._canonical_number(numeric)',
             'hivenet._chain_append(text,text,integer,text)',
             'hivenet._chain_link(bytea,hivenet.request_attempt,text)',
-            'hivenet._check_batch(text,text[],text,jsonb[],interval)',
+            'hivenet._check_batch(boolean,text,text[],text,jsonb[],interval)',
+            'hivenet._check_begin_options(text,interval,boolean,interval)',
             'hivenet._check_fingerprint(text)',
+            'hivenet._check_step(text,text,text)',
             'hivenet._count_decision(text,text)',
             'hivenet._create_decision_counters(text,boolean)',
             'hivenet._expire_attempts(text,text[],integer[])',
-            'hivenet._expiry_due(text,timestamp with time zone)',
+            'hivenet._finish_batch(boolean,text,text[],integer[],boolean[],jsonb[])',
             'hivenet._grant_decision_counters()',
+            'hivenet._key_allowed(hivenet.request_namespace,text)',
             'hivenet._maintain_request_expiry()',
             'hivenet._new_decision_counter(text,text)',
+            'hivenet._plain_options(text,boolean,interval)',
+            'hivenet._policy_checked(text,text,jsonb)',
             'hivenet._policy_fingerprint(text,jsonb)',
             'hivenet._purge_chained(text,text[])',
             'hivenet._raise_key_refused(text,text,integer,text)',
+            'hivenet._request_start_valid(text,text,text,interval)',
             'hivenet._serial_field(text,text,text)',
             'hivenet._serial_time(text,text)',
+            'hivenet._set_policy(text,jsonb)',
+            'hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean)',
             'hivenet._start_chain(text)',
+            'hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval)',
+            'hivenet._start_valid(boolean,text,text,text,interval)',
+            'hivenet._starts_apart(hivenet.request_namespace)',
             'hivenet._utf16_units(text)',
             'hivenet._wake_waiters(text,text)',
             'hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval)',
             'hivenet.begin_requests(text,text[],jsonb[],interval)',
-            'hivenet.begin_step(text,jsonb,text,text,interval,boolean)',
+            'hivenet.begin_step(text,jsonb,text,text,interval,boolean,interval)',
+            'hivenet.begin_steps(text[],jsonb[],text,interval)',
             'hivenet.call_chain(text)',
             'hivenet.claim(text,text,boolean)',
             'hivenet.claim_interface_serial(text,text,text,boolean)',
@@ -50,6 +63,7 @@ DECLARE
             'hivenet.finish_request(text,text,integer,boolean,jsonb)',
             'hivenet.finish_requests(text,text[],integer[],boolean[],jsonb[])',
             'hivenet.finish_step(text,integer,boolean,jsonb)',
+            'hivenet.finish_steps(text[],integer[],boolean[],jsonb[])',
             'hivenet.next_interface_serial(text,text,text,text)',
             'hivenet.next_serial(text,jsonb)',
             'hivenet.next_serials(text,jsonb,integer)',
@@ -136,8 +150,7 @@ DROP VIEW hivenet.request_decisions;
 DROP VIEW hivenet.request_attempts;
 DROP VIEW hivenet.interface_calls_per_day;
 DROP VIEW hivenet.interface_calls;
-DROP VIEW hivenet._step_start;
-DROP VIEW hivenet._request_start;
+DROP VIEW hivenet._new_attempt;
 DROP FUNCTION hivenet.watch_request(text,text);
 DROP FUNCTION hivenet.verify_audit_chain(text);
 DROP FUNCTION hivenet.set_request_retention(text,interval);
@@ -154,6 +167,7 @@ DROP FUNCTION hivenet.next_system_serial(text,text,text);
 DROP FUNCTION hivenet.next_serials(text,jsonb,integer);
 DROP FUNCTION hivenet.next_serial(text,jsonb);
 DROP FUNCTION hivenet.next_interface_serial(text,text,text,text);
+DROP FUNCTION hivenet.finish_steps(text[],integer[],boolean[],jsonb[]);
 DROP FUNCTION hivenet.finish_step(text,integer,boolean,jsonb);
 DROP FUNCTION hivenet.finish_requests(text,text[],integer[],boolean[],jsonb[]);
 DROP FUNCTION hivenet.finish_request(text,text,integer,boolean,jsonb);
@@ -162,37 +176,50 @@ DROP FUNCTION hivenet.define_format(text,jsonb,boolean,text);
 DROP FUNCTION hivenet.claim_interface_serial(text,text,text,boolean);
 DROP FUNCTION hivenet.claim(text,text,boolean);
 DROP FUNCTION hivenet.call_chain(text);
-DROP FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean);
+DROP FUNCTION hivenet.begin_steps(text[],jsonb[],text,interval);
+DROP FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean,interval);
 DROP VIEW hivenet._step_replay;
 DROP VIEW hivenet._decision_counters;
 DROP FUNCTION hivenet.begin_requests(text,text[],jsonb[],interval);
 DROP FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval);
 DROP FUNCTION hivenet._wake_waiters(text,text);
 DROP FUNCTION hivenet._utf16_units(text);
+DROP FUNCTION hivenet._starts_apart(hivenet.request_namespace);
+DROP FUNCTION hivenet._start_valid(boolean,text,text,text,interval);
+DROP FUNCTION hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval);
 DROP FUNCTION hivenet._start_chain(text);
+DROP FUNCTION hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean);
+DROP FUNCTION hivenet._set_policy(text,jsonb);
 DROP FUNCTION hivenet._serial_time(text,text);
 DROP FUNCTION hivenet._serial_field(text,text,text);
 DROP FUNCTION hivenet.parse_serial(text,text);
+DROP FUNCTION hivenet._request_start_valid(text,text,text,interval);
 DROP FUNCTION hivenet._raise_key_refused(text,text,integer,text);
 DROP FUNCTION hivenet._purge_chained(text,text[]);
 DROP FUNCTION hivenet._policy_fingerprint(text,jsonb);
+DROP FUNCTION hivenet._policy_checked(text,text,jsonb);
+DROP FUNCTION hivenet._plain_options(text,boolean,interval);
 DROP FUNCTION hivenet._new_decision_counter(text,text);
 DROP FUNCTION hivenet._maintain_request_expiry();
+DROP FUNCTION hivenet._key_allowed(hivenet.request_namespace,text);
 DROP FUNCTION hivenet._grant_decision_counters();
-DROP FUNCTION hivenet._expiry_due(text,timestamp with time zone);
+DROP FUNCTION hivenet._finish_batch(boolean,text,text[],integer[],boolean[],jsonb[]);
 DROP FUNCTION hivenet._expire_attempts(text,text[],integer[]);
 DROP FUNCTION hivenet._create_decision_counters(text,boolean);
 DROP FUNCTION hivenet._count_decision(text,text);
+DROP FUNCTION hivenet._check_step(text,text,text);
 DROP FUNCTION hivenet._check_fingerprint(text);
-DROP FUNCTION hivenet._check_batch(text,text[],text,jsonb[],interval);
+DROP FUNCTION hivenet._check_begin_options(text,interval,boolean,interval);
+DROP FUNCTION hivenet._check_batch(boolean,text,text[],text,jsonb[],interval);
 DROP FUNCTION hivenet._chain_link(bytea,hivenet.request_attempt,text);
 DROP FUNCTION hivenet._chain_append(text,text,integer,text);
 DROP FUNCTION hivenet._canonical_number(numeric);
 DROP FUNCTION hivenet._canonical_json(jsonb);
-DROP FUNCTION hivenet._called_by();
-DROP FUNCTION hivenet._begin_request(text,text,jsonb,text,interval,boolean,interval);
-DROP FUNCTION hivenet._begin_batch_key(text,text,jsonb,interval);
-DROP FUNCTION hivenet._begin_attempt_within(text,text,jsonb,text,text,interval,interval);
+DROP FUNCTION hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval);
+DROP FUNCTION hivenet._begin_batch_key(boolean,text,text,jsonb,text,interval);
+DROP FUNCTION hivenet._begin_batch(boolean,text,text[],jsonb[],text,interval);
+DROP FUNCTION hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,interval);
+DROP FUNCTION hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval);
 DROP FUNCTION hivenet._batch_limit();
 
 -- Tables, types and sequences (the .tables.sql beside this file).
@@ -213,9 +240,10 @@ END $$;
 DROP TABLE hivenet.decision_counter;
 DROP SEQUENCE hivenet.decision_counter_number;
 
--- The audit chain, who began each attempt, waiters' marks.
+-- The audit chain, who began each attempt, waiters' marks; the clock's default.
 DROP TABLE hivenet.request_chain;
 ALTER TABLE hivenet.request_attempt
+    ALTER COLUMN started_at DROP DEFAULT,
     DROP COLUMN called_by,
     DROP COLUMN application_name,
     DROP COLUMN client_addr,
@@ -395,6 +423,53 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._begin_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._check_begin_options(p_on_success text, p_lease interval, p_nowait boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_on_success IS NULL OR p_on_success NOT IN ('replay', 'reject') THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('on_success %s is neither ''replay'' nor ''reject''',
+                             hivenet._shown(p_on_success));
+    END IF;
+    PERFORM hivenet._check_interval('lease', p_lease);
+    IF p_nowait IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'nowait is NULL';
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_begin_options(text,interval,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_owned_serial(p_format text, p_serial text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_owned text := hivenet._ownership_setting('owned_instances');
+    v_instance text;
+BEGIN
+    IF v_owned = 'all' OR NOT hivenet._ownership_setting('check_received_instances')::boolean
+    THEN
+        RETURN;
+    END IF;
+    -- Cut by the format's layout (compile.sql); parse_serial for a format not yet generated.
+    v_instance := coalesce(hivenet._serial_field(p_format, p_serial, 'instance'),
+                           hivenet.parse_serial(p_serial, p_format) ->> 'instance');
+    IF NOT hivenet._instance_in(v_instance, v_owned) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN002',
+            MESSAGE = format('%s serial %s carries instance %s, which this database does not '
+                             'own (it owns %s): send it, and every retry of it, to the shard '
+                             'that owns that instance (docs/guides/scale-out.md; setting '
+                             'check_received_instances)', p_format, p_serial,
+                             hivenet._shown(v_instance), v_owned);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_owned_serial(text,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._grant_roles()
  RETURNS void
  LANGUAGE plpgsql
@@ -530,6 +605,26 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._grant_roles() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._not_owned(p_format hivenet.format, p_node text, p_owned text, p_single boolean)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE
+        WHEN p_owned = 'all' THEN NULL
+        WHEN hivenet._node_field(p_format) IS NULL THEN CASE WHEN NOT p_single THEN format(
+            'format %s has no instance or shard field: with several primaries only the one '
+            'whose setting single_primary_formats is on issues it (this database owns '
+            'instances %s, and that setting is off here)', p_format.name, p_owned) END
+        WHEN NOT hivenet._instance_in(p_node, p_owned) THEN format(
+            'format %s: %s %s is not owned by this database (it owns %s): allocate on the '
+            'database that owns it (docs/guides/scale-out.md)', p_format.name,
+            hivenet._node_field(p_format), hivenet._shown(p_node), p_owned)
+    END
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._ownership_check()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -573,6 +668,15 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._ownership_check() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._plain_options(p_on_success text, p_nowait boolean)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT COALESCE(((p_on_success = ANY (ARRAY['replay'::text, 'reject'::text])) AND (NOT p_nowait)), false) AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._plain_options(text,boolean) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamp with time zone, p_dated_before timestamp without time zone DEFAULT NULL::timestamp without time zone)
  RETURNS void
  LANGUAGE plpgsql
@@ -593,6 +697,15 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._request_start_valid(p_namespace text, p_key text, p_lease interval)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key) AND ("left"(p_namespace, 8) <> 'hivenet.'::text) AND ((p_lease IS NULL) OR hivenet._interval_allowed(p_lease)));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._request_start_valid(text,text,interval) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._resolve_attempt(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text, p_response jsonb)
  RETURNS void

@@ -9,12 +9,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db import DEFAULT_DB_ALIAS, transaction
-from sqlalchemy import text
 
 from hivenet_db._execute import rows
 from hivenet_db.django.db import connection
-
-MAINTAIN = text("SELECT hivenet.maintain()")
+from hivenet_db.statements import API
 
 
 class Command(BaseCommand):
@@ -28,6 +26,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         with transaction.atomic(using=options["database"]):
-            rows(connection(options["database"]), MAINTAIN, {})
+            rows(connection(options["database"]), API["maintain"], {})
         at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.stdout.write(f"maintain: done at {at}")
