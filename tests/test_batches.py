@@ -11,6 +11,7 @@ import random
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -361,7 +362,7 @@ def test_the_async_repository_begins_and_finishes_a_batch(hivenet_app_url: str,
 
 # --- batches of steps ------------------------------------------------------------------------
 
-def begin_steps(conn: psycopg.Connection, serials: list[str | None], requests: list[Any],
+def begin_steps(conn: psycopg.Connection, serials: Sequence[str | None], requests: list[Any],
                 **options: Any) -> list[tuple[str, str, int | None, Any]]:
     named = "".join(f", {name} => %({name})s" for name in options)
     return conn.execute(
