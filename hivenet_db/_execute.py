@@ -165,9 +165,9 @@ def mappings(db: SyncDB, sql: str) -> list[dict[str, Any]]:
             # dict_row on a cursor of our own: the caller's connection may use another factory
             with db.cursor(row_factory=dict_row) as cursor:
                 _json_values(cursor)
-                return list(cursor.execute(sql))
+                return list(cursor.execute(sql, {}))  # parsed as rows' are: % is %%
         conn = db.connection() if isinstance(db, Session) else db
-        return [dict(row) for row in conn.exec_driver_sql(sql).mappings()]
+        return [dict(row) for row in conn.exec_driver_sql(sql, {}).mappings()]
 
 
 def driver_of(db: SyncDB) -> psycopg.Connection[Any]:

@@ -3,8 +3,9 @@ the SQL API) and ``queries/metrics.sql`` (the metrics' read-only queries).
 
 A file of named statements, as procrastinate keeps its queries: each statement follows a
 ``-- name: NAME`` line, with psycopg's placeholders (``%(name)s``, ``%(name)b``) bound by name
-from the parameters of the call (``hivenet_db._execute.rows``). The SQL of the library is in
-``.sql`` files, where it is read and reviewed as SQL.
+from the parameters of the call (``hivenet_db._execute.rows``); a literal ``%`` is written
+``%%``, in a statement's comments too. The SQL of the library is in ``.sql`` files, where it
+is read and reviewed as SQL.
 """
 
 from __future__ import annotations

@@ -77,9 +77,9 @@ def system_serial(db: psycopg.Connection) -> str:
 def test_every_insert_path_records_the_application_login(
         db: psycopg.Connection, hivenet_app_url: str) -> None:
     """The application's login, its application_name and address, on the fast path of a new
-    key (view _request_start) and of a new step (_step_start), and on the state machine's
-    (_begin_attempt, SECURITY DEFINER: current_user there is the owner): a retry after a
-    failure, a namespace with a policy, a chained namespace."""
+    key and of a new step (_start_key) and on the state machine's (_begin_attempt): both
+    SECURITY DEFINER, where current_user is the owner, so the columns' defaults read the
+    session: a retry after a failure, a namespace with a policy, a chained namespace."""
     login = psycopg.conninfo.conninfo_to_dict(hivenet_app_url)["user"]
     ruled, chain = namespace(), chained(db)
     db.execute("SELECT hivenet.set_namespace_policy(%s, key_min_length => 8)", (ruled,))

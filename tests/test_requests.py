@@ -419,8 +419,8 @@ def test_a_new_key_starts_by_the_fast_path_of_every_key(db: psycopg.Connection) 
 
 
 def test_a_key_that_has_an_attempt_still_gets_every_check(db: psycopg.Connection) -> None:
-    """After the start view wrote nothing, _begin_request skips the checks only for input the
-    view vouches for: a failed key's retry with a lease that is not positive
+    """After the fast path wrote nothing, _begin_key skips the checks only for input the
+    fast path vouches for: a failed key's retry with a lease that is not positive
     or an unknown on_success still raises HN001, writing nothing."""
     request_key = key()
     db.execute("SELECT * FROM hivenet.begin_request('orders', %s)", (request_key,))

@@ -867,8 +867,8 @@ def test_a_new_step_starts_by_the_fast_path_of_every_key(db: psycopg.Connection)
 
 def test_a_step_that_has_an_attempt_still_gets_every_check(
         db: psycopg.Connection, fake_clock: Callable[..., None]) -> None:
-    """After the start view wrote nothing, _begin_step skips the full checks only for input
-    the view vouches for: a retry of a failed step with a bad unified serial,
+    """After the fast path wrote nothing, _begin_key skips the full checks only for input
+    the fast path vouches for: a retry of a failed step with a bad unified serial,
     lease or option, or one that left the window, still raises exactly, writing nothing."""
     fake_clock(db, "2026-10-01 12:00:00+00")
     serial = new_serial(db)

@@ -1,9 +1,9 @@
 -- The statements of the Python layer: every call it makes of the SQL API, each after a
 -- `-- name: NAME` line (hivenet_db.statements reads them). Placeholders are psycopg's, bound by
 -- name from the call's parameters: %(name)s, and %(name)b for an array sent in binary, which
--- psycopg writes without quoting each element as the text form needs (CPU per key). Each is
--- sent to the driver as written (hivenet_db._execute): one statement per call, on the
--- caller's connection, never committed.
+-- psycopg writes without quoting each element as the text form needs (CPU per key); a literal
+-- percent sign inside a statement is doubled. Each is sent to the driver as written
+-- (hivenet_db._execute): one statement per call, on the caller's connection, never committed.
 
 -- name: next_unified_serial
 SELECT hivenet.next_unified_serial(%(system)s, %(module)s, %(instance)s)
