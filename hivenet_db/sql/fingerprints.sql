@@ -1,4 +1,4 @@
--- Fingerprints of a keyed request by its namespace's policy (requests.sql,
+-- Fingerprints of a keyed request by its namespace's policy (policies.sql,
 -- set_namespace_policy): what makes two requests under one key "the same request".
 --   NULL ('bytes')  sha256 of the jsonb text (_fingerprint): key order and whitespace do not
 --                   matter, the form of a number does (1.0 is not 1);
