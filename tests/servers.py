@@ -1,4 +1,5 @@
-"""Extra servers some tests start: PgBouncer in front of the suite's PostgreSQL.
+"""Extra servers some tests start: PgBouncer in front of the suite's PostgreSQL, and what a
+pooled server session holds.
 
 Started as an unprivileged user when we are root (PgBouncer refuses root, like PostgreSQL),
 waited for until it accepts, and always stopped by its pid.
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -162,3 +164,32 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def left_on_the_session(url: str) -> dict[str, Any]:
+    """What the pooled server session of ``url`` holds besides a fresh session's: its
+    process (the same one every run used, with one server session per database), prepared
+    statements, LISTEN channels, temporary objects, settings a client SET for the session
+    (beyond those PgBouncer sets itself for each client)."""
+    with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
+        row = conn.execute("""
+            SELECT pg_backend_pid(),
+                   (SELECT array_agg(name ORDER BY name) FROM pg_prepared_statements),
+                   (SELECT array_agg(c ORDER BY c) FROM pg_listening_channels() c),
+                   (SELECT array_agg(c.relname ORDER BY c.relname) FROM pg_class c
+                    WHERE c.relnamespace = pg_my_temp_schema()),
+                   (SELECT array_agg(p.proname ORDER BY p.proname) FROM pg_proc p
+                    WHERE p.pronamespace = pg_my_temp_schema()),
+                   (SELECT array_agg(name ORDER BY name) FROM pg_settings
+                    WHERE source = 'session' AND name NOT IN (
+                        'application_name', 'client_encoding', 'DateStyle', 'TimeZone',
+                        'standard_conforming_strings'))""").fetchone()
+    assert row is not None
+    pid, *state = row
+    return {"pid": pid, **dict(zip(("prepared", "listening", "temporary relations",
+                                    "temporary functions", "session settings"), state,
+                                   strict=True))}
+
+
+NOTHING_LEFT = {"prepared": None, "listening": None, "temporary relations": None,
+                "temporary functions": None, "session settings": None}

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator
-from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
-from tests.servers import pgbouncer
+from tests.servers import NOTHING_LEFT, left_on_the_session, pgbouncer
 from tests.test_cli import SCOPE, _run
 from tests.test_cli_errors import SERIAL
 
@@ -46,35 +45,6 @@ def via(bouncer_port: int) -> Via:
 def superuser(hivenet_server: EmbeddedPostgres) -> Iterator[psycopg.Connection]:
     with psycopg.connect(hivenet_server.url(), autocommit=True) as conn:
         yield conn
-
-
-def left_on_the_session(url: str) -> dict[str, Any]:
-    """What the pooled server session of ``url`` holds besides a fresh session's: its
-    process (the same one every run used, with one server session per database), prepared
-    statements, LISTEN channels, temporary objects, settings a client SET for the session
-    (beyond those PgBouncer sets itself for each client)."""
-    with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
-        row = conn.execute("""
-            SELECT pg_backend_pid(),
-                   (SELECT array_agg(name ORDER BY name) FROM pg_prepared_statements),
-                   (SELECT array_agg(c ORDER BY c) FROM pg_listening_channels() c),
-                   (SELECT array_agg(c.relname ORDER BY c.relname) FROM pg_class c
-                    WHERE c.relnamespace = pg_my_temp_schema()),
-                   (SELECT array_agg(p.proname ORDER BY p.proname) FROM pg_proc p
-                    WHERE p.pronamespace = pg_my_temp_schema()),
-                   (SELECT array_agg(name ORDER BY name) FROM pg_settings
-                    WHERE source = 'session' AND name NOT IN (
-                        'application_name', 'client_encoding', 'DateStyle', 'TimeZone',
-                        'standard_conforming_strings'))""").fetchone()
-    assert row is not None
-    pid, *state = row
-    return {"pid": pid, **dict(zip(("prepared", "listening", "temporary relations",
-                                    "temporary functions", "session settings"), state,
-                                   strict=True))}
-
-
-NOTHING_LEFT = {"prepared": None, "listening": None, "temporary relations": None,
-                "temporary functions": None, "session settings": None}
 
 
 def three_runs(url: str | None, *args: str, rc: int = 0, shards: tuple[str, ...] = ()
