@@ -2,7 +2,7 @@
 --   {"format": ..., <one key per field>, "date" or "datetime": ..., "seq": n}. With no format,
 --   the standard's kinds (unified, system, interface) are told apart by their lengths.
 --   HN001 when the serial is no valid serial of that format (length, characters, an
---   impossible date, seq 0) or the format is unknown. IMMUTABLE in effect; never blocks.
+--   impossible date, seq 0) or the format is unknown or numeric (parse_time_id). IMMUTABLE in effect; never blocks.
 --   hivenet_db.parse_serial does the same in Python for the built-in formats (same results,
 --   same messages; tests/test_parsing.py compares them).
 CREATE FUNCTION hivenet.parse_serial(p_serial text, p_format text DEFAULT NULL) RETURNS jsonb
@@ -34,6 +34,10 @@ BEGIN
                                                ', ([^,]*)$', ' or \1')
                          FROM hivenet.format k WHERE k.name = ANY (v_kinds)))
             ELSE format('unknown format %s', hivenet._shown(p_format)) END;
+    ELSIF v_format.time_shift IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s is numeric (a bigint): parse_time_id parses its ids',
+                             v_format.name);
     END IF;
     v_result := jsonb_build_object('format', v_format.name);
     IF octet_length(p_serial) <> v_format.length OR length(p_serial) <> v_format.length THEN
