@@ -458,13 +458,19 @@ BEGIN
     high := format('(to_char(%s, %L)::bigint << %s)%s', v_local, p_format.head_pattern,
                    p_format.time_shift, v_bits);
     counter := format('to_regclass(%s)', counter);
+    -- _period_index(local, reset) in double precision: fewer, cheaper nodes, and no call the
+    -- caller would need the right to run (tests/test_generated.py compares the two).
     base := format('%s * %s::bigint', CASE p_format.reset
-        -- _period_index(local, 'second') in double precision: fewer, cheaper nodes.
-        WHEN 'second' THEN format('(floor(date_part(''epoch'', %s))::bigint - %s)', v_local,
-            extract(epoch FROM timestamp '2000-01-01')::bigint
-            - hivenet._period_index(timestamp '2000-01-01', 'second'))
-        ELSE format('hivenet._period_index(%s, %L)', v_local, p_format.reset) END,
-        p_format.stride);
+        WHEN 'month' THEN format('(date_part(''year'', %1$s)::bigint * 12 + date_part(''month'', '
+                                 '%1$s)::bigint - 24000)', v_local)
+        WHEN 'year' THEN format('(date_part(''year'', %s)::bigint - 1999)', v_local)
+        ELSE format('(floor(date_part(''epoch'', %s)%s)::bigint - %s)', v_local,
+            CASE p_format.reset WHEN 'second' THEN '' ELSE format(' / %s', u.seconds) END,
+            extract(epoch FROM timestamp '2000-01-01')::bigint / u.seconds - 1) END,
+        p_format.stride)
+    FROM (VALUES ('second', 1), ('minute', 60), ('hour', 3600), ('day', 86400),
+                 ('month', 1), ('year', 1)) AS u (reset, seconds)
+    WHERE u.reset = p_format.reset;
     capacity := p_format.capacity;
 END $$;
 

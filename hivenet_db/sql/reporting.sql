@@ -122,7 +122,9 @@ WITH clock AS (
     FROM (SELECT c.format, c.scope, c.fields, c.sequence_name, false AS shared
           FROM hivenet.scope c
           UNION ALL
-          SELECT n.name, '(unprepared scopes)', '{}'::jsonb, 'cold_' || n.name, true
+          -- Named: a view made again from its definition (a revision) must read the same.
+          SELECT n.name, '(unprepared scopes)' AS scope, '{}'::jsonb AS fields,
+                 'cold_' || n.name AS sequence_name, true AS shared
           FROM hivenet.format n
          ) AS s
     JOIN hivenet.format f ON f.name = s.format
@@ -168,7 +170,8 @@ WITH clock AS (
                  hivenet._scope_sequence_name(s.format, s.scope) AS live_name
           FROM hivenet.scope s
           UNION ALL
-          SELECT n.name, 'cold_' || n.name, 'cold_' || n.name FROM hivenet.format n
+          SELECT n.name, 'cold_' || n.name AS sequence_name, 'cold_' || n.name AS live_name
+          FROM hivenet.format n
          ) AS c ON c.format = f.name
     GROUP BY f.name
 )

@@ -1830,7 +1830,6 @@ DECLARE
     v record;
 BEGIN
     FOR v IN SELECT * FROM (VALUES
-        ('FUNCTION hivenet._period_index(timestamp without time zone,text)', 'hivenet_app', 'EXECUTE'),
         ('FUNCTION hivenet._scope_sequence_name(text,text)', 'hivenet_admin', 'EXECUTE'),
         ('FUNCTION hivenet._scope_sequence_name(text,text)', 'hivenet_reporting', 'EXECUTE')) AS g (object, grantee, privilege)
         WHERE to_regrole(g.grantee) IS NOT NULL LOOP

@@ -1353,14 +1353,13 @@ BEGIN
             hivenet._scope_sequence_name(text, text)
         TO hivenet_app;
         -- next_time_id and next_time_ids (time_ids.sql), inlined: their fast paths
-        -- (_fast_time_id, _time_id_batch, _seq_in_period, which may inline _period_index), and
-        -- what they call when those give NULL: _next_time_id (SECURITY DEFINER, every check
-        -- of next_time_id), the count's check.
+        -- (_fast_time_id, _time_id_batch, _seq_in_period), and what they call when those give
+        -- NULL: _next_time_id (SECURITY DEFINER, every check of next_time_id), the count's
+        -- check.
         GRANT EXECUTE ON FUNCTION
             hivenet._fast_time_id(text, jsonb),
             hivenet._time_id_batch(text, jsonb),
             hivenet._seq_in_period(bigint, bigint, bigint),
-            hivenet._period_index(timestamp, text),
             hivenet._next_time_id(text, jsonb),
             hivenet._time_id_count(text, integer)
         TO hivenet_app;
@@ -2426,13 +2425,19 @@ BEGIN
     high := format('(to_char(%s, %L)::bigint << %s)%s', v_local, p_format.head_pattern,
                    p_format.time_shift, v_bits);
     counter := format('to_regclass(%s)', counter);
+    -- _period_index(local, reset) in double precision: fewer, cheaper nodes, and no call the
+    -- caller would need the right to run (tests/test_generated.py compares the two).
     base := format('%s * %s::bigint', CASE p_format.reset
-        -- _period_index(local, 'second') in double precision: fewer, cheaper nodes.
-        WHEN 'second' THEN format('(floor(date_part(''epoch'', %s))::bigint - %s)', v_local,
-            extract(epoch FROM timestamp '2000-01-01')::bigint
-            - hivenet._period_index(timestamp '2000-01-01', 'second'))
-        ELSE format('hivenet._period_index(%s, %L)', v_local, p_format.reset) END,
-        p_format.stride);
+        WHEN 'month' THEN format('(date_part(''year'', %1$s)::bigint * 12 + date_part(''month'', '
+                                 '%1$s)::bigint - 24000)', v_local)
+        WHEN 'year' THEN format('(date_part(''year'', %s)::bigint - 1999)', v_local)
+        ELSE format('(floor(date_part(''epoch'', %s)%s)::bigint - %s)', v_local,
+            CASE p_format.reset WHEN 'second' THEN '' ELSE format(' / %s', u.seconds) END,
+            extract(epoch FROM timestamp '2000-01-01')::bigint / u.seconds - 1) END,
+        p_format.stride)
+    FROM (VALUES ('second', 1), ('minute', 60), ('hour', 3600), ('day', 86400),
+                 ('month', 1), ('year', 1)) AS u (reset, seconds)
+    WHERE u.reset = p_format.reset;
     capacity := p_format.capacity;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._time_id_parts(hivenet.format,text,boolean,boolean) FROM PUBLIC;
@@ -3156,8 +3161,8 @@ CREATE VIEW hivenet.clock_lead AS
                    FROM hivenet.scope s
                 UNION ALL
                  SELECT n.name,
-                    ('cold_'::text || n.name),
-                    ('cold_'::text || n.name)
+                    ('cold_'::text || n.name) AS sequence_name,
+                    ('cold_'::text || n.name) AS live_name
                    FROM hivenet.format n) c_1 ON ((c_1.format = f_1.name)))
           GROUP BY f_1.name
         )
@@ -3238,10 +3243,10 @@ CREATE VIEW hivenet.scope_usage AS
                    FROM hivenet.scope c_1
                 UNION ALL
                  SELECT n.name,
-                    '(unprepared scopes)'::text,
-                    '{}'::jsonb AS jsonb,
-                    ('cold_'::text || n.name),
-                    true
+                    '(unprepared scopes)'::text AS scope,
+                    '{}'::jsonb AS fields,
+                    ('cold_'::text || n.name) AS sequence_name,
+                    true AS shared
                    FROM hivenet.format n) s
              JOIN hivenet.format f ON ((f.name = s.format)))
              CROSS JOIN clock c)
