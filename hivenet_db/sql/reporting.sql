@@ -122,9 +122,7 @@ WITH clock AS (
     FROM (SELECT c.format, c.scope, c.fields, c.sequence_name, false AS shared
           FROM hivenet.scope c
           UNION ALL
-          -- Named: a view made again from its definition (a revision) must read the same.
-          SELECT n.name, '(unprepared scopes)' AS scope, '{}'::jsonb AS fields,
-                 'cold_' || n.name AS sequence_name, true AS shared
+          SELECT n.name, '(unprepared scopes)', '{}'::jsonb, 'cold_' || n.name, true
           FROM hivenet.format n
          ) AS s
     JOIN hivenet.format f ON f.name = s.format

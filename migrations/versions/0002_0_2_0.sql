@@ -9,7 +9,6 @@ DROP VIEW hivenet.stuck_steps;
 DROP VIEW hivenet.stuck_requests;
 DROP VIEW hivenet.step_states;
 DROP VIEW hivenet.step_attempt;
-DROP VIEW hivenet.scope_usage;
 DROP VIEW hivenet.request_states;
 DROP VIEW hivenet._step_start;
 DROP VIEW hivenet._request_start;
@@ -3221,65 +3220,6 @@ CREATE VIEW hivenet.request_states AS
   GROUP BY n.namespace, s.state
   ORDER BY n.namespace, s.state;
 COMMENT ON VIEW hivenet.request_states IS 'number of keyed requests per namespace and state (the state of their latest attempt)';
-
-CREATE VIEW hivenet.scope_usage AS
- WITH clock AS (
-         SELECT hivenet._reporting_local_now() AS local_now
-        ), counter AS (
-         SELECT s.format,
-            s.scope,
-            s.fields,
-            s.shared,
-            f.reset,
-            f.capacity,
-            (v.value / f.stride) AS value_period,
-            (v.value % f.stride) AS value_seq,
-            GREATEST(hivenet._period_index(c.local_now, f.reset), (v.value / f.stride)) AS period
-           FROM (((( SELECT c_1.format,
-                    c_1.scope,
-                    c_1.fields,
-                    c_1.sequence_name,
-                    false AS shared
-                   FROM hivenet.scope c_1
-                UNION ALL
-                 SELECT n.name,
-                    '(unprepared scopes)'::text AS scope,
-                    '{}'::jsonb AS fields,
-                    ('cold_'::text || n.name) AS sequence_name,
-                    true AS shared
-                   FROM hivenet.format n) s
-             JOIN hivenet.format f ON ((f.name = s.format)))
-             CROSS JOIN clock c)
-             CROSS JOIN LATERAL ( SELECT hivenet._scope_counter_value(s.sequence_name) AS value) v)
-        ), usage AS (
-         SELECT c.format,
-            c.scope,
-            c.fields,
-            c.shared,
-            c.reset,
-            c.capacity,
-            c.value_period,
-            c.value_seq,
-            c.period,
-                CASE
-                    WHEN (c.value_period = c.period) THEN LEAST(c.value_seq, c.capacity)
-                    ELSE (0)::bigint
-                END AS issued
-           FROM counter c
-        )
- SELECT u.format,
-    u.scope,
-    u.fields,
-    u.reset,
-    hivenet._period_start(u.period, u.reset) AS period_start,
-    u.issued,
-    u.capacity,
-    (u.capacity - u.issued) AS remaining,
-    round(((100.0 * (u.issued)::numeric) / (u.capacity)::numeric), 2) AS used_percent,
-    hivenet._period_start(u.value_period, u.reset) AS last_period_start,
-    u.shared
-   FROM usage u;
-COMMENT ON VIEW hivenet.scope_usage IS 'per counter scope: current period, serials issued in it, capacity and remaining headroom';
 
 CREATE VIEW hivenet.step_attempt AS
  SELECT a.key AS system_serial,
