@@ -175,9 +175,9 @@ def test_a_numeric_format_with_instance_bits(db: psycopg.Connection, fake_clock:
     row = db.execute("SELECT length, capacity, time_shift FROM hivenet.format "
                      "WHERE name = 'order_id'").fetchone()
     assert row == (61, 16383, 21)
+    fake_clock(db, "2026-03-01 12:00:00+00")  # before preparing: the real clock is later
     for instance in ("03", "04"):
         db.execute("SELECT hivenet.prepare_scope('order_id', %s)", (Jsonb({"instance": instance}),))
-    fake_clock(db, "2026-03-01 12:00:00+00")
     three = scalar(db, "SELECT hivenet.next_time_id('order_id', '{\"instance\": \"03\"}')")
     four = scalar(db, "SELECT hivenet.next_time_id('order_id', '{\"instance\": \"04\"}')")
     assert three == (260301120000 << 21) | (3 << 14) | 1
