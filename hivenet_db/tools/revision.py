@@ -8,9 +8,10 @@ this module, not by hand, so that a change of SQL is made once, in ``hivenet_db/
   replayed) and the schema files' (a fresh install). A function whose body changed is
   replaced; one whose arguments or result changed, a changed view or trigger, and whatever
   depends on something that must go, on a table's row type or type whose shape changed, or
-  on a column that goes or changes, is dropped first and made again, in dependency order, closed to PUBLIC as the catalog has it. Grants
-  end it as they end a fresh install (``_grant_roles``), and the generated functions are
-  written again from the database's own settings and formats (``_recompile``);
+  on a column that goes or changes, is dropped first and made again, in dependency order,
+  closed to PUBLIC as the catalog has it. Grants end it as they end a fresh install
+  (``_grant_roles``), and the generated functions are written again from the database's own
+  settings and formats (``_recompile``);
 * what is **not code** (tables, columns, types, sequences, rows) is written by hand, once,
   in the revision's ``.tables.sql`` (run between the drops and the creates) and
   ``.data.sql`` (after the creates); the way down in ``.downgrade.tables.sql`` and
