@@ -228,8 +228,8 @@ BEGIN
                      ELSE hivenet._setting_value('single_primary_formats')::boolean END;
     FOR v_scope IN SELECT s.format, s.scope FROM hivenet._scopes_by_node() s
                    WHERE left(s.sequence_name, 4) = 'seq_'
-                     AND pg_sequence_last_value(('hivenet.' || quote_ident(s.sequence_name))
-                                                ::regclass) IS NULL
+                     AND pg_sequence_last_value(to_regclass(
+                             'hivenet.' || quote_ident(s.sequence_name))) IS NULL
                      AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
                    ORDER BY s.sequence_name LOOP
         PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);

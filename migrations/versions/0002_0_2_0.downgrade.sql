@@ -1434,6 +1434,55 @@ AS $function$
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._scopes_by_node() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._setting_check()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_conflict text;
+BEGIN
+    BEGIN
+        CASE NEW.kind
+            WHEN 'boolean' THEN PERFORM NEW.value::boolean;
+            WHEN 'interval' THEN PERFORM NEW.value::interval;
+            WHEN 'time_zone' THEN PERFORM now() AT TIME ZONE NEW.value;
+            -- A positive integer: 0 or less divides by zero (division_by_zero is a
+            -- data_exception, caught below like a value that is no integer).
+            WHEN 'count' THEN PERFORM 1 / (NEW.value::integer > 0)::integer;
+            ELSE NULL;
+        END CASE;
+    EXCEPTION WHEN data_exception OR invalid_parameter_value OR feature_not_supported THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('setting %s: %s is not a valid %s', NEW.name,
+                             hivenet._shown(NEW.value), NEW.kind);
+    END;
+    IF NEW.kind = 'interval' THEN
+        v_conflict := hivenet._interval_conflict(NEW.name, NEW.value::interval);
+        IF v_conflict IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format('setting %s: %s %s',
+                NEW.name, hivenet._shown(NEW.value), v_conflict);
+        END IF;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
+       AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
+       AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
+        -- Nested: the tables are looked up only once they exist (not during an install).
+        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending) THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
+                                 'issued: their business dates and times would go backwards '
+                                 '(choose the zone before the first serial)', NEW.name,
+                                 hivenet._shown(NEW.value),
+                                 (now() AT TIME ZONE OLD.value) - (now() AT TIME ZONE NEW.value),
+                                 hivenet._shown(OLD.value));
+        END IF;
+    END IF;
+    RETURN NEW;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._setting_check() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._start_request(p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval, p_nowait boolean)
  RETURNS boolean
  LANGUAGE plpgsql
