@@ -80,10 +80,10 @@ _KIND = {
 
 
 # Numeric formats (time_id): the fields as JSON, NULL when there are none (time_id's fast path
-# then needs no JSON at all).
+# then needs no JSON at all). next_time_ids returns its ids in increasing order, and is
+# inlined into this statement (no WITH ORDINALITY, which would keep it from that).
 _TIME_ID = "SELECT hivenet.next_time_id(%s, CAST(%s AS jsonb))"
-_TIME_IDS = ("SELECT i FROM hivenet.next_time_ids(%s, %s, CAST(%s AS jsonb)) "
-             "WITH ORDINALITY AS t(i, n) ORDER BY n")
+_TIME_IDS = "SELECT * FROM hivenet.next_time_ids(%s, %s, CAST(%s AS jsonb))"
 
 
 def _time_id_fields(fields: dict[str, str]) -> str | None:

@@ -49,7 +49,8 @@ class TimeId(int):
                                      **when}))
 
 
-_PARSE = text("SELECT hivenet.parse_time_id(:id, :format)")
+# The id as text: a bigint, where the library's other parameters are integers (_execute).
+_PARSE = text("SELECT hivenet.parse_time_id(CAST(:id AS bigint), :format)")
 
 
 def parse_time_id(value: Any, format: str = "time_id", *, db: SyncDB | None = None) -> TimeId:
@@ -62,5 +63,5 @@ def parse_time_id(value: Any, format: str = "time_id", *, db: SyncDB | None = No
     """
     if db is None:
         return TimeId(value, parse_builtin_time_id(value, format))
-    (row,) = rows(db, _PARSE, {"id": value, "format": format})
+    (row,) = rows(db, _PARSE, {"id": None if value is None else str(value), "format": format})
     return TimeId(value, row[0])

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -258,6 +262,31 @@ def test_a_bigint_column_defaults_to_a_time_id(hivenet_engine: sa.Engine) -> Non
         batch = conn.execute(sa.select(hsa.next_time_ids(3))).scalars().all()
     assert ids[0] < ids[1] < batch[0] and len(batch) == 3
     assert parse_time_id(ids[0]).format == "time_id"
+
+
+def test_the_command_issues_and_parses_time_ids(hivenet_url: str, db: psycopg.Connection,
+                                                fake_clock: SetClock) -> None:
+    command = Path(sys.executable).with_name("hivenet-db")
+
+    def run(*args: str) -> str:
+        done = subprocess.run([str(command), *args, "--url", hivenet_url], capture_output=True,
+                              text=True, check=True, timeout=120)
+        return done.stdout
+
+    ids = [int(line) for line in run("next", "time_id", "-n", "3").split()]
+    assert len(ids) == 3 and ids == sorted(ids)
+    (row,) = [json.loads(line) for line in run("next", "time_id", "--json").splitlines()]
+    assert row["id"] > ids[-1] and row["format"] == "time_id" and row["seq"] >= 1
+    assert json.loads(run("parse", "4102768558080001", "--json")) == {
+        "id": 4102768558080001, "format": "time_id", "datetime": "2025-04-13T12:00:00",
+        "seq": 1}
+    db.execute(ORDER_ID)
+    fake_clock(db, "2026-03-01 12:00:00+00")
+    db.execute("SELECT hivenet.prepare_scope('order_id', '{\"instance\": \"03\"}')")
+    (row,) = [json.loads(line) for line in run(
+        "next", "order_id", "--instance", "03", "--json").splitlines()]
+    assert row["instance"] == "03" and json.loads(
+        run("parse", str(row["id"]), "--format", "order_id", "--json")) == row
 
 
 def _issue(conn: psycopg.Connection, client: int, call: int) -> list[Issued]:

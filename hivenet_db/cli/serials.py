@@ -96,8 +96,7 @@ def cmd_parse(args: argparse.Namespace, out: Output) -> None:
     with usable_engine(args, out) as engine, hinting_formats(engine, formats, args.serial), \
             engine.begin() as conn:
         if _a_time_id(conn, args.serial, args.format):
-            row = _time_id_row(parse_time_id(int(args.serial), args.format or "time_id",
-                                             db=conn))
+            row = _time_id_row(_parsed(conn, [int(args.serial)], args.format or "time_id")[0])
         else:
             row = _serial_row(parse_serial(args.serial, args.format, db=conn))
     if out.as_json:
