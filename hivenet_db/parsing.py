@@ -120,6 +120,19 @@ def shows_date_only(segment: dict[str, Any]) -> bool:
     return _UNITS.index(segment["resolution"]) >= _UNITS.index("day")
 
 
+def printed_time(segment: dict[str, Any], part: str) -> dict[str, str] | None:
+    """The time ``part`` shows by time segment ``segment``, as the parsers report it
+    (``{"date": ...}`` or ``{"datetime": ...}``; SQL ``_printed_time``), or None when it is
+    no valid time of the segment's pattern."""
+    when = _read_time(part, segment["to_char"]) if len(part) == int(segment["width"]) else None
+    if when is None:
+        return None
+    day = f"{when.year:04d}-{when.month:02d}-{when.day:02d}"
+    if shows_date_only(segment):
+        return {"date": day}
+    return {"datetime": f"{day}T{when.hour:02d}:{when.minute:02d}:{when.second:02d}"}
+
+
 def parse_builtin(serial: str | None, format: str | None = None) -> dict[str, Any]:
     """``hivenet.parse_serial(serial, format)`` for the built-in formats, in Python: the same
     JSON object, or InvalidInput (HN001) with the same message."""
@@ -160,14 +173,11 @@ def parse_builtin(serial: str | None, format: str | None = None) -> dict[str, An
                 problem = f"{quote_literal(part)} where {quote_literal(segment['literal'])} belongs"
         elif "time" in segment:
             part = serial[pos:pos + int(segment["width"])]
-            when = _read_time(part, segment["to_char"])
+            when = printed_time(segment, part)
             if when is None:
                 problem = f"time {quote_literal(part)} is no valid {segment['time']}"
-            elif shows_date_only(segment):
-                result["date"] = f"{when.year:04d}-{when.month:02d}-{when.day:02d}"
             else:
-                result["datetime"] = (f"{when.year:04d}-{when.month:02d}-{when.day:02d}T"
-                                      f"{when.hour:02d}:{when.minute:02d}:{when.second:02d}")
+                result.update(when)
         else:
             part = serial[pos:pos + int(definition["seq_width"])]
             if not _DIGITS.fullmatch(part) or int(part) == 0:
@@ -204,16 +214,11 @@ def parse_builtin_time_id(value: int | None, format: str = "time_id") -> dict[st
             break
         if "time" in segment:
             number = value >> int(definition["time_shift"])
-            part = _id_digits(number, int(segment["width"]))
-            when = _read_time(part, segment["to_char"]) if len(part) == int(
-                segment["width"]) else None
+            when = printed_time(segment, _id_digits(number, int(segment["width"])))
             if when is None:
                 problem = f"time {number} is no valid {segment['time']}"
-            elif shows_date_only(segment):
-                result["date"] = f"{when.year:04d}-{when.month:02d}-{when.day:02d}"
             else:
-                result["datetime"] = (f"{when.year:04d}-{when.month:02d}-{when.day:02d}T"
-                                      f"{when.hour:02d}:{when.minute:02d}:{when.second:02d}")
+                result.update(when)
         elif "field" in segment:
             number = (value >> int(segment["shift"])) & ((1 << int(segment["bits"])) - 1)
             part = _id_digits(number, int(segment["width"]))

@@ -4,49 +4,29 @@ value type and ``parse_time_id``. They are issued by ``SerialRepository.next_tim
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from sqlalchemy import text
 
 from hivenet_db._execute import SyncDB, rows
 from hivenet_db.parsing import parse_builtin_time_id
+from hivenet_db.serial import Parts
 
 
-class TimeId(int):
+class TimeId(Parts, int):
     """A time id with its parts as attributes: ``format``, ``seq``, ``datetime`` (a naive
     ``datetime`` in the business time zone) or ``date``, and each field of the format
     (``instance``, ...; time_id has none)."""
 
-    format: str
-    fields: dict[str, str]
-    seq: int
-    date: dt.date | None
-    datetime: dt.datetime | None
+    _called = "time id"
 
     def __new__(cls, value: int, parsed: dict[str, Any]) -> TimeId:
         time_id = super().__new__(cls, value)
-        time_id.format = parsed["format"]
-        time_id.seq = int(parsed["seq"])
-        time_id.datetime = (dt.datetime.fromisoformat(parsed["datetime"])
-                            if "datetime" in parsed else None)
-        time_id.date = (dt.date.fromisoformat(parsed["date"]) if "date" in parsed
-                        else time_id.datetime.date() if time_id.datetime else None)
-        time_id.fields = {k: v for k, v in parsed.items()
-                          if k not in ("format", "seq", "date", "datetime")}
+        time_id._take(parsed)
         return time_id
 
-    def __getattr__(self, name: str) -> str:
-        fields = self.__dict__.get("fields", {})
-        if name in fields:
-            return str(fields[name])
-        raise AttributeError(f"{self.format!r} time id has no field {name!r}")
-
     def __reduce__(self) -> tuple[Any, ...]:
-        when = ({"datetime": self.datetime.isoformat()} if self.datetime
-                else {"date": self.date.isoformat()} if self.date else {})
-        return (TimeId, (int(self), {"format": self.format, "seq": self.seq, **self.fields,
-                                     **when}))
+        return (TimeId, (int(self), self._parsed()))
 
 
 # The id as text: a bigint, where the library's other parameters are integers (_execute).

@@ -231,7 +231,8 @@ OWNER_ONLY = set("""
     _setting_value _shown _start_chain _step_days_from _step_days_to _step_issued_here
     _wake_waiters
     _step_window_expression _time_pattern _unit_rank _utf16_units
-    _prepare_time_id_scope _time_id_digits _time_id_fields _time_id_parts _time_number_max
+    _prepare_time_id_scope _printed_time _time_id_digits _time_id_fields _time_id_parts
+    _time_number_max
     _timeout_left
 """.split())  # noqa: SIM905 (a list of words reads best)
 

@@ -1,3 +1,28 @@
+-- The time printed as p_part by time segment p_seg, as parse_serial and parse_time_id report
+-- it: {"date": ...} for a segment showing a day or coarser, else {"datetime": ...}; NULL when
+-- p_part is no valid time of the segment's pattern. The round trip rejects what to_timestamp
+-- forgives (spaces, signs, 2-digit years, day 32 of a month).
+CREATE FUNCTION hivenet._printed_time(p_seg jsonb, p_part text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_time timestamp;
+BEGIN
+    IF p_part !~ '^[0-9]+$' THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        v_time := to_timestamp(p_part, p_seg ->> 'to_char')::timestamp;
+    EXCEPTION WHEN data_exception THEN
+        RETURN NULL;
+    END;
+    IF to_char(v_time, p_seg ->> 'to_char') <> p_part THEN
+        RETURN NULL;
+    ELSIF hivenet._unit_rank(p_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
+        RETURN jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
+    END IF;
+    RETURN jsonb_build_object('datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
+END $$;
+
 -- hivenet.parse_serial(serial, format default null) → jsonb
 --   {"format": ..., <one key per field>, "date" or "datetime": ..., "seq": n}. With no format,
 --   the standard's kinds (unified, system, interface) are told apart by their lengths.
@@ -14,7 +39,7 @@ DECLARE
     v_pos integer := 1;
     v_part text;
     v_problem text;
-    v_time timestamp;
+    v_time jsonb;  -- the printed time, as reported
     v_result jsonb;
 BEGIN
     IF p_serial IS NULL THEN
@@ -59,21 +84,11 @@ BEGIN
             END IF;
         ELSIF v_seg ? 'time' THEN
             v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
-            BEGIN
-                v_time := to_timestamp(v_part, v_seg ->> 'to_char')::timestamp;
-            EXCEPTION WHEN data_exception THEN
-                v_time := NULL;
-            END;
-            -- The round trip rejects what to_timestamp forgives (spaces, signs, 2-digit years).
-            IF v_part !~ '^[0-9]+$' OR v_time IS NULL
-               OR to_char(v_time, v_seg ->> 'to_char') <> v_part THEN
+            v_time := hivenet._printed_time(v_seg, v_part);
+            IF v_time IS NULL THEN
                 v_problem := format('time %L is no valid %s', v_part, v_seg ->> 'time');
-            ELSIF hivenet._unit_rank(v_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
-                v_result := v_result || jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
-            ELSE
-                v_result := v_result || jsonb_build_object(
-                    'datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
             END IF;
+            v_result := v_result || v_time;
         ELSE
             v_part := substr(p_serial, v_pos, v_format.seq_width);
             IF v_part !~ '^[0-9]+$' OR v_part::numeric = 0 THEN

@@ -100,7 +100,7 @@ DECLARE
     v_seg jsonb;
     v_number bigint;
     v_part text;
-    v_time timestamp;
+    v_time jsonb;  -- the printed time, as reported
     v_problem text;
     v_result jsonb;
 BEGIN
@@ -122,21 +122,12 @@ BEGIN
         EXIT WHEN v_problem IS NOT NULL;
         IF v_seg ? 'time' THEN
             v_number := id >> v_format.time_shift;
-            v_part := hivenet._time_id_digits(v_number, (v_seg ->> 'width')::integer);
-            BEGIN
-                v_time := to_timestamp(v_part, v_seg ->> 'to_char')::timestamp;
-            EXCEPTION WHEN data_exception THEN
-                v_time := NULL;
-            END;
-            -- The round trip rejects what to_timestamp forgives (day 32 of a month, ...).
-            IF v_time IS NULL OR to_char(v_time, v_seg ->> 'to_char') <> v_part THEN
+            v_time := hivenet._printed_time(v_seg, hivenet._time_id_digits(
+                v_number, (v_seg ->> 'width')::integer));
+            IF v_time IS NULL THEN
                 v_problem := format('time %s is no valid %s', v_number, v_seg ->> 'time');
-            ELSIF hivenet._unit_rank(v_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
-                v_result := v_result || jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
-            ELSE
-                v_result := v_result || jsonb_build_object(
-                    'datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
             END IF;
+            v_result := v_result || v_time;
         ELSIF v_seg ? 'field' THEN
             v_number := (id >> (v_seg ->> 'shift')::integer)
                         & ((1::bigint << (v_seg ->> 'bits')::integer) - 1);

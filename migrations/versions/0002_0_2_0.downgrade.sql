@@ -44,6 +44,7 @@ DROP FUNCTION hivenet._scope_fields(hivenet.format,text[]);
 DROP FUNCTION hivenet._raise_key_refused(text,text,integer,text);
 DROP FUNCTION hivenet._purge_chained(text,text[]);
 DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb);
+DROP FUNCTION hivenet._printed_time(jsonb,text);
 DROP FUNCTION hivenet._prepare_time_id_scope();
 DROP FUNCTION hivenet._policy_fingerprint(text,jsonb);
 DROP FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean);

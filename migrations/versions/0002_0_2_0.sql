@@ -1938,6 +1938,32 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._prepare_time_id_scope() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._printed_time(p_seg jsonb, p_part text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_time timestamp;
+BEGIN
+    IF p_part !~ '^[0-9]+$' THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        v_time := to_timestamp(p_part, p_seg ->> 'to_char')::timestamp;
+    EXCEPTION WHEN data_exception THEN
+        RETURN NULL;
+    END;
+    IF to_char(v_time, p_seg ->> 'to_char') <> p_part THEN
+        RETURN NULL;
+    ELSIF hivenet._unit_rank(p_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
+        RETURN jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
+    END IF;
+    RETURN jsonb_build_object('datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._printed_time(jsonb,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -2769,7 +2795,7 @@ DECLARE
     v_pos integer := 1;
     v_part text;
     v_problem text;
-    v_time timestamp;
+    v_time jsonb;  -- the printed time, as reported
     v_result jsonb;
 BEGIN
     IF p_serial IS NULL THEN
@@ -2814,21 +2840,11 @@ BEGIN
             END IF;
         ELSIF v_seg ? 'time' THEN
             v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
-            BEGIN
-                v_time := to_timestamp(v_part, v_seg ->> 'to_char')::timestamp;
-            EXCEPTION WHEN data_exception THEN
-                v_time := NULL;
-            END;
-            -- The round trip rejects what to_timestamp forgives (spaces, signs, 2-digit years).
-            IF v_part !~ '^[0-9]+$' OR v_time IS NULL
-               OR to_char(v_time, v_seg ->> 'to_char') <> v_part THEN
+            v_time := hivenet._printed_time(v_seg, v_part);
+            IF v_time IS NULL THEN
                 v_problem := format('time %L is no valid %s', v_part, v_seg ->> 'time');
-            ELSIF hivenet._unit_rank(v_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
-                v_result := v_result || jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
-            ELSE
-                v_result := v_result || jsonb_build_object(
-                    'datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
             END IF;
+            v_result := v_result || v_time;
         ELSE
             v_part := substr(p_serial, v_pos, v_format.seq_width);
             IF v_part !~ '^[0-9]+$' OR v_part::numeric = 0 THEN
@@ -2860,7 +2876,7 @@ DECLARE
     v_seg jsonb;
     v_number bigint;
     v_part text;
-    v_time timestamp;
+    v_time jsonb;  -- the printed time, as reported
     v_problem text;
     v_result jsonb;
 BEGIN
@@ -2882,21 +2898,12 @@ BEGIN
         EXIT WHEN v_problem IS NOT NULL;
         IF v_seg ? 'time' THEN
             v_number := id >> v_format.time_shift;
-            v_part := hivenet._time_id_digits(v_number, (v_seg ->> 'width')::integer);
-            BEGIN
-                v_time := to_timestamp(v_part, v_seg ->> 'to_char')::timestamp;
-            EXCEPTION WHEN data_exception THEN
-                v_time := NULL;
-            END;
-            -- The round trip rejects what to_timestamp forgives (day 32 of a month, ...).
-            IF v_time IS NULL OR to_char(v_time, v_seg ->> 'to_char') <> v_part THEN
+            v_time := hivenet._printed_time(v_seg, hivenet._time_id_digits(
+                v_number, (v_seg ->> 'width')::integer));
+            IF v_time IS NULL THEN
                 v_problem := format('time %s is no valid %s', v_number, v_seg ->> 'time');
-            ELSIF hivenet._unit_rank(v_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
-                v_result := v_result || jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
-            ELSE
-                v_result := v_result || jsonb_build_object(
-                    'datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
             END IF;
+            v_result := v_result || v_time;
         ELSIF v_seg ? 'field' THEN
             v_number := (id >> (v_seg ->> 'shift')::integer)
                         & ((1::bigint << (v_seg ->> 'bits')::integer) - 1);
