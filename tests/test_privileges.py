@@ -175,7 +175,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     "_setting_constant": (APP,),
     "_scope_sequence_name": ALL,  # and in view clock_lead, run as its reader
     # Inlined into next_time_id and next_time_ids, and what they call (time_ids.sql).
-    "_fast_time_id": (APP,), "_time_id_batch": (APP,), "_seq_in_period": (APP,),
+    "_fast_time_id": (APP,), "_time_id_batch": (APP,),
     "_next_time_id": (APP,), "_time_id_count": (APP,),
     # Inlined into begin_step and begin_request (steps.sql, requests.sql).
     "_begin_step": (APP,), "_begin_request": (APP,), "_step_in_window": (APP,),

@@ -128,16 +128,6 @@ BEGIN ATOMIC
     SELECT NULL::text;
 END;
 
--- The seq in a value p_value of a counter (counters.sql) when that value is of the period
--- whose first value is p_base and within p_capacity, else NULL: the clamp maps 0 and
--- capacity + 1 both to 0, then NULL (as _fast_path_expression's). Inlined.
-CREATE FUNCTION hivenet._seq_in_period(p_value bigint, p_base bigint, p_capacity bigint)
-RETURNS bigint
-LANGUAGE sql IMMUTABLE
-BEGIN ATOMIC
-    SELECT nullif(least(greatest(p_value - p_base, 0), p_capacity + 1) % (p_capacity + 1), 0);
-END;
-
 -- 3. The fast path of next_time_id (time_ids.sql): an id of numeric format p_format for
 -- fields p_fields (a JSON object, or NULL for a format without fields), or NULL for anything
 -- but the plain case, which the caller hands to _next_time_id. The plain case, as
@@ -154,10 +144,11 @@ END;
 
 -- 3. What next_time_ids works out once per call (time_ids.sql), the same plain case as
 -- _fast_time_id: high, the id without its seq; counter, the scope's sequence; base, the
--- first value of the statement's period; capacity. high and counter are NULL but in the plain
--- case (and for an unknown format), so each row then goes to _next_time_id.
+-- first value of the statement's period; modulus, capacity + 1 (the clamp's). high and
+-- counter are NULL but in the plain case (and for an unknown format), so each row then goes
+-- to _next_time_id.
 CREATE FUNCTION hivenet._time_id_batch(p_format text, p_fields jsonb, OUT high bigint,
-    OUT counter regclass, OUT base bigint, OUT capacity bigint)
+    OUT counter regclass, OUT base bigint, OUT modulus bigint)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
     SELECT NULL::bigint, NULL::regclass, NULL::bigint, NULL::bigint;
@@ -542,17 +533,21 @@ BEGIN
                 coalesce((v_settings ->> 'enforce_registry')::boolean, false),
                 coalesce((v_settings ->> 'allow_fake_clock')::boolean, false));
             CONTINUE WHEN v_parts.guard IS NULL;
+            -- The seq: a value of the statement's period within capacity, else NULL (the
+            -- clamp of _fast_path_expression; next_time_ids has the same for its rows).
             v_time_ids := ARRAY[
-                v_time_ids[1] || format(' WHEN %L THEN CASE WHEN %s THEN %s | '
-                                        'hivenet._seq_in_period(nextval(%s), %s, %s) END',
+                v_time_ids[1] || format(' WHEN %L THEN CASE WHEN %s THEN %s | nullif(least('
+                                        'greatest(nextval(%s) - %s, 0), %s) %% %s, 0) END',
                                         v_format.name, v_parts.guard, v_parts.high,
-                                        v_parts.counter, v_parts.base, v_parts.capacity),
+                                        v_parts.counter, v_parts.base, v_parts.capacity + 1,
+                                        v_parts.capacity + 1),
                 v_time_ids[2] || format(' WHEN %L THEN CASE WHEN %s THEN %s END', v_format.name,
                                         v_parts.guard, v_parts.high),
                 v_time_ids[3] || format(' WHEN %L THEN CASE WHEN %s THEN %s END', v_format.name,
                                         v_parts.guard, v_parts.counter),
                 v_time_ids[4] || format(' WHEN %L THEN %s', v_format.name, v_parts.base),
-                v_time_ids[5] || format(' WHEN %L THEN %s', v_format.name, v_parts.capacity)];
+                v_time_ids[5] || format(' WHEN %L THEN %s', v_format.name,
+                                        v_parts.capacity + 1)];
             CONTINUE;
         END IF;
         SELECT * INTO v_layout FROM hivenet._layout_sql(v_format);
@@ -616,7 +611,7 @@ BEGIN
     PERFORM hivenet._replace_function('_fast_time_id(p_format text, p_fields jsonb)', 'bigint',
         'VOLATILE', format('CASE p_format%s ELSE NULL::bigint END', v_time_ids[1]));
     PERFORM hivenet._replace_function('_time_id_batch(p_format text, p_fields jsonb, '
-        'OUT high bigint, OUT counter regclass, OUT base bigint, OUT capacity bigint)',
+        'OUT high bigint, OUT counter regclass, OUT base bigint, OUT modulus bigint)',
         'record', 'STABLE', format('CASE p_format%s ELSE NULL::bigint END, CASE p_format%s '
         'ELSE NULL::regclass END, CASE p_format%s ELSE NULL::bigint END, CASE p_format%s '
         'ELSE NULL::bigint END', v_time_ids[2], v_time_ids[3], v_time_ids[4],

@@ -90,13 +90,11 @@ BEGIN
             hivenet._scope_sequence_name(text, text)
         TO hivenet_app;
         -- next_time_id and next_time_ids (time_ids.sql), inlined: their fast paths
-        -- (_fast_time_id, _time_id_batch, _seq_in_period), and what they call when those give
-        -- NULL: _next_time_id (SECURITY DEFINER, every check of next_time_id), the count's
-        -- check.
+        -- (_fast_time_id, _time_id_batch), and what they call when those give NULL:
+        -- _next_time_id (SECURITY DEFINER, every check of next_time_id), the count's check.
         GRANT EXECUTE ON FUNCTION
             hivenet._fast_time_id(text, jsonb),
             hivenet._time_id_batch(text, jsonb),
-            hivenet._seq_in_period(bigint, bigint, bigint),
             hivenet._next_time_id(text, jsonb),
             hivenet._time_id_count(text, integer)
         TO hivenet_app;

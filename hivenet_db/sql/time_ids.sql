@@ -72,7 +72,10 @@ CREATE FUNCTION hivenet.next_time_ids(format text, n integer, fields jsonb DEFAU
 RETURNS SETOF bigint
 LANGUAGE sql STABLE
 BEGIN ATOMIC
-    SELECT coalesce(b.high | hivenet._seq_in_period(nextval(b.counter), b.base, b.capacity),
+    -- A value of the statement's period within capacity, else NULL: the clamp of
+    -- _fast_time_id (compile.sql), written out since no helper may take raw numbers.
+    SELECT coalesce(b.high | nullif(least(greatest(nextval(b.counter) - b.base, 0), b.modulus)
+                                    % b.modulus, 0),
                     hivenet._next_time_id(format, fields))
     FROM hivenet._time_id_batch(format, fields) AS b,
          generate_series(1, hivenet._time_id_count(format, n));

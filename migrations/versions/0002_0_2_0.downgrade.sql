@@ -59,7 +59,6 @@ DROP FUNCTION hivenet._grant_decision_counters();
 DROP FUNCTION hivenet._format_constant(text);
 DROP FUNCTION hivenet._field_values(hivenet.format,jsonb);
 DROP FUNCTION hivenet._fast_time_id(text,jsonb);
-DROP FUNCTION hivenet._seq_in_period(bigint,bigint,bigint);
 DROP FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean);
 DROP FUNCTION hivenet._expiry_due(text,timestamp with time zone);
 DROP FUNCTION hivenet._expire_attempts(text,text[],integer[]);

@@ -1219,15 +1219,6 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._seq_in_period(p_value bigint, p_base bigint, p_capacity bigint)
- RETURNS bigint
- LANGUAGE sql
- IMMUTABLE
-BEGIN ATOMIC
- SELECT NULLIF((LEAST(GREATEST((p_value - p_base), (0)::bigint), (p_capacity + 1)) % (p_capacity + 1)), 0) AS "nullif";
-END;
-REVOKE EXECUTE ON FUNCTION hivenet._seq_in_period(bigint,bigint,bigint) FROM PUBLIC;
-
 CREATE OR REPLACE FUNCTION hivenet._fast_time_id(p_format text, p_fields jsonb)
  RETURNS bigint
  LANGUAGE sql
@@ -1236,7 +1227,7 @@ BEGIN ATOMIC
          CASE p_format
              WHEN 'time_id'::text THEN
              CASE
-                 WHEN (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb) THEN (((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14) | hivenet._seq_in_period(nextval(to_regclass('hivenet."seq_time_id_"'::text)), (((floor(date_part('epoch'::text, (statement_timestamp() AT TIME ZONE 'UTC'::text))))::bigint - 946684799) * (1000000000)::bigint), (16383)::bigint))
+                 WHEN (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb) THEN (((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14) | NULLIF((LEAST(GREATEST((nextval(to_regclass('hivenet."seq_time_id_"'::text)) - (((floor(date_part('epoch'::text, (statement_timestamp() AT TIME ZONE 'UTC'::text))))::bigint - 946684799) * (1000000000)::bigint)), (0)::bigint), (16384)::bigint) % (16384)::bigint), 0))
                  ELSE NULL::bigint
              END
              ELSE NULL::bigint
@@ -1352,13 +1343,11 @@ BEGIN
             hivenet._scope_sequence_name(text, text)
         TO hivenet_app;
         -- next_time_id and next_time_ids (time_ids.sql), inlined: their fast paths
-        -- (_fast_time_id, _time_id_batch, _seq_in_period), and what they call when those give
-        -- NULL: _next_time_id (SECURITY DEFINER, every check of next_time_id), the count's
-        -- check.
+        -- (_fast_time_id, _time_id_batch), and what they call when those give NULL:
+        -- _next_time_id (SECURITY DEFINER, every check of next_time_id), the count's check.
         GRANT EXECUTE ON FUNCTION
             hivenet._fast_time_id(text, jsonb),
             hivenet._time_id_batch(text, jsonb),
-            hivenet._seq_in_period(bigint, bigint, bigint),
             hivenet._next_time_id(text, jsonb),
             hivenet._time_id_count(text, integer)
         TO hivenet_app;
@@ -2115,17 +2104,21 @@ BEGIN
                 coalesce((v_settings ->> 'enforce_registry')::boolean, false),
                 coalesce((v_settings ->> 'allow_fake_clock')::boolean, false));
             CONTINUE WHEN v_parts.guard IS NULL;
+            -- The seq: a value of the statement's period within capacity, else NULL (the
+            -- clamp of _fast_path_expression; next_time_ids has the same for its rows).
             v_time_ids := ARRAY[
-                v_time_ids[1] || format(' WHEN %L THEN CASE WHEN %s THEN %s | '
-                                        'hivenet._seq_in_period(nextval(%s), %s, %s) END',
+                v_time_ids[1] || format(' WHEN %L THEN CASE WHEN %s THEN %s | nullif(least('
+                                        'greatest(nextval(%s) - %s, 0), %s) %% %s, 0) END',
                                         v_format.name, v_parts.guard, v_parts.high,
-                                        v_parts.counter, v_parts.base, v_parts.capacity),
+                                        v_parts.counter, v_parts.base, v_parts.capacity + 1,
+                                        v_parts.capacity + 1),
                 v_time_ids[2] || format(' WHEN %L THEN CASE WHEN %s THEN %s END', v_format.name,
                                         v_parts.guard, v_parts.high),
                 v_time_ids[3] || format(' WHEN %L THEN CASE WHEN %s THEN %s END', v_format.name,
                                         v_parts.guard, v_parts.counter),
                 v_time_ids[4] || format(' WHEN %L THEN %s', v_format.name, v_parts.base),
-                v_time_ids[5] || format(' WHEN %L THEN %s', v_format.name, v_parts.capacity)];
+                v_time_ids[5] || format(' WHEN %L THEN %s', v_format.name,
+                                        v_parts.capacity + 1)];
             CONTINUE;
         END IF;
         SELECT * INTO v_layout FROM hivenet._layout_sql(v_format);
@@ -2189,7 +2182,7 @@ BEGIN
     PERFORM hivenet._replace_function('_fast_time_id(p_format text, p_fields jsonb)', 'bigint',
         'VOLATILE', format('CASE p_format%s ELSE NULL::bigint END', v_time_ids[1]));
     PERFORM hivenet._replace_function('_time_id_batch(p_format text, p_fields jsonb, '
-        'OUT high bigint, OUT counter regclass, OUT base bigint, OUT capacity bigint)',
+        'OUT high bigint, OUT counter regclass, OUT base bigint, OUT modulus bigint)',
         'record', 'STABLE', format('CASE p_format%s ELSE NULL::bigint END, CASE p_format%s '
         'ELSE NULL::regclass END, CASE p_format%s ELSE NULL::bigint END, CASE p_format%s '
         'ELSE NULL::bigint END', v_time_ids[2], v_time_ids[3], v_time_ids[4],
@@ -2364,7 +2357,7 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._start_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._time_id_batch(p_format text, p_fields jsonb, OUT high bigint, OUT counter regclass, OUT base bigint, OUT capacity bigint)
+CREATE OR REPLACE FUNCTION hivenet._time_id_batch(p_format text, p_fields jsonb, OUT high bigint, OUT counter regclass, OUT base bigint, OUT modulus bigint)
  RETURNS record
  LANGUAGE sql
  STABLE
@@ -2391,7 +2384,7 @@ BEGIN ATOMIC
              ELSE NULL::bigint
          END AS "case",
          CASE p_format
-             WHEN 'time_id'::text THEN (16383)::bigint
+             WHEN 'time_id'::text THEN (16384)::bigint
              ELSE NULL::bigint
          END AS "case";
 END;
@@ -2776,8 +2769,8 @@ CREATE OR REPLACE FUNCTION hivenet.next_time_ids(format text, n integer, fields 
  LANGUAGE sql
  STABLE
 BEGIN ATOMIC
- SELECT COALESCE((b.high | hivenet._seq_in_period(nextval(b.counter), b.base, b.capacity)), hivenet._next_time_id(next_time_ids.format, next_time_ids.fields)) AS "coalesce"
-    FROM hivenet._time_id_batch(next_time_ids.format, next_time_ids.fields) b(high, counter, base, capacity),
+ SELECT COALESCE((b.high | NULLIF((LEAST(GREATEST((nextval(b.counter) - b.base), (0)::bigint), b.modulus) % b.modulus), 0)), hivenet._next_time_id(next_time_ids.format, next_time_ids.fields)) AS "coalesce"
+    FROM hivenet._time_id_batch(next_time_ids.format, next_time_ids.fields) b(high, counter, base, modulus),
      generate_series(1, hivenet._time_id_count(next_time_ids.format, next_time_ids.n)) generate_series(generate_series);
 END;
 REVOKE EXECUTE ON FUNCTION hivenet.next_time_ids(text,integer,jsonb) FROM PUBLIC;

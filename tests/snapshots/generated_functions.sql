@@ -21,7 +21,7 @@ BEGIN ATOMIC
          CASE p_format
              WHEN 'time_id'::text THEN
              CASE
-                 WHEN (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb) THEN (((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14) | hivenet._seq_in_period(nextval(to_regclass('hivenet."seq_time_id_"'::text)), (((floor(date_part('epoch'::text, (statement_timestamp() AT TIME ZONE 'UTC'::text))))::bigint - 946684799) * (1000000000)::bigint), (16383)::bigint))
+                 WHEN (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb) THEN (((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14) | NULLIF((LEAST(GREATEST((nextval(to_regclass('hivenet."seq_time_id_"'::text)) - (((floor(date_part('epoch'::text, (statement_timestamp() AT TIME ZONE 'UTC'::text))))::bigint - 946684799) * (1000000000)::bigint)), (0)::bigint), (16384)::bigint) % (16384)::bigint), 0))
                  ELSE NULL::bigint
              END
              ELSE NULL::bigint
@@ -359,7 +359,7 @@ BEGIN ATOMIC
  SELECT ((substr(p_serial, 11, 8) >= to_char(((((hivenet._caller_now(hivenet.now(), 'earliest'::text) - '30 days'::interval))::date + 1))::timestamp with time zone, 'YYYYMMDD'::text)) AND (substr(p_serial, 11, 8) <= to_char((((hivenet._caller_now(hivenet.now(), 'latest'::text) + '00:05:00'::interval))::date)::timestamp with time zone, 'YYYYMMDD'::text)));
 END
 
-CREATE OR REPLACE FUNCTION hivenet._time_id_batch(p_format text, p_fields jsonb, OUT high bigint, OUT counter regclass, OUT base bigint, OUT capacity bigint)
+CREATE OR REPLACE FUNCTION hivenet._time_id_batch(p_format text, p_fields jsonb, OUT high bigint, OUT counter regclass, OUT base bigint, OUT modulus bigint)
  RETURNS record
  LANGUAGE sql
  STABLE
@@ -386,7 +386,7 @@ BEGIN ATOMIC
              ELSE NULL::bigint
          END AS "case",
          CASE p_format
-             WHEN 'time_id'::text THEN (16383)::bigint
+             WHEN 'time_id'::text THEN (16384)::bigint
              ELSE NULL::bigint
          END AS "case";
 END
