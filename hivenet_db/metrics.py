@@ -63,6 +63,10 @@ METRICS = (
          "serials left in the current period of the scope", SCOPE),
     Spec("scope_usage", "headroom", "hivenet_scope_headroom_ratio",
          "remaining / capacity of the current period of the scope (0 to 1)", SCOPE),
+    Spec("clock_lead", "lead_seconds", "hivenet_clock_lead_seconds",
+         "how far the latest instant the format issued is ahead of the database clock (0 "
+         "when it is not): a clock that stepped back, until it catches up; what the format "
+         "then does is its clock policy (hivenet.set_clock_policy)", ("format",)),
     Spec("stuck_steps", "steps", "hivenet_stuck_steps",
          "processing steps past their lease (resolve with hivenet.resolve_step)"),
     Spec("stuck_steps", "overdue_seconds", "hivenet_stuck_step_overdue_seconds",

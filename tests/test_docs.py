@@ -87,6 +87,14 @@ ELSEWHERE = {
         "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT * FROM hivenet.next_serials('unified',":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: SELECT hivenet.next_time_id();":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: SELECT hivenet.define_format('order_id', "
+    "'[{\"time\": \"yyMMddHHmmss\"},":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: SELECT hivenet.set_clock_policy('time_id', 'wait', "
+    "max_wait => interval '50 milliseconds');":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT hivenet.define_format('burst', "
     "'[{\"literal\": \"B\"}, {\"time\": \"YYYYMMDD\"},":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
@@ -278,6 +286,8 @@ SQL = {
     "autovacuum_count": Sql(login="admin"),
     "docs/operations.md: -- Alert: any scope above 80 % of its period's capacity.":
         Sql(login="admin"),
+    "docs/operations.md: SELECT hivenet.set_clock_policy('time_id', 'wait', "
+    "max_wait => interval '200 milliseconds');": Sql(login="admin", prints=("wait",)),
     "docs/guides/orm.md: INSERT INTO payment (serial, amount)": Sql(
         setup="CREATE TABLE payment (serial text PRIMARY KEY, amount int); "
               "GRANT INSERT ON payment TO hivenet_app",
@@ -585,6 +595,11 @@ with engine.connect() as conn:
     "docs/guides/formats.md: from hivenet_db import SerialRepository, flush_at_commit": Python(
         setup=ENGINE, then="assert len(serials) == 10"),
     "docs/guides/formats.md: from hivenet_db import parse_serial": Python(),
+    "docs/guides/formats.md: from sqlalchemy import BigInteger, Column, MetaData, Table, Text, "
+    "create_engine, insert": Python(
+        tables="CREATE TABLE time_orders (id bigint PRIMARY KEY DEFAULT hivenet.next_time_id(), "
+               "item text); GRANT SELECT, INSERT ON time_orders TO hivenet_app",
+        then="assert new_id > order_id and parse_time_id(new_id).format == 'time_id'"),
     "docs/quickstart.md: from sqlalchemy import create_engine": Python(
         setup=ORDERS_TABLE, tables=ORDERS, then=COUNT_ORDERS),
     "docs/guides/propagation.md: from hivenet_db.propagation import (bind_from_headers, "

@@ -121,9 +121,11 @@ def _serials(commands: Commands) -> None:
     p = commands.add(
         "next", "serials:cmd_next", "issue serials (committed before they are printed)",
         examples=[f"next unified {SCOPE_EXAMPLE}",
-                  f"next interface {SCOPE_EXAMPLE} --target B0001 -n 100 --json"],
+                  f"next interface {SCOPE_EXAMPLE} --target B0001 -n 100 --json",
+                  "next time_id -n 3"],
         description="Issue COUNT serials of FORMAT: unified, system, interface, id_service, "
-        "merchant_trade, per_second or a custom format. Prints one serial per line; --json: "
+        "merchant_trade, per_second, time_id (numeric ids: (yyMMddHHmmss << 14) | seq) or a "
+        "custom format. Prints one serial per line; --json: "
         "one JSON object per line (JSON Lines) with the parsed fields too. Serials are "
         "committed and printed 10,000 at a time, so output streams whatever the count (after "
         "a failure, the serials printed are issued). With a terminal on stderr, a progress "
@@ -138,9 +140,10 @@ def _serials(commands: Commands) -> None:
 
     p = commands.add(
         "parse", "serials:cmd_parse", "show the format and fields of a serial",
-        examples=["parse C0001A0101201507100123456789"],
+        examples=["parse C0001A0101201507100123456789", "parse 4102768558080001"],
         description="Parse SERIAL. Without --format the standard's kinds are told apart by "
-        "length (28 unified, 30 system, 39 interface).")
+        "length (28 unified, 30 system, 39 interface), and any other number is a time id of "
+        "format time_id.")
     p.add_argument("serial")
     p.add_argument("--format", help="format name (needed for other formats)")
 

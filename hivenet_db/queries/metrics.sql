@@ -12,6 +12,13 @@ FROM hivenet.scope_usage
 WHERE issued > 0 OR shared
 ORDER BY format, scope;
 
+-- name: clock_lead
+-- Per format printing a date or time: how far the latest instant it issued is ahead of the
+-- database clock (0 when it is not; a clock that stepped back shows here until it catches up).
+SELECT format, extract(epoch FROM lead)::float8 AS lead_seconds
+FROM hivenet.clock_lead
+ORDER BY format;
+
 -- name: stuck_steps
 -- Processing steps past their lease, and how long past it the oldest one is.
 SELECT count(*) AS steps,

@@ -60,6 +60,9 @@ BEGIN
             hivenet.next_serial(text, jsonb),
             hivenet.next_serials(text, jsonb, integer),
             hivenet.parse_serial(text, text),
+            hivenet.next_time_id(text, jsonb),
+            hivenet.next_time_ids(text, integer, jsonb),
+            hivenet.parse_time_id(bigint, text),
             hivenet.claim_interface_serial(text, text, text, boolean),
             hivenet.call_chain(text),
             hivenet.claim(text, text, boolean),
@@ -85,6 +88,15 @@ BEGIN
             hivenet._format_constant(text),
             hivenet._setting_constant(text),
             hivenet._scope_sequence_name(text, text)
+        TO hivenet_app;
+        -- next_time_id and next_time_ids (time_ids.sql), inlined: their fast paths
+        -- (_fast_time_id, _time_id_batch), and what they call when those give NULL:
+        -- _next_time_id (SECURITY DEFINER, every check of next_time_id), the count's check.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._fast_time_id(text, jsonb),
+            hivenet._time_id_batch(text, jsonb),
+            hivenet._next_time_id(text, jsonb),
+            hivenet._time_id_count(text, integer)
         TO hivenet_app;
         FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s ORDER BY 1 LOOP
             IF to_regclass('hivenet.' || quote_ident(v_counter)) IS NOT NULL THEN
@@ -152,7 +164,8 @@ BEGIN
         EXECUTE format('GRANT SELECT ON hivenet.interface_calls, '
                        'hivenet.interface_calls_per_day, hivenet.step_states, '
                        'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
-                       'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions TO %I', v_role);
+                       'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions, '
+                       'hivenet.clock_lead TO %I', v_role);
         EXECUTE format('GRANT EXECUTE ON FUNCTION '
                        'hivenet.call_chain(text), '
                        'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
@@ -161,6 +174,8 @@ BEGIN
                        'hivenet._period_index(timestamp, text), '
                        'hivenet._period_start(bigint, text), '
                        'hivenet._scope_counter_value(text), '    -- and request_decisions
+                       'hivenet._scope_sequence_name(text, text), '  -- clock_lead
+                       'hivenet._clock_sequence_name(text), '
                        'hivenet._serial_field(text, text, text), '  -- interface_calls
                        'hivenet._serial_time(text, text), '
                        'hivenet.parse_serial(text, text) '          -- in both, for other formats
@@ -176,6 +191,7 @@ BEGIN
             hivenet._timeline(),  -- `hivenet-db failover-fence` reports this timeline's fence
             hivenet.replication_warning(),
             hivenet.define_format(text, jsonb, boolean, text),
+            hivenet.set_clock_policy(text, text, interval),
             hivenet.prepare_scope(text, jsonb),
             hivenet.register_system(text, text),
             hivenet.register_module(text, text, text),

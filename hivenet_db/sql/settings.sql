@@ -70,7 +70,8 @@ END $$;
 
 -- Trigger: reject a value that does not parse as the setting's kind, an interval out of its
 -- bounds (_interval_conflict), and a business time zone behind the current one once serials
--- exist (their dates and times would go backwards).
+-- exist (their dates and times would go backwards): a scope waits for maintain() or its
+-- sequence was drawn from (time_id's, prepared at install, was not until it issues).
 -- SECURITY DEFINER: an administrator updates the table without any right on what the checks
 -- read (hivenet.scope and hivenet.scope_pending, counters.sql), and gets their HN001, never
 -- 42501.
@@ -105,7 +106,9 @@ BEGIN
        AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
        AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
         -- Nested: the tables are looked up only once they exist (not during an install).
-        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending) THEN
+        IF EXISTS (SELECT FROM hivenet.scope s WHERE pg_sequence_last_value(
+                       to_regclass('hivenet.' || quote_ident(s.sequence_name))) IS NOT NULL)
+           OR EXISTS (SELECT FROM hivenet.scope_pending) THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
                                  'issued: their business dates and times would go backwards '

@@ -58,3 +58,17 @@ CREATE TABLE hivenet.decision_counter (
 COMMENT ON TABLE hivenet.decision_counter IS
     'the sequences that count the decisions of begin per namespace (view request_decisions)';
 CREATE SEQUENCE hivenet.decision_counter_number;
+
+-- Numeric formats (time_ids.sql): how far their time number is shifted left.
+ALTER TABLE hivenet.format ADD COLUMN time_shift integer;
+
+-- What a format does when the clock is behind the latest instant it issued (clock_policy.sql).
+CREATE TABLE hivenet.clock_policy (
+    format          text PRIMARY KEY REFERENCES hivenet.format (name),
+    on_clock_behind text NOT NULL CHECK (on_clock_behind IN ('continue', 'wait', 'refuse')),
+    max_wait        interval,
+    CHECK ((on_clock_behind = 'wait') = (max_wait IS NOT NULL))
+);
+COMMENT ON TABLE hivenet.clock_policy IS
+    'what a format does when the clock is behind the latest instant it issued '
+    '(set_clock_policy); a format without a row continues';
