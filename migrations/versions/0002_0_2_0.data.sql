@@ -8,3 +8,17 @@ SELECT hivenet._create_decision_counters('hivenet.other', false);
 SELECT hivenet._create_decision_counters(n.namespace, false)
 FROM (SELECT DISTINCT a.namespace FROM hivenet.request_attempt a
       WHERE a.namespace <> 'hivenet.steps' ORDER BY 1) AS n;
+
+-- The fence takes itself (failover.sql): this timeline counts as fenced when 0.1.0 recorded
+-- a fence of it (or the install on it); else the next allocation fences it. And its settings.
+SELECT setval('hivenet.fenced_timeline', coalesce(
+    (SELECT f.timeline FROM hivenet.failover_fence f
+     ORDER BY f.timeline = hivenet._timeline() DESC, f.timeline DESC LIMIT 1), 0));
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('failover_gap', '100000', 'count',
+     'how far a fence moves every counter (the first allocation on a new timeline, maintain(), '
+     'failover-fence without --gap): at least the serials one format issues in '
+     'failover_loss_window at its peak rate'),
+    ('failover_loss_window', '30 seconds', 'interval',
+     'the longest stretch of commits a failover may lose, as your HA manager bounds it; '
+     'replication_warning() says when a format''s peak rate over it exceeds failover_gap');

@@ -26,16 +26,21 @@ DROP FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interv
 DROP FUNCTION hivenet._wake_waiters(text,text);
 DROP FUNCTION hivenet._utf16_units(text);
 DROP FUNCTION hivenet._start_chain(text);
+DROP FUNCTION hivenet._sample_allocation_rates();
 DROP FUNCTION hivenet._raise_key_refused(text,text,integer,text);
 DROP FUNCTION hivenet._purge_chained(text,text[]);
 DROP FUNCTION hivenet._policy_fingerprint(text,jsonb);
 DROP FUNCTION hivenet._new_decision_counter(text,text);
 DROP FUNCTION hivenet._maintain_request_expiry();
 DROP FUNCTION hivenet._grant_decision_counters();
+DROP FUNCTION hivenet._fenced();
+DROP FUNCTION hivenet._fence_counter(regclass,hivenet.format,bigint,bigint);
+DROP FUNCTION hivenet._failover_gap();
 DROP FUNCTION hivenet._expiry_due(text,timestamp with time zone);
 DROP FUNCTION hivenet._expire_attempts(text,text[],integer[]);
 DROP FUNCTION hivenet._create_decision_counters(text,boolean);
 DROP FUNCTION hivenet._count_decision(text,text);
+DROP FUNCTION hivenet._check_timeline();
 DROP FUNCTION hivenet._check_fingerprint(text);
 DROP FUNCTION hivenet._check_batch(text,text[],text,jsonb[],interval);
 DROP FUNCTION hivenet._chain_link(bytea,hivenet.request_attempt,text);
@@ -53,6 +58,17 @@ DROP FUNCTION hivenet._batch_limit();
 -- around them is written from the schema files: hivenet_db/tools/revision.py). What 0.1.0
 -- cannot hold goes: a namespace's policy but its retention, counts, callers, chains, waiters'
 -- marks; expired attempts become failed ones.
+
+-- The fence's mark, its settings and the allocation rates; fences applied by an allocation
+-- are recorded as by the command.
+DROP TABLE hivenet.allocation_rate;
+DROP SEQUENCE hivenet.fenced_timeline;
+DELETE FROM hivenet.setting WHERE name IN ('failover_gap', 'failover_loss_window');
+UPDATE hivenet.failover_fence SET applied_by = 'command' WHERE applied_by = 'allocation';
+ALTER TABLE hivenet.failover_fence
+    DROP CONSTRAINT failover_fence_applied_by_check,
+    ADD CONSTRAINT failover_fence_applied_by_check
+        CHECK (applied_by IN ('install', 'command', 'maintain'));
 
 -- Decision counts, with their counters.
 DO $$
@@ -107,6 +123,67 @@ ALTER TABLE hivenet.request_attempt
 DROP TYPE hivenet.step_state_0_2_0;
 
 -- Code, in dependency order.
+CREATE OR REPLACE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[], p_count integer)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    -- Settings and format from generated constants (compile.sql): no query on the hot path.
+    v_format hivenet.format := hivenet._format_constant(p_format);
+    v_values text[] := p_values;
+    v_field integer;
+    v_scope text;
+    v_seq regclass;
+BEGIN
+    IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: count %s must be from 1 to 1000000',
+                             hivenet._shown(p_format), coalesce(p_count::text, 'NULL'));
+    END IF;
+    IF v_format.name IS NULL THEN
+        -- Not in the constants: defined by a transaction whose rewrite was superseded.
+        SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('unknown format %s', hivenet._shown(p_format));
+        END IF;
+    END IF;
+    IF v_values IS NULL THEN
+        v_values := hivenet._field_values(v_format, p_fields);
+    END IF;
+    IF array_to_string(v_values, ' ', '?') !~ v_format.field_pattern THEN
+        PERFORM hivenet._check_fields(v_format, v_values);
+    END IF;
+    IF v_format.bounded_fields <> '{}' THEN
+        -- Digits only (the pattern matched), so the casts are safe.
+        FOREACH v_field IN ARRAY v_format.bounded_fields LOOP
+            IF v_values[v_field]::numeric < v_format.field_min[v_field]
+               OR v_values[v_field]::numeric > v_format.field_max[v_field] THEN
+                PERFORM hivenet._check_fields(v_format, v_values);
+            END IF;
+        END LOOP;
+    END IF;
+    IF hivenet._setting_constant('enforce_registry')::boolean THEN
+        PERFORM hivenet._check_registry(jsonb_object(v_format.field_names, v_values));
+    END IF;
+    -- Formats whose every field is in the counter key skip _scope_of's subquery, which
+    -- would take the expression off PL/pgSQL's fast path for simple expressions.
+    IF v_format.key_fields IS NULL THEN
+        v_scope := array_to_string(v_values, '');
+    ELSE
+        v_scope := hivenet._scope_of(v_format, v_values);
+    END IF;
+    v_seq := to_regclass(
+        'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
+    IF v_seq IS NULL THEN
+        RETURN hivenet._issue_cold(v_format, v_values, p_count);
+    END IF;
+    RETURN hivenet._issue(v_seq, v_format, v_values, p_count, format('scope %L', v_scope));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._allocate(text,jsonb,text[],integer) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._begin_attempt(p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
  RETURNS record
  LANGUAGE plpgsql
@@ -248,6 +325,180 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._begin_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._default_failover_gap()
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT 100000::bigint $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._default_failover_gap() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_path_expression(p_format hivenet.format, p_zone text, p_enforce_registry boolean, p_allow_fake_clock boolean)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_local text := format('(statement_timestamp() AT TIME ZONE %L)', p_zone);
+    v_bounds text[] := ARRAY[]::text[];
+    v_printed text;
+    v_field text;
+    v_counter text;
+    v_fake_clock text := '';
+BEGIN
+    IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
+       OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
+       OR cardinality(p_format.field_names) <> 3
+       -- Outside the quoted field values, the pattern prints the date only.
+       OR regexp_replace(p_format.head_pattern, '"[^"]*"', '', 'g') !~ '^(YYYY|YY|MM|DD)*$'
+       OR p_format.capacity <> 10::bigint ^ p_format.seq_width - 1 THEN
+        RETURN 'NULL::text';
+    END IF;
+    FOR i IN 1 .. 3 LOOP
+        v_field := (ARRAY['p_a', 'p_b', 'p_c'])[i];
+        IF p_format.field_min[i] IS NOT NULL THEN
+            v_bounds := v_bounds || format('%s::numeric >= %s', v_field, p_format.field_min[i]);
+        END IF;
+        IF p_format.field_max[i] IS NOT NULL THEN
+            v_bounds := v_bounds || format('%s::numeric <= %s', v_field, p_format.field_max[i]);
+        END IF;
+    END LOOP;
+    -- The counter: the scope's own sequence by its qualified name, NULL for a scope without
+    -- one (unprepared, or parked: ownership.sql), which nextval (strict) passes on to the full
+    -- path. The values are alnum here (the pattern matched), so the quoted name is theirs.
+    -- The session's catalog cache may not see a sequence created since its transaction
+    -- began: NULL then too, and the full path finds it (_issue_cold).
+    v_counter := format('to_regclass(%L || p_a || p_b || p_c || %L)',
+                        'hivenet."' || hivenet._scope_sequence_name(p_format.name, ''), '"');
+    IF p_allow_fake_clock THEN
+        v_fake_clock := $f$coalesce(current_setting('hivenet.fake_now', true), '') = '' AND $f$;
+    END IF;
+    -- The values then the date (the built-in layouts): no format() at run time.
+    v_printed := CASE WHEN starts_with(p_format.head_pattern, '"%1$s""%2$s""%3$s"')
+        THEN format('p_a || p_b || p_c || to_char(%s, %L)', v_local,
+                    substr(p_format.head_pattern, 19))
+        ELSE format('to_char(%s, format(%L, p_a, p_b, p_c))', v_local, p_format.head_pattern)
+        END;
+    -- Nested CASE: the casts of the bounds are safe only once the values matched. The period
+    -- is _period_index(local, 'day') as days since the day before its first, and the clamp
+    -- maps 0 and capacity + 1 both to 0, then NULL.
+    RETURN format(
+        $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
+    WHEN %s%s
+    THEN %s || to_char(nullif(least(greatest(
+             nextval(%s)
+             - (%s::date - %L::date) * %s::bigint,
+             0), %s) %% %s, 0), %L)
+    END END$f$,
+        p_format.field_pattern, v_fake_clock,
+        coalesce(array_to_string(v_bounds, ' AND '), 'true'),
+        v_printed, v_counter, v_local,
+        date '2000-01-01' - hivenet._period_index(timestamp '2000-01-01', 'day')::integer,
+        p_format.stride, p_format.capacity + 1, p_format.capacity + 1,
+        'FM' || repeat('0', p_format.seq_width));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_system(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((p_c)::numeric >= (1)::numeric) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_system_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '1000000000000'::bigint) % '1000000000000'::bigint), 0), 'FM000000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_system(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((p_c)::numeric >= (1)::numeric) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_unified_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '10000000000'::bigint) % '10000000000'::bigint), 0), 'FM0000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_unified(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fence(p_gap bigint, p_force boolean, p_by text)
+ RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_timeline integer := hivenet._timeline();
+    v_format hivenet.format;
+    v_period bigint;
+    v_seq regclass;
+    v_from bigint;
+    v_base bigint;
+    v_to bigint;
+    v_last bigint;
+    v_count integer := 0;
+BEGIN
+    IF p_gap IS NULL OR p_gap < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('failover fence: gap %s must be at least 1',
+                             coalesce(p_gap::text, 'NULL'));
+    END IF;
+    -- maintain()'s lock: one fence at a time, never beside a maintain() run.
+    PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), 0);
+    IF NOT p_force AND EXISTS (SELECT FROM hivenet.failover_fence f
+                               WHERE f.timeline = v_timeline) THEN
+        RETURN;
+    END IF;
+    FOR v_format IN SELECT * FROM hivenet.format ORDER BY name LOOP
+        -- Until commit: no scope of the format is promoted from a cold value read before.
+        PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
+        v_period := hivenet._period_index(
+            hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), v_format.reset);
+        FOR counter IN
+            SELECT hivenet._cold_sequence_name(v_format.name)
+            UNION ALL
+            (SELECT s.sequence_name FROM hivenet.scope s
+             WHERE s.format = v_format.name ORDER BY s.sequence_name)
+        LOOP
+            v_seq := to_regclass('hivenet.' || quote_ident(counter));
+            CONTINUE WHEN v_seq IS NULL;
+            -- The period reset's lock (_advance), until commit: no setval of theirs between.
+            PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), v_seq::oid::integer);
+            v_from := coalesce(pg_sequence_last_value(v_seq), 0);
+            v_base := greatest(v_from, v_period * v_format.stride);
+            v_to := v_base + p_gap;
+            v_last := (v_base / v_format.stride) * v_format.stride + v_format.capacity;
+            parked := NOT v_format.borrow_next_period AND v_to > v_last;
+            IF parked THEN
+                v_to := greatest(v_last, v_from);
+            END IF;
+            PERFORM setval(v_seq, v_to, true);
+            v_count := v_count + 1;
+            timeline := v_timeline;
+            format := v_format.name;
+            from_value := v_from;
+            to_value := v_to;
+            RETURN NEXT;
+        END LOOP;
+    END LOOP;
+    INSERT INTO hivenet.failover_fence AS f (timeline, gap, counters, applied_by)
+    VALUES (v_timeline, p_gap, v_count, p_by)
+    ON CONFLICT ON CONSTRAINT failover_fence_pkey DO UPDATE
+        SET fenced_at = clock_timestamp(), gap = coalesce(f.gap, 0) + EXCLUDED.gap,
+            counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fence(bigint,boolean,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._grant_roles()
  RETURNS void
  LANGUAGE plpgsql
@@ -383,6 +634,62 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._grant_roles() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._maintain_failover()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_timeline integer := hivenet._timeline();
+    v_warning text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM hivenet.failover_fence WHERE timeline = v_timeline) THEN
+        PERFORM hivenet._fence(hivenet._default_failover_gap(), false, 'maintain');
+        RAISE WARNING USING MESSAGE = format(
+            'hivenet: timeline %s was not fenced (a promoted standby or a restore): maintain() '
+            'moved every counter forward by %s; run `hivenet-db failover-fence` before '
+            'traffic next time', v_timeline, hivenet._default_failover_gap());
+    END IF;
+    v_warning := hivenet.replication_warning();
+    IF v_warning IS NOT NULL THEN
+        RAISE WARNING USING MESSAGE = 'hivenet: ' || v_warning;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_failover() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
+    v_seq regclass;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
+    -- Another promotion of the scope may have committed while we waited for the lock.
+    IF hivenet._committed_sequence(v_name) IS NOT NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
+    PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
+    v_seq := ('hivenet.' || quote_ident(v_name))::regclass;
+    PERFORM setval(v_seq, greatest(
+        pg_sequence_last_value(
+            ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass),
+        hivenet._period_index(hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
+                              p_format.reset) * p_format.stride,
+        0), true);
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(v_name, pg_sequence_last_value(hivenet._clock_sequence(
+            ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass)));
+    END IF;
+    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
+    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), v_name)
+    ON CONFLICT DO NOTHING;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamp with time zone, p_dated_before timestamp without time zone DEFAULT NULL::timestamp without time zone)
  RETURNS void
  LANGUAGE plpgsql
@@ -421,6 +728,33 @@ BEGIN
     WHERE a.namespace = p_namespace AND a.key = p_key AND a.attempt = p_attempt;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._resolve_attempt(text,text,integer,boolean,text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._setting_constant(p_name text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_name
+             WHEN 'allow_fake_clock'::text THEN 'false'::text
+             WHEN 'check_received_instances'::text THEN 'true'::text
+             WHEN 'enforce_registry'::text THEN 'false'::text
+             WHEN 'interface_future_tolerance'::text THEN '5 minutes'::text
+             WHEN 'interface_partitions_ahead'::text THEN '2 days'::text
+             WHEN 'interface_retention'::text THEN '7 days'::text
+             WHEN 'interface_window'::text THEN '1 day'::text
+             WHEN 'max_serials_per_call'::text THEN '10000'::text
+             WHEN 'owned_instances'::text THEN 'all'::text
+             WHEN 'request_retention'::text THEN '24 hours'::text
+             WHEN 'single_primary_formats'::text THEN 'false'::text
+             WHEN 'step_future_tolerance'::text THEN '5 minutes'::text
+             WHEN 'step_lease'::text THEN '5 minutes'::text
+             WHEN 'step_retention'::text THEN '30 days'::text
+             WHEN 'time_zone'::text THEN 'UTC'::text
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._setting_constant(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._start_request(p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval, p_nowait boolean)
  RETURNS boolean
@@ -500,6 +834,18 @@ BEGIN ATOMIC
 END;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet.fence_failover(p_gap bigint DEFAULT NULL::bigint, p_force boolean DEFAULT false)
+ RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN QUERY SELECT * FROM hivenet._fence(
+        coalesce(p_gap, hivenet._default_failover_gap()), p_force, 'command');
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.fence_failover(bigint,boolean) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet.finish_request(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_response jsonb DEFAULT NULL::jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -520,6 +866,22 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.finish_request(text,text,integer,boolean,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.replication_warning()
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT format('%s standby connection(s) and synchronous_standby_names is empty: a '
+                  'failover loses the last commits, so the promoted standby reissues serials '
+                  'and re-accepts claims unless `hivenet-db failover-fence` runs first '
+                  '(docs/operations.md, Failover)', count(*))
+    FROM pg_stat_replication
+    WHERE state IS DISTINCT FROM 'backup'  -- NULL for roles without pg_read_all_stats
+    HAVING count(*) > 0 AND current_setting('synchronous_standby_names') = ''
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet.replication_warning() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.set_request_retention(p_namespace text, p_retention interval)
  RETURNS void

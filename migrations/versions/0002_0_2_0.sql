@@ -15,6 +15,7 @@ DROP VIEW hivenet._request_start;
 DROP FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean);
 DROP VIEW hivenet._step_replay;
 DROP FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean);
+DROP FUNCTION hivenet._default_failover_gap();
 DROP FUNCTION hivenet._begin_request(text,text,jsonb,text,interval,boolean);
 DROP FUNCTION hivenet._begin_attempt_nowait(text,text,jsonb,text,text,interval);
 
@@ -80,7 +81,91 @@ COMMENT ON TABLE hivenet.decision_counter IS
     'the sequences that count the decisions of begin per namespace (view request_decisions)';
 CREATE SEQUENCE hivenet.decision_counter_number;
 
+-- The fence takes itself (failover.sql): the last timeline fenced, as a sequence (set in the
+-- .data.sql), fences applied by an allocation, and the allocation rates maintain() samples.
+CREATE SEQUENCE hivenet.fenced_timeline AS integer MINVALUE 0;
+ALTER TABLE hivenet.failover_fence
+    DROP CONSTRAINT failover_fence_applied_by_check,
+    ADD CONSTRAINT failover_fence_applied_by_check
+        CHECK (applied_by IN ('install', 'allocation', 'command', 'maintain'));
+CREATE TABLE hivenet.allocation_rate (
+    format        text PRIMARY KEY,
+    timeline      integer NOT NULL,
+    sampled_at    timestamptz NOT NULL,
+    period_start  timestamp NOT NULL,
+    issued        bigint,  -- NULL after a fence by command: no rate from it to the next
+    day           date NOT NULL,
+    peak          float8 NOT NULL DEFAULT 0,  -- serials a second, highest of day
+    previous_peak float8 NOT NULL DEFAULT 0   -- ... of the day before day
+);
+COMMENT ON TABLE hivenet.allocation_rate IS
+    'serials a second of each format, highest between two maintain() runs, today and yesterday';
+
 -- Code, in dependency order.
+CREATE OR REPLACE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[], p_count integer)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    -- Settings and format from generated constants (compile.sql): no query on the hot path.
+    v_format hivenet.format := hivenet._format_constant(p_format);
+    v_values text[] := p_values;
+    v_field integer;
+    v_scope text;
+    v_seq regclass;
+BEGIN
+    IF current_setting('hivenet.timeline_checked', true) IS DISTINCT FROM 'true' THEN
+        PERFORM hivenet._check_timeline();
+    END IF;
+    IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: count %s must be from 1 to 1000000',
+                             hivenet._shown(p_format), coalesce(p_count::text, 'NULL'));
+    END IF;
+    IF v_format.name IS NULL THEN
+        -- Not in the constants: defined by a transaction whose rewrite was superseded.
+        SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('unknown format %s', hivenet._shown(p_format));
+        END IF;
+    END IF;
+    IF v_values IS NULL THEN
+        v_values := hivenet._field_values(v_format, p_fields);
+    END IF;
+    IF array_to_string(v_values, ' ', '?') !~ v_format.field_pattern THEN
+        PERFORM hivenet._check_fields(v_format, v_values);
+    END IF;
+    IF v_format.bounded_fields <> '{}' THEN
+        -- Digits only (the pattern matched), so the casts are safe.
+        FOREACH v_field IN ARRAY v_format.bounded_fields LOOP
+            IF v_values[v_field]::numeric < v_format.field_min[v_field]
+               OR v_values[v_field]::numeric > v_format.field_max[v_field] THEN
+                PERFORM hivenet._check_fields(v_format, v_values);
+            END IF;
+        END LOOP;
+    END IF;
+    IF hivenet._setting_constant('enforce_registry')::boolean THEN
+        PERFORM hivenet._check_registry(jsonb_object(v_format.field_names, v_values));
+    END IF;
+    -- Formats whose every field is in the counter key skip _scope_of's subquery, which
+    -- would take the expression off PL/pgSQL's fast path for simple expressions.
+    IF v_format.key_fields IS NULL THEN
+        v_scope := array_to_string(v_values, '');
+    ELSE
+        v_scope := hivenet._scope_of(v_format, v_values);
+    END IF;
+    v_seq := to_regclass(
+        'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
+    IF v_seq IS NULL THEN
+        RETURN hivenet._issue_cold(v_format, v_values, p_count);
+    END IF;
+    RETURN hivenet._issue(v_seq, v_format, v_values, p_count, format('scope %L', v_scope));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._allocate(text,jsonb,text[],integer) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._batch_limit()
  RETURNS integer
  LANGUAGE sql
@@ -552,6 +637,22 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_fingerprint(text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._check_timeline()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF pg_is_in_recovery() THEN
+        RETURN;  -- a standby: drawing fails as read-only, and nothing is marked
+    END IF;
+    IF NOT hivenet._fenced() THEN
+        PERFORM hivenet._fence(hivenet._failover_gap(), false, 'allocation');
+    END IF;
+    PERFORM set_config('hivenet.timeline_checked', 'true', false);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_timeline() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._count_decision(p_namespace text, p_decision text)
  RETURNS text
  LANGUAGE plpgsql
@@ -636,6 +737,222 @@ BEGIN
                      FROM hivenet.request_namespace n WHERE n.namespace = p_namespace), false);
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._expiry_due(text,timestamp with time zone) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._failover_gap()
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT hivenet._setting_constant('failover_gap')::bigint
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._failover_gap() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_path_expression(p_format hivenet.format, p_zone text, p_enforce_registry boolean, p_allow_fake_clock boolean)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_local text := format('(statement_timestamp() AT TIME ZONE %L)', p_zone);
+    v_bounds text[] := ARRAY[]::text[];
+    v_printed text;
+    v_field text;
+    v_counter text;
+    v_fake_clock text := '';
+    -- Until the session's first allocation has checked the timeline (failover.sql).
+    v_checked text := $f$current_setting('hivenet.timeline_checked', true) = 'true' AND $f$;
+BEGIN
+    IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
+       OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
+       OR cardinality(p_format.field_names) <> 3
+       -- Outside the quoted field values, the pattern prints the date only.
+       OR regexp_replace(p_format.head_pattern, '"[^"]*"', '', 'g') !~ '^(YYYY|YY|MM|DD)*$'
+       OR p_format.capacity <> 10::bigint ^ p_format.seq_width - 1 THEN
+        RETURN 'NULL::text';
+    END IF;
+    FOR i IN 1 .. 3 LOOP
+        v_field := (ARRAY['p_a', 'p_b', 'p_c'])[i];
+        IF p_format.field_min[i] IS NOT NULL THEN
+            v_bounds := v_bounds || format('%s::numeric >= %s', v_field, p_format.field_min[i]);
+        END IF;
+        IF p_format.field_max[i] IS NOT NULL THEN
+            v_bounds := v_bounds || format('%s::numeric <= %s', v_field, p_format.field_max[i]);
+        END IF;
+    END LOOP;
+    -- The counter: the scope's own sequence by its qualified name, NULL for a scope without
+    -- one (unprepared, or parked: ownership.sql), which nextval (strict) passes on to the full
+    -- path. The values are alnum here (the pattern matched), so the quoted name is theirs.
+    -- The session's catalog cache may not see a sequence created since its transaction
+    -- began: NULL then too, and the full path finds it (_issue_cold).
+    v_counter := format('to_regclass(%L || p_a || p_b || p_c || %L)',
+                        'hivenet."' || hivenet._scope_sequence_name(p_format.name, ''), '"');
+    IF p_allow_fake_clock THEN
+        v_fake_clock := $f$coalesce(current_setting('hivenet.fake_now', true), '') = '' AND $f$;
+    END IF;
+    -- The values then the date (the built-in layouts): no format() at run time.
+    v_printed := CASE WHEN starts_with(p_format.head_pattern, '"%1$s""%2$s""%3$s"')
+        THEN format('p_a || p_b || p_c || to_char(%s, %L)', v_local,
+                    substr(p_format.head_pattern, 19))
+        ELSE format('to_char(%s, format(%L, p_a, p_b, p_c))', v_local, p_format.head_pattern)
+        END;
+    -- Nested CASE: the casts of the bounds are safe only once the values matched. The period
+    -- is _period_index(local, 'day') as days since the day before its first, and the clamp
+    -- maps 0 and capacity + 1 both to 0, then NULL.
+    RETURN format(
+        $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
+    WHEN %s%s%s
+    THEN %s || to_char(nullif(least(greatest(
+             nextval(%s)
+             - (%s::date - %L::date) * %s::bigint,
+             0), %s) %% %s, 0), %L)
+    END END$f$,
+        p_format.field_pattern, v_checked, v_fake_clock,
+        coalesce(array_to_string(v_bounds, ' AND '), 'true'),
+        v_printed, v_counter, v_local,
+        date '2000-01-01' - hivenet._period_index(timestamp '2000-01-01', 'day')::integer,
+        p_format.stride, p_format.capacity + 1, p_format.capacity + 1,
+        'FM' || repeat('0', p_format.seq_width));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_system(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND ((p_c)::numeric >= (1)::numeric)) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_system_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '1000000000000'::bigint) % '1000000000000'::bigint), 0), 'FM000000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_system(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND ((p_c)::numeric >= (1)::numeric)) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_unified_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '10000000000'::bigint) % '10000000000'::bigint), 0), 'FM0000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_unified(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fence(p_gap bigint, p_force boolean, p_by text)
+ RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_timeline integer := hivenet._timeline();
+    v_format hivenet.format;
+    v_period bigint;
+    v_seq regclass;
+    v_count integer := 0;
+BEGIN
+    IF p_gap IS NULL OR p_gap < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('failover fence: gap %s must be at least 1',
+                             coalesce(p_gap::text, 'NULL'));
+    END IF;
+    -- The fences' lock: key 1 of the period resets' space, whose other keys are sequence
+    -- OIDs (never below 16384) and maintain()'s 0.
+    PERFORM pg_advisory_lock(hivenet._reset_lock_space(), 1);
+    BEGIN
+        IF p_force OR NOT hivenet._fenced() THEN
+            FOR v_format IN SELECT * FROM hivenet.format ORDER BY name LOOP
+                PERFORM pg_advisory_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
+                BEGIN
+                    v_period := hivenet._period_index(hivenet.now() AT TIME ZONE
+                        hivenet._setting_value('time_zone'), v_format.reset);
+                    FOR counter IN
+                        SELECT hivenet._cold_sequence_name(v_format.name)
+                        UNION ALL
+                        (SELECT s.sequence_name FROM hivenet.scope s
+                         WHERE s.format = v_format.name ORDER BY s.sequence_name)
+                    LOOP
+                        v_seq := to_regclass('hivenet.' || quote_ident(counter));
+                        CONTINUE WHEN v_seq IS NULL;
+                        SELECT f.from_value, f.to_value, f.parked
+                        INTO from_value, to_value, parked
+                        FROM hivenet._fence_counter(v_seq, v_format, v_period, p_gap) f;
+                        v_count := v_count + 1;
+                        timeline := v_timeline;
+                        format := v_format.name;
+                        RETURN NEXT;
+                    END LOOP;
+                EXCEPTION WHEN OTHERS OR query_canceled THEN
+                    PERFORM pg_advisory_unlock(hivenet._cold_lock_space(),
+                                               hashtext(v_format.name));
+                    RAISE;
+                END;
+                PERFORM pg_advisory_unlock(hivenet._cold_lock_space(), hashtext(v_format.name));
+            END LOOP;
+            PERFORM setval('hivenet.fenced_timeline', v_timeline);
+            INSERT INTO hivenet.failover_fence AS f (timeline, gap, counters, applied_by)
+            VALUES (v_timeline, p_gap, v_count, p_by)
+            ON CONFLICT ON CONSTRAINT failover_fence_pkey DO UPDATE
+                SET fenced_at = clock_timestamp(), gap = coalesce(f.gap, 0) + EXCLUDED.gap,
+                    counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by;
+            RAISE LOG USING MESSAGE = format(
+                'hivenet: fenced timeline %s (%s): %s counters moved forward by %s',
+                v_timeline, p_by, v_count, p_gap);
+        END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), 1);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), 1);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fence(bigint,boolean,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fence_counter(p_seq regclass, p_format hivenet.format, p_period bigint, p_gap bigint, OUT from_value bigint, OUT to_value bigint, OUT parked boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_base bigint;
+    v_last bigint;
+BEGIN
+    PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
+    BEGIN
+        from_value := coalesce(pg_sequence_last_value(p_seq), 0);
+        v_base := greatest(from_value, p_period * p_format.stride);
+        to_value := v_base + p_gap;
+        v_last := (v_base / p_format.stride) * p_format.stride + p_format.capacity;
+        parked := NOT p_format.borrow_next_period AND to_value > v_last;
+        IF parked THEN
+            to_value := greatest(v_last, from_value);
+        END IF;
+        PERFORM setval(p_seq, to_value, true);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fence_counter(regclass,hivenet.format,bigint,bigint) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fenced()
+ RETURNS boolean
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT pg_sequence_last_value('hivenet.fenced_timeline') IS NOT DISTINCT FROM hivenet._timeline()
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fenced() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._grant_decision_counters()
  RETURNS void
@@ -805,6 +1122,29 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._grant_roles() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._maintain_failover()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_warning text;
+BEGIN
+    IF NOT hivenet._fenced() THEN
+        PERFORM hivenet._fence(hivenet._failover_gap(), false, 'maintain');
+        RAISE NOTICE USING MESSAGE = format(
+            'hivenet: timeline %s is new (a promoted standby or a restore): maintain() moved '
+            'every counter forward by %s (failover_gap) before any allocation did',
+            hivenet._timeline(), hivenet._failover_gap());
+    END IF;
+    PERFORM hivenet._sample_allocation_rates();
+    v_warning := hivenet.replication_warning();
+    IF v_warning IS NOT NULL THEN
+        RAISE WARNING USING MESSAGE = 'hivenet: ' || v_warning;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_failover() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._maintain_request_expiry()
  RETURNS void
  LANGUAGE plpgsql
@@ -890,6 +1230,41 @@ BEGIN
     RETURN sha256(convert_to(hivenet._canonical_json(v_request), 'UTF8'));
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._policy_fingerprint(text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
+    v_seq regclass;
+BEGIN
+    -- On a new timeline, from fenced values only (failover.sql): the fence must see the scope.
+    PERFORM hivenet._check_timeline();
+    PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
+    -- Another promotion of the scope may have committed while we waited for the lock.
+    IF hivenet._committed_sequence(v_name) IS NOT NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
+    PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
+    v_seq := ('hivenet.' || quote_ident(v_name))::regclass;
+    PERFORM setval(v_seq, greatest(
+        pg_sequence_last_value(
+            ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass),
+        hivenet._period_index(hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
+                              p_format.reset) * p_format.stride,
+        0), true);
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(v_name, pg_sequence_last_value(hivenet._clock_sequence(
+            ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass)));
+    END IF;
+    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
+    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), v_name)
+    ON CONFLICT DO NOTHING;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._purge_chained(p_namespace text, p_keys text[])
  RETURNS void
@@ -996,6 +1371,60 @@ BEGIN
     PERFORM hivenet.finish_request(p_namespace, p_key, p_attempt, p_succeeded, p_response);
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._resolve_attempt(text,text,integer,boolean,text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._sample_allocation_rates()
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    INSERT INTO hivenet.allocation_rate AS r
+        (format, timeline, sampled_at, period_start, issued, day)
+    SELECT u.format, hivenet._timeline(), clock_timestamp(), min(u.period_start),
+           sum(u.issued), (clock_timestamp() AT TIME ZONE hivenet._setting_value('time_zone'))::date
+    FROM hivenet.scope_usage u
+    GROUP BY u.format
+    ON CONFLICT (format) DO UPDATE SET
+        timeline = EXCLUDED.timeline, sampled_at = EXCLUDED.sampled_at,
+        period_start = EXCLUDED.period_start, issued = EXCLUDED.issued, day = EXCLUDED.day,
+        previous_peak = CASE EXCLUDED.day - r.day WHEN 0 THEN r.previous_peak
+                                                  WHEN 1 THEN r.peak ELSE 0 END,
+        peak = greatest(
+            CASE WHEN EXCLUDED.day = r.day THEN r.peak ELSE 0 END,
+            CASE WHEN EXCLUDED.timeline = r.timeline AND EXCLUDED.period_start = r.period_start
+                      AND EXCLUDED.issued >= r.issued AND EXCLUDED.sampled_at > r.sampled_at
+                 THEN (EXCLUDED.issued - r.issued)
+                      / extract(epoch FROM EXCLUDED.sampled_at - r.sampled_at)::float8 END)
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._sample_allocation_rates() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._setting_constant(p_name text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_name
+             WHEN 'allow_fake_clock'::text THEN 'false'::text
+             WHEN 'check_received_instances'::text THEN 'true'::text
+             WHEN 'enforce_registry'::text THEN 'false'::text
+             WHEN 'failover_gap'::text THEN '100000'::text
+             WHEN 'failover_loss_window'::text THEN '30 seconds'::text
+             WHEN 'interface_future_tolerance'::text THEN '5 minutes'::text
+             WHEN 'interface_partitions_ahead'::text THEN '2 days'::text
+             WHEN 'interface_retention'::text THEN '7 days'::text
+             WHEN 'interface_window'::text THEN '1 day'::text
+             WHEN 'max_serials_per_call'::text THEN '10000'::text
+             WHEN 'owned_instances'::text THEN 'all'::text
+             WHEN 'request_retention'::text THEN '24 hours'::text
+             WHEN 'single_primary_formats'::text THEN 'false'::text
+             WHEN 'step_future_tolerance'::text THEN '5 minutes'::text
+             WHEN 'step_lease'::text THEN '5 minutes'::text
+             WHEN 'step_retention'::text THEN '30 days'::text
+             WHEN 'time_zone'::text THEN 'UTC'::text
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._setting_constant(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._start_chain(p_namespace text)
  RETURNS void
@@ -1205,6 +1634,22 @@ BEGIN ATOMIC
 END;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet.fence_failover(p_gap bigint DEFAULT NULL::bigint, p_force boolean DEFAULT false)
+ RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN QUERY SELECT * FROM hivenet._fence(
+        coalesce(p_gap, hivenet._failover_gap()), p_force, 'command');
+    IF FOUND THEN
+        -- The jump is no allocation: the next sample of the rates starts afresh.
+        UPDATE hivenet.allocation_rate SET issued = NULL;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.fence_failover(bigint,boolean) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet.finish_request(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_response jsonb DEFAULT NULL::jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -1261,6 +1706,33 @@ BEGIN
     END LOOP;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.finish_requests(text,text[],integer[],boolean[],jsonb[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.replication_warning()
+ RETURNS text
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT nullif(concat_ws('; ',
+        (SELECT format('%s standby connection(s) and synchronous_standby_names is empty: a '
+                       'failover loses the last commits (the claims, steps and requests '
+                       'they held) and the fence of the promoted standby''s first allocation '
+                       'keeps its serials from repeating only within failover_gap', count(*))
+         FROM pg_stat_replication
+         WHERE state IS DISTINCT FROM 'backup'  -- NULL for roles without pg_read_all_stats
+         HAVING count(*) > 0 AND current_setting('synchronous_standby_names') = ''),
+        (SELECT format('format %s peaked at %s serials a second (today or yesterday): %s '
+                       'in failover_loss_window %s, more than failover_gap %s; raise '
+                       'failover_gap to at least that', r.format, round(p.peak::numeric, 1),
+                       ceil(p.peak * w.seconds)::bigint, w.value, hivenet._failover_gap())
+         FROM hivenet.allocation_rate r
+         CROSS JOIN LATERAL (SELECT greatest(r.peak, r.previous_peak) AS peak) p
+         CROSS JOIN (SELECT s.value, extract(epoch FROM s.value::interval) AS seconds
+                     FROM hivenet.setting s WHERE s.name = 'failover_loss_window') w
+         WHERE p.peak * w.seconds > hivenet._failover_gap()
+         ORDER BY p.peak DESC, r.format LIMIT 1)), '')
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet.replication_warning() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(p_namespace text, p_retention interval DEFAULT NULL::interval, p_fingerprint text DEFAULT NULL::text, p_on_failure text DEFAULT NULL::text, p_expire_after interval DEFAULT NULL::interval, p_key_min_length integer DEFAULT NULL::integer, p_key_pattern text DEFAULT NULL::text, p_audit_chain boolean DEFAULT NULL::boolean)
  RETURNS void
@@ -1605,6 +2077,20 @@ SELECT hivenet._create_decision_counters('hivenet.other', false);
 SELECT hivenet._create_decision_counters(n.namespace, false)
 FROM (SELECT DISTINCT a.namespace FROM hivenet.request_attempt a
       WHERE a.namespace <> 'hivenet.steps' ORDER BY 1) AS n;
+
+-- The fence takes itself (failover.sql): this timeline counts as fenced when 0.1.0 recorded
+-- a fence of it (or the install on it); else the next allocation fences it. And its settings.
+SELECT setval('hivenet.fenced_timeline', coalesce(
+    (SELECT f.timeline FROM hivenet.failover_fence f
+     ORDER BY f.timeline = hivenet._timeline() DESC, f.timeline DESC LIMIT 1), 0));
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('failover_gap', '100000', 'count',
+     'how far a fence moves every counter (the first allocation on a new timeline, maintain(), '
+     'failover-fence without --gap): at least the serials one format issues in '
+     'failover_loss_window at its peak rate'),
+    ('failover_loss_window', '30 seconds', 'interval',
+     'the longest stretch of commits a failover may lose, as your HA manager bounds it; '
+     'replication_warning() says when a format''s peak rate over it exceeds failover_gap');
 
 -- Grants as a fresh install makes them (privileges.sql), and the generated
 -- functions from this database's settings and formats (compile.sql).
