@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 
 from hivenet_db.cli import main as cli
 from tests.helpers import in_parallel, scalar, sqlstate_of, wait_until_blocked
-from tests.replication import Pair, primary_and_standby
+from tests.replication import Pair, exposed, primary_and_standby
 
 PREPARED = ("01", "02", "03", "04")  # scopes with their own sequence before the load
 COLD = "09"  # a scope that draws from the format's cold counter throughout
@@ -424,30 +424,13 @@ def test_synchronous_failover_reissues_nothing_and_re_accepts_nothing() -> None:
             assert not reissued, f"run {run}: {len(reissued)} committed serials issued again"
 
 
-def exposed(url: str, serials: set[str]) -> int:
-    """How many of the committed ``serials`` stand above where the promoted standby's
-    counters are (read, not drawn: a draw would fence them): an unfenced standby would issue
-    each of them again."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        stride = dict(conn.execute("SELECT name, stride FROM hivenet.format").fetchall())
-        value = dict(conn.execute("SELECT sequencename, coalesce(last_value, 0) "
-                                  "FROM pg_sequences WHERE schemaname = 'hivenet'").fetchall())
-    count = 0
-    for serial in serials:
-        kind = "unified" if len(serial) == 28 else "interface"
-        instance = serial[8:10]
-        counter = f"seq_{kind}_C0001A01{instance}" if instance in PREPARED else f"cold_{kind}"
-        count += seq_of(serial) > value[counter] % stride[kind]
-    return count
-
-
 def async_failover(pair: Pair, fence: Callable[[str], None]) -> tuple[Load, int, int]:
     """``failover`` with the standby cut off, then ``fence``. Returns the load, how many
     committed serials the unfenced standby would have issued again, and how many committed
     claims it lacks."""
     load, shipped = failover(pair, cut_off=True)
     assert len(load.serials) - shipped > 100, "too little committed after the cut-off"
-    unfenced = exposed(pair.standby_url, load.serials)
+    unfenced = exposed(pair.standby_url, load.serials, PREPARED)
     missing = len(load.claims) - claims_present(pair.standby_url, load.claims)
     fence(pair.standby_url)
     return load, unfenced, missing
