@@ -179,7 +179,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     # Inlined into those rules and _step_in_window: the callers' clock, the bound on
     # intervals, the rule for names and keys (clock.sql, claims.sql).
     "_caller_now": (APP,), "_longest_interval": (APP,), "_interval_allowed": (APP,),
-    "_name_valid": (APP,),
+    "_name_valid": (APP,), "_unseen_characters": (APP,),
     "_called_by": (APP,),  # in those rules too: who began an attempt
     "_serial_time": ALL,  # and in view interface_calls, run as its reader
     # In the reporting views, run as their reader.

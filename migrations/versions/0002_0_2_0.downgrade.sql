@@ -27,10 +27,13 @@ DROP FUNCTION hivenet._wake_waiters(text,text);
 DROP FUNCTION hivenet._utf16_units(text);
 DROP FUNCTION hivenet._start_chain(text);
 DROP FUNCTION hivenet._sample_allocation_rates();
+DROP FUNCTION hivenet._request_start_valid(text,text,interval);
 DROP FUNCTION hivenet._raise_key_refused(text,text,integer,text);
 DROP FUNCTION hivenet._purge_chained(text,text[]);
 DROP FUNCTION hivenet._policy_fingerprint(text,jsonb);
 DROP FUNCTION hivenet._new_decision_counter(text,text);
+DROP FUNCTION hivenet._name_valid(text);
+DROP FUNCTION hivenet._unseen_characters();
 DROP FUNCTION hivenet._maintain_request_expiry();
 DROP FUNCTION hivenet._grant_decision_counters();
 DROP FUNCTION hivenet._fenced();
@@ -324,6 +327,32 @@ BEGIN
                                 p_unified_serial, p_lease) b;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._begin_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_name(p_what text, p_value text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_value IS NULL OR p_value = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is empty', p_what, hivenet._shown(p_value));
+    ELSIF length(p_value) > 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is longer than 255 characters', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains a control character', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_what LIKE '%namespace' AND left(p_value, 8) = 'hivenet.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('namespace %s is reserved (namespaces starting with ''hivenet.'' '
+                             'are the library''s own)', hivenet._shown(p_value));
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_name(text,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._default_failover_gap()
  RETURNS bigint
@@ -657,6 +686,15 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._maintain_failover() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._name_valid(p_value text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (((length(p_value) >= 1) AND (length(p_value) <= 255)) AND (p_value !~ '[\x01-\x1f\x7f-\x9f]'::text));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._name_valid(text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -711,6 +749,15 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._request_start_valid(p_namespace text, p_key text, p_lease interval)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key) AND ("left"(p_namespace, 8) <> 'hivenet.'::text) AND ((p_lease IS NULL) OR hivenet._interval_allowed(p_lease)));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._request_start_valid(text,text,interval) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._resolve_attempt(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text, p_response jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -755,6 +802,25 @@ BEGIN ATOMIC
          END AS "case";
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._setting_constant(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._shown(p_value text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN p_value IS NULL THEN 'NULL'
+                WHEN q.quoted !~ '[\x01-\x1f\x7f-\x9f]' THEN q.quoted
+                ELSE (SELECT string_agg(CASE WHEN c ~ '[\x01-\x1f\x7f-\x9f]'
+                                             THEN '\x' || lpad(to_hex(ascii(c)), 2, '0')
+                                             ELSE c END, '' ORDER BY i)
+                      FROM unnest(string_to_array(q.quoted, NULL)) WITH ORDINALITY AS t(c, i))
+           END || CASE WHEN length(p_value) > 40
+                       THEN format('... (%s characters)', length(p_value)) ELSE '' END
+    FROM (SELECT quote_literal(CASE WHEN length(p_value) <= 40 THEN p_value
+                                    ELSE left(p_value, 32) END) AS quoted) q
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._shown(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._start_request(p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval, p_nowait boolean)
  RETURNS boolean

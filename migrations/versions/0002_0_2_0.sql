@@ -637,6 +637,37 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_fingerprint(text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._check_name(p_what text, p_value text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_value IS NULL OR p_value = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is empty', p_what, hivenet._shown(p_value));
+    ELSIF length(p_value) > 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is longer than 255 characters', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains a control character', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ hivenet._unseen_characters() THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains an invisible character (a Unicode format or '
+                             'separator character, shown as its code)', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_what LIKE '%namespace' AND left(p_value, 8) = 'hivenet.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('namespace %s is reserved (namespaces starting with ''hivenet.'' '
+                             'are the library''s own)', hivenet._shown(p_value));
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_name(text,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._check_timeline()
  RETURNS void
  LANGUAGE plpgsql
@@ -1065,12 +1096,14 @@ BEGIN
             hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval)
         TO hivenet_app;
         -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
-        -- callers' clock, the bound on intervals, the rule for names and keys.
+        -- callers' clock, the bound on intervals, the rule for names and keys and the
+        -- characters it refuses (settings.sql).
         GRANT EXECUTE ON FUNCTION
             hivenet._caller_now(timestamptz, text),
             hivenet._longest_interval(),
             hivenet._interval_allowed(interval),
-            hivenet._name_valid(text)
+            hivenet._name_valid(text),
+            hivenet._unseen_characters()
         TO hivenet_app;
     END IF;
 
@@ -1186,6 +1219,24 @@ BEGIN
     END LOOP;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._maintain_request_expiry() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._unseen_characters()
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT '[\x01-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'::text;
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._unseen_characters() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._name_valid(p_value text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (((length(p_value) >= 1) AND (length(p_value) <= 255)) AND (p_value !~ hivenet._unseen_characters()));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._name_valid(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._new_decision_counter(p_namespace text, p_decision text)
  RETURNS regclass
@@ -1425,6 +1476,29 @@ BEGIN ATOMIC
          END AS "case";
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._setting_constant(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._shown(p_value text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN p_value IS NULL THEN 'NULL'
+                WHEN q.quoted !~ hivenet._unseen_characters() THEN q.quoted
+                ELSE (SELECT string_agg(CASE WHEN c !~ hivenet._unseen_characters() THEN c
+                                             WHEN ascii(c) < 256
+                                             THEN '\x' || lpad(to_hex(ascii(c)), 2, '0')
+                                             WHEN ascii(c) < 65536
+                                             THEN '\u' || lpad(to_hex(ascii(c)), 4, '0')
+                                             ELSE '\U' || lpad(to_hex(ascii(c)), 8, '0') END,
+                                        '' ORDER BY i)
+                      FROM unnest(string_to_array(q.quoted, NULL)) WITH ORDINALITY AS t(c, i))
+           END || CASE WHEN length(p_value) > 40
+                       THEN format('... (%s characters)', length(p_value)) ELSE '' END
+    FROM (SELECT quote_literal(CASE WHEN length(p_value) <= 40 THEN p_value
+                                    ELSE left(p_value, 32) END) AS quoted) q
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._shown(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._start_chain(p_namespace text)
  RETURNS void
