@@ -29,7 +29,14 @@ SELECT count(*) AS requests,
 FROM hivenet.stuck_requests;
 
 -- name: request_states
-SELECT namespace, state, requests FROM hivenet.request_states ORDER BY namespace, state;
+-- Per namespace whose decisions are counted apart (decisions.sql: the declared ones and the
+-- first max_counted_namespaces), the others summed under 'hivenet.other', as their decisions.
+SELECT CASE WHEN s.namespace IN (SELECT d.namespace FROM hivenet.request_decisions d)
+            THEN s.namespace ELSE 'hivenet.other' END AS namespace,
+       s.state, sum(s.requests)::bigint AS requests
+FROM hivenet.request_states s
+GROUP BY 1, 2
+ORDER BY 1, 2;
 
 -- name: claims
 SELECT count(*) AS claims FROM hivenet.claim_record;

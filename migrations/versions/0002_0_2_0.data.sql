@@ -22,3 +22,8 @@ INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('failover_loss_window', '30 seconds', 'interval',
      'the longest stretch of commits a failover may lose, as your HA manager bounds it; '
      'replication_warning() says when a format''s peak rate over it exceeds failover_gap');
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('max_counted_namespaces', '100', 'count',
+     'most namespaces of keyed requests the application makes decision counters for (six '
+     'sequences each; metric hivenet_request_decisions_total); begins in further ones count '
+     'under hivenet.other, but those with a policy of their own (set_namespace_policy)');

@@ -42,6 +42,7 @@ DROP FUNCTION hivenet._failover_gap();
 DROP FUNCTION hivenet._expiry_due(text,timestamp with time zone);
 DROP FUNCTION hivenet._expire_attempts(text,text[],integer[]);
 DROP FUNCTION hivenet._create_decision_counters(text,boolean);
+DROP FUNCTION hivenet._counted_apart(text);
 DROP FUNCTION hivenet._count_decision(text,text);
 DROP FUNCTION hivenet._check_timeline();
 DROP FUNCTION hivenet._check_fingerprint(text);
@@ -62,11 +63,12 @@ DROP FUNCTION hivenet._batch_limit();
 -- cannot hold goes: a namespace's policy but its retention, counts, callers, chains, waiters'
 -- marks; expired attempts become failed ones.
 
--- The fence's mark, its settings and the allocation rates; fences applied by an allocation
--- are recorded as by the command.
+-- The fence's mark, its settings and the allocation rates (fences applied by an allocation
+-- are recorded as by the command), and the bound on namespaces counted apart.
 DROP TABLE hivenet.allocation_rate;
 DROP SEQUENCE hivenet.fenced_timeline;
-DELETE FROM hivenet.setting WHERE name IN ('failover_gap', 'failover_loss_window');
+DELETE FROM hivenet.setting
+WHERE name IN ('failover_gap', 'failover_loss_window', 'max_counted_namespaces');
 UPDATE hivenet.failover_fence SET applied_by = 'command' WHERE applied_by = 'allocation';
 ALTER TABLE hivenet.failover_fence
     DROP CONSTRAINT failover_fence_applied_by_check,

@@ -3,11 +3,12 @@
 -- cannot hold goes: a namespace's policy but its retention, counts, callers, chains, waiters'
 -- marks; expired attempts become failed ones.
 
--- The fence's mark, its settings and the allocation rates; fences applied by an allocation
--- are recorded as by the command.
+-- The fence's mark, its settings and the allocation rates (fences applied by an allocation
+-- are recorded as by the command), and the bound on namespaces counted apart.
 DROP TABLE hivenet.allocation_rate;
 DROP SEQUENCE hivenet.fenced_timeline;
-DELETE FROM hivenet.setting WHERE name IN ('failover_gap', 'failover_loss_window');
+DELETE FROM hivenet.setting
+WHERE name IN ('failover_gap', 'failover_loss_window', 'max_counted_namespaces');
 UPDATE hivenet.failover_fence SET applied_by = 'command' WHERE applied_by = 'allocation';
 ALTER TABLE hivenet.failover_fence
     DROP CONSTRAINT failover_fence_applied_by_check,

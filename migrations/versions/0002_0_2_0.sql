@@ -699,6 +699,21 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._count_decision(text,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._counted_apart(p_namespace text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN EXISTS (SELECT FROM hivenet.request_namespace n WHERE n.namespace = p_namespace)
+        OR (SELECT count(DISTINCT c.namespace) FROM hivenet.decision_counter c
+            WHERE c.decision = 'started' AND left(c.namespace, 8) <> 'hivenet.'
+              AND NOT EXISTS (SELECT FROM hivenet.request_namespace n
+                              WHERE n.namespace = c.namespace))
+           < hivenet._setting_constant('max_counted_namespaces')::integer;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._counted_apart(text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._create_decision_counters(p_namespace text, p_grant boolean)
  RETURNS void
  LANGUAGE plpgsql
@@ -1254,8 +1269,11 @@ BEGIN
         WHERE c.namespace = v_namespace AND c.decision = p_decision LIMIT 1;
         IF FOUND OR v_namespace = 'hivenet.other' THEN
             RETURN v_counter;
+        ELSIF hivenet._counted_apart(v_namespace) THEN
+            PERFORM hivenet._create_decision_counters(v_namespace, true);
+        ELSE
+            v_namespace := 'hivenet.other';
         END IF;
-        PERFORM hivenet._create_decision_counters(v_namespace, true);
     END LOOP;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._new_decision_counter(text,text) FROM PUBLIC;
@@ -1464,6 +1482,7 @@ BEGIN ATOMIC
              WHEN 'interface_partitions_ahead'::text THEN '2 days'::text
              WHEN 'interface_retention'::text THEN '7 days'::text
              WHEN 'interface_window'::text THEN '1 day'::text
+             WHEN 'max_counted_namespaces'::text THEN '100'::text
              WHEN 'max_serials_per_call'::text THEN '10000'::text
              WHEN 'owned_instances'::text THEN 'all'::text
              WHEN 'request_retention'::text THEN '24 hours'::text
@@ -2165,6 +2184,11 @@ INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('failover_loss_window', '30 seconds', 'interval',
      'the longest stretch of commits a failover may lose, as your HA manager bounds it; '
      'replication_warning() says when a format''s peak rate over it exceeds failover_gap');
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('max_counted_namespaces', '100', 'count',
+     'most namespaces of keyed requests the application makes decision counters for (six '
+     'sequences each; metric hivenet_request_decisions_total); begins in further ones count '
+     'under hivenet.other, but those with a policy of their own (set_namespace_policy)');
 
 -- Grants as a fresh install makes them (privileges.sql), and the generated
 -- functions from this database's settings and formats (compile.sql).
