@@ -13,6 +13,7 @@ under pg_auto_failover is tests/test_ha.py.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from hivenet_db import metrics
 from hivenet_db.cli import main as cli
 from tests.helpers import in_parallel, scalar, sqlstate_of, wait_until_blocked
 from tests.replication import Pair, exposed, primary_and_standby
@@ -251,6 +253,52 @@ def test_a_scope_prepared_on_a_new_timeline_starts_after_the_fence(
     db.execute("SELECT hivenet.prepare_scope('unified', %s)", (Jsonb(fields("02")),))
     assert counters(db)["cold_unified"] == cold + gap_1000
     assert counters(db)["seq_unified_C0001A0102"] >= cold + gap_1000
+
+
+def test_maintain_samples_allocation_rates_and_warns_when_the_gap_is_too_small(
+        db: psycopg.Connection, hivenet_admin_url: str) -> None:
+    """The peak rate of each format (between two runs of maintain(), today or yesterday)
+    times failover_loss_window against failover_gap: replication_warning(), maintain() and
+    the metrics say when the gap is too small. A fence's jump is no allocation."""
+    db.execute("SELECT hivenet.prepare_scope('unified', %s)", (Jsonb(fields("01")),))
+    db.execute(UNIFIED)
+    db.execute("SELECT hivenet.maintain()")  # the first sample: no rate yet
+
+    def ten_seconds_later(serials: int) -> float:
+        db.execute("SELECT hivenet.next_serials('unified', %s, %s)",
+                   (Jsonb(fields("01")), serials))
+        db.execute("UPDATE hivenet.allocation_rate SET sampled_at = sampled_at - interval '10s'")
+        db.execute("SELECT hivenet.maintain()")
+        return float(scalar(db, "SELECT peak FROM hivenet.allocation_rate "
+                                "WHERE format = 'unified'"))
+
+    peak = ten_seconds_later(5000)
+    assert 5000 / 30 < peak <= 500  # 5,000 in ten seconds and however long maintain() took
+    assert scalar(db, "SELECT hivenet.replication_warning()") is None  # 500 x 30 s < 100,000
+    assert ten_seconds_later(1000) == peak  # a slower stretch keeps the peak
+    db.execute("SELECT * FROM hivenet.fence_failover(1000000, true)")
+    assert ten_seconds_later(10) == peak  # the fence's jump counts as no allocation
+    db.execute("UPDATE hivenet.setting SET value = '1000' WHERE name = 'failover_gap'")
+    warning = scalar(db, "SELECT hivenet.replication_warning()")
+    assert warning.startswith(f"format unified peaked at {round(peak, 1)} serials a second"), \
+        warning
+    assert f"{math.ceil(peak * 30)} in failover_loss_window 30 seconds, more than " \
+           "failover_gap 1000" in warning
+    notices: list[str] = []
+    db.add_notice_handler(lambda notice: notices.append(notice.message_primary or ""))
+    db.execute("SELECT hivenet.maintain()")
+    assert any("format unified peaked at" in n for n in notices), notices
+    with psycopg.connect(hivenet_admin_url) as admin:
+        read = {m.name: m.samples for m in metrics.read(admin)}
+    assert read["hivenet_failover_gap"][0].value == 1000
+    assert read["hivenet_failover_loss_window_seconds"][0].value == 30
+    rates = {s.labels["format"]: s.value for s in read["hivenet_allocation_peak_per_second"]}
+    assert rates["unified"] == peak
+    # A new business day: today's peak becomes yesterday's, still the day's peak.
+    db.execute("UPDATE hivenet.allocation_rate SET day = day - 1")
+    db.execute("SELECT hivenet.maintain()")
+    assert db.execute("SELECT peak < previous_peak, previous_peak FROM hivenet.allocation_rate "
+                      "WHERE format = 'unified'").fetchone() == (True, peak)
 
 
 def test_the_application_role_may_not_fence(db: psycopg.Connection) -> None:
