@@ -124,6 +124,13 @@ class Load:
         with self.lock:
             return len(self.serials)
 
+    def until(self, serials: int, timeout: float = 60) -> None:
+        """Until ``serials`` are committed (however slow the machine)."""
+        deadline = time.monotonic() + timeout
+        while self.committed() < serials and time.monotonic() < deadline:
+            assert not self.unexpected, self.unexpected
+            time.sleep(0.05)
+
     def join(self) -> None:
         self.stop.set()
         for thread in self.threads:
@@ -177,16 +184,21 @@ def fenced_by(url: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def failover(ha: Formation) -> tuple[Load, int]:
-    """Load on node1, its walsenders stopped after a second (its later WAL reaches no
-    standby), node1 killed a second and a half later, node2 promoted by the monitor. Returns
-    the load and how many serials were committed before the walsenders stopped."""
+def failover(ha: Formation, *, asynchronous: bool) -> tuple[Load, int]:
+    """Load on node1; once 300 serials are committed its walsenders stopped (its later WAL
+    reaches no standby); then, once 300 more are (asynchronous: nothing waits for the
+    standby) or after a second (synchronous: every commit waits), node1 killed and node2
+    promoted by the monitor. Returns the load and how many serials were committed before
+    the walsenders stopped."""
     load = Load(engine_of(ha.url("node1")))
     load.start()
-    time.sleep(1.0)
+    load.until(300)
     ha.pause_replication("node1")
     shipped = load.committed()
-    time.sleep(1.5)
+    if asynchronous:
+        load.until(shipped + 300)
+    else:
+        time.sleep(1.0)
     ha.kill("node1")
     load.join()
     ha.wait_state("node2", "wait_primary", "primary", timeout=120)
@@ -228,9 +240,9 @@ def listening(ha: Formation, tmp_path: Path) -> Iterator[Path]:
 def test_asynchronous_failover_issues_no_committed_serial_again_with_no_fence_command() -> None:
     with formation(prepare) as ha:
         ha.asynchronous("node2", "node1")
-        load, shipped = failover(ha)
+        load, shipped = failover(ha, asynchronous=True)
         new = ha.url("node2")
-        assert load.committed() - shipped > 100, "too little committed after the cut-off"
+        assert load.committed() - shipped >= 300, "too little committed after the cut-off"
         unfenced = exposed(new, load.serials, PREPARED)
         assert fenced_by(new) is None  # nobody fenced this timeline
         reissued = issued_after(new, 2000) & load.serials
@@ -250,7 +262,7 @@ def test_synchronous_failover_loses_nothing_and_the_listener_fences_first(
     with formation(prepare) as ha, listening(ha, tmp_path) as log:
         ha.wait_for(lambda: ha.setting("node1", "synchronous_standby_names") != "",
                     "the primary waiting for its standby")
-        load, shipped = failover(ha)
+        load, shipped = failover(ha, asynchronous=False)
         new = ha.url("node2")
         ha.wait_for(lambda: fenced_by(new) == "command", "the listener's fence", timeout=60)
         unfenced = exposed(new, load.serials, PREPARED)
@@ -260,5 +272,5 @@ def test_synchronous_failover_loses_nothing_and_the_listener_fences_first(
               f"walsender stopped), {unfenced} above the promoted standby's counters, "
               f"{len(reissued)} issued again; {claims} committed claims and {keys} keyed "
               f"requests lost")
-        assert load.committed() > 100, "the load committed too little"
+        assert load.committed() >= 300, "the load committed too little"
         assert (unfenced, len(reissued), claims, keys) == (0, 0, 0, 0), log.read_text()

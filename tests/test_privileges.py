@@ -206,7 +206,8 @@ OWNER_ONLY = set("""
     _compile_format _constants_lock_space _create_clock _create_cold_counter
     _create_decision_counters _grant_decision_counters
     _create_interface_partition _drop_interface_partition
-    _check_timeline _failover_gap _fenced _fence_counter _sample_allocation_rates
+    _check_timeline _counted_apart _failover_gap _fenced _fence_counter
+    _sample_allocation_rates
     _fast_path_expression _fence _field_problem _field_values _format_error _grant_counter
     _grant_roles _instance_in _interface_partition_name _interval_conflict _issue _issue_cold
     _latest_issued _layout_sql _lock_constants _maintain_claims _maintain_failover
