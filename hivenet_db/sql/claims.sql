@@ -31,7 +31,9 @@ CREATE INDEX claim_record_expiry ON hivenet.claim_record (expires_at)
 CREATE FUNCTION hivenet._name_valid(p_value text) RETURNS boolean
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
-    SELECT length(p_value) BETWEEN 1 AND 255 AND p_value !~ hivenet._unseen_characters();
+    -- No BETWEEN: it parses into a nested AND, which the revision's copy would not be.
+    SELECT length(p_value) >= 1 AND length(p_value) <= 255
+       AND p_value !~ hivenet._unseen_characters();
 END;
 
 -- HN001 unless p_value is a valid namespace or key (p_what names which: 'namespace', 'key',

@@ -1094,6 +1094,18 @@ CREATE VIEW hivenet.stuck_steps AS
   ORDER BY a.started_at;
 COMMENT ON VIEW hivenet.stuck_steps IS 'processing steps past their lease (unknown outcome): resolve with hivenet.resolve_step';
 
+-- Rows (the .data.sql beside this file).
+-- Back from release 0.2.0 to 0.1.0: what the generated code cannot write, by hand, after it.
+
+-- 0.1.0's _name_valid as its release wrote it. The revision copies a function from the
+-- catalog, and the catalog of this one holds BETWEEN as an AND of its own inside the outer
+-- AND, which PostgreSQL reads back as one flat AND: the same function, another catalog.
+CREATE OR REPLACE FUNCTION hivenet._name_valid(p_value text) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT length(p_value) BETWEEN 1 AND 255 AND p_value !~ '[\x01-\x1f\x7f-\x9f]';
+END;
+
 -- Grants as a fresh install makes them (privileges.sql), and the generated
 -- functions from this database's settings and formats (compile.sql).
 SELECT hivenet._grant_roles();
