@@ -77,7 +77,7 @@ class Formation:
                                 **self._as_server_user())
         if result.returncode != 0:
             raise RuntimeError(f"pg_autoctl {' '.join(args)} failed:\n{result.stderr[-3000:]}")
-        return result.stdout
+        return str(result.stdout)
 
     def _run(self, name: str, *args: str) -> None:
         """``pg_autoctl`` ``args``, running in the background (its own process group)."""

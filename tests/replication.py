@@ -145,9 +145,11 @@ def exposed(url: str, serials: set[str], prepared: tuple[str, ...]) -> int:
     above where the counters of the promoted standby at ``url`` are: an unfenced standby
     would issue each of them again. Read, not drawn: a draw would fence them."""
     with psycopg.connect(url, autocommit=True) as conn:
-        stride = dict(conn.execute("SELECT name, stride FROM hivenet.format").fetchall())
-        value = dict(conn.execute("SELECT sequencename, coalesce(last_value, 0) "
-                                  "FROM pg_sequences WHERE schemaname = 'hivenet'").fetchall())
+        stride: dict[str, int] = dict(
+            conn.execute("SELECT name, stride FROM hivenet.format").fetchall())
+        value: dict[str, int] = dict(conn.execute(
+            "SELECT sequencename, coalesce(last_value, 0) FROM pg_sequences "
+            "WHERE schemaname = 'hivenet'").fetchall())
     count = 0
     for serial in serials:
         kind = "unified" if len(serial) == 28 else "interface"

@@ -2,9 +2,10 @@
 (tests/conftest.py), so that the README's test command passes on a fresh machine.
 
 The suite starts its own PostgreSQL servers, PgBouncer, Redis and a pg_auto_failover
-formation, and loads two extensions into its servers; each comes from a Debian package. When one is missing and we are root on a
-machine with apt-get, ``apt-get update`` and one ``apt-get install`` add them, saying so;
-otherwise the session says what to install (the tests that need it then fail naming it).
+formation, and loads two extensions into its servers; each comes from a Debian package. When
+one is missing and we are root on a machine with apt-get, ``apt-get update`` and one
+``apt-get install`` add them, saying so; otherwise the session says what to install (the
+tests that need it then fail naming it).
 Nothing is printed, and nothing run, when everything is there.
 """
 

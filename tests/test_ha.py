@@ -33,6 +33,7 @@ from hivenet_db import DurablePoolExhausted, InterfaceDedup, RequestRepository, 
 from hivenet_db.tools import migrate
 from hivenet_db.urls import sqlalchemy_url
 from tests import pg_auto_failover
+from tests.helpers import scalar
 from tests.pg_auto_failover import Formation, formation
 from tests.replication import exposed
 
@@ -166,9 +167,9 @@ def lost(url: str, load: Load) -> tuple[int, int]:
     """How many committed interface claims and keyed requests the new primary lacks: each
     is accepted again (begun anew in a transaction rolled back)."""
     with psycopg.connect(url) as conn:
-        claims = len(load.claims) - int(conn.execute(
-            "SELECT count(*) FROM hivenet.interface_call WHERE interface_serial = ANY(%s)",
-            (sorted(load.claims),)).fetchone()[0])  # type: ignore[index]
+        claims = len(load.claims) - int(scalar(
+            conn, "SELECT count(*) FROM hivenet.interface_call WHERE interface_serial = ANY(%s)",
+            (sorted(load.claims),)))
         keys = sorted(load.keys)
         starts = RequestRepository(conn).begin_many(NAMESPACE, keys, [{"key": k} for k in keys])
         conn.rollback()
