@@ -238,23 +238,31 @@ def listening(ha: Formation, tmp_path: Path) -> Iterator[Path]:
         process.wait(timeout=30)
 
 
+def aftermath(url: str, load: Load, shipped: int, kind: str) -> tuple[int, int, int, int]:
+    """On the new primary at ``url``: how many committed serials stand above its counters
+    (read before anything is drawn), how many it issues again, how many committed claims
+    and keyed requests it lacks; printed."""
+    unfenced = exposed(url, load.serials, PREPARED)
+    reissued = len(issued_after(url, 2000) & load.serials)
+    claims, keys = lost(url, load)
+    print(f"{kind}: {load.committed()} committed serials ({shipped} before the walsender "
+          f"stopped), {unfenced} above the promoted standby's counters, {reissued} issued "
+          f"again; {claims} of {len(load.claims)} committed claims and {keys} of "
+          f"{len(load.keys)} committed keyed requests lost and accepted again")
+    return unfenced, reissued, claims, keys
+
+
 def test_asynchronous_failover_issues_no_committed_serial_again_with_no_fence_command() -> None:
     with formation(prepare) as ha:
         ha.asynchronous("node2", "node1")
         load, shipped = failover(ha, asynchronous=True)
         new = ha.url("node2")
         assert load.committed() - shipped >= 300, "too little committed after the cut-off"
-        unfenced = exposed(new, load.serials, PREPARED)
         assert fenced_by(new) is None  # nobody fenced this timeline
-        reissued = issued_after(new, 2000) & load.serials
-        claims, keys = lost(new, load)
-        print(f"asynchronous: {load.committed()} committed serials ({shipped} before the "
-              f"walsender stopped), {unfenced} above the promoted standby's counters, "
-              f"{len(reissued)} issued again; {claims} of {len(load.claims)} committed claims "
-              f"and {keys} of {len(load.keys)} committed keyed requests lost and accepted again")
+        unfenced, reissued, claims, keys = aftermath(new, load, shipped, "asynchronous")
         assert unfenced > 0, "the standby was not behind: the test proves nothing"
         assert claims > 0 and keys > 0
-        assert not reissued, f"{len(reissued)} committed serials issued again"
+        assert not reissued, f"{reissued} committed serials issued again"
         assert fenced_by(new) == "allocation"
 
 
@@ -266,12 +274,5 @@ def test_synchronous_failover_loses_nothing_and_the_listener_fences_first(
         load, shipped = failover(ha, asynchronous=False)
         new = ha.url("node2")
         ha.wait_for(lambda: fenced_by(new) == "command", "the listener's fence", timeout=60)
-        unfenced = exposed(new, load.serials, PREPARED)
-        reissued = issued_after(new, 2000) & load.serials
-        claims, keys = lost(new, load)
-        print(f"synchronous: {load.committed()} committed serials ({shipped} before the "
-              f"walsender stopped), {unfenced} above the promoted standby's counters, "
-              f"{len(reissued)} issued again; {claims} committed claims and {keys} keyed "
-              f"requests lost")
         assert load.committed() >= 300, "the load committed too little"
-        assert (unfenced, len(reissued), claims, keys) == (0, 0, 0, 0), log.read_text()
+        assert aftermath(new, load, shipped, "synchronous") == (0, 0, 0, 0), log.read_text()
