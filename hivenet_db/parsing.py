@@ -48,16 +48,29 @@ def quote_literal(value: str) -> str:
     return "E" + quoted if "\\" in value else quoted
 
 
-_CONTROL = re.compile("[\x01-\x1f\x7f-\x9f]")
+# The characters messages show escaped (SQL hivenet._unseen_characters): control characters
+# and Unicode's format and separator characters (Cf, Zl, Zp, as of Unicode 15).
+UNSEEN = re.compile(
+    "[\x01-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e"
+    "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]")
+
+
+def _code(character: str) -> str:
+    code = ord(character)
+    return (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
+            else f"\\U{code:08x}")
 
 
 def shown(value: str | None) -> str:
     """A value as messages echo it (SQL ``hivenet._shown``): quoted, cut to 32 characters
-    plus its length when longer than 40, each control character shown as ``\\xNN``."""
+    plus its length when longer than 40, each control or invisible character (``UNSEEN``)
+    shown as its code: ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``."""
     if value is None:
         return "NULL"
     quoted = quote_literal(value if len(value) <= 40 else value[:32])
-    quoted = _CONTROL.sub(lambda c: f"\\x{ord(c.group()):02x}", quoted)
+    quoted = UNSEEN.sub(lambda c: _code(c.group()), quoted)
     return quoted if len(value) <= 40 else f"{quoted}... ({len(value)} characters)"
 
 

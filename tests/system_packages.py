@@ -1,10 +1,11 @@
 """What the suite needs from the machine, installed when missing at the start of the session
 (tests/conftest.py), so that the README's test command passes on a fresh machine.
 
-The suite starts its own PostgreSQL servers, PgBouncer and Redis, and loads two extensions
-into its servers; each comes from a Debian package. When one is missing and we are root on a
-machine with apt-get, ``apt-get update`` and one ``apt-get install`` add them, saying so;
-otherwise the session says what to install (the tests that need it then fail naming it).
+The suite starts its own PostgreSQL servers, PgBouncer, Redis and a pg_auto_failover
+formation, and loads two extensions into its servers; each comes from a Debian package. When
+one is missing and we are root on a machine with apt-get, ``apt-get update`` and one
+``apt-get install`` add them, saying so; otherwise the session says what to install (the
+tests that need it then fail naming it).
 Nothing is printed, and nothing run, when everything is there.
 """
 
@@ -59,6 +60,8 @@ def extension_needs(major: str) -> list[Need]:
              _dpkg(f"postgresql-{major}-plpgsql-check")),
         Need(f"postgresql-{major}-plproxy", "tests/test_plproxy.py, the bench's scale_out",
              _dpkg(f"postgresql-{major}-plproxy")),
+        Need(f"postgresql-{major}-auto-failover", "tests/test_ha.py (pg_auto_failover)",
+             _dpkg(f"postgresql-{major}-auto-failover")),
     ]
 
 

@@ -161,6 +161,10 @@ ELSEWHERE = {
     "docs/guides/django.md: python manage.py hivenet_maintain        # hivenet.maintain(), as "
     "`hivenet-db maintain`": "tests/test_django.py::test_management_commands_maintain_and_"
                              "metrics",
+    "docs/operations.md: \"\"\"Run `hivenet-db failover-fence` on each node pg_auto_failover "
+    "makes primary (its monitor":
+        "tests/test_ha.py::test_synchronous_failover_loses_nothing_and_the_listener_fences_first"
+        " (run as a service beside the formation's monitor)",
 }
 
 # --- blocks that cannot run here, and why --------------------------------------------------
@@ -192,6 +196,16 @@ NOT_RUNNABLE = {
         "Prometheus alert rules (the metrics they read: tests/test_dashboard.py)",
     "docs/operations.md: SELECT cron.schedule('hivenet-maintain', '*/5 * * * *', "
     "'SELECT hivenet.maintain()');  -- pg_cron": "needs the pg_cron extension",
+    "docs/operations.md: postgresql:": "Patroni's configuration (the command its callback "
+                                       "runs is the pg_auto_failover listener's: "
+                                       "tests/test_ha.py)",
+    "docs/operations.md: #!/bin/sh": "a callback Patroni runs on a promotion (its command: "
+                                     "tests/test_ha.py, by the pg_auto_failover listener)",
+    "docs/operations.md: event_notifications='repmgrd_failover_promote,standby_promote'":
+        "repmgr's configuration (its command: tests/test_ha.py, by the pg_auto_failover "
+        "listener)",
+    "docs/operations.md: #!/bin/sh (2)": "a command repmgr runs on a promotion (its command: "
+                                         "tests/test_ha.py, by the pg_auto_failover listener)",
     "docs/guides/scale-out.md: session = ShardedSession(shards=shard_map.engines,":
         "needs shards on other servers and the application's identity and execute "
         "choosers (tests/test_shards.py::test_sharded_session_routes_orm_objects_by_tenant "
@@ -288,6 +302,8 @@ SQL = {
         Sql(login="admin"),
     "docs/operations.md: SELECT hivenet.set_clock_policy('time_id', 'wait', "
     "max_wait => interval '200 milliseconds');": Sql(login="admin", prints=("wait",)),
+    "docs/operations.md: UPDATE hivenet.setting SET value = '45 seconds' WHERE name = "
+    "'failover_loss_window';": Sql(login="admin"),
     "docs/guides/orm.md: INSERT INTO payment (serial, amount)": Sql(
         setup="CREATE TABLE payment (serial text PRIMARY KEY, amount int); "
               "GRANT INSERT ON payment TO hivenet_app",

@@ -188,7 +188,7 @@ FUNCTIONS: dict[str, tuple[str, ...]] = {
     # Inlined into those rules and _step_in_window: the callers' clock, the bound on
     # intervals, the rule for names and keys (clock.sql, claims.sql).
     "_caller_now": (APP,), "_longest_interval": (APP,), "_interval_allowed": (APP,),
-    "_name_valid": (APP,),
+    "_name_valid": (APP,), "_unseen_characters": (APP,),
     "_called_by": (APP,),  # in those rules too: who began an attempt
     "_serial_time": ALL,  # and in view interface_calls, run as its reader
     # In the reporting views, run as their reader.
@@ -215,7 +215,9 @@ OWNER_ONLY = set("""
     _clock_sequence _cold_lock_space _cold_sequence_name _committed_sequence
     _compile_format _constants_lock_space _create_clock _create_cold_counter
     _create_decision_counters _grant_decision_counters
-    _create_interface_partition _default_failover_gap _drop_interface_partition
+    _create_interface_partition _drop_interface_partition
+    _check_timeline _counted_apart _failover_gap _fenced _fence_counter
+    _sample_allocation_rates
     _fast_path_expression _fence _field_problem _field_values _format_error _grant_counter
     _grant_roles _instance_in _interface_partition_name _interval_conflict _issue _issue_cold
     _latest_issued _layout_sql _lock_constants _maintain_claims _maintain_failover

@@ -144,7 +144,9 @@ END $$;
 -- HN011 (the clock is behind and the format's clock policy refuses).
 -- Never waits for another transaction; may wait a moment for another allocation's period
 -- reset (the advisory lock is held for one setval, never until commit), and a new scope's
--- allocation waits for a maintain() that is promoting scopes of the format to commit.
+-- allocation waits for a maintain() that is promoting scopes of the format to commit. A
+-- server session's first allocation checks the timeline first (_check_timeline,
+-- failover.sql): the first on a new one fences it, or waits for the session fencing it.
 -- The common case is one query, one regex match, no loop over segments; the slow paths (bad
 -- input, a new scope, period reset) are helpers (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[],
@@ -158,6 +160,9 @@ DECLARE
     v_scope text;
     v_seq regclass;
 BEGIN
+    IF current_setting('hivenet.timeline_checked', true) IS DISTINCT FROM 'true' THEN
+        PERFORM hivenet._check_timeline();
+    END IF;
     IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('format %s: count %s must be from 1 to 1000000',

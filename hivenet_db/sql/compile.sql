@@ -113,8 +113,9 @@ END;
 -- clock); a prepared scope, its sequence found by name (every scope sequence belongs to an
 -- owned instance, ownership.sql); a value of today's period within capacity (a new period,
 -- a clock stepped back, exhaustion: the value taken here is a gap, as when _issue hands over
--- to _advance). The time is the statement's: one instant for the period check and the
--- printed date. Runs with the caller's rights: the caller needs USAGE on the scopes'
+-- to _advance); a server session whose timeline is checked (hivenet.timeline_checked, set by
+-- _allocate's first call: failover.sql). The time is the statement's: one instant for the
+-- period check and the printed date. Runs with the caller's rights: the caller needs USAGE on the scopes'
 -- sequences (privileges.sql, _grant_counter). Never waits for another transaction.
 CREATE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text) RETURNS text
 LANGUAGE sql VOLATILE
@@ -329,6 +330,8 @@ DECLARE
     v_field text;
     v_counter text;
     v_fake_clock text := '';
+    -- Until the session's first allocation has checked the timeline (failover.sql).
+    v_checked text := $f$current_setting('hivenet.timeline_checked', true) = 'true' AND $f$;
 BEGIN
     IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
        OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
@@ -368,13 +371,13 @@ BEGIN
     -- maps 0 and capacity + 1 both to 0, then NULL.
     RETURN format(
         $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
-    WHEN %s%s
+    WHEN %s%s%s
     THEN %s || to_char(nullif(least(greatest(
              nextval(%s)
              - (%s::date - %L::date) * %s::bigint,
              0), %s) %% %s, 0), %L)
     END END$f$,
-        p_format.field_pattern, v_fake_clock,
+        p_format.field_pattern, v_checked, v_fake_clock,
         coalesce(array_to_string(v_bounds, ' AND '), 'true'),
         v_printed, v_counter, v_local,
         date '2000-01-01' - hivenet._period_index(timestamp '2000-01-01', 'day')::integer,
@@ -396,7 +399,8 @@ CREATE FUNCTION hivenet._time_id_parts(p_format hivenet.format, p_zone text,
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_local text := format('(statement_timestamp() AT TIME ZONE %L)', p_zone);
-    v_checks text[] := '{}';
+    -- Until the session's first allocation has checked the timeline (failover.sql).
+    v_checks text[] := ARRAY[$f$current_setting('hivenet.timeline_checked', true) = 'true'$f$];
     v_bounds text[] := '{}';
     v_bits text := '';
     v_scope text[] := '{}';

@@ -148,12 +148,14 @@ BEGIN
             hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval)
         TO hivenet_app;
         -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
-        -- callers' clock, the bound on intervals, the rule for names and keys.
+        -- callers' clock, the bound on intervals, the rule for names and keys and the
+        -- characters it refuses (settings.sql).
         GRANT EXECUTE ON FUNCTION
             hivenet._caller_now(timestamptz, text),
             hivenet._longest_interval(),
             hivenet._interval_allowed(interval),
-            hivenet._name_valid(text)
+            hivenet._name_valid(text),
+            hivenet._unseen_characters()
         TO hivenet_app;
     END IF;
 

@@ -28,14 +28,19 @@ DECLARE
             'hivenet._check_fields(hivenet.format,text[],boolean)',
             'hivenet._check_fingerprint(text)',
             'hivenet._check_owned(hivenet.format,text[])',
+            'hivenet._check_timeline()',
             'hivenet._clock_behind(text,timestamp without time zone,timestamp without time zone)',
             'hivenet._compile_format(text,jsonb,boolean,text)',
             'hivenet._count_decision(text,text)',
+            'hivenet._counted_apart(text)',
             'hivenet._create_decision_counters(text,boolean)',
             'hivenet._expire_attempts(text,text[],integer[])',
             'hivenet._expiry_due(text,timestamp with time zone)',
+            'hivenet._failover_gap()',
             'hivenet._fast_path_expression(hivenet.format,text,boolean,boolean)',
             'hivenet._fast_time_id(text,jsonb)',
+            'hivenet._fence_counter(regclass,hivenet.format,bigint,bigint)',
+            'hivenet._fenced()',
             'hivenet._field_values(hivenet.format,jsonb)',
             'hivenet._format_constant(text)',
             'hivenet._grant_decision_counters()',
@@ -43,6 +48,7 @@ DECLARE
             'hivenet._issue_cold(hivenet.format,text[],integer)',
             'hivenet._layout_sql(hivenet.format)',
             'hivenet._maintain_request_expiry()',
+            'hivenet._name_valid(text)',
             'hivenet._new_decision_counter(text,text)',
             'hivenet._next_time_id(text,jsonb)',
             'hivenet._node_field(hivenet.format)',
@@ -53,6 +59,8 @@ DECLARE
             'hivenet._promote_scope(hivenet.format,text,jsonb)',
             'hivenet._purge_chained(text,text[])',
             'hivenet._raise_key_refused(text,text,integer,text)',
+            'hivenet._request_start_valid(text,text,interval)',
+            'hivenet._sample_allocation_rates()',
             'hivenet._scope_fields(hivenet.format,text[])',
             'hivenet._scope_of(hivenet.format,text[])',
             'hivenet._scopes_by_node()',
@@ -66,6 +74,7 @@ DECLARE
             'hivenet._time_id_parts(hivenet.format,text,boolean,boolean)',
             'hivenet._time_number_max(text)',
             'hivenet._timeout_left()',
+            'hivenet._unseen_characters()',
             'hivenet._utf16_units(text)',
             'hivenet._wake_waiters(text,text)',
             'hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval)',
@@ -221,6 +230,8 @@ DROP FUNCTION hivenet.parse_serial(text,text);
 DROP FUNCTION hivenet._scopes_by_node();
 DROP FUNCTION hivenet._scope_of(hivenet.format,text[]);
 DROP FUNCTION hivenet._scope_fields(hivenet.format,text[]);
+DROP FUNCTION hivenet._sample_allocation_rates();
+DROP FUNCTION hivenet._request_start_valid(text,text,interval);
 DROP FUNCTION hivenet._raise_key_refused(text,text,integer,text);
 DROP FUNCTION hivenet._purge_chained(text,text[]);
 DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb);
@@ -231,6 +242,8 @@ DROP FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean);
 DROP FUNCTION hivenet._node_field(hivenet.format);
 DROP FUNCTION hivenet._next_time_id(text,jsonb);
 DROP FUNCTION hivenet._new_decision_counter(text,text);
+DROP FUNCTION hivenet._name_valid(text);
+DROP FUNCTION hivenet._unseen_characters();
 DROP FUNCTION hivenet._maintain_request_expiry();
 DROP FUNCTION hivenet._layout_sql(hivenet.format);
 DROP FUNCTION hivenet._issue_cold(hivenet.format,text[],integer);
@@ -238,14 +251,19 @@ DROP FUNCTION hivenet._issue(regclass,hivenet.format,text[],integer,text);
 DROP FUNCTION hivenet._grant_decision_counters();
 DROP FUNCTION hivenet._format_constant(text);
 DROP FUNCTION hivenet._field_values(hivenet.format,jsonb);
+DROP FUNCTION hivenet._fenced();
+DROP FUNCTION hivenet._fence_counter(regclass,hivenet.format,bigint,bigint);
 DROP FUNCTION hivenet._fast_time_id(text,jsonb);
 DROP FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean);
+DROP FUNCTION hivenet._failover_gap();
 DROP FUNCTION hivenet._expiry_due(text,timestamp with time zone);
 DROP FUNCTION hivenet._expire_attempts(text,text[],integer[]);
 DROP FUNCTION hivenet._create_decision_counters(text,boolean);
+DROP FUNCTION hivenet._counted_apart(text);
 DROP FUNCTION hivenet._count_decision(text,text);
 DROP FUNCTION hivenet._compile_format(text,jsonb,boolean,text);
 DROP FUNCTION hivenet._clock_behind(text,timestamp without time zone,timestamp without time zone);
+DROP FUNCTION hivenet._check_timeline();
 DROP FUNCTION hivenet._check_owned(hivenet.format,text[]);
 DROP FUNCTION hivenet._check_fingerprint(text);
 DROP FUNCTION hivenet._check_fields(hivenet.format,text[],boolean);
@@ -292,6 +310,17 @@ ALTER TABLE hivenet.format DISABLE TRIGGER format_recompile;
 DELETE FROM hivenet.format WHERE time_shift IS NOT NULL;
 ALTER TABLE hivenet.format ENABLE TRIGGER format_recompile;
 ALTER TABLE hivenet.format DROP COLUMN time_shift;
+
+-- The fence's mark and the allocation rates (fences applied by an allocation are recorded as
+-- by the command); its settings go in the .downgrade.data.sql, once the code that rewrites the
+-- generated functions on a change of a setting is 0.1.0's again.
+DROP TABLE hivenet.allocation_rate;
+DROP SEQUENCE hivenet.fenced_timeline;
+UPDATE hivenet.failover_fence SET applied_by = 'command' WHERE applied_by = 'allocation';
+ALTER TABLE hivenet.failover_fence
+    DROP CONSTRAINT failover_fence_applied_by_check,
+    ADD CONSTRAINT failover_fence_applied_by_check
+        CHECK (applied_by IN ('install', 'command', 'maintain'));
 
 -- Decision counts, with their counters.
 DO $$
@@ -619,6 +648,32 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_fields(hivenet.format,text[],boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._check_name(p_what text, p_value text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_value IS NULL OR p_value = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is empty', p_what, hivenet._shown(p_value));
+    ELSIF length(p_value) > 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is longer than 255 characters', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains a control character', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_what LIKE '%namespace' AND left(p_value, 8) = 'hivenet.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('namespace %s is reserved (namespaces starting with ''hivenet.'' '
+                             'are the library''s own)', hivenet._shown(p_value));
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_name(text,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._check_owned(p_format hivenet.format, p_values text[])
  RETURNS void
  LANGUAGE plpgsql
@@ -850,6 +905,14 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._compile_format(text,jsonb,boolean,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._default_failover_gap()
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT 100000::bigint $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._default_failover_gap() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._fast_path_expression(p_format hivenet.format, p_zone text, p_enforce_registry boolean, p_allow_fake_clock boolean)
  RETURNS text
  LANGUAGE plpgsql
@@ -916,6 +979,105 @@ BEGIN
         'FM' || repeat('0', p_format.seq_width));
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_system(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((p_c)::numeric >= (1)::numeric) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_system_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '1000000000000'::bigint) % '1000000000000'::bigint), 0), 'FM000000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_system(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((p_c)::numeric >= (1)::numeric) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_unified_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '10000000000'::bigint) % '10000000000'::bigint), 0), 'FM0000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_unified(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fence(p_gap bigint, p_force boolean, p_by text)
+ RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_timeline integer := hivenet._timeline();
+    v_format hivenet.format;
+    v_period bigint;
+    v_seq regclass;
+    v_from bigint;
+    v_base bigint;
+    v_to bigint;
+    v_last bigint;
+    v_count integer := 0;
+BEGIN
+    IF p_gap IS NULL OR p_gap < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('failover fence: gap %s must be at least 1',
+                             coalesce(p_gap::text, 'NULL'));
+    END IF;
+    -- maintain()'s lock: one fence at a time, never beside a maintain() run.
+    PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), 0);
+    IF NOT p_force AND EXISTS (SELECT FROM hivenet.failover_fence f
+                               WHERE f.timeline = v_timeline) THEN
+        RETURN;
+    END IF;
+    FOR v_format IN SELECT * FROM hivenet.format ORDER BY name LOOP
+        -- Until commit: no scope of the format is promoted from a cold value read before.
+        PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
+        v_period := hivenet._period_index(
+            hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), v_format.reset);
+        FOR counter IN
+            SELECT hivenet._cold_sequence_name(v_format.name)
+            UNION ALL
+            (SELECT s.sequence_name FROM hivenet.scope s
+             WHERE s.format = v_format.name ORDER BY s.sequence_name)
+        LOOP
+            v_seq := to_regclass('hivenet.' || quote_ident(counter));
+            CONTINUE WHEN v_seq IS NULL;
+            -- The period reset's lock (_advance), until commit: no setval of theirs between.
+            PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), v_seq::oid::integer);
+            v_from := coalesce(pg_sequence_last_value(v_seq), 0);
+            v_base := greatest(v_from, v_period * v_format.stride);
+            v_to := v_base + p_gap;
+            v_last := (v_base / v_format.stride) * v_format.stride + v_format.capacity;
+            parked := NOT v_format.borrow_next_period AND v_to > v_last;
+            IF parked THEN
+                v_to := greatest(v_last, v_from);
+            END IF;
+            PERFORM setval(v_seq, v_to, true);
+            v_count := v_count + 1;
+            timeline := v_timeline;
+            format := v_format.name;
+            from_value := v_from;
+            to_value := v_to;
+            RETURN NEXT;
+        END LOOP;
+    END LOOP;
+    INSERT INTO hivenet.failover_fence AS f (timeline, gap, counters, applied_by)
+    VALUES (v_timeline, p_gap, v_count, p_by)
+    ON CONFLICT ON CONSTRAINT failover_fence_pkey DO UPDATE
+        SET fenced_at = clock_timestamp(), gap = coalesce(f.gap, 0) + EXCLUDED.gap,
+            counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fence(bigint,boolean,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._field_values(p_format hivenet.format, p_fields jsonb)
  RETURNS text[]
@@ -1335,6 +1497,38 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._layout_sql(hivenet.format) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._maintain_failover()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_timeline integer := hivenet._timeline();
+    v_warning text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM hivenet.failover_fence WHERE timeline = v_timeline) THEN
+        PERFORM hivenet._fence(hivenet._default_failover_gap(), false, 'maintain');
+        RAISE WARNING USING MESSAGE = format(
+            'hivenet: timeline %s was not fenced (a promoted standby or a restore): maintain() '
+            'moved every counter forward by %s; run `hivenet-db failover-fence` before '
+            'traffic next time', v_timeline, hivenet._default_failover_gap());
+    END IF;
+    v_warning := hivenet.replication_warning();
+    IF v_warning IS NOT NULL THEN
+        RAISE WARNING USING MESSAGE = 'hivenet: ' || v_warning;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_failover() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._name_valid(p_value text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (((length(p_value) >= 1) AND (length(p_value) <= 255)) AND (p_value !~ '[\x01-\x1f\x7f-\x9f]'::text));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._name_valid(text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._node_field(p_format hivenet.format)
  RETURNS text
  LANGUAGE sql
@@ -1554,6 +1748,15 @@ BEGIN
                                         v_system_layout.date_at, v_settings));
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._recompile() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._request_start_valid(p_namespace text, p_key text, p_lease interval)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key) AND ("left"(p_namespace, 8) <> 'hivenet.'::text) AND ((p_lease IS NULL) OR hivenet._interval_allowed(p_lease)));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._request_start_valid(text,text,interval) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._resolve_attempt(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text, p_response jsonb)
  RETURNS void
@@ -1906,6 +2109,52 @@ BEGIN
     RETURN NEW;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._setting_check() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._setting_constant(p_name text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_name
+             WHEN 'allow_fake_clock'::text THEN 'false'::text
+             WHEN 'check_received_instances'::text THEN 'true'::text
+             WHEN 'enforce_registry'::text THEN 'false'::text
+             WHEN 'interface_future_tolerance'::text THEN '5 minutes'::text
+             WHEN 'interface_partitions_ahead'::text THEN '2 days'::text
+             WHEN 'interface_retention'::text THEN '7 days'::text
+             WHEN 'interface_window'::text THEN '1 day'::text
+             WHEN 'max_serials_per_call'::text THEN '10000'::text
+             WHEN 'owned_instances'::text THEN 'all'::text
+             WHEN 'request_retention'::text THEN '24 hours'::text
+             WHEN 'single_primary_formats'::text THEN 'false'::text
+             WHEN 'step_future_tolerance'::text THEN '5 minutes'::text
+             WHEN 'step_lease'::text THEN '5 minutes'::text
+             WHEN 'step_retention'::text THEN '30 days'::text
+             WHEN 'time_zone'::text THEN 'UTC'::text
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._setting_constant(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._shown(p_value text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN p_value IS NULL THEN 'NULL'
+                WHEN q.quoted !~ '[\x01-\x1f\x7f-\x9f]' THEN q.quoted
+                ELSE (SELECT string_agg(CASE WHEN c ~ '[\x01-\x1f\x7f-\x9f]'
+                                             THEN '\x' || lpad(to_hex(ascii(c)), 2, '0')
+                                             ELSE c END, '' ORDER BY i)
+                      FROM unnest(string_to_array(q.quoted, NULL)) WITH ORDINALITY AS t(c, i))
+           END || CASE WHEN length(p_value) > 40
+                       THEN format('... (%s characters)', length(p_value)) ELSE '' END
+    FROM (SELECT quote_literal(CASE WHEN length(p_value) <= 40 THEN p_value
+                                    ELSE left(p_value, 32) END) AS quoted) q
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._shown(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._start_request(p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval, p_nowait boolean)
  RETURNS boolean
@@ -2346,6 +2595,22 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.register_system(text,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet.replication_warning()
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT format('%s standby connection(s) and synchronous_standby_names is empty: a '
+                  'failover loses the last commits, so the promoted standby reissues serials '
+                  'and re-accepts claims unless `hivenet-db failover-fence` runs first '
+                  '(docs/operations.md, Failover)', count(*))
+    FROM pg_stat_replication
+    WHERE state IS DISTINCT FROM 'backup'  -- NULL for roles without pg_read_all_stats
+    HAVING count(*) > 0 AND current_setting('synchronous_standby_names') = ''
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet.replication_warning() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet.resolve_request(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text, p_response jsonb DEFAULT NULL::jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -2567,6 +2832,22 @@ BEGIN
                        v_default."column", v_default.expression);
     END LOOP;
 END $$;
+
+-- Rows (the .data.sql beside this file).
+-- Back from release 0.2.0 to 0.1.0: what the generated code cannot write, by hand, after it.
+
+-- 0.1.0's _name_valid as its release wrote it. The revision copies a function from the
+-- catalog, and the catalog of this one holds BETWEEN as an AND of its own inside the outer
+-- AND, which PostgreSQL reads back as one flat AND: the same function, another catalog.
+CREATE OR REPLACE FUNCTION hivenet._name_valid(p_value text) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT length(p_value) BETWEEN 1 AND 255 AND p_value !~ '[\x01-\x1f\x7f-\x9f]';
+END;
+
+-- The settings of the fence and of the bound on namespaces counted apart.
+DELETE FROM hivenet.setting
+WHERE name IN ('failover_gap', 'failover_loss_window', 'max_counted_namespaces');
 
 -- Grants that only the old release had.
 DO $$

@@ -28,6 +28,17 @@ DELETE FROM hivenet.format WHERE time_shift IS NOT NULL;
 ALTER TABLE hivenet.format ENABLE TRIGGER format_recompile;
 ALTER TABLE hivenet.format DROP COLUMN time_shift;
 
+-- The fence's mark and the allocation rates (fences applied by an allocation are recorded as
+-- by the command); its settings go in the .downgrade.data.sql, once the code that rewrites the
+-- generated functions on a change of a setting is 0.1.0's again.
+DROP TABLE hivenet.allocation_rate;
+DROP SEQUENCE hivenet.fenced_timeline;
+UPDATE hivenet.failover_fence SET applied_by = 'command' WHERE applied_by = 'allocation';
+ALTER TABLE hivenet.failover_fence
+    DROP CONSTRAINT failover_fence_applied_by_check,
+    ADD CONSTRAINT failover_fence_applied_by_check
+        CHECK (applied_by IN ('install', 'command', 'maintain'));
+
 -- Decision counts, with their counters.
 DO $$
 DECLARE

@@ -20,6 +20,7 @@ DECLARE
             'hivenet._check_fields(hivenet.format,text[],boolean)',
             'hivenet._check_owned(hivenet.format,text[])',
             'hivenet._compile_format(text,jsonb,boolean,text)',
+            'hivenet._default_failover_gap()',
             'hivenet._fast_path_expression(hivenet.format,text,boolean,boolean)',
             'hivenet._field_values(hivenet.format,jsonb)',
             'hivenet._format_constant(text)',
@@ -164,6 +165,7 @@ DROP FUNCTION hivenet._issue(regclass,hivenet.format,text[],integer,text);
 DROP FUNCTION hivenet._format_constant(text);
 DROP FUNCTION hivenet._field_values(hivenet.format,jsonb);
 DROP FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean);
+DROP FUNCTION hivenet._default_failover_gap();
 DROP FUNCTION hivenet._compile_format(text,jsonb,boolean,text);
 DROP FUNCTION hivenet._check_owned(hivenet.format,text[]);
 DROP FUNCTION hivenet._check_fields(hivenet.format,text[],boolean);
@@ -247,6 +249,25 @@ CREATE TABLE hivenet.clock_policy (
 COMMENT ON TABLE hivenet.clock_policy IS
     'what a format does when the clock is behind the latest instant it issued '
     '(set_clock_policy); a format without a row continues';
+-- The fence takes itself (failover.sql): the last timeline fenced, as a sequence (set in the
+-- .data.sql), fences applied by an allocation, and the allocation rates maintain() samples.
+CREATE SEQUENCE hivenet.fenced_timeline AS integer MINVALUE 0;
+ALTER TABLE hivenet.failover_fence
+    DROP CONSTRAINT failover_fence_applied_by_check,
+    ADD CONSTRAINT failover_fence_applied_by_check
+        CHECK (applied_by IN ('install', 'allocation', 'command', 'maintain'));
+CREATE TABLE hivenet.allocation_rate (
+    format        text PRIMARY KEY,
+    timeline      integer NOT NULL,
+    sampled_at    timestamptz NOT NULL,
+    period_start  timestamp NOT NULL,
+    issued        bigint,  -- NULL after a fence by command: no rate from it to the next
+    day           date NOT NULL,
+    peak          float8 NOT NULL DEFAULT 0,  -- serials a second, highest of day
+    previous_peak float8 NOT NULL DEFAULT 0   -- ... of the day before day
+);
+COMMENT ON TABLE hivenet.allocation_rate IS
+    'serials a second of each format, highest between two maintain() runs, today and yesterday';
 
 -- Code, in dependency order.
 CREATE OR REPLACE FUNCTION hivenet._advance(p_seq regclass, p_format hivenet.format, p_period bigint, p_scope text)
@@ -303,6 +324,9 @@ DECLARE
     v_scope text;
     v_seq regclass;
 BEGIN
+    IF current_setting('hivenet.timeline_checked', true) IS DISTINCT FROM 'true' THEN
+        PERFORM hivenet._check_timeline();
+    END IF;
     IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('format %s: count %s must be from 1 to 1000000',
@@ -857,6 +881,37 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_fingerprint(text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._check_name(p_what text, p_value text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_value IS NULL OR p_value = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is empty', p_what, hivenet._shown(p_value));
+    ELSIF length(p_value) > 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is longer than 255 characters', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains a control character', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ hivenet._unseen_characters() THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains an invisible character (a Unicode format or '
+                             'separator character, shown as its code)', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_what LIKE '%namespace' AND left(p_value, 8) = 'hivenet.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('namespace %s is reserved (namespaces starting with ''hivenet.'' '
+                             'are the library''s own)', hivenet._shown(p_value));
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_name(text,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._check_owned(p_format hivenet.format, p_values text[])
  RETURNS void
  LANGUAGE plpgsql
@@ -874,6 +929,22 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_owned(hivenet.format,text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_timeline()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF pg_is_in_recovery() THEN
+        RETURN;  -- a standby: drawing fails as read-only, and nothing is marked
+    END IF;
+    IF NOT hivenet._fenced() THEN
+        PERFORM hivenet._fence(hivenet._failover_gap(), false, 'allocation');
+    END IF;
+    PERFORM set_config('hivenet.timeline_checked', 'true', false);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_timeline() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._clock_behind(p_format text, p_latest timestamp without time zone, p_local timestamp without time zone)
  RETURNS timestamp without time zone
@@ -1219,6 +1290,21 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._count_decision(text,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._counted_apart(p_namespace text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN EXISTS (SELECT FROM hivenet.request_namespace n WHERE n.namespace = p_namespace)
+        OR (SELECT count(DISTINCT c.namespace) FROM hivenet.decision_counter c
+            WHERE c.decision = 'started' AND left(c.namespace, 8) <> 'hivenet.'
+              AND NOT EXISTS (SELECT FROM hivenet.request_namespace n
+                              WHERE n.namespace = c.namespace))
+           < hivenet._setting_constant('max_counted_namespaces')::integer;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._counted_apart(text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._create_decision_counters(p_namespace text, p_grant boolean)
  RETURNS void
  LANGUAGE plpgsql
@@ -1289,6 +1375,16 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._expiry_due(text,timestamp with time zone) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._failover_gap()
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT hivenet._setting_constant('failover_gap')::bigint
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._failover_gap() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._fast_path_expression(p_format hivenet.format, p_zone text, p_enforce_registry boolean, p_allow_fake_clock boolean)
  RETURNS text
  LANGUAGE plpgsql
@@ -1302,6 +1398,8 @@ DECLARE
     v_field text;
     v_counter text;
     v_fake_clock text := '';
+    -- Until the session's first allocation has checked the timeline (failover.sql).
+    v_checked text := $f$current_setting('hivenet.timeline_checked', true) = 'true' AND $f$;
 BEGIN
     IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
        OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
@@ -1341,13 +1439,13 @@ BEGIN
     -- maps 0 and capacity + 1 both to 0, then NULL.
     RETURN format(
         $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
-    WHEN %s%s
+    WHEN %s%s%s
     THEN %s || to_char(nullif(least(greatest(
              nextval(%s)
              - (%s::date - %L::date) * %s::bigint,
              0), %s) %% %s, 0), %L)
     END END$f$,
-        p_format.field_pattern, v_fake_clock,
+        p_format.field_pattern, v_checked, v_fake_clock,
         coalesce(array_to_string(v_bounds, ' AND '), 'true'),
         v_printed, v_counter, v_local,
         date '2000-01-01' - hivenet._period_index(timestamp '2000-01-01', 'day')::integer,
@@ -1355,6 +1453,22 @@ BEGIN
         'FM' || repeat('0', p_format.seq_width));
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_system(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND ((p_c)::numeric >= (1)::numeric)) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_system_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '1000000000000'::bigint) % '1000000000000'::bigint), 0), 'FM000000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_system(text,text,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._fast_time_id(p_format text, p_fields jsonb)
  RETURNS bigint
@@ -1364,13 +1478,134 @@ BEGIN ATOMIC
          CASE p_format
              WHEN 'time_id'::text THEN
              CASE
-                 WHEN (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb) THEN (((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14) | NULLIF((LEAST(GREATEST((nextval(to_regclass('hivenet."seq_time_id_"'::text)) - (((floor(date_part('epoch'::text, (statement_timestamp() AT TIME ZONE 'UTC'::text))))::bigint - 946684799) * (1000000000)::bigint)), (0)::bigint), (16384)::bigint) % (16384)::bigint), 0))
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb)) THEN (((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14) | NULLIF((LEAST(GREATEST((nextval(to_regclass('hivenet."seq_time_id_"'::text)) - (((floor(date_part('epoch'::text, (statement_timestamp() AT TIME ZONE 'UTC'::text))))::bigint - 946684799) * (1000000000)::bigint)), (0)::bigint), (16384)::bigint) % (16384)::bigint), 0))
                  ELSE NULL::bigint
              END
              ELSE NULL::bigint
          END AS "case";
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._fast_time_id(text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND ((p_c)::numeric >= (1)::numeric)) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_unified_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '10000000000'::bigint) % '10000000000'::bigint), 0), 'FM0000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_unified(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fence(p_gap bigint, p_force boolean, p_by text)
+ RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_timeline integer := hivenet._timeline();
+    v_format hivenet.format;
+    v_period bigint;
+    v_seq regclass;
+    v_count integer := 0;
+BEGIN
+    IF p_gap IS NULL OR p_gap < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('failover fence: gap %s must be at least 1',
+                             coalesce(p_gap::text, 'NULL'));
+    END IF;
+    -- The fences' lock: key 1 of the period resets' space, whose other keys are sequence
+    -- OIDs (never below 16384) and maintain()'s 0.
+    PERFORM pg_advisory_lock(hivenet._reset_lock_space(), 1);
+    BEGIN
+        IF p_force OR NOT hivenet._fenced() THEN
+            FOR v_format IN SELECT * FROM hivenet.format ORDER BY name LOOP
+                PERFORM pg_advisory_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
+                BEGIN
+                    v_period := hivenet._period_index(hivenet.now() AT TIME ZONE
+                        hivenet._setting_value('time_zone'), v_format.reset);
+                    FOR counter IN
+                        SELECT hivenet._cold_sequence_name(v_format.name)
+                        UNION ALL
+                        (SELECT s.sequence_name FROM hivenet.scope s
+                         WHERE s.format = v_format.name ORDER BY s.sequence_name)
+                    LOOP
+                        v_seq := to_regclass('hivenet.' || quote_ident(counter));
+                        CONTINUE WHEN v_seq IS NULL;
+                        SELECT f.from_value, f.to_value, f.parked
+                        INTO from_value, to_value, parked
+                        FROM hivenet._fence_counter(v_seq, v_format, v_period, p_gap) f;
+                        v_count := v_count + 1;
+                        timeline := v_timeline;
+                        format := v_format.name;
+                        RETURN NEXT;
+                    END LOOP;
+                EXCEPTION WHEN OTHERS OR query_canceled THEN
+                    PERFORM pg_advisory_unlock(hivenet._cold_lock_space(),
+                                               hashtext(v_format.name));
+                    RAISE;
+                END;
+                PERFORM pg_advisory_unlock(hivenet._cold_lock_space(), hashtext(v_format.name));
+            END LOOP;
+            PERFORM setval('hivenet.fenced_timeline', v_timeline);
+            INSERT INTO hivenet.failover_fence AS f (timeline, gap, counters, applied_by)
+            VALUES (v_timeline, p_gap, v_count, p_by)
+            ON CONFLICT ON CONSTRAINT failover_fence_pkey DO UPDATE
+                SET fenced_at = clock_timestamp(), gap = coalesce(f.gap, 0) + EXCLUDED.gap,
+                    counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by;
+            RAISE LOG USING MESSAGE = format(
+                'hivenet: fenced timeline %s (%s): %s counters moved forward by %s',
+                v_timeline, p_by, v_count, p_gap);
+        END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), 1);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), 1);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fence(bigint,boolean,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fence_counter(p_seq regclass, p_format hivenet.format, p_period bigint, p_gap bigint, OUT from_value bigint, OUT to_value bigint, OUT parked boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_base bigint;
+    v_last bigint;
+BEGIN
+    PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
+    BEGIN
+        from_value := coalesce(pg_sequence_last_value(p_seq), 0);
+        v_base := greatest(from_value, p_period * p_format.stride);
+        to_value := v_base + p_gap;
+        v_last := (v_base / p_format.stride) * p_format.stride + p_format.capacity;
+        parked := NOT p_format.borrow_next_period AND to_value > v_last;
+        IF parked THEN
+            to_value := greatest(v_last, from_value);
+        END IF;
+        PERFORM setval(p_seq, to_value, true);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fence_counter(regclass,hivenet.format,bigint,bigint) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fenced()
+ RETURNS boolean
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT pg_sequence_last_value('hivenet.fenced_timeline') IS NOT DISTINCT FROM hivenet._timeline()
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fenced() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._field_values(p_format hivenet.format, p_fields jsonb)
  RETURNS text[]
@@ -1538,12 +1773,14 @@ BEGIN
             hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval)
         TO hivenet_app;
         -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
-        -- callers' clock, the bound on intervals, the rule for names and keys.
+        -- callers' clock, the bound on intervals, the rule for names and keys and the
+        -- characters it refuses (settings.sql).
         GRANT EXECUTE ON FUNCTION
             hivenet._caller_now(timestamptz, text),
             hivenet._longest_interval(),
             hivenet._interval_allowed(interval),
-            hivenet._name_valid(text)
+            hivenet._name_valid(text),
+            hivenet._unseen_characters()
         TO hivenet_app;
     END IF;
 
@@ -1865,6 +2102,29 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._layout_sql(hivenet.format) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._maintain_failover()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_warning text;
+BEGIN
+    IF NOT hivenet._fenced() THEN
+        PERFORM hivenet._fence(hivenet._failover_gap(), false, 'maintain');
+        RAISE NOTICE USING MESSAGE = format(
+            'hivenet: timeline %s is new (a promoted standby or a restore): maintain() moved '
+            'every counter forward by %s (failover_gap) before any allocation did',
+            hivenet._timeline(), hivenet._failover_gap());
+    END IF;
+    PERFORM hivenet._sample_allocation_rates();
+    v_warning := hivenet.replication_warning();
+    IF v_warning IS NOT NULL THEN
+        RAISE WARNING USING MESSAGE = 'hivenet: ' || v_warning;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_failover() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._maintain_request_expiry()
  RETURNS void
  LANGUAGE plpgsql
@@ -1907,6 +2167,24 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._maintain_request_expiry() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._unseen_characters()
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT '[\x01-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'::text AS unseen;
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._unseen_characters() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._name_valid(p_value text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT ((length(p_value) >= 1) AND (length(p_value) <= 255) AND (p_value !~ hivenet._unseen_characters()));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._name_valid(text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._new_decision_counter(p_namespace text, p_decision text)
  RETURNS regclass
  LANGUAGE plpgsql
@@ -1923,8 +2201,11 @@ BEGIN
         WHERE c.namespace = v_namespace AND c.decision = p_decision LIMIT 1;
         IF FOUND OR v_namespace = 'hivenet.other' THEN
             RETURN v_counter;
+        ELSIF hivenet._counted_apart(v_namespace) THEN
+            PERFORM hivenet._create_decision_counters(v_namespace, true);
+        ELSE
+            v_namespace := 'hivenet.other';
         END IF;
-        PERFORM hivenet._create_decision_counters(v_namespace, true);
     END LOOP;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._new_decision_counter(text,text) FROM PUBLIC;
@@ -2099,6 +2380,8 @@ DECLARE
     v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
     v_seq regclass;
 BEGIN
+    -- On a new timeline, from fenced values only (failover.sql): the fence must see the scope.
+    PERFORM hivenet._check_timeline();
     PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
     -- Another promotion of the scope may have committed while we waited for the lock.
     IF hivenet._committed_sequence(v_name) IS NOT NULL THEN
@@ -2354,6 +2637,31 @@ BEGIN
     PERFORM hivenet.finish_request(p_namespace, p_key, p_attempt, p_succeeded, p_response);
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._resolve_attempt(text,text,integer,boolean,text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._sample_allocation_rates()
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    INSERT INTO hivenet.allocation_rate AS r
+        (format, timeline, sampled_at, period_start, issued, day)
+    SELECT u.format, hivenet._timeline(), clock_timestamp(), min(u.period_start),
+           sum(u.issued), (clock_timestamp() AT TIME ZONE hivenet._setting_value('time_zone'))::date
+    FROM hivenet.scope_usage u
+    GROUP BY u.format
+    ON CONFLICT (format) DO UPDATE SET
+        timeline = EXCLUDED.timeline, sampled_at = EXCLUDED.sampled_at,
+        period_start = EXCLUDED.period_start, issued = EXCLUDED.issued, day = EXCLUDED.day,
+        previous_peak = CASE EXCLUDED.day - r.day WHEN 0 THEN r.previous_peak
+                                                  WHEN 1 THEN r.peak ELSE 0 END,
+        peak = greatest(
+            CASE WHEN EXCLUDED.day = r.day THEN r.peak ELSE 0 END,
+            CASE WHEN EXCLUDED.timeline = r.timeline AND EXCLUDED.period_start = r.period_start
+                      AND EXCLUDED.issued >= r.issued AND EXCLUDED.sampled_at > r.sampled_at
+                 THEN (EXCLUDED.issued - r.issued)
+                      / extract(epoch FROM EXCLUDED.sampled_at - r.sampled_at)::float8 END)
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._sample_allocation_rates() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._scope_fields(p_format hivenet.format, p_values text[])
  RETURNS jsonb
@@ -2687,6 +2995,59 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._setting_check() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._setting_constant(p_name text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_name
+             WHEN 'allow_fake_clock'::text THEN 'false'::text
+             WHEN 'check_received_instances'::text THEN 'true'::text
+             WHEN 'enforce_registry'::text THEN 'false'::text
+             WHEN 'failover_gap'::text THEN '100000'::text
+             WHEN 'failover_loss_window'::text THEN '30 seconds'::text
+             WHEN 'interface_future_tolerance'::text THEN '5 minutes'::text
+             WHEN 'interface_partitions_ahead'::text THEN '2 days'::text
+             WHEN 'interface_retention'::text THEN '7 days'::text
+             WHEN 'interface_window'::text THEN '1 day'::text
+             WHEN 'max_counted_namespaces'::text THEN '100'::text
+             WHEN 'max_serials_per_call'::text THEN '10000'::text
+             WHEN 'owned_instances'::text THEN 'all'::text
+             WHEN 'request_retention'::text THEN '24 hours'::text
+             WHEN 'single_primary_formats'::text THEN 'false'::text
+             WHEN 'step_future_tolerance'::text THEN '5 minutes'::text
+             WHEN 'step_lease'::text THEN '5 minutes'::text
+             WHEN 'step_retention'::text THEN '30 days'::text
+             WHEN 'time_zone'::text THEN 'UTC'::text
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._setting_constant(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._shown(p_value text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN p_value IS NULL THEN 'NULL'
+                WHEN q.quoted !~ hivenet._unseen_characters() THEN q.quoted
+                ELSE (SELECT string_agg(CASE WHEN c !~ hivenet._unseen_characters() THEN c
+                                             WHEN ascii(c) < 256
+                                             THEN '\x' || lpad(to_hex(ascii(c)), 2, '0')
+                                             WHEN ascii(c) < 65536
+                                             THEN '\u' || lpad(to_hex(ascii(c)), 4, '0')
+                                             ELSE '\U' || lpad(to_hex(ascii(c)), 8, '0') END,
+                                        '' ORDER BY i)
+                      FROM unnest(string_to_array(q.quoted, NULL)) WITH ORDINALITY AS t(c, i))
+           END || CASE WHEN length(p_value) > 40
+                       THEN format('... (%s characters)', length(p_value)) ELSE '' END
+    FROM (SELECT quote_literal(CASE WHEN length(p_value) <= 40 THEN p_value
+                                    ELSE left(p_value, 32) END) AS quoted) q
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._shown(text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._start_chain(p_namespace text)
  RETURNS void
  LANGUAGE plpgsql
@@ -2743,7 +3104,7 @@ BEGIN ATOMIC
          CASE p_format
              WHEN 'time_id'::text THEN
              CASE
-                 WHEN (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb) THEN ((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14)
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb)) THEN ((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14)
                  ELSE NULL::bigint
              END
              ELSE NULL::bigint
@@ -2751,7 +3112,7 @@ BEGIN ATOMIC
          CASE p_format
              WHEN 'time_id'::text THEN
              CASE
-                 WHEN (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb) THEN to_regclass('hivenet."seq_time_id_"'::text)
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb)) THEN to_regclass('hivenet."seq_time_id_"'::text)
                  ELSE NULL::regclass
              END
              ELSE NULL::regclass
@@ -2818,7 +3179,8 @@ CREATE OR REPLACE FUNCTION hivenet._time_id_parts(p_format hivenet.format, p_zon
 AS $function$
 DECLARE
     v_local text := format('(statement_timestamp() AT TIME ZONE %L)', p_zone);
-    v_checks text[] := '{}';
+    -- Until the session's first allocation has checked the timeline (failover.sql).
+    v_checks text[] := ARRAY[$f$current_setting('hivenet.timeline_checked', true) = 'true'$f$];
     v_bounds text[] := '{}';
     v_bits text := '';
     v_scope text[] := '{}';
@@ -3235,7 +3597,11 @@ DECLARE
     p_gap ALIAS FOR gap; p_force ALIAS FOR force;
 BEGIN
     RETURN QUERY SELECT * FROM hivenet._fence(
-        coalesce(p_gap, hivenet._default_failover_gap()), p_force, 'command');
+        coalesce(p_gap, hivenet._failover_gap()), p_force, 'command');
+    IF FOUND THEN
+        -- The jump is no allocation: the next sample of the rates starts afresh.
+        UPDATE hivenet.allocation_rate SET issued = NULL;
+    END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.fence_failover(bigint,boolean) FROM PUBLIC;
 
@@ -3596,6 +3962,33 @@ BEGIN
         SET description = coalesce(EXCLUDED.description, registered_system.description);
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.register_system(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.replication_warning()
+ RETURNS text
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT nullif(concat_ws('; ',
+        (SELECT format('%s standby connection(s) and synchronous_standby_names is empty: a '
+                       'failover loses the last commits (the claims, steps and requests '
+                       'they held) and the fence of the promoted standby''s first allocation '
+                       'keeps its serials from repeating only within failover_gap', count(*))
+         FROM pg_stat_replication
+         WHERE state IS DISTINCT FROM 'backup'  -- NULL for roles without pg_read_all_stats
+         HAVING count(*) > 0 AND current_setting('synchronous_standby_names') = ''),
+        (SELECT format('format %s peaked at %s serials a second (today or yesterday): %s '
+                       'in failover_loss_window %s, more than failover_gap %s; raise '
+                       'failover_gap to at least that', r.format, round(p.peak::numeric, 1),
+                       ceil(p.peak * w.seconds)::bigint, w.value, hivenet._failover_gap())
+         FROM hivenet.allocation_rate r
+         CROSS JOIN LATERAL (SELECT greatest(r.peak, r.previous_peak) AS peak) p
+         CROSS JOIN (SELECT s.value, extract(epoch FROM s.value::interval) AS seconds
+                     FROM hivenet.setting s WHERE s.name = 'failover_loss_window') w
+         WHERE p.peak * w.seconds > hivenet._failover_gap()
+         ORDER BY p.peak DESC, r.format LIMIT 1)), '')
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet.replication_warning() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.resolve_request(namespace text, key text, attempt integer, succeeded boolean, note text, response jsonb DEFAULT NULL::jsonb)
  RETURNS void
@@ -4127,6 +4520,24 @@ FROM jsonb_populate_record(hivenet._compile_format('time_id',
          'time id (seed 004): a bigint, (yyMMddHHmmss << 14) | per-second sequence'),
      '{"builtin": true}') AS f;
 SELECT hivenet._prepare_time_id_scope();
+-- The fence takes itself (failover.sql): this timeline counts as fenced when 0.1.0 recorded
+-- a fence of it (or the install on it); else the next allocation fences it. And its settings.
+SELECT setval('hivenet.fenced_timeline', coalesce(
+    (SELECT f.timeline FROM hivenet.failover_fence f
+     ORDER BY f.timeline = hivenet._timeline() DESC, f.timeline DESC LIMIT 1), 0));
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('failover_gap', '100000', 'count',
+     'how far a fence moves every counter (the first allocation on a new timeline, maintain(), '
+     'failover-fence without --gap): at least the serials one format issues in '
+     'failover_loss_window at its peak rate'),
+    ('failover_loss_window', '30 seconds', 'interval',
+     'the longest stretch of commits a failover may lose, as your HA manager bounds it; '
+     'replication_warning() says when a format''s peak rate over it exceeds failover_gap');
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('max_counted_namespaces', '100', 'count',
+     'most namespaces of keyed requests the application makes decision counters for (six '
+     'sequences each; metric hivenet_request_decisions_total); begins in further ones count '
+     'under hivenet.other, but those with a policy of their own (set_namespace_policy)');
 
 -- Grants as a fresh install makes them (privileges.sql), and the generated
 -- functions from this database's settings and formats (compile.sql).

@@ -6,7 +6,7 @@ BEGIN ATOMIC
          CASE
              WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
              CASE
-                 WHEN ((p_c)::numeric >= (1)::numeric) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_system_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '1000000000000'::bigint) % '1000000000000'::bigint), 0), 'FM000000000000'::text))
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND ((p_c)::numeric >= (1)::numeric)) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_system_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '1000000000000'::bigint) % '1000000000000'::bigint), 0), 'FM000000000000'::text))
                  ELSE NULL::text
              END
              ELSE NULL::text
@@ -21,7 +21,7 @@ BEGIN ATOMIC
          CASE p_format
              WHEN 'time_id'::text THEN
              CASE
-                 WHEN (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb) THEN (((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14) | NULLIF((LEAST(GREATEST((nextval(to_regclass('hivenet."seq_time_id_"'::text)) - (((floor(date_part('epoch'::text, (statement_timestamp() AT TIME ZONE 'UTC'::text))))::bigint - 946684799) * (1000000000)::bigint)), (0)::bigint), (16384)::bigint) % (16384)::bigint), 0))
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb)) THEN (((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14) | NULLIF((LEAST(GREATEST((nextval(to_regclass('hivenet."seq_time_id_"'::text)) - (((floor(date_part('epoch'::text, (statement_timestamp() AT TIME ZONE 'UTC'::text))))::bigint - 946684799) * (1000000000)::bigint)), (0)::bigint), (16384)::bigint) % (16384)::bigint), 0))
                  ELSE NULL::bigint
              END
              ELSE NULL::bigint
@@ -36,7 +36,7 @@ BEGIN ATOMIC
          CASE
              WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
              CASE
-                 WHEN ((p_c)::numeric >= (1)::numeric) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_unified_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '10000000000'::bigint) % '10000000000'::bigint), 0), 'FM0000000000'::text))
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND ((p_c)::numeric >= (1)::numeric)) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_unified_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '10000000000'::bigint) % '10000000000'::bigint), 0), 'FM0000000000'::text))
                  ELSE NULL::text
              END
              ELSE NULL::text
@@ -336,10 +336,13 @@ BEGIN ATOMIC
              WHEN 'allow_fake_clock'::text THEN 'false'::text
              WHEN 'check_received_instances'::text THEN 'true'::text
              WHEN 'enforce_registry'::text THEN 'false'::text
+             WHEN 'failover_gap'::text THEN '100000'::text
+             WHEN 'failover_loss_window'::text THEN '30 seconds'::text
              WHEN 'interface_future_tolerance'::text THEN '5 minutes'::text
              WHEN 'interface_partitions_ahead'::text THEN '2 days'::text
              WHEN 'interface_retention'::text THEN '7 days'::text
              WHEN 'interface_window'::text THEN '1 day'::text
+             WHEN 'max_counted_namespaces'::text THEN '100'::text
              WHEN 'max_serials_per_call'::text THEN '10000'::text
              WHEN 'owned_instances'::text THEN 'all'::text
              WHEN 'request_retention'::text THEN '24 hours'::text
@@ -368,7 +371,7 @@ BEGIN ATOMIC
          CASE p_format
              WHEN 'time_id'::text THEN
              CASE
-                 WHEN (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb) THEN ((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14)
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb)) THEN ((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14)
                  ELSE NULL::bigint
              END
              ELSE NULL::bigint
@@ -376,7 +379,7 @@ BEGIN ATOMIC
          CASE p_format
              WHEN 'time_id'::text THEN
              CASE
-                 WHEN (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb) THEN to_regclass('hivenet."seq_time_id_"'::text)
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb)) THEN to_regclass('hivenet."seq_time_id_"'::text)
                  ELSE NULL::regclass
              END
              ELSE NULL::regclass
