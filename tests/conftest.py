@@ -31,6 +31,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                            if reporter is not None else print(line))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of long tests (marked slow) first: pytest-xdist hands out files in this
+    order, and one left for the end would run on one worker while the others wait."""
+    long_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in long_files)  # stable: order kept within
+
+
 @pytest.fixture
 def connect(hivenet_url: str) -> Iterator[Callable[..., psycopg.Connection]]:
     """Open extra raw connections to the test's database (closed after the test)."""
