@@ -21,6 +21,7 @@ import pytest
 
 from hivenet_db import InterfaceDedup, SerialRepository, StepRepository, errors
 from hivenet_db.dedup import ClaimRepository
+from hivenet_db.testing import scratch_dir
 from hivenet_db.tools import migrate, plproxy
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 from tests.helpers import scalar
@@ -74,7 +75,7 @@ def _declare_ownership(url: str, owned: str, single: bool) -> bool:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    root = Path(tempfile.mkdtemp(prefix="hivenet-plproxy-"))
+    root = Path(tempfile.mkdtemp(prefix="hivenet-plproxy-", dir=scratch_dir()))
     os.chmod(root, 0o755)
     servers = [EmbeddedPostgres(root=root / name, fsync=False) for name in ("s0", "s1", "px")]
     try:
