@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 
 from hivenet_db import SerialRepository
+from hivenet_db.testing import scratch_dir
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres, find_bin_dir
 from hivenet_db.urls import sqlalchemy_url
 
@@ -66,7 +67,7 @@ def cluster() -> Iterator[Cluster]:
     # Hex passwords: fine in URLs as they are, and distinctive to look for in a dump.
     passwords = {role: f"pw{secrets.token_hex(12)}"
                  for role in (SUPERUSER, OWNER, APP, OPS, CLOUD_ADMIN, CLOUD_OWNER)}
-    root = Path(tempfile.mkdtemp(prefix="hivenet-deploy-"))
+    root = Path(tempfile.mkdtemp(prefix="hivenet-deploy-", dir=scratch_dir()))
     os.chmod(root, 0o755)  # the server's user must reach its directory below
     server = EmbeddedPostgres(root=root / "pg", fsync=False, password=passwords[SUPERUSER])
     try:
