@@ -101,8 +101,9 @@ def ensure(say: Callable[[str], None],
     run = run or _run
     installed: list[str] = []
     named = session_bin_dir()
-    groups = [server_needs, lambda: extension_needs(newest_major() or "15")] if named is None \
-        else [lambda: extension_needs(packaged_major(named))]
+    groups: list[Callable[[], list[Need]]] = (
+        [server_needs, lambda: extension_needs(newest_major() or "15")] if named is None
+        else [lambda: extension_needs(packaged_major(named))])
     for needs in groups:
         absent = missing(needs())
         if not absent:
