@@ -23,6 +23,7 @@ import psycopg
 
 from hivenet_db.tools.embedded_postgres import _free_port, find_bin_dir
 from hivenet_db.tools.proc_stat import stat
+from tests.system_packages import packaged_major
 
 DBNAME = "app"
 # The monitor acts within seconds (pgautofailover.* settings, in milliseconds).
@@ -37,7 +38,10 @@ NODE_SETTINGS = {"fsync": "off", "max_wal_size": "'256MB'", "wal_keep_size": "'2
 
 def missing() -> str | None:
     """Why a formation cannot run here, or None."""
-    major = find_bin_dir().parent.name
+    major = packaged_major(find_bin_dir())
+    if major is None:
+        return (f"pg_auto_failover comes from Debian's packages, for Debian's servers only; "
+                f"this one is {find_bin_dir()}")
     if shutil.which("pg_autoctl") is None or not Path(
             f"/usr/share/postgresql/{major}/extension/pgautofailover.control").is_file():
         return (f"pg_auto_failover for PostgreSQL {major} is not installed (apt-get install "

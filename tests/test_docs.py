@@ -67,6 +67,9 @@ BLOCKS = {block.name: block for block in _blocks()}
 
 
 # --- blocks run by another test ------------------------------------------------------------
+WHEEL_DEMO = ("tests/test_embedded_wheel.py::"
+              "test_the_demo_runs_with_the_wheel_when_the_machine_has_no_postgresql (the demo, "
+              "with the wheel's server alone; the install is this suite's own)")
 ELSEWHERE = {
     "docs/guides/idempotency.md: hivenet-db audit verify payouts --url \"$HIVENET_ADMIN_URL\"":
         "tests/test_audit.py::test_the_command_says_intact_or_names_the_changed_attempt",
@@ -120,11 +123,10 @@ ELSEWHERE = {
         "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
     "docs/guides/testing.md: import psycopg":
         "tests/test_alembic_tree.py::test_the_tree_on_the_template_of_docs_testing",
-    "README.md: python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/hivenet-db demo":
-        "tests/test_cli.py::test_demo (the demo; the install is this suite's own)",
-    "docs/quickstart.md: python3 -m venv .venv && .venv/bin/pip install -e . && "
-    ".venv/bin/hivenet-db demo": "tests/test_cli.py::test_demo (the demo; the install is this "
-                                 "suite's own)",
+    "README.md: python3 -m venv .venv && .venv/bin/pip install -e '.[embedded]' && "
+    ".venv/bin/hivenet-db demo": WHEEL_DEMO,
+    "docs/quickstart.md: python3 -m venv .venv && .venv/bin/pip install -e '.[embedded]' && "
+    ".venv/bin/hivenet-db demo": WHEEL_DEMO,
     "docs/guides/scale-out.md: hivenet-db migrate --owns-instances 01-09 --url "
     "postgresql://owner@shard0/payments":
         "tests/test_shards.py::test_the_command_declares_ownership_and_reports_and_maintains_"

@@ -19,7 +19,9 @@ def test_on_this_machine_nothing_is_missing_and_nothing_is_said() -> None:
 
 
 def _machine(monkeypatch: pytest.MonkeyPatch, absent: set[str], root: bool = True) -> None:
-    """Stand-ins: the packages in ``absent`` are missing; the newest server is 15."""
+    """Stand-ins: the packages in ``absent`` are missing; the newest server is 15, the one
+    the session runs (no HIVENET_TEST_PG_BIN)."""
+    monkeypatch.delenv("HIVENET_TEST_PG_BIN", raising=False)
     def there(package: str) -> Callable[[], bool]:
         return lambda: package not in absent
 
