@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from hivenet_db.errors import (
         AlreadySucceeded,
         AttemptInProgress,
+        ClockBehind,
         DuplicateClaim,
         DuplicateInterfaceSerial,
         DurablePoolExhausted,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     )
     from hivenet_db.serial import Serial, parse_serial
     from hivenet_db.steps import AsyncStepRepository, StepRepository, StepRun, StepStart
+    from hivenet_db.time_ids import TimeId, parse_time_id
 
 # Each public name → the module that defines it.
 _HOMES: dict[str, str] = {
@@ -65,6 +67,7 @@ _HOMES: dict[str, str] = {
     "InterfaceDedup": "hivenet_db.dedup",
     "AlreadySucceeded": "hivenet_db.errors",
     "AttemptInProgress": "hivenet_db.errors",
+    "ClockBehind": "hivenet_db.errors",
     "DuplicateClaim": "hivenet_db.errors",
     "DuplicateInterfaceSerial": "hivenet_db.errors",
     "DurablePoolExhausted": "hivenet_db.errors",
@@ -88,6 +91,8 @@ _HOMES: dict[str, str] = {
     "StepRepository": "hivenet_db.steps",
     "StepRun": "hivenet_db.steps",
     "StepStart": "hivenet_db.steps",
+    "TimeId": "hivenet_db.time_ids",
+    "parse_time_id": "hivenet_db.time_ids",
 }
 
 __all__ = [
@@ -101,6 +106,7 @@ __all__ = [
     "AttemptStart",
     "Call",
     "ClaimRepository",
+    "ClockBehind",
     "DuplicateClaim",
     "DuplicateInterfaceSerial",
     "DurablePoolExhausted",
@@ -122,11 +128,13 @@ __all__ = [
     "StepRepository",
     "StepRun",
     "StepStart",
+    "TimeId",
     "UnknownScope",
     "configure_durable_pool",
     "flush_at_commit",
     "flush_at_commit_async",
     "parse_serial",
+    "parse_time_id",
 ]
 
 

@@ -308,7 +308,8 @@ class Attempts:
 
     def _listener(self) -> FinishListener:
         if self.listener is None:
-            self.listener = FinishListener.shared(conninfo_of(driver_of(self.db)))
+            self.listener = FinishListener.shared(conninfo_of(driver_of(self.db)),
+                                                  direct_only=True)
         return self.listener
 
     def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
@@ -348,7 +349,7 @@ class AsyncAttempts:
             return await reported_async(self.on_decision, namespace, key, self.once(
                 namespace, key, request, on_success, unified_serial, lease, nowait, None))
         listener = self.listener or FinishListener.shared(
-            conninfo_of(await driver_of_async(self.db)))
+            conninfo_of(await driver_of_async(self.db)), direct_only=True)
         return await reported_async(self.on_decision, namespace, key, waited_async(
             lambda: listener, namespace, key, as_timedelta(wait),
             partial(self.once, namespace, key, request, on_success, unified_serial, lease,

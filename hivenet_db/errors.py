@@ -61,6 +61,15 @@ class SequenceExhausted(HivenetError):
     sqlstate = "HN010"
 
 
+class ClockBehind(HivenetError):
+    """HN011: the clock is behind the latest instant the format issued, and the format's clock
+    policy (``hivenet.set_clock_policy``) refuses: 'refuse', or 'wait' when the clock does not
+    catch up within its max_wait or the statement's timeout. The message says how far behind
+    the clock is and which policy refused."""
+
+    sqlstate = "HN011"
+
+
 class DuplicateInterfaceSerial(HivenetError):
     """HN020: the interface serial is already recorded."""
 
@@ -119,8 +128,9 @@ class DurablePoolExhausted(HivenetError):
 
 BY_SQLSTATE: dict[str, type[HivenetError]] = {
     cls.sqlstate: cls
-    for cls in (InvalidInput, UnknownScope, SequenceExhausted, DuplicateInterfaceSerial,
-                SerialOutsideWindow, AttemptInProgress, AlreadySucceeded, RequestMismatch,
+    for cls in (InvalidInput, UnknownScope, SequenceExhausted, ClockBehind,
+                DuplicateInterfaceSerial, SerialOutsideWindow, AttemptInProgress,
+                AlreadySucceeded, RequestMismatch,
                 StaleAttempt, DuplicateClaim)
 }
 

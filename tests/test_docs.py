@@ -67,6 +67,9 @@ BLOCKS = {block.name: block for block in _blocks()}
 
 
 # --- blocks run by another test ------------------------------------------------------------
+WHEEL_DEMO = ("tests/test_embedded_wheel.py::"
+              "test_the_demo_runs_with_the_wheel_when_the_machine_has_no_postgresql (the demo, "
+              "with the wheel's server alone; the install is this suite's own)")
 ELSEWHERE = {
     "docs/guides/idempotency.md: hivenet-db audit verify payouts --url \"$HIVENET_ADMIN_URL\"":
         "tests/test_audit.py::test_the_command_says_intact_or_names_the_changed_attempt",
@@ -86,6 +89,14 @@ ELSEWHERE = {
     "docs/guides/formats.md: SELECT hivenet.define_format('till', '[":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT * FROM hivenet.next_serials('unified',":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: SELECT hivenet.next_time_id();":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: SELECT hivenet.define_format('order_id', "
+    "'[{\"time\": \"yyMMddHHmmss\"},":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: SELECT hivenet.set_clock_policy('time_id', 'wait', "
+    "max_wait => interval '50 milliseconds');":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT hivenet.define_format('burst', "
     "'[{\"literal\": \"B\"}, {\"time\": \"YYYYMMDD\"},":
@@ -112,11 +123,10 @@ ELSEWHERE = {
         "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
     "docs/guides/testing.md: import psycopg":
         "tests/test_alembic_tree.py::test_the_tree_on_the_template_of_docs_testing",
-    "README.md: python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/hivenet-db demo":
-        "tests/test_cli.py::test_demo (the demo; the install is this suite's own)",
-    "docs/quickstart.md: python3 -m venv .venv && .venv/bin/pip install -e . && "
-    ".venv/bin/hivenet-db demo": "tests/test_cli.py::test_demo (the demo; the install is this "
-                                 "suite's own)",
+    "README.md: python3 -m venv .venv && .venv/bin/pip install -e '.[embedded]' && "
+    ".venv/bin/hivenet-db demo": WHEEL_DEMO,
+    "docs/quickstart.md: python3 -m venv .venv && .venv/bin/pip install -e '.[embedded]' && "
+    ".venv/bin/hivenet-db demo": WHEEL_DEMO,
     "docs/guides/scale-out.md: hivenet-db migrate --owns-instances 01-09 --url "
     "postgresql://owner@shard0/payments":
         "tests/test_shards.py::test_the_command_declares_ownership_and_reports_and_maintains_"
@@ -153,6 +163,10 @@ ELSEWHERE = {
     "docs/guides/django.md: python manage.py hivenet_maintain        # hivenet.maintain(), as "
     "`hivenet-db maintain`": "tests/test_django.py::test_management_commands_maintain_and_"
                              "metrics",
+    "docs/operations.md: \"\"\"Run `hivenet-db failover-fence` on each node pg_auto_failover "
+    "makes primary (its monitor":
+        "tests/test_ha.py::test_synchronous_failover_loses_nothing_and_the_listener_fences_first"
+        " (run as a service beside the formation's monitor)",
 }
 
 # --- blocks that cannot run here, and why --------------------------------------------------
@@ -184,6 +198,16 @@ NOT_RUNNABLE = {
         "Prometheus alert rules (the metrics they read: tests/test_dashboard.py)",
     "docs/operations.md: SELECT cron.schedule('hivenet-maintain', '*/5 * * * *', "
     "'SELECT hivenet.maintain()');  -- pg_cron": "needs the pg_cron extension",
+    "docs/operations.md: postgresql:": "Patroni's configuration (the command its callback "
+                                       "runs is the pg_auto_failover listener's: "
+                                       "tests/test_ha.py)",
+    "docs/operations.md: #!/bin/sh": "a callback Patroni runs on a promotion (its command: "
+                                     "tests/test_ha.py, by the pg_auto_failover listener)",
+    "docs/operations.md: event_notifications='repmgrd_failover_promote,standby_promote'":
+        "repmgr's configuration (its command: tests/test_ha.py, by the pg_auto_failover "
+        "listener)",
+    "docs/operations.md: #!/bin/sh (2)": "a command repmgr runs on a promotion (its command: "
+                                         "tests/test_ha.py, by the pg_auto_failover listener)",
     "docs/guides/scale-out.md: session = ShardedSession(shards=shard_map.engines,":
         "needs shards on other servers and the application's identity and execute "
         "choosers (tests/test_shards.py::test_sharded_session_routes_orm_objects_by_tenant "
@@ -278,6 +302,10 @@ SQL = {
     "autovacuum_count": Sql(login="admin"),
     "docs/operations.md: -- Alert: any scope above 80 % of its period's capacity.":
         Sql(login="admin"),
+    "docs/operations.md: SELECT hivenet.set_clock_policy('time_id', 'wait', "
+    "max_wait => interval '200 milliseconds');": Sql(login="admin", prints=("wait",)),
+    "docs/operations.md: UPDATE hivenet.setting SET value = '45 seconds' WHERE name = "
+    "'failover_loss_window';": Sql(login="admin"),
     "docs/guides/orm.md: INSERT INTO payment (serial, amount)": Sql(
         setup="CREATE TABLE payment (serial text PRIMARY KEY, amount int); "
               "GRANT INSERT ON payment TO hivenet_app",
@@ -589,6 +617,11 @@ with engine.connect() as conn:
     "docs/guides/formats.md: from hivenet_db import SerialRepository, flush_at_commit": Python(
         setup=ENGINE, then="assert len(serials) == 10"),
     "docs/guides/formats.md: from hivenet_db import parse_serial": Python(),
+    "docs/guides/formats.md: from sqlalchemy import BigInteger, Column, MetaData, Table, Text, "
+    "create_engine, insert": Python(
+        tables="CREATE TABLE time_orders (id bigint PRIMARY KEY DEFAULT hivenet.next_time_id(), "
+               "item text); GRANT SELECT, INSERT ON time_orders TO hivenet_app",
+        then="assert new_id > order_id and parse_time_id(new_id).format == 'time_id'"),
     "docs/quickstart.md: from sqlalchemy import create_engine": Python(
         setup=ORDERS_TABLE, tables=ORDERS, then=COUNT_ORDERS),
     "docs/guides/propagation.md: from hivenet_db.propagation import (bind_from_headers, "

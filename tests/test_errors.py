@@ -35,7 +35,7 @@ def test_bad_field_is_hn001_naming_the_value(db: psycopg.Connection, field: Any,
         assert field in message
         if bad:  # a control character shown escaped (\xNN)
             assert bad.replace("\n", "\\x0a") in message
-    assert scalar(db, "SELECT count(*) FROM hivenet.scope") == 0  # nothing changed
+    assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE format = 'interface'") == 0
 
 
 def test_a_value_with_spaces_cannot_stand_for_two_fields(db: psycopg.Connection) -> None:

@@ -216,7 +216,8 @@ def test_hivenet_admin_reads_every_metric_after_the_upgrade(hivenet_server: Embe
     """The revisions run the role grants again: with role hivenet_admin present (created
     here, and dropped again, when the server has none), the revisions replayed up to head
     let it run maintain() and read every metric, the last run included."""
-    # the revisions' upgrade scripts, in order (not their parts, nor their downgrades)
+    # The upgrade scripts only, in order (not a revision's .downgrade.sql, nor the parts
+    # written by hand, which its script holds).
     frozen = sorted(p for p in VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.sql")
                     if p.name.count(".") == 1)
     assert all("SELECT hivenet._grant_roles();" in p.read_text(encoding="utf-8")

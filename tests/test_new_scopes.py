@@ -29,7 +29,8 @@ def test_new_scopes_share_the_cold_counter_until_maintain_gives_each_its_own(db:
     assert scalar(db, "SELECT count(*) FROM hivenet.scope_pending") == 2  # once per scope
     db.execute("SELECT hivenet.maintain()")
     assert scalar(db, "SELECT count(*) FROM hivenet.scope_pending") == 0
-    assert {r[0] for r in db.execute("SELECT scope FROM hivenet.scope")} == {
+    assert {r[0] for r in db.execute(
+        "SELECT scope FROM hivenet.scope WHERE format <> 'time_id'")} == {  # time_id's: install
         "C0001A0111", "C0001A0112"}
     # Each continues after every value the cold counter issued in this period: no overlap.
     assert seq(scalar(db, NEXT, ("11",))) == seq(scalar(db, NEXT, ("12",))) == 4

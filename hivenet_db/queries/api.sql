@@ -26,6 +26,19 @@ SELECT s, hivenet.parse_serial(s, %(format)s)
 FROM hivenet.next_serials(%(format)s, %(fields)s::jsonb, %(count)s) WITH ORDINALITY AS t (s, i)
 ORDER BY i
 
+-- name: next_time_id
+-- fields: NULL when the format has none (time_id's fast path then reads no JSON at all).
+SELECT hivenet.next_time_id(%(format)s, %(fields)s::jsonb)
+
+-- name: next_time_ids
+-- In increasing order as next_time_ids returns them: it is inlined into this statement (no
+-- WITH ORDINALITY, which would keep it from that).
+SELECT * FROM hivenet.next_time_ids(%(format)s, %(count)s, %(fields)s::jsonb)
+
+-- name: parse_time_id
+-- The id sent as text: a bigint, where the library's other parameters are integers.
+SELECT hivenet.parse_time_id(%(id)s::bigint, %(format)s)
+
 -- name: flush_at_commit
 SELECT hivenet.flush_at_commit()
 

@@ -180,6 +180,8 @@ DECLARE
     v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
     v_seq regclass;
 BEGIN
+    -- On a new timeline, from fenced values only (failover.sql): the fence must see the scope.
+    PERFORM hivenet._check_timeline();
     PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
     -- Another promotion of the scope may have committed while we waited for the lock.
     IF hivenet._committed_sequence(v_name) IS NOT NULL THEN

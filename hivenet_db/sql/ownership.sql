@@ -203,11 +203,12 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Trigger on hivenet.setting, for owned_instances and single_primary_formats: writes the
--- instances canonically (HN001 when malformed), refuses a change that leaves a scope of this
--- database outside what it may issue (HN001 naming one: give the instances up with
--- own_instances(..., force => true), which parks them first), and restores the parked
--- scopes that the new value allows again. SECURITY DEFINER: an administrator's plain UPDATE
--- renames the owner's sequences.
+-- instances canonically (HN001 when malformed), parks the scopes it leaves outside what this
+-- database may issue whose sequence was never drawn from (they issued nothing: time_id's,
+-- prepared at install), refuses a change that leaves any other scope outside (HN001 naming
+-- one: give the instances up with own_instances(..., force => true), which parks them
+-- first), and restores the parked scopes that the new value allows again. SECURITY DEFINER:
+-- an administrator's plain UPDATE renames the owner's sequences.
 CREATE FUNCTION hivenet._ownership_check() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -225,6 +226,14 @@ BEGIN
                     ELSE hivenet._setting_value('owned_instances') END;
     v_single := CASE WHEN NEW.name = 'single_primary_formats' THEN NEW.value::boolean
                      ELSE hivenet._setting_value('single_primary_formats')::boolean END;
+    FOR v_scope IN SELECT s.format, s.scope FROM hivenet._scopes_by_node() s
+                   WHERE left(s.sequence_name, 4) = 'seq_'
+                     AND pg_sequence_last_value(to_regclass(
+                             'hivenet.' || quote_ident(s.sequence_name))) IS NULL
+                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+                   ORDER BY s.sequence_name LOOP
+        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
+    END LOOP;
     SELECT s.format, s.scope, s.node INTO v_scope FROM hivenet._scopes_by_node() s
     WHERE (s.sequence_name IS NULL OR left(s.sequence_name, 4) <> 'off_')
       AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL

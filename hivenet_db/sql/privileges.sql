@@ -61,6 +61,9 @@ BEGIN
             hivenet.next_serial,
             hivenet.next_serials,
             hivenet.parse_serial,
+            hivenet.next_time_id,
+            hivenet.next_time_ids,
+            hivenet.parse_time_id,
             hivenet.claim_interface_serial,
             hivenet.call_chain,
             hivenet.claim,
@@ -86,6 +89,15 @@ BEGIN
             hivenet._format_constant,
             hivenet._setting_constant,
             hivenet._scope_sequence_name
+        TO hivenet_app;
+        -- next_time_id and next_time_ids (time_ids.sql), inlined: their fast paths
+        -- (_fast_time_id, _time_id_batch), and what they call when those give NULL:
+        -- _next_time_id (SECURITY DEFINER, every check of next_time_id), the count's check.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._fast_time_id,
+            hivenet._time_id_batch,
+            hivenet._next_time_id,
+            hivenet._time_id_count
         TO hivenet_app;
         FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s ORDER BY 1 LOOP
             IF to_regclass('hivenet.' || quote_ident(v_counter)) IS NOT NULL THEN
@@ -124,13 +136,16 @@ BEGIN
         EXECUTE format('GRANT SELECT ON hivenet.interface_calls, '
                        'hivenet.interface_calls_per_day, hivenet.step_states, '
                        'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
-                       'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions TO %I', v_role);
+                       'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions, '
+                       'hivenet.clock_lead TO %I', v_role);
         EXECUTE format('GRANT EXECUTE ON FUNCTION '
                        'hivenet.call_chain, '
                        'hivenet.now, hivenet._fake_now, hivenet._step_lease, '  -- stuck_*
                        'hivenet._reporting_local_now, hivenet._period_index, '  -- scope_usage
                        'hivenet._period_start, hivenet._scope_counter_value, '  -- also
-                       -- request_decisions; interface_calls, and both for other formats:
+                       -- request_decisions; clock_lead:
+                       'hivenet._scope_sequence_name, hivenet._clock_sequence_name, '
+                       -- interface_calls, and both for other formats:
                        'hivenet._serial_field, hivenet._serial_time, hivenet.parse_serial '
                        'TO %I', v_role);
     END LOOP;
@@ -144,6 +159,7 @@ BEGIN
             hivenet._timeline,  -- `hivenet-db failover-fence` reports this timeline's fence
             hivenet.replication_warning,
             hivenet.define_format,
+            hivenet.set_clock_policy,
             hivenet.prepare_scope,
             hivenet.register_system,
             hivenet.register_module,

@@ -144,6 +144,48 @@ FROM usage u;
 COMMENT ON VIEW hivenet.scope_usage IS
     'per counter scope: current period, serials issued in it, capacity and remaining headroom';
 
+-- hivenet.clock_lead: one row per format that prints a date or a time: its clock policy
+--   (on_clock_behind, max_wait: set_clock_policy, clock_policy.sql), latest_issued (the
+--   business-local start of the latest instant it has issued in any scope, as the counters
+--   keep it: their clocks, else their periods; NULL before its first serial) and lead (how
+--   far that instant is ahead of the database clock, 0 when it is not): how long a clock
+--   that stepped back still has to catch up, during which the format issues at that instant
+--   ('continue'), waits or refuses (HN011). Metric hivenet_clock_lead_seconds. Reads the
+--   clock once; never blocks; one sequence read per scope.
+CREATE VIEW hivenet.clock_lead AS
+WITH clock AS (
+    SELECT hivenet._reporting_local_now() AS local_now
+), latest AS (
+    SELECT f.name AS format, max(CASE WHEN f.clock_unit IS NOT NULL
+        THEN hivenet._period_start(nullif(hivenet._scope_counter_value(
+                 hivenet._clock_sequence_name(c.live_name)), 0), f.clock_unit)
+        ELSE hivenet._period_start(nullif(hivenet._scope_counter_value(c.sequence_name)
+                                          / f.stride, 0), f.reset) END) AS latest_issued
+    FROM hivenet.format f
+    -- Each scope's counter (parked or not) with its clock, which keeps the live name; and
+    -- the format's cold counter and cold clock.
+    JOIN (SELECT s.format, s.sequence_name,
+                 hivenet._scope_sequence_name(s.format, s.scope) AS live_name
+          FROM hivenet.scope s
+          UNION ALL
+          SELECT n.name, 'cold_' || n.name AS sequence_name, 'cold_' || n.name AS live_name
+          FROM hivenet.format n
+         ) AS c ON c.format = f.name
+    GROUP BY f.name
+)
+SELECT f.name AS format, coalesce(p.on_clock_behind, 'continue') AS on_clock_behind,
+       p.max_wait, l.latest_issued,
+       coalesce(greatest(l.latest_issued - c.local_now, interval '0'), interval '0') AS lead
+FROM hivenet.format f
+JOIN latest l ON l.format = f.name
+CROSS JOIN clock c
+LEFT JOIN hivenet.clock_policy p ON p.format = f.name
+WHERE jsonb_path_exists(f.segments, '$[*].time')
+ORDER BY f.name;
+COMMENT ON VIEW hivenet.clock_lead IS
+    'per format printing a time: its clock policy, the latest instant it issued and how far '
+    'that is ahead of the clock';
+
 -- Keyed requests (requests.sql).
 
 -- hivenet.stuck_requests: keyed requests (requests.sql; not steps: hivenet.stuck_steps) still
