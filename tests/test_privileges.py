@@ -246,7 +246,7 @@ OWNER_ONLY = set("""
     _refuse_outside_window _reject_serial _replace_function _reset_lock_space _resolve_attempt
     _scope_fields _scope_of _scopes_by_node _serial_scope _serial_shaped _setting_check
     _setting_value _shown _start_chain _step_days_from _step_days_to _step_issued_here
-    _wake_waiters
+    _wake_waiters _waited_for_row
     _step_window_expression _time_pattern _unit_rank _utf16_units
     _prepare_time_id_scope _printed_time _time_id_digits _time_id_fields _time_id_parts
     _time_number_max _unseen_characters

@@ -30,6 +30,7 @@ from hivenet_db import (
 from hivenet_db._execute import SyncDB
 from tests.helpers import (
     async_connection,
+    behind_a_table_lock,
     explain_to_notices,
     functions_run,
     race,
@@ -190,6 +191,51 @@ def test_nowait_fails_at_once(connect: Connect) -> None:
     assert caught.value.sqlstate == "HN030"
     assert "being started by another transaction" in str(caught.value)
     assert second.execute("SHOW lock_timeout").fetchone()[0] == "0"
+
+
+def _nowait_state(conn: psycopg.Connection, namespace: str, request_key: str) -> str:
+    """A nowait begin's outcome, or the SQLSTATE it raised."""
+    try:
+        return str(begin(conn, namespace, request_key, nowait=True)[0])
+    except psycopg.Error as error:
+        conn.rollback()
+        return str(error.sqlstate)
+
+
+def test_nowait_waits_for_a_lock_on_the_whole_table_and_is_no_false_conflict(
+        connect: Connect) -> None:
+    """nowait refuses only when the key's own row is locked: a wait for anything else (here
+    a lock on the whole table; under load, its growth: the extension lock) is waited for as
+    by any statement, and the new key starts once it ends. Before, the 1 ms lock_timeout
+    over the whole start refused it with HN030."""
+    holder, beginner = connect(), connect(autocommit=False)
+    k = key()
+    assert behind_a_table_lock(holder, beginner, "hivenet.request_attempt",
+                               lambda: _nowait_state(beginner, "orders", k)) == "started"
+    beginner.commit()
+    assert [a["state"] for a in attempts(holder, "orders", k)] == ["processing"]
+
+
+def test_nowait_in_a_chained_namespace_waits_for_the_chain_not_for_the_key(
+        connect: Connect, db: psycopg.Connection) -> None:
+    """Each begin of a chained namespace appends its link under the chain's lock, held until
+    commit (audit.sql): a nowait begin of a new key waits for it as any begin does, and
+    starts once the transaction holding it commits; the key's own lock still answers HN030
+    at once."""
+    namespace = f"chained-{uuid.uuid4()}"
+    db.execute("SELECT hivenet.set_namespace_policy(%s, audit_chain => true)", (namespace,))
+    first, second = connect(autocommit=False), connect(autocommit=False)
+    held = key()
+    assert begin(first, namespace, held)[0] == "started"  # the chain is first's until commit
+    assert _nowait_state(second, namespace, held) == "HN030"
+    fresh = key()
+    waiter = Background(lambda: _nowait_state(second, namespace, fresh))
+    wait_until_blocked(db, second.info.backend_pid)
+    first.commit()
+    assert waiter.result() == "started"
+    second.commit()
+    assert db.execute("SELECT attempts, problem FROM hivenet.verify_audit_chain(%s)",
+                      (namespace,)).fetchone() == (2, None)
 
 
 def test_16_parallel_duplicates_start_once(connect: Connect) -> None:

@@ -317,28 +317,57 @@ BEGIN
     END LOOP;
 END $$;
 
--- _begin_attempt waiting at most p_wait for a concurrent start of the same attempt (a lock
--- wait), under lock_timeout p_wait, then HN030 naming the wait: the in-transaction shape's
--- bound. A NULL p_wait is nowait: the shortest lock_timeout (the SET clause's), so that where
--- it would wait it raises HN030 at once. Its own function: a lock_timeout set inside a
--- function with a SET clause for it ends with the function, so the caller's is untouched, and
--- the subtransaction of the EXCEPTION block stays off the default path.
+-- Whether the lock wait that ended in lock_not_available, whose error context
+-- (PG_EXCEPTION_CONTEXT) is p_context, was for a row of table p_table: another transaction
+-- inserting the same key (the insert's check of the primary key), updating, deleting or
+-- locking the row. PostgreSQL names such a row in one line of the context, in the server's
+-- language, with its position and the relation's name ('while inserting index tuple (0,2) in
+-- relation "request_attempt"'); a wait for the table's growth (its extension lock), for a
+-- lock on a whole relation, or for a row of another table names none. lock_timeout itself
+-- cannot be told which lock to bound: this tells the key's own wait from any other.
+CREATE FUNCTION hivenet._waited_for_row(p_context text, p_table text) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT EXISTS (SELECT FROM regexp_split_to_table(p_context, '\n') AS c (line)
+                   WHERE c.line ~ '\(\d+,\d+\)' AND strpos(c.line, p_table) > 0);
+END;
+
+-- _begin_attempt waiting at most p_wait for the key's own lock, then HN030 naming the wait:
+-- the in-transaction shape's bound. A NULL p_wait is nowait: the shortest lock_timeout, 1 ms,
+-- so that where it would wait for the key it raises HN030 at once. The key's
+-- own lock is another transaction starting the same attempt (the insert waits for it) or
+-- finishing or expiring the attempt this one would expire (the update waits for its row):
+-- PostgreSQL names that row in the error of the lock_timeout (_waited_for_row). Any other
+-- wait under the timeout (the table's growth under load, a lock on a whole table, the
+-- namespace's audit chain; or behind another waiter for the key's row, whose holder the next
+-- try meets) is no sign of the key, so it is waited for as by any statement: the begin
+-- again, the timeout doubled each time. Its own function: a lock_timeout set inside
+-- a function with a SET clause for it ends with the function, so the caller's is untouched,
+-- and the subtransaction of the EXCEPTION block stays off the default path.
 CREATE FUNCTION hivenet._begin_attempt_within(
     p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb,
     p_on_success text, p_unified_serial text, p_lease interval, p_wait interval,
     OUT outcome text, OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+DECLARE
+    -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
+    v_timeout bigint := coalesce(least(greatest(ceil(extract(epoch FROM p_wait) * 1000), 1),
+                                       2147483647), 1);
+    v_context text;
 BEGIN
-    IF p_wait IS NOT NULL THEN
-        -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
-        PERFORM set_config('lock_timeout',
-                           least(greatest(ceil(extract(epoch FROM p_wait) * 1000), 1),
-                                 2147483647)::bigint || 'ms', true);
-    END IF;
-    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-    FROM hivenet._begin_attempt(p_namespace, p_policy, p_key, p_request, p_on_success,
-                                p_unified_serial, p_lease) b;
-EXCEPTION WHEN lock_not_available THEN
+    LOOP
+        PERFORM set_config('lock_timeout', v_timeout || 'ms', true);
+        BEGIN
+            SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+            FROM hivenet._begin_attempt(p_namespace, p_policy, p_key, p_request,
+                                        p_on_success, p_unified_serial, p_lease) b;
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            GET STACKED DIAGNOSTICS v_context = PG_EXCEPTION_CONTEXT;
+            EXIT WHEN hivenet._waited_for_row(v_context, 'request_attempt');
+        END;
+        v_timeout := least(v_timeout * 2, 2147483647);
+    END LOOP;
     PERFORM hivenet._count_decision(p_namespace, 'in_progress');
     RAISE EXCEPTION USING ERRCODE = 'HN030',
         MESSAGE = format('%s is being started by another transaction %s',
@@ -470,7 +499,9 @@ END $$;
 --   Blocks while another transaction has started the same attempt and not yet committed or
 --   rolled back, or is finishing or expiring the attempt it would expire (then looks again);
 --   with nowait it raises HN030 at once instead, with wait once it waited that long (wait 0
---   is nowait). An attempt begun and committed by another transaction holds no lock: begin
+--   is nowait). nowait and wait bound only that wait for the key: any other lock (on the
+--   whole table, the table's growth, a chained namespace's chain) is waited for as by any
+--   statement. An attempt begun and committed by another transaction holds no lock: begin
 --   raises HN030 at once, wait or not; a client waits for its outcome with watch_request and
 --   LISTEN, then begins again (see watch_request). In
 --   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).

@@ -199,7 +199,7 @@ END $$;
 --   Blocks while another transaction has started the same attempt and not yet committed or
 --   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
 --   with nowait it raises HN030 at once instead, with wait once it waited that long (wait 0
---   is nowait). A step begun and committed by another transaction holds no lock: begin_step
+--   is nowait): the key's wait only, as begin_request's. A step begun and committed by another transaction holds no lock: begin_step
 --   raises HN030 at once, wait or not; a client waits for its outcome with
 --   watch_request('hivenet.steps', system_serial) and LISTEN, then begins again (see
 --   watch_request). In REPEATABLE READ or SERIALIZABLE a concurrent start raises

@@ -87,6 +87,7 @@ DECLARE
             'hivenet._timeout_left()',
             'hivenet._unseen_characters()',
             'hivenet._utf16_units(text)',
+            'hivenet._waited_for_row(text,text)',
             'hivenet._wake_waiters(text,text)',
             'hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval)',
             'hivenet.begin_requests(text,text[],jsonb[],interval)',
@@ -229,6 +230,7 @@ DROP VIEW hivenet._decision_counters;
 DROP FUNCTION hivenet.begin_requests(text,text[],jsonb[],interval);
 DROP FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval);
 DROP FUNCTION hivenet._wake_waiters(text,text);
+DROP FUNCTION hivenet._waited_for_row(text,text);
 DROP FUNCTION hivenet._utf16_units(text);
 DROP FUNCTION hivenet._timeout_left();
 DROP FUNCTION hivenet._time_number_max(text);

@@ -498,17 +498,25 @@ CREATE OR REPLACE FUNCTION hivenet._begin_attempt_within(p_namespace text, p_pol
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET lock_timeout TO '1ms'
 AS $function$
+DECLARE
+    -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
+    v_timeout bigint := coalesce(least(greatest(ceil(extract(epoch FROM p_wait) * 1000), 1),
+                                       2147483647), 1);
+    v_context text;
 BEGIN
-    IF p_wait IS NOT NULL THEN
-        -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
-        PERFORM set_config('lock_timeout',
-                           least(greatest(ceil(extract(epoch FROM p_wait) * 1000), 1),
-                                 2147483647)::bigint || 'ms', true);
-    END IF;
-    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-    FROM hivenet._begin_attempt(p_namespace, p_policy, p_key, p_request, p_on_success,
-                                p_unified_serial, p_lease) b;
-EXCEPTION WHEN lock_not_available THEN
+    LOOP
+        PERFORM set_config('lock_timeout', v_timeout || 'ms', true);
+        BEGIN
+            SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+            FROM hivenet._begin_attempt(p_namespace, p_policy, p_key, p_request,
+                                        p_on_success, p_unified_serial, p_lease) b;
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            GET STACKED DIAGNOSTICS v_context = PG_EXCEPTION_CONTEXT;
+            EXIT WHEN hivenet._waited_for_row(v_context, 'request_attempt');
+        END;
+        v_timeout := least(v_timeout * 2, 2147483647);
+    END LOOP;
     PERFORM hivenet._count_decision(p_namespace, 'in_progress');
     RAISE EXCEPTION USING ERRCODE = 'HN030',
         MESSAGE = format('%s is being started by another transaction %s',
@@ -3530,6 +3538,17 @@ BEGIN ATOMIC
    WHERE (u.unit IS NOT NULL);
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._utf16_units(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._waited_for_row(p_context text, p_table text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (EXISTS ( SELECT
+            FROM regexp_split_to_table(_waited_for_row.p_context, '\n'::text) c(line)
+           WHERE ((c.line ~ '\(\d+,\d+\)'::text) AND (strpos(c.line, _waited_for_row.p_table) > 0)))) AS "exists";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._waited_for_row(text,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._wake_waiters(p_namespace text, p_key text)
  RETURNS void
