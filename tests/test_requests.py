@@ -238,6 +238,30 @@ def test_nowait_in_a_chained_namespace_waits_for_the_chain_not_for_the_key(
                       (namespace,)).fetchone() == (2, None)
 
 
+@pytest.mark.parametrize(("context", "the_keys"), [
+    # As PostgreSQL 15 writes it (measured), and in three of its translations (its catalogs).
+    ('while inserting index tuple (0,2) in relation "request_attempt"\nSQL statement "INSERT '
+     'INTO hivenet._new_attempt"\nPL/pgSQL function hivenet._start_attempt(text,text,integer,'
+     'bytea,text,interval,boolean) line 3 at SQL statement', True),
+    ('while updating tuple (4,17) in relation "request_attempt"', True),
+    ("lors de l'insertion de l'enregistrement (0, 2) de l'index dans la relation "
+     "« request_attempt »", True),
+    ('0,2 튜플 인덱스(해당 릴레이션 "request_attempt")를 삽입하는 중에 발생', True),
+    ('リレーション"request_attempt"のインデックスタプル(0,2)の挿入中', True),
+    # A wait for the audit chain's row, and one no row is named for (a table lock, the
+    # table's extension lock).
+    ('while locking tuple (0,1) in relation "request_chain"\nSQL statement "SELECT * FROM '
+     'hivenet.request_chain c"', False),
+    ('SQL statement "INSERT INTO hivenet._new_attempt"\nPL/pgSQL function '
+     'hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean) line 3 at SQL '
+     'statement', False),
+])
+def test_the_keys_own_wait_is_told_by_the_row_its_error_names(
+        db: psycopg.Connection, context: str, the_keys: bool) -> None:
+    assert scalar(db, "SELECT hivenet._waited_for_row(%s, 'request_attempt')",
+                  (context,)) is the_keys
+
+
 def test_16_parallel_duplicates_start_once(connect: Connect) -> None:
     conns = [connect(autocommit=False) for _ in range(16)]
     k = key()

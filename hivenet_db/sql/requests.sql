@@ -320,16 +320,17 @@ END $$;
 -- Whether the lock wait that ended in lock_not_available, whose error context
 -- (PG_EXCEPTION_CONTEXT) is p_context, was for a row of table p_table: another transaction
 -- inserting the same key (the insert's check of the primary key), updating, deleting or
--- locking the row. PostgreSQL names such a row in one line of the context, in the server's
--- language, with its position and the relation's name ('while inserting index tuple (0,2) in
--- relation "request_attempt"'); a wait for the table's growth (its extension lock), for a
--- lock on a whole relation, or for a row of another table names none. lock_timeout itself
--- cannot be told which lock to bound: this tells the key's own wait from any other.
+-- locking the row. PostgreSQL names such a row in one line of the context with its position
+-- and the relation's name, 'while inserting index tuple (0,2) in relation "request_attempt"'
+-- (in every language of its messages: '(0, 2)' in French, '0,2' in Korean); a wait for the
+-- table's growth (its extension lock), for a lock on a whole relation, or for a row of
+-- another table names none. lock_timeout itself cannot be told which lock to bound: this
+-- tells the key's own wait from any other.
 CREATE FUNCTION hivenet._waited_for_row(p_context text, p_table text) RETURNS boolean
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
     SELECT EXISTS (SELECT FROM regexp_split_to_table(p_context, '\n') AS c (line)
-                   WHERE c.line ~ '\(\d+,\d+\)' AND strpos(c.line, p_table) > 0);
+                   WHERE c.line ~ '\d+, ?\d+' AND strpos(c.line, p_table) > 0);
 END;
 
 -- _begin_attempt waiting at most p_wait for the key's own lock, then HN030 naming the wait:

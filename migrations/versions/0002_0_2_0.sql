@@ -3546,7 +3546,7 @@ CREATE OR REPLACE FUNCTION hivenet._waited_for_row(p_context text, p_table text)
 BEGIN ATOMIC
  SELECT (EXISTS ( SELECT
             FROM regexp_split_to_table(_waited_for_row.p_context, '\n'::text) c(line)
-           WHERE ((c.line ~ '\(\d+,\d+\)'::text) AND (strpos(c.line, _waited_for_row.p_table) > 0)))) AS "exists";
+           WHERE ((c.line ~ '\d+, ?\d+'::text) AND (strpos(c.line, _waited_for_row.p_table) > 0)))) AS "exists";
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._waited_for_row(text,text) FROM PUBLIC;
 
