@@ -23,8 +23,9 @@ from sqlalchemy import Connection
 PARTS: tuple[str, ...] = (
     # The tables every later file reads or inserts into: settings and formats, the clock.
     "settings", "clock", "formats", "registry",
-    # What the generated code is written from: counters' names, field checks, parse_serial.
-    "counters", "periods", "fields", "parse",
+    # What the generated code is written from: counters' names, field checks, parse_serial;
+    # the shared fallback's settings and draws beside the counters.
+    "counters", "fallback", "periods", "fields", "parse",
     # The generated functions, rewritten from here on by every change of a setting or format;
     # before the files whose SQL bodies and views call them.
     "compile",

@@ -27,7 +27,7 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from hivenet_db.tools import migrate
+from hivenet_db.tools import migrate, scopes
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
 from hivenet_db.urls import sqlalchemy_url
 
@@ -69,11 +69,23 @@ def _janitor(server: EmbeddedPostgres, dbname: str, **kwargs: object) -> Databas
 
 
 @pytest.fixture(scope="session")
-def hivenet_template(hivenet_server: EmbeddedPostgres) -> str:
-    """Name of a database migrated to head, copied for every test."""
+def hivenet_prepare() -> list[str]:
+    """The scopes the template database prepares, one line each as for ``hivenet-db prepare
+    --file`` (``"C0001 A01 01-03"``: a channel in the three kinds; ``"id_service
+    merchant=123456789012,shard=05"``): none. With the defaults an allocation for a scope that
+    is not prepared is refused (HN002), as in production: override this fixture in your
+    ``conftest.py`` with the scopes your code allocates for."""
+    return []
+
+
+@pytest.fixture(scope="session")
+def hivenet_template(hivenet_server: EmbeddedPostgres, hivenet_prepare: list[str]) -> str:
+    """Name of a database migrated to head, with the scopes of ``hivenet_prepare`` prepared,
+    copied for every test."""
     janitor = _janitor(hivenet_server, TEMPLATE)
     janitor.init()
     migrate.upgrade(hivenet_server.url(TEMPLATE))
+    scopes.prepare_url(hivenet_server.url(TEMPLATE), hivenet_prepare)
     return TEMPLATE
 
 

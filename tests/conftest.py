@@ -20,6 +20,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                            if reporter is not None else print(line))
 
 
+@pytest.fixture(scope="session")
+def hivenet_prepare() -> list[str]:
+    """The channels most tests allocate for, prepared in the template database (a test of
+    what an unprepared scope does uses another)."""
+    return ["C0001 A01 01-03", "C0002 A01 01-03"]
+
+
 @pytest.fixture
 def connect(hivenet_url: str) -> Iterator[Callable[..., psycopg.Connection]]:
     """Open extra raw connections to the test's database (closed after the test)."""

@@ -64,7 +64,7 @@ def _install(commands: Commands) -> None:
     p = commands.add(
         "migrate", "install:cmd_migrate", "create or upgrade schema hivenet (alembic, version "
         "table hivenet_alembic_version); --check tells where it stands",
-        examples=["migrate --time-zone Asia/Shanghai",
+        examples=["migrate --time-zone Asia/Shanghai --prepare scopes.txt",
                   "migrate --owns-instances 01-09 --url postgresql://owner@shard0/app",
                   "migrate --check --url postgresql://owner@db/app"],
         description="Create or upgrade schema hivenet to --revision (alembic, version table "
@@ -86,6 +86,9 @@ def _install(commands: Commands) -> None:
     p.add_argument("--single-primary-formats", action="store_true", default=None, help=(
         "with --owns-instances: this database is the one that issues the formats without "
         "an instance field (merchant_trade, per_second)"))
+    p.add_argument("--prepare", metavar="FILE", help=(
+        "then prepare the scopes of FILE, one a line as for `hivenet-db prepare --file` "
+        "(such as C0001 A01 01-99), so that each counts from 1 from its first serial"))
 
     p = commands.add("downgrade", "install:cmd_downgrade", "go back to an older revision",
                      examples=["downgrade -1"],
@@ -101,16 +104,22 @@ def _prepare(commands: Commands) -> None:
     p = commands.add(
         "prepare", "prepare:cmd_prepare", "give counter scopes their own sequences before "
         "their first use, so that each counts from 1",
-        examples=["prepare system=C0001,module=A01,instance=01",
-                  "prepare --file scopes.txt",
-                  "prepare --format id_service merchant=123456789012,shard=07"],
-        description="Prepare each SCOPE (NAME=VALUE,... or a JSON object of the fields that "
-        "form the counter) in each --format (default: unified, system and interface, which "
-        "count per system, module and instance), in transactions of 500 scopes, with a "
-        "progress bar on stderr. A scope prepared already is left as it is. A scope used "
-        "before it is prepared shares its format's cold counter until maintain() promotes "
-        "it (docs/guarantees.md). register_module prepares the instances this database owns.")
-    p.add_argument("scope", nargs="*", help="NAME=VALUE,NAME=VALUE or a JSON object")
+        examples=["prepare C0001 A01 01-99",
+                  "prepare unified C0001 A01 01",
+                  "prepare id_service merchant=123456789012,shard=07",
+                  "prepare --file scopes.txt"],
+        description="Prepare the scopes named: a channel SYSTEM MODULE INSTANCES (an instance "
+        "or a range such as 01-99) in the standard's three kinds (unified, system, "
+        "interface), or in FORMAT when a format comes first; NAME=VALUE,... or a JSON object: "
+        "the fields of one scope's counter (a value NN-NN is a range). --file: one such line "
+        "a line (# comments); a format alone before --file, or --format, stands for the lines "
+        "that name none. In transactions of 500 scopes, with a progress bar on stderr. A "
+        "scope prepared already is left as it is. With the defaults an allocation for a scope "
+        "that is not prepared is refused (HN002), unless its format shares a fallback counter "
+        "(setting shared_fallback: docs/guides/formats.md). register_module prepares the "
+        "instances this database owns.")
+    p.add_argument("scope", nargs="*", metavar="[FORMAT] SCOPE",
+                   help="SYSTEM MODULE INSTANCES, NAME=VALUE,NAME=VALUE or a JSON object")
     p.add_argument("--file", metavar="PATH", help="scopes, one a line (# comments)")
     p.add_argument("--format", action="append", metavar="NAME",
                    help="format to prepare the scopes in (repeatable; default: unified, "

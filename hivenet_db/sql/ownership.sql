@@ -10,8 +10,9 @@
 -- them. Allocation outside that raises HN002 naming the instance and what this database owns.
 --
 -- Nothing is added to the allocation hot path (next_unified_serial's inlined fast path,
--- _allocate with a scope's own sequence): the check runs where a scope is first used
--- (_issue_cold, allocate.sql) and where it gets its own sequence (prepare_scope, maintain(): counters.sql).
+-- _allocate with a scope's own sequence): the check runs where an unprepared scope is used
+-- (_issue_unprepared, fallback.sql) and where a scope gets its own sequence (prepare_scope:
+-- counters.sql; maintain(): fallback.sql).
 -- Every scope sequence therefore belongs to an owned instance; giving an instance up is
 -- refused while it has scopes here, unless forced, which parks their sequences (renamed
 -- seq_X → off_X, counters kept): the next allocation finds no sequence, goes through the
@@ -190,15 +191,17 @@ BEGIN
     END IF;
 END $$;
 
--- Counter scopes with a sequence of their own (parked or not) or waiting for one, with their
--- format and node value.
+-- Counter scopes with a sequence of their own (parked or not) or that drew from their format's
+-- fallback counter, with their format and node value.
 CREATE FUNCTION hivenet._scopes_by_node()
 RETURNS TABLE (format hivenet.format, scope text, node text, sequence_name text)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT f, s.scope, s.fields ->> hivenet._node_field(f), s.sequence_name
     FROM (SELECT c.format, c.scope, c.fields, c.sequence_name FROM hivenet.scope c
           UNION ALL
-          SELECT DISTINCT p.format, p.scope, p.fields, NULL FROM hivenet.scope_pending p) AS s
+          SELECT DISTINCT d.format, d.scope, d.fields, NULL FROM hivenet.fallback_draw d
+          WHERE NOT EXISTS (SELECT FROM hivenet.scope c
+                            WHERE c.format = d.format AND c.scope = d.scope)) AS s
     JOIN hivenet.format f ON f.name = s.format
 $$;
 
@@ -218,7 +221,7 @@ BEGIN
     IF NEW.name = 'owned_instances' THEN
         NEW.value := hivenet._canonical_instances(NEW.value);
     END IF;
-    IF TG_OP = 'INSERT' OR to_regclass('hivenet.scope_pending') IS NULL THEN
+    IF TG_OP = 'INSERT' OR to_regclass('hivenet.fallback_draw') IS NULL THEN
         RETURN NEW;
     END IF;
     v_owned := CASE WHEN NEW.name = 'owned_instances' THEN NEW.value
@@ -299,7 +302,7 @@ BEGIN
                        WHERE hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
                        ORDER BY (s.format).name, s.scope LOOP
             IF v_scope.sequence_name IS NULL THEN
-                DELETE FROM hivenet.scope_pending
+                DELETE FROM hivenet.fallback_draw
                 WHERE format = (v_scope.format).name AND scope = v_scope.scope;
             ELSE
                 PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
