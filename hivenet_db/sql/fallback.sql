@@ -14,17 +14,22 @@
 -- sequence when the format is named in setting promote_fallback_scopes too.
 --
 -- A scope prepared before its first use counts from 1 in the period it is prepared, whatever
--- other scopes drew: every draw is recorded in the caller's transaction (fallback_draw: its
+-- other scopes drew. Every draw is recorded in the caller's transaction (fallback_draw: its
 -- scope, period and number of serials), insert-only, so that it vanishes with a rollback and
--- nobody waits for it, and holds the format's fallback lock shared until its transaction ends.
--- prepare_scope (_fallback_drawn) holds the format's cold lock exclusive, so nothing more is
--- drawn, and tries the fallback lock (never queueing for it) for at most a second. Once no
--- draw is in flight, the committed draws of the period are all there is, unless one rolled
--- back (or was lost in a crash): then the fallback's count for the period is more than the
--- serials the records account for. So a prepared scope starts empty when the records account
--- for every serial of the period and name other scopes only, and after the fallback's count
--- when they name it, or when a draw was still in flight after that second, one rolled back
--- this period, or the counter is in a later period than the clock.
+-- nobody waits for it; and a transaction's first draw passes the format's gate (a lock held
+-- for that moment only) and then holds the format's fallback lock shared until it ends.
+-- prepare_scope (_fallback_drawn), when the fallback has issued serials in the period, closes
+-- the gate (new transactions' first draws wait for its commit; those in flight go on) and waits
+-- at most a second for the draws in flight to end (pg_try_advisory_xact_lock, in a loop: it
+-- never waits in the lock queue, so no lock cycle can form through it). Then the committed
+-- draws of the period are all there is, unless one rolled back (or was lost in a crash), in
+-- which case the fallback's count for the period is more than the records account for. So a
+-- prepared scope starts empty when the records account for every serial of the period and do
+-- not name it; it starts after the fallback's count when they name it, or when a draw was
+-- still in flight after that second, one rolled back in the period, or the counter is in a
+-- later period than the clock. None of these locks decides what is issued: the count does,
+-- under the format's cold lock (counters.sql), so a draw that slipped past them only makes
+-- prepare start after the fallback.
 
 INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('shared_fallback', '', 'text',
@@ -76,10 +81,18 @@ COMMENT ON TABLE hivenet.fallback_draw IS
     'shared_fallback), per scope and period';
 CREATE INDEX fallback_draw_scope ON hivenet.fallback_draw (format, scope);
 
--- Advisory lock namespace of the draws in flight: (this key, hashtext(format)), held shared by
--- each draw from the format's fallback until its transaction ends.
+-- Advisory lock namespaces of the fallback of a format: (this key, hashtext(format)). The
+-- draws in flight: held shared by a transaction from its first draw from the format's
+-- fallback until it ends (the setting hivenet.fallback_drawn, local to the transaction, lists
+-- the formats it holds it for).
 CREATE FUNCTION hivenet._fallback_lock_space() RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210104 $$;
+
+-- The gate a transaction's first draw from a format's fallback passes (held shared for that
+-- moment), which prepare_scope closes (exclusive until it commits) while it waits for the
+-- draws in flight.
+CREATE FUNCTION hivenet._fallback_gate_space() RETURNS integer
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210105 $$;
 
 -- HN002 for an allocation of format p_format for field values p_values (valid, in the
 -- format's field order) whose scope is not prepared: names the scope by its counter-key fields
@@ -118,14 +131,20 @@ END $$;
 -- else from the format's fallback counter when setting shared_fallback names the format,
 -- recording the draw; else HN002 (_refuse_unprepared). Holds the format's cold lock shared
 -- while it looks and draws (never until commit), so a prepare or promotion committing in
--- between is either seen here or waited for; a draw holds the fallback lock shared until its
--- transaction ends. Never waits for another caller's commit.
+-- between is either seen here or waited for. A transaction's first draw from the fallback
+-- passes the gate and holds the fallback lock shared until it ends (above). Never waits for
+-- another caller's commit; may wait for a prepare_scope() of the format to commit.
 CREATE FUNCTION hivenet._issue_unprepared(p_format hivenet.format, p_values text[],
     p_count integer) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_scope text := hivenet._scope_of(p_format, p_values);
     v_key integer := hashtext(p_format.name);
+    -- The setting's generated constant, or its row when the constant is missing.
+    v_shared boolean := p_format.name = ANY (string_to_array(coalesce(
+        hivenet._setting_constant('shared_fallback'),
+        hivenet._setting_value('shared_fallback')), ','));
+    v_held text := coalesce(current_setting('hivenet.fallback_drawn', true), '');
     v_seq regclass;
     v_out text[];
 BEGIN
@@ -134,14 +153,22 @@ BEGIN
     IF hivenet._setting_constant('owned_instances') IS DISTINCT FROM 'all' THEN
         PERFORM hivenet._check_owned(p_format, p_values);
     END IF;
+    IF v_shared AND strpos(v_held, ',' || p_format.name || ',') = 0 THEN
+        PERFORM pg_advisory_lock_shared(hivenet._fallback_gate_space(), v_key);
+        BEGIN
+            PERFORM pg_advisory_xact_lock_shared(hivenet._fallback_lock_space(), v_key);
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
+            PERFORM pg_advisory_unlock_shared(hivenet._fallback_gate_space(), v_key);
+            RAISE;
+        END;
+        PERFORM pg_advisory_unlock_shared(hivenet._fallback_gate_space(), v_key);
+        PERFORM set_config('hivenet.fallback_drawn',
+                           coalesce(nullif(v_held, ''), ',') || p_format.name || ',', true);
+    END IF;
     PERFORM pg_advisory_lock_shared(hivenet._cold_lock_space(), v_key);
     BEGIN
         v_seq := hivenet._committed_sequence(hivenet._scope_sequence_name(p_format.name, v_scope));
-        -- The setting's generated constant, or its row when the constant is missing.
-        IF v_seq IS NULL AND p_format.name = ANY (string_to_array(coalesce(
-               hivenet._setting_constant('shared_fallback'),
-               hivenet._setting_value('shared_fallback')), ',')) THEN
-            PERFORM pg_advisory_xact_lock_shared(hivenet._fallback_lock_space(), v_key);
+        IF v_seq IS NULL AND v_shared THEN
             v_out := hivenet._issue(
                 ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass,
                 p_format, p_values, p_count,
@@ -170,33 +197,37 @@ END $$;
 -- The scopes of format p_format that drew from its fallback counter in the clock's current
 -- period: '{}' when the counter issued nothing in it; NULL when which ones cannot be known (a
 -- draw still in flight after a second, a draw rolled back or lost in this period, the counter
--- in a later period than the clock). Takes the format's cold lock exclusive until commit
--- first (nothing more is drawn from the fallback meanwhile), then, when the counter issued in
--- the period, waits at most a second for the draws in flight to end.
+-- in a later period than the clock). When the counter has issued in the period, closes the
+-- format's gate and waits at most a second for the draws in flight to end (see the top);
+-- then takes the format's cold lock exclusive, so nothing more is drawn from the fallback
+-- until the caller commits. Both until commit.
 CREATE FUNCTION hivenet._fallback_drawn(p_format hivenet.format) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_key integer := hashtext(p_format.name);
     v_period bigint := hivenet._period_index(
         hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), p_format.reset);
-    v_value bigint;
+    v_fallback regclass :=
+        ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
+    v_value bigint := coalesce(pg_sequence_last_value(v_fallback), 0);
+    v_settled boolean := false;
     v_deadline timestamptz := clock_timestamp() + interval '1 second';
 BEGIN
+    IF v_value / p_format.stride >= v_period AND v_value % p_format.stride > 0 THEN
+        PERFORM pg_advisory_xact_lock(hivenet._fallback_gate_space(), v_key);
+        LOOP
+            v_settled := pg_try_advisory_xact_lock(hivenet._fallback_lock_space(), v_key);
+            EXIT WHEN v_settled OR clock_timestamp() > v_deadline;
+            PERFORM pg_sleep(0.005);
+        END LOOP;
+    END IF;
     PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), v_key);
-    v_value := coalesce(pg_sequence_last_value(
-        ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass), 0);
+    v_value := coalesce(pg_sequence_last_value(v_fallback), 0);  -- now it stays
     IF v_value / p_format.stride < v_period OR v_value % p_format.stride = 0 THEN
         RETURN '{}';
-    ELSIF v_value / p_format.stride > v_period THEN
+    ELSIF v_value / p_format.stride > v_period OR NOT v_settled THEN
         RETURN NULL;
     END IF;
-    -- Held until commit, which blocks nobody more: new draws wait for the cold lock first.
-    WHILE NOT pg_try_advisory_xact_lock(hivenet._fallback_lock_space(), v_key) LOOP
-        IF clock_timestamp() > v_deadline THEN
-            RETURN NULL;
-        END IF;
-        PERFORM pg_sleep(0.005);
-    END LOOP;
     -- Values past the capacity are never printed (_advance parks the counter there).
     IF least(v_value % p_format.stride, p_format.capacity) IS DISTINCT FROM (
            SELECT sum(d.serials) FROM hivenet.fallback_draw d

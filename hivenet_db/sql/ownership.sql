@@ -14,9 +14,10 @@
 -- (_issue_unprepared, fallback.sql) and where a scope gets its own sequence (prepare_scope:
 -- counters.sql; maintain(): fallback.sql).
 -- Every scope sequence therefore belongs to an owned instance; giving an instance up is
--- refused while it has scopes here, unless forced, which parks their sequences (renamed
--- seq_X → off_X, counters kept): the next allocation finds no sequence, goes through the
--- first-use path and its check, and gets HN002. Owning the instance again restores them.
+-- refused while it has scopes here that issued serials, unless forced, which parks their
+-- sequences (renamed seq_X → off_X, counters kept; scopes prepared and never used are parked
+-- without force): the next allocation finds no sequence, goes through the unprepared path
+-- and its check, and gets HN002. Owning the instance again restores them.
 -- The fast paths of unified and system find a scope's sequence by its name, which parking
 -- changes (_park_scope): a parked scope's next call takes the full path.
 -- A change takes effect for transactions that start after it commits.
@@ -205,11 +206,21 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     JOIN hivenet.format f ON f.name = s.format
 $$;
 
+-- Whether the scope whose counter is sequence p_sequence_name (NULL: a scope that drew from
+-- its format's fallback) has issued a serial, or lost one to a rollback: false for a scope
+-- prepared and never used.
+CREATE FUNCTION hivenet._has_issued(p_sequence_name text) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT p_sequence_name IS NULL OR pg_sequence_last_value(
+        ('hivenet.' || quote_ident(p_sequence_name))::regclass) IS NOT NULL
+$$;
+
 -- Trigger on hivenet.setting, for owned_instances and single_primary_formats: writes the
 -- instances canonically (HN001 when malformed), refuses a change that leaves a scope of this
--- database outside what it may issue (HN001 naming one: give the instances up with
--- own_instances(..., p_force => true), which parks them first), and restores the parked
--- scopes that the new value allows again. SECURITY DEFINER: an administrator's plain UPDATE
+-- database that has issued serials outside what it may issue (HN001 naming one: give the
+-- instances up with own_instances(..., p_force => true), which parks them first), parks the
+-- prepared scopes given up that have issued nothing, and restores the parked scopes that the
+-- new value allows again. SECURITY DEFINER: an administrator's plain UPDATE
 -- renames the owner's sequences.
 CREATE FUNCTION hivenet._ownership_check() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -231,6 +242,7 @@ BEGIN
     SELECT s.format, s.scope, s.node INTO v_scope FROM hivenet._scopes_by_node() s
     WHERE (s.sequence_name IS NULL OR left(s.sequence_name, 4) <> 'off_')
       AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+      AND hivenet._has_issued(s.sequence_name)
     ORDER BY (s.format).name, s.scope LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
@@ -245,6 +257,13 @@ BEGIN
                      AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NULL
                    ORDER BY s.sequence_name LOOP
         PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, false);
+    END LOOP;
+    -- Prepared scopes that issued nothing are parked as they are given up, without force.
+    FOR v_scope IN SELECT s.format, s.scope FROM hivenet._scopes_by_node() s
+                   WHERE left(s.sequence_name, 4) = 'seq_'
+                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+                   ORDER BY s.sequence_name LOOP
+        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
     END LOOP;
     RETURN NEW;
 END $$;
