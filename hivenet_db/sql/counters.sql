@@ -137,11 +137,13 @@ BEGIN
 END $$;
 
 -- Gives scope p_scope of format p_format its own sequence and records the scope. A scope
--- that never drew from the format's fallback counter (p_after_fallback false) starts empty:
--- its first serial is the first of its period, whichever period that is. One that may have
--- drawn from it (p_after_fallback) continues after every value that counter has issued, and
--- its clock (a format with a clock_unit) after the latest instant it has issued: so that no
--- serial the scope printed from the fallback comes again, nor a smaller one.
+-- that drew from the format's fallback counter (p_after_fallback) continues after every
+-- value that counter has issued, and its clock (a format with a clock_unit) after the latest
+-- instant it has issued: no serial the scope printed from the fallback comes again, nor a
+-- smaller one. One that never drew starts empty, its first serial the first of its period:
+-- of any period when the fallback never issued; of the current period or a later one
+-- otherwise (the fallback's latest), so that a clock stepping back later can never bring it
+-- into a period whose serials the fallback printed.
 -- Commits with the caller, who must be the owner's maintain(), prepare_scope() or
 -- define_format(): holds the format's cold lock exclusive until then, so allocations from the
 -- fallback of the format wait for that commit (a short transaction) and then see the new
@@ -152,6 +154,7 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
     v_fallback regclass;
+    v_issued bigint;  -- the fallback's last value, NULL before its first
 BEGIN
     PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
     -- Another promotion of the scope may have committed while we waited for the lock.
@@ -161,9 +164,13 @@ BEGIN
     EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
     PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
     v_fallback := ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
-    IF p_after_fallback AND pg_sequence_last_value(v_fallback) > 0 THEN
-        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass,
-                       pg_sequence_last_value(v_fallback), true);
+    v_issued := pg_sequence_last_value(v_fallback);
+    IF v_issued > 0 THEN
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, CASE
+            WHEN p_after_fallback THEN v_issued
+            ELSE greatest(v_issued / p_format.stride, hivenet._period_index(
+                     hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
+                     p_format.reset)) * p_format.stride END, true);
     END IF;
     IF p_format.clock_unit IS NOT NULL THEN
         PERFORM hivenet._create_clock(v_name, CASE WHEN p_after_fallback THEN

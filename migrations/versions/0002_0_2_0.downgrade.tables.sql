@@ -3,6 +3,23 @@
 -- cannot hold goes: a namespace's policy but its retention, counts, callers, chains, waiters'
 -- marks; expired attempts become failed ones.
 
+-- Unprepared scopes: the scopes that drew from a fallback and have no counter of their own
+-- wait for maintain() again, one pending row each.
+CREATE TABLE hivenet.scope_pending (
+    format text NOT NULL,
+    scope  text NOT NULL,
+    fields jsonb NOT NULL
+);
+COMMENT ON TABLE hivenet.scope_pending IS
+    'new counter scopes waiting for their own sequence (hivenet.maintain() creates it)';
+CREATE INDEX scope_pending_scope ON hivenet.scope_pending (format, scope);
+INSERT INTO hivenet.scope_pending (format, scope, fields)
+SELECT DISTINCT ON (d.format, d.scope) d.format, d.scope, d.fields
+FROM hivenet.fallback_draw d
+WHERE NOT EXISTS (SELECT FROM hivenet.scope s WHERE s.format = d.format AND s.scope = d.scope)
+ORDER BY d.format, d.scope;
+DROP TABLE hivenet.fallback_draw;
+
 -- Decision counts, with their counters.
 DO $$
 DECLARE

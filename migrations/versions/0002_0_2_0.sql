@@ -12,9 +12,13 @@ DROP VIEW hivenet.step_attempt;
 DROP VIEW hivenet.request_states;
 DROP VIEW hivenet._step_start;
 DROP VIEW hivenet._request_start;
+DROP TRIGGER format_cold_counter ON hivenet.format;
 DROP FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean);
 DROP VIEW hivenet._step_replay;
 DROP FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean);
+DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb);
+DROP FUNCTION hivenet._issue_cold(hivenet.format,text[],integer);
+DROP FUNCTION hivenet._create_cold_counter();
 DROP FUNCTION hivenet._begin_request(text,text,jsonb,text,interval,boolean);
 DROP FUNCTION hivenet._begin_attempt_nowait(text,text,jsonb,text,text,interval);
 
@@ -80,7 +84,91 @@ COMMENT ON TABLE hivenet.decision_counter IS
     'the sequences that count the decisions of begin per namespace (view request_decisions)';
 CREATE SEQUENCE hivenet.decision_counter_number;
 
+-- Unprepared scopes: each draw from a format's shared fallback is recorded (fallback.sql), in
+-- place of one pending row per scope. 0.1.0's pending scopes drew at some time: recorded as
+-- scopes that drew in the current period (of no known count, so that a scope prepared today
+-- starts after the fallback, and maintain() promotes them as before).
+CREATE TABLE hivenet.fallback_draw (
+    format  text NOT NULL,
+    scope   text NOT NULL,
+    fields  jsonb NOT NULL,   -- the counter-key fields, as hivenet.scope.fields
+    period  bigint NOT NULL,  -- the clock's period of the draw (_period_index)
+    serials bigint NOT NULL   -- how many serials it drew
+);
+COMMENT ON TABLE hivenet.fallback_draw IS
+    'draws of unprepared scopes from their format''s shared fallback counter (setting '
+    'shared_fallback), per scope and period';
+CREATE INDEX fallback_draw_scope ON hivenet.fallback_draw (format, scope);
+INSERT INTO hivenet.fallback_draw (format, scope, fields, period, serials)
+SELECT DISTINCT ON (p.format, p.scope) p.format, p.scope, p.fields,
+       hivenet._period_index(hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
+                             f.reset), 0
+FROM hivenet.scope_pending p JOIN hivenet.format f ON f.name = p.format
+ORDER BY p.format, p.scope;
+DROP TABLE hivenet.scope_pending;
+
 -- Code, in dependency order.
+CREATE OR REPLACE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[], p_count integer)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    -- Settings and format from generated constants (compile.sql): no query on the hot path.
+    v_format hivenet.format := hivenet._format_constant(p_format);
+    v_values text[] := p_values;
+    v_field integer;
+    v_scope text;
+    v_seq regclass;
+BEGIN
+    IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: count %s must be from 1 to 1000000',
+                             hivenet._shown(p_format), coalesce(p_count::text, 'NULL'));
+    END IF;
+    IF v_format.name IS NULL THEN
+        -- Not in the constants: defined by a transaction whose rewrite was superseded.
+        SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('unknown format %s', hivenet._shown(p_format));
+        END IF;
+    END IF;
+    IF v_values IS NULL THEN
+        v_values := hivenet._field_values(v_format, p_fields);
+    END IF;
+    IF array_to_string(v_values, ' ', '?') !~ v_format.field_pattern THEN
+        PERFORM hivenet._check_fields(v_format, v_values);
+    END IF;
+    IF v_format.bounded_fields <> '{}' THEN
+        -- Digits only (the pattern matched), so the casts are safe.
+        FOREACH v_field IN ARRAY v_format.bounded_fields LOOP
+            IF v_values[v_field]::numeric < v_format.field_min[v_field]
+               OR v_values[v_field]::numeric > v_format.field_max[v_field] THEN
+                PERFORM hivenet._check_fields(v_format, v_values);
+            END IF;
+        END LOOP;
+    END IF;
+    IF hivenet._setting_constant('enforce_registry')::boolean THEN
+        PERFORM hivenet._check_registry(jsonb_object(v_format.field_names, v_values));
+    END IF;
+    -- Formats whose every field is in the counter key skip _scope_of's subquery, which
+    -- would take the expression off PL/pgSQL's fast path for simple expressions.
+    IF v_format.key_fields IS NULL THEN
+        v_scope := array_to_string(v_values, '');
+    ELSE
+        v_scope := hivenet._scope_of(v_format, v_values);
+    END IF;
+    v_seq := to_regclass(
+        'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
+    IF v_seq IS NULL THEN
+        RETURN hivenet._issue_unprepared(v_format, v_values, p_count);
+    END IF;
+    RETURN hivenet._issue(v_seq, v_format, v_values, p_count, format('scope %L', v_scope));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._allocate(text,jsonb,text[],integer) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._batch_limit()
  RETURNS integer
  LANGUAGE sql
@@ -148,8 +236,8 @@ BEGIN
                 MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
                                  'its outcome is unknown',
                                  hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
-                                 v_last.started_at,
-                                 v_last.started_at + hivenet._step_lease(v_last.lease));
+                                 hivenet._shown_time(v_last.started_at), hivenet._shown_time(
+                                     v_last.started_at + hivenet._step_lease(v_last.lease)));
         -- Past its namespace's expire_after: expired here (expiry.sql), then a failure like
         -- any other (the branches below); unless another transaction finished or expired it
         -- meanwhile: then look again (attempt v_attempt exists, so the insert conflicts).
@@ -163,7 +251,7 @@ BEGIN
                 RAISE EXCEPTION USING ERRCODE = 'HN031',
                     MESSAGE = format('%s already succeeded (attempt %s at %s)',
                                      hivenet._attempt_subject(p_namespace, p_key),
-                                     v_last.attempt, v_last.finished_at);
+                                     v_last.attempt, hivenet._shown_time(v_last.finished_at));
             END IF;
             outcome := hivenet._count_decision(p_namespace, 'replayed');
             attempt := v_last.attempt;
@@ -552,6 +640,45 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_fingerprint(text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._claim_checked(p_namespace text, p_key text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_expires timestamptz;
+BEGIN
+    PERFORM hivenet._check_name('claim namespace', p_namespace);
+    PERFORM hivenet._check_name('claim key', p_key);
+    SELECT v_now + n.expiry INTO v_expires
+    FROM hivenet.claim_namespace n WHERE n.namespace = p_namespace;
+    INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
+    VALUES (p_namespace, p_key, v_now, v_expires)
+    ON CONFLICT (namespace, key) DO NOTHING;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Taken before; free again if it expired. A concurrent retaking holds the row: this waits
+    -- for it, then finds the claim unexpired (or, under REPEATABLE READ, raises 40001).
+    UPDATE hivenet.claim_record r SET claimed_at = v_now, expires_at = v_expires
+    WHERE r.namespace = p_namespace AND r.key = p_key AND r.expires_at <= v_now;
+    IF NOT FOUND THEN
+        -- Until when the claim that holds the key is taken (not this one's expiry).
+        SELECT r.expires_at INTO v_expires
+        FROM hivenet.claim_record r WHERE r.namespace = p_namespace AND r.key = p_key;
+        RAISE EXCEPTION USING ERRCODE = 'HN040',
+            MESSAGE = format('claim %s / %s is already taken%s',
+                             hivenet._shown(p_namespace), hivenet._shown(p_key),
+                             CASE WHEN NOT FOUND THEN ''
+                                  WHEN v_expires IS NULL THEN ' (for good: its namespace has '
+                                                              'no expiry)'
+                                  ELSE format(' (until %s)', hivenet._shown_time(v_expires))
+                             END);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._claim_checked(text,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._count_decision(p_namespace text, p_decision text)
  RETURNS text
  LANGUAGE plpgsql
@@ -636,6 +763,168 @@ BEGIN
                      FROM hivenet.request_namespace n WHERE n.namespace = p_namespace), false);
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._expiry_due(text,timestamp with time zone) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fallback_drawn(p_format hivenet.format)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_key integer := hashtext(p_format.name);
+    v_period bigint := hivenet._period_index(
+        hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), p_format.reset);
+    v_fallback regclass :=
+        ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
+    v_value bigint := coalesce(pg_sequence_last_value(v_fallback), 0);
+    v_settled boolean := false;
+    v_deadline timestamptz := clock_timestamp() + interval '1 second';
+BEGIN
+    IF v_value / p_format.stride >= v_period AND v_value % p_format.stride > 0 THEN
+        PERFORM pg_advisory_xact_lock(hivenet._fallback_gate_space(), v_key);
+        LOOP
+            v_settled := pg_try_advisory_xact_lock(hivenet._fallback_lock_space(), v_key);
+            EXIT WHEN v_settled OR clock_timestamp() > v_deadline;
+            PERFORM pg_sleep(0.005);
+        END LOOP;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), v_key);
+    v_value := coalesce(pg_sequence_last_value(v_fallback), 0);  -- now it stays
+    IF v_value / p_format.stride < v_period OR v_value % p_format.stride = 0 THEN
+        RETURN '{}';
+    ELSIF v_value / p_format.stride > v_period OR NOT v_settled THEN
+        RETURN NULL;
+    END IF;
+    -- Values past the capacity are never printed (_advance parks the counter there).
+    IF least(v_value % p_format.stride, p_format.capacity) IS DISTINCT FROM (
+           SELECT sum(d.serials) FROM hivenet.fallback_draw d
+           WHERE d.format = p_format.name AND d.period = v_period) THEN
+        RETURN NULL;
+    END IF;
+    RETURN ARRAY(SELECT DISTINCT d.scope FROM hivenet.fallback_draw d
+                 WHERE d.format = p_format.name AND d.period = v_period ORDER BY 1);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fallback_drawn(hivenet.format) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fallback_formats_check()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_names text[] := ARRAY(SELECT DISTINCT btrim(n)
+                            FROM unnest(string_to_array(NEW.value, ',')) AS n
+                            WHERE btrim(n) <> '' ORDER BY 1);
+    v_unknown text;
+BEGIN
+    SELECT n INTO v_unknown FROM unnest(v_names) AS n
+    WHERE NOT EXISTS (SELECT FROM hivenet.format f WHERE f.name = n) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('setting %s: %s is no format (formats: %s)', NEW.name,
+                             hivenet._shown(v_unknown),
+                             (SELECT string_agg(f.name, ', ' ORDER BY f.name)
+                              FROM hivenet.format f));
+    END IF;
+    NEW.value := array_to_string(v_names, ',');
+    RETURN NEW;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fallback_formats_check() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fallback_gate_space()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT 1214210105 $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fallback_gate_space() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fallback_lock_space()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT 1214210104 $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fallback_lock_space() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_path_expression(p_format hivenet.format, p_zone text, p_enforce_registry boolean, p_allow_fake_clock boolean)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_local text := format('(statement_timestamp() AT TIME ZONE %L)', p_zone);
+    v_bounds text[] := ARRAY[]::text[];
+    v_printed text;
+    v_field text;
+    v_counter text;
+    v_fake_clock text := '';
+BEGIN
+    IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
+       OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
+       OR cardinality(p_format.field_names) <> 3
+       -- Outside the quoted field values, the pattern prints the date only.
+       OR regexp_replace(p_format.head_pattern, '"[^"]*"', '', 'g') !~ '^(YYYY|YY|MM|DD)*$'
+       OR p_format.capacity <> 10::bigint ^ p_format.seq_width - 1 THEN
+        RETURN 'NULL::text';
+    END IF;
+    FOR i IN 1 .. 3 LOOP
+        v_field := (ARRAY['p_a', 'p_b', 'p_c'])[i];
+        IF p_format.field_min[i] IS NOT NULL THEN
+            v_bounds := v_bounds || format('%s::numeric >= %s', v_field, p_format.field_min[i]);
+        END IF;
+        IF p_format.field_max[i] IS NOT NULL THEN
+            v_bounds := v_bounds || format('%s::numeric <= %s', v_field, p_format.field_max[i]);
+        END IF;
+    END LOOP;
+    -- The counter: the scope's own sequence by its qualified name, NULL for a scope without
+    -- one (unprepared, or parked: ownership.sql), which nextval (strict) passes on to the full
+    -- path. The values are alnum here (the pattern matched), so the quoted name is theirs.
+    -- The session's catalog cache may not see a sequence created since its transaction
+    -- began: NULL then too, and the full path finds it (_issue_unprepared).
+    v_counter := format('to_regclass(%L || p_a || p_b || p_c || %L)',
+                        'hivenet."' || hivenet._scope_sequence_name(p_format.name, ''), '"');
+    IF p_allow_fake_clock THEN
+        v_fake_clock := $f$coalesce(current_setting('hivenet.fake_now', true), '') = '' AND $f$;
+    END IF;
+    -- The values then the date (the built-in layouts): no format() at run time.
+    v_printed := CASE WHEN starts_with(p_format.head_pattern, '"%1$s""%2$s""%3$s"')
+        THEN format('p_a || p_b || p_c || to_char(%s, %L)', v_local,
+                    substr(p_format.head_pattern, 19))
+        ELSE format('to_char(%s, format(%L, p_a, p_b, p_c))', v_local, p_format.head_pattern)
+        END;
+    -- Nested CASE: the casts of the bounds are safe only once the values matched. The period
+    -- is _period_index(local, 'day') as days since the day before its first, and the clamp
+    -- maps 0 and capacity + 1 both to 0, then NULL.
+    RETURN format(
+        $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
+    WHEN %s%s
+    THEN %s || to_char(nullif(least(greatest(
+             nextval(%s)
+             - (%s::date - %L::date) * %s::bigint,
+             0), %s) %% %s, 0), %L)
+    END END$f$,
+        p_format.field_pattern, v_fake_clock,
+        coalesce(array_to_string(v_bounds, ' AND '), 'true'),
+        v_printed, v_counter, v_local,
+        date '2000-01-01' - hivenet._period_index(timestamp '2000-01-01', 'day')::integer,
+        p_format.stride, p_format.capacity + 1, p_format.capacity + 1,
+        'FM' || repeat('0', p_format.seq_width));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._format_counters()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM hivenet._make_format_counters(NEW);
+    RETURN NULL;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._format_counters() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._grant_decision_counters()
  RETURNS void
@@ -764,7 +1053,8 @@ BEGIN
         EXECUTE format('GRANT SELECT ON hivenet.interface_calls, '
                        'hivenet.interface_calls_per_day, hivenet.step_states, '
                        'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
-                       'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions TO %I', v_role);
+                       'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions, '
+                       'hivenet.business_time_zone TO %I', v_role);
         EXECUTE format('GRANT EXECUTE ON FUNCTION '
                        'hivenet.call_chain(text), '
                        'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
@@ -804,6 +1094,115 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._grant_roles() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._has_issued(p_sequence_name text)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT p_sequence_name IS NULL OR pg_sequence_last_value(
+        ('hivenet.' || quote_ident(p_sequence_name))::regclass) IS NOT NULL
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._has_issued(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._issue_unprepared(p_format hivenet.format, p_values text[], p_count integer)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_scope text := hivenet._scope_of(p_format, p_values);
+    v_key integer := hashtext(p_format.name);
+    -- The setting's generated constant, or its row when the constant is missing.
+    v_shared boolean := p_format.name = ANY (string_to_array(coalesce(
+        hivenet._setting_constant('shared_fallback'),
+        hivenet._setting_value('shared_fallback')), ','));
+    v_held text := coalesce(current_setting('hivenet.fallback_drawn', true), '');
+    v_seq regclass;
+    v_out text[];
+BEGIN
+    -- A scope's first use (and every use of a parked one): this database must own it
+    -- (ownership.sql). Scopes with a sequence of their own passed this when prepared.
+    IF hivenet._setting_constant('owned_instances') IS DISTINCT FROM 'all' THEN
+        PERFORM hivenet._check_owned(p_format, p_values);
+    END IF;
+    IF v_shared AND strpos(v_held, ',' || p_format.name || ',') = 0 THEN
+        PERFORM pg_advisory_lock_shared(hivenet._fallback_gate_space(), v_key);
+        BEGIN
+            PERFORM pg_advisory_xact_lock_shared(hivenet._fallback_lock_space(), v_key);
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
+            PERFORM pg_advisory_unlock_shared(hivenet._fallback_gate_space(), v_key);
+            RAISE;
+        END;
+        PERFORM pg_advisory_unlock_shared(hivenet._fallback_gate_space(), v_key);
+        PERFORM set_config('hivenet.fallback_drawn',
+                           coalesce(nullif(v_held, ''), ',') || p_format.name || ',', true);
+    END IF;
+    PERFORM pg_advisory_lock_shared(hivenet._cold_lock_space(), v_key);
+    BEGIN
+        v_seq := hivenet._committed_sequence(hivenet._scope_sequence_name(p_format.name, v_scope));
+        IF v_seq IS NULL AND v_shared THEN
+            v_out := hivenet._issue(
+                ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass,
+                p_format, p_values, p_count,
+                format('the shared fallback counter of the unprepared scopes (scope %L among '
+                       'them; a scope prepared before its first use counts on its own, '
+                       '`hivenet-db prepare`)', v_scope));
+            INSERT INTO hivenet.fallback_draw (format, scope, fields, period, serials)
+            VALUES (p_format.name, v_scope, hivenet._scope_fields(p_format, p_values),
+                    hivenet._period_index(hivenet.now() AT TIME ZONE
+                                          hivenet._setting_constant('time_zone'), p_format.reset),
+                    p_count);
+        END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
+    IF v_seq IS NOT NULL THEN
+        RETURN hivenet._issue(v_seq, p_format, p_values, p_count, format('scope %L', v_scope));
+    ELSIF v_out IS NULL THEN
+        PERFORM hivenet._refuse_unprepared(p_format, p_values);
+    END IF;
+    RETURN v_out;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._issue_unprepared(hivenet.format,text[],integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._latest_issued(p_format text, p_scope text)
+ RETURNS timestamp without time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_format hivenet.format := (SELECT f FROM hivenet.format f WHERE f.name = p_format);
+    v_drawn boolean;
+    v_counter text := hivenet._scope_sequence_name(p_format, p_scope);
+    v_cold text := hivenet._cold_sequence_name(p_format);
+    v_value bigint;
+BEGIN
+    IF v_format IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_drawn := EXISTS (SELECT FROM hivenet.fallback_draw d
+                       WHERE d.format = p_format AND d.scope = p_scope);
+    IF v_format.clock_unit IS NOT NULL THEN
+        v_value := pg_sequence_last_value(hivenet._committed_sequence(
+            hivenet._clock_sequence_name(v_counter)));
+        IF v_drawn THEN
+            v_value := greatest(v_value, pg_sequence_last_value(hivenet._committed_sequence(
+                hivenet._clock_sequence_name(v_cold))));
+        END IF;
+        RETURN CASE WHEN v_value > 0 THEN hivenet._period_start(v_value, v_format.clock_unit) END;
+    END IF;
+    v_value := pg_sequence_last_value(hivenet._committed_sequence(v_counter));
+    IF v_drawn THEN
+        v_value := greatest(v_value, pg_sequence_last_value(hivenet._committed_sequence(v_cold)));
+    END IF;
+    RETURN CASE WHEN v_value > 0
+                THEN hivenet._period_start(v_value / v_format.stride, v_format.reset) END;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._latest_issued(text,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._maintain_request_expiry()
  RETURNS void
@@ -847,6 +1246,70 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._maintain_request_expiry() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._maintain_scopes()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_format hivenet.format;
+    v_promoted text[] := string_to_array(hivenet._setting_value('promote_fallback_scopes'), ',');
+    v_drawn record;
+BEGIN
+    FOR v_format IN SELECT f.* FROM hivenet.format f
+                    WHERE EXISTS (SELECT FROM hivenet.fallback_draw d WHERE d.format = f.name)
+                    ORDER BY f.name LOOP
+        PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
+        IF v_format.name = ANY (v_promoted) THEN
+            FOR v_drawn IN
+                SELECT DISTINCT ON (d.scope) d.scope, d.fields FROM hivenet.fallback_draw d
+                WHERE d.format = v_format.name
+                  AND NOT EXISTS (SELECT FROM hivenet.scope s
+                                  WHERE s.format = d.format AND s.scope = d.scope)
+                  AND hivenet._not_owned(v_format, d.fields ->> hivenet._node_field(v_format),
+                          hivenet._setting_value('owned_instances'),
+                          hivenet._setting_value('single_primary_formats')::boolean) IS NULL
+                ORDER BY d.scope
+            LOOP
+                PERFORM hivenet._promote_scope(v_format, v_drawn.scope, v_drawn.fields, true);
+            END LOOP;
+        END IF;
+        WITH taken AS (DELETE FROM hivenet.fallback_draw d WHERE d.format = v_format.name
+                       RETURNING d.*)
+        INSERT INTO hivenet.fallback_draw (format, scope, fields, period, serials)
+        SELECT t.format, t.scope, (array_agg(t.fields))[1], t.period, sum(t.serials)
+        FROM taken t
+        WHERE t.period >= hivenet._period_index(
+                  hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), v_format.reset)
+        GROUP BY t.format, t.scope, t.period;
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_scopes() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._make_format_counters(p_format hivenet.format)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
+                   hivenet._cold_sequence_name(p_format.name));
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(hivenet._cold_sequence_name(p_format.name), 0);
+    END IF;
+    IF hivenet._one_scope(p_format) THEN
+        -- Nested: _not_owned is not there yet while the schema is installed.
+        IF coalesce(hivenet._setting_value('owned_instances'), 'all') <> 'all' THEN
+            IF hivenet._not_owned(p_format, NULL, hivenet._setting_value('owned_instances'),
+                   hivenet._setting_value('single_primary_formats')::boolean) IS NOT NULL THEN
+                RETURN;
+            END IF;
+        END IF;
+        PERFORM hivenet._promote_scope(p_format, '', '{}', false);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._make_format_counters(hivenet.format) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._new_decision_counter(p_namespace text, p_decision text)
  RETURNS regclass
  LANGUAGE plpgsql
@@ -869,6 +1332,67 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._new_decision_counter(text,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._one_scope(p_format hivenet.format)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(p_format.key_fields = '{}', cardinality(p_format.field_names) = 0)
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._one_scope(hivenet.format) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._ownership_check()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_owned text;
+    v_single boolean;
+    v_scope record;
+BEGIN
+    IF NEW.name = 'owned_instances' THEN
+        NEW.value := hivenet._canonical_instances(NEW.value);
+    END IF;
+    IF TG_OP = 'INSERT' OR to_regclass('hivenet.fallback_draw') IS NULL THEN
+        RETURN NEW;
+    END IF;
+    v_owned := CASE WHEN NEW.name = 'owned_instances' THEN NEW.value
+                    ELSE hivenet._setting_value('owned_instances') END;
+    v_single := CASE WHEN NEW.name = 'single_primary_formats' THEN NEW.value::boolean
+                     ELSE hivenet._setting_value('single_primary_formats')::boolean END;
+    SELECT s.format, s.scope, s.node INTO v_scope FROM hivenet._scopes_by_node() s
+    WHERE (s.sequence_name IS NULL OR left(s.sequence_name, 4) <> 'off_')
+      AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+      AND hivenet._has_issued(s.sequence_name)
+    ORDER BY (s.format).name, s.scope LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('setting %s %s: this database has issued serials of format %s '
+                             'scope %s, which it would no longer own; give it up with '
+                             'hivenet.own_instances(..., p_force => true), which parks such '
+                             'scopes (docs/guides/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
+                             (v_scope.format).name, hivenet._shown(v_scope.scope));
+    END IF;
+    FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
+                   WHERE left(s.sequence_name, 4) = 'off_'
+                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NULL
+                   ORDER BY s.sequence_name LOOP
+        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, false);
+    END LOOP;
+    -- Prepared scopes that issued nothing are parked as they are given up, without force.
+    FOR v_scope IN SELECT s.format, s.scope FROM hivenet._scopes_by_node() s
+                   WHERE left(s.sequence_name, 4) = 'seq_'
+                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+                   ORDER BY s.sequence_name LOOP
+        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
+    END LOOP;
+    RETURN NEW;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._ownership_check() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._policy_fingerprint(p_fingerprint text, p_request jsonb)
  RETURNS bytea
  LANGUAGE plpgsql
@@ -890,6 +1414,42 @@ BEGIN
     RETURN sha256(convert_to(hivenet._canonical_json(v_request), 'UTF8'));
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._policy_fingerprint(text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb, p_after_fallback boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
+    v_fallback regclass;
+    v_issued bigint;  -- the fallback's last value, NULL before its first
+BEGIN
+    PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
+    -- Another promotion of the scope may have committed while we waited for the lock.
+    IF hivenet._committed_sequence(v_name) IS NOT NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
+    PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
+    v_fallback := ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
+    v_issued := pg_sequence_last_value(v_fallback);
+    IF v_issued > 0 THEN
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, CASE
+            WHEN p_after_fallback THEN v_issued
+            ELSE greatest(v_issued / p_format.stride, hivenet._period_index(
+                     hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
+                     p_format.reset)) * p_format.stride END, true);
+    END IF;
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(v_name, CASE WHEN p_after_fallback THEN
+            pg_sequence_last_value(hivenet._clock_sequence(v_fallback)) ELSE 0 END);
+    END IF;
+    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
+    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), v_name)
+    ON CONFLICT DO NOTHING;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb,boolean) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._purge_chained(p_namespace text, p_keys text[])
  RETURNS void
@@ -977,6 +1537,39 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._raise_key_refused(text,text,integer,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._refuse_unprepared(p_format hivenet.format, p_values text[])
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_key record;
+BEGIN
+    -- The counter-key fields in the format's order; values are valid, so [0-9A-Za-z] only.
+    SELECT coalesce(string_agg(format('%s %L', f.name, p_values[f.i]), ', ' ORDER BY f.i),
+                    'its one scope') AS named,
+           coalesce(string_agg(format('"%s": "%s"', f.name, p_values[f.i]), ', '
+                               ORDER BY f.i), '') AS json,
+           coalesce(array_agg(f.name ORDER BY f.i) = ARRAY['system', 'module', 'instance'],
+                    false) AS channel,
+           string_agg(p_values[f.i], ' ' ORDER BY f.i) AS words,
+           string_agg(format('%s=%s', f.name, p_values[f.i]), ',' ORDER BY f.i) AS pairs
+    INTO v_key
+    FROM unnest(p_format.field_names) WITH ORDINALITY AS f(name, i)
+    WHERE p_format.key_fields IS NULL OR f.i = ANY (p_format.key_fields);
+    RAISE EXCEPTION USING ERRCODE = 'HN002',
+        MESSAGE = format('format %s has no counter for %s: a scope counts on a counter of its '
+                         'own, prepared before its first use; prepare it with `hivenet-db '
+                         'prepare %s%s` or SELECT hivenet.prepare_scope(%L, %L)',
+                         p_format.name, v_key.named, p_format.name,
+                         CASE WHEN v_key.channel THEN ' ' || v_key.words
+                              WHEN v_key.pairs IS NOT NULL THEN ' ' || v_key.pairs
+                              ELSE '' END,
+                         p_format.name, '{' || v_key.json || '}');
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._refuse_unprepared(hivenet.format,text[]) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._resolve_attempt(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text, p_response jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -996,6 +1589,116 @@ BEGIN
     PERFORM hivenet.finish_request(p_namespace, p_key, p_attempt, p_succeeded, p_response);
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._resolve_attempt(text,text,integer,boolean,text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._scopes_by_node()
+ RETURNS TABLE(format hivenet.format, scope text, node text, sequence_name text)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT f, s.scope, s.fields ->> hivenet._node_field(f), s.sequence_name
+    FROM (SELECT c.format, c.scope, c.fields, c.sequence_name FROM hivenet.scope c
+          UNION ALL
+          SELECT DISTINCT d.format, d.scope, d.fields, NULL FROM hivenet.fallback_draw d
+          WHERE NOT EXISTS (SELECT FROM hivenet.scope c
+                            WHERE c.format = d.format AND c.scope = d.scope)) AS s
+    JOIN hivenet.format f ON f.name = s.format
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._scopes_by_node() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._setting_check()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_conflict text;
+BEGIN
+    BEGIN
+        CASE NEW.kind
+            WHEN 'boolean' THEN PERFORM NEW.value::boolean;
+            WHEN 'interval' THEN PERFORM NEW.value::interval;
+            WHEN 'time_zone' THEN PERFORM now() AT TIME ZONE NEW.value;
+            -- A positive integer: 0 or less divides by zero (division_by_zero is a
+            -- data_exception, caught below like a value that is no integer).
+            WHEN 'count' THEN PERFORM 1 / (NEW.value::integer > 0)::integer;
+            ELSE NULL;
+        END CASE;
+    EXCEPTION WHEN data_exception OR invalid_parameter_value OR feature_not_supported THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('setting %s: %s is not a valid %s', NEW.name,
+                             hivenet._shown(NEW.value), NEW.kind);
+    END;
+    IF NEW.kind = 'interval' THEN
+        v_conflict := hivenet._interval_conflict(NEW.name, NEW.value::interval);
+        IF v_conflict IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format('setting %s: %s %s',
+                NEW.name, hivenet._shown(NEW.value), v_conflict);
+        END IF;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
+       AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
+       AND to_regclass('hivenet.fallback_draw') IS NOT NULL THEN
+        -- Nested: the tables are looked up only once they exist (not during an install).
+        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.fallback_draw) THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
+                                 'issued: their business dates and times would go backwards '
+                                 '(choose the zone before the first serial)', NEW.name,
+                                 hivenet._shown(NEW.value),
+                                 (now() AT TIME ZONE OLD.value) - (now() AT TIME ZONE NEW.value),
+                                 hivenet._shown(OLD.value));
+        END IF;
+    END IF;
+    RETURN NEW;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._setting_check() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._setting_constant(p_name text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_name
+             WHEN 'allow_fake_clock'::text THEN 'false'::text
+             WHEN 'check_received_instances'::text THEN 'true'::text
+             WHEN 'enforce_registry'::text THEN 'false'::text
+             WHEN 'interface_future_tolerance'::text THEN '5 minutes'::text
+             WHEN 'interface_partitions_ahead'::text THEN '2 days'::text
+             WHEN 'interface_retention'::text THEN '7 days'::text
+             WHEN 'interface_window'::text THEN '1 day'::text
+             WHEN 'max_serials_per_call'::text THEN '10000'::text
+             WHEN 'owned_instances'::text THEN 'all'::text
+             WHEN 'promote_fallback_scopes'::text THEN ''::text
+             WHEN 'request_retention'::text THEN '24 hours'::text
+             WHEN 'shared_fallback'::text THEN ''::text
+             WHEN 'single_primary_formats'::text THEN 'false'::text
+             WHEN 'step_future_tolerance'::text THEN '5 minutes'::text
+             WHEN 'step_lease'::text THEN '5 minutes'::text
+             WHEN 'step_retention'::text THEN '30 days'::text
+             WHEN 'time_zone'::text THEN 'UTC'::text
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._setting_constant(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._shown_time(p_time timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT to_char(p_time AT TIME ZONE z.zone, 'YYYY-MM-DD HH24:MI:SS')
+           || CASE WHEN o.seconds < 0 THEN '-' ELSE '+' END
+           || to_char(make_interval(secs => abs(o.seconds)), 'HH24:MI')
+           || format(' (%s)', z.zone)
+    FROM (SELECT hivenet._setting_value('time_zone') AS zone) AS z,
+         LATERAL (SELECT extract(epoch FROM (p_time AT TIME ZONE z.zone)
+                                          - (p_time AT TIME ZONE 'UTC')) AS seconds) AS o
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._shown_time(timestamp with time zone) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._start_chain(p_namespace text)
  RETURNS void
@@ -1262,6 +1965,85 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.finish_requests(text,text[],integer[],boolean[],jsonb[]) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet.own_instances(p_instances text, p_single_primary_formats boolean DEFAULT NULL::boolean, p_force boolean DEFAULT false)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_owned text := hivenet._canonical_instances(p_instances);
+    v_single boolean := coalesce(p_single_primary_formats,
+                                 hivenet._setting_value('single_primary_formats')::boolean);
+    v_scope record;
+BEGIN
+    IF p_force THEN
+        FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
+                       WHERE hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+                       ORDER BY (s.format).name, s.scope LOOP
+            IF v_scope.sequence_name IS NULL THEN
+                DELETE FROM hivenet.fallback_draw
+                WHERE format = (v_scope.format).name AND scope = v_scope.scope;
+            ELSE
+                PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
+            END IF;
+        END LOOP;
+    END IF;
+    -- The trigger checks each update against the other setting's value of the moment: the
+    -- update that owns more goes first, so that no state between owns less than the last.
+    IF v_single THEN
+        UPDATE hivenet.setting SET value = 'true' WHERE name = 'single_primary_formats'
+                                                  AND value <> 'true';
+    END IF;
+    UPDATE hivenet.setting SET value = v_owned WHERE name = 'owned_instances';
+    UPDATE hivenet.setting SET value = v_single::text WHERE name = 'single_primary_formats'
+                                                        AND value <> v_single::text;
+    RETURN v_owned;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.own_instances(text,boolean,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.prepare_scope(p_format text, p_fields jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_format hivenet.format;
+    v_fields jsonb;
+    v_values text[];
+    v_new jsonb := '{}';  -- scope → its fields, for the scopes without a sequence
+    v_drawn text[];
+BEGIN
+    SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('unknown format %s', hivenet._shown(p_format));
+    END IF;
+    FOR v_fields IN SELECT f FROM jsonb_array_elements(CASE jsonb_typeof(p_fields)
+                                  WHEN 'array' THEN p_fields ELSE jsonb_build_array(p_fields)
+                                  END) AS f LOOP
+        v_values := hivenet._field_values(v_format, v_fields);
+        PERFORM hivenet._check_fields(v_format, v_values, true);
+        PERFORM hivenet._check_owned(v_format, v_values);
+        v_new := v_new || jsonb_build_object(hivenet._scope_of(v_format, v_values),
+                                             hivenet._scope_fields(v_format, v_values));
+    END LOOP;
+    SELECT coalesce(jsonb_object_agg(n.key, n.value), '{}') INTO v_new
+    FROM jsonb_each(v_new) AS n
+    WHERE NOT EXISTS (SELECT FROM hivenet.scope s WHERE s.format = p_format AND s.scope = n.key);
+    IF v_new = '{}' THEN
+        RETURN;
+    END IF;
+    v_drawn := hivenet._fallback_drawn(v_format);
+    FOR v_fields IN SELECT jsonb_build_object('scope', n.key, 'fields', n.value)
+                    FROM jsonb_each(v_new) AS n ORDER BY n.key LOOP
+        PERFORM hivenet._promote_scope(v_format, v_fields ->> 'scope', v_fields -> 'fields',
+                                       v_drawn IS NULL OR v_fields ->> 'scope' = ANY (v_drawn));
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.prepare_scope(text,jsonb) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(p_namespace text, p_retention interval DEFAULT NULL::interval, p_fingerprint text DEFAULT NULL::text, p_on_failure text DEFAULT NULL::text, p_expire_after interval DEFAULT NULL::interval, p_key_min_length integer DEFAULT NULL::integer, p_key_pattern text DEFAULT NULL::text, p_audit_chain boolean DEFAULT NULL::boolean)
  RETURNS void
  LANGUAGE plpgsql
@@ -1446,6 +2228,10 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.watch_request(text,text) FROM PUBLIC;
 
+CREATE TRIGGER format_counters AFTER INSERT ON hivenet.format FOR EACH ROW EXECUTE FUNCTION hivenet._format_counters();
+
+CREATE TRIGGER setting_fallback_formats BEFORE INSERT OR UPDATE ON hivenet.setting FOR EACH ROW WHEN ((new.name = ANY (ARRAY['shared_fallback'::text, 'promote_fallback_scopes'::text]))) EXECUTE FUNCTION hivenet._fallback_formats_check();
+
 CREATE VIEW hivenet._request_start AS
  SELECT NULL::text AS namespace,
     NULL::text AS key,
@@ -1496,6 +2282,15 @@ CREATE RULE start AS
     NULL::jsonb AS jsonb,
     request_attempt.unified_serial,
     request_attempt.lease;
+
+CREATE VIEW hivenet.business_time_zone AS
+ SELECT s.value AS time_zone,
+    ((c.now AT TIME ZONE s.value) - (c.now AT TIME ZONE 'UTC'::text)) AS utc_offset,
+    ((c.now AT TIME ZONE s.value))::timestamp(0) without time zone AS local_time
+   FROM (hivenet.setting s
+     CROSS JOIN ( SELECT hivenet.now() AS now) c)
+  WHERE (s.name = 'time_zone'::text);
+COMMENT ON VIEW hivenet.business_time_zone IS 'the business time zone of serials and messages, its offset from UTC, the local time now';
 
 CREATE VIEW hivenet.request_attempts AS
  SELECT a.namespace,
@@ -1605,6 +2400,37 @@ SELECT hivenet._create_decision_counters('hivenet.other', false);
 SELECT hivenet._create_decision_counters(n.namespace, false)
 FROM (SELECT DISTINCT a.namespace FROM hivenet.request_attempt a
       WHERE a.namespace <> 'hivenet.steps' ORDER BY 1) AS n;
+
+-- Unprepared scopes. 0.1.0 drew every one from its format's cold counter and maintain() gave
+-- it a counter of its own; 0.2.0 refuses them (HN002) unless the format opts in to that
+-- shared fallback. A database goes on as before for each format whose cold counter issued
+-- serials, so that no allocation that worked before the upgrade is refused after it (turn
+-- it off once its scopes are prepared: docs/operations.md).
+INSERT INTO hivenet.setting (name, value, kind, description)
+SELECT s.name, (SELECT coalesce(string_agg(f.name, ',' ORDER BY f.name), '')
+                FROM hivenet.format f
+                WHERE pg_sequence_last_value(('hivenet.'
+                          || quote_ident(hivenet._cold_sequence_name(f.name)))::regclass)
+                      IS NOT NULL),
+       'text', s.description
+FROM (VALUES
+    ('shared_fallback',
+     'formats (a list such as ''id_service,merchant_trade''; empty: none) whose scopes that '
+     'are not prepared draw from the format''s shared fallback counter instead of being '
+     'refused (HN002): unique and increasing, never from 1, one capacity for them all'),
+    ('promote_fallback_scopes',
+     'formats (a list; empty: none) whose scopes that drew from the shared fallback get a '
+     'counter of their own from maintain()')) AS s (name, description);
+
+-- A format with one scope (per_second; a custom one whose fields are printed only) has it
+-- prepared with the format; here where this database may issue it (after the fallback, when
+-- it drew from it: prepare_scope).
+SELECT hivenet.prepare_scope(f.name, '{}')
+FROM hivenet.format f
+WHERE hivenet._one_scope(f)
+  AND hivenet._not_owned(f, NULL, hivenet._setting_value('owned_instances'),
+                         hivenet._setting_value('single_primary_formats')::boolean) IS NULL
+ORDER BY f.name;
 
 -- Grants as a fresh install makes them (privileges.sql), and the generated
 -- functions from this database's settings and formats (compile.sql).
