@@ -22,9 +22,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session")
 def hivenet_prepare() -> list[str]:
-    """The channels most tests allocate for, prepared in the template database (a test of
+    """The scopes most tests allocate for, prepared in the template database (a test of
     what an unprepared scope does uses another)."""
-    return ["C0001 A01 01-03", "C0002 A01 01-03"]
+    return ["C0001 A01 01-03", "C0002 A01 01-03", "id_service merchant=123456789012,shard=05",
+            "merchant_trade merchant=123456789012"]
 
 
 @pytest.fixture

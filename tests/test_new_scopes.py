@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -17,6 +20,8 @@ import pytest
 from tests.helpers import (Connect, SetClock, failure, in_parallel, scalar, share_fallback,
                            sqlstate_of, wait_until_blocked)
 
+COMMAND = Path(sys.executable).with_name("hivenet-db")
+DOC = Path(__file__).resolve().parent.parent / "docs" / "guides" / "formats.md"
 NEXT = ("SELECT hivenet.next_serial('unified', jsonb_build_object("
         "'system', 'C0001', 'module', 'A01', 'instance', %s::text))")
 PREPARE = ("SELECT hivenet.prepare_scope('unified', jsonb_build_object("
@@ -28,30 +33,36 @@ def seq(serial: str) -> int:
 
 
 def test_an_unprepared_scope_is_refused_naming_it_and_how_to_prepare_it(
-        db: psycopg.Connection) -> None:
-    for sql, params in ((NEXT, ("41",)),
-                        ("SELECT hivenet.next_unified_serial('C0001', 'A01', '41')", None),
-                        ("SELECT hivenet.next_system_serial('C0001', 'A01', '41')", None),
-                        ("SELECT hivenet.next_interface_serial('C0001', 'A01', '41', 'B0001')",
-                         None)):
-        code, message = failure(db, sql, params)
-        kind = sql.split("'")[1] if "next_serial(" in sql else sql.split("next_")[1].split(
-            "_serial")[0]
+        db: psycopg.Connection, hivenet_url: str) -> None:
+    """The message docs/guides/formats.md prints, for every way to allocate the standard's
+    kinds; a format's own fields otherwise; and the commands it names work."""
+    channel = "{\"system\": \"C0009\", \"module\": \"A01\", \"instance\": \"01\"}"
+    for kind, sql in (("unified", f"SELECT hivenet.next_serial('unified', '{channel}')"),
+                      ("unified", "SELECT hivenet.next_unified_serial('C0009', 'A01', '01')"),
+                      ("system", "SELECT hivenet.next_system_serial('C0009', 'A01', '01')"),
+                      ("interface", "SELECT hivenet.next_interface_serial('C0009', 'A01', "
+                                    "'01', 'B0001')")):
+        code, message = failure(db, sql)
         assert code == "HN002", message
         assert message == (
-            f"format {kind} has no counter for system 'C0001', module 'A01', instance '41': a "
+            f"format {kind} has no counter for system 'C0009', module 'A01', instance '01': a "
             f"scope counts on a counter of its own, prepared before its first use; prepare it "
-            f"with `hivenet-db prepare {kind} C0001 A01 41` or SELECT hivenet.prepare_scope("
-            f"'{kind}', '{{\"system\": \"C0001\", \"module\": \"A01\", \"instance\": \"41\"}}')")
+            f"with `hivenet-db prepare {kind} C0009 A01 01` or SELECT hivenet.prepare_scope("
+            f"'{kind}', '{channel}')")
+        if kind == "unified":
+            assert message in DOC.read_text(encoding="utf-8")
     code, message = failure(db, "SELECT hivenet.next_serial('id_service', %s)",
                             (json.dumps({"merchant": "123456789012", "shard": "05"}),))
     assert code == "HN002" and "`hivenet-db prepare id_service merchant=123456789012,shard=05`" \
         in message, message
     # Nothing was made or recorded by the refusals; the command the message names works.
-    assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE scope LIKE '%41'") == 0
+    assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE scope LIKE 'C0009%'") == 0
     assert scalar(db, "SELECT count(*) FROM hivenet.fallback_draw") == 0
-    db.execute(PREPARE, ("41",))
-    assert scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '41')").endswith(
+    done = subprocess.run([str(COMMAND), "prepare", "unified", "C0009", "A01", "01", "--url",
+                           hivenet_url], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert scalar(db, "SELECT hivenet.next_unified_serial('C0009', 'A01', '01')").endswith(
         "0000000001")
 
 

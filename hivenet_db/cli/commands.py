@@ -160,7 +160,8 @@ def _report(commands: Commands) -> None:
         "headroom",
         examples=["report --unified C0001A0101201507100123456789 --limit 20",
                   "report --shards postgresql://app@shard0/pay,postgresql://app@shard1/pay"],
-        description="Print the business time zone and each reporting section this database "
+        description="Print the business time zone (its name, offset and local time: every "
+        "time the report prints is in it) and each reporting section this database "
         "has: the call chain of --unified, per-scope usage and headroom of the current "
         "period (the scopes in use first, the least headroom first), interface calls per "
         "day, steps per state and stuck steps, keyed requests per state and stuck keyed "
@@ -188,7 +189,8 @@ def _maintain(commands: Commands) -> None:
                      examples=["maintain --url postgresql://owner@db/app",
                                "maintain --shard-map shards.json"],
                      description="Run hivenet.maintain() (partitions, retention); run it "
-                     "every few minutes. With --shards or --shard-map: on every shard, each "
+                     "every few minutes. Prints when it finished, in the business time zone "
+                     "with its offset. With --shards or --shard-map: on every shard, each "
                      "in its own transaction.")
     add_shard_options(p)
 
@@ -248,13 +250,20 @@ def _proxy(commands: Commands) -> None:
 
 
 def _demo(commands: Commands) -> None:
-    commands.add(
+    p = commands.add(
         "demo", "demo:cmd_demo", "replay the standard's two examples end to end",
-        examples=["demo --json"],
+        examples=["demo --json", "demo --port 5499 --keep"],
         description="Replay the HiveNet Sequence Standards' examples: a transaction crossing "
         "three systems, then a failed step retried with the same system serial; shows a "
-        "duplicate call rejected, a retry replayed and the call chain. Its rows stay in the "
-        "database, so `hivenet-db report` shows them afterwards.")
+        "duplicate call rejected, a retry replayed and the call chain. Without a database URL "
+        "it starts a local PostgreSQL of its own, in a new directory it names (never the "
+        "embedded server of the other commands), and stops and removes it at the end unless "
+        "--keep; with --url its rows stay in that database, so `hivenet-db report` shows them "
+        "afterwards.")
+    p.add_argument("--port", type=port, help="the demo's own server listens on this port "
+                   "(default: a free one)")
+    p.add_argument("--keep", action="store_true", help="leave the demo's own server running "
+                   "with its data, and say how to reach and stop it")
 
 
 def _bench(commands: Commands) -> None:
