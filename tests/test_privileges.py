@@ -54,7 +54,7 @@ def test_the_application_api_works_as_a_login_granted_hivenet_app(
         app, "SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'D0001')")
     assert scalar(app, """SELECT count(*) FROM hivenet.next_serials('id_service',
                           '{"merchant": "123456789012",
-                            "shard": "01"}', 3)""") == 3
+                            "shard": "05"}', 3)""") == 3
     assert scalar(app, "SELECT hivenet.parse_serial(%s)", (unified,))["format"] == "unified"
     app.execute("SELECT hivenet.claim_interface_serial(%s, %s, %s)", (interface, unified, system))
     assert scalar(app, "SELECT count(*) FROM hivenet.call_chain(%s)", (unified,)) == 1
@@ -72,7 +72,7 @@ def test_the_application_api_works_as_a_login_granted_hivenet_app(
 
 
 @pytest.mark.parametrize("sql", [
-    """SELECT hivenet._promote_scope(f, 'X', '{}') FROM hivenet.format f LIMIT 1""",
+    """SELECT hivenet._promote_scope(f, 'X', '{}', false) FROM hivenet.format f LIMIT 1""",
     """SELECT hivenet.prepare_scope('unified', '{"system": "C0001", "module": "A01",
        "instance": "09"}')""",
     "SELECT hivenet._allocate('unified', NULL, ARRAY['C0001', 'A01', '01'], 1)",
@@ -203,11 +203,14 @@ OWNER_ONLY = set("""
     _check_owned _check_owned_serial _check_registry _claim_checked
     _claim_interface_serial_checked _claim_interface_serial_nowait _claim_nowait _clock_sequence
     _clock_sequence_name _cold_lock_space _cold_sequence_name _committed_sequence
-    _compile_format _constants_lock_space _create_clock _create_cold_counter
+    _compile_format _constants_lock_space _create_clock _format_counters
+    _make_format_counters _one_scope _has_issued _serials_issued _fallback_formats_check
+    _fallback_drawn _fallback_lock_space _fallback_gate_space _refuse_unprepared _shown_time
     _create_decision_counters _grant_decision_counters
     _create_interface_partition _default_failover_gap _drop_interface_partition
     _fast_path_expression _fence _field_problem _field_values _format_error _grant_counter
-    _grant_roles _instance_in _interface_partition_name _interval_conflict _issue _issue_cold
+    _grant_roles _instance_in _interface_partition_name _interval_conflict _issue
+    _issue_unprepared
     _latest_issued _layout_sql _lock_constants _maintain_claims _maintain_failover
     _maintain_interface_calls _maintain_requests _maintain_scopes _maintain_steps
     _max_period_index _node_field _not_owned _ownership_check _ownership_setting _park_scope
@@ -227,7 +230,8 @@ OWNER_ONLY = set("""
 # readers. Tables: SELECT for hivenet_admin only. Sequences: USAGE (nextval) for hivenet_app
 # on the counters the fast paths draw from (scopes', decisions'), nothing on the others.
 REPORTING_VIEWS = ("interface_calls", "interface_calls_per_day", "step_states", "stuck_steps",
-                   "scope_usage", "request_states", "stuck_requests", "request_attempts",
+                   "scope_usage", "business_time_zone", "request_states", "stuck_requests",
+                   "request_attempts",
                    "request_decisions")
 VIEWS: dict[str, dict[str, str]] = {
     **{view: {REPORTING: "SELECT", ADMIN: "SELECT"} for view in REPORTING_VIEWS},
@@ -676,7 +680,8 @@ def test_no_argument_reaches_another_relation(db: psycopg.Connection) -> None:
     sequence name: a table's name, qualified names and other schemas' relations give NULL."""
     db.execute("SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'B0001')")
     with role_in(db, "hivenet_reporting_test", REPORTING) as reader:
-        assert scalar(reader, "SELECT hivenet._scope_counter_value('cold_interface')") > 0
+        assert scalar(reader, "SELECT hivenet._scope_counter_value('seq_interface_C0001A0101')"
+                      ) > 0
         for name in ["setting", "claim_record", "pg_authid", "pg_catalog.pg_authid",
                      "hivenet.cold_unified", "../cold_unified", "cold_unified'; --"]:
             assert scalar(reader, "SELECT hivenet._scope_counter_value(%s)", (name,)) is None

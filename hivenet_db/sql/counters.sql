@@ -181,6 +181,24 @@ BEGIN
     ON CONFLICT DO NOTHING;
 END $$;
 
+-- Whether the scope whose counter is sequence p_sequence_name (NULL: a scope that drew from
+-- its format's fallback) has issued a serial, or lost one to a rollback: false for a scope
+-- prepared and never used.
+CREATE FUNCTION hivenet._has_issued(p_sequence_name text) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT p_sequence_name IS NULL OR pg_sequence_last_value(
+        to_regclass('hivenet.' || quote_ident(p_sequence_name))) IS NOT NULL
+$$;
+
+-- Whether this database has issued a serial (or lost one to a rollback), of any format: a
+-- counter of a scope, or a format's fallback counter, has been drawn from.
+CREATE FUNCTION hivenet._serials_issued() RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT FROM hivenet.scope s WHERE hivenet._has_issued(s.sequence_name))
+        OR EXISTS (SELECT FROM hivenet.format f WHERE pg_sequence_last_value(to_regclass(
+               'hivenet.' || quote_ident(hivenet._cold_sequence_name(f.name)))) IS NOT NULL)
+$$;
+
 -- Whether format p_format has exactly one counter scope, '' (no counter-key field: per_second,
 -- or a format whose every field is printed only).
 CREATE FUNCTION hivenet._one_scope(p_format hivenet.format) RETURNS boolean

@@ -206,15 +206,6 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     JOIN hivenet.format f ON f.name = s.format
 $$;
 
--- Whether the scope whose counter is sequence p_sequence_name (NULL: a scope that drew from
--- its format's fallback) has issued a serial, or lost one to a rollback: false for a scope
--- prepared and never used.
-CREATE FUNCTION hivenet._has_issued(p_sequence_name text) RETURNS boolean
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT p_sequence_name IS NULL OR pg_sequence_last_value(
-        ('hivenet.' || quote_ident(p_sequence_name))::regclass) IS NOT NULL
-$$;
-
 -- Trigger on hivenet.setting, for owned_instances and single_primary_formats: writes the
 -- instances canonically (HN001 when malformed), refuses a change that leaves a scope of this
 -- database that has issued serials outside what it may issue (HN001 naming one: give the

@@ -72,8 +72,7 @@ END $$;
 -- bounds (_interval_conflict), and a business time zone behind the current one once serials
 -- exist (their dates and times would go backwards).
 -- SECURITY DEFINER: an administrator updates the table without any right on what the checks
--- read (hivenet.scope and hivenet.fallback_draw: counters.sql, fallback.sql), and gets their
--- HN001, never 42501.
+-- read (the counters: counters.sql), and gets their HN001, never 42501.
 CREATE FUNCTION hivenet._setting_check() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -104,8 +103,8 @@ BEGIN
     IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
        AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
        AND to_regclass('hivenet.fallback_draw') IS NOT NULL THEN
-        -- Nested: the tables are looked up only once they exist (not during an install).
-        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.fallback_draw) THEN
+        -- Nested: the counters are looked up only once they exist (not during an install).
+        IF hivenet._serials_issued() THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
                                  'issued: their business dates and times would go backwards '

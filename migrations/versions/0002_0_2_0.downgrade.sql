@@ -30,6 +30,7 @@ DROP FUNCTION hivenet._wake_waiters(text,text);
 DROP FUNCTION hivenet._utf16_units(text);
 DROP FUNCTION hivenet._start_chain(text);
 DROP FUNCTION hivenet._shown_time(timestamp with time zone);
+DROP FUNCTION hivenet._serials_issued();
 DROP FUNCTION hivenet._refuse_unprepared(hivenet.format,text[]);
 DROP FUNCTION hivenet._raise_key_refused(text,text,integer,text);
 DROP FUNCTION hivenet._purge_chained(text,text[]);

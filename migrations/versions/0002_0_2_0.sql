@@ -1102,7 +1102,7 @@ CREATE OR REPLACE FUNCTION hivenet._has_issued(p_sequence_name text)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
     SELECT p_sequence_name IS NULL OR pg_sequence_last_value(
-        ('hivenet.' || quote_ident(p_sequence_name))::regclass) IS NOT NULL
+        to_regclass('hivenet.' || quote_ident(p_sequence_name))) IS NOT NULL
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._has_issued(text) FROM PUBLIC;
 
@@ -1606,6 +1606,18 @@ AS $function$
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._scopes_by_node() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._serials_issued()
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT EXISTS (SELECT FROM hivenet.scope s WHERE hivenet._has_issued(s.sequence_name))
+        OR EXISTS (SELECT FROM hivenet.format f WHERE pg_sequence_last_value(to_regclass(
+               'hivenet.' || quote_ident(hivenet._cold_sequence_name(f.name)))) IS NOT NULL)
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._serials_issued() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._setting_check()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -1640,8 +1652,8 @@ BEGIN
     IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
        AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
        AND to_regclass('hivenet.fallback_draw') IS NOT NULL THEN
-        -- Nested: the tables are looked up only once they exist (not during an install).
-        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.fallback_draw) THEN
+        -- Nested: the counters are looked up only once they exist (not during an install).
+        IF hivenet._serials_issued() THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
                                  'issued: their business dates and times would go backwards '
