@@ -19,7 +19,7 @@ def report_sections(conn: Connection, unified: str | None, limit: int
     sections: dict[str, list[dict[str, Any]] | str] = {}
     # Every time below is in this zone (the transaction's TimeZone: in_business_time).
     if in_business_time(conn) is not None:
-        sections["business time zone (every time below is in it)"] = dicts(
+        sections["business time zone"] = dicts(
             conn, "SELECT time_zone, utc_offset::text AS utc_offset, local_time::text "
                   "AS local_time FROM hivenet.business_time_zone")
     else:
