@@ -540,7 +540,7 @@ def test_demo(run: Run, db: psycopg.Connection) -> None:
     events = json.loads(run("demo", "--json").stdout)
     check_demo_events(events)
     # Every channel the demo uses counts from 1, as in the standard's examples.
-    first = {}
+    first: dict[tuple[str, str], str] = {}
     for event in events:
         for key in ("unified_serial", "interface_serial", "system_serial"):
             serial = str(event.get(key, ""))

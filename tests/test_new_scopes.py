@@ -15,10 +15,17 @@ from collections import defaultdict
 from pathlib import Path
 
 import psycopg
-import pytest
 
-from tests.helpers import (Connect, SetClock, failure, in_parallel, scalar, share_fallback,
-                           sqlstate_of, wait_until_blocked)
+from tests.helpers import (
+    Connect,
+    SetClock,
+    failure,
+    in_parallel,
+    scalar,
+    share_fallback,
+    sqlstate_of,
+    wait_until_blocked,
+)
 
 COMMAND = Path(sys.executable).with_name("hivenet-db")
 DOC = Path(__file__).resolve().parent.parent / "docs" / "guides" / "formats.md"
@@ -75,7 +82,7 @@ def test_16_first_users_are_all_refused_at_once(connect: Connect) -> None:
 
     def work(conn: psycopg.Connection, barrier: threading.Barrier) -> list[str | None]:
         barrier.wait()
-        states = []
+        states: list[str | None] = []
         for _ in range(5):
             try:
                 conn.execute(NEXT, ("42",))
@@ -97,7 +104,8 @@ def test_prepare_under_concurrent_allocation(connect: Connect) -> None:
     prepared = threading.Event()
 
     def work(conn: psycopg.Connection, barrier: threading.Barrier) -> tuple[int, list[str]]:
-        refused, issued = 0, []
+        refused = 0
+        issued: list[str] = []
         barrier.wait()
         deadline = time.monotonic() + 60
         while len(issued) < 30 and time.monotonic() < deadline:
@@ -139,7 +147,7 @@ def test_with_the_fallback_a_scope_prepared_before_use_counts_from_1_while_other
 
     def draw(conn: psycopg.Connection, barrier: threading.Barrier) -> list[str]:
         rng = random.Random(id(conn))
-        issued = []
+        issued: list[str] = []
         barrier.wait()
         while not stop.is_set():
             with conn.transaction():

@@ -270,8 +270,9 @@ def partition_drop(run: CaseRun) -> Result:
 
 # --- first_use --------------------------------------------------------------------------
 
-FIRST_USE = ("first allocation of an unprepared scope (next_unified_serial: the opt-in shared "
-             "fallback) vs one of a prepared scope, each in a transaction of its own, the statement "
+FIRST_USE = ("first allocation of an unprepared scope (next_unified_serial: the opt-in "
+             "shared fallback) vs one of a prepared scope, each in a transaction of its own, "
+             "the statement "
              "timed (not the commit: a business transaction pays its commit anyway); per "
              "second (ms per call in the progress lines; goal <= 0.5 ms)")
 FIRST_USES = 100

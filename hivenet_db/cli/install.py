@@ -38,7 +38,7 @@ def _alembic(action: str, args: argparse.Namespace, out: Output) -> None:
     if missing:
         out.note(f"role(s) {', '.join(missing)} do not exist, so only the schema's owner may "
                  f"use it: a superuser creates them with `hivenet-db bootstrap --owner ROLE`")
-    row = {"database": redact(url), "revision": migrate.current(url)}
+    row: dict[str, object] = {"database": redact(url), "revision": migrate.current(url)}
     if getattr(args, "time_zone", None) is not None:  # migrate --time-zone, once upgraded
         row["time_zone"] = set_time_zone(url, args.time_zone)
     if getattr(args, "owns_instances", None) is not None:  # migrate --owns-instances

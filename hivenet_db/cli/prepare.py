@@ -11,7 +11,7 @@ from hivenet_db.cli.database import usable_engine
 from hivenet_db.cli.formats import hinting_formats
 from hivenet_db.cli.output import CommandError, Output, UsageError
 from hivenet_db.tools import scopes as scope_lines
-from hivenet_db.tools.scopes import Scopes, ScopeError
+from hivenet_db.tools.scopes import ScopeError, Scopes
 
 
 def file_scopes(path: str) -> list[Scopes]:

@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
     initial = True
     # No dependency on ("hivenet", "0001_schema") although the serial's default calls its
     # function: the app installs schema hivenet before any other migration of the same migrate.
-    dependencies: list[tuple[str, str]] = []
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
