@@ -24,8 +24,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def hivenet_prepare() -> list[str]:
     """The scopes most tests allocate for, prepared in the template database (a test of
     what an unprepared scope does uses another)."""
-    return ["C0001 A01 01-03", "C0002 A01 01-03", "id_service merchant=123456789012,shard=01-09",
-            "merchant_trade merchant=123456789012"]
+    return ["C0001 A01 01-03", "C0002 A01 01-03", "D0001 A01 01-09",
+            "id_service merchant=123456789012,shard=01-09", "merchant_trade merchant=123456789012"]
 
 
 @pytest.fixture
