@@ -42,7 +42,7 @@ if not settings.configured:
         INSTALLED_APPS=["hivenet_db.django", "tests.django_site"],
         MIDDLEWARE=["hivenet_db.django.IdempotencyMiddleware"],
         ROOT_URLCONF="tests.django_site.urls",
-        HIVENET={"IDEMPOTENCY": {"namespace": "http"}},
+        HIVENET={"IDEMPOTENCY": {"namespace": "http"}, "PREPARE": ["C0001 A01 01"]},
         REST_FRAMEWORK={"UNAUTHENTICATED_USER": None},  # without django.contrib.auth
         ALLOWED_HOSTS=["*"], SECRET_KEY="tests", USE_TZ=True,
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField")
@@ -535,8 +535,8 @@ def test_django_migrate_installs_the_schema_and_hivenet_db_migrate_finds_it_done
     assert run_checks(databases=["default"]) == []
     _hivenet_db_migrate(empty_url)  # nothing to do, no conflict
     assert migrate.status(empty_url).state is migrate.State.HEAD
-    with transaction.atomic():
-        assert SerialRepository(connection()).next_unified("C0001", "A01", "01")
+    with transaction.atomic():  # the channel of HIVENET["PREPARE"], prepared by migrate
+        assert SerialRepository(connection()).next_unified("C0001", "A01", "01").seq == 1
 
 
 def test_hivenet_db_migrate_first_then_django_migrate_records_it(empty_url: str) -> None:
