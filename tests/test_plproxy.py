@@ -23,7 +23,7 @@ from hivenet_db import InterfaceDedup, SerialRepository, StepRepository, errors
 from hivenet_db.dedup import ClaimRepository
 from hivenet_db.tools import migrate, plproxy
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
-from tests.helpers import scalar
+from tests.helpers import scalar, share_fallback
 
 OWNS = ["01-49", "50-98"]  # 00 and 99 belong to no shard
 PASSWORD = "pr0xy-test-s3cret"  # in the shard URLs given to install: trust ignores it
@@ -88,6 +88,11 @@ def cluster() -> Iterator[Cluster]:
         shards = [servers[i].ensure_database("hivenet") for i in (0, 1)]
         for url in shards:
             migrate.upgrade(url)
+            # Any scope the tests name draws from its format's shared fallback (promoted by
+            # maintain()): the tests route scopes, they do not prepare them.
+            with psycopg.connect(url, autocommit=True) as conn:
+                share_fallback(conn, "id_service", "interface", "merchant_trade", "system",
+                               "unified", promote=True)
         declared = [_declare_ownership(url, OWNS[i], i == 0) for i, url in enumerate(shards)]
         made = Cluster(shards, servers[2].ensure_database("proxy"),
                        None if all(declared) else OWNS, [])
@@ -115,7 +120,7 @@ def scopes_on(cluster: Cluster, number: int, format: str, scope: str) -> int:
     """How many counter scopes ``format``/``scope`` shard ``number`` has used (0 or 1)."""
     return int(on_shard(cluster, number, """
         SELECT count(*) FROM (SELECT format, scope FROM hivenet.scope
-                              UNION SELECT format, scope FROM hivenet.scope_pending) AS s
+                              UNION SELECT format, scope FROM hivenet.fallback_draw) AS s
         WHERE format = %s AND scope = %s""", (format, scope)))
 
 
