@@ -20,11 +20,11 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from hivenet_db.cli import main as cli
-from tests.helpers import scalar, sqlstate_of
+from tests.helpers import scalar, share_fallback, sqlstate_of
 from tests.replication import Pair, primary_and_standby
 
 PREPARED = ("01", "02", "03", "04")  # scopes with their own sequence before the load
-COLD = "09"  # a scope that draws from the format's cold counter throughout
+COLD = "09"  # a scope that draws from the format's shared fallback throughout
 
 
 def fields(instance: str) -> dict[str, str]:
@@ -43,8 +43,9 @@ def counters(db: psycopg.Connection) -> dict[str, int]:
 
 def test_the_fence_moves_every_counter_past_a_gap_once_per_timeline(
         db: psycopg.Connection) -> None:
-    """Every scope's own sequence (interface, unified) and every cold counter."""
+    """Every scope's own sequence (interface, unified) and every shared fallback counter."""
     interface = "SELECT hivenet.next_interface_serial('C0001', 'A01', %s, 'B0001')"
+    share_fallback(db, "interface")
     db.execute("SELECT hivenet.prepare_scope('interface', %s)",
                (Jsonb({**fields("01"), "target": "B0001"}),))
     before = [scalar(db, interface, (i,)) for i in ("01", COLD)]
@@ -56,7 +57,7 @@ def test_the_fence_moves_every_counter_past_a_gap_once_per_timeline(
     rows = db.execute("SELECT counter, from_value, to_value, parked "
                       "FROM hivenet.fence_failover(1000, true)").fetchall()
     moved = {counter: (start, end, parked) for counter, start, end, parked in rows}
-    assert set(moved) == set(old)  # every scope sequence and cold counter
+    assert set(moved) == set(old)  # every scope sequence and fallback counter
     own = "seq_interface_C0001A0101"
     assert moved[own][:2] == (old[own], old[own] + 1000)
     assert counters(db)["cold_interface"] == old["cold_interface"] + 1000
@@ -200,6 +201,7 @@ class Load:
 
 def prepare(pair: Pair) -> None:
     with psycopg.connect(pair.primary_url, autocommit=True) as conn:
+        share_fallback(conn, "unified", "interface")  # for COLD
         for instance in PREPARED:
             conn.execute("SELECT hivenet.prepare_scope('unified', %s)",
                          (Jsonb(fields(instance)),))

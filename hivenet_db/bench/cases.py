@@ -293,7 +293,7 @@ def first_use(run: CaseRun) -> Result:
             conn.commit()
             return took
 
-        for k in range(20):  # warm: plans, caches, the cold counter's first of the day
+        for k in range(20):  # warm: plans, caches, the fallback's first of the day
             timed("C0001")
             timed(f"W{k:04d}")
         for i in range(run.rounds):

@@ -3,7 +3,7 @@
 -- A standby promoted after an asynchronous failover (or a server restored to an earlier
 -- point) has lost the WAL its old primary wrote last: its sequences stand below values the
 -- old primary already issued, so it would issue them again. It cannot know how many, so the
--- fence moves every counter (each scope's sequence and each format's cold counter) forward by
+-- fence moves every counter (each scope's sequence and each format's shared fallback counter) forward by
 -- a gap, no earlier than the clock's period. Guarantee: no
 -- serial is issued twice as long as the old primary issued at most `gap` serials per format
 -- in the WAL the new one lacks (rule: gap >= peak serials per second of one format x maximum
