@@ -213,8 +213,7 @@ def test_migrate_prepares_the_scopes_of_a_file(run: Run, tmp_path: Path,
         "000000000001")
     scopes.write_text("C0004 A01\n")
     result = run("migrate", "--prepare", str(scopes), rc=2)
-    assert f"--file {scopes}" not in result.stderr and "a channel is three words" in \
-        result.stderr
+    assert f"--prepare {scopes}: 'C0004 A01': a channel is three words" in result.stderr
 
 
 @pytest.mark.parametrize(("args", "shown"), [
@@ -255,6 +254,7 @@ def test_next_custom_format_with_field_option(run: Run, db: psycopg.Connection) 
     db.execute("""SELECT hivenet.define_format('branch_slip', '[{"literal": "BR"},
         {"field": "branch", "width": 4, "charset": "digit"}, {"time": "YYYYMMDD"},
         {"seq": 6, "reset": "day"}]')""")
+    run("prepare", "branch_slip", "branch=0042")
     (row,) = json_lines(run("next", "branch_slip", "--field", "branch=0042", "--json").stdout)
     assert row["serial"].startswith("BR0042") and row["branch"] == "0042" and row["seq"] == 1
     # An unknown format: the known ones, custom ones too, are listed.
@@ -328,6 +328,8 @@ def test_sql_builds_the_schema_without_alembic(hivenet_server: EmbeddedPostgres)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(script)
+            conn.execute("""SELECT hivenet.prepare_scope('unified', '{"system": "C0001",
+                            "module": "A01", "instance": "01"}')""")
             serial = conn.execute(
                 "SELECT hivenet.next_unified_serial('C0001','A01','01')").fetchone()[0]
         assert len(serial) == 28
@@ -543,8 +545,8 @@ def test_demo(run: Run, db: psycopg.Connection) -> None:
     first: dict[tuple[str, str], str] = {}
     for event in events:
         for key in ("unified_serial", "interface_serial", "system_serial"):
-            serial = str(event.get(key, ""))
-            first.setdefault((key, serial[:10]), serial)
+            if key in event:
+                first.setdefault((key, str(event[key])[:10]), str(event[key]))
     assert first and all(s.endswith("0" * 9 + "1") for s in first.values()), first
     text = run("demo").stdout
     assert "Example 1" in text and "Example 2" in text and "call chain" in text
@@ -612,6 +614,8 @@ def test_alembic_branch_in_an_application_tree(hivenet_url: str, tmp_path: Path,
     alembic_("upgrade", "heads")  # the packaged revisions through the branch, and the app's
     assert sorted(r[0] for r in db.execute("SELECT version_num FROM alembic_version")) == \
         sorted([migrate.head(), "a001"])
+    db.execute("""SELECT hivenet.prepare_scope('system', '{"system": "C0001", "module": "A01",
+                  "instance": "01"}')""")
     assert len(db.execute("SELECT hivenet.next_system_serial('C0001','A01','01')")
                .fetchone()[0]) == 30
     alembic_("downgrade", "hivenet@base")
@@ -627,7 +631,8 @@ def test_two_commands_at_once_share_one_new_embedded_server(embedded_dir: Path) 
 
     def one() -> None:
         barrier.wait()
-        results.append(subprocess.run([str(COMMAND), "next", "unified", *SCOPE], env=env,
+        # per_second: its one scope is prepared with the format, on a new database too.
+        results.append(subprocess.run([str(COMMAND), "next", "per_second"], env=env,
                                       capture_output=True, text=True, timeout=180, check=False))
 
     threads = [threading.Thread(target=one) for _ in range(2)]

@@ -199,8 +199,8 @@ def _maintain(commands: Commands) -> None:
         "traffic: move every counter past what the old primary may have issued",
         examples=["failover-fence --gap 1000000 --url postgresql://admin@new-primary/app"],
         description="Run hivenet.fence_failover(): move every counter (scope sequences, "
-        "shared fallback counters) forward by --gap, so that a standby promoted after an asynchronous "
-        "failover never issues a serial its old primary issued in the WAL it never got. "
+        "shared fallback counters) forward by --gap, so that a standby promoted after an "
+        "asynchronous failover never issues a serial its old primary issued in the WAL it never got. "
         "Choose the gap >= peak serials per second of one format x maximum replication "
         "lag in seconds (docs/operations.md, Failover). Does nothing when this timeline was "
         "fenced already (--force fences again). Counters whose period cannot hold the gap "

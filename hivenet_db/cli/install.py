@@ -29,7 +29,7 @@ def _alembic(action: str, args: argparse.Namespace, out: Output) -> None:
     """Run migrate's upgrade or downgrade to ``args.revision``, unless the schema is newer
     than this package or untracked (alembic would fail half-way or install it twice)."""
     # The file is read first: a mistake in it is reported before the schema changes.
-    prepared = file_scopes(args.prepare) if getattr(args, "prepare", None) else []
+    prepared = file_scopes(args.prepare, "--prepare") if getattr(args, "prepare", None) else []
     url = database_url(args, out, to_head=False)
     require_url(url, MIGRATABLE)
     with out.progress(f"{action} schema hivenet to {args.revision}"):

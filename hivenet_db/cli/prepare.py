@@ -14,16 +14,16 @@ from hivenet_db.tools import scopes as scope_lines
 from hivenet_db.tools.scopes import ScopeError, Scopes
 
 
-def file_scopes(path: str) -> list[Scopes]:
-    """The scopes of a file, one line each (# comments, blank lines)."""
+def file_scopes(path: str, option: str = "--file") -> list[Scopes]:
+    """The scopes of the file ``option`` names, one line each (# comments, blank lines)."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as error:
-        raise CommandError(f"--file {path}: {error.strerror}") from None
+        raise CommandError(f"{option} {path}: {error.strerror}") from None
     try:
         return scope_lines.read(lines)
     except ScopeError as error:
-        raise UsageError(f"--file {path}: {error}") from None
+        raise UsageError(f"{option} {path}: {error}") from None
 
 
 def scopes_of(args: argparse.Namespace) -> tuple[list[Scopes], list[str]]:
