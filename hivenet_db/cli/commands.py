@@ -200,8 +200,8 @@ def _maintain(commands: Commands) -> None:
         examples=["failover-fence --gap 1000000 --url postgresql://admin@new-primary/app"],
         description="Run hivenet.fence_failover(): move every counter (scope sequences, "
         "shared fallback counters) forward by --gap, so that a standby promoted after an "
-        "asynchronous failover never issues a serial its old primary issued in the WAL it never got. "
-        "Choose the gap >= peak serials per second of one format x maximum replication "
+        "asynchronous failover never issues a serial its old primary issued in the WAL it "
+        "never got. Choose the gap >= peak serials per second of one format x maximum replication "
         "lag in seconds (docs/operations.md, Failover). Does nothing when this timeline was "
         "fenced already (--force fences again). Counters whose period cannot hold the gap "
         "are parked (HN010 until their next period) and listed.")
