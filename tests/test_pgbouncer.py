@@ -37,6 +37,12 @@ def bouncer_port(hivenet_server: EmbeddedPostgres) -> Iterator[int]:
         pytest.fail(str(missing))
 
 
+@pytest.fixture(autouse=True)
+def channels(hivenet_url: str) -> None:
+    """The channels the clients allocate for, prepared: P0001 B01 01 to 20."""
+    scopes.prepare_url(hivenet_url, ["P0001 B01 01-20"])
+
+
 def _via(url: str, port: int) -> str:
     """The test database's URL, through PgBouncer."""
     dbname = urlsplit(url).path.lstrip("/")

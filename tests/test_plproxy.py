@@ -359,6 +359,7 @@ def test_the_bench_case_runs_on_these_servers(cluster: Cluster, tmp_path: Path) 
         conn.execute("CREATE DATABASE bench_primary")
     primary = cluster.shards[0].rsplit("/", 1)[0] + "/bench_primary"
     migrate.upgrade(primary)
+    scale_out._prepare(primary, 1, 98)  # as the bench prepares its one primary
     said: list[str] = []
     results = scale_out._rounds(tmp_path, "claim", 1, 1, 2, said.append, primary,
                                 (cluster.shards[0], cluster.shards[1]), cluster.proxy_db)
