@@ -16,6 +16,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from hivenet_db import SerialRepository
+from hivenet_db.tools import scopes
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
 from hivenet_db.urls import sqlalchemy_url
 from tests.servers import pgbouncer
