@@ -59,8 +59,8 @@ def test_an_unprepared_scope_is_refused_naming_it_and_how_to_prepare_it(
         if kind == "unified":
             assert message in DOC.read_text(encoding="utf-8")
     code, message = failure(db, "SELECT hivenet.next_serial('id_service', %s)",
-                            (json.dumps({"merchant": "123456789012", "shard": "05"}),))
-    assert code == "HN002" and "`hivenet-db prepare id_service merchant=123456789012,shard=05`" \
+                            (json.dumps({"merchant": "999999999998", "shard": "05"}),))
+    assert code == "HN002" and "`hivenet-db prepare id_service merchant=999999999998,shard=05`" \
         in message, message
     # Nothing was made or recorded by the refusals; the command the message names works.
     assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE scope LIKE 'C0009%'") == 0
