@@ -73,6 +73,24 @@ def test_the_fence_moves_every_counter_past_a_gap_once_per_timeline(
     assert recorded == (1000, "command")
 
 
+def test_the_fence_moves_a_scope_prepared_after_the_fallback_forward(
+        db: psycopg.Connection, connect: Callable[..., psycopg.Connection]) -> None:
+    """A scope prepared in a period with a rolled-back draw from the fallback starts after
+    the fallback's count, its sequence showing nothing issued yet: the fence moves it past
+    that start, never back to the start of the period."""
+    share_fallback(db, "unified")
+    app = connect(autocommit=False)
+    drawn = [scalar(app, "SELECT hivenet.next_unified_serial('C0001', 'A01', '11')")
+             for _ in range(5)]
+    app.rollback()
+    db.execute("SELECT hivenet.prepare_scope('unified', %s)", (Jsonb(fields("12")),))
+    assert scalar(db, "SELECT pg_sequence_last_value('hivenet.\"seq_unified_C0001A0112\"')") \
+        is None
+    db.execute("SELECT * FROM hivenet.fence_failover(1000, true)")
+    first = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '12')")
+    assert int(first[-10:]) == int(drawn[-1][-10:]) + 1 + 1000 + 1
+
+
 def test_a_counter_whose_period_cannot_hold_the_gap_is_parked_at_its_capacity(
         db: psycopg.Connection) -> None:
     id_fields = Jsonb({"merchant": "123456789012", "shard": "01"})
@@ -97,6 +115,7 @@ def test_a_gap_below_one_is_refused(db: psycopg.Connection) -> None:
 
 def test_maintain_fences_a_timeline_nobody_fenced(db: psycopg.Connection) -> None:
     """As after a promotion: the current timeline has no row (here: deleted)."""
+    share_fallback(db, "unified")
     db.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '05')")
     db.execute("DELETE FROM hivenet.failover_fence")
     old = counters(db)["cold_unified"]

@@ -136,20 +136,22 @@ BEGIN
     END IF;
 END $$;
 
--- Gives scope p_scope of format p_format its own sequence and records the scope. A scope
--- that drew from the format's fallback counter (p_after_fallback) continues after every
--- value that counter has issued, and its clock (a format with a clock_unit) after the latest
--- instant it has issued: no serial the scope printed from the fallback comes again, nor a
--- smaller one. One that never drew starts empty, its first serial the first of its period:
--- of any period when the fallback never issued; of the current period or a later one
--- otherwise (the fallback's latest), so that a clock stepping back later can never bring it
--- into a period whose serials the fallback printed.
+-- Gives scope p_scope of format p_format its own sequence and records the scope. p_drawn:
+-- whether the scope drew from its format's fallback counter (NULL: unknown). One that drew,
+-- or may have, continues after every value that counter has issued, and its clock (a format
+-- with a clock_unit) after the latest instant it has issued: no serial the scope printed from
+-- the fallback comes again, nor a smaller one. One that never drew starts empty, its first
+-- serial the first of its period: of any period when the fallback never issued; of the
+-- current period or a later one otherwise (the fallback's latest), so that a clock stepping
+-- back later can never bring it into a period whose serials the fallback printed. A start
+-- set for a scope that did not draw (or may not have) is its next value (is_called false):
+-- its sequence shows nothing issued until it issues (_has_issued).
 -- Commits with the caller, who must be the owner's maintain(), prepare_scope() or
 -- define_format(): holds the format's cold lock exclusive until then, so allocations from the
 -- fallback of the format wait for that commit (a short transaction) and then see the new
 -- sequence. Safe to run twice.
 CREATE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb,
-    p_after_fallback boolean) RETURNS void
+    p_drawn boolean) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
@@ -165,15 +167,17 @@ BEGIN
     PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
     v_fallback := ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
     v_issued := pg_sequence_last_value(v_fallback);
-    IF v_issued > 0 THEN
-        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, CASE
-            WHEN p_after_fallback THEN v_issued
+    IF v_issued > 0 AND p_drawn THEN
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, v_issued, true);
+    ELSIF v_issued > 0 THEN
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, 1 + CASE
+            WHEN p_drawn IS NULL THEN v_issued
             ELSE greatest(v_issued / p_format.stride, hivenet._period_index(
                      hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
-                     p_format.reset)) * p_format.stride END, true);
+                     p_format.reset)) * p_format.stride END, false);
     END IF;
     IF p_format.clock_unit IS NOT NULL THEN
-        PERFORM hivenet._create_clock(v_name, CASE WHEN p_after_fallback THEN
+        PERFORM hivenet._create_clock(v_name, CASE WHEN p_drawn IS NOT FALSE THEN
             pg_sequence_last_value(hivenet._clock_sequence(v_fallback)) ELSE 0 END);
     END IF;
     INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
@@ -182,8 +186,9 @@ BEGIN
 END $$;
 
 -- Whether the scope whose counter is sequence p_sequence_name (NULL: a scope that drew from
--- its format's fallback) has issued a serial, or lost one to a rollback: false for a scope
--- prepared and never used.
+-- its format's fallback) has issued a serial, or lost one to a rollback, or drew from the
+-- fallback before it got its sequence: false for a scope prepared and never used
+-- (_promote_scope).
 CREATE FUNCTION hivenet._has_issued(p_sequence_name text) RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT p_sequence_name IS NULL OR pg_sequence_last_value(
@@ -291,6 +296,6 @@ BEGIN
     FOR v_fields IN SELECT jsonb_build_object('scope', n.key, 'fields', n.value)
                     FROM jsonb_each(v_new) AS n ORDER BY n.key LOOP
         PERFORM hivenet._promote_scope(v_format, v_fields ->> 'scope', v_fields -> 'fields',
-                                       v_drawn IS NULL OR v_fields ->> 'scope' = ANY (v_drawn));
+                                       v_fields ->> 'scope' = ANY (v_drawn));
     END LOOP;
 END $$;

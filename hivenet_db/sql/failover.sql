@@ -96,7 +96,8 @@ BEGIN
             CONTINUE WHEN v_seq IS NULL;
             -- The period reset's lock (_advance), until commit: no setval of theirs between.
             PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), v_seq::oid::integer);
-            v_from := coalesce(pg_sequence_last_value(v_seq), 0);
+            -- Its value, also one set as the next (is_called false: a prepared scope's start).
+            EXECUTE format('SELECT last_value FROM %s', v_seq) INTO v_from;
             v_base := greatest(v_from, v_period * v_format.stride);
             v_to := v_base + p_gap;
             v_last := (v_base / v_format.stride) * v_format.stride + v_format.capacity;

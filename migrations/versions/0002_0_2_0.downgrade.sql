@@ -456,6 +456,73 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._fence(p_gap bigint, p_force boolean, p_by text)
+ RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_timeline integer := hivenet._timeline();
+    v_format hivenet.format;
+    v_period bigint;
+    v_seq regclass;
+    v_from bigint;
+    v_base bigint;
+    v_to bigint;
+    v_last bigint;
+    v_count integer := 0;
+BEGIN
+    IF p_gap IS NULL OR p_gap < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('failover fence: gap %s must be at least 1',
+                             coalesce(p_gap::text, 'NULL'));
+    END IF;
+    -- maintain()'s lock: one fence at a time, never beside a maintain() run.
+    PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), 0);
+    IF NOT p_force AND EXISTS (SELECT FROM hivenet.failover_fence f
+                               WHERE f.timeline = v_timeline) THEN
+        RETURN;
+    END IF;
+    FOR v_format IN SELECT * FROM hivenet.format ORDER BY name LOOP
+        -- Until commit: no scope of the format is promoted from a cold value read before.
+        PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
+        v_period := hivenet._period_index(
+            hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), v_format.reset);
+        FOR counter IN
+            SELECT hivenet._cold_sequence_name(v_format.name)
+            UNION ALL
+            (SELECT s.sequence_name FROM hivenet.scope s
+             WHERE s.format = v_format.name ORDER BY s.sequence_name)
+        LOOP
+            v_seq := to_regclass('hivenet.' || quote_ident(counter));
+            CONTINUE WHEN v_seq IS NULL;
+            -- The period reset's lock (_advance), until commit: no setval of theirs between.
+            PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), v_seq::oid::integer);
+            v_from := coalesce(pg_sequence_last_value(v_seq), 0);
+            v_base := greatest(v_from, v_period * v_format.stride);
+            v_to := v_base + p_gap;
+            v_last := (v_base / v_format.stride) * v_format.stride + v_format.capacity;
+            parked := NOT v_format.borrow_next_period AND v_to > v_last;
+            IF parked THEN
+                v_to := greatest(v_last, v_from);
+            END IF;
+            PERFORM setval(v_seq, v_to, true);
+            v_count := v_count + 1;
+            timeline := v_timeline;
+            format := v_format.name;
+            from_value := v_from;
+            to_value := v_to;
+            RETURN NEXT;
+        END LOOP;
+    END LOOP;
+    INSERT INTO hivenet.failover_fence AS f (timeline, gap, counters, applied_by)
+    VALUES (v_timeline, p_gap, v_count, p_by)
+    ON CONFLICT ON CONSTRAINT failover_fence_pkey DO UPDATE
+        SET fenced_at = clock_timestamp(), gap = coalesce(f.gap, 0) + EXCLUDED.gap,
+            counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fence(bigint,boolean,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._grant_roles()
  RETURNS void
  LANGUAGE plpgsql

@@ -914,6 +914,74 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._fence(p_gap bigint, p_force boolean, p_by text)
+ RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_timeline integer := hivenet._timeline();
+    v_format hivenet.format;
+    v_period bigint;
+    v_seq regclass;
+    v_from bigint;
+    v_base bigint;
+    v_to bigint;
+    v_last bigint;
+    v_count integer := 0;
+BEGIN
+    IF p_gap IS NULL OR p_gap < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('failover fence: gap %s must be at least 1',
+                             coalesce(p_gap::text, 'NULL'));
+    END IF;
+    -- maintain()'s lock: one fence at a time, never beside a maintain() run.
+    PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), 0);
+    IF NOT p_force AND EXISTS (SELECT FROM hivenet.failover_fence f
+                               WHERE f.timeline = v_timeline) THEN
+        RETURN;
+    END IF;
+    FOR v_format IN SELECT * FROM hivenet.format ORDER BY name LOOP
+        -- Until commit: no scope of the format is promoted from a cold value read before.
+        PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
+        v_period := hivenet._period_index(
+            hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), v_format.reset);
+        FOR counter IN
+            SELECT hivenet._cold_sequence_name(v_format.name)
+            UNION ALL
+            (SELECT s.sequence_name FROM hivenet.scope s
+             WHERE s.format = v_format.name ORDER BY s.sequence_name)
+        LOOP
+            v_seq := to_regclass('hivenet.' || quote_ident(counter));
+            CONTINUE WHEN v_seq IS NULL;
+            -- The period reset's lock (_advance), until commit: no setval of theirs between.
+            PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), v_seq::oid::integer);
+            -- Its value, also one set as the next (is_called false: a prepared scope's start).
+            EXECUTE format('SELECT last_value FROM %s', v_seq) INTO v_from;
+            v_base := greatest(v_from, v_period * v_format.stride);
+            v_to := v_base + p_gap;
+            v_last := (v_base / v_format.stride) * v_format.stride + v_format.capacity;
+            parked := NOT v_format.borrow_next_period AND v_to > v_last;
+            IF parked THEN
+                v_to := greatest(v_last, v_from);
+            END IF;
+            PERFORM setval(v_seq, v_to, true);
+            v_count := v_count + 1;
+            timeline := v_timeline;
+            format := v_format.name;
+            from_value := v_from;
+            to_value := v_to;
+            RETURN NEXT;
+        END LOOP;
+    END LOOP;
+    INSERT INTO hivenet.failover_fence AS f (timeline, gap, counters, applied_by)
+    VALUES (v_timeline, p_gap, v_count, p_by)
+    ON CONFLICT ON CONSTRAINT failover_fence_pkey DO UPDATE
+        SET fenced_at = clock_timestamp(), gap = coalesce(f.gap, 0) + EXCLUDED.gap,
+            counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fence(bigint,boolean,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._format_counters()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -1415,7 +1483,7 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._policy_fingerprint(text,jsonb) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb, p_after_fallback boolean)
+CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb, p_drawn boolean)
  RETURNS void
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1434,15 +1502,17 @@ BEGIN
     PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
     v_fallback := ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
     v_issued := pg_sequence_last_value(v_fallback);
-    IF v_issued > 0 THEN
-        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, CASE
-            WHEN p_after_fallback THEN v_issued
+    IF v_issued > 0 AND p_drawn THEN
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, v_issued, true);
+    ELSIF v_issued > 0 THEN
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, 1 + CASE
+            WHEN p_drawn IS NULL THEN v_issued
             ELSE greatest(v_issued / p_format.stride, hivenet._period_index(
                      hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
-                     p_format.reset)) * p_format.stride END, true);
+                     p_format.reset)) * p_format.stride END, false);
     END IF;
     IF p_format.clock_unit IS NOT NULL THEN
-        PERFORM hivenet._create_clock(v_name, CASE WHEN p_after_fallback THEN
+        PERFORM hivenet._create_clock(v_name, CASE WHEN p_drawn IS NOT FALSE THEN
             pg_sequence_last_value(hivenet._clock_sequence(v_fallback)) ELSE 0 END);
     END IF;
     INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
@@ -2051,7 +2121,7 @@ BEGIN
     FOR v_fields IN SELECT jsonb_build_object('scope', n.key, 'fields', n.value)
                     FROM jsonb_each(v_new) AS n ORDER BY n.key LOOP
         PERFORM hivenet._promote_scope(v_format, v_fields ->> 'scope', v_fields -> 'fields',
-                                       v_drawn IS NULL OR v_fields ->> 'scope' = ANY (v_drawn));
+                                       v_fields ->> 'scope' = ANY (v_drawn));
     END LOOP;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.prepare_scope(text,jsonb) FROM PUBLIC;
