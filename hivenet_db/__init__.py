@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     )
     from hivenet_db.durable import configure_durable_pool
     from hivenet_db.errors import (
+        ClockBehind,
         DuplicateClaim,
         DuplicateInterfaceSerial,
         DurablePoolExhausted,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     )
     from hivenet_db.serial import Serial, parse_serial
     from hivenet_db.steps import AsyncStepRepository, StepRepository, StepRun, StepStart
+    from hivenet_db.time_ids import TimeId, parse_time_id
 
 # Each public name → the module that defines it.
 _HOMES: dict[str, str] = {
@@ -59,6 +61,7 @@ _HOMES: dict[str, str] = {
     "Call": "hivenet_db.dedup",
     "ClaimRepository": "hivenet_db.dedup",
     "InterfaceDedup": "hivenet_db.dedup",
+    "ClockBehind": "hivenet_db.errors",
     "DuplicateClaim": "hivenet_db.errors",
     "DuplicateInterfaceSerial": "hivenet_db.errors",
     "DurablePoolExhausted": "hivenet_db.errors",
@@ -83,6 +86,8 @@ _HOMES: dict[str, str] = {
     "StepRepository": "hivenet_db.steps",
     "StepRun": "hivenet_db.steps",
     "StepStart": "hivenet_db.steps",
+    "TimeId": "hivenet_db.time_ids",
+    "parse_time_id": "hivenet_db.time_ids",
 }
 
 __all__ = [
@@ -93,6 +98,7 @@ __all__ = [
     "AsyncStepRepository",
     "Call",
     "ClaimRepository",
+    "ClockBehind",
     "DuplicateClaim",
     "DuplicateInterfaceSerial",
     "DurablePoolExhausted",
@@ -114,11 +120,13 @@ __all__ = [
     "StepRepository",
     "StepRun",
     "StepStart",
+    "TimeId",
     "UnknownScope",
     "configure_durable_pool",
     "flush_at_commit",
     "flush_at_commit_async",
     "parse_serial",
+    "parse_time_id",
 ]
 
 

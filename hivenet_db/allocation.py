@@ -9,7 +9,9 @@ statement (allocate.sql), and are sent as the driver's own SQL (``driver_rows``:
 SQLAlchemy ``text()`` to compile, no ORM execution for a Session; psycopg prepares them once
 they run often, unless the connection turned that off for PgBouncer). The one exception to the
 single round trip, ``next_durable``, commits on a connection of its own, as its name says: from
-a small pool of its own (hivenet_db/durable.py), never from the caller's pool.
+a small pool of its own (hivenet_db/durable.py), never from the caller's pool. Numeric time
+ids (``next_time_id``, seed 004) come back as plain ``int``s; ``parse_time_id``
+(hivenet_db/time_ids.py) reads their parts.
 """
 
 from __future__ import annotations
@@ -77,6 +79,17 @@ _KIND = {
 }
 
 
+# Numeric formats (time_id): the fields as JSON, NULL when there are none (time_id's fast path
+# then needs no JSON at all). next_time_ids returns its ids in increasing order, and is
+# inlined into this statement (no WITH ORDINALITY, which would keep it from that).
+_TIME_ID = "SELECT hivenet.next_time_id(%s, CAST(%s AS jsonb))"
+_TIME_IDS = "SELECT * FROM hivenet.next_time_ids(%s, %s, CAST(%s AS jsonb))"
+
+
+def _time_id_fields(fields: dict[str, str]) -> str | None:
+    return json_text("fields", fields) if fields else None
+
+
 def _params(format: str, count: int, fields: dict[str, Any]) -> dict[str, Any]:
     return {"format": format, "count": count, "fields": json_text("fields", fields)}
 
@@ -100,7 +113,8 @@ class SerialRepository:
     """Serials for the caller's SQLAlchemy ``Connection`` or ``Session``, or a psycopg 3
     ``Connection``.
 
-    Raises ``InvalidInput`` (HN001), ``UnknownScope`` (HN002) or ``SequenceExhausted`` (HN010).
+    Raises ``InvalidInput`` (HN001), ``UnknownScope`` (HN002), ``SequenceExhausted`` (HN010)
+    or ``ClockBehind`` (HN011).
     The caller's transaction decides: numbers of a rolled-back transaction become gaps.
     """
 
@@ -130,6 +144,21 @@ class SerialRepository:
         with durable_transaction(self.db) as own:
             flush_at_commit(own)
             return _serials(format, rows(own, _statement(format), _params(format, 1, fields)))[0]
+
+    def next_time_id(self, format: str = "time_id", **fields: str) -> int:
+        """One id of numeric format ``format``, time_id by default: ``(yyMMddHHmmss << 14) |
+        seq``, a bigint. ``fields`` for a format of your own with fields (an instance, say).
+        ``SequenceExhausted`` past 16,383 in one second; ``ClockBehind`` (HN011) when the
+        clock is behind the latest id's time and the format's clock policy refuses."""
+        ((value,),) = driver_rows(self.db, _TIME_ID, {
+            "format": format, "fields": _time_id_fields(fields)})
+        return int(value)
+
+    def next_time_ids(self, n: int, format: str = "time_id", **fields: str) -> list[int]:
+        """``n`` ids in increasing order in one round trip (at most ``max_serials_per_call``,
+        10,000 by default)."""
+        return [int(row[0]) for row in driver_rows(self.db, _TIME_IDS, {
+            "format": format, "count": n, "fields": _time_id_fields(fields)})]
 
     def next_unified(self, system: str, module: str, instance: str) -> Serial:
         return _kind("unified", driver_rows(self.db, _KIND["unified"], {
@@ -166,6 +195,17 @@ class AsyncSerialRepository:
             await flush_at_commit_async(own)
             return _serials(format, await rows_async(own, _statement(format),
                                                      _params(format, 1, fields)))[0]
+
+    async def next_time_id(self, format: str = "time_id", **fields: str) -> int:
+        """``SerialRepository.next_time_id``."""
+        ((value,),) = await driver_rows_async(self.db, _TIME_ID, {
+            "format": format, "fields": _time_id_fields(fields)})
+        return int(value)
+
+    async def next_time_ids(self, n: int, format: str = "time_id", **fields: str) -> list[int]:
+        """``SerialRepository.next_time_ids``."""
+        return [int(row[0]) for row in await driver_rows_async(self.db, _TIME_IDS, {
+            "format": format, "count": n, "fields": _time_id_fields(fields)})]
 
     async def next_unified(self, system: str, module: str, instance: str) -> Serial:
         return _kind("unified", await driver_rows_async(self.db, _KIND["unified"], {

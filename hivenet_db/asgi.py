@@ -118,8 +118,10 @@ class IdempotencyMiddleware:
     long for the first one's outcome and gets its response replayed (or runs, when the first
     failed), instead of 409 at once; 409 when it does not finish in time. While waiting it
     holds no connection; it listens on ``listener`` (``hivenet_db.waiting``; default: one per
-    process on the engine's database; pass one reaching PostgreSQL directly, or through a
-    session pooler, when the engine goes through a transaction pooler).
+    process on the engine's database, which listens only where the engine reaches PostgreSQL
+    itself: through a pooler it logs a warning and the wait looks again at intervals of up
+    to a second; pass one reaching PostgreSQL directly, or through a session pooler, when
+    the engine goes through a transaction pooler).
     """
 
     #: how long an attempt is trusted as ``processing`` before listed in
@@ -260,7 +262,8 @@ class IdempotencyMiddleware:
     def _listener(self) -> FinishListener:
         if self.listener is None:
             self.listener = FinishListener.shared(
-                libpq_url(self.engine.url.render_as_string(hide_password=False)))
+                libpq_url(self.engine.url.render_as_string(hide_password=False)),
+                direct_only=True)
         return self.listener
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, key: str, body: bytes,

@@ -63,6 +63,15 @@ class SequenceExhausted(HivenetError):
     sqlstate = "HN010"
 
 
+class ClockBehind(HivenetError):
+    """HN011: the clock is behind the latest instant the format issued, and the format's clock
+    policy (``hivenet.set_clock_policy``) refuses: 'refuse', or 'wait' when the clock does not
+    catch up within its max_wait or the statement's timeout. The message says how far behind
+    the clock is and which policy refused."""
+
+    sqlstate = "HN011"
+
+
 class DuplicateInterfaceSerial(HivenetError):
     """HN020: the interface serial is already recorded."""
 
@@ -116,7 +125,8 @@ class DurablePoolExhausted(HivenetError):
 
 BY_SQLSTATE: dict[str, type[HivenetError]] = {
     cls.sqlstate: cls
-    for cls in (InvalidInput, UnknownScope, SequenceExhausted, DuplicateInterfaceSerial,
+    for cls in (InvalidInput, UnknownScope, SequenceExhausted, ClockBehind,
+                DuplicateInterfaceSerial,
                 SerialOutsideWindow, StepInProgress, StepAlreadySucceeded, RequestMismatch,
                 StaleAttempt, DuplicateClaim)
 }

@@ -63,6 +63,10 @@ METRICS = (
          "serials left in the current period of the scope", SCOPE),
     Spec("scope_usage", "headroom", "hivenet_scope_headroom_ratio",
          "remaining / capacity of the current period of the scope (0 to 1)", SCOPE),
+    Spec("clock_lead", "lead_seconds", "hivenet_clock_lead_seconds",
+         "how far the latest instant the format issued is ahead of the database clock (0 "
+         "when it is not): a clock that stepped back, until it catches up; what the format "
+         "then does is its clock policy (hivenet.set_clock_policy)", ("format",)),
     Spec("stuck_steps", "steps", "hivenet_stuck_steps",
          "processing steps past their lease (resolve with hivenet.resolve_step)"),
     Spec("stuck_steps", "overdue_seconds", "hivenet_stuck_step_overdue_seconds",
@@ -93,6 +97,15 @@ METRICS = (
          "interface calls in the default partition (days maintain() had not prepared)"),
     Spec("maintain_run", "last_run_seconds", "hivenet_maintain_last_run_timestamp_seconds",
          "when hivenet.maintain() last finished (unix time; 0 before its first run)"),
+    Spec("failover", "gap", "hivenet_failover_gap",
+         "how far a fence moves every counter after a promotion (setting failover_gap)"),
+    Spec("failover", "loss_window_seconds", "hivenet_failover_loss_window_seconds",
+         "the longest stretch of commits a failover may lose, as declared (setting "
+         "failover_loss_window)"),
+    Spec("allocation_rate", "peak_per_second", "hivenet_allocation_peak_per_second",
+         "serials a second of the format, the highest between two runs of maintain() today "
+         "or yesterday: times hivenet_failover_loss_window_seconds, at most "
+         "hivenet_failover_gap", ("format",)),
     Spec("request_decisions", "decisions", "hivenet_request_decisions_total",
          "begins of keyed requests and steps (namespace hivenet.steps) per namespace and "
          "decision, committed or not: started, replayed, in_progress, mismatch, rejected, "

@@ -179,9 +179,11 @@ class RequestRepository:
     another transaction is waited for in the database; one committed as ``processing`` is
     waited for without a transaction (``hivenet_db.waiting``): the repository rolls back the
     caller's transaction (which the error aborted), commits its registration and listens on
-    ``listener`` (default: one per process on the same database as ``db``; give one that
-    reaches PostgreSQL directly, or through a session pooler, when ``db`` goes through a
-    transaction pooler). So ``db`` must be a connection whose transaction the repository may
+    ``listener`` (default: one per process on the same database as ``db``, which listens
+    only where ``db`` reaches PostgreSQL itself: through a pooler it logs a warning and the
+    wait looks again at intervals of up to a second; give one that reaches PostgreSQL
+    directly, or through a session pooler, when ``db`` goes through a transaction pooler).
+    So ``db`` must be a connection whose transaction the repository may
     end: a psycopg connection, a SQLAlchemy ``Session`` or a ``Connection`` used with
     ``commit()`` (not inside ``engine.begin()``).
     """
@@ -218,7 +220,8 @@ class RequestRepository:
 
     def _listener(self) -> FinishListener:
         if self.listener is None:
-            self.listener = FinishListener.shared(conninfo_of(driver_of(self.db)))
+            self.listener = FinishListener.shared(conninfo_of(driver_of(self.db)),
+                                                  direct_only=True)
         return self.listener
 
     def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
@@ -293,7 +296,7 @@ class AsyncRequestRepository:
             return await reported_async(self.on_decision, namespace, key, self._begin(
                 namespace, key, request, on_success, lease, nowait, None))
         listener = self.listener or FinishListener.shared(
-            conninfo_of(await driver_of_async(self.db)))
+            conninfo_of(await driver_of_async(self.db)), direct_only=True)
         return await reported_async(self.on_decision, namespace, key, waited_async(
             lambda: listener, namespace, key, as_timedelta(wait),
             partial(self._begin, namespace, key, request, on_success, lease, nowait),

@@ -14,10 +14,16 @@ A concurrent duplicate of a keyed request meets the first attempt in one of two 
   marked, so nobody else pays for NOTIFY's lock at commit.
 
 One ``FinishListener`` per database and process (``FinishListener.shared``): a thread with a
-session connection of its own, LISTENing, waking the waiters of each key notified. It must
-reach PostgreSQL directly or through a pooler in session mode: LISTEN needs a session, which
-transaction pooling (PgBouncer's ``pool_mode = transaction``) does not keep. While waiting, a
-waiter holds no transaction and no pooled server connection.
+session connection of its own, LISTENing, waking the waiters of each key notified. LISTEN needs
+a session, which transaction pooling (PgBouncer's ``pool_mode = transaction``) does not keep:
+given a URL (``listener=``, Django's ``listen_url``) it listens there, which must reach
+PostgreSQL directly or through a pooler in session mode. The repositories' and middlewares'
+own listener, on their connection's URL (``direct_only``), listens only where that reaches
+PostgreSQL itself (``hivenet_db.poolers``); through a pooler it logs a warning naming what to
+configure and does not listen. Waiters whose listener does not listen (through a pooler, or
+while it connects again) look again on their own connection at bounded intervals: after
+``_LOOK_FIRST`` seconds, the interval doubling up to ``_LOOK_MOST``. While waiting, a waiter
+holds no transaction and no pooled server connection.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import ClassVar, TypeVar
 import psycopg
 
 from hivenet_db.errors import InvalidInput, StepInProgress
+from hivenet_db.poolers import through_pooler
 
 #: The channel ``hivenet.finish_request`` notifies, payload ``[namespace, key]`` (JSON).
 CHANNEL = "hivenet_request_finished"
@@ -45,6 +52,11 @@ _POLL_SECONDS = 1.0
 
 #: How long the listener keeps its connection after its last waiter left.
 _IDLE_SECONDS = 30.0
+
+#: A waiter whose listener does not listen begins again after this many seconds, then at
+#: intervals doubling up to _LOOK_MOST: one look a second at most once the wait is long.
+_LOOK_FIRST = 0.05
+_LOOK_MOST = 1.0
 
 #: A begin's ``wait``: seconds or a timedelta.
 Wait = float | timedelta
@@ -89,13 +101,20 @@ class FinishListener:
     """LISTENs on ``CHANNEL`` on a session connection of its own (``conninfo``: a libpq
     connection string or URL, direct to PostgreSQL or through a session pooler) in a daemon
     thread, started on first use, and wakes the waiters of each key notified. On a lost
-    connection it wakes every waiter (each looks again) and connects again."""
+    connection it wakes every waiter (each looks again) and connects again.
 
-    _shared: ClassVar[dict[str, FinishListener]] = {}
+    ``direct_only``: listen only if ``conninfo`` reaches PostgreSQL itself; through a pooler
+    (which may be in transaction pooling), log a warning once and never listen (``pooled``):
+    the listener the repositories and middlewares make on their own connection's URL."""
+
+    _shared: ClassVar[dict[tuple[str, bool], FinishListener]] = {}
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, conninfo: str) -> None:
+    def __init__(self, conninfo: str, *, direct_only: bool = False) -> None:
         self.conninfo = conninfo
+        self.direct_only = direct_only
+        #: ``conninfo`` goes through a pooler and ``direct_only``: it never listens
+        self.pooled = False
         self._waiters: dict[tuple[str, str], set[_Waiter]] = {}
         self._lock = threading.Lock()
         self._listening = threading.Event()
@@ -104,12 +123,13 @@ class FinishListener:
         self._last_waiter = time.monotonic()
 
     @classmethod
-    def shared(cls, conninfo: str) -> FinishListener:
+    def shared(cls, conninfo: str, *, direct_only: bool = False) -> FinishListener:
         """The process's listener for ``conninfo``, created on first use."""
         with cls._shared_lock:
-            listener = cls._shared.get(conninfo)
+            listener = cls._shared.get((conninfo, direct_only))
             if listener is None or listener._closed.is_set():
-                listener = cls._shared[conninfo] = cls(conninfo)
+                listener = cls._shared[conninfo, direct_only] = cls(
+                    conninfo, direct_only=direct_only)
             return listener
 
     def close(self) -> None:
@@ -118,7 +138,10 @@ class FinishListener:
         self._wake_all()
 
     def listening(self, timeout: float) -> bool:
-        """Whether it LISTENs within ``timeout`` seconds (the thread started if need be)."""
+        """Whether it LISTENs within ``timeout`` seconds (the thread started if need be);
+        False at once when ``pooled``."""
+        if self.pooled:
+            return False
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True,
@@ -148,8 +171,12 @@ class FinishListener:
         while not self._stopping():
             try:
                 with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                    if self.direct_only and through_pooler(conn):
+                        self._give_up()
+                        return
                     conn.execute(f"LISTEN {CHANNEL}")
                     self._listening.set()
+                    self._wake_all()  # those looking again meanwhile: registered, they wait
                     while not self._stopping():
                         for notify in conn.notifies(timeout=_POLL_SECONDS):
                             self._wake(notify.payload)
@@ -161,6 +188,21 @@ class FinishListener:
             if self._stopping(idle_for=0.0):  # nobody waits: connect again only when needed
                 return
             self._closed.wait(_POLL_SECONDS)
+
+    def _give_up(self) -> None:
+        """``conninfo`` goes through a pooler: never listen, and say what to configure."""
+        self.pooled = True
+        with self._lock:
+            self._thread = None
+        log.warning(
+            "waiters for keys in progress do not LISTEN on %s: it goes through a connection "
+            "pooler (its server process is not the one it reported at connect), where LISTEN "
+            "may have no session of its own; they look again every %g to %g s instead. To "
+            "wake them when the first attempt ends, give them a URL reaching PostgreSQL "
+            "directly or through a pooler in session mode: listener=FinishListener.shared(url) "
+            "(RequestRepository, AsyncRequestRepository, IdempotencyMiddleware) or "
+            "HIVENET['IDEMPOTENCY']['listen_url'] (Django)",
+            _without_password(self.conninfo), _LOOK_FIRST, _LOOK_MOST)
 
     def _stopping(self, idle_for: float = _IDLE_SECONDS) -> bool:
         """Whether the thread ends: closed, or nobody waited for ``idle_for`` seconds (then
@@ -203,18 +245,23 @@ def _timed_out(busy: StepInProgress, wait: timedelta) -> StepInProgress:
     return StepInProgress(f"{busy.message}; not finished within wait {wait}", busy.sqlstate)
 
 
+def _seconds_to(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
 def _left(deadline: float) -> timedelta:
-    return timedelta(seconds=max(0.0, deadline - time.monotonic()))
+    return timedelta(seconds=_seconds_to(deadline))
 
 
 def waited(listener: Callable[[], FinishListener], namespace: str, key: str, wait: timedelta,
            begin: Callable[[timedelta], T], watch: Callable[[], None],
            end: Callable[[], None]) -> T:
     """``begin(left)`` (``left``: what is left of ``wait``, for ``begin_request``'s own
-    bound), and while it raises ``StepInProgress`` with time left: ``end()`` the transaction,
-    ``watch()`` (register and commit) and begin again at once, then wait for the key's
-    notification and begin again. Raises the last ``StepInProgress`` (naming ``wait``) when
-    none came in time."""
+    bound), and while it raises ``StepInProgress`` with time left: ``end()`` the transaction;
+    where the listener listens, ``watch()`` (register and commit) and begin again at once,
+    then wait for the key's notification and begin again; else begin again after a pause
+    (``_Watch.pause``). Raises the last ``StepInProgress`` (naming ``wait``) when the key's
+    attempt did not end in time."""
     deadline = time.monotonic() + wait.total_seconds()
     with _Watch(listener, namespace, key) as watched:
         while True:
@@ -225,13 +272,12 @@ def waited(listener: Callable[[], FinishListener], namespace: str, key: str, wai
                     raise _timed_out(busy, wait) from busy
                 end()
                 waiter = watched.waiter()
-                if not watched.ready(deadline):
-                    raise _timed_out(busy, wait) from busy
-                if not watched.registered:
+                pause = watched.pause(deadline)
+                if pause is None:
                     watch()
                     watched.registered = True
                     continue  # it may have ended before the registration was seen
-                waiter.event.wait(deadline - time.monotonic())
+                waiter.event.wait(pause)
                 watched.woken()
 
 
@@ -250,21 +296,21 @@ async def waited_async(listener: Callable[[], FinishListener], namespace: str, k
                     raise _timed_out(busy, wait) from busy
                 await end()
                 waiter = watched.waiter()
-                if not await asyncio.to_thread(watched.ready, deadline):
-                    raise _timed_out(busy, wait) from busy
-                if not watched.registered:
+                pause = await asyncio.to_thread(watched.pause, deadline)
+                if pause is None:
                     await watch()
                     watched.registered = True
                     continue
                 assert waiter.woken is not None
                 with suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.woken.wait(), deadline - time.monotonic())
+                    await asyncio.wait_for(waiter.woken.wait(), pause)
                 watched.woken()
 
 
 class _Watch:
-    """The waiting of one begin: its waiter on the listener (taken on the first HN030) and
-    whether its registration (``watch_request``) stands."""
+    """The waiting of one begin: its waiter on the listener (taken on the first HN030),
+    whether its registration (``watch_request``) stands, and how often it looked again
+    without a listener."""
 
     def __init__(self, listener: Callable[[], FinishListener], namespace: str,
                  key: str) -> None:
@@ -273,6 +319,7 @@ class _Watch:
         self._key = key
         self._stack = ExitStack()
         self._waiter: _Waiter | None = None
+        self._looks = 0
         self.registered = False
 
     def __enter__(self) -> _Watch:
@@ -281,9 +328,18 @@ class _Watch:
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
-    def ready(self, deadline: float) -> bool:
-        """Whether the listener LISTENs before ``deadline`` (started if it was not)."""
-        return self._listener().listening(max(0.0, deadline - time.monotonic()))
+    def pause(self, deadline: float) -> float | None:
+        """Seconds to wait before beginning again: None when the listener listens and the
+        attempt is not registered yet (register, then begin again at once); what is left
+        until ``deadline`` when it is (the notification wakes the waiter earlier); else the
+        next interval of looking again. Waits for the listener (started if it was not) at
+        most the first interval."""
+        listening = self._listener().listening(min(_LOOK_FIRST, _seconds_to(deadline)))
+        if listening:
+            return _seconds_to(deadline) if self.registered else None
+        pause = min(_LOOK_FIRST * 2.0 ** self._looks, _LOOK_MOST, _seconds_to(deadline))
+        self._looks += 1
+        return pause
 
     def waiter(self) -> _Waiter:
         """The waiter, taken on first use (in the thread or event loop that waits)."""
@@ -293,8 +349,8 @@ class _Watch:
         return self._waiter
 
     def woken(self) -> None:
-        """After a wake-up: the attempt it marked has ended; a new one in progress (begun by
-        another waiter) is marked again before waiting for it."""
+        """After a wake-up or a pause: the attempt it marked may have ended; a new one in
+        progress (begun by another waiter) is marked again before waiting for it."""
         assert self._waiter is not None
         self._waiter.clear()
         self.registered = False

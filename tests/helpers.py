@@ -3,10 +3,12 @@ waiting for a real lock wait (pg_stat_activity) instead of sleeping."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, closing, contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
@@ -44,6 +46,40 @@ def in_parallel(connections: list[psycopg.Connection],
     return results
 
 
+@dataclass(frozen=True)
+class Issued:
+    """A serial (or time id) as a client saw it issued."""
+
+    serial: Any    # str, or int for a time id
+    client: int
+    started: int   # time.monotonic_ns() before the call was sent
+    ended: int     # ... and after its result came back
+
+
+def assert_never_backwards(issued: list[Issued]) -> None:
+    """Unique; each client's serials strictly increasing in its issue order (``issued``
+    holds each client's in its own order); and a serial is greater than every serial whose
+    call had returned before its own call started (guarantee 3)."""
+    serials = [i.serial for i in issued]
+    assert len(serials) == len(set(serials)), "a serial was issued twice"
+    by_client: dict[int, list[Any]] = {}
+    for item in issued:
+        by_client.setdefault(item.client, []).append(item.serial)
+    for client, own in by_client.items():
+        backwards = [(a, b) for a, b in itertools.pairwise(own) if b <= a]
+        assert not backwards, f"client {client} went backwards: {backwards[:3]}"
+    by_end = sorted(issued, key=lambda i: i.ended)
+    done = 0
+    highest = None
+    for item in sorted(issued, key=lambda i: i.started):
+        while done < len(by_end) and by_end[done].ended < item.started:
+            serial = by_end[done].serial
+            highest = serial if highest is None else max(highest, serial)
+            done += 1
+        assert highest is None or item.serial > highest, (
+            f"{item.serial} issued after {highest} had been returned, and is not greater")
+
+
 def scalar(conn: psycopg.Connection, sql: str, params: Any = None) -> Any:
     row = conn.execute(sql, params).fetchone()
     assert row is not None
@@ -68,9 +104,9 @@ def functions_run(db: psycopg.Connection, call: Callable[[], object]) -> dict[st
 
 
 def policy_call(namespace: str, **values: Any) -> tuple[str, dict[str, Any]]:
-    """``hivenet.set_namespace_policy(namespace, p_<option> => value, ...)`` and its
+    """``hivenet.set_namespace_policy(namespace, <option> => value, ...)`` and its
     parameters, for ``execute`` or ``failure``."""
-    named = "".join(f", p_{option} => %({option})s" for option in values)
+    named = "".join(f", {option} => %({option})s" for option in values)
     return f"SELECT hivenet.set_namespace_policy(%(ns)s{named})", {"ns": namespace, **values}
 
 

@@ -860,8 +860,8 @@ def test_a_key_breaking_the_namespace_key_rules_is_400_with_the_rule(
         hivenet_url: str, hivenet_app_url: str) -> None:
     calls = Calls()
     with psycopg.connect(hivenet_url, autocommit=True) as conn:  # an administrator's call
-        conn.execute("SELECT hivenet.set_namespace_policy('strict', p_key_min_length => 36, "
-                     "p_key_pattern => '^[0-9a-f-]+$')")
+        conn.execute("SELECT hivenet.set_namespace_policy('strict', key_min_length => 36, "
+                     "key_pattern => '^[0-9a-f-]+$')")
 
     async def scenario(engine: AsyncEngine) -> None:
         async with client(make_app(engine, created(calls), namespace="strict")) as http:

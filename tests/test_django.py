@@ -286,7 +286,7 @@ def test_a_final_failure_is_replayed_and_the_view_does_not_run_again(
     """In a namespace whose failures are final (set_namespace_policy), the recorded 5xx is
     replayed byte for byte: also a raising view's, which Django turned into its 500 page
     before the middleware saw it."""
-    owner.execute("SELECT hivenet.set_namespace_policy('http', p_on_failure => 'final')")
+    owner.execute("SELECT hivenet.set_namespace_policy('http', on_failure => 'final')")
     client = Client(raise_request_exception=False)
     first = client.post(path, b"{}", content_type=JSON, headers=KEY)
     again = client.post(path, b"{}", content_type=JSON, headers=KEY)
@@ -594,7 +594,7 @@ def test_the_fingerprint_option_and_the_key_rules(app_db: str, owner: psycopg.Co
                                headers={"Idempotency-Key": '"other"'})
         assert not_json.status_code == 400 and not_json.json()["idempotency"] == "invalid"
     assert views.RUNS["count"] == 1 and orders(owner) == 1
-    owner.execute("SELECT hivenet.set_namespace_policy('http', p_key_min_length => 32)")
+    owner.execute("SELECT hivenet.set_namespace_policy('http', key_min_length => 32)")
     short = Client().post("/orders", b"{}", content_type=JSON,
                           headers={"Idempotency-Key": '"short"'})
     assert short.status_code == 400 and "key_min_length 32" in short.json()["detail"]

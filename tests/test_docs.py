@@ -67,6 +67,9 @@ BLOCKS = {block.name: block for block in _blocks()}
 
 
 # --- blocks run by another test ------------------------------------------------------------
+WHEEL_DEMO = ("tests/test_embedded_wheel.py::"
+              "test_the_demo_runs_with_the_wheel_when_the_machine_has_no_postgresql (the demo, "
+              "with the wheel's server alone; the install is this suite's own)")
 ELSEWHERE = {
     "docs/guides/idempotency.md: hivenet-db audit verify payouts --url \"$HIVENET_ADMIN_URL\"":
         "tests/test_audit.py::test_the_command_says_intact_or_names_the_changed_attempt",
@@ -96,6 +99,14 @@ ELSEWHERE = {
         "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT * FROM hivenet.next_serials('unified',":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: SELECT hivenet.next_time_id();":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: SELECT hivenet.define_format('order_id', "
+    "'[{\"time\": \"yyMMddHHmmss\"},":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: SELECT hivenet.set_clock_policy('time_id', 'wait', "
+    "max_wait => interval '50 milliseconds');":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT hivenet.define_format('burst', "
     "'[{\"literal\": \"B\"}, {\"time\": \"YYYYMMDD\"},":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
@@ -121,11 +132,10 @@ ELSEWHERE = {
         "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
     "docs/guides/testing.md: import psycopg":
         "tests/test_alembic_tree.py::test_the_tree_on_the_template_of_docs_testing",
-    "README.md: python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/hivenet-db demo":
-        "tests/test_cli.py::test_demo (the demo; the install is this suite's own)",
-    "docs/quickstart.md: python3 -m venv .venv && .venv/bin/pip install -e . && "
-    ".venv/bin/hivenet-db demo": "tests/test_cli.py::test_demo (the demo; the install is this "
-                                 "suite's own)",
+    "README.md: python3 -m venv .venv && .venv/bin/pip install -e '.[embedded]' && "
+    ".venv/bin/hivenet-db demo": WHEEL_DEMO,
+    "docs/quickstart.md: python3 -m venv .venv && .venv/bin/pip install -e '.[embedded]' && "
+    ".venv/bin/hivenet-db demo": WHEEL_DEMO,
     "docs/guides/scale-out.md: hivenet-db migrate --owns-instances 01-09 --url "
     "postgresql://owner@shard0/payments":
         "tests/test_shards.py::test_the_command_declares_ownership_and_reports_and_maintains_"
@@ -161,6 +171,10 @@ ELSEWHERE = {
     "docs/guides/django.md: python manage.py hivenet_maintain        # hivenet.maintain(), as "
     "`hivenet-db maintain`": "tests/test_django.py::test_management_commands_maintain_and_"
                              "metrics",
+    "docs/operations.md: \"\"\"Run `hivenet-db failover-fence` on each node pg_auto_failover "
+    "makes primary (its monitor":
+        "tests/test_ha.py::test_synchronous_failover_loses_nothing_and_the_listener_fences_first"
+        " (run as a service beside the formation's monitor)",
 }
 
 # --- blocks that cannot run here, and why --------------------------------------------------
@@ -192,6 +206,16 @@ NOT_RUNNABLE = {
         "Prometheus alert rules (the metrics they read: tests/test_dashboard.py)",
     "docs/operations.md: SELECT cron.schedule('hivenet-maintain', '*/5 * * * *', "
     "'SELECT hivenet.maintain()');  -- pg_cron": "needs the pg_cron extension",
+    "docs/operations.md: postgresql:": "Patroni's configuration (the command its callback "
+                                       "runs is the pg_auto_failover listener's: "
+                                       "tests/test_ha.py)",
+    "docs/operations.md: #!/bin/sh": "a callback Patroni runs on a promotion (its command: "
+                                     "tests/test_ha.py, by the pg_auto_failover listener)",
+    "docs/operations.md: event_notifications='repmgrd_failover_promote,standby_promote'":
+        "repmgr's configuration (its command: tests/test_ha.py, by the pg_auto_failover "
+        "listener)",
+    "docs/operations.md: #!/bin/sh (2)": "a command repmgr runs on a promotion (its command: "
+                                         "tests/test_ha.py, by the pg_auto_failover listener)",
     "docs/guides/scale-out.md: session = ShardedSession(shards=shard_map.engines,":
         "needs shards on other servers and the application's identity and execute "
         "choosers (tests/test_shards.py::test_sharded_session_routes_orm_objects_by_tenant "
@@ -265,17 +289,17 @@ SQL = {
     "session of its own": Sql(),
     "docs/guides/idempotency.md: SELECT * FROM hivenet.begin_request('payments', "
     "'0b0c5d7e-2f0a-4c1e-9a51-6f1f3d6a2b10',": Sql(
-        setup="SELECT hivenet.set_namespace_policy('payments', p_fingerprint => 'json', "
-              "p_key_min_length => 36); "
+        setup="SELECT hivenet.set_namespace_policy('payments', fingerprint => 'json', "
+              "key_min_length => 36); "
               "SELECT hivenet.set_namespace_policy('refunds', "
-              "p_fingerprint => '[\"$.amount\", \"$.currency\"]')"),
+              "fingerprint => '[\"$.amount\", \"$.currency\"]')"),
     "docs/guides/idempotency.md: -- hivenet_admin: payment callbacks fail for good, and expire "
     "after 10 minutes": Sql(login="admin"),
     # n-1002 begun half an hour before the pages' clock, never finished.
     "docs/guides/idempotency.md: SELECT * FROM hivenet.begin_request('pay-callback', 'n-1001', "
     "'{\"status\": \"PAID\"}');": Sql(
-        setup="SELECT hivenet.set_namespace_policy('pay-callback', p_on_failure => 'final', "
-              "p_expire_after => '10 minutes'); "
+        setup="SELECT hivenet.set_namespace_policy('pay-callback', on_failure => 'final', "
+              "expire_after => '10 minutes'); "
               "SET hivenet.fake_now = '2026-11-21 09:10:00+00'; "
               "SELECT * FROM hivenet.begin_request('pay-callback', 'n-1002', "
               "'{\"status\": \"PAID\"}')",
@@ -288,6 +312,10 @@ SQL = {
         Sql(login="admin"),
     "docs/operations.md: -- The unprepared scopes drawing from a shared fallback, busiest "
     "first (hivenet_admin).": Sql(login="admin"),
+    "docs/operations.md: SELECT hivenet.set_clock_policy('time_id', 'wait', "
+    "max_wait => interval '200 milliseconds');": Sql(login="admin", prints=("wait",)),
+    "docs/operations.md: UPDATE hivenet.setting SET value = '45 seconds' WHERE name = "
+    "'failover_loss_window';": Sql(login="admin"),
     "docs/guides/orm.md: INSERT INTO payment (serial, amount)": Sql(
         setup="CREATE TABLE payment (serial text PRIMARY KEY, amount int); "
               "GRANT INSERT ON payment TO hivenet_app",
@@ -595,6 +623,11 @@ with engine.connect() as conn:
     "docs/guides/formats.md: from hivenet_db import SerialRepository, flush_at_commit": Python(
         setup=ENGINE, then="assert len(serials) == 10"),
     "docs/guides/formats.md: from hivenet_db import parse_serial": Python(),
+    "docs/guides/formats.md: from sqlalchemy import BigInteger, Column, MetaData, Table, Text, "
+    "create_engine, insert": Python(
+        tables="CREATE TABLE time_orders (id bigint PRIMARY KEY DEFAULT hivenet.next_time_id(), "
+               "item text); GRANT SELECT, INSERT ON time_orders TO hivenet_app",
+        then="assert new_id > order_id and parse_time_id(new_id).format == 'time_id'"),
     "docs/quickstart.md: from sqlalchemy import create_engine": Python(
         setup=ORDERS_TABLE, tables=ORDERS,
         then=COUNT_ORDERS + "assert unified == 'C0001A0101202611210000000001', unified\n"),
@@ -811,6 +844,49 @@ def test_the_tests_named_elsewhere_exist() -> None:
         path, _, test = where.split(" ")[0].partition("::")
         source = (ROOT / path).read_text(encoding="utf-8")
         assert not test or f"def {test}(" in source, where
+
+
+# --- named arguments -----------------------------------------------------------------------
+#: Each public SQL function's parameter names.
+PARAMETERS = """
+    SELECT p.proname, p.proargnames[:p.pronargs] FROM pg_proc p
+    WHERE p.pronamespace = 'hivenet'::regnamespace AND p.proname !~ '^_'"""
+
+
+def _named_arguments(code: str) -> Iterator[tuple[str | None, str]]:
+    """(function, argument) of every ``argument => value`` of a piece of SQL: the innermost
+    call it is written in, or None when the piece shows no call (`nowait => true`)."""
+    calls: list[str | None] = []
+    for token in re.finditer(r"(\w+)\s*\(|\(|\)|(\w+) =>", re.sub(r"'(?:[^']|'')*'", "''", code)):
+        if token[0].endswith("("):
+            calls.append(token[1])
+        elif token[0] == ")":
+            calls = calls[:-1]
+        else:
+            yield (calls[-1] if calls else None), token[2]
+
+
+def test_every_named_argument_of_the_pages_is_a_parameter(hivenet_url: str) -> None:
+    """Named notation is the contract (SPEC §8): every `name => value` a page prints, in a
+    code block or in the text, names a parameter of the function it is given to (of some
+    public function where the text shows no call). The SQL blocks also run above."""
+    with psycopg.connect(hivenet_url) as conn:
+        parameters: dict[str, list[str]] = dict(conn.execute(PARAMETERS).fetchall())
+    every = {name for names in parameters.values() for name in names or ()}
+    wrong, seen = [], 0
+    for page in PAGES:
+        for token in MarkdownIt("commonmark").parse(page.read_text(encoding="utf-8")):
+            spans = [token] if token.type == "fence" and token.info == "sql" else \
+                [child for child in token.children or () if child.type == "code_inline"]
+            for span in spans:
+                for function, argument in _named_arguments(span.content):
+                    seen += 1
+                    allowed = parameters.get(function or "") or every
+                    if argument not in allowed:
+                        wrong.append(f"{page.relative_to(ROOT)}: {function or '(no call)'}: "
+                                     f"{argument}")
+    assert seen > 20, seen
+    assert not wrong, wrong
 
 
 # --- links ---------------------------------------------------------------------------------

@@ -73,14 +73,14 @@ def test_the_policy_is_stored_and_its_defaults_leave_no_row(db: psycopg.Connecti
     assert stored(db, name) == (None, None)
     db.execute("SELECT hivenet.set_request_retention(%s, NULL)", (name,))
     assert stored(db, name) is None  # every default: no row
-    code, message = failure(db, "SELECT hivenet.set_namespace_policy(%s, p_on_failure => %s)",
+    code, message = failure(db, "SELECT hivenet.set_namespace_policy(%s, on_failure => %s)",
                             (name, "finally"))
     assert code == "HN001" and "on_failure 'finally'" in message
-    code, message = failure(db, "SELECT hivenet.set_namespace_policy(%s, p_expire_after => %s)",
+    code, message = failure(db, "SELECT hivenet.set_namespace_policy(%s, expire_after => %s)",
                             (name, "-5 minutes"))
     assert code == "HN001" and "expire_after of namespace" in message and "-00:05:00" in message
     code, message = failure(db, "SELECT hivenet.set_namespace_policy('hivenet.steps', "
-                                "p_on_failure => 'final')")
+                                "on_failure => 'final')")
     assert code == "HN001" and "reserved" in message
 
 

@@ -83,6 +83,22 @@ def test_hn010_of_a_counter_that_never_resets(clocked: psycopg.Connection) -> No
     assert code == "HN010" and "once" in message and "never resets" in message, message
 
 
+@pytest.mark.parametrize(("policy", "says"), [
+    ("'refuse'", "its clock policy is 'refuse'"),
+    ("'wait', interval '1 second'", "its clock policy is 'wait', at most 00:00:01 (its max_wait)"),
+])
+def test_hn011_says_how_far_behind_the_clock_is_and_which_policy_refused(
+        clocked: psycopg.Connection, fake_clock: SetClock, policy: str, says: str) -> None:
+    clocked.execute(f"SELECT hivenet.set_clock_policy('time_id', {policy})")
+    clocked.execute("SELECT hivenet.next_time_id()")
+    fake_clock(clocked, "2015-07-10 11:00:00+00")
+    code, message = _raised(clocked, "SELECT hivenet.next_time_id()")
+    assert code == "HN011"
+    for part in ("format time_id", "the clock (2015-07-10 11:00:00) is 01:00:00 behind",
+                 "(2015-07-10 12:00:00)", says, "hivenet.set_clock_policy"):
+        assert part in message, message
+
+
 def test_hn002_names_the_unregistered_value(clocked: psycopg.Connection) -> None:
     clocked.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'enforce_registry'")
     code, message = _raised(clocked,

@@ -60,9 +60,9 @@ def activity(db: psycopg.Connection) -> None:
     share_fallback(db, "system")
     step = db.execute("SELECT hivenet.next_system_serial('C0009', 'A01', '01')").fetchone()[0]
     db.execute("SELECT hivenet.next_system_serial('C0009', 'A01', '01')")
-    db.execute("SELECT * FROM hivenet.begin_step(%s, '{}', p_lease => '1 microsecond')", (step,))
+    db.execute("SELECT * FROM hivenet.begin_step(%s, '{}', lease => '1 microsecond')", (step,))
     db.execute("SELECT * FROM hivenet.begin_request('metrics-test', 'stuck', '{}', "
-               "p_lease => '1 microsecond')")
+               "lease => '1 microsecond')")
     for key, succeeded in (("done", True), ("failed", False)):
         db.execute("SELECT * FROM hivenet.begin_request('metrics-test', %s)", (key,))
         db.execute("SELECT hivenet.finish_request('metrics-test', %s, 1, %s)", (key, succeeded))
@@ -217,9 +217,10 @@ def test_hivenet_admin_reads_every_metric_after_the_upgrade(hivenet_server: Embe
     """The revisions run the role grants again: with role hivenet_admin present (created
     here, and dropped again, when the server has none), the revisions replayed up to head
     let it run maintain() and read every metric, the last run included."""
-    # The revisions' scripts, upgrades only, in order (not their hand-written parts).
+    # The upgrade scripts only, in order (not a revision's .downgrade.sql, nor the parts
+    # written by hand, which its script holds).
     frozen = sorted(p for p in VERSIONS.glob("[0-9][0-9][0-9][0-9]_*.sql")
-                    if p.suffixes == [".sql"])
+                    if p.name.count(".") == 1)
     assert all("SELECT hivenet._grant_roles();" in p.read_text(encoding="utf-8")
                for p in frozen)
     dbname = "hivenet_metrics_admin"

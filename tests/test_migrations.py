@@ -204,6 +204,35 @@ def test_unreleased_changes_collect_in_one_revision() -> None:
     assert len(unreleased) <= 1, f"unreleased revisions {unreleased}: collect them in one"
 
 
+#: Each public function's input types in order and how many of them have defaults.
+_PUBLIC_ARGUMENTS = """
+    SELECT p.proname, p.proargtypes::regtype[]::text[], p.pronargdefaults
+    FROM pg_proc p WHERE p.pronamespace = 'hivenet'::regnamespace AND p.proname !~ '^_'
+    ORDER BY 1"""
+
+
+@pytest.mark.parametrize("release", [r[:2] for r in _releases()], ids=lambda r: r[0])
+def test_every_released_function_is_called_by_position_as_before(
+        release: tuple[str, str], new_db: Callable[[], str]) -> None:
+    """SPEC §8: a later version may rename nothing a positional caller sees, and may only add
+    optional parameters at the end. Each public function of the release is called on a fresh
+    install by position with the release's argument types, with every argument and with the
+    required ones only (prepared: resolved by the server, not run)."""
+    _, revision = release
+    released = new_db()
+    replay(released, revision)
+    with psycopg.connect(released) as conn:
+        functions = conn.execute(_PUBLIC_ARGUMENTS).fetchall()
+    assert len(functions) > 10, functions
+    with psycopg.connect(new_db(), autocommit=True) as conn:
+        conn.execute(full_schema_sql())
+        for name, types, defaults in functions:
+            for count in {len(types), len(types) - defaults}:
+                arguments = ", ".join(f"${i}::{t}" for i, t in enumerate(types[:count], 1))
+                conn.execute(f"PREPARE positional AS SELECT * FROM hivenet.{name}({arguments})")
+                conn.execute("DEALLOCATE positional")
+
+
 # What a database holds after use: serials of a scope, a claim, an interface call, a finished
 # step with its response, a finished keyed request. Kept to the API of the first release.
 _USE = (
@@ -300,6 +329,46 @@ def test_an_upgrade_prepares_the_one_scope_formats_after_what_they_drew(
     assert after > max(issued)
 
 
+def test_an_applications_serial_default_survives_the_upgrade(new_db: Callable[[], str]) -> None:
+    """A table of the application's whose column default calls a function the upgrade makes
+    again (new parameter names need a DROP) keeps its default, now calling the new function."""
+    released = _releases()[-1][1]
+    db = new_db()
+    replay(db, released)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.payment (id int, serial text NOT NULL "
+                     "DEFAULT hivenet.next_unified_serial('C0001', 'A01', '01'))")
+        conn.execute("SELECT hivenet.prepare_scope('unified', "
+                     "'{\"system\": \"C0001\", \"module\": \"A01\", \"instance\": \"01\"}')")
+        conn.execute("INSERT INTO public.payment (id) VALUES (1)")
+    replay(db, "head")
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("INSERT INTO public.payment (id) VALUES (2)")
+        serials = [s for (s,) in conn.execute("SELECT serial FROM public.payment ORDER BY id")]
+        default = conn.execute(
+            "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
+            "WHERE adrelid = 'public.payment'::regclass").fetchone()[0]
+    assert [s[-10:] for s in serials] == ["0000000001", "0000000002"]
+    assert "hivenet.next_unified_serial('C0001'" in default
+
+
+def test_an_applications_view_on_a_function_made_again_stops_the_upgrade_naming_it(
+        new_db: Callable[[], str]) -> None:
+    """Anything else of the application's that calls such a function would be dropped with it:
+    the upgrade stops before changing anything, and says what to do."""
+    released = _releases()[-1][1]
+    db = new_db()
+    replay(db, released)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE VIEW public.parsed AS "
+                     "SELECT hivenet.parse_serial('C0001A0101201507100123456789') AS fields")
+    with pytest.raises(psycopg.Error, match=r"and view parsed calls .*drop it before the "
+                       r"upgrade") as stopped:
+        replay(db, "head")
+    assert stopped.value.sqlstate == "2BP01"
+    assert migrate.current(db) == released
+
+
 def test_the_unreleased_revision_downgrades_to_the_last_release(
         new_db: Callable[[], str]) -> None:
     """Upgraded with its data, given what only the new release has (a namespace's policy),
@@ -313,7 +382,7 @@ def test_the_unreleased_revision_downgrades_to_the_last_release(
     replay(downgraded, "head")
     with psycopg.connect(downgraded, autocommit=True) as conn:
         conn.execute("SELECT hivenet.set_namespace_policy('http', '2 days', 'json')")
-        conn.execute("SELECT hivenet.set_namespace_policy('strict', p_key_min_length => 32)")
+        conn.execute("SELECT hivenet.set_namespace_policy('strict', key_min_length => 32)")
     command.downgrade(migrate._config(downgraded), released)
     assert migrate.current(downgraded) == released
     replay(at_release, released)

@@ -46,7 +46,7 @@ def stored(db: psycopg.Connection, name: str) -> Any:
 
 def begin(conn: psycopg.Connection, name: str, request_key: str, request: Any,
           **options: Any) -> tuple[str, int, Any]:
-    named = "".join(f", p_{option} => %({option})s" for option in options)
+    named = "".join(f", {option} => %({option})s" for option in options)
     row = conn.execute(f"SELECT * FROM hivenet.begin_request(%(ns)s, %(key)s, %(request)s"
                        f"{named})", {"ns": name, "key": request_key,
                                      "request": Jsonb(request), **options}).fetchone()
@@ -159,7 +159,7 @@ def test_the_policy_is_checked_and_null_leaves_a_value_as_it_is(db: psycopg.Conn
         code, message = failure(db, *policy_call(name, **values))
         assert (code, words in message) == ("HN001", True), message
     code, message = failure(db, "SELECT hivenet.set_namespace_policy('hivenet.steps', "
-                                "p_fingerprint => 'json')")
+                                "fingerprint => 'json')")
     assert code == "HN001" and "reserved" in message
     assert stored(db, name) is None
 
@@ -184,7 +184,7 @@ def _begin_everywhere(db: psycopg.Connection, conn: psycopg.Connection, name: st
         assert code == ("HN030" if request == same else "HN032")
     finish(conn, name, request_key, 1, {"status": 201})
     assert begin_json(conn, name, request_key, same) == ("replayed", 1, {"status": 201})
-    row = conn.execute("SELECT * FROM hivenet.begin_request(%s, %s, %s::jsonb, p_nowait => true)",
+    row = conn.execute("SELECT * FROM hivenet.begin_request(%s, %s, %s::jsonb, nowait => true)",
                        (name, request_key, same)).fetchone()
     assert row == ("replayed", 1, {"status": 201})
     code, message = failure(conn, "SELECT * FROM hivenet.begin_request(%s, %s, %s::jsonb)",
@@ -273,7 +273,7 @@ def test_key_rules_refuse_a_key_on_every_path(db: psycopg.Connection,
     ]:
         for nowait in (False, True):
             code, message = failure(
-                app, "SELECT * FROM hivenet.begin_request(%s, %s, '{}', p_nowait => %s)",
+                app, "SELECT * FROM hivenet.begin_request(%s, %s, '{}', nowait => %s)",
                 (name, request_key, nowait))
             assert code == "HN001" and words in message and name in message, message
     assert begin(app, name, key(), {})[0] == "started"

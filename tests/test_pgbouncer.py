@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,11 +16,18 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
-from hivenet_db import SerialRepository
+from hivenet_db import (
+    InterfaceDedup,
+    RequestRepository,
+    SerialRepository,
+    StepRepository,
+    parse_serial,
+)
+from hivenet_db._execute import SyncDB
 from hivenet_db.tools import scopes
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
 from hivenet_db.urls import sqlalchemy_url
-from tests.servers import pgbouncer
+from tests.servers import NOTHING_LEFT, left_on_the_session, pgbouncer
 
 THREADS = 16
 ITERATIONS = 40
@@ -159,3 +167,41 @@ def test_the_repositorys_hot_path_in_sessions_behind_transaction_pooling(
         engine.dispose()
     assert errors == [], errors[:3]
     assert len(serials) == THREADS * ITERATIONS * 2 == len(set(serials))
+
+
+def _the_librarys_calls(db: SyncDB, rounds: int) -> None:
+    """Allocation, a claim, a step and a keyed request through the repositories, each call
+    ``rounds`` times, a transaction a round."""
+    for k in range(rounds):
+        serials = SerialRepository(db)
+        unified = serials.next_unified("P0001", "B01", "01")
+        system = serials.next_system("P0001", "B01", "01")
+        InterfaceDedup(db).claim(serials.next_interface("P0001", "B01", "01", "T0001"), unified)
+        StepRepository(db).run(system, {"k": k}, lambda: {"done": True})
+        RequestRepository(db).run("pooled", f"key-{uuid.uuid4()}", {"k": k}, lambda: {"ok": 1})
+        assert parse_serial(unified, db=db).format == "unified"
+        db.commit()
+
+
+def test_the_librarys_calls_leave_nothing_on_the_pooled_session(
+        hivenet_server: EmbeddedPostgres, hivenet_url: str) -> None:
+    """The repositories on a Session and on a psycopg connection that do not prepare
+    (``prepare_threshold=None``), each call run more often than psycopg's threshold (5),
+    through one pooled server session: it holds nothing of theirs afterwards. On a connection
+    that prepares (psycopg's default), they are prepared as its own statements are: the
+    setting the docs ask for behind a transaction pooler."""
+    with pgbouncer(hivenet_server.port, pool_size=1, user=SUPERUSER) as port:
+        url = _via(hivenet_url, port)
+        session_pid = left_on_the_session(url)["pid"]
+        engine = create_engine(sqlalchemy_url(url), connect_args={"prepare_threshold": None})
+        try:
+            with Session(engine) as session:
+                _the_librarys_calls(session, 8)
+        finally:
+            engine.dispose()
+        with psycopg.connect(url, prepare_threshold=None) as conn:
+            _the_librarys_calls(conn, 8)
+        assert left_on_the_session(url) == {**NOTHING_LEFT, "pid": session_pid}
+        with psycopg.connect(url) as conn:
+            _the_librarys_calls(conn, 8)
+        assert left_on_the_session(url)["prepared"]

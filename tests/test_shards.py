@@ -169,7 +169,7 @@ def test_giving_up_an_instance_with_scopes_is_refused_unless_forced_which_parks_
     a.execute("SELECT hivenet.maintain()")
     second = scalar(a, INTERFACE, ("05",))  # from the scope's own sequence
     state, message = failure(a, "SELECT hivenet.own_instances('01-04,06-09')")
-    assert state == "HN001" and "scope 'C0001A0105'" in message and "p_force" in message
+    assert state == "HN001" and "scope 'C0001A0105'" in message and "force => true" in message
     assert scalar(a, "SELECT hivenet.own_instances('01-04, 06-09', NULL, true)") == "01-04,06-09"
     # The parked scopes find no sequence (the fast paths' map lost them): the first-use path
     # and its check refuse, as for a scope never used (system).
@@ -185,7 +185,7 @@ def test_giving_up_an_instance_with_scopes_is_refused_unless_forced_which_parks_
     assert scalar(a, "SELECT owned_instances FROM hivenet.ownership()") == "01-09"
     state, message = failure(a, "UPDATE hivenet.setting SET value = '01-04' "
                                 "WHERE name = 'owned_instances'")
-    assert state == "HN001" and "p_force" in message
+    assert state == "HN001" and "force => true" in message
     # An unprepared scope's draw from the fallback is recorded too: giving its instance up
     # needs force, which drops the records of its draws.
     scalar(a, UNIFIED, ("03",))

@@ -51,7 +51,7 @@ def new_serial(db: psycopg.Connection, kind: str = "system") -> str:
 
 def begin(conn: psycopg.Connection, serial: str | None, request: Any = REQUEST,
           **options: Any) -> Any:
-    named = "".join(f", p_{name} => %({name})s" for name in options)
+    named = "".join(f", {name} => %({name})s" for name in options)
     return conn.execute(
         f"SELECT * FROM hivenet.begin_step(%(serial)s, %(request)s{named})",
         {"serial": serial, "request": None if request is None else Jsonb(request), **options},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -40,7 +41,7 @@ def new_key() -> str:
 
 def begun(conn: psycopg.Connection, key: str, wait: str | None = None) -> tuple[Any, ...]:
     row = conn.execute("SELECT outcome, attempt, response FROM hivenet.begin_request("
-                       "%s, %s, %s::jsonb, p_wait => %s::interval)",
+                       "%s, %s, %s::jsonb, wait => %s::interval)",
                        (NAMESPACE, key, json.dumps(ORDER), wait)).fetchone()
     assert row is not None
     return tuple(row)
@@ -192,7 +193,7 @@ def test_an_expiry_notifies_too(db: psycopg.Connection, connect: Connect) -> Non
     listener = connect()
     listener.execute(f"LISTEN {CHANNEL}")
     name, key = f"wait-expiry-{uuid.uuid4().hex[:8]}", new_key()
-    db.execute("SELECT hivenet.set_namespace_policy(%s, p_expire_after => '1 minute')", (name,))
+    db.execute("SELECT hivenet.set_namespace_policy(%s, expire_after => '1 minute')", (name,))
     db.execute("SELECT hivenet.begin_request(%s, %s)", (name, key))
     db.execute("SELECT hivenet.watch_request(%s, %s)", (name, key))
     db.execute("UPDATE hivenet.request_attempt SET started_at = started_at - interval '1 hour' "
@@ -373,6 +374,78 @@ def test_waiters_behind_pgbouncer_hold_no_server_connection(
     assert {(s.outcome, s.response["order"]) for s in starts} == {("replayed", 8)}
 
 
+def _listening_sessions(db: psycopg.Connection) -> int:
+    return int(scalar(db, "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+                      (f"LISTEN {CHANNEL}",)))
+
+
+def test_waiters_behind_pgbouncer_without_a_listener_look_again_and_say_what_to_set(
+        db: psycopg.Connection, hivenet_url: str, bouncer_port: int,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Given no listener, the repository's own, on the pooled URL, never LISTENs through the
+    pooler (it would hear nothing there): it warns once, naming what to configure, and the
+    eight duplicates (through two server connections) look again on their own connections
+    at intervals of at most a second, so each replays within a second or so of the finish,
+    not after its 30 s wait."""
+    dbname = urlsplit(hivenet_url).path.lstrip("/")
+    pooled = f"postgresql://{SUPERUSER}@127.0.0.1:{bouncer_port}/{dbname}"
+    key = new_key()
+    finished: list[float] = []
+
+    def duplicate() -> tuple[Any, float]:
+        with psycopg.connect(pooled, prepare_threshold=None) as conn:
+            start = RequestRepository(conn).begin(NAMESPACE, key, ORDER, wait=30)
+            conn.commit()
+            return start, time.monotonic() - finished[0]
+
+    with caplog.at_level(logging.WARNING, logger="hivenet_db.waiting"), \
+            psycopg.connect(pooled, prepare_threshold=None, autocommit=True) as first:
+        attempt = started_and_committed(first, key)
+        waiting = [Background(duplicate) for _ in range(8)]
+        time.sleep(1.5)  # they look again every 0.05 s, then 0.1, 0.2, 0.4, 0.8
+        finish(first, key, attempt, True, {"order": 8})
+        finished.append(time.monotonic())
+        results = [w.result() for w in waiting]
+    assert {(s.outcome, s.response["order"]) for s, _ in results} == {("replayed", 8)}
+    assert max(after for _, after in results) < 3.0, [after for _, after in results]
+    assert _listening_sessions(db) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.name == "hivenet_db.waiting"]
+    assert len(warnings) == 1, warnings
+    assert "do not LISTEN on " in warnings[0] and f"port={bouncer_port}" in warnings[0]
+    assert "listener=FinishListener.shared(url)" in warnings[0]
+    assert "HIVENET['IDEMPOTENCY']['listen_url']" in warnings[0]
+
+
+def test_the_async_repository_behind_pgbouncer_without_a_listener_looks_again(
+        db: psycopg.Connection, hivenet_url: str, bouncer_port: int) -> None:
+    dbname = urlsplit(hivenet_url).path.lstrip("/")
+    pooled = f"postgresql://{SUPERUSER}@127.0.0.1:{bouncer_port}/{dbname}"
+    key = new_key()
+
+    async def scenario() -> tuple[Any, float]:
+        async with await psycopg.AsyncConnection.connect(pooled, prepare_threshold=None
+                                                         ) as conn, \
+                await psycopg.AsyncConnection.connect(pooled, prepare_threshold=None,
+                                                      autocommit=True) as first:
+            outcome = await first.execute("SELECT attempt FROM hivenet.begin_request("
+                                          "%s, %s, %s::jsonb)", (NAMESPACE, key,
+                                                                 json.dumps(ORDER)))
+            attempt = (await outcome.fetchone() or [None])[0]
+            waiting = asyncio.ensure_future(AsyncRequestRepository(conn).begin(
+                NAMESPACE, key, ORDER, wait=30))
+            await asyncio.sleep(1.0)
+            await first.execute("SELECT hivenet.finish_request(%s, %s, %s, true, %s::jsonb)",
+                                (NAMESPACE, key, attempt, json.dumps({"order": 9})))
+            finished = time.monotonic()
+            start = await asyncio.wait_for(waiting, 20)
+            return start, time.monotonic() - finished
+
+    start, after = asyncio.run(scenario())
+    assert (start.outcome, start.response) == ("replayed", {"order": 9})
+    assert after < 3.0, after
+    assert _listening_sessions(db) == 0
+
+
 # --- the HTTP middleware -----------------------------------------------------------------------
 
 def test_a_duplicate_http_request_waits_and_gets_the_first_response(
@@ -424,3 +497,40 @@ def test_a_duplicate_http_request_gets_409_once_its_wait_is_over(
             assert (await first).status_code == 201
 
     run(hivenet_app_url, scenario)
+
+
+def test_a_duplicate_http_request_behind_pgbouncer_without_a_listener_gets_the_response(
+        db: psycopg.Connection, hivenet_url: str, bouncer_port: int) -> None:
+    """The middleware's own listener on a pooled engine: no LISTEN, the duplicate looks
+    again and replays within a second or so of the first response."""
+    pytest.importorskip("httpx", reason="the tests need httpx (extra test)")
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from tests.test_asgi import KEY, Calls, client, created, make_app
+
+    dbname = urlsplit(hivenet_url).path.lstrip("/")
+    pooled = f"postgresql+psycopg://{SUPERUSER}@127.0.0.1:{bouncer_port}/{dbname}"
+    calls = Calls()
+    calls.release.clear()
+
+    async def scenario() -> float:
+        engine = create_async_engine(pooled, connect_args={"prepare_threshold": None})
+        try:
+            async with client(make_app(engine, created(calls), wait=30)) as http:
+                first = asyncio.create_task(http.post("/orders", content=b"x", headers=KEY))
+                await calls.entered.wait()
+                second = asyncio.create_task(http.post("/orders", content=b"x", headers=KEY))
+                await asyncio.sleep(1.0)
+                calls.release.set()
+                assert (await first).status_code == 201
+                released = time.monotonic()
+                answer = await asyncio.wait_for(second, 20)
+                assert answer.status_code == 201
+                assert answer.headers["idempotent-replayed"] == "true"
+                return time.monotonic() - released
+        finally:
+            await engine.dispose()
+
+    assert asyncio.run(scenario()) < 3.0
+    assert calls.count == 1
+    assert _listening_sessions(db) == 0

@@ -50,7 +50,9 @@ from typing import Any
 import psycopg
 from sqlalchemy.exc import SQLAlchemyError
 
+from hivenet_db.poolers import through_pooler
 from hivenet_db.tools import migrate
+from hivenet_db.tools.dburl import connect
 from hivenet_db.tools.embedded_postgres import EmbeddedError, EmbeddedPostgres, find_bin_dir
 from hivenet_db.tools.proc_stat import cpu_seconds
 from hivenet_db.urls import libpq_url
@@ -341,6 +343,8 @@ def builtin_cases() -> dict[str, Case]:
         Case("first_use", cases.FIRST_USE, cases.first_use),
         Case("prepare_scopes", cases.PREPARE_SCOPES, cases.prepare_scopes),
         Case("requests_batch_100", cases.REQUESTS_BATCH, cases.requests_batch),
+        Case("time_id_vs_uuidv7", cases.TIME_ID_VS_UUIDV7, cases.time_id_vs_uuidv7,
+             cases.uuidv7_missing),
     ]}
 
 
@@ -478,6 +482,19 @@ def _record(args: argparse.Namespace, argv: list[str], results: list[Result]) ->
         versions=f"{postgres}, {report.first_line([_tool('pgbench'), '--version'])}"))
 
 
+def _refuse_a_pooler(url: str) -> None:
+    """BenchError when ``url`` goes through a connection pooler: the bench measures PostgreSQL,
+    with statements prepared per connection (pgbench -M prepared), which a pooler in
+    transaction pooling hands to other sessions."""
+    with connect(url, autocommit=True) as conn:
+        pooled = through_pooler(conn)
+    if pooled:
+        raise BenchError("--url goes through a connection pooler (its server process is not "
+                         "the one it reported at connect): the benchmarks measure PostgreSQL "
+                         "itself, with prepared statements a transaction pooler does not "
+                         "keep; give the URL of the server itself")
+
+
 def _run_all(args: argparse.Namespace, chosen: list[Scenario], chosen_cases: list[Case],
              say: Callable[[str], None]) -> list[Result]:
     from hivenet_db.bench.cases import CaseRun
@@ -503,6 +520,7 @@ def _run_all(args: argparse.Namespace, chosen: list[Scenario], chosen_cases: lis
 
     if args.url:
         url = libpq_url(args.url)
+        _refuse_a_pooler(url)
         migrate.upgrade(url)
         return ([r for s in chosen if (r := one(url, s)) is not None]
                 + [case(url, c) for c in chosen_cases])

@@ -18,6 +18,7 @@ candidate in the same run, rounds alternating, and gives a ``Result`` like the s
 - ``requests_batch_100``: 100 new keys begun and finished in one transaction with
   ``RequestRepository.begin_many`` + ``finish_many`` against ``begin`` + ``finish`` of each
   key, on the same connections (keys per second).
+- ``time_id_vs_uuidv7`` (PostgreSQL 18): ``next_time_id`` against ``uuidv7()``, for reference.
 - ``prepare_scopes``: preparing 10,000 scopes (``hivenet.prepare_scope``, 500 a transaction,
   as ``hivenet-db prepare``) against creating 10,000 bare sequences in the same transactions
   (seconds for all).
@@ -42,9 +43,10 @@ from typing import Any
 
 import psycopg
 
-from hivenet_db.bench import BenchError, CpuMeter, Result, pgbench
+from hivenet_db.bench import BenchError, CpuMeter, Result, Scenario, pgbench, run_scenario
 from hivenet_db.bench.handwritten_keys import _rate
 from hivenet_db.requests import RequestRepository
+from hivenet_db.tools.embedded_postgres import find_bin_dir
 from hivenet_db.tools.proc_stat import cpu_seconds
 
 Say = Callable[[str], None]
@@ -436,3 +438,34 @@ def requests_batch(run: CaseRun) -> Result:
         for conn in conns:
             conn.close()
     return result
+
+
+# --- time_id_vs_uuidv7 ------------------------------------------------------------------
+
+TIME_ID_VS_UUIDV7 = ("next_time_id (bench_time_id, as scenario time_id_nextval) vs PostgreSQL "
+                     "18's uuidv7(), one per transaction, 16 clients: for reference, no goal "
+                     "(a uuid takes 128 bits and prints no readable time); PostgreSQL 18 only")
+_UUIDV7 = Path(__file__).with_name("scenarios") / "_time_id_vs_uuidv7"
+
+
+def _major_version() -> int:
+    """The major version of the PostgreSQL binaries the runner's server would use."""
+    out = subprocess.run([str(find_bin_dir() / "postgres"), "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    return int(out.split()[-1].split(".")[0])
+
+
+def uuidv7_missing() -> str | None:
+    major = _major_version()
+    return None if major >= 18 else f"uuidv7() is PostgreSQL 18's; these binaries are {major}"
+
+
+def time_id_vs_uuidv7(run: CaseRun) -> Result:
+    with psycopg.connect(run.url) as conn:
+        if conn.info.server_version < 180000:
+            raise BenchError(f"time_id_vs_uuidv7: uuidv7() is PostgreSQL 18's; the server is "
+                             f"{conn.info.server_version // 10000}")
+    scenario = Scenario(name="time_id_vs_uuidv7", folder=_UUIDV7,
+                        description=TIME_ID_VS_UUIDV7)
+    return run_scenario(run.url, scenario, run.rounds, run.clients, run.seconds, run.say,
+                        run.meter, small=run.quick)

@@ -53,7 +53,8 @@ def _rate(conn: Connection, call: Callable[[], object], seconds: float,
 
 def measure(url: str, rounds: int, seconds: float, say: Callable[[str], None]) -> Result:
     result = Result(scenario=NAME, description=DESCRIPTION, clients=1, seconds=int(seconds))
-    with engine_for(url) as engine, engine.connect() as conn:
+    # psycopg prepares what runs often, as on an application's connection to PostgreSQL itself
+    with engine_for(url, prepared=True) as engine, engine.connect() as conn:
         conn.execute(text("CREATE SEQUENCE IF NOT EXISTS public.bench_python_seq"))
         conn.execute(text("SELECT hivenet.prepare_scope('unified', '{\"system\": \"C0001\", "
                           "\"module\": \"A01\", \"instance\": \"01\"}')"))

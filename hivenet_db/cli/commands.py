@@ -130,9 +130,11 @@ def _serials(commands: Commands) -> None:
     p = commands.add(
         "next", "serials:cmd_next", "issue serials (committed before they are printed)",
         examples=[f"next unified {SCOPE_EXAMPLE}",
-                  f"next interface {SCOPE_EXAMPLE} --target B0001 -n 100 --json"],
+                  f"next interface {SCOPE_EXAMPLE} --target B0001 -n 100 --json",
+                  "next time_id -n 3"],
         description="Issue COUNT serials of FORMAT: unified, system, interface, id_service, "
-        "merchant_trade, per_second or a custom format. Prints one serial per line; --json: "
+        "merchant_trade, per_second, time_id (numeric ids: (yyMMddHHmmss << 14) | seq) or a "
+        "custom format. Prints one serial per line; --json: "
         "one JSON object per line (JSON Lines) with the parsed fields too. Serials are "
         "committed and printed 10,000 at a time, so output streams whatever the count (after "
         "a failure, the serials printed are issued). With a terminal on stderr, a progress "
@@ -147,9 +149,10 @@ def _serials(commands: Commands) -> None:
 
     p = commands.add(
         "parse", "serials:cmd_parse", "show the format and fields of a serial",
-        examples=["parse C0001A0101201507100123456789"],
+        examples=["parse C0001A0101201507100123456789", "parse 4102768558080001"],
         description="Parse SERIAL. Without --format the standard's kinds are told apart by "
-        "length (28 unified, 30 system, 39 interface).")
+        "length (28 unified, 30 system, 39 interface), and any other number is a time id of "
+        "format time_id.")
     p.add_argument("serial")
     p.add_argument("--format", help="format name (needed for other formats)")
 
@@ -201,12 +204,14 @@ def _maintain(commands: Commands) -> None:
         description="Run hivenet.fence_failover(): move every counter (scope sequences, "
         "shared fallback counters) forward by --gap, so that a standby promoted after an "
         "asynchronous failover never issues a serial its old primary issued in the WAL it "
-        "never got. Choose the gap >= peak serials per second of one format x maximum replication "
-        "lag in seconds (docs/operations.md, Failover). Does nothing when this timeline was "
-        "fenced already (--force fences again). Counters whose period cannot hold the gap "
-        "are parked (HN010 until their next period) and listed.")
+        "never got. Its first allocation does the same with the setting failover_gap; this fences before "
+        "traffic (an HA manager's hook: docs/operations.md, Failover). Choose the gap >= "
+        "peak serials per second of one format x the longest stretch of commits a failover "
+        "loses. Does nothing when this timeline was fenced already (--force fences again). "
+        "Counters whose period cannot hold the gap are parked (HN010 until their next "
+        "period) and listed.")
     p.add_argument("--gap", type=int, default=None,
-                   help="how far to move each counter (default 100000)")
+                   help="how far to move each counter (default: the setting failover_gap)")
     p.add_argument("--force", action="store_true",
                    help="fence again although this timeline was fenced already")
 
@@ -216,7 +221,7 @@ def _audit(commands: Commands) -> None:
         "audit", "audit:cmd_audit", "check the audit chain of a namespace of keyed requests",
         examples=["audit verify payments --url postgresql://admin@db/app"],
         description="Check the hash chain of NAMESPACE (set_namespace_policy(namespace, "
-        "p_audit_chain => true)) with hivenet.verify_audit_chain: exit status 0 and \"chain "
+        "audit_chain => true)) with hivenet.verify_audit_chain: exit status 0 and \"chain "
         "of N attempts intact\" with the chain's head (keep it elsewhere: a chain rewritten "
         "after a change gives another head), or 3 naming the first changed or deleted "
         "attempt (docs/guides/idempotency.md, Audit).")

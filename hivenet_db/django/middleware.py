@@ -86,7 +86,8 @@ class Options:
     #: outcome (replayed) before 409; None: 409 at once
     wait: float | timedelta | None = None
     #: where the waiters listen (``hivenet_db.waiting``): a libpq URL reaching PostgreSQL
-    #: directly or through a session pooler; None: the database's own URL
+    #: directly or through a session pooler; None: the database's own URL where it reaches
+    #: PostgreSQL itself (through a pooler: a warning, and waits look again at intervals)
     listen_url: str | None = None
 
     @classmethod
@@ -192,8 +193,10 @@ class IdempotencyMiddleware:
                 self.options.namespace, key)
 
     def _listener(self) -> FinishListener:
-        url = self.options.listen_url or libpq_url(database_url(self.options.database))
-        return FinishListener.shared(url)
+        if self.options.listen_url is not None:
+            return FinishListener.shared(self.options.listen_url)
+        return FinishListener.shared(libpq_url(database_url(self.options.database)),
+                                     direct_only=True)
 
     def _run(self, request: HttpRequest, key: str, attempt: int) -> HttpResponseBase:
         database = self.options.database

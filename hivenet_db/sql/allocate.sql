@@ -5,8 +5,10 @@
 -- p_count serials of format p_format for field values p_values from counter p_seq (the
 -- scope's own sequence, or the format's fallback counter; p_scope names it in messages), printed
 -- at the clock's time in the business time zone, never before the latest instant the counter
--- has issued (its clock sequence, formats with a clock_unit). HN010 when the period is
--- exhausted.
+-- has issued (its clock sequence, formats with a clock_unit, else the counter's period). A
+-- numeric format's serials are its bigints' digits (time_ids.sql). HN010 when the period is
+-- exhausted; a clock behind that latest instant follows the format's clock policy
+-- (_clock_behind: it may wait, or refuse with HN011).
 CREATE FUNCTION hivenet._issue(p_seq regclass, p_format hivenet.format, p_values text[],
     p_count integer, p_scope text) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -22,16 +24,35 @@ DECLARE
     v_latest bigint;  -- the latest instant issued by the counter, in p_format.clock_unit
     v_read bigint;    -- ... as read from its clock sequence when this call started
     v_instant bigint;
+    v_behind_asked boolean := false;
+    v_fields bigint;  -- a numeric format's fields, in their bits
 BEGIN
+    IF p_format.time_shift IS NOT NULL THEN
+        v_fields := hivenet._time_id_fields(p_format, p_values);
+    END IF;
     IF p_format.clock_unit IS NOT NULL THEN
         -- Read once, before any value is drawn: every call that returned before this one
         -- started has raised it to what it printed.
         v_clock := hivenet._clock_sequence(p_seq);
         v_read := coalesce(pg_sequence_last_value(v_clock), 0);
         v_latest := v_read;
+        IF v_read > hivenet._period_index(v_local, p_format.clock_unit) THEN
+            v_local := hivenet._clock_behind(p_format.name,
+                hivenet._period_start(v_read, p_format.clock_unit), v_local);
+            v_period := hivenet._period_index(v_local, p_format.reset);
+            v_behind_asked := true;
+        END IF;
     END IF;
     FOR i IN 1 .. p_count LOOP
         v_raw := nextval(p_seq);
+        IF i = 1 AND v_raw / p_format.stride > v_period AND NOT v_behind_asked THEN
+            -- The counter is in a later period than the clock: the clock went back (or the
+            -- format borrowed). Asked for the counter as the call found it, not for what the
+            -- call's own values borrow.
+            v_local := hivenet._clock_behind(p_format.name,
+                hivenet._period_start(v_raw / p_format.stride, p_format.reset), v_local);
+            v_period := hivenet._period_index(v_local, p_format.reset);
+        END IF;
         IF v_raw / p_format.stride < v_period
            OR v_raw % p_format.stride NOT BETWEEN 1 AND p_format.capacity THEN
             v_raw := hivenet._advance(p_seq, p_format, v_period, p_scope);
@@ -51,10 +72,16 @@ BEGIN
             END IF;
             v_latest := greatest(v_latest, v_instant);
         END IF;
-        -- concat, not ||: to_char of an empty pattern is NULL.
-        v_out := v_out || concat(to_char(v_print, v_head),
-                                 lpad((v_raw % p_format.stride)::text, p_format.seq_width, '0'),
-                                 to_char(v_print, v_tail));
+        IF p_format.time_shift IS NOT NULL THEN
+            v_out := v_out || ((to_char(v_print, v_head)::bigint << p_format.time_shift)
+                               | v_fields | v_raw % p_format.stride)::text;
+        ELSE
+            -- concat, not ||: to_char of an empty pattern is NULL.
+            v_out := v_out || concat(to_char(v_print, v_head),
+                                     lpad((v_raw % p_format.stride)::text, p_format.seq_width,
+                                          '0'),
+                                     to_char(v_print, v_tail));
+        END IF;
     END LOOP;
     IF v_latest > v_read THEN
         PERFORM hivenet._raise_clock(v_clock, v_latest);
@@ -64,17 +91,20 @@ END $$;
 
 -- The core of every next_* function: p_count serials of format p_format, the field values
 -- given by name in p_fields (a JSON object), or, when p_values is not NULL, in p_values in the
--- format's field order (the next_<kind>_serial functions: no JSON on their path).
+-- format's field order (the next_<kind>_serial functions: no JSON on their path); of a
+-- numeric format (time_ids.sql) when p_numeric, of a text one when not.
 -- Raises HN001 (bad format, field or count), HN002 (registry; a scope not prepared, unless
--- its format shares a fallback counter: fallback.sql), HN010 (period exhausted).
+-- its format shares a fallback counter: fallback.sql), HN010 (period exhausted), HN011 (the
+-- clock is behind and the format's clock policy refuses).
 -- Never waits for another transaction; may wait a moment for another allocation's period
 -- reset (the advisory lock is held for one setval, never until commit), and an unprepared
 -- scope's allocation waits for a prepare_scope() or maintain() preparing scopes of the format
--- to commit.
+-- to commit. A server session's first allocation checks the timeline first (_check_timeline,
+-- failover.sql): the first on a new one fences it, or waits for the session fencing it.
 -- The common case is one query, one regex match, no loop over segments; the slow paths (bad
 -- input, an unprepared scope, period reset) are helpers (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[],
-    p_count integer) RETURNS text[]
+    p_count integer, p_numeric boolean DEFAULT false) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     -- Settings and format from generated constants (compile.sql): no query on the hot path.
@@ -84,6 +114,9 @@ DECLARE
     v_scope text;
     v_seq regclass;
 BEGIN
+    IF current_setting('hivenet.timeline_checked', true) IS DISTINCT FROM 'true' THEN
+        PERFORM hivenet._check_timeline();
+    END IF;
     IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('format %s: count %s must be from 1 to 1000000',
@@ -96,6 +129,11 @@ BEGIN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('unknown format %s', hivenet._shown(p_format));
         END IF;
+    END IF;
+    IF (v_format.time_shift IS NOT NULL) <> p_numeric THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format(CASE WHEN p_numeric
+            THEN 'format %s is a text format: next_serial issues it'
+            ELSE 'format %s is numeric (a bigint): next_time_id issues it' END, v_format.name);
     END IF;
     IF v_values IS NULL THEN
         v_values := hivenet._field_values(v_format, p_fields);
@@ -133,8 +171,11 @@ END $$;
 -- hivenet.next_serial(format, fields) → text: one serial of any format, fields by name,
 --   e.g. next_serial('unified', '{"system":"C0001","module":"A01","instance":"01"}').
 --   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
-CREATE FUNCTION hivenet.next_serial(p_format text, p_fields jsonb) RETURNS text
+CREATE FUNCTION hivenet.next_serial(format text, fields jsonb) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_format ALIAS FOR format; p_fields ALIAS FOR fields;
 BEGIN
     RETURN (hivenet._allocate(p_format, p_fields, NULL, 1))[1];
 END $$;
@@ -143,10 +184,12 @@ END $$;
 --   in increasing order. HN001 unless 1 <= n <= the setting max_serials_per_call (10,000 by
 --   default): one call for a million would hold its backend for many seconds and take a
 --   million of the scope's capacity for the period. Larger batches take several calls.
-CREATE FUNCTION hivenet.next_serials(p_format text, p_fields jsonb, p_n integer)
+CREATE FUNCTION hivenet.next_serials(format text, fields jsonb, n integer)
 RETURNS SETOF text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_format ALIAS FOR format; p_fields ALIAS FOR fields; p_n ALIAS FOR n;
     v_limit integer := hivenet._setting_constant('max_serials_per_call')::integer;
 BEGIN
     IF p_n > v_limit THEN
@@ -161,25 +204,25 @@ END $$;
 --   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction. Inlined (see
 --   _fast_unified): the fast path, else next_serial (_allocate: the checks, the exact errors,
 --   the slow paths), which the caller may run without the right to call _allocate.
-CREATE FUNCTION hivenet.next_unified_serial(p_system text, p_module text, p_instance text)
+CREATE FUNCTION hivenet.next_unified_serial(system text, module text, instance text)
 RETURNS text
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT coalesce(hivenet._fast_unified(p_system, p_module, p_instance),
+    SELECT coalesce(hivenet._fast_unified(system, module, instance),
                     hivenet.next_serial('unified', jsonb_build_object(
-                        'system', p_system, 'module', p_module, 'instance', p_instance)));
+                        'system', system, 'module', module, 'instance', instance)));
 END;
 
 -- hivenet.next_system_serial(system, module, instance) → text (30 characters)
 --   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction. Inlined, as
 --   next_unified_serial.
-CREATE FUNCTION hivenet.next_system_serial(p_system text, p_module text, p_instance text)
+CREATE FUNCTION hivenet.next_system_serial(system text, module text, instance text)
 RETURNS text
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT coalesce(hivenet._fast_system(p_system, p_module, p_instance),
+    SELECT coalesce(hivenet._fast_system(system, module, instance),
                     hivenet.next_serial('system', jsonb_build_object(
-                        'system', p_system, 'module', p_module, 'instance', p_instance)));
+                        'system', system, 'module', module, 'instance', instance)));
 END;
 
 -- The next_interface_serial function is plpgsql, not sql: its serial prints the time of day,
@@ -187,9 +230,13 @@ END;
 
 -- hivenet.next_interface_serial(system, module, instance, target) → text (39 characters)
 --   HN001 / HN002 / HN010 as _allocate. Never waits for another transaction.
-CREATE FUNCTION hivenet.next_interface_serial(p_system text, p_module text, p_instance text,
-    p_target text) RETURNS text
+CREATE FUNCTION hivenet.next_interface_serial(system text, module text, instance text,
+    target text) RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_system ALIAS FOR system; p_module ALIAS FOR module; p_instance ALIAS FOR instance;
+    p_target ALIAS FOR target;
 BEGIN
     RETURN (hivenet._allocate('interface', NULL,
                               ARRAY[p_system, p_module, p_instance, p_target], 1))[1];

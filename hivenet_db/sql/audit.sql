@@ -161,11 +161,13 @@ END $$;
 --   was off are not in it.
 --   HN001: the namespace never had an audit chain. Reads the namespace's attempts; blocks
 --   nothing (a link appended meanwhile is after the head it read).
-CREATE FUNCTION hivenet.verify_audit_chain(p_namespace text)
+CREATE FUNCTION hivenet.verify_audit_chain(namespace text)
 RETURNS TABLE (attempts bigint, links bigint, head bytea, "position" bigint, key text,
                attempt integer, problem text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_namespace ALIAS FOR namespace;
     v_chain hivenet.request_chain;
     v_link record;
     v_previous bytea;
@@ -175,7 +177,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('namespace %s has no audit chain (set_namespace_policy(namespace, '
-                             'p_audit_chain => true) starts one)', hivenet._shown(p_namespace));
+                             'audit_chain => true) starts one)', hivenet._shown(p_namespace));
     END IF;
     attempts := 0;
     head := v_chain.head;

@@ -104,10 +104,13 @@ END $$;
 --   never deadlock on each other (a transaction that began some of the keys one by one, in
 --   another order, may: PostgreSQL then rolls one back with 40P01).
 CREATE FUNCTION hivenet.begin_requests(
-    p_namespace text, p_keys text[], p_requests jsonb[], p_lease interval DEFAULT NULL)
+    namespace text, keys text[], requests jsonb[], lease interval DEFAULT NULL)
 RETURNS TABLE (key text, outcome text, attempt integer, response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_namespace ALIAS FOR namespace; p_keys ALIAS FOR keys; p_requests ALIAS FOR requests;
+    p_lease ALIAS FOR lease;
     v_policy hivenet.request_namespace;
     v_started text[];
     v_outcomes text[];
@@ -180,10 +183,14 @@ END $$;
 --   HN001 for the whole call as begin_requests (namespace, keys, responses; NULL, lengths,
 --   1,000 keys, a key NULL or given twice), attempts or succeeded NULL or not as long as keys.
 CREATE FUNCTION hivenet.finish_requests(
-    p_namespace text, p_keys text[], p_attempts integer[], p_succeeded boolean[],
-    p_responses jsonb[])
+    namespace text, keys text[], attempts integer[], succeeded boolean[],
+    responses jsonb[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_keys ALIAS FOR keys; p_attempts ALIAS FOR attempts;
+    p_succeeded ALIAS FOR succeeded; p_responses ALIAS FOR responses;
 BEGIN
     PERFORM hivenet._check_batch(p_namespace, p_keys, 'responses', p_responses, NULL);
     IF cardinality(p_attempts) IS DISTINCT FROM cardinality(p_keys)

@@ -4,8 +4,9 @@
 -- of schema hivenet: no migration applies this file, and it leaves nothing behind but the
 -- roles and grants below.
 --
--- This file only defines two temporary functions (pg_temp, gone with the session), so that
--- the command passes the owner as a parameter and gets back one row per action. Identifiers
+-- This file only defines two temporary functions (pg_temp), so that the command passes the
+-- owner as a parameter and gets back one row per action; the command drops them in the same
+-- transaction (through a pooler, the session serves other clients afterwards). Identifiers
 -- are quoted with format('%I'). No password is ever set, stored or shown here: the owner and
 -- the login roles are created, with their passwords, by the administrator.
 

@@ -25,12 +25,15 @@ CREATE INDEX claim_record_expiry ON hivenet.claim_record (expires_at)
     WHERE expires_at IS NOT NULL;
 
 -- Whether p_value is a valid namespace or key: 1 to 255 characters, none of them a control
--- character. The one rule for the names and keys of claims and keyed requests (requests.sql).
--- Inlined into the fast paths (claim, _request_start_valid): no function runs.
+-- or an invisible character (_unseen_characters, settings.sql). The one rule for the names
+-- and keys of claims and keyed requests (requests.sql). Inlined into the fast paths (claim,
+-- _request_start_valid): no function runs.
 CREATE FUNCTION hivenet._name_valid(p_value text) RETURNS boolean
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
-    SELECT length(p_value) BETWEEN 1 AND 255 AND p_value !~ '[\x01-\x1f\x7f-\x9f]';
+    -- No BETWEEN: it parses into a nested AND, which the revision's copy would not be.
+    SELECT length(p_value) >= 1 AND length(p_value) <= 255
+       AND p_value !~ hivenet._unseen_characters();
 END;
 
 -- HN001 unless p_value is a valid namespace or key (p_what names which: 'namespace', 'key',
@@ -49,6 +52,11 @@ BEGIN
     ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('%s %s contains a control character', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ hivenet._unseen_characters() THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains an invisible character (a Unicode format or '
+                             'separator character, shown as its code)', p_what,
                              hivenet._shown(p_value));
     ELSIF p_what LIKE '%namespace' AND left(p_value, 8) = 'hivenet.' THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
@@ -124,9 +132,12 @@ END $$;
 --   (retry) instead.
 --   The wait is the primary key's own (the insert waits for the transaction holding the same
 --   key): claims of distinct keys never wait on each other.
-CREATE FUNCTION hivenet.claim(p_namespace text, p_key text, p_nowait boolean DEFAULT false)
+CREATE FUNCTION hivenet.claim(namespace text, key text, nowait boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key; p_nowait ALIAS FOR nowait;
 BEGIN
     IF p_nowait THEN
         -- The table's lock first, waited for as by any statement (as claim_interface_serial,
@@ -156,8 +167,11 @@ END $$;
 --   expire after expiry (NULL: never). Raises HN001 when namespace is not valid (as claim()
 --   takes it), or expiry is not positive or longer than 10 years. Runs in the caller's
 --   transaction; blocks only a concurrent change of the same namespace.
-CREATE FUNCTION hivenet.set_claim_expiry(p_namespace text, p_expiry interval) RETURNS void
+CREATE FUNCTION hivenet.set_claim_expiry(namespace text, expiry interval) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_expiry ALIAS FOR expiry;
 BEGIN
     PERFORM hivenet._check_name('claim namespace', p_namespace);
     PERFORM hivenet._check_interval(format('claim expiry of namespace %s',

@@ -6,8 +6,9 @@
 -- caller's: created there, it would vanish with a rollback and start over (reissuing serials,
 -- guarantee 2), and make every other first user wait for the commit. So scopes are prepared
 -- before use: register_module (the instances this database owns), prepare_scope and
--- `hivenet-db prepare`; a format whose counter key is empty (per_second) has one scope,
--- prepared when the format is defined. An allocation for a scope that has no sequence is
+-- `hivenet-db prepare`; a format whose counter key is empty (per_second, time_id) has one
+-- scope, prepared when the format is defined (parked where this database may not issue it:
+-- ownership.sql). An allocation for a scope that has no sequence is
 -- refused (HN002, naming the scope and how to prepare it), unless its format opts in to the
 -- shared fallback counter (fallback.sql).
 
@@ -136,6 +137,23 @@ BEGIN
     END IF;
 END $$;
 
+-- Creates counter p_name (the scope's live name, seq_X, or its parked one, off_X:
+-- ownership.sql) of scope p_scope of format p_format, empty, and its clock (a format with a
+-- clock_unit; named after the live name), and records the scope.
+CREATE FUNCTION hivenet._create_scope_counter(p_format hivenet.format, p_scope text,
+    p_fields jsonb, p_name text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', p_name);
+    PERFORM hivenet._grant_counter(p_name);  -- for the fast path, run as the caller
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(hivenet._scope_sequence_name(p_format.name, p_scope), 0);
+    END IF;
+    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
+    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), p_name)
+    ON CONFLICT DO NOTHING;
+END $$;
+
 -- Gives scope p_scope of format p_format its own sequence and records the scope. p_drawn:
 -- whether the scope drew from its format's fallback counter (NULL: unknown). One that drew,
 -- or may have, continues after every value that counter has issued, and its clock (a format
@@ -146,9 +164,10 @@ END $$;
 -- back later can never bring it into a period whose serials the fallback printed. A start
 -- set for a scope that did not draw (or may not have) is its next value (is_called false):
 -- its sequence shows nothing issued until it issues (_has_issued).
--- Commits with the caller, who must be the owner's maintain(), prepare_scope() or
--- define_format(): holds the format's cold lock exclusive until then, so allocations from the
--- fallback of the format wait for that commit (a short transaction) and then see the new
+-- Checks the timeline first (failover.sql): on a new one, the fallback's values it starts
+-- from are fenced ones. Commits with the caller, who must be the owner's maintain() or
+-- prepare_scope(): holds the format's cold lock exclusive until then, so allocations from
+-- the fallback of the format wait for that commit (a short transaction) and then see the new
 -- sequence. Safe to run twice.
 CREATE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb,
     p_drawn boolean) RETURNS void
@@ -158,13 +177,13 @@ DECLARE
     v_fallback regclass;
     v_issued bigint;  -- the fallback's last value, NULL before its first
 BEGIN
+    PERFORM hivenet._check_timeline();
     PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
     -- Another promotion of the scope may have committed while we waited for the lock.
     IF hivenet._committed_sequence(v_name) IS NOT NULL THEN
         RETURN;
     END IF;
-    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
-    PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
+    PERFORM hivenet._create_scope_counter(p_format, p_scope, p_fields, v_name);
     v_fallback := ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
     v_issued := pg_sequence_last_value(v_fallback);
     IF v_issued > 0 AND p_drawn THEN
@@ -176,13 +195,10 @@ BEGIN
                      hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
                      p_format.reset)) * p_format.stride END, false);
     END IF;
-    IF p_format.clock_unit IS NOT NULL THEN
-        PERFORM hivenet._create_clock(v_name, CASE WHEN p_drawn IS NOT FALSE THEN
-            pg_sequence_last_value(hivenet._clock_sequence(v_fallback)) ELSE 0 END);
+    IF p_format.clock_unit IS NOT NULL AND p_drawn IS NOT FALSE THEN
+        PERFORM hivenet._create_clock(v_name,
+            pg_sequence_last_value(hivenet._clock_sequence(v_fallback)));
     END IF;
-    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
-    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), v_name)
-    ON CONFLICT DO NOTHING;
 END $$;
 
 -- Whether the scope whose counter is sequence p_sequence_name (NULL: a scope that drew from
@@ -213,10 +229,13 @@ $$;
 
 -- Makes the counters every format has: its shared fallback counter (and that counter's clock,
 -- for a format with a clock_unit: fallback.sql), and, for a format with one scope, that scope,
--- prepared, where this database may issue the format (ownership.sql; a fresh install, which
--- has no such setting yet, may).
+-- prepared (parked where this database may not issue the format: ownership.sql; a fresh
+-- install, which has no such setting yet, may). The format is new: its fallback has issued
+-- nothing, so the scope starts empty and owes the timeline no check (_promote_scope).
 CREATE FUNCTION hivenet._make_format_counters(p_format hivenet.format) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_name text := hivenet._scope_sequence_name(p_format.name, '');
 BEGIN
     EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
                    hivenet._cold_sequence_name(p_format.name));
@@ -228,10 +247,10 @@ BEGIN
         IF coalesce(hivenet._setting_value('owned_instances'), 'all') <> 'all' THEN
             IF hivenet._not_owned(p_format, NULL, hivenet._setting_value('owned_instances'),
                    hivenet._setting_value('single_primary_formats')::boolean) IS NOT NULL THEN
-                RETURN;
+                v_name := 'off_' || substr(v_name, 5);
             END IF;
         END IF;
-        PERFORM hivenet._promote_scope(p_format, '', '{}', false);
+        PERFORM hivenet._create_scope_counter(p_format, '', '{}', v_name);
     END IF;
 END $$;
 
@@ -263,9 +282,11 @@ SELECT hivenet._make_format_counters(f) FROM hivenet.format f ORDER BY f.name;
 --   issued serials in the current period, it waits at most a second for those still in
 --   flight. HN001 for an unknown format or bad field values; HN002 for an instance (or a
 --   format) this database does not own (ownership.sql).
-CREATE FUNCTION hivenet.prepare_scope(p_format text, p_fields jsonb) RETURNS void
+CREATE FUNCTION hivenet.prepare_scope(format text, fields jsonb) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_format ALIAS FOR format; p_fields ALIAS FOR fields;
     v_format hivenet.format;
     v_fields jsonb;
     v_values text[];
@@ -292,6 +313,8 @@ BEGIN
     IF v_new = '{}' THEN
         RETURN;
     END IF;
+    -- Before any lock (failover.sql): on a new timeline, the fence comes first.
+    PERFORM hivenet._check_timeline();
     v_drawn := hivenet._fallback_drawn(v_format);
     FOR v_fields IN SELECT jsonb_build_object('scope', n.key, 'fields', n.value)
                     FROM jsonb_each(v_new) AS n ORDER BY n.key LOOP

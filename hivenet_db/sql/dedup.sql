@@ -233,10 +233,13 @@ END $$;
 --   The wait is the unique index's own (the insert waits for the transaction holding the
 --   same key): a claim takes no other lock than the table's, so claims of distinct serials
 --   never wait on each other.
-CREATE FUNCTION hivenet.claim_interface_serial(p_serial text, p_unified_serial text DEFAULT NULL,
-    p_system_serial text DEFAULT NULL, p_nowait boolean DEFAULT false) RETURNS void
+CREATE FUNCTION hivenet.claim_interface_serial(serial text, unified_serial text DEFAULT NULL,
+    system_serial text DEFAULT NULL, nowait boolean DEFAULT false) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_serial ALIAS FOR serial; p_unified_serial ALIAS FOR unified_serial;
+    p_system_serial ALIAS FOR system_serial; p_nowait ALIAS FOR nowait;
     v_mark text;  -- an assignment is a simple expression; PERFORM would run the executor
 BEGIN
     IF p_nowait THEN

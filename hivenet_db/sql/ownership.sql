@@ -207,12 +207,12 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Trigger on hivenet.setting, for owned_instances and single_primary_formats: writes the
--- instances canonically (HN001 when malformed), refuses a change that leaves a scope of this
--- database that has issued serials outside what it may issue (HN001 naming one: give the
--- instances up with own_instances(..., p_force => true), which parks them first), parks the
--- prepared scopes given up that have issued nothing, and restores the parked scopes that the
--- new value allows again. SECURITY DEFINER: an administrator's plain UPDATE
--- renames the owner's sequences.
+-- instances canonically (HN001 when malformed), parks the scopes it leaves outside what this
+-- database may issue that have issued nothing (prepared and never used: _has_issued),
+-- refuses a change that leaves any other scope outside (HN001 naming one: give the instances
+-- up with own_instances(..., force => true), which parks them first), and restores the
+-- parked scopes that the new value allows again. SECURITY DEFINER: an administrator's plain
+-- UPDATE renames the owner's sequences.
 CREATE FUNCTION hivenet._ownership_check() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -230,16 +230,22 @@ BEGIN
                     ELSE hivenet._setting_value('owned_instances') END;
     v_single := CASE WHEN NEW.name = 'single_primary_formats' THEN NEW.value::boolean
                      ELSE hivenet._setting_value('single_primary_formats')::boolean END;
+    FOR v_scope IN SELECT s.format, s.scope FROM hivenet._scopes_by_node() s
+                   WHERE left(s.sequence_name, 4) = 'seq_'
+                     AND NOT hivenet._has_issued(s.sequence_name)
+                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+                   ORDER BY s.sequence_name LOOP
+        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
+    END LOOP;
     SELECT s.format, s.scope, s.node INTO v_scope FROM hivenet._scopes_by_node() s
     WHERE (s.sequence_name IS NULL OR left(s.sequence_name, 4) <> 'off_')
       AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
-      AND hivenet._has_issued(s.sequence_name)
     ORDER BY (s.format).name, s.scope LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('setting %s %s: this database has issued serials of format %s '
                              'scope %s, which it would no longer own; give it up with '
-                             'hivenet.own_instances(..., p_force => true), which parks such '
+                             'hivenet.own_instances(..., force => true), which parks such '
                              'scopes (docs/guides/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
                              (v_scope.format).name, hivenet._shown(v_scope.scope));
     END IF;
@@ -248,13 +254,6 @@ BEGIN
                      AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NULL
                    ORDER BY s.sequence_name LOOP
         PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, false);
-    END LOOP;
-    -- Prepared scopes that issued nothing are parked as they are given up, without force.
-    FOR v_scope IN SELECT s.format, s.scope FROM hivenet._scopes_by_node() s
-                   WHERE left(s.sequence_name, 4) = 'seq_'
-                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
-                   ORDER BY s.sequence_name LOOP
-        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
     END LOOP;
     RETURN NEW;
 END $$;
@@ -297,11 +296,14 @@ END $$;
 --   Moving an instance to another database is safe only across a period boundary of its
 --   formats: counters are not carried over (docs/guides/scale-out.md). Commits with the caller;
 --   waits for transactions that use a parked scope. READ COMMITTED only (compile.sql).
-CREATE FUNCTION hivenet.own_instances(p_instances text,
-    p_single_primary_formats boolean DEFAULT NULL, p_force boolean DEFAULT false)
+CREATE FUNCTION hivenet.own_instances(instances text,
+    single_primary_formats boolean DEFAULT NULL, force boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_instances ALIAS FOR instances; p_single_primary_formats ALIAS FOR single_primary_formats;
+    p_force ALIAS FOR force;
     v_owned text := hivenet._canonical_instances(p_instances);
     v_single boolean := coalesce(p_single_primary_formats,
                                  hivenet._setting_value('single_primary_formats')::boolean);

@@ -48,6 +48,9 @@ BEGIN
             hivenet.next_serial(text, jsonb),
             hivenet.next_serials(text, jsonb, integer),
             hivenet.parse_serial(text, text),
+            hivenet.next_time_id(text, jsonb),
+            hivenet.next_time_ids(text, integer, jsonb),
+            hivenet.parse_time_id(bigint, text),
             hivenet.claim_interface_serial(text, text, text, boolean),
             hivenet.call_chain(text),
             hivenet.claim(text, text, boolean),
@@ -73,6 +76,15 @@ BEGIN
             hivenet._format_constant(text),
             hivenet._setting_constant(text),
             hivenet._scope_sequence_name(text, text)
+        TO hivenet_app;
+        -- next_time_id and next_time_ids (time_ids.sql), inlined: their fast paths
+        -- (_fast_time_id, _time_id_batch), and what they call when those give NULL:
+        -- _next_time_id (SECURITY DEFINER, every check of next_time_id), the count's check.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._fast_time_id(text, jsonb),
+            hivenet._time_id_batch(text, jsonb),
+            hivenet._next_time_id(text, jsonb),
+            hivenet._time_id_count(text, integer)
         TO hivenet_app;
         FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s ORDER BY 1 LOOP
             IF to_regclass('hivenet.' || quote_ident(v_counter)) IS NOT NULL THEN
@@ -124,12 +136,14 @@ BEGIN
             hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval)
         TO hivenet_app;
         -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
-        -- callers' clock, the bound on intervals, the rule for names and keys.
+        -- callers' clock, the bound on intervals, the rule for names and keys and the
+        -- characters it refuses (settings.sql).
         GRANT EXECUTE ON FUNCTION
             hivenet._caller_now(timestamptz, text),
             hivenet._longest_interval(),
             hivenet._interval_allowed(interval),
-            hivenet._name_valid(text)
+            hivenet._name_valid(text),
+            hivenet._unseen_characters()
         TO hivenet_app;
     END IF;
 
@@ -141,7 +155,7 @@ BEGIN
                        'hivenet.interface_calls_per_day, hivenet.step_states, '
                        'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
                        'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions, '
-                       'hivenet.business_time_zone TO %I', v_role);
+                       'hivenet.clock_lead, hivenet.business_time_zone TO %I', v_role);
         EXECUTE format('GRANT EXECUTE ON FUNCTION '
                        'hivenet.call_chain(text), '
                        'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
@@ -150,6 +164,8 @@ BEGIN
                        'hivenet._period_index(timestamp, text), '
                        'hivenet._period_start(bigint, text), '
                        'hivenet._scope_counter_value(text), '    -- and request_decisions
+                       'hivenet._scope_sequence_name(text, text), '  -- clock_lead
+                       'hivenet._clock_sequence_name(text), '
                        'hivenet._serial_field(text, text, text), '  -- interface_calls
                        'hivenet._serial_time(text, text), '
                        'hivenet.parse_serial(text, text) '          -- in both, for other formats
@@ -165,6 +181,7 @@ BEGIN
             hivenet._timeline(),  -- `hivenet-db failover-fence` reports this timeline's fence
             hivenet.replication_warning(),
             hivenet.define_format(text, jsonb, boolean, text),
+            hivenet.set_clock_policy(text, text, interval),
             hivenet.prepare_scope(text, jsonb),
             hivenet.register_system(text, text),
             hivenet.register_module(text, text, text),

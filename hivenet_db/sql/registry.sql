@@ -17,9 +17,12 @@ CREATE TABLE hivenet.registered_module (
 
 -- hivenet.register_system(system, description) → void
 --   Registers (or re-describes) a system id. HN001 when it is not 5 characters of [0-9A-Za-z].
-CREATE FUNCTION hivenet.register_system(p_system text, p_description text DEFAULT NULL)
+CREATE FUNCTION hivenet.register_system(system text, description text DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_system ALIAS FOR system; p_description ALIAS FOR description;
 BEGIN
     IF p_system IS NULL OR p_system !~ '^[0-9A-Za-z]{5}$' OR octet_length(p_system) <> 5 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
@@ -38,10 +41,12 @@ END $$;
 --   counts from 1 from its first serial. HN001 for a malformed module, HN002 when the system
 --   is not registered. Commits with the caller: allocations of unprepared scopes of those
 --   formats wait for that commit (prepare_scope).
-CREATE FUNCTION hivenet.register_module(p_system text, p_module text,
-    p_description text DEFAULT NULL) RETURNS void
+CREATE FUNCTION hivenet.register_module(system text, module text,
+    description text DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_system ALIAS FOR system; p_module ALIAS FOR module; p_description ALIAS FOR description;
     v_format text;
 BEGIN
     IF p_module IS NULL OR p_module !~ '^[0-9A-Za-z]{3}$' OR octet_length(p_module) <> 3 THEN

@@ -36,7 +36,7 @@ COMMENT ON VIEW hivenet.interface_calls_per_day IS
 -- hivenet.call_chain(unified_serial) → table: every recorded call of that business
 --   transaction, exactly in the order recorded (call_order). Empty when none is recorded or the
 --   days are past retention. No HN error; reads only, never blocks.
-CREATE FUNCTION hivenet.call_chain(p_unified_serial text)
+CREATE FUNCTION hivenet.call_chain(unified_serial text)
 RETURNS TABLE (interface_serial text, system_serial text, source_system text,
                source_module text, source_instance text, target_system text,
                serial_time timestamp, recorded_at timestamptz)
@@ -44,7 +44,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
            c.source_instance, c.target_system, c.serial_time, c.recorded_at
     FROM hivenet.interface_calls c
-    WHERE c.unified_serial = p_unified_serial
+    WHERE c.unified_serial = call_chain.unified_serial
     ORDER BY c.call_order
 $$;
 
@@ -158,6 +158,48 @@ FROM hivenet.setting s CROSS JOIN (SELECT hivenet.now() AS now) AS c
 WHERE s.name = 'time_zone';
 COMMENT ON VIEW hivenet.business_time_zone IS
     'the business time zone of serials and messages, its offset from UTC, the local time now';
+
+-- hivenet.clock_lead: one row per format that prints a date or a time: its clock policy
+--   (on_clock_behind, max_wait: set_clock_policy, clock_policy.sql), latest_issued (the
+--   business-local start of the latest instant it has issued in any scope, as the counters
+--   keep it: their clocks, else their periods; NULL before its first serial) and lead (how
+--   far that instant is ahead of the database clock, 0 when it is not): how long a clock
+--   that stepped back still has to catch up, during which the format issues at that instant
+--   ('continue'), waits or refuses (HN011). Metric hivenet_clock_lead_seconds. Reads the
+--   clock once; never blocks; one sequence read per scope.
+CREATE VIEW hivenet.clock_lead AS
+WITH clock AS (
+    SELECT hivenet._reporting_local_now() AS local_now
+), latest AS (
+    SELECT f.name AS format, max(CASE WHEN f.clock_unit IS NOT NULL
+        THEN hivenet._period_start(nullif(hivenet._scope_counter_value(
+                 hivenet._clock_sequence_name(c.live_name)), 0), f.clock_unit)
+        ELSE hivenet._period_start(nullif(hivenet._scope_counter_value(c.sequence_name)
+                                          / f.stride, 0), f.reset) END) AS latest_issued
+    FROM hivenet.format f
+    -- Each scope's counter (parked or not) with its clock, which keeps the live name; and
+    -- the format's shared fallback counter and its clock (fallback.sql).
+    JOIN (SELECT s.format, s.sequence_name,
+                 hivenet._scope_sequence_name(s.format, s.scope) AS live_name
+          FROM hivenet.scope s
+          UNION ALL
+          SELECT n.name, 'cold_' || n.name AS sequence_name, 'cold_' || n.name AS live_name
+          FROM hivenet.format n
+         ) AS c ON c.format = f.name
+    GROUP BY f.name
+)
+SELECT f.name AS format, coalesce(p.on_clock_behind, 'continue') AS on_clock_behind,
+       p.max_wait, l.latest_issued,
+       coalesce(greatest(l.latest_issued - c.local_now, interval '0'), interval '0') AS lead
+FROM hivenet.format f
+JOIN latest l ON l.format = f.name
+CROSS JOIN clock c
+LEFT JOIN hivenet.clock_policy p ON p.format = f.name
+WHERE jsonb_path_exists(f.segments, '$[*].time')
+ORDER BY f.name;
+COMMENT ON VIEW hivenet.clock_lead IS
+    'per format printing a time: its clock policy, the latest instant it issued and how far '
+    'that is ahead of the clock';
 
 -- Keyed requests (requests.sql).
 

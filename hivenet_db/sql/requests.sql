@@ -474,20 +474,18 @@ END $$;
 --   _begin_request, run only when the first branch wrote nothing (a UNION ALL under LIMIT 1,
 --   as begin_step's).
 CREATE FUNCTION hivenet.begin_request(
-    p_namespace text, p_key text, p_request jsonb DEFAULT NULL,
-    p_on_success text DEFAULT 'replay', p_lease interval DEFAULT NULL,
-    p_nowait boolean DEFAULT false, p_wait interval DEFAULT NULL)
+    namespace text, key text, request jsonb DEFAULT NULL, on_success text DEFAULT 'replay',
+    lease interval DEFAULT NULL, nowait boolean DEFAULT false, wait interval DEFAULT NULL)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
     -- With a wait, not the view: its INSERT would wait for a concurrent start unbounded.
     (SELECT 'started'::text, 1, NULL::jsonb
-     WHERE hivenet._start_request(p_namespace, p_key, p_request, p_on_success, p_lease,
-                                  p_nowait OR p_wait IS NOT NULL)
+     WHERE hivenet._start_request(namespace, key, request, on_success, lease,
+                                  nowait OR wait IS NOT NULL)
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
-     FROM hivenet._begin_request(p_namespace, p_key, p_request, p_on_success, p_lease,
-                                 p_nowait, p_wait) b)
+     FROM hivenet._begin_request(namespace, key, request, on_success, lease, nowait, wait) b)
     LIMIT 1;
 END;
 
@@ -572,11 +570,13 @@ END $$;
 --   When a client waits for the attempt's outcome (watch_request), notifies channel
 --   hivenet_request_finished at commit with payload the JSON array [namespace, key].
 CREATE FUNCTION hivenet.finish_request(
-    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean,
-    p_response jsonb DEFAULT NULL)
+    namespace text, key text, attempt integer, succeeded boolean, response jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key; p_attempt ALIAS FOR attempt;
+    p_succeeded ALIAS FOR succeeded; p_response ALIAS FOR response;
     v_chained boolean;
     v_awaited boolean;
 BEGIN
@@ -610,10 +610,14 @@ END $$;
 --   HN033 as finish_request; HN001 when note is empty or succeeded NULL. Blocks like finish.
 --   Wakes the waiters of the key as finish_request does.
 CREATE FUNCTION hivenet.resolve_request(
-    p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text,
-    p_response jsonb DEFAULT NULL)
+    namespace text, key text, attempt integer, succeeded boolean, note text,
+    response jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key; p_attempt ALIAS FOR attempt;
+    p_succeeded ALIAS FOR succeeded; p_note ALIAS FOR note; p_response ALIAS FOR response;
 BEGIN
     PERFORM hivenet._resolve_attempt(p_namespace, p_key, p_attempt, p_succeeded, p_note,
                                      p_response);
@@ -642,13 +646,18 @@ END $$;
 --   1..255, key_pattern not a regular expression, on_failure neither 'retry' nor 'final',
 --   expire_after negative or longer than 10 years.
 CREATE FUNCTION hivenet.set_namespace_policy(
-    p_namespace text, p_retention interval DEFAULT NULL, p_fingerprint text DEFAULT NULL,
-    p_on_failure text DEFAULT NULL, p_expire_after interval DEFAULT NULL,
-    p_key_min_length integer DEFAULT NULL, p_key_pattern text DEFAULT NULL,
-    p_audit_chain boolean DEFAULT NULL)
+    namespace text, retention interval DEFAULT NULL, fingerprint text DEFAULT NULL,
+    on_failure text DEFAULT NULL, expire_after interval DEFAULT NULL,
+    key_min_length integer DEFAULT NULL, key_pattern text DEFAULT NULL,
+    audit_chain boolean DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
 DECLARE
+    p_namespace ALIAS FOR namespace; p_retention ALIAS FOR retention;
+    p_fingerprint ALIAS FOR fingerprint; p_on_failure ALIAS FOR on_failure;
+    p_expire_after ALIAS FOR expire_after; p_key_min_length ALIAS FOR key_min_length;
+    p_key_pattern ALIAS FOR key_pattern; p_audit_chain ALIAS FOR audit_chain;
     v_conflict text;
 BEGIN
     PERFORM hivenet._check_name('namespace', p_namespace);
@@ -719,9 +728,12 @@ END $$;
 -- hivenet.set_request_retention(namespace, retention) → void
 --   set_namespace_policy(namespace, retention), and NULL: back to the setting
 --   request_retention (24 hours). Keep it longer than any client retries.
-CREATE FUNCTION hivenet.set_request_retention(p_namespace text, p_retention interval)
+CREATE FUNCTION hivenet.set_request_retention(namespace text, retention interval)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_retention ALIAS FOR retention;
 BEGIN
     IF p_retention IS NULL THEN
         UPDATE hivenet.request_namespace n SET retention = NULL
@@ -805,9 +817,12 @@ END $$;
 --   serialization_failure (40001), as for any concurrent update of its row: retry it. Blocks
 --   while the attempt is being finished.
 --   HN001: namespace or key not valid (as begin_request).
-CREATE FUNCTION hivenet.watch_request(p_namespace text, p_key text)
+CREATE FUNCTION hivenet.watch_request(namespace text, key text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key;
 BEGIN
     PERFORM hivenet._check_name('namespace', p_namespace);
     PERFORM hivenet._check_name('key', p_key);

@@ -257,37 +257,35 @@ END $$;
 --      and names the problem.
 --   Why this shape: docs/design/sql-internals.md.
 CREATE FUNCTION hivenet.begin_step(
-    p_system_serial text, p_request jsonb DEFAULT NULL, p_on_success text DEFAULT 'replay',
-    p_unified_serial text DEFAULT NULL, p_lease interval DEFAULT NULL,
-    p_nowait boolean DEFAULT false)
+    system_serial text, request jsonb DEFAULT NULL, on_success text DEFAULT 'replay',
+    unified_serial text DEFAULT NULL, lease interval DEFAULT NULL, nowait boolean DEFAULT false)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
     -- 'replayed', counted (decisions.sql, as _count_decision) with no PL/pgSQL call: the
     -- select list runs only for the row replayed. The subquery names r so that it runs for
     -- every row replayed (uncorrelated, it would run once for a caller's whole statement).
+    -- The parameters are qualified here: a column of r of the same name would win.
     (SELECT coalesce((SELECT 'replayed'::text FROM hivenet._decision_counters c
                       WHERE c.namespace = 'hivenet.steps' AND c.decision = 'replayed'
                         AND r.system_serial IS NOT NULL AND nextval(c.counter) > 0
                       LIMIT 1), 'replayed'),
             r.attempt, r.response
      FROM hivenet._step_replay r
-     WHERE r.system_serial = p_system_serial
-       AND r.fingerprint = hivenet._fingerprint(p_request)
+     WHERE r.system_serial = begin_step.system_serial
+       AND r.fingerprint = hivenet._fingerprint(begin_step.request)
        -- Options that replay (nowait or not: a replay never waits); the unified serial the
        -- step was begun with (so a valid one) or none.
-       AND p_on_success = 'replay' AND p_nowait IS NOT NULL
-       AND (p_lease IS NULL OR p_lease > interval '0')
-       AND (p_unified_serial IS NULL OR p_unified_serial = r.unified_serial)
+       AND begin_step.on_success = 'replay' AND begin_step.nowait IS NOT NULL
+       AND (begin_step.lease IS NULL OR begin_step.lease > interval '0')
+       AND (begin_step.unified_serial IS NULL OR begin_step.unified_serial = r.unified_serial)
        AND hivenet._step_in_window(r.system_serial)
      UNION ALL
      SELECT 'started'::text, 1, NULL::jsonb
-     WHERE hivenet._start_step(p_system_serial, p_request, p_on_success, p_unified_serial,
-                               p_lease, p_nowait)
+     WHERE hivenet._start_step(system_serial, request, on_success, unified_serial, lease, nowait)
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
-     FROM hivenet._begin_step(p_system_serial, p_request, p_on_success, p_unified_serial,
-                              p_lease, p_nowait) b)
+     FROM hivenet._begin_step(system_serial, request, on_success, unified_serial, lease, nowait) b)
     LIMIT 1;
 END;
 
@@ -300,14 +298,13 @@ END;
 --   HN001 when succeeded is NULL. Blocks only while another transaction is finishing or
 --   resolving the same attempt; then raises HN033 if that one committed.
 CREATE FUNCTION hivenet.finish_step(
-    p_system_serial text, p_attempt integer, p_succeeded boolean, p_response jsonb DEFAULT NULL)
+    system_serial text, attempt integer, succeeded boolean, response jsonb DEFAULT NULL)
 RETURNS void
 -- finish_request on the steps' namespace (the same UPDATE, the same errors), inlined into the
 -- caller's statement: no PL/pgSQL layer of its own.
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT hivenet.finish_request('hivenet.steps', p_system_serial, p_attempt, p_succeeded,
-                                  p_response);
+    SELECT hivenet.finish_request('hivenet.steps', system_serial, attempt, succeeded, response);
 END;
 
 -- hivenet.resolve_step(system_serial, attempt, succeeded, note, response default null) → void
@@ -318,10 +315,13 @@ END;
 --   HN033. Works on any processing attempt, also before its lease ran out.
 --   HN033 as finish_step; HN001 when note is empty or succeeded NULL. Blocks like finish_step.
 CREATE FUNCTION hivenet.resolve_step(
-    p_system_serial text, p_attempt integer, p_succeeded boolean, p_note text,
-    p_response jsonb DEFAULT NULL)
+    system_serial text, attempt integer, succeeded boolean, note text, response jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    p_system_serial ALIAS FOR system_serial; p_attempt ALIAS FOR attempt;
+    p_succeeded ALIAS FOR succeeded; p_note ALIAS FOR note; p_response ALIAS FOR response;
 BEGIN
     PERFORM hivenet._resolve_attempt('hivenet.steps', p_system_serial, p_attempt, p_succeeded,
                                      p_note, p_response);

@@ -13,6 +13,8 @@ from importlib.resources import files
 
 import psycopg
 
+from hivenet_db.tools.dburl import connect
+
 APP_ROLE = "hivenet_app"
 REPORTING_ROLE = "hivenet_reporting"
 ADMIN_ROLE = "hivenet_admin"
@@ -48,6 +50,11 @@ class Result:
         return all(action.outcome != "for the owner" for action in self.actions)
 
 
+# The temporary functions bootstrap.sql defines.
+_DROP_FUNCTIONS = ("DROP FUNCTION pg_temp.hivenet_bootstrap(text), "
+                   "pg_temp._hivenet_step(text, text, oid)")
+
+
 def _script() -> str:
     return files("hivenet_db.sql").joinpath("bootstrap.sql").read_text(encoding="utf-8")
 
@@ -66,11 +73,13 @@ def bootstrap(url: str, owner: str) -> Result:
     Raises ``BootstrapError`` when the database refuses (no such owner, not allowed); a failed
     connection is psycopg's own ``OperationalError``, as everywhere else."""
     try:
-        with psycopg.connect(url) as conn:
+        with connect(url) as conn:
             conn.execute(_script())  # no parameters: the script's quotes and % stay as written
             rows = conn.execute(
                 "SELECT statement, outcome FROM pg_temp.hivenet_bootstrap(%s)", (owner,)
             ).fetchall()
+            # In the same transaction: the session may be a pooler's, serving others next.
+            conn.execute(_DROP_FUNCTIONS)
             database = conn.info.dbname
     except (psycopg.errors.UndefinedObject, psycopg.errors.InvalidParameterValue,
             psycopg.errors.InsufficientPrivilege) as error:

@@ -1,17 +1,29 @@
 """The database URL a tool is given (``--url``, else $HIVENET_DATABASE_URL) and the
-short-lived engine it runs on."""
+short-lived engines and connections it runs on.
+
+A tool's connections never prepare statements (psycopg's ``prepare_threshold=None``): the URL
+may go through a pooler in transaction pooling (PgBouncer), whose server session outlives the
+command and serves another client next, which must find no statement of ours there (PgBouncer
+before 1.21 does not track them: ``prepared statement "_pg3_0" already exists``). A command
+runs each statement a few times, so preparing would gain it nothing anyway.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
+import psycopg
 from sqlalchemy import Engine, create_engine, pool
 
-from hivenet_db.urls import sqlalchemy_url
+from hivenet_db.urls import libpq_url, sqlalchemy_url
 
 ENV_VAR = "HIVENET_DATABASE_URL"
+
+#: What a tool's psycopg connections are opened with (module docstring).
+UNPREPARED: dict[str, Any] = {"prepare_threshold": None}
 
 
 def from_env(url: str | None = None) -> str | None:
@@ -20,10 +32,18 @@ def from_env(url: str | None = None) -> str | None:
 
 
 @contextmanager
-def engine_for(url: str) -> Iterator[Engine]:
-    """A short-lived engine for one command or migration: no pool, disposed on exit."""
-    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
+def engine_for(url: str, prepared: bool = False) -> Iterator[Engine]:
+    """A short-lived engine for one command or migration: no pool, disposed on exit. Its
+    connections never prepare, unless ``prepared`` (the benchmark of the Python layer,
+    measuring an application's connection to PostgreSQL itself)."""
+    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool,
+                           connect_args={} if prepared else UNPREPARED)
     try:
         yield engine
     finally:
         engine.dispose()
+
+
+def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """A psycopg connection for one command (``kwargs``: psycopg's, such as autocommit)."""
+    return psycopg.connect(libpq_url(url), **UNPREPARED, **kwargs)

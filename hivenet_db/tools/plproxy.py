@@ -25,6 +25,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from hivenet_db.shards import expand_instances
+from hivenet_db.tools.dburl import connect
 from hivenet_db.urls import libpq_url
 
 NODES = range(100)  # the instance field (01-99) and the shard field of id_service (00-99)
@@ -154,7 +155,7 @@ def _ownership_settings(url: str, label: str) -> tuple[str, bool] | None:
     """(owned_instances, single_primary_formats) of a shard, None when its schema has no
     ownership yet; ProxyError when it has no hivenet schema."""
     try:
-        with psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=10) as conn:
+        with connect(url, autocommit=True, connect_timeout=10) as conn:
             if conn.execute("SELECT to_regclass('hivenet.setting')").fetchone() == (None,):
                 raise ProxyError(f"shard {label} has no hivenet schema: run hivenet-db migrate "
                                  f"on it first")
@@ -179,7 +180,7 @@ def install(proxy_url: str, shard_urls: Sequence[str], *, owns: Sequence[str] | 
     shards = read_shards(shard_urls, owns, progress)
     _, proxy_label = connstr_of(proxy_url)
     try:
-        conn = psycopg.connect(libpq_url(proxy_url), connect_timeout=10)
+        conn = connect(proxy_url, connect_timeout=10)
     except psycopg.OperationalError as error:
         raise ProxyError(f"cannot connect to the proxy database {proxy_label}: "
                          f"{_first_line(error)}") from None
@@ -219,7 +220,7 @@ def install(proxy_url: str, shard_urls: Sequence[str], *, owns: Sequence[str] | 
 
 def _check_reach(proxy_url: str, shards: Sequence[Shard],
                  progress: Callable[[str], None]) -> None:
-    with psycopg.connect(libpq_url(proxy_url), autocommit=True) as conn:
+    with connect(proxy_url, autocommit=True) as conn:
         for shard in shards:
             try:
                 row = conn.execute("SELECT database, port, owned FROM hivenet_proxy.reach(%s)",

@@ -7,10 +7,11 @@ this module, not by hand, so that a change of SQL is made once, in ``hivenet_db/
   difference between two catalogs on a scratch server: the last release's (its revisions
   replayed) and the schema files' (a fresh install). A function whose body changed is
   replaced; one whose arguments or result changed, a changed view or trigger, and whatever
-  depends on something that must go or on a table or type whose shape changed, is dropped
-  first and made again, in dependency order, closed to PUBLIC as the catalog has it. Grants
-  end it as they end a fresh install (``_grant_roles``), and the generated functions are
-  written again from the database's own settings and formats (``_recompile``);
+  depends on something that must go, on a table's row type or type whose shape changed, or
+  on a column that goes or changes, is dropped first and made again, in dependency order,
+  closed to PUBLIC as the catalog has it. Grants end it as they end a fresh install
+  (``_grant_roles``), and the generated functions are written again from the database's own
+  settings and formats (``_recompile``);
 * what is **not code** (tables, columns, types, sequences, rows) is written by hand, once,
   in the revision's ``.tables.sql`` (run between the drops and the creates) and
   ``.data.sql`` (after the creates); the way down in ``.downgrade.tables.sql`` and
@@ -111,7 +112,7 @@ SELECT 'pg_class'::regclass::oid, c.oid, CASE c.relkind WHEN 'v' THEN 'view '
 FROM pg_class c WHERE c.relnamespace = 'hivenet'::regnamespace
 UNION ALL
 SELECT 'pg_type'::regclass::oid, t.oid, CASE WHEN c.relkind = 'v' THEN 'view ' || c.oid::regclass
-       WHEN c.oid IS NOT NULL THEN 'relation ' || c.oid::regclass
+       WHEN c.oid IS NOT NULL THEN 'rowtype ' || c.oid::regclass
        ELSE 'type ' || coalesce(e.oid, t.oid)::regtype END
 FROM pg_type t LEFT JOIN pg_class c ON c.oid = t.typrelid
 LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
@@ -129,16 +130,35 @@ SELECT 'pg_constraint'::regclass::oid, k.oid, format('pin constraint %I', k.conn
 FROM pg_constraint k WHERE k.connamespace = 'hivenet'::regnamespace
 """
 
-_DEPENDS = "SELECT classid, objid, refclassid, refobjid FROM pg_depend WHERE deptype = 'n'"
+# What depends on a column of a table (a view or a SQL-standard body that reads it) depends on
+# that column: a column added or dropped elsewhere in the table leaves it be, as PostgreSQL
+# does. (A view's columns are the view's: what reads one depends on the view.)
+_DEPENDS = """
+SELECT d.classid, d.objid, d.refclassid, d.refobjid,
+       CASE WHEN a.attname IS NOT NULL
+            THEN format('column %s.%I', d.refobjid::regclass, a.attname) END AS column_key
+FROM pg_depend d
+LEFT JOIN (pg_attribute a JOIN pg_class t ON t.oid = a.attrelid AND t.relkind IN ('r', 'p'))
+       ON d.refclassid = 'pg_class'::regclass AND a.attrelid = d.refobjid
+          AND a.attnum = d.refobjsubid AND d.refobjsubid > 0
+WHERE d.deptype = 'n'
+"""
 
-# The shape of every table and type: a change of it makes its dependents again.
+# The shape of every table's row type, column and type: a change of it makes its dependents
+# again (code taking the row type makes it again whatever column changed).
 _SHAPES = """
-SELECT 'relation ' || c.oid::regclass, string_agg(format('%I %s %s', a.attname,
+SELECT 'rowtype ' || c.oid::regclass, string_agg(format('%I %s %s', a.attname,
            format_type(a.atttypid, a.atttypmod), a.attnotnull), ', ' ORDER BY a.attnum)
 FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
                                      AND NOT a.attisdropped
 WHERE c.relnamespace = 'hivenet'::regnamespace AND c.relkind IN ('r', 'p')
 GROUP BY c.oid
+UNION ALL
+SELECT format('column %s.%I', c.oid::regclass, a.attname),
+       format('%s %s', format_type(a.atttypid, a.atttypmod), a.attnotnull)
+FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+                                     AND NOT a.attisdropped
+WHERE c.relnamespace = 'hivenet'::regnamespace AND c.relkind IN ('r', 'p')
 UNION ALL
 SELECT 'type ' || t.oid::regtype, string_agg(e.enumlabel, ', ' ORDER BY e.enumsortorder)
 FROM pg_type t JOIN pg_enum e ON e.enumtypid = t.oid
@@ -181,7 +201,7 @@ class Code:
 class Catalog:
     code: dict[str, Code]
     depends: dict[str, set[str]]           # key → the keys it references
-    shapes: dict[str, str]                 # "relation x" / "type x" → its columns or labels
+    shapes: dict[str, str]                 # "rowtype x" / "column x.c" / "type x" → its shape
     grants: set[tuple[str, str, str]]      # (object, grantee, privilege)
     dependents: dict[str, set[str]] = field(default_factory=dict)
 
@@ -199,8 +219,8 @@ def read_catalog(url: str) -> Catalog:
                 for key, create, head, drop in conn.execute(_CODE)}
         names = {(cls, oid): key for cls, oid, key in conn.execute(_OBJECTS)}
         depends: dict[str, set[str]] = {}
-        for cls, oid, refcls, refoid in conn.execute(_DEPENDS):
-            key, target = names.get((cls, oid)), names.get((refcls, refoid))
+        for cls, oid, refcls, refoid, column_key in conn.execute(_DEPENDS):
+            key, target = names.get((cls, oid)), column_key or names.get((refcls, refoid))
             if key is not None and target is not None and key != target:
                 depends.setdefault(key, set()).add(target)
         shapes: dict[str, str] = dict(conn.execute(_SHAPES).fetchall())
@@ -236,6 +256,7 @@ class Change:
     drops: list[str]       # statements, dependents first
     creates: list[str]     # statements, dependencies first
     revokes: list[tuple[str, str, str]]  # grants ``old`` has and ``new`` has not, kept objects
+    functions: list[str]   # the functions dropped, as regprocedure names them
 
 
 def diff(old: Catalog, new: Catalog) -> Change:
@@ -262,9 +283,11 @@ def diff(old: Catalog, new: Catalog) -> Change:
                 pending.append(dependent)
     made = {key for key, code in new.code.items()
             if key in gone or key not in old.code or old.code[key].create != code.create}
-    kept_objects = {obj for obj, _, _ in new.grants} - {
-        _grant_object(key) for key in gone}
+    # Grants go from what stays: objects with grants in new, and code new has without any.
+    kept_objects = ({obj for obj, _, _ in new.grants} | {_grant_object(key) for key in new.code}
+                    ) - {_grant_object(key) for key in gone}
     return Change(
+        functions=sorted(key.split(" ", 1)[1] for key in gone if key.startswith("function ")),
         drops=[old.code[key].drop for key in reversed(_in_order(gone, old))],
         creates=[new.code[key].create for key in _in_order(made, new)],
         revokes=sorted(grant for grant in old.grants - new.grants
@@ -285,6 +308,8 @@ def render(change: Change, title: str, tables: str, data: str) -> str:
              "not edit it.\n"
              "-- Bodies are checked when they run, as pg_dump's scripts do.\n"
              "SET LOCAL check_function_bodies = off;"]
+    if change.functions:
+        parts.append(_dependents_sql("keep_dependents", change.functions))
     if change.drops:
         parts.append("-- Code that goes, or changes what CREATE OR REPLACE cannot.\n"
                      + "\n".join(change.drops))
@@ -293,6 +318,8 @@ def render(change: Change, title: str, tables: str, data: str) -> str:
                      + tables.strip())
     if change.creates:
         parts.append("-- Code, in dependency order.\n" + "\n\n".join(change.creates))
+    if change.functions:
+        parts.append(_dependents_sql("restore_dependents", change.functions))
     if data.strip():
         parts.append("-- Rows (the .data.sql beside this file).\n" + data.strip())
     if change.revokes:
@@ -309,6 +336,15 @@ def render(change: Change, title: str, tables: str, data: str) -> str:
                  "-- functions from this database's settings and formats (compile.sql).\n"
                  "SELECT hivenet._grant_roles();\nSELECT hivenet._recompile();")
     return "\n\n".join(parts) + "\n"
+
+
+def _dependents_sql(name: str, functions: list[str]) -> str:
+    """revision_sql/<name>.sql with the dropped functions written in where it says
+    :'functions' (as psql writes in a variable)."""
+    array = "ARRAY[\n" + ",\n".join(f"            {_literal(f)}" for f in functions) + "]"
+    sql = files("hivenet_db.tools").joinpath("revision_sql", f"{name}.sql").read_text(
+        encoding="utf-8")
+    return sql.strip().replace(":'functions'", array)
 
 
 def _literal(value: str) -> str:

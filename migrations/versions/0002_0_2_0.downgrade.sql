@@ -4,6 +4,181 @@
 -- Bodies are checked when they run, as pg_dump's scripts do.
 SET LOCAL check_function_bodies = off;
 
+-- Objects outside schema hivenet that call a function this revision drops and makes again:
+-- an application's column defaults (a serial column's DEFAULT hivenet.next_unified_serial(...))
+-- are kept, dropped, and set again after the functions are made (restore_dependents.sql); the
+-- migrating role must own their tables. Anything else (a view, a function with an SQL body, a
+-- constraint, an index, a trigger) would be dropped with them: the upgrade stops, naming it.
+DO $$
+DECLARE
+    v_functions regprocedure[] := ARRAY(
+        SELECT to_regprocedure(f) FROM unnest(ARRAY[
+            'hivenet._advance(regclass,hivenet.format,bigint,text)',
+            'hivenet._allocate(text,jsonb,text[],integer,boolean)',
+            'hivenet._batch_limit()',
+            'hivenet._begin_attempt_within(text,text,jsonb,text,text,interval,interval)',
+            'hivenet._begin_batch_key(text,text,jsonb,interval)',
+            'hivenet._begin_request(text,text,jsonb,text,interval,boolean,interval)',
+            'hivenet._called_by()',
+            'hivenet._canonical_json(jsonb)',
+            'hivenet._canonical_number(numeric)',
+            'hivenet._chain_append(text,text,integer,text)',
+            'hivenet._chain_link(bytea,hivenet.request_attempt,text)',
+            'hivenet._check_batch(text,text[],text,jsonb[],interval)',
+            'hivenet._check_fields(hivenet.format,text[],boolean)',
+            'hivenet._check_fingerprint(text)',
+            'hivenet._check_owned(hivenet.format,text[])',
+            'hivenet._check_timeline()',
+            'hivenet._clock_behind(text,timestamp without time zone,timestamp without time zone)',
+            'hivenet._compile_format(text,jsonb,boolean,text)',
+            'hivenet._count_decision(text,text)',
+            'hivenet._counted_apart(text)',
+            'hivenet._create_decision_counters(text,boolean)',
+            'hivenet._create_scope_counter(hivenet.format,text,jsonb,text)',
+            'hivenet._expire_attempts(text,text[],integer[])',
+            'hivenet._expiry_due(text,timestamp with time zone)',
+            'hivenet._failover_gap()',
+            'hivenet._fallback_drawn(hivenet.format)',
+            'hivenet._fallback_formats_check()',
+            'hivenet._fallback_gate_space()',
+            'hivenet._fallback_lock_space()',
+            'hivenet._fast_path_expression(hivenet.format,text,boolean,boolean)',
+            'hivenet._fast_time_id(text,jsonb)',
+            'hivenet._fence_counter(regclass,hivenet.format,bigint,bigint)',
+            'hivenet._fenced()',
+            'hivenet._field_values(hivenet.format,jsonb)',
+            'hivenet._format_constant(text)',
+            'hivenet._format_counters()',
+            'hivenet._grant_decision_counters()',
+            'hivenet._has_issued(text)',
+            'hivenet._issue(regclass,hivenet.format,text[],integer,text)',
+            'hivenet._issue_unprepared(hivenet.format,text[],integer)',
+            'hivenet._layout_sql(hivenet.format)',
+            'hivenet._maintain_request_expiry()',
+            'hivenet._make_format_counters(hivenet.format)',
+            'hivenet._name_valid(text)',
+            'hivenet._new_decision_counter(text,text)',
+            'hivenet._next_time_id(text,jsonb)',
+            'hivenet._node_field(hivenet.format)',
+            'hivenet._not_owned(hivenet.format,text,text,boolean)',
+            'hivenet._one_scope(hivenet.format)',
+            'hivenet._policy_fingerprint(text,jsonb)',
+            'hivenet._printed_time(jsonb,text)',
+            'hivenet._promote_scope(hivenet.format,text,jsonb,boolean)',
+            'hivenet._purge_chained(text,text[])',
+            'hivenet._raise_key_refused(text,text,integer,text)',
+            'hivenet._refuse_unprepared(hivenet.format,text[])',
+            'hivenet._request_start_valid(text,text,interval)',
+            'hivenet._sample_allocation_rates()',
+            'hivenet._scope_fields(hivenet.format,text[])',
+            'hivenet._scope_of(hivenet.format,text[])',
+            'hivenet._scopes_by_node()',
+            'hivenet._serial_field(text,text,text)',
+            'hivenet._serial_time(text,text)',
+            'hivenet._serials_issued()',
+            'hivenet._shown_time(timestamp with time zone)',
+            'hivenet._start_chain(text)',
+            'hivenet._time_id_batch(text,jsonb)',
+            'hivenet._time_id_count(text,integer)',
+            'hivenet._time_id_digits(bigint,integer)',
+            'hivenet._time_id_fields(hivenet.format,text[])',
+            'hivenet._time_id_parts(hivenet.format,text,boolean,boolean)',
+            'hivenet._time_number_max(text)',
+            'hivenet._timeout_left()',
+            'hivenet._unseen_characters()',
+            'hivenet._utf16_units(text)',
+            'hivenet._wake_waiters(text,text)',
+            'hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval)',
+            'hivenet.begin_requests(text,text[],jsonb[],interval)',
+            'hivenet.begin_step(text,jsonb,text,text,interval,boolean)',
+            'hivenet.call_chain(text)',
+            'hivenet.claim(text,text,boolean)',
+            'hivenet.claim_interface_serial(text,text,text,boolean)',
+            'hivenet.define_format(text,jsonb,boolean,text)',
+            'hivenet.fence_failover(bigint,boolean)',
+            'hivenet.finish_request(text,text,integer,boolean,jsonb)',
+            'hivenet.finish_requests(text,text[],integer[],boolean[],jsonb[])',
+            'hivenet.finish_step(text,integer,boolean,jsonb)',
+            'hivenet.next_interface_serial(text,text,text,text)',
+            'hivenet.next_serial(text,jsonb)',
+            'hivenet.next_serials(text,jsonb,integer)',
+            'hivenet.next_system_serial(text,text,text)',
+            'hivenet.next_time_id(text,jsonb)',
+            'hivenet.next_time_ids(text,integer,jsonb)',
+            'hivenet.next_unified_serial(text,text,text)',
+            'hivenet.own_instances(text,boolean,boolean)',
+            'hivenet.parse_serial(text,text)',
+            'hivenet.parse_time_id(bigint,text)',
+            'hivenet.prepare_scope(text,jsonb)',
+            'hivenet.register_module(text,text,text)',
+            'hivenet.register_system(text,text)',
+            'hivenet.resolve_request(text,text,integer,boolean,text,jsonb)',
+            'hivenet.resolve_step(text,integer,boolean,text,jsonb)',
+            'hivenet.set_claim_expiry(text,interval)',
+            'hivenet.set_clock_policy(text,text,interval)',
+            'hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean)',
+            'hivenet.set_request_retention(text,interval)',
+            'hivenet.verify_audit_chain(text)',
+            'hivenet.watch_request(text,text)']::text[]) AS f);
+    v_blocking text;
+    v_kept jsonb;
+    v_default record;
+BEGIN
+    SELECT string_agg(DISTINCT coalesce(  -- a view, rather than its rule
+               (SELECT pg_describe_object('pg_class'::regclass, r.ev_class, 0)
+                FROM pg_rewrite r WHERE d.classid = 'pg_rewrite'::regclass AND r.oid = d.objid),
+               pg_describe_object(d.classid, d.objid, d.objsubid)), '; ')
+    INTO v_blocking
+    FROM pg_depend d
+    WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (v_functions)
+      AND d.deptype = 'n' AND d.classid <> 'pg_attrdef'::regclass
+      AND (CASE d.classid
+               WHEN 'pg_proc'::regclass THEN
+                   (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = d.objid)
+               WHEN 'pg_rewrite'::regclass THEN
+                   (SELECT c.relnamespace FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+                    WHERE r.oid = d.objid)
+               WHEN 'pg_trigger'::regclass THEN
+                   (SELECT c.relnamespace FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                    WHERE t.oid = d.objid)
+               WHEN 'pg_constraint'::regclass THEN
+                   (SELECT k.connamespace FROM pg_constraint k WHERE k.oid = d.objid)
+               WHEN 'pg_class'::regclass THEN
+                   (SELECT c.relnamespace FROM pg_class c WHERE c.oid = d.objid)
+           END) IS DISTINCT FROM 'hivenet'::regnamespace;
+    IF v_blocking IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',
+            MESSAGE = format('this upgrade makes functions of schema hivenet again, and %s '
+                             'calls one of them: drop it before the upgrade and make it again '
+                             'after', v_blocking);
+    END IF;
+    FOR v_default IN
+        SELECT a.adrelid::regclass AS relation, c.relowner, t.attname,
+               pg_get_expr(a.adbin, a.adrelid) AS expression
+        FROM pg_depend d
+        JOIN pg_attrdef a ON d.classid = 'pg_attrdef'::regclass AND a.oid = d.objid
+        JOIN pg_attribute t ON t.attrelid = a.adrelid AND t.attnum = a.adnum
+        JOIN pg_class c ON c.oid = a.adrelid
+        WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (v_functions)
+          AND c.relnamespace <> 'hivenet'::regnamespace
+        ORDER BY 1, 3
+    LOOP
+        IF NOT pg_has_role(v_default.relowner, 'USAGE') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('the default of column %s of table %s calls a function of '
+                                 'schema hivenet that this upgrade makes again: run the upgrade '
+                                 'as a member of the table''s owner, %s, or drop the default '
+                                 'before it and set it again after', v_default.attname,
+                                 v_default.relation, v_default.relowner::regrole);
+        END IF;
+        v_kept := coalesce(v_kept, '[]') || jsonb_build_object('relation', v_default.relation,
+            'column', v_default.attname, 'expression', v_default.expression);
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', v_default.relation,
+                       v_default.attname);
+    END LOOP;
+    PERFORM set_config('hivenet.revision_kept_defaults', coalesce(v_kept, '[]')::text, true);
+END $$;
+
 -- Code that goes, or changes what CREATE OR REPLACE cannot.
 DROP VIEW hivenet.stuck_steps;
 DROP VIEW hivenet.stuck_requests;
@@ -12,6 +187,9 @@ DROP VIEW hivenet.step_attempt;
 DROP VIEW hivenet.request_states;
 DROP VIEW hivenet.request_decisions;
 DROP VIEW hivenet.request_attempts;
+DROP VIEW hivenet.interface_calls_per_day;
+DROP VIEW hivenet.interface_calls;
+DROP VIEW hivenet.clock_lead;
 DROP VIEW hivenet.business_time_zone;
 DROP VIEW hivenet._step_start;
 DROP VIEW hivenet._request_start;
@@ -19,8 +197,32 @@ DROP TRIGGER setting_fallback_formats ON hivenet.setting;
 DROP TRIGGER format_counters ON hivenet.format;
 DROP FUNCTION hivenet.watch_request(text,text);
 DROP FUNCTION hivenet.verify_audit_chain(text);
+DROP FUNCTION hivenet.set_request_retention(text,interval);
 DROP FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean);
+DROP FUNCTION hivenet.set_clock_policy(text,text,interval);
+DROP FUNCTION hivenet.set_claim_expiry(text,interval);
+DROP FUNCTION hivenet.resolve_step(text,integer,boolean,text,jsonb);
+DROP FUNCTION hivenet.resolve_request(text,text,integer,boolean,text,jsonb);
+DROP FUNCTION hivenet.register_system(text,text);
+DROP FUNCTION hivenet.register_module(text,text,text);
+DROP FUNCTION hivenet.prepare_scope(text,jsonb);
+DROP FUNCTION hivenet.parse_time_id(bigint,text);
+DROP FUNCTION hivenet.own_instances(text,boolean,boolean);
+DROP FUNCTION hivenet.next_unified_serial(text,text,text);
+DROP FUNCTION hivenet.next_time_ids(text,integer,jsonb);
+DROP FUNCTION hivenet.next_time_id(text,jsonb);
+DROP FUNCTION hivenet.next_system_serial(text,text,text);
+DROP FUNCTION hivenet.next_serials(text,jsonb,integer);
+DROP FUNCTION hivenet.next_serial(text,jsonb);
+DROP FUNCTION hivenet.next_interface_serial(text,text,text,text);
+DROP FUNCTION hivenet.finish_step(text,integer,boolean,jsonb);
 DROP FUNCTION hivenet.finish_requests(text,text[],integer[],boolean[],jsonb[]);
+DROP FUNCTION hivenet.finish_request(text,text,integer,boolean,jsonb);
+DROP FUNCTION hivenet.fence_failover(bigint,boolean);
+DROP FUNCTION hivenet.define_format(text,jsonb,boolean,text);
+DROP FUNCTION hivenet.claim_interface_serial(text,text,text,boolean);
+DROP FUNCTION hivenet.claim(text,text,boolean);
+DROP FUNCTION hivenet.call_chain(text);
 DROP FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean);
 DROP VIEW hivenet._step_replay;
 DROP VIEW hivenet._decision_counters;
@@ -28,31 +230,68 @@ DROP FUNCTION hivenet.begin_requests(text,text[],jsonb[],interval);
 DROP FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval);
 DROP FUNCTION hivenet._wake_waiters(text,text);
 DROP FUNCTION hivenet._utf16_units(text);
+DROP FUNCTION hivenet._timeout_left();
+DROP FUNCTION hivenet._time_number_max(text);
+DROP FUNCTION hivenet._time_id_parts(hivenet.format,text,boolean,boolean);
+DROP FUNCTION hivenet._time_id_fields(hivenet.format,text[]);
+DROP FUNCTION hivenet._time_id_digits(bigint,integer);
+DROP FUNCTION hivenet._time_id_count(text,integer);
+DROP FUNCTION hivenet._time_id_batch(text,jsonb);
 DROP FUNCTION hivenet._start_chain(text);
 DROP FUNCTION hivenet._shown_time(timestamp with time zone);
 DROP FUNCTION hivenet._serials_issued();
+DROP FUNCTION hivenet._serial_time(text,text);
+DROP FUNCTION hivenet._serial_field(text,text,text);
+DROP FUNCTION hivenet.parse_serial(text,text);
+DROP FUNCTION hivenet._scopes_by_node();
+DROP FUNCTION hivenet._scope_of(hivenet.format,text[]);
+DROP FUNCTION hivenet._scope_fields(hivenet.format,text[]);
+DROP FUNCTION hivenet._sample_allocation_rates();
+DROP FUNCTION hivenet._request_start_valid(text,text,interval);
 DROP FUNCTION hivenet._refuse_unprepared(hivenet.format,text[]);
 DROP FUNCTION hivenet._raise_key_refused(text,text,integer,text);
 DROP FUNCTION hivenet._purge_chained(text,text[]);
 DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb,boolean);
+DROP FUNCTION hivenet._printed_time(jsonb,text);
 DROP FUNCTION hivenet._policy_fingerprint(text,jsonb);
 DROP FUNCTION hivenet._one_scope(hivenet.format);
+DROP FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean);
+DROP FUNCTION hivenet._node_field(hivenet.format);
+DROP FUNCTION hivenet._next_time_id(text,jsonb);
 DROP FUNCTION hivenet._new_decision_counter(text,text);
+DROP FUNCTION hivenet._name_valid(text);
+DROP FUNCTION hivenet._unseen_characters();
 DROP FUNCTION hivenet._make_format_counters(hivenet.format);
 DROP FUNCTION hivenet._maintain_request_expiry();
+DROP FUNCTION hivenet._layout_sql(hivenet.format);
 DROP FUNCTION hivenet._issue_unprepared(hivenet.format,text[],integer);
+DROP FUNCTION hivenet._issue(regclass,hivenet.format,text[],integer,text);
 DROP FUNCTION hivenet._has_issued(text);
 DROP FUNCTION hivenet._grant_decision_counters();
 DROP FUNCTION hivenet._format_counters();
+DROP FUNCTION hivenet._format_constant(text);
+DROP FUNCTION hivenet._field_values(hivenet.format,jsonb);
+DROP FUNCTION hivenet._fenced();
+DROP FUNCTION hivenet._fence_counter(regclass,hivenet.format,bigint,bigint);
+DROP FUNCTION hivenet._fast_time_id(text,jsonb);
+DROP FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean);
 DROP FUNCTION hivenet._fallback_lock_space();
 DROP FUNCTION hivenet._fallback_gate_space();
 DROP FUNCTION hivenet._fallback_formats_check();
 DROP FUNCTION hivenet._fallback_drawn(hivenet.format);
+DROP FUNCTION hivenet._failover_gap();
 DROP FUNCTION hivenet._expiry_due(text,timestamp with time zone);
 DROP FUNCTION hivenet._expire_attempts(text,text[],integer[]);
+DROP FUNCTION hivenet._create_scope_counter(hivenet.format,text,jsonb,text);
 DROP FUNCTION hivenet._create_decision_counters(text,boolean);
+DROP FUNCTION hivenet._counted_apart(text);
 DROP FUNCTION hivenet._count_decision(text,text);
+DROP FUNCTION hivenet._compile_format(text,jsonb,boolean,text);
+DROP FUNCTION hivenet._clock_behind(text,timestamp without time zone,timestamp without time zone);
+DROP FUNCTION hivenet._check_timeline();
+DROP FUNCTION hivenet._check_owned(hivenet.format,text[]);
 DROP FUNCTION hivenet._check_fingerprint(text);
+DROP FUNCTION hivenet._check_fields(hivenet.format,text[],boolean);
 DROP FUNCTION hivenet._check_batch(text,text[],text,jsonb[],interval);
 DROP FUNCTION hivenet._chain_link(bytea,hivenet.request_attempt,text);
 DROP FUNCTION hivenet._chain_append(text,text,integer,text);
@@ -63,12 +302,50 @@ DROP FUNCTION hivenet._begin_request(text,text,jsonb,text,interval,boolean,inter
 DROP FUNCTION hivenet._begin_batch_key(text,text,jsonb,interval);
 DROP FUNCTION hivenet._begin_attempt_within(text,text,jsonb,text,text,interval,interval);
 DROP FUNCTION hivenet._batch_limit();
+DROP FUNCTION hivenet._allocate(text,jsonb,text[],integer,boolean);
+DROP FUNCTION hivenet._advance(regclass,hivenet.format,bigint,text);
 
 -- Tables, types and sequences (the .tables.sql beside this file).
 -- Back from release 0.2.0 to 0.1.0: tables, types and sequences, written by hand (the code
 -- around them is written from the schema files: hivenet_db/tools/revision.py). What 0.1.0
 -- cannot hold goes: a namespace's policy but its retention, counts, callers, chains, waiters'
--- marks; expired attempts become failed ones.
+-- marks, numeric formats and clock policies; expired attempts become failed ones.
+
+-- Numeric formats (time_id, and any defined since) and clock policies: 0.1.0 holds
+-- neither. Their counters go with them; the format trigger, whose code is half gone by now,
+-- stays off while their rows go (the script ends by writing the generated code again).
+DROP TABLE hivenet.clock_policy;
+DO $$
+DECLARE
+    v_counter text;
+BEGIN
+    FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s
+                     JOIN hivenet.format f ON f.name = s.format WHERE f.time_shift IS NOT NULL
+                     UNION ALL
+                     SELECT 'cold_' || f.name FROM hivenet.format f WHERE f.time_shift IS NOT NULL
+    LOOP
+        EXECUTE format('DROP SEQUENCE IF EXISTS hivenet.%I', v_counter);
+    END LOOP;
+END $$;
+DELETE FROM hivenet.fallback_draw
+WHERE format IN (SELECT name FROM hivenet.format WHERE time_shift IS NOT NULL);
+DELETE FROM hivenet.scope
+WHERE format IN (SELECT name FROM hivenet.format WHERE time_shift IS NOT NULL);
+ALTER TABLE hivenet.format DISABLE TRIGGER format_recompile;
+DELETE FROM hivenet.format WHERE time_shift IS NOT NULL;
+ALTER TABLE hivenet.format ENABLE TRIGGER format_recompile;
+ALTER TABLE hivenet.format DROP COLUMN time_shift;
+
+-- The fence's mark and the allocation rates (fences applied by an allocation are recorded as
+-- by the command); its settings go in the .downgrade.data.sql, once the code that rewrites the
+-- generated functions on a change of a setting is 0.1.0's again.
+DROP TABLE hivenet.allocation_rate;
+DROP SEQUENCE hivenet.fenced_timeline;
+UPDATE hivenet.failover_fence SET applied_by = 'command' WHERE applied_by = 'allocation';
+ALTER TABLE hivenet.failover_fence
+    DROP CONSTRAINT failover_fence_applied_by_check,
+    ADD CONSTRAINT failover_fence_applied_by_check
+        CHECK (applied_by IN ('install', 'command', 'maintain'));
 
 -- Unprepared scopes: the scopes that drew from a fallback and have no counter of their own
 -- wait for maintain() again, one pending row each.
@@ -140,6 +417,46 @@ ALTER TABLE hivenet.request_attempt
 DROP TYPE hivenet.step_state_0_2_0;
 
 -- Code, in dependency order.
+CREATE OR REPLACE FUNCTION hivenet._advance(p_seq regclass, p_format hivenet.format, p_period bigint, p_scope text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_value bigint;
+    v_period bigint;
+BEGIN
+    PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
+    BEGIN
+        v_value := nextval(p_seq);
+        IF v_value / p_format.stride < p_period THEN
+            PERFORM setval(p_seq, p_period * p_format.stride, true);
+            v_value := nextval(p_seq);
+        END IF;
+        v_period := v_value / p_format.stride;
+        IF v_value % p_format.stride NOT BETWEEN 1 AND p_format.capacity THEN
+            IF NOT p_format.borrow_next_period THEN
+                -- Park the counter just past capacity so failing calls never spill over.
+                PERFORM setval(p_seq, v_period * p_format.stride + p_format.capacity, true);
+                RAISE EXCEPTION USING ERRCODE = 'HN010',
+                    MESSAGE = format('format %s: all %s serials of %s %s are used',
+                                     p_format.name, p_format.capacity, p_scope,
+                                     CASE p_format.reset WHEN 'never' THEN '(it never resets)'
+                                     ELSE format('for the %s starting %s', p_format.reset,
+                                         hivenet._period_start(v_period, p_format.reset)) END);
+            END IF;
+            PERFORM setval(p_seq, (v_period + 1) * p_format.stride, true);
+            v_value := nextval(p_seq);
+        END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+    RETURN v_value;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._advance(regclass,hivenet.format,bigint,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[], p_count integer)
  RETURNS text[]
  LANGUAGE plpgsql
@@ -342,6 +659,81 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._begin_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._check_fields(p_format hivenet.format, p_values text[], p_key_only boolean DEFAULT false)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_seg jsonb;
+    v_index integer := 0;
+    v_problem text;
+BEGIN
+    FOR v_seg IN SELECT s FROM jsonb_array_elements(p_format.segments) AS s WHERE s ? 'field'
+    LOOP
+        v_index := v_index + 1;
+        CONTINUE WHEN p_key_only AND p_values[v_index] IS NULL
+                      AND v_index <> ALL (coalesce(p_format.key_fields, ARRAY[v_index]));
+        v_problem := hivenet._field_problem(v_seg, p_values[v_index]);
+        IF v_problem IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format(
+                'format %s: field %s %s', p_format.name, v_seg ->> 'field', v_problem);
+        END IF;
+    END LOOP;
+    IF cardinality(p_values) <> cardinality(p_format.field_names) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s takes %s field values (%s), not %s', p_format.name,
+                             cardinality(p_format.field_names),
+                             array_to_string(p_format.field_names, ', '), cardinality(p_values));
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_fields(hivenet.format,text[],boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_name(p_what text, p_value text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_value IS NULL OR p_value = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is empty', p_what, hivenet._shown(p_value));
+    ELSIF length(p_value) > 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is longer than 255 characters', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains a control character', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_what LIKE '%namespace' AND left(p_value, 8) = 'hivenet.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('namespace %s is reserved (namespaces starting with ''hivenet.'' '
+                             'are the library''s own)', hivenet._shown(p_value));
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_name(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_owned(p_format hivenet.format, p_values text[])
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_problem text := hivenet._not_owned(p_format,
+        p_values[array_position(p_format.field_names, hivenet._node_field(p_format))],
+        hivenet._ownership_setting('owned_instances'),
+        hivenet._ownership_setting('single_primary_formats')::boolean);
+BEGIN
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN002', MESSAGE = v_problem;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_owned(hivenet.format,text[]) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._claim_checked(p_namespace text, p_key text)
  RETURNS void
  LANGUAGE plpgsql
@@ -373,6 +765,219 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._claim_checked(text,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._compile_format(p_name text, p_segments jsonb, p_borrow_next_period boolean, p_description text)
+ RETURNS hivenet.format
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_row hivenet.format;
+    v_segments jsonb := '[]';
+    v_seg jsonb;
+    v_kind text;
+    v_width integer;
+    v_charset text;
+    v_time record;
+    v_finest text := 'never';
+    v_headroom bigint;
+    v_regexes text[] := '{}';
+    v_pattern text := '';  -- to_char pattern of the segments read so far
+    v_unknown text;
+    v_printed boolean;
+    v_counter boolean;
+    v_keys integer[] := '{}';
+BEGIN
+    IF p_name IS NULL OR p_name !~ '^[a-z][a-z0-9_]{0,30}$' THEN
+        PERFORM hivenet._format_error(p_name, 'name must match [a-z][a-z0-9_]{0,30}');
+    END IF;
+    IF jsonb_typeof(p_segments) IS DISTINCT FROM 'array' OR jsonb_array_length(p_segments) = 0 THEN
+        PERFORM hivenet._format_error(p_name, 'segments must be a non-empty JSON array');
+    END IF;
+    v_row.name := p_name;
+    v_row.length := 0;
+    v_row.field_names := '{}';
+    v_row.field_min := '{}';
+    v_row.field_max := '{}';
+    FOR v_seg IN SELECT jsonb_array_elements(p_segments) LOOP
+        IF jsonb_typeof(v_seg) <> 'object' THEN
+            PERFORM hivenet._format_error(p_name, format('segment %s is not an object',
+                                                         hivenet._shown(v_seg::text)));
+        END IF;
+        SELECT k INTO v_kind FROM jsonb_object_keys(v_seg) AS k
+        WHERE k IN ('field', 'literal', 'time', 'seq');
+        IF v_kind IS NULL
+           OR (SELECT count(*) FROM jsonb_object_keys(v_seg) AS k
+               WHERE k IN ('field', 'literal', 'time', 'seq')) <> 1 THEN
+            PERFORM hivenet._format_error(p_name, format(
+                'segment %s needs exactly one of the kinds field, literal, time, seq (its keys: '
+                '%s)', hivenet._shown(v_seg::text),
+                (SELECT string_agg(hivenet._shown(k), ', ' ORDER BY k)
+                 FROM jsonb_object_keys(v_seg) AS k)));
+        END IF;
+        SELECT string_agg(hivenet._shown(k), ', ' ORDER BY k) INTO v_unknown
+        FROM jsonb_object_keys(v_seg) AS k
+        WHERE k <> ALL (CASE v_kind
+            WHEN 'field' THEN ARRAY['field', 'width', 'charset', 'min', 'max', 'printed', 'counter']
+            WHEN 'literal' THEN ARRAY['literal'] WHEN 'time' THEN ARRAY['time']
+            ELSE ARRAY['seq', 'reset'] END);
+        IF v_unknown IS NOT NULL THEN
+            PERFORM hivenet._format_error(p_name, format(
+                '%s segment %s has unknown keys %s (a %s segment takes %s)', v_kind,
+                hivenet._shown(v_seg::text), v_unknown, v_kind, CASE v_kind
+                WHEN 'field' THEN 'field, width, charset, min, max, printed, counter'
+                WHEN 'seq' THEN 'seq, reset' ELSE v_kind END));
+        END IF;
+        CASE v_kind
+        WHEN 'field' THEN
+            v_width := CASE WHEN jsonb_typeof(v_seg -> 'width') = 'number'
+                            THEN (v_seg ->> 'width')::numeric::integer END;
+            v_charset := coalesce(v_seg ->> 'charset', 'alnum');
+            IF (v_seg ->> 'field') !~ '^[a-z][a-z0-9_]{0,30}$'
+               OR (v_seg ->> 'field') IN ('format', 'date', 'datetime', 'seq')
+               OR (v_seg ->> 'field') = ANY (v_row.field_names) THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field name %s must be a new name matching [a-z][a-z0-9_]{0,30} '
+                    '(not format, date, datetime or seq)', v_seg -> 'field'));
+            END IF;
+            IF v_width IS NULL OR v_width NOT BETWEEN 1 AND 40 THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: width must be 1 to 40', v_seg -> 'field'));
+            END IF;
+            IF v_charset NOT IN ('digit', 'alnum', 'upper_alnum', 'alpha') THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: charset must be digit, alnum, upper_alnum or alpha',
+                    v_seg -> 'field'));
+            END IF;
+            IF (v_seg ? 'min' OR v_seg ? 'max') AND (v_charset <> 'digit'
+                OR coalesce(jsonb_typeof(v_seg -> 'min'), 'number') <> 'number'
+                OR coalesce(jsonb_typeof(v_seg -> 'max'), 'number') <> 'number') THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: min and max are numbers, for digit fields only', v_seg -> 'field'));
+            END IF;
+            IF coalesce(jsonb_typeof(v_seg -> 'printed'), 'boolean') <> 'boolean'
+               OR coalesce(jsonb_typeof(v_seg -> 'counter'), 'boolean') <> 'boolean' THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: printed and counter are true or false', v_seg -> 'field'));
+            END IF;
+            v_printed := coalesce((v_seg ->> 'printed')::boolean, true);
+            v_counter := coalesce((v_seg ->> 'counter')::boolean, true);
+            IF NOT v_printed AND NOT v_counter THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s is neither printed nor part of the counter key', v_seg -> 'field'));
+            END IF;
+            v_row.field_names := v_row.field_names || (v_seg ->> 'field');
+            v_row.field_min := v_row.field_min || (v_seg ->> 'min')::numeric;
+            v_row.field_max := v_row.field_max || (v_seg ->> 'max')::numeric;
+            v_regexes := v_regexes || format('%s{%s}', CASE v_charset
+                    WHEN 'digit' THEN '[0-9]' WHEN 'alnum' THEN '[0-9A-Za-z]'
+                    WHEN 'upper_alnum' THEN '[0-9A-Z]' ELSE '[A-Za-z]' END, v_width);
+            -- printed / counter are kept only when false: definitions without them stay as
+            -- they were stored before these keys existed.
+            v_segments := v_segments || jsonb_build_array(v_seg - 'printed' - 'counter'
+                || jsonb_build_object('width', v_width, 'charset', v_charset,
+                                      'regex', '^' || v_regexes[cardinality(v_regexes)] || '$')
+                || CASE WHEN v_printed THEN '{}' ELSE '{"printed": false}' END::jsonb
+                || CASE WHEN v_counter THEN '{}' ELSE '{"counter": false}' END::jsonb);
+            IF v_counter THEN
+                v_keys := v_keys || cardinality(v_regexes);
+            END IF;
+            IF v_printed THEN
+                -- Field values and literals are [0-9A-Za-z_-]: safe inside a quoted to_char
+                -- text.
+                v_pattern := v_pattern || format('"%%%s$s"', cardinality(v_regexes));
+            ELSE
+                v_width := 0;  -- takes no room in the serial
+            END IF;
+        WHEN 'literal' THEN
+            IF jsonb_typeof(v_seg -> 'literal') <> 'string'
+               OR (v_seg ->> 'literal') !~ '^[0-9A-Za-z_-]{1,40}$' THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'literal %s must be 1 to 40 characters of [0-9A-Za-z_-]', v_seg -> 'literal'));
+            END IF;
+            v_width := length(v_seg ->> 'literal');
+            v_segments := v_segments || jsonb_build_array(v_seg);
+            v_pattern := v_pattern || format('"%s"', v_seg ->> 'literal');
+        WHEN 'time' THEN
+            SELECT * INTO v_time FROM hivenet._time_pattern(v_seg ->> 'time');
+            IF v_time.width IS NULL THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'unknown time pattern %s (known: YYYY, YYYYMM, YYMMDD, YYYYMMDD, YYYYMMDDHH, '
+                    'YYYYMMDDHHMI, YYMMDDHHMISS, yyMMddHHmmss, YYYYMMDDHHMISS)', v_seg -> 'time'));
+            END IF;
+            v_width := v_time.width;
+            IF hivenet._unit_rank(v_time.resolution) < hivenet._unit_rank(v_finest) THEN
+                v_finest := v_time.resolution;
+            END IF;
+            v_segments := v_segments || jsonb_build_array(
+                v_seg || jsonb_build_object('to_char', v_time.to_char_pattern,
+                                            'width', v_time.width,
+                                            'resolution', v_time.resolution));
+            v_pattern := v_pattern || v_time.to_char_pattern;
+        ELSE -- seq
+            IF v_row.seq_width IS NOT NULL THEN
+                PERFORM hivenet._format_error(p_name, 'a format has exactly one seq segment');
+            END IF;
+            v_width := CASE WHEN jsonb_typeof(v_seg -> 'seq') = 'number'
+                            THEN (v_seg ->> 'seq')::numeric::integer END;
+            v_row.reset := coalesce(v_seg ->> 'reset', 'day');
+            IF v_width IS NULL OR v_width NOT BETWEEN 1 AND 17 THEN
+                PERFORM hivenet._format_error(p_name, 'seq width must be 1 to 17');
+            END IF;
+            IF hivenet._unit_rank(v_row.reset) IS NULL THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'reset %s must be second, minute, hour, day, month, year or never',
+                    v_seg -> 'reset'));
+            END IF;
+            v_row.seq_width := v_width;
+            v_row.head_pattern := v_pattern;
+            v_pattern := '';
+            v_segments := v_segments || jsonb_build_array(jsonb_build_object(
+                'seq', v_width, 'reset', v_row.reset));
+        END CASE;
+        v_row.length := v_row.length + v_width;
+    END LOOP;
+    IF v_row.seq_width IS NULL THEN
+        PERFORM hivenet._format_error(p_name, 'a format needs one seq segment');
+    END IF;
+    IF v_row.length > 64 THEN
+        PERFORM hivenet._format_error(p_name, format('total length %s exceeds 64', v_row.length));
+    END IF;
+    -- Serials of two periods must differ in their printed time, or a reset would repeat them.
+    IF hivenet._unit_rank(v_finest) > hivenet._unit_rank(v_row.reset) THEN
+        PERFORM hivenet._format_error(p_name, format(
+            'seq resets every %s but the time fields only show the %s: serials of two periods '
+            'would collide', v_row.reset, v_finest));
+    END IF;
+    v_row.capacity := (10::numeric ^ v_row.seq_width)::bigint - 1;
+    -- Largest power of ten that keeps period * stride inside a bigint; at least 10x capacity,
+    -- so calls that keep failing after exhaustion never spill into the next period.
+    v_headroom := floor(log(9.2e18 / (hivenet._max_period_index(v_row.reset) + 1)))::bigint;
+    IF v_headroom < v_row.seq_width + 1 THEN
+        PERFORM hivenet._format_error(p_name, format(
+            'seq width %s is too wide for a counter that resets every %s (at most %s digits)',
+            v_row.seq_width, v_row.reset, v_headroom - 1));
+    END IF;
+    v_row.stride := (10::numeric ^ v_headroom)::bigint;
+    -- Space is in no charset and '?' stands for a missing value, so a match proves every value
+    -- is present and valid (one regex match per allocation instead of one per field).
+    v_row.field_pattern := '^' || array_to_string(v_regexes, ' ') || '$';
+    v_row.bounded_fields := ARRAY(
+        SELECT i FROM generate_subscripts(v_row.field_names, 1) AS i
+        WHERE v_row.field_min[i] IS NOT NULL OR v_row.field_max[i] IS NOT NULL);
+    v_row.tail_pattern := v_pattern;
+    v_row.key_fields := CASE WHEN cardinality(v_keys) < cardinality(v_row.field_names)
+                             THEN v_keys END;
+    v_row.clock_unit := CASE WHEN hivenet._unit_rank(v_finest) < hivenet._unit_rank(v_row.reset)
+                             THEN v_finest END;
+    v_row.segments := v_segments;
+    v_row.borrow_next_period := coalesce(p_borrow_next_period, false);
+    v_row.builtin := false;
+    v_row.description := p_description;
+    RETURN v_row;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._compile_format(text,jsonb,boolean,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._create_cold_counter()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -388,6 +993,14 @@ BEGIN
     RETURN NULL;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._create_cold_counter() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._default_failover_gap()
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT 100000::bigint $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._default_failover_gap() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._fast_path_expression(p_format hivenet.format, p_zone text, p_enforce_registry boolean, p_allow_fake_clock boolean)
  RETURNS text
@@ -456,6 +1069,38 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._fast_system(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((p_c)::numeric >= (1)::numeric) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_system_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '1000000000000'::bigint) % '1000000000000'::bigint), 0), 'FM000000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_system(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((p_c)::numeric >= (1)::numeric) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_unified_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '10000000000'::bigint) % '10000000000'::bigint), 0), 'FM0000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_unified(text,text,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._fence(p_gap bigint, p_force boolean, p_by text)
  RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
  LANGUAGE plpgsql
@@ -522,6 +1167,48 @@ BEGIN
             counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._fence(bigint,boolean,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._field_values(p_format hivenet.format, p_fields jsonb)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF jsonb_typeof(p_fields) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: fields must be a JSON object, not %s', p_format.name,
+                             hivenet._shown(p_fields::text));
+    END IF;
+    IF p_fields - p_format.field_names <> '{}'::jsonb THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s has no field %s (fields: %s)', p_format.name,
+                             (SELECT hivenet._shown(k) FROM jsonb_object_keys(
+                                  p_fields - p_format.field_names) AS k LIMIT 1),
+                             array_to_string(p_format.field_names, ', '));
+    END IF;
+    RETURN ARRAY(SELECT p_fields ->> n FROM unnest(p_format.field_names) WITH ORDINALITY AS f(n, i)
+                 ORDER BY i);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._field_values(hivenet.format,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._format_constant(p_name text)
+ RETURNS hivenet.format
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_name
+             WHEN 'id_service'::text THEN '(id_service,"[{""field"": ""merchant"", ""regex"": ""^[0-9]{12}$"", ""width"": 12, ""charset"": ""digit""}, {""time"": ""YYYYMMDD"", ""width"": 8, ""to_char"": ""YYYYMMDD"", ""resolution"": ""day""}, {""field"": ""shard"", ""regex"": ""^[0-9]{2}$"", ""width"": 2, ""charset"": ""digit""}, {""seq"": 6, ""reset"": ""day""}]",28,"{merchant,shard}",6,day,999999,100000000000000,f,t,"unified ID service (seed 001): merchant + date + shard + daily sequence per merchant and shard","^[0-9]{12} [0-9]{2}$","{NULL,NULL}","{NULL,NULL}",{},"""%1$s""YYYYMMDD""%2$s""","",,)'::hivenet.format
+             WHEN 'interface'::text THEN '(interface,"[{""field"": ""system"", ""regex"": ""^[0-9A-Za-z]{5}$"", ""width"": 5, ""charset"": ""alnum""}, {""field"": ""module"", ""regex"": ""^[0-9A-Za-z]{3}$"", ""width"": 3, ""charset"": ""alnum""}, {""min"": 1, ""field"": ""instance"", ""regex"": ""^[0-9]{2}$"", ""width"": 2, ""charset"": ""digit""}, {""field"": ""target"", ""regex"": ""^[0-9A-Za-z]{5}$"", ""width"": 5, ""charset"": ""alnum"", ""counter"": false}, {""time"": ""YYYYMMDDHHMISS"", ""width"": 14, ""to_char"": ""YYYYMMDDHH24MISS"", ""resolution"": ""second""}, {""seq"": 10, ""reset"": ""day""}]",39,"{system,module,instance,target}",10,day,9999999999,100000000000000,f,t,"interface serial (接口流水号): one interface call","^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2} [0-9A-Za-z]{5}$","{NULL,NULL,1,NULL}","{NULL,NULL,NULL,NULL}",{3},"""%1$s""""%2$s""""%3$s""""%4$s""YYYYMMDDHH24MISS","","{1,2,3}",second)'::hivenet.format
+             WHEN 'merchant_trade'::text THEN '(merchant_trade,"[{""field"": ""merchant"", ""regex"": ""^[0-9]{12}$"", ""width"": 12, ""charset"": ""digit""}, {""time"": ""YYYYMMDDHHMISS"", ""width"": 14, ""to_char"": ""YYYYMMDDHH24MISS"", ""resolution"": ""second""}, {""seq"": 6, ""reset"": ""day""}]",32,{merchant},6,day,999999,100000000000000,f,t,"merchant trade number: merchant + date-time + daily sequence",^[0-9]{12}$,{NULL},{NULL},{},"""%1$s""YYYYMMDDHH24MISS","",,second)'::hivenet.format
+             WHEN 'per_second'::text THEN '(per_second,"[{""time"": ""yyMMddHHmmss"", ""width"": 12, ""to_char"": ""YYMMDDHH24MISS"", ""resolution"": ""second""}, {""seq"": 5, ""reset"": ""second""}]",17,{},5,second,99999,1000000000,f,t,"time-based serial: yyMMddHHmmss + per-second sequence",^$,{},{},{},YYMMDDHH24MISS,"",,)'::hivenet.format
+             WHEN 'system'::text THEN '(system,"[{""field"": ""system"", ""regex"": ""^[0-9A-Za-z]{5}$"", ""width"": 5, ""charset"": ""alnum""}, {""field"": ""module"", ""regex"": ""^[0-9A-Za-z]{3}$"", ""width"": 3, ""charset"": ""alnum""}, {""min"": 1, ""field"": ""instance"", ""regex"": ""^[0-9]{2}$"", ""width"": 2, ""charset"": ""digit""}, {""time"": ""YYYYMMDD"", ""width"": 8, ""to_char"": ""YYYYMMDD"", ""resolution"": ""day""}, {""seq"": 12, ""reset"": ""day""}]",30,"{system,module,instance}",12,day,999999999999,100000000000000,f,t,"system serial (系统流水号): one processing step; retries reuse it","^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$","{NULL,NULL,1}","{NULL,NULL,NULL}",{3},"""%1$s""""%2$s""""%3$s""YYYYMMDD","",,)'::hivenet.format
+             WHEN 'unified'::text THEN '(unified,"[{""field"": ""system"", ""regex"": ""^[0-9A-Za-z]{5}$"", ""width"": 5, ""charset"": ""alnum""}, {""field"": ""module"", ""regex"": ""^[0-9A-Za-z]{3}$"", ""width"": 3, ""charset"": ""alnum""}, {""min"": 1, ""field"": ""instance"", ""regex"": ""^[0-9]{2}$"", ""width"": 2, ""charset"": ""digit""}, {""time"": ""YYYYMMDD"", ""width"": 8, ""to_char"": ""YYYYMMDD"", ""resolution"": ""day""}, {""seq"": 10, ""reset"": ""day""}]",28,"{system,module,instance}",10,day,9999999999,100000000000000,f,t,"unified serial (统一流水号): one business transaction across all systems","^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$","{NULL,NULL,1}","{NULL,NULL,NULL}",{3},"""%1$s""""%2$s""""%3$s""YYYYMMDD","",,)'::hivenet.format
+             ELSE NULL::hivenet.format
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._format_constant(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._grant_roles()
  RETURNS void
@@ -658,6 +1345,64 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._grant_roles() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._issue(p_seq regclass, p_format hivenet.format, p_values text[], p_count integer, p_scope text)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_local timestamp := hivenet.now() AT TIME ZONE hivenet._setting_constant('time_zone');
+    v_period bigint := hivenet._period_index(v_local, p_format.reset);
+    v_head text := format(p_format.head_pattern, VARIADIC p_values);
+    v_tail text := format(p_format.tail_pattern, VARIADIC p_values);
+    v_raw bigint;
+    v_print timestamp;
+    v_out text[] := '{}';
+    v_clock regclass;
+    v_latest bigint;  -- the latest instant issued by the counter, in p_format.clock_unit
+    v_read bigint;    -- ... as read from its clock sequence when this call started
+    v_instant bigint;
+BEGIN
+    IF p_format.clock_unit IS NOT NULL THEN
+        -- Read once, before any value is drawn: every call that returned before this one
+        -- started has raised it to what it printed.
+        v_clock := hivenet._clock_sequence(p_seq);
+        v_read := coalesce(pg_sequence_last_value(v_clock), 0);
+        v_latest := v_read;
+    END IF;
+    FOR i IN 1 .. p_count LOOP
+        v_raw := nextval(p_seq);
+        IF v_raw / p_format.stride < v_period
+           OR v_raw % p_format.stride NOT BETWEEN 1 AND p_format.capacity THEN
+            v_raw := hivenet._advance(p_seq, p_format, v_period, p_scope);
+        END IF;
+        -- A newer period than the clock's (clock went back, or borrowed): print its start.
+        v_print := CASE WHEN v_raw / p_format.stride = v_period THEN v_local
+                        ELSE hivenet._period_start(v_raw / p_format.stride, p_format.reset) END;
+        IF v_clock IS NOT NULL THEN
+            v_instant := hivenet._period_index(v_print, p_format.clock_unit);
+            IF v_instant < v_latest THEN
+                -- The clock is behind an instant already issued: print that one, but never
+                -- past the value's own period (its date must stay the period's).
+                v_instant := least(v_latest, hivenet._period_last_instant(
+                    v_raw / p_format.stride, p_format.reset, p_format.clock_unit));
+                v_print := greatest(v_print,
+                                    hivenet._period_start(v_instant, p_format.clock_unit));
+            END IF;
+            v_latest := greatest(v_latest, v_instant);
+        END IF;
+        -- concat, not ||: to_char of an empty pattern is NULL.
+        v_out := v_out || concat(to_char(v_print, v_head),
+                                 lpad((v_raw % p_format.stride)::text, p_format.seq_width, '0'),
+                                 to_char(v_print, v_tail));
+    END LOOP;
+    IF v_latest > v_read THEN
+        PERFORM hivenet._raise_clock(v_clock, v_latest);
+    END IF;
+    RETURN v_out;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._issue(regclass,hivenet.format,text[],integer,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._issue_cold(p_format hivenet.format, p_values text[], p_count integer)
  RETURNS text[]
  LANGUAGE plpgsql
@@ -738,6 +1483,167 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._latest_issued(text,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._layout_sql(p_format hivenet.format, OUT shape text, OUT valid text, OUT time_of text, OUT date_at integer, OUT fields jsonb, OUT scope text)
+ RETURNS record
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_seg jsonb;
+    v_pos integer := 1;
+    v_width integer;
+    v_part text;
+    v_type text;
+    v_checks text[] := '{}';
+    v_scope text[] := '{}';
+    v_unprinted_key boolean := false;
+    v_pattern text;
+    v_token record;
+    v_at integer;
+    v_time jsonb;
+    v_at_of jsonb;  -- the position of each part of the time segment
+    v_classes text[] := '{}';  -- the shape as character classes (or literals) and counts
+    v_counts integer[] := '{}';
+    v_class text;
+BEGIN
+    shape := '';
+    fields := '{}';
+    FOR v_seg IN SELECT jsonb_array_elements(p_format.segments) LOOP
+        IF v_seg ? 'field' AND v_seg -> 'printed' = 'false' THEN
+            v_unprinted_key := true;  -- only a counter key: nothing printed to read
+            CONTINUE;
+        ELSIF v_seg ? 'field' THEN
+            v_width := (v_seg ->> 'width')::integer;
+            v_part := format('substr(p_serial, %s, %s)', v_pos, v_width);
+            -- The class of the field's own compiled regex ('^[0-9]{2}$').
+            v_class := substring(v_seg ->> 'regex' FROM '^\^(\[[^]]*\])');
+            fields := fields || jsonb_build_object(v_seg ->> 'field', v_part);
+            v_type := CASE WHEN v_width <= 9 THEN 'integer' WHEN v_width <= 18 THEN 'bigint'
+                           ELSE 'numeric' END;
+            -- Bounds that digits alone meet need no check; a minimum of 1 is 'not all 0'.
+            IF (v_seg ->> 'min')::numeric = 1 THEN
+                v_checks := v_checks || format('%s <> %L', v_part, repeat('0', v_width));
+            ELSIF (v_seg ->> 'min')::numeric > 0 THEN
+                v_checks := v_checks || format('%s::%s >= %s', v_part, v_type, v_seg ->> 'min');
+            END IF;
+            IF (v_seg ->> 'max')::numeric < 10::numeric ^ v_width - 1 THEN
+                v_checks := v_checks || format('%s::%s <= %s', v_part, v_type, v_seg ->> 'max');
+            END IF;
+            IF coalesce(v_seg -> 'counter', 'true') = 'true' THEN
+                v_scope := v_scope || v_part;
+            END IF;
+        ELSIF v_seg ? 'literal' THEN
+            v_width := length(v_seg ->> 'literal');
+            v_class := v_seg ->> 'literal';  -- [0-9A-Za-z_-]: no regex meaning
+        ELSIF v_seg ? 'time' THEN
+            v_width := (v_seg ->> 'width')::integer;
+            v_class := '[0-9]';
+            -- The parts of its to_char pattern (formats.sql _time_pattern), as integers.
+            v_time := '{}';
+            v_at_of := '{}';
+            v_pattern := v_seg ->> 'to_char';
+            v_at := v_pos;
+            WHILE v_pattern <> '' LOOP
+                SELECT t.token, t.digits INTO v_token
+                FROM (VALUES ('YYYY', 4, 1), ('HH24', 2, 2), ('YY', 2, 3), ('MM', 2, 4),
+                             ('DD', 2, 5), ('MI', 2, 6), ('SS', 2, 7)) AS t(token, digits, o)
+                WHERE starts_with(v_pattern, t.token) ORDER BY t.o LIMIT 1;
+                v_time := v_time || jsonb_build_object(v_token.token,
+                    format('substr(p_serial, %s, %s)::integer', v_at, v_token.digits));
+                v_at_of := v_at_of || jsonb_build_object(v_token.token, v_at);
+                v_at := v_at + v_token.digits;
+                v_pattern := substr(v_pattern, length(v_token.token) + 1);
+            END LOOP;
+            IF v_time ? 'YY' THEN  -- to_timestamp's YY: the year nearest to 2020
+                v_time := v_time || jsonb_build_object('YYYY', format(
+                    '(%1$s + CASE WHEN %1$s < 70 THEN 2000 ELSE 1900 END)', v_time ->> 'YY'));
+            ELSE
+                v_checks := v_checks || format('substr(p_serial, %s, 4) <> %L',
+                    v_pos + strpos(v_seg ->> 'to_char', 'YYYY') - 1, '0000');
+            END IF;
+            IF v_time ? 'MM' THEN
+                v_checks := v_checks || format('%s BETWEEN 1 AND 12', v_time ->> 'MM');
+            END IF;
+            IF v_time ? 'DD' THEN
+                -- Days in month m: 30 + (m + m / 8) % 2, but February.
+                v_checks := v_checks || format(
+                    '%1$s >= 1 AND (%1$s <= 28 OR %1$s <= CASE %2$s WHEN 2 THEN 28 + '
+                    '(%3$s %% 4 = 0 AND (%3$s %% 100 <> 0 OR %3$s %% 400 = 0))::integer '
+                    'ELSE 30 + (%2$s + %2$s / 8) %% 2 END)',
+                    v_time ->> 'DD', v_time ->> 'MM', v_time ->> 'YYYY');
+            END IF;
+            IF v_time ? 'HH24' THEN
+                v_checks := v_checks || format('%s < 24', v_time ->> 'HH24');
+            END IF;
+            IF v_time ? 'MI' THEN
+                v_checks := v_checks || format('%s < 60', v_time ->> 'MI');
+            END IF;
+            IF v_time ? 'SS' THEN
+                v_checks := v_checks || format('%s < 60', v_time ->> 'SS');
+            END IF;
+            -- The last time segment, as parse_serial reports it.
+            time_of := format('make_timestamp(%s, %s, %s, %s, %s, %s)', v_time ->> 'YYYY',
+                              coalesce(v_time ->> 'MM', '1'), coalesce(v_time ->> 'DD', '1'),
+                              coalesce(v_time ->> 'HH24', '0'), coalesce(v_time ->> 'MI', '0'),
+                              coalesce(v_time ->> 'SS', '0'));
+            -- Where the date is, when the segment prints year, month and day one after another
+            -- and no time of day (_step_window_expression compares it as text).
+            date_at := CASE WHEN NOT v_at_of ?| ARRAY['HH24', 'MI', 'SS']
+                                 AND v_at_of @> jsonb_build_object(
+                                     'MM', (v_at_of ->> 'YYYY')::integer + 4,
+                                     'DD', (v_at_of ->> 'YYYY')::integer + 6)
+                            THEN (v_at_of ->> 'YYYY')::integer END;
+        ELSE
+            v_width := p_format.seq_width;
+            v_class := '[0-9]';
+            v_checks := v_checks || format('substr(p_serial, %s, %s) <> %L', v_pos, v_width,
+                                           repeat('0', v_width));
+        END IF;
+        -- Runs of one class are one piece: a shorter regex is a faster one.
+        IF v_class LIKE '[%' AND v_class = v_classes[cardinality(v_classes)] THEN
+            v_counts[cardinality(v_counts)] := v_counts[cardinality(v_counts)] + v_width;
+        ELSE
+            v_classes := v_classes || v_class;
+            v_counts := v_counts || CASE WHEN v_class LIKE '[%' THEN v_width ELSE 1 END;
+        END IF;
+        v_pos := v_pos + v_width;
+    END LOOP;
+    shape := format('length(p_serial) = %s AND p_serial ~ %L', v_pos - 1,
+        '^' || (SELECT string_agg(CASE WHEN c NOT LIKE '[%' THEN c
+                                       WHEN o = cardinality(v_classes) THEN c || '*'
+                                       ELSE format('%s{%s}', c, n) END, '' ORDER BY o)
+                FROM unnest(v_classes, v_counts) WITH ORDINALITY AS u(c, n, o)) || '$');
+    valid := format('CASE WHEN %s THEN %s ELSE false END', shape,
+                    coalesce(array_to_string(v_checks, ' AND '), 'true'));
+    scope := CASE WHEN v_unprinted_key THEN NULL WHEN v_scope = '{}' THEN '''''::text'
+                  ELSE array_to_string(v_scope, ' || ') END;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._layout_sql(hivenet.format) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._maintain_failover()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_timeline integer := hivenet._timeline();
+    v_warning text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM hivenet.failover_fence WHERE timeline = v_timeline) THEN
+        PERFORM hivenet._fence(hivenet._default_failover_gap(), false, 'maintain');
+        RAISE WARNING USING MESSAGE = format(
+            'hivenet: timeline %s was not fenced (a promoted standby or a restore): maintain() '
+            'moved every counter forward by %s; run `hivenet-db failover-fence` before '
+            'traffic next time', v_timeline, hivenet._default_failover_gap());
+    END IF;
+    v_warning := hivenet.replication_warning();
+    IF v_warning IS NOT NULL THEN
+        RAISE WARNING USING MESSAGE = 'hivenet: ' || v_warning;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_failover() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._maintain_scopes()
  RETURNS void
  LANGUAGE plpgsql
@@ -759,6 +1665,46 @@ BEGIN
     END LOOP;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._maintain_scopes() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._name_valid(p_value text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (((length(p_value) >= 1) AND (length(p_value) <= 255)) AND (p_value !~ '[\x01-\x1f\x7f-\x9f]'::text));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._name_valid(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._node_field(p_format hivenet.format)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN 'instance' = ANY (p_format.field_names) THEN 'instance'
+                WHEN 'shard' = ANY (p_format.field_names) THEN 'shard' END
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._node_field(hivenet.format) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._not_owned(p_format hivenet.format, p_node text, p_owned text, p_single boolean)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE
+        WHEN p_owned = 'all' THEN NULL
+        WHEN hivenet._node_field(p_format) IS NULL THEN CASE WHEN NOT p_single THEN format(
+            'format %s has no instance or shard field: with several primaries only the one '
+            'whose setting single_primary_formats is on issues it (this database owns '
+            'instances %s, and that setting is off here)', p_format.name, p_owned) END
+        WHEN NOT hivenet._instance_in(p_node, p_owned) THEN format(
+            'format %s: %s %s is not owned by this database (it owns %s): allocate on the '
+            'database that owns it (docs/guides/scale-out.md)', p_format.name,
+            hivenet._node_field(p_format), hivenet._shown(p_node), p_owned)
+    END
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._ownership_check()
  RETURNS trigger
@@ -857,6 +1803,107 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._recompile()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_settings jsonb := (SELECT coalesce(jsonb_object_agg(s.name, s.value), '{}')
+                         FROM hivenet.setting s);
+    v_format hivenet.format;
+    v_layout record;
+    v_unified hivenet.format;  -- for step 3
+    v_system hivenet.format;
+    v_system_layout record;    -- for step 4, when format 'system' exists
+    v_formats text := '';
+    v_valid text := '';
+    v_shaped text := '';
+    v_time text := '';
+    v_field text := '';
+    v_scope text := '';
+BEGIN
+    FOR v_format IN SELECT * FROM hivenet.format f ORDER BY f.name LOOP
+        SELECT * INTO v_layout FROM hivenet._layout_sql(v_format);
+        v_formats := v_formats || format(' WHEN %L THEN %L::hivenet.format', v_format.name,
+                                         v_format::text);
+        v_valid := v_valid || format(' WHEN %L THEN %s', v_format.name, v_layout.valid);
+        v_shaped := v_shaped || format(' WHEN %L THEN %s', v_format.name, v_layout.shape);
+        -- NULL unless valid: the function is public (views), and casts of a serial that only
+        -- looks right (month 99) would fail.
+        v_time := v_time || format(' WHEN %L THEN %s', v_format.name,
+            CASE WHEN v_layout.time_of IS NULL THEN 'NULL::timestamp'
+                 ELSE format('CASE WHEN %s THEN %s END', v_layout.valid, v_layout.time_of)
+                 END);
+        v_field := v_field || format(' WHEN %L THEN CASE p_field%s ELSE NULL::text END',
+            v_format.name, (SELECT coalesce(string_agg(format(' WHEN %L THEN %s', f.key,
+                                                              f.value), '' ORDER BY f.key),
+                                            ' WHEN NULL THEN NULL')
+                            FROM jsonb_each_text(v_layout.fields) f));
+        v_scope := v_scope || format(' WHEN %L THEN %s', v_format.name,
+                                     coalesce(v_layout.scope, 'NULL::text'));
+        IF v_format.name = 'unified' THEN
+            v_unified := v_format;
+        ELSIF v_format.name = 'system' THEN
+            v_system := v_format;
+            v_system_layout := v_layout;
+        END IF;
+    END LOOP;
+    -- 1. The rows, as constants.
+    PERFORM hivenet._replace_function('_setting_constant(p_name text)', 'text', 'STABLE',
+        format('CASE p_name %s ELSE NULL::text END', coalesce(
+            (SELECT string_agg(format('WHEN %L THEN %L', s.key, s.value), ' ' ORDER BY s.key)
+             FROM jsonb_each_text(v_settings) s), 'WHEN NULL THEN NULL')));
+    PERFORM hivenet._replace_function('_format_constant(p_name text)', 'hivenet.format',
+        'STABLE', format('CASE p_name %s ELSE NULL::hivenet.format END',
+                         coalesce(nullif(v_formats, ''), 'WHEN NULL THEN NULL')));
+    -- 2. The layouts.
+    PERFORM hivenet._replace_function('_serial_valid(p_format text, p_serial text)', 'boolean',
+        'STABLE', format('CASE p_format%s ELSE NULL::boolean END', v_valid));
+    PERFORM hivenet._replace_function('_serial_shaped(p_format text, p_serial text)',
+        'boolean', 'STABLE', format('CASE p_format%s ELSE NULL::boolean END', v_shaped));
+    PERFORM hivenet._replace_function('_serial_time(p_format text, p_serial text)',
+        'timestamp', 'STABLE', format(
+            'CASE p_format%s ELSE coalesce(hivenet.parse_serial(p_serial, p_format) '
+            '->> ''datetime'', hivenet.parse_serial(p_serial, p_format) ->> ''date'')'
+            '::timestamp END', v_time));
+    PERFORM hivenet._replace_function(
+        '_serial_field(p_format text, p_serial text, p_field text)', 'text', 'STABLE',
+        format('CASE p_format%s ELSE hivenet.parse_serial(p_serial, p_format) ->> p_field END',
+               v_field));
+    PERFORM hivenet._replace_function('_serial_scope(p_format text, p_serial text)', 'text',
+        'STABLE', format('CASE p_format%s ELSE NULL::text END', v_scope));
+    -- 3. The allocation fast paths.
+    PERFORM hivenet._replace_function('_fast_unified(p_a text, p_b text, p_c text)', 'text',
+        'VOLATILE', hivenet._fast_path_expression(v_unified,
+            coalesce(v_settings ->> 'time_zone', 'UTC'),
+            coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+            coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    PERFORM hivenet._replace_function('_fast_system(p_a text, p_b text, p_c text)', 'text',
+        'VOLATILE', hivenet._fast_path_expression(v_system,
+            coalesce(v_settings ->> 'time_zone', 'UTC'),
+            coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+            coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    -- 4. The window of steps.
+    IF v_system.name IS NULL THEN
+        SELECT NULL::text AS valid, NULL::text AS time_of, NULL::integer AS date_at
+        INTO v_system_layout;
+    END IF;
+    PERFORM hivenet._replace_function('_step_in_window(p_serial text)', 'boolean', 'VOLATILE',
+        hivenet._step_window_expression(v_system_layout.valid, v_system_layout.time_of,
+                                        v_system_layout.date_at, v_settings));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._recompile() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._request_start_valid(p_namespace text, p_key text, p_lease interval)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key) AND ("left"(p_namespace, 8) <> 'hivenet.'::text) AND ((p_lease IS NULL) OR hivenet._interval_allowed(p_lease)));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._request_start_valid(text,text,interval) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._resolve_attempt(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text, p_response jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -875,6 +1922,33 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._resolve_attempt(text,text,integer,boolean,text,jsonb) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._scope_fields(p_format hivenet.format, p_values text[])
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(jsonb_object_agg(f.name, p_values[f.i]), '{}')
+    FROM unnest(p_format.field_names) WITH ORDINALITY AS f(name, i)
+    WHERE p_format.key_fields IS NULL OR f.i = ANY (p_format.key_fields)
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._scope_fields(hivenet.format,text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._scope_of(p_format hivenet.format, p_values text[])
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN ((p_format).key_fields IS NULL) THEN array_to_string(p_values, ''::text)
+             ELSE array_to_string(ARRAY( SELECT (_scope_of.p_values)[k.i] AS p_values
+                FROM unnest((_scope_of.p_format).key_fields) WITH ORDINALITY k(i, n)
+               ORDER BY k.n), ''::text)
+         END AS array_to_string;
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._scope_of(hivenet.format,text[]) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._scopes_by_node()
  RETURNS TABLE(format hivenet.format, scope text, node text, sequence_name text)
  LANGUAGE sql
@@ -888,6 +1962,250 @@ AS $function$
     JOIN hivenet.format f ON f.name = s.format
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._scopes_by_node() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.parse_serial(p_serial text, p_format text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_kinds constant text[] := ARRAY['unified', 'system', 'interface'];
+    v_format hivenet.format;
+    v_seg jsonb;
+    v_pos integer := 1;
+    v_part text;
+    v_problem text;
+    v_time timestamp;
+    v_result jsonb;
+BEGIN
+    IF p_serial IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'serial is NULL';
+    END IF;
+    SELECT * INTO v_format FROM hivenet.format
+    WHERE name = coalesce(p_format, (SELECT k.name FROM hivenet.format k
+                                     WHERE k.name = ANY (v_kinds)
+                                       AND k.length = octet_length(p_serial)));
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = CASE WHEN p_format IS NULL
+            -- 'unified (28), system (30) or interface (39)', lengths from the definitions.
+            THEN format('serial %s is no %s serial; name its format', hivenet._shown(p_serial),
+                        (SELECT regexp_replace(string_agg(format('%s (%s)', k.name, k.length),
+                                                          ', ' ORDER BY array_position(v_kinds,
+                                                                                       k.name)),
+                                               ', ([^,]*)$', ' or \1')
+                         FROM hivenet.format k WHERE k.name = ANY (v_kinds)))
+            ELSE format('unknown format %s', hivenet._shown(p_format)) END;
+    END IF;
+    v_result := jsonb_build_object('format', v_format.name);
+    IF octet_length(p_serial) <> v_format.length OR length(p_serial) <> v_format.length THEN
+        v_problem := format('length %s, not %s', length(p_serial), v_format.length);
+    END IF;
+    FOR v_seg IN SELECT jsonb_array_elements(v_format.segments) LOOP
+        EXIT WHEN v_problem IS NOT NULL;
+        IF v_seg -> 'printed' = 'false' THEN
+            v_part := '';  -- a field of the counter key that is not printed
+        ELSIF v_seg ? 'field' THEN
+            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
+            v_problem := 'field ' || (v_seg ->> 'field') || ' '
+                         || hivenet._field_problem(v_seg, v_part);
+            v_result := v_result || jsonb_build_object(v_seg ->> 'field', v_part);
+        ELSIF v_seg ? 'literal' THEN
+            v_part := substr(p_serial, v_pos, length(v_seg ->> 'literal'));
+            IF v_part <> v_seg ->> 'literal' THEN
+                v_problem := format('%L where %L belongs', v_part, v_seg ->> 'literal');
+            END IF;
+        ELSIF v_seg ? 'time' THEN
+            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
+            BEGIN
+                v_time := to_timestamp(v_part, v_seg ->> 'to_char')::timestamp;
+            EXCEPTION WHEN data_exception THEN
+                v_time := NULL;
+            END;
+            -- The round trip rejects what to_timestamp forgives (spaces, signs, 2-digit years).
+            IF v_part !~ '^[0-9]+$' OR v_time IS NULL
+               OR to_char(v_time, v_seg ->> 'to_char') <> v_part THEN
+                v_problem := format('time %L is no valid %s', v_part, v_seg ->> 'time');
+            ELSIF hivenet._unit_rank(v_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
+                v_result := v_result || jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
+            ELSE
+                v_result := v_result || jsonb_build_object(
+                    'datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
+            END IF;
+        ELSE
+            v_part := substr(p_serial, v_pos, v_format.seq_width);
+            IF v_part !~ '^[0-9]+$' OR v_part::numeric = 0 THEN
+                v_problem := format('seq %L is not 1 to %s', v_part, v_format.capacity);
+            ELSE
+                v_result := v_result || jsonb_build_object('seq', v_part::bigint);
+            END IF;
+        END IF;
+        v_pos := v_pos + length(v_part);
+    END LOOP;
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('serial %s is no valid %s serial: %s', hivenet._shown(p_serial),
+                             v_format.name, v_problem);
+    END IF;
+    RETURN v_result;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.parse_serial(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._serial_field(p_format text, p_serial text, p_field text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_format
+             WHEN 'id_service'::text THEN
+             CASE p_field
+                 WHEN 'merchant'::text THEN substr(p_serial, 1, 12)
+                 WHEN 'shard'::text THEN substr(p_serial, 21, 2)
+                 ELSE NULL::text
+             END
+             WHEN 'interface'::text THEN
+             CASE p_field
+                 WHEN 'instance'::text THEN substr(p_serial, 9, 2)
+                 WHEN 'module'::text THEN substr(p_serial, 6, 3)
+                 WHEN 'system'::text THEN substr(p_serial, 1, 5)
+                 WHEN 'target'::text THEN substr(p_serial, 11, 5)
+                 ELSE NULL::text
+             END
+             WHEN 'merchant_trade'::text THEN
+             CASE p_field
+                 WHEN 'merchant'::text THEN substr(p_serial, 1, 12)
+                 ELSE NULL::text
+             END
+             WHEN 'per_second'::text THEN
+             CASE p_field
+                 WHEN NULL::text THEN NULL::text
+                 ELSE NULL::text
+             END
+             WHEN 'system'::text THEN
+             CASE p_field
+                 WHEN 'instance'::text THEN substr(p_serial, 9, 2)
+                 WHEN 'module'::text THEN substr(p_serial, 6, 3)
+                 WHEN 'system'::text THEN substr(p_serial, 1, 5)
+                 ELSE NULL::text
+             END
+             WHEN 'unified'::text THEN
+             CASE p_field
+                 WHEN 'instance'::text THEN substr(p_serial, 9, 2)
+                 WHEN 'module'::text THEN substr(p_serial, 6, 3)
+                 WHEN 'system'::text THEN substr(p_serial, 1, 5)
+                 ELSE NULL::text
+             END
+             ELSE (hivenet.parse_serial(p_serial, p_format) ->> p_field)
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._serial_field(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._serial_time(p_format text, p_serial text)
+ RETURNS timestamp without time zone
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_format
+             WHEN 'id_service'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 28) AND (p_serial ~ '^[0-9]*$'::text)) THEN ((substr(p_serial, 13, 4) <> '0000'::text) AND (((substr(p_serial, 17, 2))::integer >= 1) AND ((substr(p_serial, 17, 2))::integer <= 12)) AND ((substr(p_serial, 19, 2))::integer >= 1) AND (((substr(p_serial, 19, 2))::integer <= 28) OR ((substr(p_serial, 19, 2))::integer <=
+                     CASE (substr(p_serial, 17, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 13, 4))::integer % 4) = 0) AND ((((substr(p_serial, 13, 4))::integer % 100) <> 0) OR (((substr(p_serial, 13, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 17, 2))::integer + ((substr(p_serial, 17, 2))::integer / 8)) % 2))
+                     END)) AND (substr(p_serial, 23, 6) <> '000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 13, 4))::integer, (substr(p_serial, 17, 2))::integer, (substr(p_serial, 19, 2))::integer, 0, 0, (0)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'interface'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 39) AND (p_serial ~ '^[0-9A-Za-z]{8}[0-9]{2}[0-9A-Za-z]{5}[0-9]*$'::text)) THEN ((substr(p_serial, 9, 2) <> '00'::text) AND (substr(p_serial, 16, 4) <> '0000'::text) AND (((substr(p_serial, 20, 2))::integer >= 1) AND ((substr(p_serial, 20, 2))::integer <= 12)) AND ((substr(p_serial, 22, 2))::integer >= 1) AND (((substr(p_serial, 22, 2))::integer <= 28) OR ((substr(p_serial, 22, 2))::integer <=
+                     CASE (substr(p_serial, 20, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 16, 4))::integer % 4) = 0) AND ((((substr(p_serial, 16, 4))::integer % 100) <> 0) OR (((substr(p_serial, 16, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 20, 2))::integer + ((substr(p_serial, 20, 2))::integer / 8)) % 2))
+                     END)) AND ((substr(p_serial, 24, 2))::integer < 24) AND ((substr(p_serial, 26, 2))::integer < 60) AND ((substr(p_serial, 28, 2))::integer < 60) AND (substr(p_serial, 30, 10) <> '0000000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 16, 4))::integer, (substr(p_serial, 20, 2))::integer, (substr(p_serial, 22, 2))::integer, (substr(p_serial, 24, 2))::integer, (substr(p_serial, 26, 2))::integer, ((substr(p_serial, 28, 2))::integer)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'merchant_trade'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 32) AND (p_serial ~ '^[0-9]*$'::text)) THEN ((substr(p_serial, 13, 4) <> '0000'::text) AND (((substr(p_serial, 17, 2))::integer >= 1) AND ((substr(p_serial, 17, 2))::integer <= 12)) AND ((substr(p_serial, 19, 2))::integer >= 1) AND (((substr(p_serial, 19, 2))::integer <= 28) OR ((substr(p_serial, 19, 2))::integer <=
+                     CASE (substr(p_serial, 17, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 13, 4))::integer % 4) = 0) AND ((((substr(p_serial, 13, 4))::integer % 100) <> 0) OR (((substr(p_serial, 13, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 17, 2))::integer + ((substr(p_serial, 17, 2))::integer / 8)) % 2))
+                     END)) AND ((substr(p_serial, 21, 2))::integer < 24) AND ((substr(p_serial, 23, 2))::integer < 60) AND ((substr(p_serial, 25, 2))::integer < 60) AND (substr(p_serial, 27, 6) <> '000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 13, 4))::integer, (substr(p_serial, 17, 2))::integer, (substr(p_serial, 19, 2))::integer, (substr(p_serial, 21, 2))::integer, (substr(p_serial, 23, 2))::integer, ((substr(p_serial, 25, 2))::integer)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'per_second'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 17) AND (p_serial ~ '^[0-9]*$'::text)) THEN ((((substr(p_serial, 3, 2))::integer >= 1) AND ((substr(p_serial, 3, 2))::integer <= 12)) AND ((substr(p_serial, 5, 2))::integer >= 1) AND (((substr(p_serial, 5, 2))::integer <= 28) OR ((substr(p_serial, 5, 2))::integer <=
+                     CASE (substr(p_serial, 3, 2))::integer
+                         WHEN 2 THEN (28 + ((((((substr(p_serial, 1, 2))::integer +
+                         CASE
+                             WHEN ((substr(p_serial, 1, 2))::integer < 70) THEN 2000
+                             ELSE 1900
+                         END) % 4) = 0) AND (((((substr(p_serial, 1, 2))::integer +
+                         CASE
+                             WHEN ((substr(p_serial, 1, 2))::integer < 70) THEN 2000
+                             ELSE 1900
+                         END) % 100) <> 0) OR ((((substr(p_serial, 1, 2))::integer +
+                         CASE
+                             WHEN ((substr(p_serial, 1, 2))::integer < 70) THEN 2000
+                             ELSE 1900
+                         END) % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 3, 2))::integer + ((substr(p_serial, 3, 2))::integer / 8)) % 2))
+                     END)) AND ((substr(p_serial, 7, 2))::integer < 24) AND ((substr(p_serial, 9, 2))::integer < 60) AND ((substr(p_serial, 11, 2))::integer < 60) AND (substr(p_serial, 13, 5) <> '00000'::text))
+                     ELSE false
+                 END THEN make_timestamp(((substr(p_serial, 1, 2))::integer +
+                 CASE
+                     WHEN ((substr(p_serial, 1, 2))::integer < 70) THEN 2000
+                     ELSE 1900
+                 END), (substr(p_serial, 3, 2))::integer, (substr(p_serial, 5, 2))::integer, (substr(p_serial, 7, 2))::integer, (substr(p_serial, 9, 2))::integer, ((substr(p_serial, 11, 2))::integer)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'system'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 30) AND (p_serial ~ '^[0-9A-Za-z]{8}[0-9]*$'::text)) THEN ((substr(p_serial, 9, 2) <> '00'::text) AND (substr(p_serial, 11, 4) <> '0000'::text) AND (((substr(p_serial, 15, 2))::integer >= 1) AND ((substr(p_serial, 15, 2))::integer <= 12)) AND ((substr(p_serial, 17, 2))::integer >= 1) AND (((substr(p_serial, 17, 2))::integer <= 28) OR ((substr(p_serial, 17, 2))::integer <=
+                     CASE (substr(p_serial, 15, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 11, 4))::integer % 4) = 0) AND ((((substr(p_serial, 11, 4))::integer % 100) <> 0) OR (((substr(p_serial, 11, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 15, 2))::integer + ((substr(p_serial, 15, 2))::integer / 8)) % 2))
+                     END)) AND (substr(p_serial, 19, 12) <> '000000000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 11, 4))::integer, (substr(p_serial, 15, 2))::integer, (substr(p_serial, 17, 2))::integer, 0, 0, (0)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'unified'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 28) AND (p_serial ~ '^[0-9A-Za-z]{8}[0-9]*$'::text)) THEN ((substr(p_serial, 9, 2) <> '00'::text) AND (substr(p_serial, 11, 4) <> '0000'::text) AND (((substr(p_serial, 15, 2))::integer >= 1) AND ((substr(p_serial, 15, 2))::integer <= 12)) AND ((substr(p_serial, 17, 2))::integer >= 1) AND (((substr(p_serial, 17, 2))::integer <= 28) OR ((substr(p_serial, 17, 2))::integer <=
+                     CASE (substr(p_serial, 15, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 11, 4))::integer % 4) = 0) AND ((((substr(p_serial, 11, 4))::integer % 100) <> 0) OR (((substr(p_serial, 11, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 15, 2))::integer + ((substr(p_serial, 15, 2))::integer / 8)) % 2))
+                     END)) AND (substr(p_serial, 19, 10) <> '0000000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 11, 4))::integer, (substr(p_serial, 15, 2))::integer, (substr(p_serial, 17, 2))::integer, 0, 0, (0)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             ELSE (COALESCE((hivenet.parse_serial(p_serial, p_format) ->> 'datetime'::text), (hivenet.parse_serial(p_serial, p_format) ->> 'date'::text)))::timestamp without time zone
+         END AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._serial_time(text,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._setting_check()
  RETURNS trigger
@@ -964,6 +2282,25 @@ BEGIN ATOMIC
          END AS "case";
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._setting_constant(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._shown(p_value text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN p_value IS NULL THEN 'NULL'
+                WHEN q.quoted !~ '[\x01-\x1f\x7f-\x9f]' THEN q.quoted
+                ELSE (SELECT string_agg(CASE WHEN c ~ '[\x01-\x1f\x7f-\x9f]'
+                                             THEN '\x' || lpad(to_hex(ascii(c)), 2, '0')
+                                             ELSE c END, '' ORDER BY i)
+                      FROM unnest(string_to_array(q.quoted, NULL)) WITH ORDINALITY AS t(c, i))
+           END || CASE WHEN length(p_value) > 40
+                       THEN format('... (%s characters)', length(p_value)) ELSE '' END
+    FROM (SELECT quote_literal(CASE WHEN length(p_value) <= 40 THEN p_value
+                                    ELSE left(p_value, 32) END) AS quoted) q
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._shown(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._start_request(p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval, p_nowait boolean)
  RETURNS boolean
@@ -1043,6 +2380,154 @@ BEGIN ATOMIC
 END;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet.call_chain(p_unified_serial text)
+ RETURNS TABLE(interface_serial text, system_serial text, source_system text, source_module text, source_instance text, target_system text, serial_time timestamp without time zone, recorded_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
+           c.source_instance, c.target_system, c.serial_time, c.recorded_at
+    FROM hivenet.interface_calls c
+    WHERE c.unified_serial = p_unified_serial
+    ORDER BY c.call_order
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet.call_chain(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.claim(p_namespace text, p_key text, p_nowait boolean DEFAULT false)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_nowait THEN
+        -- The table's lock first, waited for as by any statement (as claim_interface_serial,
+        -- dedup.sql): a wait for it under the nowait path's lock_timeout would read as a
+        -- claim of this key in progress (a false HN040).
+        LOCK TABLE hivenet.claim_record IN ROW EXCLUSIVE MODE;
+        PERFORM hivenet._claim_nowait(p_namespace, p_key);
+        RETURN;
+    END IF;
+    -- Fast path: one statement (its plan cached by the session) that takes a free claim of a
+    -- well-sized namespace and key; anything else, a taken claim included, goes to the full
+    -- path, which decides and raises the exact error.
+    INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
+    SELECT p_namespace, p_key, c.now,
+           c.now + (SELECT n.expiry FROM hivenet.claim_namespace n
+                    WHERE n.namespace = p_namespace)
+    FROM (SELECT hivenet.now() AS now OFFSET 0) c  -- one clock reading for both times
+    WHERE hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key)
+      AND left(p_namespace, 8) <> 'hivenet.'
+    ON CONFLICT (namespace, key) DO NOTHING;
+    IF NOT FOUND THEN
+        PERFORM hivenet._claim_checked(p_namespace, p_key);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.claim(text,text,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.claim_interface_serial(p_serial text, p_unified_serial text DEFAULT NULL::text, p_system_serial text DEFAULT NULL::text, p_nowait boolean DEFAULT false)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_mark text;  -- an assignment is a simple expression; PERFORM would run the executor
+BEGIN
+    IF p_nowait THEN
+        -- The table's lock first, waited for as by any statement: a maintain() creating a
+        -- partition holds the table a moment, and under the nowait path's lock_timeout that
+        -- wait would read as a claim of this serial in progress (a false HN020).
+        LOCK TABLE hivenet.interface_call IN ROW EXCLUSIVE MODE;
+        PERFORM hivenet._claim_interface_serial_nowait(p_serial, p_unified_serial,
+                                                       p_system_serial);
+        v_mark := set_config('hivenet.interface_claimed', 'on', true);
+        RETURN;
+    END IF;
+    -- Fast path, run on every incoming call: one statement (its plan cached by the session)
+    -- that records the call only when every check of the full path surely passes, the same
+    -- generated expressions folded into its WHERE: a valid serial (its time read only then:
+    -- casts may fail on others), inside the window, well-shaped carried serials, every
+    -- instance owned, the day's partition there. Anything else, a duplicate included, goes
+    -- to the full path, which decides and raises the exact error. Only for the transaction's
+    -- first claim (hivenet.interface_claimed, set locally at the end of every claim, undone
+    -- by a rolled-back savepoint as the claim's locks are): then it holds no lock on the
+    -- table yet, so its list of partitions is refreshed when the insert takes that lock (see
+    -- the full path).
+    INSERT INTO hivenet.interface_call
+        (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
+    SELECT p_serial, c.local_time::date, p_unified_serial, p_system_serial, c.now
+    FROM (SELECT hivenet._serial_time('interface', p_serial) AS local_time,  -- NULL: invalid
+                 hivenet.now() AS now
+          OFFSET 0) c  -- one clock reading for the window and recorded_at
+    WHERE c.local_time >= hivenet._caller_now(c.now, 'earliest')
+                          - hivenet._setting_constant('interface_window')::interval
+      AND c.local_time <= hivenet._caller_now(c.now, 'latest')
+                          + hivenet._setting_constant('interface_future_tolerance')::interval
+      AND coalesce(hivenet._serial_shaped('unified', p_unified_serial), true)
+      AND coalesce(hivenet._serial_shaped('system', p_system_serial), true)
+      AND hivenet._setting_constant('owned_instances') = 'all'
+      AND to_regclass('hivenet.interface_call_' || to_char(c.local_time, 'YYYYMMDD'))
+          IS NOT NULL
+      AND current_setting('hivenet.interface_claimed', true) IS DISTINCT FROM 'on'
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        PERFORM hivenet._claim_interface_serial_checked(p_serial, p_unified_serial,
+                                                        p_system_serial);
+    END IF;
+    v_mark := set_config('hivenet.interface_claimed', 'on', true);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.claim_interface_serial(text,text,text,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.define_format(p_name text, p_segments jsonb, p_borrow_next_period boolean DEFAULT false, p_description text DEFAULT NULL::text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_new hivenet.format := hivenet._compile_format(p_name, p_segments, p_borrow_next_period,
+                                                    p_description);
+    v_old hivenet.format;
+    v_leftover text;
+BEGIN
+    INSERT INTO hivenet.format VALUES (v_new.*) ON CONFLICT (name) DO NOTHING;
+    IF FOUND THEN
+        FOR v_leftover IN
+            UPDATE hivenet.scope SET definition = md5(v_new.segments::text)
+            WHERE format = p_name AND definition <> md5(v_new.segments::text)
+            RETURNING sequence_name
+        LOOP
+            PERFORM setval(('hivenet.' || quote_ident(v_leftover))::regclass, 0, true);
+            IF v_new.clock_unit IS NOT NULL THEN
+                PERFORM hivenet._create_clock(v_leftover, 0);  -- the old one may have had none
+            END IF;
+        END LOOP;
+    ELSE
+        SELECT * INTO v_old FROM hivenet.format WHERE name = p_name;
+        IF v_old.segments <> v_new.segments
+           OR v_old.borrow_next_period <> v_new.borrow_next_period THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('format %L is already defined differently (as %s)', p_name,
+                                 hivenet._shown(v_old.segments::text));
+        END IF;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.define_format(text,jsonb,boolean,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.fence_failover(p_gap bigint DEFAULT NULL::bigint, p_force boolean DEFAULT false)
+ RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN QUERY SELECT * FROM hivenet._fence(
+        coalesce(p_gap, hivenet._default_failover_gap()), p_force, 'command');
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.fence_failover(bigint,boolean) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet.finish_request(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_response jsonb DEFAULT NULL::jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -1063,6 +2548,72 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.finish_request(text,text,integer,boolean,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.finish_step(p_system_serial text, p_attempt integer, p_succeeded boolean, p_response jsonb DEFAULT NULL::jsonb)
+ RETURNS void
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT hivenet.finish_request('hivenet.steps'::text, p_system_serial, p_attempt, p_succeeded, p_response) AS finish_request;
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.finish_step(text,integer,boolean,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_interface_serial(p_system text, p_module text, p_instance text, p_target text)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN (hivenet._allocate('interface', NULL,
+                              ARRAY[p_system, p_module, p_instance, p_target], 1))[1];
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.next_interface_serial(text,text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_serial(p_format text, p_fields jsonb)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN (hivenet._allocate(p_format, p_fields, NULL, 1))[1];
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.next_serial(text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_serials(p_format text, p_fields jsonb, p_n integer)
+ RETURNS SETOF text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_limit integer := hivenet._setting_constant('max_serials_per_call')::integer;
+BEGIN
+    IF p_n > v_limit THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: count %s is more than the %s serials one call may take '
+                             '(setting max_serials_per_call); take them in several calls',
+                             hivenet._shown(p_format), p_n, v_limit);
+    END IF;
+    RETURN QUERY SELECT unnest(hivenet._allocate(p_format, p_fields, NULL, p_n));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.next_serials(text,jsonb,integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_system_serial(p_system text, p_module text, p_instance text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT COALESCE(hivenet._fast_system(p_system, p_module, p_instance), hivenet.next_serial('system'::text, jsonb_build_object('system', p_system, 'module', p_module, 'instance', p_instance))) AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.next_system_serial(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_unified_serial(p_system text, p_module text, p_instance text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT COALESCE(hivenet._fast_unified(p_system, p_module, p_instance), hivenet.next_serial('unified'::text, jsonb_build_object('system', p_system, 'module', p_module, 'instance', p_instance))) AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.next_unified_serial(text,text,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.own_instances(p_instances text, p_single_primary_formats boolean DEFAULT NULL::boolean, p_force boolean DEFAULT false)
  RETURNS text
@@ -1132,6 +2683,118 @@ BEGIN
     END LOOP;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.prepare_scope(text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.register_module(p_system text, p_module text, p_description text DEFAULT NULL::text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_format text;
+BEGIN
+    IF p_module IS NULL OR p_module !~ '^[0-9A-Za-z]{3}$' OR octet_length(p_module) <> 3 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('module %s must be 3 characters of [0-9A-Za-z]',
+                             hivenet._shown(p_module));
+    END IF;
+    IF NOT EXISTS (SELECT FROM hivenet.registered_system WHERE system = p_system) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN002',
+            MESSAGE = format('system %s is not registered', hivenet._shown(p_system));
+    END IF;
+    INSERT INTO hivenet.registered_module (system, module, description)
+    VALUES (p_system, p_module, p_description)
+    ON CONFLICT (system, module) DO UPDATE
+        SET description = coalesce(EXCLUDED.description, registered_module.description);
+    FOR v_format IN
+        SELECT f.name FROM hivenet.format f
+        WHERE ARRAY(SELECT f.field_names[k] FROM generate_subscripts(f.field_names, 1) AS k
+                    WHERE f.key_fields IS NULL OR k = ANY (f.key_fields) ORDER BY 1)
+              = ARRAY['instance', 'module', 'system']
+        ORDER BY f.name
+    LOOP
+        PERFORM hivenet.prepare_scope(v_format, (
+            SELECT coalesce(jsonb_agg(jsonb_build_object('system', p_system, 'module', p_module,
+                                                'instance', to_char(i, 'FM00')) ORDER BY i), '[]')
+            FROM generate_series(1, 99) AS i
+            WHERE hivenet._instance_in(to_char(i, 'FM00'),
+                                       hivenet._setting_value('owned_instances'))));
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.register_module(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.register_system(p_system text, p_description text DEFAULT NULL::text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_system IS NULL OR p_system !~ '^[0-9A-Za-z]{5}$' OR octet_length(p_system) <> 5 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('system %s must be 5 characters of [0-9A-Za-z]',
+                             hivenet._shown(p_system));
+    END IF;
+    INSERT INTO hivenet.registered_system (system, description) VALUES (p_system, p_description)
+    ON CONFLICT (system) DO UPDATE
+        SET description = coalesce(EXCLUDED.description, registered_system.description);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.register_system(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.replication_warning()
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT format('%s standby connection(s) and synchronous_standby_names is empty: a '
+                  'failover loses the last commits, so the promoted standby reissues serials '
+                  'and re-accepts claims unless `hivenet-db failover-fence` runs first '
+                  '(docs/operations.md, Failover)', count(*))
+    FROM pg_stat_replication
+    WHERE state IS DISTINCT FROM 'backup'  -- NULL for roles without pg_read_all_stats
+    HAVING count(*) > 0 AND current_setting('synchronous_standby_names') = ''
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet.replication_warning() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.resolve_request(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text, p_response jsonb DEFAULT NULL::jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM hivenet._resolve_attempt(p_namespace, p_key, p_attempt, p_succeeded, p_note,
+                                     p_response);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.resolve_request(text,text,integer,boolean,text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.resolve_step(p_system_serial text, p_attempt integer, p_succeeded boolean, p_note text, p_response jsonb DEFAULT NULL::jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM hivenet._resolve_attempt('hivenet.steps', p_system_serial, p_attempt, p_succeeded,
+                                     p_note, p_response);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.resolve_step(text,integer,boolean,text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.set_claim_expiry(p_namespace text, p_expiry interval)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM hivenet._check_name('claim namespace', p_namespace);
+    PERFORM hivenet._check_interval(format('claim expiry of namespace %s',
+                                           hivenet._shown(p_namespace)), p_expiry);
+    INSERT INTO hivenet.claim_namespace (namespace, expiry) VALUES (p_namespace, p_expiry)
+    ON CONFLICT (namespace) DO UPDATE SET expiry = excluded.expiry;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.set_claim_expiry(text,interval) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.set_request_retention(p_namespace text, p_retention interval)
  RETURNS void
@@ -1206,6 +2869,30 @@ CREATE RULE start AS
     request_attempt.unified_serial,
     request_attempt.lease;
 
+CREATE VIEW hivenet.interface_calls AS
+ SELECT c.interface_serial,
+    c.unified_serial,
+    c.system_serial,
+    hivenet._serial_field('interface'::text, c.interface_serial, 'system'::text) AS source_system,
+    hivenet._serial_field('interface'::text, c.interface_serial, 'module'::text) AS source_module,
+    hivenet._serial_field('interface'::text, c.interface_serial, 'instance'::text) AS source_instance,
+    hivenet._serial_field('interface'::text, c.interface_serial, 'target'::text) AS target_system,
+    c.serial_day,
+    hivenet._serial_time('interface'::text, c.interface_serial) AS serial_time,
+    c.recorded_at,
+    c.call_order
+   FROM hivenet.interface_call c;
+COMMENT ON VIEW hivenet.interface_calls IS 'recorded interface calls with the source and target of each serial (reporting)';
+
+CREATE VIEW hivenet.interface_calls_per_day AS
+ SELECT interface_calls.serial_day AS day,
+    interface_calls.source_system,
+    interface_calls.target_system,
+    count(*) AS calls
+   FROM hivenet.interface_calls
+  GROUP BY interface_calls.serial_day, interface_calls.source_system, interface_calls.target_system;
+COMMENT ON VIEW hivenet.interface_calls_per_day IS 'recorded interface calls per serial day, source system and target system (reporting)';
+
 CREATE VIEW hivenet.request_states AS
  SELECT n.namespace,
     (s.state)::text AS state,
@@ -1278,11 +2965,54 @@ CREATE VIEW hivenet.stuck_steps AS
   ORDER BY a.started_at;
 COMMENT ON VIEW hivenet.stuck_steps IS 'processing steps past their lease (unknown outcome): resolve with hivenet.resolve_step';
 
--- Rows (the .data.sql beside this file).
--- Back from release 0.2.0 to 0.1.0: rows, written by hand, after the code.
+-- The column defaults keep_dependents.sql kept, set again: their expressions, read again,
+-- call the functions just made.
+DO $$
+DECLARE
+    v_default record;
+BEGIN
+    FOR v_default IN
+        SELECT * FROM jsonb_to_recordset(
+            current_setting('hivenet.revision_kept_defaults')::jsonb)
+            AS k (relation text, "column" text, expression text)
+    LOOP
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', v_default.relation,
+                       v_default."column", v_default.expression);
+    END LOOP;
+END $$;
 
--- 0.1.0 draws every unprepared scope from its format's cold counter: no setting says so.
-DELETE FROM hivenet.setting WHERE name IN ('shared_fallback', 'promote_fallback_scopes');
+-- Rows (the .data.sql beside this file).
+-- Back from release 0.2.0 to 0.1.0: what the generated code cannot write, by hand, after it.
+
+-- 0.1.0's _name_valid as its release wrote it. The revision copies a function from the
+-- catalog, and the catalog of this one holds BETWEEN as an AND of its own inside the outer
+-- AND, which PostgreSQL reads back as one flat AND: the same function, another catalog.
+CREATE OR REPLACE FUNCTION hivenet._name_valid(p_value text) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT length(p_value) BETWEEN 1 AND 255 AND p_value !~ '[\x01-\x1f\x7f-\x9f]';
+END;
+
+-- The settings of the fence and of the bound on namespaces counted apart; and of the shared
+-- fallback: 0.1.0 draws every unprepared scope from its format's cold counter.
+DELETE FROM hivenet.setting
+WHERE name IN ('failover_gap', 'failover_loss_window', 'max_counted_namespaces',
+               'shared_fallback', 'promote_fallback_scopes');
+
+-- Grants that only the old release had.
+DO $$
+DECLARE
+    v record;
+BEGIN
+    FOR v IN SELECT * FROM (VALUES
+        ('FUNCTION hivenet._clock_sequence_name(text)', 'hivenet_admin', 'EXECUTE'),
+        ('FUNCTION hivenet._clock_sequence_name(text)', 'hivenet_reporting', 'EXECUTE'),
+        ('FUNCTION hivenet._scope_sequence_name(text,text)', 'hivenet_admin', 'EXECUTE'),
+        ('FUNCTION hivenet._scope_sequence_name(text,text)', 'hivenet_reporting', 'EXECUTE')) AS g (object, grantee, privilege)
+        WHERE to_regrole(g.grantee) IS NOT NULL LOOP
+        EXECUTE format('REVOKE %s ON %s FROM %I', v.privilege, v.object, v.grantee);
+    END LOOP;
+END $$;
 
 -- Grants as a fresh install makes them (privileges.sql), and the generated
 -- functions from this database's settings and formats (compile.sql).

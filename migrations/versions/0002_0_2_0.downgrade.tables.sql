@@ -1,7 +1,43 @@
 -- Back from release 0.2.0 to 0.1.0: tables, types and sequences, written by hand (the code
 -- around them is written from the schema files: hivenet_db/tools/revision.py). What 0.1.0
 -- cannot hold goes: a namespace's policy but its retention, counts, callers, chains, waiters'
--- marks; expired attempts become failed ones.
+-- marks, numeric formats and clock policies; expired attempts become failed ones.
+
+-- Numeric formats (time_id, and any defined since) and clock policies: 0.1.0 holds
+-- neither. Their counters go with them; the format trigger, whose code is half gone by now,
+-- stays off while their rows go (the script ends by writing the generated code again).
+DROP TABLE hivenet.clock_policy;
+DO $$
+DECLARE
+    v_counter text;
+BEGIN
+    FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s
+                     JOIN hivenet.format f ON f.name = s.format WHERE f.time_shift IS NOT NULL
+                     UNION ALL
+                     SELECT 'cold_' || f.name FROM hivenet.format f WHERE f.time_shift IS NOT NULL
+    LOOP
+        EXECUTE format('DROP SEQUENCE IF EXISTS hivenet.%I', v_counter);
+    END LOOP;
+END $$;
+DELETE FROM hivenet.fallback_draw
+WHERE format IN (SELECT name FROM hivenet.format WHERE time_shift IS NOT NULL);
+DELETE FROM hivenet.scope
+WHERE format IN (SELECT name FROM hivenet.format WHERE time_shift IS NOT NULL);
+ALTER TABLE hivenet.format DISABLE TRIGGER format_recompile;
+DELETE FROM hivenet.format WHERE time_shift IS NOT NULL;
+ALTER TABLE hivenet.format ENABLE TRIGGER format_recompile;
+ALTER TABLE hivenet.format DROP COLUMN time_shift;
+
+-- The fence's mark and the allocation rates (fences applied by an allocation are recorded as
+-- by the command); its settings go in the .downgrade.data.sql, once the code that rewrites the
+-- generated functions on a change of a setting is 0.1.0's again.
+DROP TABLE hivenet.allocation_rate;
+DROP SEQUENCE hivenet.fenced_timeline;
+UPDATE hivenet.failover_fence SET applied_by = 'command' WHERE applied_by = 'allocation';
+ALTER TABLE hivenet.failover_fence
+    DROP CONSTRAINT failover_fence_applied_by_check,
+    ADD CONSTRAINT failover_fence_applied_by_check
+        CHECK (applied_by IN ('install', 'command', 'maintain'));
 
 -- Unprepared scopes: the scopes that drew from a fallback and have no counter of their own
 -- wait for maintain() again, one pending row each.

@@ -4,23 +4,178 @@
 -- Bodies are checked when they run, as pg_dump's scripts do.
 SET LOCAL check_function_bodies = off;
 
+-- Objects outside schema hivenet that call a function this revision drops and makes again:
+-- an application's column defaults (a serial column's DEFAULT hivenet.next_unified_serial(...))
+-- are kept, dropped, and set again after the functions are made (restore_dependents.sql); the
+-- migrating role must own their tables. Anything else (a view, a function with an SQL body, a
+-- constraint, an index, a trigger) would be dropped with them: the upgrade stops, naming it.
+DO $$
+DECLARE
+    v_functions regprocedure[] := ARRAY(
+        SELECT to_regprocedure(f) FROM unnest(ARRAY[
+            'hivenet._advance(regclass,hivenet.format,bigint,text)',
+            'hivenet._allocate(text,jsonb,text[],integer)',
+            'hivenet._begin_attempt_nowait(text,text,jsonb,text,text,interval)',
+            'hivenet._begin_request(text,text,jsonb,text,interval,boolean)',
+            'hivenet._check_fields(hivenet.format,text[],boolean)',
+            'hivenet._check_owned(hivenet.format,text[])',
+            'hivenet._compile_format(text,jsonb,boolean,text)',
+            'hivenet._create_cold_counter()',
+            'hivenet._default_failover_gap()',
+            'hivenet._fast_path_expression(hivenet.format,text,boolean,boolean)',
+            'hivenet._field_values(hivenet.format,jsonb)',
+            'hivenet._format_constant(text)',
+            'hivenet._issue(regclass,hivenet.format,text[],integer,text)',
+            'hivenet._issue_cold(hivenet.format,text[],integer)',
+            'hivenet._layout_sql(hivenet.format)',
+            'hivenet._node_field(hivenet.format)',
+            'hivenet._not_owned(hivenet.format,text,text,boolean)',
+            'hivenet._promote_scope(hivenet.format,text,jsonb)',
+            'hivenet._scope_fields(hivenet.format,text[])',
+            'hivenet._scope_of(hivenet.format,text[])',
+            'hivenet._scopes_by_node()',
+            'hivenet._serial_field(text,text,text)',
+            'hivenet._serial_time(text,text)',
+            'hivenet.begin_request(text,text,jsonb,text,interval,boolean)',
+            'hivenet.begin_step(text,jsonb,text,text,interval,boolean)',
+            'hivenet.call_chain(text)',
+            'hivenet.claim(text,text,boolean)',
+            'hivenet.claim_interface_serial(text,text,text,boolean)',
+            'hivenet.define_format(text,jsonb,boolean,text)',
+            'hivenet.fence_failover(bigint,boolean)',
+            'hivenet.finish_request(text,text,integer,boolean,jsonb)',
+            'hivenet.finish_step(text,integer,boolean,jsonb)',
+            'hivenet.next_interface_serial(text,text,text,text)',
+            'hivenet.next_serial(text,jsonb)',
+            'hivenet.next_serials(text,jsonb,integer)',
+            'hivenet.next_system_serial(text,text,text)',
+            'hivenet.next_unified_serial(text,text,text)',
+            'hivenet.own_instances(text,boolean,boolean)',
+            'hivenet.parse_serial(text,text)',
+            'hivenet.prepare_scope(text,jsonb)',
+            'hivenet.register_module(text,text,text)',
+            'hivenet.register_system(text,text)',
+            'hivenet.resolve_request(text,text,integer,boolean,text,jsonb)',
+            'hivenet.resolve_step(text,integer,boolean,text,jsonb)',
+            'hivenet.set_claim_expiry(text,interval)',
+            'hivenet.set_request_retention(text,interval)']::text[]) AS f);
+    v_blocking text;
+    v_kept jsonb;
+    v_default record;
+BEGIN
+    SELECT string_agg(DISTINCT coalesce(  -- a view, rather than its rule
+               (SELECT pg_describe_object('pg_class'::regclass, r.ev_class, 0)
+                FROM pg_rewrite r WHERE d.classid = 'pg_rewrite'::regclass AND r.oid = d.objid),
+               pg_describe_object(d.classid, d.objid, d.objsubid)), '; ')
+    INTO v_blocking
+    FROM pg_depend d
+    WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (v_functions)
+      AND d.deptype = 'n' AND d.classid <> 'pg_attrdef'::regclass
+      AND (CASE d.classid
+               WHEN 'pg_proc'::regclass THEN
+                   (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = d.objid)
+               WHEN 'pg_rewrite'::regclass THEN
+                   (SELECT c.relnamespace FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+                    WHERE r.oid = d.objid)
+               WHEN 'pg_trigger'::regclass THEN
+                   (SELECT c.relnamespace FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                    WHERE t.oid = d.objid)
+               WHEN 'pg_constraint'::regclass THEN
+                   (SELECT k.connamespace FROM pg_constraint k WHERE k.oid = d.objid)
+               WHEN 'pg_class'::regclass THEN
+                   (SELECT c.relnamespace FROM pg_class c WHERE c.oid = d.objid)
+           END) IS DISTINCT FROM 'hivenet'::regnamespace;
+    IF v_blocking IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',
+            MESSAGE = format('this upgrade makes functions of schema hivenet again, and %s '
+                             'calls one of them: drop it before the upgrade and make it again '
+                             'after', v_blocking);
+    END IF;
+    FOR v_default IN
+        SELECT a.adrelid::regclass AS relation, c.relowner, t.attname,
+               pg_get_expr(a.adbin, a.adrelid) AS expression
+        FROM pg_depend d
+        JOIN pg_attrdef a ON d.classid = 'pg_attrdef'::regclass AND a.oid = d.objid
+        JOIN pg_attribute t ON t.attrelid = a.adrelid AND t.attnum = a.adnum
+        JOIN pg_class c ON c.oid = a.adrelid
+        WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (v_functions)
+          AND c.relnamespace <> 'hivenet'::regnamespace
+        ORDER BY 1, 3
+    LOOP
+        IF NOT pg_has_role(v_default.relowner, 'USAGE') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('the default of column %s of table %s calls a function of '
+                                 'schema hivenet that this upgrade makes again: run the upgrade '
+                                 'as a member of the table''s owner, %s, or drop the default '
+                                 'before it and set it again after', v_default.attname,
+                                 v_default.relation, v_default.relowner::regrole);
+        END IF;
+        v_kept := coalesce(v_kept, '[]') || jsonb_build_object('relation', v_default.relation,
+            'column', v_default.attname, 'expression', v_default.expression);
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', v_default.relation,
+                       v_default.attname);
+    END LOOP;
+    PERFORM set_config('hivenet.revision_kept_defaults', coalesce(v_kept, '[]')::text, true);
+END $$;
+
 -- Code that goes, or changes what CREATE OR REPLACE cannot.
 DROP VIEW hivenet.stuck_steps;
 DROP VIEW hivenet.stuck_requests;
 DROP VIEW hivenet.step_states;
 DROP VIEW hivenet.step_attempt;
 DROP VIEW hivenet.request_states;
+DROP VIEW hivenet.interface_calls_per_day;
+DROP VIEW hivenet.interface_calls;
 DROP VIEW hivenet._step_start;
 DROP VIEW hivenet._request_start;
 DROP TRIGGER format_cold_counter ON hivenet.format;
+DROP FUNCTION hivenet.set_request_retention(text,interval);
+DROP FUNCTION hivenet.set_claim_expiry(text,interval);
+DROP FUNCTION hivenet.resolve_step(text,integer,boolean,text,jsonb);
+DROP FUNCTION hivenet.resolve_request(text,text,integer,boolean,text,jsonb);
+DROP FUNCTION hivenet.register_system(text,text);
+DROP FUNCTION hivenet.register_module(text,text,text);
+DROP FUNCTION hivenet.prepare_scope(text,jsonb);
+DROP FUNCTION hivenet.own_instances(text,boolean,boolean);
+DROP FUNCTION hivenet.next_unified_serial(text,text,text);
+DROP FUNCTION hivenet.next_system_serial(text,text,text);
+DROP FUNCTION hivenet.next_serials(text,jsonb,integer);
+DROP FUNCTION hivenet.next_serial(text,jsonb);
+DROP FUNCTION hivenet.next_interface_serial(text,text,text,text);
+DROP FUNCTION hivenet.finish_step(text,integer,boolean,jsonb);
+DROP FUNCTION hivenet.finish_request(text,text,integer,boolean,jsonb);
+DROP FUNCTION hivenet.fence_failover(bigint,boolean);
+DROP FUNCTION hivenet.define_format(text,jsonb,boolean,text);
+DROP FUNCTION hivenet.claim_interface_serial(text,text,text,boolean);
+DROP FUNCTION hivenet.claim(text,text,boolean);
+DROP FUNCTION hivenet.call_chain(text);
 DROP FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean);
 DROP VIEW hivenet._step_replay;
 DROP FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean);
+DROP FUNCTION hivenet._serial_time(text,text);
+DROP FUNCTION hivenet._serial_field(text,text,text);
+DROP FUNCTION hivenet.parse_serial(text,text);
+DROP FUNCTION hivenet._scopes_by_node();
+DROP FUNCTION hivenet._scope_of(hivenet.format,text[]);
+DROP FUNCTION hivenet._scope_fields(hivenet.format,text[]);
 DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb);
+DROP FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean);
+DROP FUNCTION hivenet._node_field(hivenet.format);
+DROP FUNCTION hivenet._layout_sql(hivenet.format);
 DROP FUNCTION hivenet._issue_cold(hivenet.format,text[],integer);
+DROP FUNCTION hivenet._issue(regclass,hivenet.format,text[],integer,text);
+DROP FUNCTION hivenet._format_constant(text);
+DROP FUNCTION hivenet._field_values(hivenet.format,jsonb);
+DROP FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean);
+DROP FUNCTION hivenet._default_failover_gap();
 DROP FUNCTION hivenet._create_cold_counter();
+DROP FUNCTION hivenet._compile_format(text,jsonb,boolean,text);
+DROP FUNCTION hivenet._check_owned(hivenet.format,text[]);
+DROP FUNCTION hivenet._check_fields(hivenet.format,text[],boolean);
 DROP FUNCTION hivenet._begin_request(text,text,jsonb,text,interval,boolean);
 DROP FUNCTION hivenet._begin_attempt_nowait(text,text,jsonb,text,text,interval);
+DROP FUNCTION hivenet._allocate(text,jsonb,text[],integer);
+DROP FUNCTION hivenet._advance(regclass,hivenet.format,bigint,text);
 
 -- Tables, types and sequences (the .tables.sql beside this file).
 -- Release 0.2.0 from 0.1.0: tables, types and sequences, written by hand (the code around them
@@ -107,8 +262,81 @@ FROM hivenet.scope_pending p JOIN hivenet.format f ON f.name = p.format
 ORDER BY p.format, p.scope;
 DROP TABLE hivenet.scope_pending;
 
+-- Numeric formats (time_ids.sql): how far their time number is shifted left.
+ALTER TABLE hivenet.format ADD COLUMN time_shift integer;
+
+-- What a format does when the clock is behind the latest instant it issued (clock_policy.sql).
+CREATE TABLE hivenet.clock_policy (
+    format          text PRIMARY KEY REFERENCES hivenet.format (name),
+    on_clock_behind text NOT NULL CHECK (on_clock_behind IN ('continue', 'wait', 'refuse')),
+    max_wait        interval,
+    CHECK ((on_clock_behind = 'wait') = (max_wait IS NOT NULL))
+);
+COMMENT ON TABLE hivenet.clock_policy IS
+    'what a format does when the clock is behind the latest instant it issued '
+    '(set_clock_policy); a format without a row continues';
+-- The fence takes itself (failover.sql): the last timeline fenced, as a sequence (set in the
+-- .data.sql), fences applied by an allocation, and the allocation rates maintain() samples.
+CREATE SEQUENCE hivenet.fenced_timeline AS integer MINVALUE 0;
+ALTER TABLE hivenet.failover_fence
+    DROP CONSTRAINT failover_fence_applied_by_check,
+    ADD CONSTRAINT failover_fence_applied_by_check
+        CHECK (applied_by IN ('install', 'allocation', 'command', 'maintain'));
+CREATE TABLE hivenet.allocation_rate (
+    format        text PRIMARY KEY,
+    timeline      integer NOT NULL,
+    sampled_at    timestamptz NOT NULL,
+    period_start  timestamp NOT NULL,
+    issued        bigint,  -- NULL after a fence by command: no rate from it to the next
+    day           date NOT NULL,
+    peak          float8 NOT NULL DEFAULT 0,  -- serials a second, highest of day
+    previous_peak float8 NOT NULL DEFAULT 0   -- ... of the day before day
+);
+COMMENT ON TABLE hivenet.allocation_rate IS
+    'serials a second of each format, highest between two maintain() runs, today and yesterday';
+
 -- Code, in dependency order.
-CREATE OR REPLACE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[], p_count integer)
+CREATE OR REPLACE FUNCTION hivenet._advance(p_seq regclass, p_format hivenet.format, p_period bigint, p_scope text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_value bigint;
+    v_period bigint;
+BEGIN
+    PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
+    BEGIN
+        v_value := nextval(p_seq);
+        IF v_value / p_format.stride < p_period THEN
+            PERFORM setval(p_seq, p_period * p_format.stride, true);
+            v_value := nextval(p_seq);
+        END IF;
+        v_period := v_value / p_format.stride;
+        IF v_value % p_format.stride NOT BETWEEN 1 AND p_format.capacity THEN
+            IF NOT p_format.borrow_next_period THEN
+                -- Park the counter just past capacity so failing calls never spill over.
+                PERFORM setval(p_seq, v_period * p_format.stride + p_format.capacity, true);
+                RAISE EXCEPTION USING ERRCODE = 'HN010',
+                    MESSAGE = format('format %s: all %s serials of %s %s are used',
+                                     p_format.name, p_format.capacity, p_scope,
+                                     CASE p_format.reset WHEN 'never' THEN '(it never resets)'
+                                     ELSE format('for the %s starting %s', p_format.reset,
+                                         hivenet._period_start(v_period, p_format.reset)) END);
+            END IF;
+            PERFORM setval(p_seq, (v_period + 1) * p_format.stride, true);
+            v_value := nextval(p_seq);
+        END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+    RETURN v_value;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._advance(regclass,hivenet.format,bigint,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[], p_count integer, p_numeric boolean DEFAULT false)
  RETURNS text[]
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -122,6 +350,9 @@ DECLARE
     v_scope text;
     v_seq regclass;
 BEGIN
+    IF current_setting('hivenet.timeline_checked', true) IS DISTINCT FROM 'true' THEN
+        PERFORM hivenet._check_timeline();
+    END IF;
     IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('format %s: count %s must be from 1 to 1000000',
@@ -134,6 +365,11 @@ BEGIN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('unknown format %s', hivenet._shown(p_format));
         END IF;
+    END IF;
+    IF (v_format.time_shift IS NOT NULL) <> p_numeric THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format(CASE WHEN p_numeric
+            THEN 'format %s is a text format: next_serial issues it'
+            ELSE 'format %s is numeric (a bigint): next_time_id issues it' END, v_format.name);
     END IF;
     IF v_values IS NULL THEN
         v_values := hivenet._field_values(v_format, p_fields);
@@ -167,7 +403,7 @@ BEGIN
     END IF;
     RETURN hivenet._issue(v_seq, v_format, v_values, p_count, format('scope %L', v_scope));
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._allocate(text,jsonb,text[],integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._allocate(text,jsonb,text[],integer,boolean) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._batch_limit()
  RETURNS integer
@@ -601,6 +837,37 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_batch(text,text[],text,jsonb[],interval) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._check_fields(p_format hivenet.format, p_values text[], p_key_only boolean DEFAULT false)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_seg jsonb;
+    v_index integer := 0;
+    v_problem text;
+BEGIN
+    FOR v_seg IN SELECT s FROM jsonb_array_elements(p_format.segments) AS s WHERE s ? 'field'
+    LOOP
+        v_index := v_index + 1;
+        CONTINUE WHEN p_key_only AND p_values[v_index] IS NULL
+                      AND v_index <> ALL (coalesce(p_format.key_fields, ARRAY[v_index]));
+        v_problem := hivenet._field_problem(v_seg, p_values[v_index]);
+        IF v_problem IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format(
+                'format %s: field %s %s', p_format.name, v_seg ->> 'field', v_problem);
+        END IF;
+    END LOOP;
+    IF cardinality(p_values) <> cardinality(p_format.field_names) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s takes %s field values (%s), not %s', p_format.name,
+                             cardinality(p_format.field_names),
+                             array_to_string(p_format.field_names, ', '), cardinality(p_values));
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_fields(hivenet.format,text[],boolean) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._check_fingerprint(p_fingerprint text)
  RETURNS void
  LANGUAGE plpgsql
@@ -639,6 +906,71 @@ BEGIN
     END LOOP;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_fingerprint(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_name(p_what text, p_value text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_value IS NULL OR p_value = '' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is empty', p_what, hivenet._shown(p_value));
+    ELSIF length(p_value) > 255 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s is longer than 255 characters', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains a control character', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ hivenet._unseen_characters() THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains an invisible character (a Unicode format or '
+                             'separator character, shown as its code)', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_what LIKE '%namespace' AND left(p_value, 8) = 'hivenet.' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('namespace %s is reserved (namespaces starting with ''hivenet.'' '
+                             'are the library''s own)', hivenet._shown(p_value));
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_name(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_owned(p_format hivenet.format, p_values text[])
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_problem text := hivenet._not_owned(p_format,
+        p_values[array_position(p_format.field_names, hivenet._node_field(p_format))],
+        hivenet._ownership_setting('owned_instances'),
+        hivenet._ownership_setting('single_primary_formats')::boolean);
+BEGIN
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN002', MESSAGE = v_problem;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_owned(hivenet.format,text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_timeline()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF pg_is_in_recovery() THEN
+        RETURN;  -- a standby: drawing fails as read-only, and nothing is marked
+    END IF;
+    IF NOT hivenet._fenced() THEN
+        PERFORM hivenet._fence(hivenet._failover_gap(), false, 'allocation');
+    END IF;
+    PERFORM set_config('hivenet.timeline_checked', 'true', false);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_timeline() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._claim_checked(p_namespace text, p_key text)
  RETURNS void
@@ -679,6 +1011,335 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._claim_checked(text,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._clock_behind(p_format text, p_latest timestamp without time zone, p_local timestamp without time zone)
+ RETURNS timestamp without time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_policy hivenet.clock_policy := (SELECT p FROM hivenet.clock_policy p
+                                      WHERE p.format = p_format);
+    v_budget interval := least(v_policy.max_wait, hivenet._timeout_left());
+    v_local timestamp := p_local;
+    v_waited interval := interval '0';
+    v_step interval;
+    v_started timestamptz;
+BEGIN
+    IF v_policy IS NULL OR v_policy.on_clock_behind = 'continue' THEN
+        RETURN p_local;
+    END IF;
+    WHILE v_local < p_latest LOOP
+        IF v_policy.on_clock_behind = 'refuse' OR p_latest - v_local > v_budget - v_waited THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN011', MESSAGE = format(
+                'format %s: the clock (%s) is %s behind the latest instant the format issued '
+                '(%s); its clock policy is %s (hivenet.set_clock_policy)', p_format, v_local,
+                p_latest - v_local, p_latest, CASE v_policy.on_clock_behind
+                WHEN 'refuse' THEN '''refuse'''
+                ELSE format('''wait'', at most %s (%s), and %s is waited already',
+                            date_trunc('milliseconds', v_budget),
+                            CASE WHEN v_budget < v_policy.max_wait
+                                 THEN 'what the statement''s timeout leaves'
+                                 ELSE 'its max_wait' END,
+                            date_trunc('milliseconds', v_waited)) END);
+        END IF;
+        v_step := least(p_latest - v_local, interval '1 second');
+        v_started := clock_timestamp();
+        PERFORM pg_sleep(extract(epoch FROM v_step));
+        -- At least the sleep; more when the wall clock says so (a step forward ends sooner).
+        v_waited := v_waited + greatest(v_step, clock_timestamp() - v_started);
+        v_local := hivenet.now() AT TIME ZONE hivenet._setting_constant('time_zone');
+    END LOOP;
+    RETURN v_local;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._clock_behind(text,timestamp without time zone,timestamp without time zone) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._compile_format(p_name text, p_segments jsonb, p_borrow_next_period boolean, p_description text)
+ RETURNS hivenet.format
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_row hivenet.format;
+    v_segments jsonb := '[]';
+    v_seg jsonb;
+    v_kind text;
+    v_width integer;
+    v_charset text;
+    v_time record;
+    v_finest text := 'never';
+    v_headroom bigint;
+    v_regexes text[] := '{}';
+    v_pattern text := '';  -- to_char pattern of the segments read so far
+    v_unknown text;
+    v_printed boolean;
+    v_counter boolean;
+    v_keys integer[] := '{}';
+    v_numeric boolean;   -- a bigint (a seq_bits segment), not text
+    v_bits integer;
+    v_position integer := 0;
+BEGIN
+    IF p_name IS NULL OR p_name !~ '^[a-z][a-z0-9_]{0,30}$' THEN
+        PERFORM hivenet._format_error(p_name, 'name must match [a-z][a-z0-9_]{0,30}');
+    END IF;
+    IF jsonb_typeof(p_segments) IS DISTINCT FROM 'array' OR jsonb_array_length(p_segments) = 0 THEN
+        PERFORM hivenet._format_error(p_name, 'segments must be a non-empty JSON array');
+    END IF;
+    v_numeric := EXISTS (SELECT FROM jsonb_array_elements(p_segments) AS s
+                         WHERE jsonb_typeof(s) = 'object' AND s ? 'seq_bits');
+    v_row.name := p_name;
+    v_row.length := 0;
+    v_row.field_names := '{}';
+    v_row.field_min := '{}';
+    v_row.field_max := '{}';
+    FOR v_seg IN SELECT jsonb_array_elements(p_segments) LOOP
+        v_position := v_position + 1;
+        IF jsonb_typeof(v_seg) <> 'object' THEN
+            PERFORM hivenet._format_error(p_name, format('segment %s is not an object',
+                                                         hivenet._shown(v_seg::text)));
+        END IF;
+        SELECT k INTO v_kind FROM jsonb_object_keys(v_seg) AS k
+        WHERE k IN ('field', 'literal', 'time', 'seq', 'seq_bits');
+        IF v_kind IS NULL
+           OR (SELECT count(*) FROM jsonb_object_keys(v_seg) AS k
+               WHERE k IN ('field', 'literal', 'time', 'seq', 'seq_bits')) <> 1 THEN
+            PERFORM hivenet._format_error(p_name, format(
+                'segment %s needs exactly one of the kinds field, literal, time, seq, seq_bits '
+                '(its keys: %s)', hivenet._shown(v_seg::text),
+                (SELECT string_agg(hivenet._shown(k), ', ' ORDER BY k)
+                 FROM jsonb_object_keys(v_seg) AS k)));
+        END IF;
+        SELECT string_agg(hivenet._shown(k), ', ' ORDER BY k) INTO v_unknown
+        FROM jsonb_object_keys(v_seg) AS k
+        WHERE k <> ALL (CASE v_kind
+            WHEN 'field' THEN ARRAY['field', 'width', 'charset', 'min', 'max', 'printed', 'counter',
+                                    'bits']
+            WHEN 'literal' THEN ARRAY['literal'] WHEN 'time' THEN ARRAY['time']
+            ELSE ARRAY[v_kind, 'reset'] END);
+        IF v_unknown IS NOT NULL THEN
+            PERFORM hivenet._format_error(p_name, format(
+                '%s segment %s has unknown keys %s (a %s segment takes %s)', v_kind,
+                hivenet._shown(v_seg::text), v_unknown, v_kind, CASE v_kind
+                WHEN 'field' THEN 'field, width, charset, min, max, printed, counter, bits'
+                WHEN 'seq' THEN 'seq, reset' WHEN 'seq_bits' THEN 'seq_bits, reset'
+                ELSE v_kind END));
+        END IF;
+        -- A numeric format is its time, its fields, then its seq in bits (formats.sql's top).
+        IF v_numeric AND (v_kind IN ('literal', 'seq')
+                          OR (v_kind = 'time') <> (v_position = 1)) THEN
+            PERFORM hivenet._format_error(p_name, format(
+                'segment %s: a numeric format (with seq_bits) is its time first, then fields '
+                'with bits, then seq_bits last; no literal or seq', hivenet._shown(v_seg::text)));
+        END IF;
+        CASE v_kind
+        WHEN 'field' THEN
+            v_width := CASE WHEN jsonb_typeof(v_seg -> 'width') = 'number'
+                            THEN (v_seg ->> 'width')::numeric::integer END;
+            v_charset := coalesce(v_seg ->> 'charset', CASE WHEN v_numeric THEN 'digit'
+                                                            ELSE 'alnum' END);
+            IF (v_seg ->> 'field') !~ '^[a-z][a-z0-9_]{0,30}$'
+               OR (v_seg ->> 'field') IN ('format', 'date', 'datetime', 'seq')
+               OR (v_seg ->> 'field') = ANY (v_row.field_names) THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field name %s must be a new name matching [a-z][a-z0-9_]{0,30} '
+                    '(not format, date, datetime or seq)', v_seg -> 'field'));
+            END IF;
+            IF v_width IS NULL OR v_width NOT BETWEEN 1 AND 40 THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: width must be 1 to 40', v_seg -> 'field'));
+            END IF;
+            IF v_charset NOT IN ('digit', 'alnum', 'upper_alnum', 'alpha') THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: charset must be digit, alnum, upper_alnum or alpha',
+                    v_seg -> 'field'));
+            END IF;
+            IF (v_seg ? 'min' OR v_seg ? 'max') AND (v_charset <> 'digit'
+                OR coalesce(jsonb_typeof(v_seg -> 'min'), 'number') <> 'number'
+                OR coalesce(jsonb_typeof(v_seg -> 'max'), 'number') <> 'number') THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: min and max are numbers, for digit fields only', v_seg -> 'field'));
+            END IF;
+            IF coalesce(jsonb_typeof(v_seg -> 'printed'), 'boolean') <> 'boolean'
+               OR coalesce(jsonb_typeof(v_seg -> 'counter'), 'boolean') <> 'boolean' THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: printed and counter are true or false', v_seg -> 'field'));
+            END IF;
+            v_printed := coalesce((v_seg ->> 'printed')::boolean, true);
+            v_counter := coalesce((v_seg ->> 'counter')::boolean, true);
+            IF NOT v_printed AND NOT v_counter THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s is neither printed nor part of the counter key', v_seg -> 'field'));
+            END IF;
+            IF v_numeric THEN
+                -- Its largest value (max, else all nines) must fit its bits.
+                v_bits := CASE WHEN jsonb_typeof(v_seg -> 'bits') = 'number'
+                               THEN (v_seg ->> 'bits')::numeric::integer END;
+                IF v_bits IS NULL OR v_bits NOT BETWEEN 1 AND 62 OR v_charset <> 'digit'
+                   OR NOT v_printed THEN
+                    PERFORM hivenet._format_error(p_name, format(
+                        'field %s of a numeric format: digits, printed, with bits 1 to 62',
+                        v_seg -> 'field'));
+                END IF;
+                IF coalesce((v_seg ->> 'max')::numeric, 10::numeric ^ v_width - 1)
+                   >= 2::numeric ^ v_bits THEN
+                    PERFORM hivenet._format_error(p_name, format(
+                        'field %s: values up to %s do not fit %s bits', v_seg -> 'field',
+                        coalesce(v_seg ->> 'max', repeat('9', v_width)), v_bits));
+                END IF;
+            ELSIF v_seg ? 'bits' THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: bits are for numeric formats (a seq_bits segment)',
+                    v_seg -> 'field'));
+            END IF;
+            v_row.field_names := v_row.field_names || (v_seg ->> 'field');
+            v_row.field_min := v_row.field_min || (v_seg ->> 'min')::numeric;
+            v_row.field_max := v_row.field_max || (v_seg ->> 'max')::numeric;
+            v_regexes := v_regexes || format('%s{%s}', CASE v_charset
+                    WHEN 'digit' THEN '[0-9]' WHEN 'alnum' THEN '[0-9A-Za-z]'
+                    WHEN 'upper_alnum' THEN '[0-9A-Z]' ELSE '[A-Za-z]' END, v_width);
+            -- printed / counter are kept only when false: definitions without them stay as
+            -- they were stored before these keys existed.
+            v_segments := v_segments || jsonb_build_array(v_seg - 'printed' - 'counter'
+                || jsonb_build_object('width', v_width, 'charset', v_charset,
+                                      'regex', '^' || v_regexes[cardinality(v_regexes)] || '$')
+                || CASE WHEN v_printed THEN '{}' ELSE '{"printed": false}' END::jsonb
+                || CASE WHEN v_counter THEN '{}' ELSE '{"counter": false}' END::jsonb);
+            IF v_counter THEN
+                v_keys := v_keys || cardinality(v_regexes);
+            END IF;
+            IF v_numeric THEN
+                v_width := v_bits;  -- its room in the number (shifted below: after the loop)
+            ELSIF v_printed THEN
+                -- Field values and literals are [0-9A-Za-z_-]: safe inside a quoted to_char
+                -- text.
+                v_pattern := v_pattern || format('"%%%s$s"', cardinality(v_regexes));
+            ELSE
+                v_width := 0;  -- takes no room in the serial
+            END IF;
+        WHEN 'literal' THEN
+            IF jsonb_typeof(v_seg -> 'literal') <> 'string'
+               OR (v_seg ->> 'literal') !~ '^[0-9A-Za-z_-]{1,40}$' THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'literal %s must be 1 to 40 characters of [0-9A-Za-z_-]', v_seg -> 'literal'));
+            END IF;
+            v_width := length(v_seg ->> 'literal');
+            v_segments := v_segments || jsonb_build_array(v_seg);
+            v_pattern := v_pattern || format('"%s"', v_seg ->> 'literal');
+        WHEN 'time' THEN
+            SELECT * INTO v_time FROM hivenet._time_pattern(v_seg ->> 'time');
+            IF v_time.width IS NULL THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'unknown time pattern %s (known: YYYY, YYYYMM, YYMMDD, YYYYMMDD, YYYYMMDDHH, '
+                    'YYYYMMDDHHMI, YYMMDDHHMISS, yyMMddHHmmss, YYYYMMDDHHMISS)', v_seg -> 'time'));
+            END IF;
+            v_width := CASE WHEN v_numeric THEN 0 ELSE v_time.width END;
+            IF hivenet._unit_rank(v_time.resolution) < hivenet._unit_rank(v_finest) THEN
+                v_finest := v_time.resolution;
+            END IF;
+            v_segments := v_segments || jsonb_build_array(
+                v_seg || jsonb_build_object('to_char', v_time.to_char_pattern,
+                                            'width', v_time.width,
+                                            'resolution', v_time.resolution));
+            v_pattern := v_pattern || v_time.to_char_pattern;
+        ELSE -- seq, seq_bits
+            IF v_row.seq_width IS NOT NULL THEN
+                PERFORM hivenet._format_error(p_name, 'a format has exactly one seq segment');
+            END IF;
+            v_width := CASE WHEN jsonb_typeof(v_seg -> v_kind) = 'number'
+                            THEN (v_seg ->> v_kind)::numeric::integer END;
+            -- A numeric format's seq resets when its time changes, as seed 004's does.
+            v_row.reset := coalesce(v_seg ->> 'reset', CASE WHEN v_numeric THEN v_finest
+                                                            ELSE 'day' END);
+            IF v_numeric AND (v_width IS NULL OR v_width NOT BETWEEN 1 AND 62) THEN
+                PERFORM hivenet._format_error(p_name, 'seq_bits must be 1 to 62');
+            ELSIF NOT v_numeric AND (v_width IS NULL OR v_width NOT BETWEEN 1 AND 17) THEN
+                PERFORM hivenet._format_error(p_name, 'seq width must be 1 to 17');
+            END IF;
+            IF hivenet._unit_rank(v_row.reset) IS NULL THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'reset %s must be second, minute, hour, day, month, year or never',
+                    v_seg -> 'reset'));
+            END IF;
+            v_row.seq_width := v_width;
+            v_row.head_pattern := v_pattern;
+            v_pattern := '';
+            v_segments := v_segments || jsonb_build_array(jsonb_build_object(
+                v_kind, v_width, 'reset', v_row.reset));
+        END CASE;
+        v_row.length := v_row.length + v_width;
+    END LOOP;
+    IF v_row.seq_width IS NULL THEN
+        PERFORM hivenet._format_error(p_name, 'a format needs one seq segment');
+    END IF;
+    -- Serials of two periods must differ in their printed time, or a reset would repeat them.
+    IF hivenet._unit_rank(v_finest) > hivenet._unit_rank(v_row.reset) THEN
+        PERFORM hivenet._format_error(p_name, format(
+            'seq resets every %s but the time fields only show the %s: serials of two periods '
+            'would collide', v_row.reset, v_finest));
+    END IF;
+    IF v_numeric THEN
+        IF NOT v_segments -> -1 ? 'seq_bits' THEN
+            PERFORM hivenet._format_error(p_name, 'a numeric format ends with its seq_bits '
+                                                  '(the lowest bits)');
+        END IF;
+        IF v_row.reset <> v_finest THEN
+            PERFORM hivenet._format_error(p_name, format(
+                'a numeric format''s seq resets when its time changes: reset %s, but the time '
+                'shows the %s', v_row.reset, v_finest));
+        END IF;
+        -- Each field's shift: the bits below it (the fields after it, then the seq).
+        v_bits := v_row.seq_width;
+        FOR i IN REVERSE jsonb_array_length(v_segments) - 2 .. 1 LOOP
+            v_segments := jsonb_set(v_segments, ARRAY[i::text, 'shift'], to_jsonb(v_bits));
+            v_bits := v_bits + (v_segments -> i ->> 'bits')::integer;
+        END LOOP;
+        v_row.time_shift := v_bits;
+        v_row.capacity := (2::numeric ^ v_row.seq_width)::bigint - 1;
+        -- The time number's bits: those of the largest number its pattern prints.
+        v_bits := floor(log(2, hivenet._time_number_max(
+            v_segments -> 0 ->> 'to_char')::numeric))::integer + 1;
+        v_row.length := v_bits + v_row.time_shift;
+        IF v_row.length > 63 THEN
+            PERFORM hivenet._format_error(p_name, format(
+                'the time %s (up to %s: %s bits) shifted left by the %s bits below it takes %s '
+                'bits, more than the 63 of a positive bigint', v_segments -> 0 ->> 'time',
+                hivenet._time_number_max(v_segments -> 0 ->> 'to_char'), v_bits,
+                v_row.time_shift, v_row.length));
+        END IF;
+    ELSIF v_row.length > 64 THEN
+        PERFORM hivenet._format_error(p_name, format('total length %s exceeds 64', v_row.length));
+    ELSE
+        v_row.capacity := (10::numeric ^ v_row.seq_width)::bigint - 1;
+    END IF;
+    -- Largest power of ten that keeps period * stride inside a bigint; at least 10x capacity,
+    -- so calls that keep failing after exhaustion never spill into the next period.
+    v_headroom := floor(log(9.2e18 / (hivenet._max_period_index(v_row.reset) + 1)))::bigint;
+    IF v_headroom < length(v_row.capacity::text) + 1 THEN
+        PERFORM hivenet._format_error(p_name, format(
+            'seq %s %s is too wide for a counter that resets every %s (at most %s digits)',
+            CASE WHEN v_numeric THEN 'bits' ELSE 'width' END, v_row.seq_width, v_row.reset,
+            v_headroom - 1));
+    END IF;
+    v_row.stride := (10::numeric ^ v_headroom)::bigint;
+    -- Space is in no charset and '?' stands for a missing value, so a match proves every value
+    -- is present and valid (one regex match per allocation instead of one per field).
+    v_row.field_pattern := '^' || array_to_string(v_regexes, ' ') || '$';
+    v_row.bounded_fields := ARRAY(
+        SELECT i FROM generate_subscripts(v_row.field_names, 1) AS i
+        WHERE v_row.field_min[i] IS NOT NULL OR v_row.field_max[i] IS NOT NULL);
+    v_row.tail_pattern := v_pattern;
+    v_row.key_fields := CASE WHEN cardinality(v_keys) < cardinality(v_row.field_names)
+                             THEN v_keys END;
+    v_row.clock_unit := CASE WHEN hivenet._unit_rank(v_finest) < hivenet._unit_rank(v_row.reset)
+                             THEN v_finest END;
+    v_row.segments := v_segments;
+    v_row.borrow_next_period := coalesce(p_borrow_next_period, false);
+    v_row.builtin := false;
+    v_row.description := p_description;
+    RETURN v_row;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._compile_format(text,jsonb,boolean,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._count_decision(p_namespace text, p_decision text)
  RETURNS text
  LANGUAGE plpgsql
@@ -693,6 +1354,21 @@ BEGIN
     RETURN p_decision;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._count_decision(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._counted_apart(p_namespace text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN EXISTS (SELECT FROM hivenet.request_namespace n WHERE n.namespace = p_namespace)
+        OR (SELECT count(DISTINCT c.namespace) FROM hivenet.decision_counter c
+            WHERE c.decision = 'started' AND left(c.namespace, 8) <> 'hivenet.'
+              AND NOT EXISTS (SELECT FROM hivenet.request_namespace n
+                              WHERE n.namespace = c.namespace))
+           < hivenet._setting_constant('max_counted_namespaces')::integer;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._counted_apart(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._create_decision_counters(p_namespace text, p_grant boolean)
  RETURNS void
@@ -716,6 +1392,23 @@ BEGIN
     END LOOP;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._create_decision_counters(text,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._create_scope_counter(p_format hivenet.format, p_scope text, p_fields jsonb, p_name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', p_name);
+    PERFORM hivenet._grant_counter(p_name);  -- for the fast path, run as the caller
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(hivenet._scope_sequence_name(p_format.name, p_scope), 0);
+    END IF;
+    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
+    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), p_name)
+    ON CONFLICT DO NOTHING;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._create_scope_counter(hivenet.format,text,jsonb,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._expire_attempts(p_namespace text, p_keys text[], p_attempts integer[])
  RETURNS integer
@@ -763,6 +1456,16 @@ BEGIN
                      FROM hivenet.request_namespace n WHERE n.namespace = p_namespace), false);
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._expiry_due(text,timestamp with time zone) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._failover_gap()
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT hivenet._setting_constant('failover_gap')::bigint
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._failover_gap() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._fallback_drawn(p_format hivenet.format)
  RETURNS text[]
@@ -860,6 +1563,8 @@ DECLARE
     v_field text;
     v_counter text;
     v_fake_clock text := '';
+    -- Until the session's first allocation has checked the timeline (failover.sql).
+    v_checked text := $f$current_setting('hivenet.timeline_checked', true) = 'true' AND $f$;
 BEGIN
     IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
        OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
@@ -899,13 +1604,13 @@ BEGIN
     -- maps 0 and capacity + 1 both to 0, then NULL.
     RETURN format(
         $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
-    WHEN %s%s
+    WHEN %s%s%s
     THEN %s || to_char(nullif(least(greatest(
              nextval(%s)
              - (%s::date - %L::date) * %s::bigint,
              0), %s) %% %s, 0), %L)
     END END$f$,
-        p_format.field_pattern, v_fake_clock,
+        p_format.field_pattern, v_checked, v_fake_clock,
         coalesce(array_to_string(v_bounds, ' AND '), 'true'),
         v_printed, v_counter, v_local,
         date '2000-01-01' - hivenet._period_index(timestamp '2000-01-01', 'day')::integer,
@@ -913,6 +1618,54 @@ BEGIN
         'FM' || repeat('0', p_format.seq_width));
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_system(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND ((p_c)::numeric >= (1)::numeric)) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_system_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '1000000000000'::bigint) % '1000000000000'::bigint), 0), 'FM000000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_system(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_time_id(p_format text, p_fields jsonb)
+ RETURNS bigint
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE p_format
+             WHEN 'time_id'::text THEN
+             CASE
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb)) THEN (((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14) | NULLIF((LEAST(GREATEST((nextval(to_regclass('hivenet."seq_time_id_"'::text)) - (((floor(date_part('epoch'::text, (statement_timestamp() AT TIME ZONE 'UTC'::text))))::bigint - 946684799) * (1000000000)::bigint)), (0)::bigint), (16384)::bigint) % (16384)::bigint), 0))
+                 ELSE NULL::bigint
+             END
+             ELSE NULL::bigint
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_time_id(text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND ((p_c)::numeric >= (1)::numeric)) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_unified_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '10000000000'::bigint) % '10000000000'::bigint), 0), 'FM0000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_unified(text,text,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._fence(p_gap bigint, p_force boolean, p_by text)
  RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
@@ -924,10 +1677,6 @@ DECLARE
     v_format hivenet.format;
     v_period bigint;
     v_seq regclass;
-    v_from bigint;
-    v_base bigint;
-    v_to bigint;
-    v_last bigint;
     v_count integer := 0;
 BEGIN
     IF p_gap IS NULL OR p_gap < 1 THEN
@@ -935,52 +1684,138 @@ BEGIN
             MESSAGE = format('failover fence: gap %s must be at least 1',
                              coalesce(p_gap::text, 'NULL'));
     END IF;
-    -- maintain()'s lock: one fence at a time, never beside a maintain() run.
-    PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), 0);
-    IF NOT p_force AND EXISTS (SELECT FROM hivenet.failover_fence f
-                               WHERE f.timeline = v_timeline) THEN
-        RETURN;
-    END IF;
-    FOR v_format IN SELECT * FROM hivenet.format ORDER BY name LOOP
-        -- Until commit: no scope of the format is promoted from a cold value read before.
-        PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
-        v_period := hivenet._period_index(
-            hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), v_format.reset);
-        FOR counter IN
-            SELECT hivenet._cold_sequence_name(v_format.name)
-            UNION ALL
-            (SELECT s.sequence_name FROM hivenet.scope s
-             WHERE s.format = v_format.name ORDER BY s.sequence_name)
-        LOOP
-            v_seq := to_regclass('hivenet.' || quote_ident(counter));
-            CONTINUE WHEN v_seq IS NULL;
-            -- The period reset's lock (_advance), until commit: no setval of theirs between.
-            PERFORM pg_advisory_xact_lock(hivenet._reset_lock_space(), v_seq::oid::integer);
-            -- Its value, also one set as the next (is_called false: a prepared scope's start).
-            EXECUTE format('SELECT last_value FROM %s', v_seq) INTO v_from;
-            v_base := greatest(v_from, v_period * v_format.stride);
-            v_to := v_base + p_gap;
-            v_last := (v_base / v_format.stride) * v_format.stride + v_format.capacity;
-            parked := NOT v_format.borrow_next_period AND v_to > v_last;
-            IF parked THEN
-                v_to := greatest(v_last, v_from);
-            END IF;
-            PERFORM setval(v_seq, v_to, true);
-            v_count := v_count + 1;
-            timeline := v_timeline;
-            format := v_format.name;
-            from_value := v_from;
-            to_value := v_to;
-            RETURN NEXT;
-        END LOOP;
-    END LOOP;
-    INSERT INTO hivenet.failover_fence AS f (timeline, gap, counters, applied_by)
-    VALUES (v_timeline, p_gap, v_count, p_by)
-    ON CONFLICT ON CONSTRAINT failover_fence_pkey DO UPDATE
-        SET fenced_at = clock_timestamp(), gap = coalesce(f.gap, 0) + EXCLUDED.gap,
-            counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by;
+    -- The fences' lock: key 1 of the period resets' space, whose other keys are sequence
+    -- OIDs (never below 16384) and maintain()'s 0.
+    PERFORM pg_advisory_lock(hivenet._reset_lock_space(), 1);
+    BEGIN
+        IF p_force OR NOT hivenet._fenced() THEN
+            FOR v_format IN SELECT * FROM hivenet.format ORDER BY name LOOP
+                PERFORM pg_advisory_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
+                BEGIN
+                    v_period := hivenet._period_index(hivenet.now() AT TIME ZONE
+                        hivenet._setting_value('time_zone'), v_format.reset);
+                    FOR counter IN
+                        SELECT hivenet._cold_sequence_name(v_format.name)
+                        UNION ALL
+                        (SELECT s.sequence_name FROM hivenet.scope s
+                         WHERE s.format = v_format.name ORDER BY s.sequence_name)
+                    LOOP
+                        v_seq := to_regclass('hivenet.' || quote_ident(counter));
+                        CONTINUE WHEN v_seq IS NULL;
+                        SELECT f.from_value, f.to_value, f.parked
+                        INTO from_value, to_value, parked
+                        FROM hivenet._fence_counter(v_seq, v_format, v_period, p_gap) f;
+                        v_count := v_count + 1;
+                        timeline := v_timeline;
+                        format := v_format.name;
+                        RETURN NEXT;
+                    END LOOP;
+                EXCEPTION WHEN OTHERS OR query_canceled THEN
+                    PERFORM pg_advisory_unlock(hivenet._cold_lock_space(),
+                                               hashtext(v_format.name));
+                    RAISE;
+                END;
+                PERFORM pg_advisory_unlock(hivenet._cold_lock_space(), hashtext(v_format.name));
+            END LOOP;
+            PERFORM setval('hivenet.fenced_timeline', v_timeline);
+            INSERT INTO hivenet.failover_fence AS f (timeline, gap, counters, applied_by)
+            VALUES (v_timeline, p_gap, v_count, p_by)
+            ON CONFLICT ON CONSTRAINT failover_fence_pkey DO UPDATE
+                SET fenced_at = clock_timestamp(), gap = coalesce(f.gap, 0) + EXCLUDED.gap,
+                    counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by;
+            RAISE LOG USING MESSAGE = format(
+                'hivenet: fenced timeline %s (%s): %s counters moved forward by %s',
+                v_timeline, p_by, v_count, p_gap);
+        END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), 1);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), 1);
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._fence(bigint,boolean,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fence_counter(p_seq regclass, p_format hivenet.format, p_period bigint, p_gap bigint, OUT from_value bigint, OUT to_value bigint, OUT parked boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_base bigint;
+    v_last bigint;
+BEGIN
+    PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
+    BEGIN
+        -- Its value, also one set as the next (is_called false: a prepared scope's start,
+        -- counters.sql), which pg_sequence_last_value does not show.
+        EXECUTE format('SELECT last_value FROM %s', p_seq) INTO from_value;
+        v_base := greatest(from_value, p_period * p_format.stride);
+        to_value := v_base + p_gap;
+        v_last := (v_base / p_format.stride) * p_format.stride + p_format.capacity;
+        parked := NOT p_format.borrow_next_period AND to_value > v_last;
+        IF parked THEN
+            to_value := greatest(v_last, from_value);
+        END IF;
+        PERFORM setval(p_seq, to_value, true);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fence_counter(regclass,hivenet.format,bigint,bigint) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fenced()
+ RETURNS boolean
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT pg_sequence_last_value('hivenet.fenced_timeline') IS NOT DISTINCT FROM hivenet._timeline()
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fenced() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._field_values(p_format hivenet.format, p_fields jsonb)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF jsonb_typeof(p_fields) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: fields must be a JSON object, not %s', p_format.name,
+                             hivenet._shown(p_fields::text));
+    END IF;
+    IF p_fields - p_format.field_names <> '{}'::jsonb THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s has no field %s (fields: %s)', p_format.name,
+                             (SELECT hivenet._shown(k) FROM jsonb_object_keys(
+                                  p_fields - p_format.field_names) AS k LIMIT 1),
+                             array_to_string(p_format.field_names, ', '));
+    END IF;
+    RETURN ARRAY(SELECT p_fields ->> n FROM unnest(p_format.field_names) WITH ORDINALITY AS f(n, i)
+                 ORDER BY i);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._field_values(hivenet.format,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._format_constant(p_name text)
+ RETURNS hivenet.format
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_name
+             WHEN 'id_service'::text THEN '(id_service,"[{""field"": ""merchant"", ""regex"": ""^[0-9]{12}$"", ""width"": 12, ""charset"": ""digit""}, {""time"": ""YYYYMMDD"", ""width"": 8, ""to_char"": ""YYYYMMDD"", ""resolution"": ""day""}, {""field"": ""shard"", ""regex"": ""^[0-9]{2}$"", ""width"": 2, ""charset"": ""digit""}, {""seq"": 6, ""reset"": ""day""}]",28,"{merchant,shard}",6,day,999999,100000000000000,f,t,"unified ID service (seed 001): merchant + date + shard + daily sequence per merchant and shard","^[0-9]{12} [0-9]{2}$","{NULL,NULL}","{NULL,NULL}",{},"""%1$s""YYYYMMDD""%2$s""","",,,)'::hivenet.format
+             WHEN 'interface'::text THEN '(interface,"[{""field"": ""system"", ""regex"": ""^[0-9A-Za-z]{5}$"", ""width"": 5, ""charset"": ""alnum""}, {""field"": ""module"", ""regex"": ""^[0-9A-Za-z]{3}$"", ""width"": 3, ""charset"": ""alnum""}, {""min"": 1, ""field"": ""instance"", ""regex"": ""^[0-9]{2}$"", ""width"": 2, ""charset"": ""digit""}, {""field"": ""target"", ""regex"": ""^[0-9A-Za-z]{5}$"", ""width"": 5, ""charset"": ""alnum"", ""counter"": false}, {""time"": ""YYYYMMDDHHMISS"", ""width"": 14, ""to_char"": ""YYYYMMDDHH24MISS"", ""resolution"": ""second""}, {""seq"": 10, ""reset"": ""day""}]",39,"{system,module,instance,target}",10,day,9999999999,100000000000000,f,t,"interface serial (接口流水号): one interface call","^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2} [0-9A-Za-z]{5}$","{NULL,NULL,1,NULL}","{NULL,NULL,NULL,NULL}",{3},"""%1$s""""%2$s""""%3$s""""%4$s""YYYYMMDDHH24MISS","","{1,2,3}",second,)'::hivenet.format
+             WHEN 'merchant_trade'::text THEN '(merchant_trade,"[{""field"": ""merchant"", ""regex"": ""^[0-9]{12}$"", ""width"": 12, ""charset"": ""digit""}, {""time"": ""YYYYMMDDHHMISS"", ""width"": 14, ""to_char"": ""YYYYMMDDHH24MISS"", ""resolution"": ""second""}, {""seq"": 6, ""reset"": ""day""}]",32,{merchant},6,day,999999,100000000000000,f,t,"merchant trade number: merchant + date-time + daily sequence",^[0-9]{12}$,{NULL},{NULL},{},"""%1$s""YYYYMMDDHH24MISS","",,second,)'::hivenet.format
+             WHEN 'per_second'::text THEN '(per_second,"[{""time"": ""yyMMddHHmmss"", ""width"": 12, ""to_char"": ""YYMMDDHH24MISS"", ""resolution"": ""second""}, {""seq"": 5, ""reset"": ""second""}]",17,{},5,second,99999,1000000000,f,t,"time-based serial: yyMMddHHmmss + per-second sequence",^$,{},{},{},YYMMDDHH24MISS,"",,,)'::hivenet.format
+             WHEN 'system'::text THEN '(system,"[{""field"": ""system"", ""regex"": ""^[0-9A-Za-z]{5}$"", ""width"": 5, ""charset"": ""alnum""}, {""field"": ""module"", ""regex"": ""^[0-9A-Za-z]{3}$"", ""width"": 3, ""charset"": ""alnum""}, {""min"": 1, ""field"": ""instance"", ""regex"": ""^[0-9]{2}$"", ""width"": 2, ""charset"": ""digit""}, {""time"": ""YYYYMMDD"", ""width"": 8, ""to_char"": ""YYYYMMDD"", ""resolution"": ""day""}, {""seq"": 12, ""reset"": ""day""}]",30,"{system,module,instance}",12,day,999999999999,100000000000000,f,t,"system serial (系统流水号): one processing step; retries reuse it","^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$","{NULL,NULL,1}","{NULL,NULL,NULL}",{3},"""%1$s""""%2$s""""%3$s""YYYYMMDD","",,,)'::hivenet.format
+             WHEN 'time_id'::text THEN '(time_id,"[{""time"": ""yyMMddHHmmss"", ""width"": 12, ""to_char"": ""YYMMDDHH24MISS"", ""resolution"": ""second""}, {""reset"": ""second"", ""seq_bits"": 14}]",54,{},14,second,16383,1000000000,f,t,"time id (seed 004): a bigint, (yyMMddHHmmss << 14) | per-second sequence",^$,{},{},{},YYMMDDHH24MISS,"",,,14)'::hivenet.format
+             WHEN 'unified'::text THEN '(unified,"[{""field"": ""system"", ""regex"": ""^[0-9A-Za-z]{5}$"", ""width"": 5, ""charset"": ""alnum""}, {""field"": ""module"", ""regex"": ""^[0-9A-Za-z]{3}$"", ""width"": 3, ""charset"": ""alnum""}, {""min"": 1, ""field"": ""instance"", ""regex"": ""^[0-9]{2}$"", ""width"": 2, ""charset"": ""digit""}, {""time"": ""YYYYMMDD"", ""width"": 8, ""to_char"": ""YYYYMMDD"", ""resolution"": ""day""}, {""seq"": 10, ""reset"": ""day""}]",28,"{system,module,instance}",10,day,9999999999,100000000000000,f,t,"unified serial (统一流水号): one business transaction across all systems","^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$","{NULL,NULL,1}","{NULL,NULL,NULL}",{3},"""%1$s""""%2$s""""%3$s""YYYYMMDD","",,,)'::hivenet.format
+             ELSE NULL::hivenet.format
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._format_constant(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._format_counters()
  RETURNS trigger
@@ -1029,6 +1864,9 @@ BEGIN
             hivenet.next_serial(text, jsonb),
             hivenet.next_serials(text, jsonb, integer),
             hivenet.parse_serial(text, text),
+            hivenet.next_time_id(text, jsonb),
+            hivenet.next_time_ids(text, integer, jsonb),
+            hivenet.parse_time_id(bigint, text),
             hivenet.claim_interface_serial(text, text, text, boolean),
             hivenet.call_chain(text),
             hivenet.claim(text, text, boolean),
@@ -1054,6 +1892,15 @@ BEGIN
             hivenet._format_constant(text),
             hivenet._setting_constant(text),
             hivenet._scope_sequence_name(text, text)
+        TO hivenet_app;
+        -- next_time_id and next_time_ids (time_ids.sql), inlined: their fast paths
+        -- (_fast_time_id, _time_id_batch), and what they call when those give NULL:
+        -- _next_time_id (SECURITY DEFINER, every check of next_time_id), the count's check.
+        GRANT EXECUTE ON FUNCTION
+            hivenet._fast_time_id(text, jsonb),
+            hivenet._time_id_batch(text, jsonb),
+            hivenet._next_time_id(text, jsonb),
+            hivenet._time_id_count(text, integer)
         TO hivenet_app;
         FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s ORDER BY 1 LOOP
             IF to_regclass('hivenet.' || quote_ident(v_counter)) IS NOT NULL THEN
@@ -1105,12 +1952,14 @@ BEGIN
             hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval)
         TO hivenet_app;
         -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
-        -- callers' clock, the bound on intervals, the rule for names and keys.
+        -- callers' clock, the bound on intervals, the rule for names and keys and the
+        -- characters it refuses (settings.sql).
         GRANT EXECUTE ON FUNCTION
             hivenet._caller_now(timestamptz, text),
             hivenet._longest_interval(),
             hivenet._interval_allowed(interval),
-            hivenet._name_valid(text)
+            hivenet._name_valid(text),
+            hivenet._unseen_characters()
         TO hivenet_app;
     END IF;
 
@@ -1122,7 +1971,7 @@ BEGIN
                        'hivenet.interface_calls_per_day, hivenet.step_states, '
                        'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
                        'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions, '
-                       'hivenet.business_time_zone TO %I', v_role);
+                       'hivenet.clock_lead, hivenet.business_time_zone TO %I', v_role);
         EXECUTE format('GRANT EXECUTE ON FUNCTION '
                        'hivenet.call_chain(text), '
                        'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
@@ -1131,6 +1980,8 @@ BEGIN
                        'hivenet._period_index(timestamp, text), '
                        'hivenet._period_start(bigint, text), '
                        'hivenet._scope_counter_value(text), '    -- and request_decisions
+                       'hivenet._scope_sequence_name(text, text), '  -- clock_lead
+                       'hivenet._clock_sequence_name(text), '
                        'hivenet._serial_field(text, text, text), '  -- interface_calls
                        'hivenet._serial_time(text, text), '
                        'hivenet.parse_serial(text, text) '          -- in both, for other formats
@@ -1146,6 +1997,7 @@ BEGIN
             hivenet._timeline(),  -- `hivenet-db failover-fence` reports this timeline's fence
             hivenet.replication_warning(),
             hivenet.define_format(text, jsonb, boolean, text),
+            hivenet.set_clock_policy(text, text, interval),
             hivenet.prepare_scope(text, jsonb),
             hivenet.register_system(text, text),
             hivenet.register_module(text, text, text),
@@ -1173,6 +2025,89 @@ AS $function$
         to_regclass('hivenet.' || quote_ident(p_sequence_name))) IS NOT NULL
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._has_issued(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._issue(p_seq regclass, p_format hivenet.format, p_values text[], p_count integer, p_scope text)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_local timestamp := hivenet.now() AT TIME ZONE hivenet._setting_constant('time_zone');
+    v_period bigint := hivenet._period_index(v_local, p_format.reset);
+    v_head text := format(p_format.head_pattern, VARIADIC p_values);
+    v_tail text := format(p_format.tail_pattern, VARIADIC p_values);
+    v_raw bigint;
+    v_print timestamp;
+    v_out text[] := '{}';
+    v_clock regclass;
+    v_latest bigint;  -- the latest instant issued by the counter, in p_format.clock_unit
+    v_read bigint;    -- ... as read from its clock sequence when this call started
+    v_instant bigint;
+    v_behind_asked boolean := false;
+    v_fields bigint;  -- a numeric format's fields, in their bits
+BEGIN
+    IF p_format.time_shift IS NOT NULL THEN
+        v_fields := hivenet._time_id_fields(p_format, p_values);
+    END IF;
+    IF p_format.clock_unit IS NOT NULL THEN
+        -- Read once, before any value is drawn: every call that returned before this one
+        -- started has raised it to what it printed.
+        v_clock := hivenet._clock_sequence(p_seq);
+        v_read := coalesce(pg_sequence_last_value(v_clock), 0);
+        v_latest := v_read;
+        IF v_read > hivenet._period_index(v_local, p_format.clock_unit) THEN
+            v_local := hivenet._clock_behind(p_format.name,
+                hivenet._period_start(v_read, p_format.clock_unit), v_local);
+            v_period := hivenet._period_index(v_local, p_format.reset);
+            v_behind_asked := true;
+        END IF;
+    END IF;
+    FOR i IN 1 .. p_count LOOP
+        v_raw := nextval(p_seq);
+        IF i = 1 AND v_raw / p_format.stride > v_period AND NOT v_behind_asked THEN
+            -- The counter is in a later period than the clock: the clock went back (or the
+            -- format borrowed). Asked for the counter as the call found it, not for what the
+            -- call's own values borrow.
+            v_local := hivenet._clock_behind(p_format.name,
+                hivenet._period_start(v_raw / p_format.stride, p_format.reset), v_local);
+            v_period := hivenet._period_index(v_local, p_format.reset);
+        END IF;
+        IF v_raw / p_format.stride < v_period
+           OR v_raw % p_format.stride NOT BETWEEN 1 AND p_format.capacity THEN
+            v_raw := hivenet._advance(p_seq, p_format, v_period, p_scope);
+        END IF;
+        -- A newer period than the clock's (clock went back, or borrowed): print its start.
+        v_print := CASE WHEN v_raw / p_format.stride = v_period THEN v_local
+                        ELSE hivenet._period_start(v_raw / p_format.stride, p_format.reset) END;
+        IF v_clock IS NOT NULL THEN
+            v_instant := hivenet._period_index(v_print, p_format.clock_unit);
+            IF v_instant < v_latest THEN
+                -- The clock is behind an instant already issued: print that one, but never
+                -- past the value's own period (its date must stay the period's).
+                v_instant := least(v_latest, hivenet._period_last_instant(
+                    v_raw / p_format.stride, p_format.reset, p_format.clock_unit));
+                v_print := greatest(v_print,
+                                    hivenet._period_start(v_instant, p_format.clock_unit));
+            END IF;
+            v_latest := greatest(v_latest, v_instant);
+        END IF;
+        IF p_format.time_shift IS NOT NULL THEN
+            v_out := v_out || ((to_char(v_print, v_head)::bigint << p_format.time_shift)
+                               | v_fields | v_raw % p_format.stride)::text;
+        ELSE
+            -- concat, not ||: to_char of an empty pattern is NULL.
+            v_out := v_out || concat(to_char(v_print, v_head),
+                                     lpad((v_raw % p_format.stride)::text, p_format.seq_width,
+                                          '0'),
+                                     to_char(v_print, v_tail));
+        END IF;
+    END LOOP;
+    IF v_latest > v_read THEN
+        PERFORM hivenet._raise_clock(v_clock, v_latest);
+    END IF;
+    RETURN v_out;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._issue(regclass,hivenet.format,text[],integer,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._issue_unprepared(p_format hivenet.format, p_values text[], p_count integer)
  RETURNS text[]
@@ -1272,6 +2207,167 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._latest_issued(text,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._layout_sql(p_format hivenet.format, OUT shape text, OUT valid text, OUT time_of text, OUT date_at integer, OUT fields jsonb, OUT scope text)
+ RETURNS record
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_seg jsonb;
+    v_pos integer := 1;
+    v_width integer;
+    v_part text;
+    v_type text;
+    v_checks text[] := '{}';
+    v_scope text[] := '{}';
+    v_unprinted_key boolean := false;
+    v_pattern text;
+    v_token record;
+    v_at integer;
+    v_time jsonb;
+    v_at_of jsonb;  -- the position of each part of the time segment
+    v_classes text[] := '{}';  -- the shape as character classes (or literals) and counts
+    v_counts integer[] := '{}';
+    v_class text;
+BEGIN
+    shape := '';
+    fields := '{}';
+    FOR v_seg IN SELECT jsonb_array_elements(p_format.segments) LOOP
+        IF v_seg ? 'field' AND v_seg -> 'printed' = 'false' THEN
+            v_unprinted_key := true;  -- only a counter key: nothing printed to read
+            CONTINUE;
+        ELSIF v_seg ? 'field' THEN
+            v_width := (v_seg ->> 'width')::integer;
+            v_part := format('substr(p_serial, %s, %s)', v_pos, v_width);
+            -- The class of the field's own compiled regex ('^[0-9]{2}$').
+            v_class := substring(v_seg ->> 'regex' FROM '^\^(\[[^]]*\])');
+            fields := fields || jsonb_build_object(v_seg ->> 'field', v_part);
+            v_type := CASE WHEN v_width <= 9 THEN 'integer' WHEN v_width <= 18 THEN 'bigint'
+                           ELSE 'numeric' END;
+            -- Bounds that digits alone meet need no check; a minimum of 1 is 'not all 0'.
+            IF (v_seg ->> 'min')::numeric = 1 THEN
+                v_checks := v_checks || format('%s <> %L', v_part, repeat('0', v_width));
+            ELSIF (v_seg ->> 'min')::numeric > 0 THEN
+                v_checks := v_checks || format('%s::%s >= %s', v_part, v_type, v_seg ->> 'min');
+            END IF;
+            IF (v_seg ->> 'max')::numeric < 10::numeric ^ v_width - 1 THEN
+                v_checks := v_checks || format('%s::%s <= %s', v_part, v_type, v_seg ->> 'max');
+            END IF;
+            IF coalesce(v_seg -> 'counter', 'true') = 'true' THEN
+                v_scope := v_scope || v_part;
+            END IF;
+        ELSIF v_seg ? 'literal' THEN
+            v_width := length(v_seg ->> 'literal');
+            v_class := v_seg ->> 'literal';  -- [0-9A-Za-z_-]: no regex meaning
+        ELSIF v_seg ? 'time' THEN
+            v_width := (v_seg ->> 'width')::integer;
+            v_class := '[0-9]';
+            -- The parts of its to_char pattern (formats.sql _time_pattern), as integers.
+            v_time := '{}';
+            v_at_of := '{}';
+            v_pattern := v_seg ->> 'to_char';
+            v_at := v_pos;
+            WHILE v_pattern <> '' LOOP
+                SELECT t.token, t.digits INTO v_token
+                FROM (VALUES ('YYYY', 4, 1), ('HH24', 2, 2), ('YY', 2, 3), ('MM', 2, 4),
+                             ('DD', 2, 5), ('MI', 2, 6), ('SS', 2, 7)) AS t(token, digits, o)
+                WHERE starts_with(v_pattern, t.token) ORDER BY t.o LIMIT 1;
+                v_time := v_time || jsonb_build_object(v_token.token,
+                    format('substr(p_serial, %s, %s)::integer', v_at, v_token.digits));
+                v_at_of := v_at_of || jsonb_build_object(v_token.token, v_at);
+                v_at := v_at + v_token.digits;
+                v_pattern := substr(v_pattern, length(v_token.token) + 1);
+            END LOOP;
+            IF v_time ? 'YY' THEN  -- to_timestamp's YY: the year nearest to 2020
+                v_time := v_time || jsonb_build_object('YYYY', format(
+                    '(%1$s + CASE WHEN %1$s < 70 THEN 2000 ELSE 1900 END)', v_time ->> 'YY'));
+            ELSE
+                v_checks := v_checks || format('substr(p_serial, %s, 4) <> %L',
+                    v_pos + strpos(v_seg ->> 'to_char', 'YYYY') - 1, '0000');
+            END IF;
+            IF v_time ? 'MM' THEN
+                v_checks := v_checks || format('%s BETWEEN 1 AND 12', v_time ->> 'MM');
+            END IF;
+            IF v_time ? 'DD' THEN
+                -- Days in month m: 30 + (m + m / 8) % 2, but February.
+                v_checks := v_checks || format(
+                    '%1$s >= 1 AND (%1$s <= 28 OR %1$s <= CASE %2$s WHEN 2 THEN 28 + '
+                    '(%3$s %% 4 = 0 AND (%3$s %% 100 <> 0 OR %3$s %% 400 = 0))::integer '
+                    'ELSE 30 + (%2$s + %2$s / 8) %% 2 END)',
+                    v_time ->> 'DD', v_time ->> 'MM', v_time ->> 'YYYY');
+            END IF;
+            IF v_time ? 'HH24' THEN
+                v_checks := v_checks || format('%s < 24', v_time ->> 'HH24');
+            END IF;
+            IF v_time ? 'MI' THEN
+                v_checks := v_checks || format('%s < 60', v_time ->> 'MI');
+            END IF;
+            IF v_time ? 'SS' THEN
+                v_checks := v_checks || format('%s < 60', v_time ->> 'SS');
+            END IF;
+            -- The last time segment, as parse_serial reports it.
+            time_of := format('make_timestamp(%s, %s, %s, %s, %s, %s)', v_time ->> 'YYYY',
+                              coalesce(v_time ->> 'MM', '1'), coalesce(v_time ->> 'DD', '1'),
+                              coalesce(v_time ->> 'HH24', '0'), coalesce(v_time ->> 'MI', '0'),
+                              coalesce(v_time ->> 'SS', '0'));
+            -- Where the date is, when the segment prints year, month and day one after another
+            -- and no time of day (_step_window_expression compares it as text).
+            date_at := CASE WHEN NOT v_at_of ?| ARRAY['HH24', 'MI', 'SS']
+                                 AND v_at_of @> jsonb_build_object(
+                                     'MM', (v_at_of ->> 'YYYY')::integer + 4,
+                                     'DD', (v_at_of ->> 'YYYY')::integer + 6)
+                            THEN (v_at_of ->> 'YYYY')::integer END;
+        ELSE
+            v_width := p_format.seq_width;
+            v_class := '[0-9]';
+            v_checks := v_checks || format('substr(p_serial, %s, %s) <> %L', v_pos, v_width,
+                                           repeat('0', v_width));
+        END IF;
+        -- Runs of one class are one piece: a shorter regex is a faster one.
+        IF v_class LIKE '[%' AND v_class = v_classes[cardinality(v_classes)] THEN
+            v_counts[cardinality(v_counts)] := v_counts[cardinality(v_counts)] + v_width;
+        ELSE
+            v_classes := v_classes || v_class;
+            v_counts := v_counts || CASE WHEN v_class LIKE '[%' THEN v_width ELSE 1 END;
+        END IF;
+        v_pos := v_pos + v_width;
+    END LOOP;
+    shape := format('length(p_serial) = %s AND p_serial ~ %L', v_pos - 1,
+        '^' || (SELECT string_agg(CASE WHEN c NOT LIKE '[%' THEN c
+                                       WHEN o = cardinality(v_classes) THEN c || '*'
+                                       ELSE format('%s{%s}', c, n) END, '' ORDER BY o)
+                FROM unnest(v_classes, v_counts) WITH ORDINALITY AS u(c, n, o)) || '$');
+    valid := format('CASE WHEN %s THEN %s ELSE false END', shape,
+                    coalesce(array_to_string(v_checks, ' AND '), 'true'));
+    scope := CASE WHEN v_unprinted_key THEN NULL WHEN v_scope = '{}' THEN '''''::text'
+                  ELSE array_to_string(v_scope, ' || ') END;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._layout_sql(hivenet.format) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._maintain_failover()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_warning text;
+BEGIN
+    IF NOT hivenet._fenced() THEN
+        PERFORM hivenet._fence(hivenet._failover_gap(), false, 'maintain');
+        RAISE NOTICE USING MESSAGE = format(
+            'hivenet: timeline %s is new (a promoted standby or a restore): maintain() moved '
+            'every counter forward by %s (failover_gap) before any allocation did',
+            hivenet._timeline(), hivenet._failover_gap());
+    END IF;
+    PERFORM hivenet._sample_allocation_rates();
+    v_warning := hivenet.replication_warning();
+    IF v_warning IS NOT NULL THEN
+        RAISE WARNING USING MESSAGE = 'hivenet: ' || v_warning;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_failover() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._maintain_request_expiry()
  RETURNS void
  LANGUAGE plpgsql
@@ -1359,6 +2455,8 @@ CREATE OR REPLACE FUNCTION hivenet._make_format_counters(p_format hivenet.format
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_name text := hivenet._scope_sequence_name(p_format.name, '');
 BEGIN
     EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
                    hivenet._cold_sequence_name(p_format.name));
@@ -1370,13 +2468,31 @@ BEGIN
         IF coalesce(hivenet._setting_value('owned_instances'), 'all') <> 'all' THEN
             IF hivenet._not_owned(p_format, NULL, hivenet._setting_value('owned_instances'),
                    hivenet._setting_value('single_primary_formats')::boolean) IS NOT NULL THEN
-                RETURN;
+                v_name := 'off_' || substr(v_name, 5);
             END IF;
         END IF;
-        PERFORM hivenet._promote_scope(p_format, '', '{}', false);
+        PERFORM hivenet._create_scope_counter(p_format, '', '{}', v_name);
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._make_format_counters(hivenet.format) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._unseen_characters()
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT '[\x01-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'::text AS unseen;
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._unseen_characters() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._name_valid(p_value text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT ((length(p_value) >= 1) AND (length(p_value) <= 255) AND (p_value !~ hivenet._unseen_characters()));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._name_valid(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._new_decision_counter(p_namespace text, p_decision text)
  RETURNS regclass
@@ -1394,11 +2510,56 @@ BEGIN
         WHERE c.namespace = v_namespace AND c.decision = p_decision LIMIT 1;
         IF FOUND OR v_namespace = 'hivenet.other' THEN
             RETURN v_counter;
+        ELSIF hivenet._counted_apart(v_namespace) THEN
+            PERFORM hivenet._create_decision_counters(v_namespace, true);
+        ELSE
+            v_namespace := 'hivenet.other';
         END IF;
-        PERFORM hivenet._create_decision_counters(v_namespace, true);
     END LOOP;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._new_decision_counter(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._next_time_id(p_format text, p_fields jsonb)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    RETURN (hivenet._allocate(p_format, coalesce(p_fields, '{}'), NULL, 1, true))[1]::bigint;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._next_time_id(text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._node_field(p_format hivenet.format)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN 'instance' = ANY (p_format.field_names) THEN 'instance'
+                WHEN 'shard' = ANY (p_format.field_names) THEN 'shard' END
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._node_field(hivenet.format) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._not_owned(p_format hivenet.format, p_node text, p_owned text, p_single boolean)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE
+        WHEN p_owned = 'all' THEN NULL
+        WHEN hivenet._node_field(p_format) IS NULL THEN CASE WHEN NOT p_single THEN format(
+            'format %s has no instance or shard field: with several primaries only the one '
+            'whose setting single_primary_formats is on issues it (this database owns '
+            'instances %s, and that setting is off here)', p_format.name, p_owned) END
+        WHEN NOT hivenet._instance_in(p_node, p_owned) THEN format(
+            'format %s: %s %s is not owned by this database (it owns %s): allocate on the '
+            'database that owns it (docs/guides/scale-out.md)', p_format.name,
+            hivenet._node_field(p_format), hivenet._shown(p_node), p_owned)
+    END
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._one_scope(p_format hivenet.format)
  RETURNS boolean
@@ -1431,16 +2592,22 @@ BEGIN
                     ELSE hivenet._setting_value('owned_instances') END;
     v_single := CASE WHEN NEW.name = 'single_primary_formats' THEN NEW.value::boolean
                      ELSE hivenet._setting_value('single_primary_formats')::boolean END;
+    FOR v_scope IN SELECT s.format, s.scope FROM hivenet._scopes_by_node() s
+                   WHERE left(s.sequence_name, 4) = 'seq_'
+                     AND NOT hivenet._has_issued(s.sequence_name)
+                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+                   ORDER BY s.sequence_name LOOP
+        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
+    END LOOP;
     SELECT s.format, s.scope, s.node INTO v_scope FROM hivenet._scopes_by_node() s
     WHERE (s.sequence_name IS NULL OR left(s.sequence_name, 4) <> 'off_')
       AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
-      AND hivenet._has_issued(s.sequence_name)
     ORDER BY (s.format).name, s.scope LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('setting %s %s: this database has issued serials of format %s '
                              'scope %s, which it would no longer own; give it up with '
-                             'hivenet.own_instances(..., p_force => true), which parks such '
+                             'hivenet.own_instances(..., force => true), which parks such '
                              'scopes (docs/guides/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
                              (v_scope.format).name, hivenet._shown(v_scope.scope));
     END IF;
@@ -1449,13 +2616,6 @@ BEGIN
                      AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NULL
                    ORDER BY s.sequence_name LOOP
         PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, false);
-    END LOOP;
-    -- Prepared scopes that issued nothing are parked as they are given up, without force.
-    FOR v_scope IN SELECT s.format, s.scope FROM hivenet._scopes_by_node() s
-                   WHERE left(s.sequence_name, 4) = 'seq_'
-                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
-                   ORDER BY s.sequence_name LOOP
-        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
     END LOOP;
     RETURN NEW;
 END $function$;
@@ -1483,6 +2643,32 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._policy_fingerprint(text,jsonb) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._printed_time(p_seg jsonb, p_part text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_time timestamp;
+BEGIN
+    IF p_part !~ '^[0-9]+$' THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        v_time := to_timestamp(p_part, p_seg ->> 'to_char')::timestamp;
+    EXCEPTION WHEN data_exception THEN
+        RETURN NULL;
+    END;
+    IF to_char(v_time, p_seg ->> 'to_char') <> p_part THEN
+        RETURN NULL;
+    ELSIF hivenet._unit_rank(p_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
+        RETURN jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
+    END IF;
+    RETURN jsonb_build_object('datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._printed_time(jsonb,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb, p_drawn boolean)
  RETURNS void
  LANGUAGE plpgsql
@@ -1493,13 +2679,13 @@ DECLARE
     v_fallback regclass;
     v_issued bigint;  -- the fallback's last value, NULL before its first
 BEGIN
+    PERFORM hivenet._check_timeline();
     PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
     -- Another promotion of the scope may have committed while we waited for the lock.
     IF hivenet._committed_sequence(v_name) IS NOT NULL THEN
         RETURN;
     END IF;
-    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
-    PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
+    PERFORM hivenet._create_scope_counter(p_format, p_scope, p_fields, v_name);
     v_fallback := ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
     v_issued := pg_sequence_last_value(v_fallback);
     IF v_issued > 0 AND p_drawn THEN
@@ -1511,13 +2697,10 @@ BEGIN
                      hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
                      p_format.reset)) * p_format.stride END, false);
     END IF;
-    IF p_format.clock_unit IS NOT NULL THEN
-        PERFORM hivenet._create_clock(v_name, CASE WHEN p_drawn IS NOT FALSE THEN
-            pg_sequence_last_value(hivenet._clock_sequence(v_fallback)) ELSE 0 END);
+    IF p_format.clock_unit IS NOT NULL AND p_drawn IS NOT FALSE THEN
+        PERFORM hivenet._create_clock(v_name,
+            pg_sequence_last_value(hivenet._clock_sequence(v_fallback)));
     END IF;
-    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
-    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), v_name)
-    ON CONFLICT DO NOTHING;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb,boolean) FROM PUBLIC;
 
@@ -1607,6 +2790,132 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._raise_key_refused(text,text,integer,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._recompile()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_settings jsonb := (SELECT coalesce(jsonb_object_agg(s.name, s.value), '{}')
+                         FROM hivenet.setting s);
+    v_format hivenet.format;
+    v_layout record;
+    v_unified hivenet.format;  -- for step 3
+    v_system hivenet.format;
+    v_system_layout record;    -- for step 4, when format 'system' exists
+    v_formats text := '';
+    v_valid text := '';
+    v_shaped text := '';
+    v_time text := '';
+    v_field text := '';
+    v_scope text := '';
+    v_time_ids text[] := ARRAY['', '', '', '', ''];  -- _fast_time_id; _time_id_batch's four
+    v_parts record;
+BEGIN
+    FOR v_format IN SELECT * FROM hivenet.format f ORDER BY f.name LOOP
+        v_formats := v_formats || format(' WHEN %L THEN %L::hivenet.format', v_format.name,
+                                         v_format::text);
+        IF v_format.time_shift IS NOT NULL THEN
+            -- A numeric format: a fast path, and no text layout (parse_time_id reads its ids).
+            SELECT * INTO v_parts FROM hivenet._time_id_parts(v_format,
+                coalesce(v_settings ->> 'time_zone', 'UTC'),
+                coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+                coalesce((v_settings ->> 'allow_fake_clock')::boolean, false));
+            CONTINUE WHEN v_parts.guard IS NULL;
+            -- The seq: a value of the statement's period within capacity, else NULL (the
+            -- clamp of _fast_path_expression; next_time_ids has the same for its rows).
+            v_time_ids := ARRAY[
+                v_time_ids[1] || format(' WHEN %L THEN CASE WHEN %s THEN %s | nullif(least('
+                                        'greatest(nextval(%s) - %s, 0), %s) %% %s, 0) END',
+                                        v_format.name, v_parts.guard, v_parts.high,
+                                        v_parts.counter, v_parts.base, v_parts.capacity + 1,
+                                        v_parts.capacity + 1),
+                v_time_ids[2] || format(' WHEN %L THEN CASE WHEN %s THEN %s END', v_format.name,
+                                        v_parts.guard, v_parts.high),
+                v_time_ids[3] || format(' WHEN %L THEN CASE WHEN %s THEN %s END', v_format.name,
+                                        v_parts.guard, v_parts.counter),
+                v_time_ids[4] || format(' WHEN %L THEN %s', v_format.name, v_parts.base),
+                v_time_ids[5] || format(' WHEN %L THEN %s', v_format.name,
+                                        v_parts.capacity + 1)];
+            CONTINUE;
+        END IF;
+        SELECT * INTO v_layout FROM hivenet._layout_sql(v_format);
+        v_valid := v_valid || format(' WHEN %L THEN %s', v_format.name, v_layout.valid);
+        v_shaped := v_shaped || format(' WHEN %L THEN %s', v_format.name, v_layout.shape);
+        -- NULL unless valid: the function is public (views), and casts of a serial that only
+        -- looks right (month 99) would fail.
+        v_time := v_time || format(' WHEN %L THEN %s', v_format.name,
+            CASE WHEN v_layout.time_of IS NULL THEN 'NULL::timestamp'
+                 ELSE format('CASE WHEN %s THEN %s END', v_layout.valid, v_layout.time_of)
+                 END);
+        v_field := v_field || format(' WHEN %L THEN CASE p_field%s ELSE NULL::text END',
+            v_format.name, (SELECT coalesce(string_agg(format(' WHEN %L THEN %s', f.key,
+                                                              f.value), '' ORDER BY f.key),
+                                            ' WHEN NULL THEN NULL')
+                            FROM jsonb_each_text(v_layout.fields) f));
+        v_scope := v_scope || format(' WHEN %L THEN %s', v_format.name,
+                                     coalesce(v_layout.scope, 'NULL::text'));
+        IF v_format.name = 'unified' THEN
+            v_unified := v_format;
+        ELSIF v_format.name = 'system' THEN
+            v_system := v_format;
+            v_system_layout := v_layout;
+        END IF;
+    END LOOP;
+    -- 1. The rows, as constants.
+    PERFORM hivenet._replace_function('_setting_constant(p_name text)', 'text', 'STABLE',
+        format('CASE p_name %s ELSE NULL::text END', coalesce(
+            (SELECT string_agg(format('WHEN %L THEN %L', s.key, s.value), ' ' ORDER BY s.key)
+             FROM jsonb_each_text(v_settings) s), 'WHEN NULL THEN NULL')));
+    PERFORM hivenet._replace_function('_format_constant(p_name text)', 'hivenet.format',
+        'STABLE', format('CASE p_name %s ELSE NULL::hivenet.format END',
+                         coalesce(nullif(v_formats, ''), 'WHEN NULL THEN NULL')));
+    -- 2. The layouts.
+    PERFORM hivenet._replace_function('_serial_valid(p_format text, p_serial text)', 'boolean',
+        'STABLE', format('CASE p_format%s ELSE NULL::boolean END', v_valid));
+    PERFORM hivenet._replace_function('_serial_shaped(p_format text, p_serial text)',
+        'boolean', 'STABLE', format('CASE p_format%s ELSE NULL::boolean END', v_shaped));
+    PERFORM hivenet._replace_function('_serial_time(p_format text, p_serial text)',
+        'timestamp', 'STABLE', format(
+            'CASE p_format%s ELSE coalesce(hivenet.parse_serial(p_serial, p_format) '
+            '->> ''datetime'', hivenet.parse_serial(p_serial, p_format) ->> ''date'')'
+            '::timestamp END', v_time));
+    PERFORM hivenet._replace_function(
+        '_serial_field(p_format text, p_serial text, p_field text)', 'text', 'STABLE',
+        format('CASE p_format%s ELSE hivenet.parse_serial(p_serial, p_format) ->> p_field END',
+               v_field));
+    PERFORM hivenet._replace_function('_serial_scope(p_format text, p_serial text)', 'text',
+        'STABLE', format('CASE p_format%s ELSE NULL::text END', v_scope));
+    -- 3. The allocation fast paths.
+    PERFORM hivenet._replace_function('_fast_unified(p_a text, p_b text, p_c text)', 'text',
+        'VOLATILE', hivenet._fast_path_expression(v_unified,
+            coalesce(v_settings ->> 'time_zone', 'UTC'),
+            coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+            coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    PERFORM hivenet._replace_function('_fast_system(p_a text, p_b text, p_c text)', 'text',
+        'VOLATILE', hivenet._fast_path_expression(v_system,
+            coalesce(v_settings ->> 'time_zone', 'UTC'),
+            coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+            coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    PERFORM hivenet._replace_function('_fast_time_id(p_format text, p_fields jsonb)', 'bigint',
+        'VOLATILE', format('CASE p_format%s ELSE NULL::bigint END', v_time_ids[1]));
+    PERFORM hivenet._replace_function('_time_id_batch(p_format text, p_fields jsonb, '
+        'OUT high bigint, OUT counter regclass, OUT base bigint, OUT modulus bigint)',
+        'record', 'STABLE', format('CASE p_format%s ELSE NULL::bigint END, CASE p_format%s '
+        'ELSE NULL::regclass END, CASE p_format%s ELSE NULL::bigint END, CASE p_format%s '
+        'ELSE NULL::bigint END', v_time_ids[2], v_time_ids[3], v_time_ids[4],
+        v_time_ids[5]));
+    -- 4. The window of steps.
+    IF v_system.name IS NULL THEN
+        SELECT NULL::text AS valid, NULL::text AS time_of, NULL::integer AS date_at
+        INTO v_system_layout;
+    END IF;
+    PERFORM hivenet._replace_function('_step_in_window(p_serial text)', 'boolean', 'VOLATILE',
+        hivenet._step_window_expression(v_system_layout.valid, v_system_layout.time_of,
+                                        v_system_layout.date_at, v_settings));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._recompile() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._refuse_unprepared(p_format hivenet.format, p_values text[])
  RETURNS void
  LANGUAGE plpgsql
@@ -1660,6 +2969,58 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._resolve_attempt(text,text,integer,boolean,text,jsonb) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._sample_allocation_rates()
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    INSERT INTO hivenet.allocation_rate AS r
+        (format, timeline, sampled_at, period_start, issued, day)
+    SELECT u.format, hivenet._timeline(), clock_timestamp(), min(u.period_start),
+           sum(u.issued), (clock_timestamp() AT TIME ZONE hivenet._setting_value('time_zone'))::date
+    FROM hivenet.scope_usage u
+    GROUP BY u.format
+    ON CONFLICT (format) DO UPDATE SET
+        timeline = EXCLUDED.timeline, sampled_at = EXCLUDED.sampled_at,
+        period_start = EXCLUDED.period_start, issued = EXCLUDED.issued, day = EXCLUDED.day,
+        previous_peak = CASE EXCLUDED.day - r.day WHEN 0 THEN r.previous_peak
+                                                  WHEN 1 THEN r.peak ELSE 0 END,
+        peak = greatest(
+            CASE WHEN EXCLUDED.day = r.day THEN r.peak ELSE 0 END,
+            CASE WHEN EXCLUDED.timeline = r.timeline AND EXCLUDED.period_start = r.period_start
+                      AND EXCLUDED.issued >= r.issued AND EXCLUDED.sampled_at > r.sampled_at
+                 THEN (EXCLUDED.issued - r.issued)
+                      / extract(epoch FROM EXCLUDED.sampled_at - r.sampled_at)::float8 END)
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._sample_allocation_rates() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._scope_fields(p_format hivenet.format, p_values text[])
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(jsonb_object_agg(f.name, p_values[f.i]), '{}')
+    FROM unnest(p_format.field_names) WITH ORDINALITY AS f(name, i)
+    WHERE p_format.key_fields IS NULL OR f.i = ANY (p_format.key_fields)
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._scope_fields(hivenet.format,text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._scope_of(p_format hivenet.format, p_values text[])
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN ((p_format).key_fields IS NULL) THEN array_to_string(p_values, ''::text)
+             ELSE array_to_string(ARRAY( SELECT (_scope_of.p_values)[k.i] AS p_values
+                FROM unnest((_scope_of.p_format).key_fields) WITH ORDINALITY k(i, n)
+               ORDER BY k.n), ''::text)
+         END AS array_to_string;
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._scope_of(hivenet.format,text[]) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._scopes_by_node()
  RETURNS TABLE(format hivenet.format, scope text, node text, sequence_name text)
  LANGUAGE sql
@@ -1675,6 +3036,246 @@ AS $function$
     JOIN hivenet.format f ON f.name = s.format
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._scopes_by_node() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.parse_serial(serial text, format text DEFAULT NULL::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_serial ALIAS FOR serial; p_format ALIAS FOR format;
+    v_kinds constant text[] := ARRAY['unified', 'system', 'interface'];
+    v_format hivenet.format;
+    v_seg jsonb;
+    v_pos integer := 1;
+    v_part text;
+    v_problem text;
+    v_time jsonb;  -- the printed time, as reported
+    v_result jsonb;
+BEGIN
+    IF p_serial IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'serial is NULL';
+    END IF;
+    SELECT * INTO v_format FROM hivenet.format
+    WHERE name = coalesce(p_format, (SELECT k.name FROM hivenet.format k
+                                     WHERE k.name = ANY (v_kinds)
+                                       AND k.length = octet_length(p_serial)));
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = CASE WHEN p_format IS NULL
+            -- 'unified (28), system (30) or interface (39)', lengths from the definitions.
+            THEN format('serial %s is no %s serial; name its format', hivenet._shown(p_serial),
+                        (SELECT regexp_replace(string_agg(format('%s (%s)', k.name, k.length),
+                                                          ', ' ORDER BY array_position(v_kinds,
+                                                                                       k.name)),
+                                               ', ([^,]*)$', ' or \1')
+                         FROM hivenet.format k WHERE k.name = ANY (v_kinds)))
+            ELSE format('unknown format %s', hivenet._shown(p_format)) END;
+    ELSIF v_format.time_shift IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s is numeric (a bigint): parse_time_id parses its ids',
+                             v_format.name);
+    END IF;
+    v_result := jsonb_build_object('format', v_format.name);
+    IF octet_length(p_serial) <> v_format.length OR length(p_serial) <> v_format.length THEN
+        v_problem := format('length %s, not %s', length(p_serial), v_format.length);
+    END IF;
+    FOR v_seg IN SELECT jsonb_array_elements(v_format.segments) LOOP
+        EXIT WHEN v_problem IS NOT NULL;
+        IF v_seg -> 'printed' = 'false' THEN
+            v_part := '';  -- a field of the counter key that is not printed
+        ELSIF v_seg ? 'field' THEN
+            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
+            v_problem := 'field ' || (v_seg ->> 'field') || ' '
+                         || hivenet._field_problem(v_seg, v_part);
+            v_result := v_result || jsonb_build_object(v_seg ->> 'field', v_part);
+        ELSIF v_seg ? 'literal' THEN
+            v_part := substr(p_serial, v_pos, length(v_seg ->> 'literal'));
+            IF v_part <> v_seg ->> 'literal' THEN
+                v_problem := format('%L where %L belongs', v_part, v_seg ->> 'literal');
+            END IF;
+        ELSIF v_seg ? 'time' THEN
+            v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
+            v_time := hivenet._printed_time(v_seg, v_part);
+            IF v_time IS NULL THEN
+                v_problem := format('time %L is no valid %s', v_part, v_seg ->> 'time');
+            END IF;
+            v_result := v_result || v_time;
+        ELSE
+            v_part := substr(p_serial, v_pos, v_format.seq_width);
+            IF v_part !~ '^[0-9]+$' OR v_part::numeric = 0 THEN
+                v_problem := format('seq %L is not 1 to %s', v_part, v_format.capacity);
+            ELSE
+                v_result := v_result || jsonb_build_object('seq', v_part::bigint);
+            END IF;
+        END IF;
+        v_pos := v_pos + length(v_part);
+    END LOOP;
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('serial %s is no valid %s serial: %s', hivenet._shown(p_serial),
+                             v_format.name, v_problem);
+    END IF;
+    RETURN v_result;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.parse_serial(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._serial_field(p_format text, p_serial text, p_field text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_format
+             WHEN 'id_service'::text THEN
+             CASE p_field
+                 WHEN 'merchant'::text THEN substr(p_serial, 1, 12)
+                 WHEN 'shard'::text THEN substr(p_serial, 21, 2)
+                 ELSE NULL::text
+             END
+             WHEN 'interface'::text THEN
+             CASE p_field
+                 WHEN 'instance'::text THEN substr(p_serial, 9, 2)
+                 WHEN 'module'::text THEN substr(p_serial, 6, 3)
+                 WHEN 'system'::text THEN substr(p_serial, 1, 5)
+                 WHEN 'target'::text THEN substr(p_serial, 11, 5)
+                 ELSE NULL::text
+             END
+             WHEN 'merchant_trade'::text THEN
+             CASE p_field
+                 WHEN 'merchant'::text THEN substr(p_serial, 1, 12)
+                 ELSE NULL::text
+             END
+             WHEN 'per_second'::text THEN
+             CASE p_field
+                 WHEN NULL::text THEN NULL::text
+                 ELSE NULL::text
+             END
+             WHEN 'system'::text THEN
+             CASE p_field
+                 WHEN 'instance'::text THEN substr(p_serial, 9, 2)
+                 WHEN 'module'::text THEN substr(p_serial, 6, 3)
+                 WHEN 'system'::text THEN substr(p_serial, 1, 5)
+                 ELSE NULL::text
+             END
+             WHEN 'unified'::text THEN
+             CASE p_field
+                 WHEN 'instance'::text THEN substr(p_serial, 9, 2)
+                 WHEN 'module'::text THEN substr(p_serial, 6, 3)
+                 WHEN 'system'::text THEN substr(p_serial, 1, 5)
+                 ELSE NULL::text
+             END
+             ELSE (hivenet.parse_serial(p_serial, p_format) ->> p_field)
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._serial_field(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._serial_time(p_format text, p_serial text)
+ RETURNS timestamp without time zone
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_format
+             WHEN 'id_service'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 28) AND (p_serial ~ '^[0-9]*$'::text)) THEN ((substr(p_serial, 13, 4) <> '0000'::text) AND (((substr(p_serial, 17, 2))::integer >= 1) AND ((substr(p_serial, 17, 2))::integer <= 12)) AND ((substr(p_serial, 19, 2))::integer >= 1) AND (((substr(p_serial, 19, 2))::integer <= 28) OR ((substr(p_serial, 19, 2))::integer <=
+                     CASE (substr(p_serial, 17, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 13, 4))::integer % 4) = 0) AND ((((substr(p_serial, 13, 4))::integer % 100) <> 0) OR (((substr(p_serial, 13, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 17, 2))::integer + ((substr(p_serial, 17, 2))::integer / 8)) % 2))
+                     END)) AND (substr(p_serial, 23, 6) <> '000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 13, 4))::integer, (substr(p_serial, 17, 2))::integer, (substr(p_serial, 19, 2))::integer, 0, 0, (0)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'interface'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 39) AND (p_serial ~ '^[0-9A-Za-z]{8}[0-9]{2}[0-9A-Za-z]{5}[0-9]*$'::text)) THEN ((substr(p_serial, 9, 2) <> '00'::text) AND (substr(p_serial, 16, 4) <> '0000'::text) AND (((substr(p_serial, 20, 2))::integer >= 1) AND ((substr(p_serial, 20, 2))::integer <= 12)) AND ((substr(p_serial, 22, 2))::integer >= 1) AND (((substr(p_serial, 22, 2))::integer <= 28) OR ((substr(p_serial, 22, 2))::integer <=
+                     CASE (substr(p_serial, 20, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 16, 4))::integer % 4) = 0) AND ((((substr(p_serial, 16, 4))::integer % 100) <> 0) OR (((substr(p_serial, 16, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 20, 2))::integer + ((substr(p_serial, 20, 2))::integer / 8)) % 2))
+                     END)) AND ((substr(p_serial, 24, 2))::integer < 24) AND ((substr(p_serial, 26, 2))::integer < 60) AND ((substr(p_serial, 28, 2))::integer < 60) AND (substr(p_serial, 30, 10) <> '0000000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 16, 4))::integer, (substr(p_serial, 20, 2))::integer, (substr(p_serial, 22, 2))::integer, (substr(p_serial, 24, 2))::integer, (substr(p_serial, 26, 2))::integer, ((substr(p_serial, 28, 2))::integer)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'merchant_trade'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 32) AND (p_serial ~ '^[0-9]*$'::text)) THEN ((substr(p_serial, 13, 4) <> '0000'::text) AND (((substr(p_serial, 17, 2))::integer >= 1) AND ((substr(p_serial, 17, 2))::integer <= 12)) AND ((substr(p_serial, 19, 2))::integer >= 1) AND (((substr(p_serial, 19, 2))::integer <= 28) OR ((substr(p_serial, 19, 2))::integer <=
+                     CASE (substr(p_serial, 17, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 13, 4))::integer % 4) = 0) AND ((((substr(p_serial, 13, 4))::integer % 100) <> 0) OR (((substr(p_serial, 13, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 17, 2))::integer + ((substr(p_serial, 17, 2))::integer / 8)) % 2))
+                     END)) AND ((substr(p_serial, 21, 2))::integer < 24) AND ((substr(p_serial, 23, 2))::integer < 60) AND ((substr(p_serial, 25, 2))::integer < 60) AND (substr(p_serial, 27, 6) <> '000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 13, 4))::integer, (substr(p_serial, 17, 2))::integer, (substr(p_serial, 19, 2))::integer, (substr(p_serial, 21, 2))::integer, (substr(p_serial, 23, 2))::integer, ((substr(p_serial, 25, 2))::integer)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'per_second'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 17) AND (p_serial ~ '^[0-9]*$'::text)) THEN ((((substr(p_serial, 3, 2))::integer >= 1) AND ((substr(p_serial, 3, 2))::integer <= 12)) AND ((substr(p_serial, 5, 2))::integer >= 1) AND (((substr(p_serial, 5, 2))::integer <= 28) OR ((substr(p_serial, 5, 2))::integer <=
+                     CASE (substr(p_serial, 3, 2))::integer
+                         WHEN 2 THEN (28 + ((((((substr(p_serial, 1, 2))::integer +
+                         CASE
+                             WHEN ((substr(p_serial, 1, 2))::integer < 70) THEN 2000
+                             ELSE 1900
+                         END) % 4) = 0) AND (((((substr(p_serial, 1, 2))::integer +
+                         CASE
+                             WHEN ((substr(p_serial, 1, 2))::integer < 70) THEN 2000
+                             ELSE 1900
+                         END) % 100) <> 0) OR ((((substr(p_serial, 1, 2))::integer +
+                         CASE
+                             WHEN ((substr(p_serial, 1, 2))::integer < 70) THEN 2000
+                             ELSE 1900
+                         END) % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 3, 2))::integer + ((substr(p_serial, 3, 2))::integer / 8)) % 2))
+                     END)) AND ((substr(p_serial, 7, 2))::integer < 24) AND ((substr(p_serial, 9, 2))::integer < 60) AND ((substr(p_serial, 11, 2))::integer < 60) AND (substr(p_serial, 13, 5) <> '00000'::text))
+                     ELSE false
+                 END THEN make_timestamp(((substr(p_serial, 1, 2))::integer +
+                 CASE
+                     WHEN ((substr(p_serial, 1, 2))::integer < 70) THEN 2000
+                     ELSE 1900
+                 END), (substr(p_serial, 3, 2))::integer, (substr(p_serial, 5, 2))::integer, (substr(p_serial, 7, 2))::integer, (substr(p_serial, 9, 2))::integer, ((substr(p_serial, 11, 2))::integer)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'system'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 30) AND (p_serial ~ '^[0-9A-Za-z]{8}[0-9]*$'::text)) THEN ((substr(p_serial, 9, 2) <> '00'::text) AND (substr(p_serial, 11, 4) <> '0000'::text) AND (((substr(p_serial, 15, 2))::integer >= 1) AND ((substr(p_serial, 15, 2))::integer <= 12)) AND ((substr(p_serial, 17, 2))::integer >= 1) AND (((substr(p_serial, 17, 2))::integer <= 28) OR ((substr(p_serial, 17, 2))::integer <=
+                     CASE (substr(p_serial, 15, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 11, 4))::integer % 4) = 0) AND ((((substr(p_serial, 11, 4))::integer % 100) <> 0) OR (((substr(p_serial, 11, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 15, 2))::integer + ((substr(p_serial, 15, 2))::integer / 8)) % 2))
+                     END)) AND (substr(p_serial, 19, 12) <> '000000000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 11, 4))::integer, (substr(p_serial, 15, 2))::integer, (substr(p_serial, 17, 2))::integer, 0, 0, (0)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             WHEN 'unified'::text THEN
+             CASE
+                 WHEN
+                 CASE
+                     WHEN ((length(p_serial) = 28) AND (p_serial ~ '^[0-9A-Za-z]{8}[0-9]*$'::text)) THEN ((substr(p_serial, 9, 2) <> '00'::text) AND (substr(p_serial, 11, 4) <> '0000'::text) AND (((substr(p_serial, 15, 2))::integer >= 1) AND ((substr(p_serial, 15, 2))::integer <= 12)) AND ((substr(p_serial, 17, 2))::integer >= 1) AND (((substr(p_serial, 17, 2))::integer <= 28) OR ((substr(p_serial, 17, 2))::integer <=
+                     CASE (substr(p_serial, 15, 2))::integer
+                         WHEN 2 THEN (28 + (((((substr(p_serial, 11, 4))::integer % 4) = 0) AND ((((substr(p_serial, 11, 4))::integer % 100) <> 0) OR (((substr(p_serial, 11, 4))::integer % 400) = 0))))::integer)
+                         ELSE (30 + (((substr(p_serial, 15, 2))::integer + ((substr(p_serial, 15, 2))::integer / 8)) % 2))
+                     END)) AND (substr(p_serial, 19, 10) <> '0000000000'::text))
+                     ELSE false
+                 END THEN make_timestamp((substr(p_serial, 11, 4))::integer, (substr(p_serial, 15, 2))::integer, (substr(p_serial, 17, 2))::integer, 0, 0, (0)::double precision)
+                 ELSE NULL::timestamp without time zone
+             END
+             ELSE (COALESCE((hivenet.parse_serial(p_serial, p_format) ->> 'datetime'::text), (hivenet.parse_serial(p_serial, p_format) ->> 'date'::text)))::timestamp without time zone
+         END AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._serial_time(text,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._serials_issued()
  RETURNS boolean
@@ -1747,10 +3348,13 @@ BEGIN ATOMIC
              WHEN 'allow_fake_clock'::text THEN 'false'::text
              WHEN 'check_received_instances'::text THEN 'true'::text
              WHEN 'enforce_registry'::text THEN 'false'::text
+             WHEN 'failover_gap'::text THEN '100000'::text
+             WHEN 'failover_loss_window'::text THEN '30 seconds'::text
              WHEN 'interface_future_tolerance'::text THEN '5 minutes'::text
              WHEN 'interface_partitions_ahead'::text THEN '2 days'::text
              WHEN 'interface_retention'::text THEN '7 days'::text
              WHEN 'interface_window'::text THEN '1 day'::text
+             WHEN 'max_counted_namespaces'::text THEN '100'::text
              WHEN 'max_serials_per_call'::text THEN '10000'::text
              WHEN 'owned_instances'::text THEN 'all'::text
              WHEN 'promote_fallback_scopes'::text THEN ''::text
@@ -1765,6 +3369,29 @@ BEGIN ATOMIC
          END AS "case";
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._setting_constant(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._shown(p_value text)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN p_value IS NULL THEN 'NULL'
+                WHEN q.quoted !~ hivenet._unseen_characters() THEN q.quoted
+                ELSE (SELECT string_agg(CASE WHEN c !~ hivenet._unseen_characters() THEN c
+                                             WHEN ascii(c) < 256
+                                             THEN '\x' || lpad(to_hex(ascii(c)), 2, '0')
+                                             WHEN ascii(c) < 65536
+                                             THEN '\u' || lpad(to_hex(ascii(c)), 4, '0')
+                                             ELSE '\U' || lpad(to_hex(ascii(c)), 8, '0') END,
+                                        '' ORDER BY i)
+                      FROM unnest(string_to_array(q.quoted, NULL)) WITH ORDINALITY AS t(c, i))
+           END || CASE WHEN length(p_value) > 40
+                       THEN format('... (%s characters)', length(p_value)) ELSE '' END
+    FROM (SELECT quote_literal(CASE WHEN length(p_value) <= 40 THEN p_value
+                                    ELSE left(p_value, 32) END) AS quoted) q
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._shown(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._shown_time(p_time timestamp with time zone)
  RETURNS text
@@ -1829,6 +3456,188 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._start_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._time_id_batch(p_format text, p_fields jsonb, OUT high bigint, OUT counter regclass, OUT base bigint, OUT modulus bigint)
+ RETURNS record
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT
+         CASE p_format
+             WHEN 'time_id'::text THEN
+             CASE
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb)) THEN ((to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYMMDDHH24MISS'::text))::bigint << 14)
+                 ELSE NULL::bigint
+             END
+             ELSE NULL::bigint
+         END AS "case",
+         CASE p_format
+             WHEN 'time_id'::text THEN
+             CASE
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND (COALESCE(p_fields, '{}'::jsonb) = '{}'::jsonb)) THEN to_regclass('hivenet."seq_time_id_"'::text)
+                 ELSE NULL::regclass
+             END
+             ELSE NULL::regclass
+         END AS "case",
+         CASE p_format
+             WHEN 'time_id'::text THEN (((floor(date_part('epoch'::text, (statement_timestamp() AT TIME ZONE 'UTC'::text))))::bigint - 946684799) * (1000000000)::bigint)
+             ELSE NULL::bigint
+         END AS "case",
+         CASE p_format
+             WHEN 'time_id'::text THEN (16384)::bigint
+             ELSE NULL::bigint
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._time_id_batch(text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._time_id_count(p_format text, p_n integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_limit integer := hivenet._setting_constant('max_serials_per_call')::integer;
+BEGIN
+    IF p_n IS NULL OR p_n NOT BETWEEN 1 AND v_limit THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: count %s must be from 1 to %s (setting '
+                             'max_serials_per_call); take more in several calls',
+                             hivenet._shown(p_format), coalesce(p_n::text, 'NULL'), v_limit);
+    END IF;
+    RETURN p_n;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._time_id_count(text,integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._time_id_digits(p_number bigint, p_width integer)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT CASE WHEN length(p_number::text) > p_width THEN p_number::text
+                ELSE lpad(p_number::text, p_width, '0') END
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._time_id_digits(bigint,integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._time_id_fields(p_format hivenet.format, p_values text[])
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(bit_or(p_values[array_position(p_format.field_names, e.s ->> 'field')]
+                           ::bigint << (e.s ->> 'shift')::integer), 0)
+    FROM jsonb_array_elements(p_format.segments) AS e (s)
+    WHERE e.s ? 'field'
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._time_id_fields(hivenet.format,text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._time_id_parts(p_format hivenet.format, p_zone text, p_enforce_registry boolean, p_allow_fake_clock boolean, OUT guard text, OUT high text, OUT counter text, OUT base text, OUT capacity bigint)
+ RETURNS record
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_local text := format('(statement_timestamp() AT TIME ZONE %L)', p_zone);
+    -- Until the session's first allocation has checked the timeline (failover.sql).
+    v_checks text[] := ARRAY[$f$current_setting('hivenet.timeline_checked', true) = 'true'$f$];
+    v_bounds text[] := '{}';
+    v_bits text := '';
+    v_scope text[] := '{}';
+    v_value text;
+    v_seg jsonb;
+BEGIN
+    IF p_enforce_registry AND p_format.field_names <> '{}' THEN
+        RETURN;
+    END IF;
+    IF p_allow_fake_clock THEN
+        v_checks := v_checks
+                    || $f$coalesce(current_setting('hivenet.fake_now', true), '') = ''$f$::text;
+    END IF;
+    FOR v_seg IN SELECT s FROM jsonb_array_elements(p_format.segments) AS s WHERE s ? 'field'
+    LOOP
+        v_value := format('(p_fields ->> %L)', v_seg ->> 'field');
+        v_bits := v_bits || format(' | (%s::bigint << %s)', v_value, v_seg ->> 'shift');
+        IF coalesce(v_seg -> 'counter', 'true') = 'true' THEN
+            v_scope := v_scope || v_value;
+        END IF;
+        IF v_seg ? 'min' THEN
+            v_bounds := v_bounds || format('%s::numeric >= %s', v_value, v_seg ->> 'min');
+        END IF;
+        IF v_seg ? 'max' THEN
+            v_bounds := v_bounds || format('%s::numeric <= %s', v_value, v_seg ->> 'max');
+        END IF;
+    END LOOP;
+    IF p_format.field_names = '{}' THEN
+        v_checks := v_checks || $f$coalesce(p_fields, '{}') = '{}'::jsonb$f$::text;
+        counter := quote_literal(
+            'hivenet."' || hivenet._scope_sequence_name(p_format.name, '') || '"');
+    ELSE
+        -- Exactly the format's fields, as strings, matching their pattern; digits, so the
+        -- quoted sequence name is theirs.
+        v_checks := v_checks || format('p_fields = jsonb_build_object(%s)', (
+            SELECT string_agg(format('%L, p_fields ->> %L', n, n), ', ' ORDER BY i)
+            FROM unnest(p_format.field_names) WITH ORDINALITY AS f (n, i)));
+        v_checks := v_checks || format('(%s) ~ %L', (
+            SELECT string_agg(format('(p_fields ->> %L)', n), ' || '' '' || ' ORDER BY i)
+            FROM unnest(p_format.field_names) WITH ORDINALITY AS f (n, i)),
+            p_format.field_pattern);
+        counter := format($f$'hivenet."' || hivenet._scope_sequence_name(%L, %s) || '"'$f$,
+                          p_format.name, array_to_string(v_scope, ' || '));
+    END IF;
+    guard := array_to_string(v_checks, ' AND ');
+    IF v_bounds <> '{}' THEN
+        guard := format('CASE WHEN %s THEN %s ELSE false END', guard,
+                        array_to_string(v_bounds, ' AND '));
+    END IF;
+    high := format('(to_char(%s, %L)::bigint << %s)%s', v_local, p_format.head_pattern,
+                   p_format.time_shift, v_bits);
+    counter := format('to_regclass(%s)', counter);
+    -- _period_index(local, reset) in double precision: fewer, cheaper nodes, and no call the
+    -- caller would need the right to run (tests/test_generated.py compares the two).
+    base := format('%s * %s::bigint', CASE p_format.reset
+        WHEN 'month' THEN format('(date_part(''year'', %1$s)::bigint * 12 + date_part(''month'', '
+                                 '%1$s)::bigint - 24000)', v_local)
+        WHEN 'year' THEN format('(date_part(''year'', %s)::bigint - 1999)', v_local)
+        ELSE format('(floor(date_part(''epoch'', %s)%s)::bigint - %s)', v_local,
+            CASE p_format.reset WHEN 'second' THEN '' ELSE format(' / %s', u.seconds) END,
+            extract(epoch FROM timestamp '2000-01-01')::bigint / u.seconds - 1) END,
+        p_format.stride)
+    FROM (VALUES ('second', 1), ('minute', 60), ('hour', 3600), ('day', 86400),
+                 ('month', 1), ('year', 1)) AS u (reset, seconds)
+    WHERE u.reset = p_format.reset;
+    capacity := p_format.capacity;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._time_id_parts(hivenet.format,text,boolean,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._time_number_max(p_to_char text)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT replace(replace(replace(replace(replace(replace(replace(p_to_char,
+        'YYYY', '9999'), 'HH24', '23'), 'YY', '99'), 'MM', '12'), 'DD', '31'), 'MI', '59'),
+        'SS', '59')::bigint
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._time_number_max(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._timeout_left()
+ RETURNS interval
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT least(
+        nullif(current_setting('statement_timeout')::interval, interval '0')
+            - greatest(clock_timestamp() - statement_timestamp(), interval '0'),
+        nullif(coalesce(current_setting('transaction_timeout', true), '0')::interval,
+               interval '0')
+            - greatest(clock_timestamp() - transaction_timestamp(), interval '0'))
+        - interval '100 milliseconds'
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._timeout_left() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._utf16_units(p_text text)
  RETURNS integer[]
  LANGUAGE sql
@@ -1859,7 +3668,7 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._wake_waiters(text,text) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.begin_request(p_namespace text, p_key text, p_request jsonb DEFAULT NULL::jsonb, p_on_success text DEFAULT 'replay'::text, p_lease interval DEFAULT NULL::interval, p_nowait boolean DEFAULT false, p_wait interval DEFAULT NULL::interval)
+CREATE OR REPLACE FUNCTION hivenet.begin_request(namespace text, key text, request jsonb DEFAULT NULL::jsonb, on_success text DEFAULT 'replay'::text, lease interval DEFAULT NULL::interval, nowait boolean DEFAULT false, wait interval DEFAULT NULL::interval)
  RETURNS TABLE(outcome text, attempt integer, response jsonb)
  LANGUAGE sql
  STABLE
@@ -1867,23 +3676,26 @@ BEGIN ATOMIC
  SELECT 'started'::text AS text,
      1,
      NULL::jsonb AS jsonb
-   WHERE hivenet._start_request(begin_request.p_namespace, begin_request.p_key, begin_request.p_request, begin_request.p_on_success, begin_request.p_lease, (begin_request.p_nowait OR (begin_request.p_wait IS NOT NULL)))
+   WHERE hivenet._start_request(begin_request.namespace, begin_request.key, begin_request.request, begin_request.on_success, begin_request.lease, (begin_request.nowait OR (begin_request.wait IS NOT NULL)))
  UNION ALL
   SELECT b.outcome,
      b.attempt,
      b.response
-    FROM hivenet._begin_request(begin_request.p_namespace, begin_request.p_key, begin_request.p_request, begin_request.p_on_success, begin_request.p_lease, begin_request.p_nowait, begin_request.p_wait) b(outcome, attempt, response)
+    FROM hivenet._begin_request(begin_request.namespace, begin_request.key, begin_request.request, begin_request.on_success, begin_request.lease, begin_request.nowait, begin_request.wait) b(outcome, attempt, response)
  LIMIT 1;
 END;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.begin_requests(p_namespace text, p_keys text[], p_requests jsonb[], p_lease interval DEFAULT NULL::interval)
+CREATE OR REPLACE FUNCTION hivenet.begin_requests(namespace text, keys text[], requests jsonb[], lease interval DEFAULT NULL::interval)
  RETURNS TABLE(key text, outcome text, attempt integer, response jsonb)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
 DECLARE
+    p_namespace ALIAS FOR namespace; p_keys ALIAS FOR keys; p_requests ALIAS FOR requests;
+    p_lease ALIAS FOR lease;
     v_policy hivenet.request_namespace;
     v_started text[];
     v_outcomes text[];
@@ -1963,7 +3775,7 @@ CREATE VIEW hivenet._step_replay AS
    FROM hivenet.request_attempt a
   WHERE ((a.namespace = 'hivenet.steps'::text) AND (a.state = 'success'::hivenet.step_state));
 
-CREATE OR REPLACE FUNCTION hivenet.begin_step(p_system_serial text, p_request jsonb DEFAULT NULL::jsonb, p_on_success text DEFAULT 'replay'::text, p_unified_serial text DEFAULT NULL::text, p_lease interval DEFAULT NULL::interval, p_nowait boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION hivenet.begin_step(system_serial text, request jsonb DEFAULT NULL::jsonb, on_success text DEFAULT 'replay'::text, unified_serial text DEFAULT NULL::text, lease interval DEFAULT NULL::interval, nowait boolean DEFAULT false)
  RETURNS TABLE(outcome text, attempt integer, response jsonb)
  LANGUAGE sql
  STABLE
@@ -1975,28 +3787,195 @@ BEGIN ATOMIC
      r.attempt,
      r.response
     FROM hivenet._step_replay r
-   WHERE ((r.system_serial = begin_step.p_system_serial) AND (r.fingerprint = hivenet._fingerprint(begin_step.p_request)) AND (begin_step.p_on_success = 'replay'::text) AND (begin_step.p_nowait IS NOT NULL) AND ((begin_step.p_lease IS NULL) OR (begin_step.p_lease > '00:00:00'::interval)) AND ((begin_step.p_unified_serial IS NULL) OR (begin_step.p_unified_serial = r.unified_serial)) AND hivenet._step_in_window(r.system_serial))
+   WHERE ((r.system_serial = begin_step.system_serial) AND (r.fingerprint = hivenet._fingerprint(begin_step.request)) AND (begin_step.on_success = 'replay'::text) AND (begin_step.nowait IS NOT NULL) AND ((begin_step.lease IS NULL) OR (begin_step.lease > '00:00:00'::interval)) AND ((begin_step.unified_serial IS NULL) OR (begin_step.unified_serial = r.unified_serial)) AND hivenet._step_in_window(r.system_serial))
  UNION ALL
   SELECT 'started'::text AS text,
      1,
      NULL::jsonb AS jsonb
-   WHERE hivenet._start_step(begin_step.p_system_serial, begin_step.p_request, begin_step.p_on_success, begin_step.p_unified_serial, begin_step.p_lease, begin_step.p_nowait)
+   WHERE hivenet._start_step(begin_step.system_serial, begin_step.request, begin_step.on_success, begin_step.unified_serial, begin_step.lease, begin_step.nowait)
  UNION ALL
   SELECT b.outcome,
      b.attempt,
      b.response
-    FROM hivenet._begin_step(begin_step.p_system_serial, begin_step.p_request, begin_step.p_on_success, begin_step.p_unified_serial, begin_step.p_lease, begin_step.p_nowait) b(outcome, attempt, response)
+    FROM hivenet._begin_step(begin_step.system_serial, begin_step.request, begin_step.on_success, begin_step.unified_serial, begin_step.lease, begin_step.nowait) b(outcome, attempt, response)
  LIMIT 1;
 END;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.finish_request(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_response jsonb DEFAULT NULL::jsonb)
+CREATE OR REPLACE FUNCTION hivenet.call_chain(unified_serial text)
+ RETURNS TABLE(interface_serial text, system_serial text, source_system text, source_module text, source_instance text, target_system text, serial_time timestamp without time zone, recorded_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT c.interface_serial, c.system_serial, c.source_system, c.source_module,
+           c.source_instance, c.target_system, c.serial_time, c.recorded_at
+    FROM hivenet.interface_calls c
+    WHERE c.unified_serial = call_chain.unified_serial
+    ORDER BY c.call_order
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet.call_chain(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.claim(namespace text, key text, nowait boolean DEFAULT false)
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
 DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key; p_nowait ALIAS FOR nowait;
+BEGIN
+    IF p_nowait THEN
+        -- The table's lock first, waited for as by any statement (as claim_interface_serial,
+        -- dedup.sql): a wait for it under the nowait path's lock_timeout would read as a
+        -- claim of this key in progress (a false HN040).
+        LOCK TABLE hivenet.claim_record IN ROW EXCLUSIVE MODE;
+        PERFORM hivenet._claim_nowait(p_namespace, p_key);
+        RETURN;
+    END IF;
+    -- Fast path: one statement (its plan cached by the session) that takes a free claim of a
+    -- well-sized namespace and key; anything else, a taken claim included, goes to the full
+    -- path, which decides and raises the exact error.
+    INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
+    SELECT p_namespace, p_key, c.now,
+           c.now + (SELECT n.expiry FROM hivenet.claim_namespace n
+                    WHERE n.namespace = p_namespace)
+    FROM (SELECT hivenet.now() AS now OFFSET 0) c  -- one clock reading for both times
+    WHERE hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key)
+      AND left(p_namespace, 8) <> 'hivenet.'
+    ON CONFLICT (namespace, key) DO NOTHING;
+    IF NOT FOUND THEN
+        PERFORM hivenet._claim_checked(p_namespace, p_key);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.claim(text,text,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.claim_interface_serial(serial text, unified_serial text DEFAULT NULL::text, system_serial text DEFAULT NULL::text, nowait boolean DEFAULT false)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_serial ALIAS FOR serial; p_unified_serial ALIAS FOR unified_serial;
+    p_system_serial ALIAS FOR system_serial; p_nowait ALIAS FOR nowait;
+    v_mark text;  -- an assignment is a simple expression; PERFORM would run the executor
+BEGIN
+    IF p_nowait THEN
+        -- The table's lock first, waited for as by any statement: a maintain() creating a
+        -- partition holds the table a moment, and under the nowait path's lock_timeout that
+        -- wait would read as a claim of this serial in progress (a false HN020).
+        LOCK TABLE hivenet.interface_call IN ROW EXCLUSIVE MODE;
+        PERFORM hivenet._claim_interface_serial_nowait(p_serial, p_unified_serial,
+                                                       p_system_serial);
+        v_mark := set_config('hivenet.interface_claimed', 'on', true);
+        RETURN;
+    END IF;
+    -- Fast path, run on every incoming call: one statement (its plan cached by the session)
+    -- that records the call only when every check of the full path surely passes, the same
+    -- generated expressions folded into its WHERE: a valid serial (its time read only then:
+    -- casts may fail on others), inside the window, well-shaped carried serials, every
+    -- instance owned, the day's partition there. Anything else, a duplicate included, goes
+    -- to the full path, which decides and raises the exact error. Only for the transaction's
+    -- first claim (hivenet.interface_claimed, set locally at the end of every claim, undone
+    -- by a rolled-back savepoint as the claim's locks are): then it holds no lock on the
+    -- table yet, so its list of partitions is refreshed when the insert takes that lock (see
+    -- the full path).
+    INSERT INTO hivenet.interface_call
+        (interface_serial, serial_day, unified_serial, system_serial, recorded_at)
+    SELECT p_serial, c.local_time::date, p_unified_serial, p_system_serial, c.now
+    FROM (SELECT hivenet._serial_time('interface', p_serial) AS local_time,  -- NULL: invalid
+                 hivenet.now() AS now
+          OFFSET 0) c  -- one clock reading for the window and recorded_at
+    WHERE c.local_time >= hivenet._caller_now(c.now, 'earliest')
+                          - hivenet._setting_constant('interface_window')::interval
+      AND c.local_time <= hivenet._caller_now(c.now, 'latest')
+                          + hivenet._setting_constant('interface_future_tolerance')::interval
+      AND coalesce(hivenet._serial_shaped('unified', p_unified_serial), true)
+      AND coalesce(hivenet._serial_shaped('system', p_system_serial), true)
+      AND hivenet._setting_constant('owned_instances') = 'all'
+      AND to_regclass('hivenet.interface_call_' || to_char(c.local_time, 'YYYYMMDD'))
+          IS NOT NULL
+      AND current_setting('hivenet.interface_claimed', true) IS DISTINCT FROM 'on'
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        PERFORM hivenet._claim_interface_serial_checked(p_serial, p_unified_serial,
+                                                        p_system_serial);
+    END IF;
+    v_mark := set_config('hivenet.interface_claimed', 'on', true);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.claim_interface_serial(text,text,text,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.define_format(name text, segments jsonb, borrow_next_period boolean DEFAULT false, description text DEFAULT NULL::text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_name ALIAS FOR name; p_segments ALIAS FOR segments;
+    p_borrow_next_period ALIAS FOR borrow_next_period; p_description ALIAS FOR description;
+    v_new hivenet.format := hivenet._compile_format(p_name, p_segments, p_borrow_next_period,
+                                                    p_description);
+    v_old hivenet.format;
+    v_leftover text;
+BEGIN
+    INSERT INTO hivenet.format VALUES (v_new.*) ON CONFLICT (name) DO NOTHING;
+    IF FOUND THEN
+        FOR v_leftover IN
+            UPDATE hivenet.scope SET definition = md5(v_new.segments::text)
+            WHERE format = p_name AND definition <> md5(v_new.segments::text)
+            RETURNING sequence_name
+        LOOP
+            PERFORM setval(('hivenet.' || quote_ident(v_leftover))::regclass, 0, true);
+            IF v_new.clock_unit IS NOT NULL THEN
+                PERFORM hivenet._create_clock(v_leftover, 0);  -- the old one may have had none
+            END IF;
+        END LOOP;
+    ELSE
+        SELECT * INTO v_old FROM hivenet.format WHERE name = p_name;
+        IF v_old.segments <> v_new.segments
+           OR v_old.borrow_next_period <> v_new.borrow_next_period THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('format %L is already defined differently (as %s)', p_name,
+                                 hivenet._shown(v_old.segments::text));
+        END IF;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.define_format(text,jsonb,boolean,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.fence_failover(gap bigint DEFAULT NULL::bigint, force boolean DEFAULT false)
+ RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_gap ALIAS FOR gap; p_force ALIAS FOR force;
+BEGIN
+    RETURN QUERY SELECT * FROM hivenet._fence(
+        coalesce(p_gap, hivenet._failover_gap()), p_force, 'command');
+    IF FOUND THEN
+        -- The jump is no allocation: the next sample of the rates starts afresh.
+        UPDATE hivenet.allocation_rate SET issued = NULL;
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.fence_failover(bigint,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.finish_request(namespace text, key text, attempt integer, succeeded boolean, response jsonb DEFAULT NULL::jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key; p_attempt ALIAS FOR attempt;
+    p_succeeded ALIAS FOR succeeded; p_response ALIAS FOR response;
     v_chained boolean;
     v_awaited boolean;
 BEGIN
@@ -2022,12 +4001,16 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.finish_request(text,text,integer,boolean,jsonb) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.finish_requests(p_namespace text, p_keys text[], p_attempts integer[], p_succeeded boolean[], p_responses jsonb[])
+CREATE OR REPLACE FUNCTION hivenet.finish_requests(namespace text, keys text[], attempts integer[], succeeded boolean[], responses jsonb[])
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_keys ALIAS FOR keys; p_attempts ALIAS FOR attempts;
+    p_succeeded ALIAS FOR succeeded; p_responses ALIAS FOR responses;
 BEGIN
     PERFORM hivenet._check_batch(p_namespace, p_keys, 'responses', p_responses, NULL);
     IF cardinality(p_attempts) IS DISTINCT FROM cardinality(p_keys)
@@ -2047,13 +4030,110 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.finish_requests(text,text[],integer[],boolean[],jsonb[]) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.own_instances(p_instances text, p_single_primary_formats boolean DEFAULT NULL::boolean, p_force boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION hivenet.finish_step(system_serial text, attempt integer, succeeded boolean, response jsonb DEFAULT NULL::jsonb)
+ RETURNS void
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT hivenet.finish_request('hivenet.steps'::text, system_serial, attempt, succeeded, response) AS finish_request;
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.finish_step(text,integer,boolean,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_interface_serial(system text, module text, instance text, target text)
  RETURNS text
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
 DECLARE
+    p_system ALIAS FOR system; p_module ALIAS FOR module; p_instance ALIAS FOR instance;
+    p_target ALIAS FOR target;
+BEGIN
+    RETURN (hivenet._allocate('interface', NULL,
+                              ARRAY[p_system, p_module, p_instance, p_target], 1))[1];
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.next_interface_serial(text,text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_serial(format text, fields jsonb)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_format ALIAS FOR format; p_fields ALIAS FOR fields;
+BEGIN
+    RETURN (hivenet._allocate(p_format, p_fields, NULL, 1))[1];
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.next_serial(text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_serials(format text, fields jsonb, n integer)
+ RETURNS SETOF text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_format ALIAS FOR format; p_fields ALIAS FOR fields; p_n ALIAS FOR n;
+    v_limit integer := hivenet._setting_constant('max_serials_per_call')::integer;
+BEGIN
+    IF p_n > v_limit THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: count %s is more than the %s serials one call may take '
+                             '(setting max_serials_per_call); take them in several calls',
+                             hivenet._shown(p_format), p_n, v_limit);
+    END IF;
+    RETURN QUERY SELECT unnest(hivenet._allocate(p_format, p_fields, NULL, p_n));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.next_serials(text,jsonb,integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_system_serial(system text, module text, instance text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT COALESCE(hivenet._fast_system(system, module, instance), hivenet.next_serial('system'::text, jsonb_build_object('system', system, 'module', module, 'instance', instance))) AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.next_system_serial(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_time_id(format text DEFAULT 'time_id'::text, fields jsonb DEFAULT NULL::jsonb)
+ RETURNS bigint
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT COALESCE(hivenet._fast_time_id(format, fields), hivenet._next_time_id(format, fields)) AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.next_time_id(text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_time_ids(format text, n integer, fields jsonb DEFAULT NULL::jsonb)
+ RETURNS SETOF bigint
+ LANGUAGE sql
+ STABLE
+BEGIN ATOMIC
+ SELECT COALESCE((b.high | NULLIF((LEAST(GREATEST((nextval(b.counter) - b.base), (0)::bigint), b.modulus) % b.modulus), 0)), hivenet._next_time_id(next_time_ids.format, next_time_ids.fields)) AS "coalesce"
+    FROM hivenet._time_id_batch(next_time_ids.format, next_time_ids.fields) b(high, counter, base, modulus),
+     generate_series(1, hivenet._time_id_count(next_time_ids.format, next_time_ids.n)) generate_series(generate_series);
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.next_time_ids(text,integer,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_unified_serial(system text, module text, instance text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT COALESCE(hivenet._fast_unified(system, module, instance), hivenet.next_serial('unified'::text, jsonb_build_object('system', system, 'module', module, 'instance', instance))) AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.next_unified_serial(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.own_instances(instances text, single_primary_formats boolean DEFAULT NULL::boolean, force boolean DEFAULT false)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_instances ALIAS FOR instances; p_single_primary_formats ALIAS FOR single_primary_formats;
+    p_force ALIAS FOR force;
     v_owned text := hivenet._canonical_instances(p_instances);
     v_single boolean := coalesce(p_single_primary_formats,
                                  hivenet._setting_value('single_primary_formats')::boolean);
@@ -2084,13 +4164,79 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.own_instances(text,boolean,boolean) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.prepare_scope(p_format text, p_fields jsonb)
+CREATE OR REPLACE FUNCTION hivenet.parse_time_id(id bigint, format text DEFAULT 'time_id'::text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_format hivenet.format := (SELECT f FROM hivenet.format f
+                                WHERE f.name = parse_time_id.format);
+    v_seg jsonb;
+    v_number bigint;
+    v_part text;
+    v_time jsonb;  -- the printed time, as reported
+    v_problem text;
+    v_result jsonb;
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'time id is NULL';
+    ELSIF v_format.name IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('unknown format %s', hivenet._shown(parse_time_id.format));
+    ELSIF v_format.time_shift IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s is a text format: parse_serial parses its serials',
+                             v_format.name);
+    END IF;
+    v_result := jsonb_build_object('format', v_format.name);
+    IF id < 1 THEN
+        v_problem := 'it is not positive';
+    END IF;
+    FOR v_seg IN SELECT jsonb_array_elements(v_format.segments) LOOP
+        EXIT WHEN v_problem IS NOT NULL;
+        IF v_seg ? 'time' THEN
+            v_number := id >> v_format.time_shift;
+            v_time := hivenet._printed_time(v_seg, hivenet._time_id_digits(
+                v_number, (v_seg ->> 'width')::integer));
+            IF v_time IS NULL THEN
+                v_problem := format('time %s is no valid %s', v_number, v_seg ->> 'time');
+            END IF;
+            v_result := v_result || v_time;
+        ELSIF v_seg ? 'field' THEN
+            v_number := (id >> (v_seg ->> 'shift')::integer)
+                        & ((1::bigint << (v_seg ->> 'bits')::integer) - 1);
+            v_part := hivenet._time_id_digits(v_number, (v_seg ->> 'width')::integer);
+            v_problem := 'field ' || (v_seg ->> 'field') || ' '
+                         || hivenet._field_problem(v_seg, v_part);
+            v_result := v_result || jsonb_build_object(v_seg ->> 'field', v_part);
+        ELSE
+            v_number := id & v_format.capacity;
+            IF v_number = 0 THEN
+                v_problem := format('seq 0 is not 1 to %s', v_format.capacity);
+            END IF;
+            v_result := v_result || jsonb_build_object('seq', v_number);
+        END IF;
+    END LOOP;
+    IF v_problem IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('time id %s is no valid id of format %s: %s', id, v_format.name,
+                             v_problem);
+    END IF;
+    RETURN v_result;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.parse_time_id(bigint,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.prepare_scope(format text, fields jsonb)
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
 DECLARE
+    p_format ALIAS FOR format; p_fields ALIAS FOR fields;
     v_format hivenet.format;
     v_fields jsonb;
     v_values text[];
@@ -2117,6 +4263,8 @@ BEGIN
     IF v_new = '{}' THEN
         RETURN;
     END IF;
+    -- Before any lock (failover.sql): on a new timeline, the fence comes first.
+    PERFORM hivenet._check_timeline();
     v_drawn := hivenet._fallback_drawn(v_format);
     FOR v_fields IN SELECT jsonb_build_object('scope', n.key, 'fields', n.value)
                     FROM jsonb_each(v_new) AS n ORDER BY n.key LOOP
@@ -2126,13 +4274,195 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.prepare_scope(text,jsonb) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(p_namespace text, p_retention interval DEFAULT NULL::interval, p_fingerprint text DEFAULT NULL::text, p_on_failure text DEFAULT NULL::text, p_expire_after interval DEFAULT NULL::interval, p_key_min_length integer DEFAULT NULL::integer, p_key_pattern text DEFAULT NULL::text, p_audit_chain boolean DEFAULT NULL::boolean)
+CREATE OR REPLACE FUNCTION hivenet.register_module(system text, module text, description text DEFAULT NULL::text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_system ALIAS FOR system; p_module ALIAS FOR module; p_description ALIAS FOR description;
+    v_format text;
+BEGIN
+    IF p_module IS NULL OR p_module !~ '^[0-9A-Za-z]{3}$' OR octet_length(p_module) <> 3 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('module %s must be 3 characters of [0-9A-Za-z]',
+                             hivenet._shown(p_module));
+    END IF;
+    IF NOT EXISTS (SELECT FROM hivenet.registered_system WHERE system = p_system) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN002',
+            MESSAGE = format('system %s is not registered', hivenet._shown(p_system));
+    END IF;
+    INSERT INTO hivenet.registered_module (system, module, description)
+    VALUES (p_system, p_module, p_description)
+    ON CONFLICT (system, module) DO UPDATE
+        SET description = coalesce(EXCLUDED.description, registered_module.description);
+    FOR v_format IN
+        SELECT f.name FROM hivenet.format f
+        WHERE ARRAY(SELECT f.field_names[k] FROM generate_subscripts(f.field_names, 1) AS k
+                    WHERE f.key_fields IS NULL OR k = ANY (f.key_fields) ORDER BY 1)
+              = ARRAY['instance', 'module', 'system']
+        ORDER BY f.name
+    LOOP
+        PERFORM hivenet.prepare_scope(v_format, (
+            SELECT coalesce(jsonb_agg(jsonb_build_object('system', p_system, 'module', p_module,
+                                                'instance', to_char(i, 'FM00')) ORDER BY i), '[]')
+            FROM generate_series(1, 99) AS i
+            WHERE hivenet._instance_in(to_char(i, 'FM00'),
+                                       hivenet._setting_value('owned_instances'))));
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.register_module(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.register_system(system text, description text DEFAULT NULL::text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_system ALIAS FOR system; p_description ALIAS FOR description;
+BEGIN
+    IF p_system IS NULL OR p_system !~ '^[0-9A-Za-z]{5}$' OR octet_length(p_system) <> 5 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('system %s must be 5 characters of [0-9A-Za-z]',
+                             hivenet._shown(p_system));
+    END IF;
+    INSERT INTO hivenet.registered_system (system, description) VALUES (p_system, p_description)
+    ON CONFLICT (system) DO UPDATE
+        SET description = coalesce(EXCLUDED.description, registered_system.description);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.register_system(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.replication_warning()
+ RETURNS text
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT nullif(concat_ws('; ',
+        (SELECT format('%s standby connection(s) and synchronous_standby_names is empty: a '
+                       'failover loses the last commits (the claims, steps and requests '
+                       'they held) and the fence of the promoted standby''s first allocation '
+                       'keeps its serials from repeating only within failover_gap', count(*))
+         FROM pg_stat_replication
+         WHERE state IS DISTINCT FROM 'backup'  -- NULL for roles without pg_read_all_stats
+         HAVING count(*) > 0 AND current_setting('synchronous_standby_names') = ''),
+        (SELECT format('format %s peaked at %s serials a second (today or yesterday): %s '
+                       'in failover_loss_window %s, more than failover_gap %s; raise '
+                       'failover_gap to at least that', r.format, round(p.peak::numeric, 1),
+                       ceil(p.peak * w.seconds)::bigint, w.value, hivenet._failover_gap())
+         FROM hivenet.allocation_rate r
+         CROSS JOIN LATERAL (SELECT greatest(r.peak, r.previous_peak) AS peak) p
+         CROSS JOIN (SELECT s.value, extract(epoch FROM s.value::interval) AS seconds
+                     FROM hivenet.setting s WHERE s.name = 'failover_loss_window') w
+         WHERE p.peak * w.seconds > hivenet._failover_gap()
+         ORDER BY p.peak DESC, r.format LIMIT 1)), '')
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet.replication_warning() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.resolve_request(namespace text, key text, attempt integer, succeeded boolean, note text, response jsonb DEFAULT NULL::jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key; p_attempt ALIAS FOR attempt;
+    p_succeeded ALIAS FOR succeeded; p_note ALIAS FOR note; p_response ALIAS FOR response;
+BEGIN
+    PERFORM hivenet._resolve_attempt(p_namespace, p_key, p_attempt, p_succeeded, p_note,
+                                     p_response);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.resolve_request(text,text,integer,boolean,text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.resolve_step(system_serial text, attempt integer, succeeded boolean, note text, response jsonb DEFAULT NULL::jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_system_serial ALIAS FOR system_serial; p_attempt ALIAS FOR attempt;
+    p_succeeded ALIAS FOR succeeded; p_note ALIAS FOR note; p_response ALIAS FOR response;
+BEGIN
+    PERFORM hivenet._resolve_attempt('hivenet.steps', p_system_serial, p_attempt, p_succeeded,
+                                     p_note, p_response);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.resolve_step(text,integer,boolean,text,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.set_claim_expiry(namespace text, expiry interval)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_expiry ALIAS FOR expiry;
+BEGIN
+    PERFORM hivenet._check_name('claim namespace', p_namespace);
+    PERFORM hivenet._check_interval(format('claim expiry of namespace %s',
+                                           hivenet._shown(p_namespace)), p_expiry);
+    INSERT INTO hivenet.claim_namespace (namespace, expiry) VALUES (p_namespace, p_expiry)
+    ON CONFLICT (namespace) DO UPDATE SET expiry = excluded.expiry;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.set_claim_expiry(text,interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.set_clock_policy(format text, on_clock_behind text, max_wait interval DEFAULT NULL::interval)
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
+    v_segments jsonb := (SELECT f.segments FROM hivenet.format f
+                         WHERE f.name = set_clock_policy.format);
+BEGIN
+    IF v_segments IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('unknown format %s', hivenet._shown(set_clock_policy.format));
+    ELSIF NOT jsonb_path_exists(v_segments, '$[*].time') THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s prints no date or time: no clock can be behind it',
+                             set_clock_policy.format);
+    ELSIF on_clock_behind IS NULL OR on_clock_behind NOT IN ('continue', 'wait', 'refuse') THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: clock policy %s is not continue, wait or refuse',
+                             set_clock_policy.format, hivenet._shown(on_clock_behind));
+    ELSIF (on_clock_behind = 'wait') <> (max_wait IS NOT NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s: clock policy %s %s', set_clock_policy.format,
+                             on_clock_behind, CASE WHEN max_wait IS NULL
+                             THEN 'needs a max_wait (how long it may wait)'
+                             ELSE format('takes no max_wait (%s: only wait waits)', max_wait)
+                             END);
+    END IF;
+    PERFORM hivenet._check_interval(format('format %s: max_wait', set_clock_policy.format),
+                                    max_wait);
+    INSERT INTO hivenet.clock_policy AS p (format, on_clock_behind, max_wait)
+    VALUES (set_clock_policy.format, on_clock_behind, max_wait)
+    ON CONFLICT ON CONSTRAINT clock_policy_pkey DO UPDATE
+        SET on_clock_behind = EXCLUDED.on_clock_behind, max_wait = EXCLUDED.max_wait;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet.set_clock_policy(text,text,interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(namespace text, retention interval DEFAULT NULL::interval, fingerprint text DEFAULT NULL::text, on_failure text DEFAULT NULL::text, expire_after interval DEFAULT NULL::interval, key_min_length integer DEFAULT NULL::integer, key_pattern text DEFAULT NULL::text, audit_chain boolean DEFAULT NULL::boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_retention ALIAS FOR retention;
+    p_fingerprint ALIAS FOR fingerprint; p_on_failure ALIAS FOR on_failure;
+    p_expire_after ALIAS FOR expire_after; p_key_min_length ALIAS FOR key_min_length;
+    p_key_pattern ALIAS FOR key_pattern; p_audit_chain ALIAS FOR audit_chain;
     v_conflict text;
 BEGIN
     PERFORM hivenet._check_name('namespace', p_namespace);
@@ -2201,12 +4531,15 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.set_request_retention(p_namespace text, p_retention interval)
+CREATE OR REPLACE FUNCTION hivenet.set_request_retention(namespace text, retention interval)
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_retention ALIAS FOR retention;
 BEGIN
     IF p_retention IS NULL THEN
         UPDATE hivenet.request_namespace n SET retention = NULL
@@ -2216,13 +4549,15 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.set_request_retention(text,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.verify_audit_chain(p_namespace text)
+CREATE OR REPLACE FUNCTION hivenet.verify_audit_chain(namespace text)
  RETURNS TABLE(attempts bigint, links bigint, head bytea, "position" bigint, key text, attempt integer, problem text)
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
 DECLARE
+    p_namespace ALIAS FOR namespace;
     v_chain hivenet.request_chain;
     v_link record;
     v_previous bytea;
@@ -2232,7 +4567,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('namespace %s has no audit chain (set_namespace_policy(namespace, '
-                             'p_audit_chain => true) starts one)', hivenet._shown(p_namespace));
+                             'audit_chain => true) starts one)', hivenet._shown(p_namespace));
     END IF;
     attempts := 0;
     head := v_chain.head;
@@ -2294,12 +4629,15 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.verify_audit_chain(text) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.watch_request(p_namespace text, p_key text)
+CREATE OR REPLACE FUNCTION hivenet.watch_request(namespace text, key text)
  RETURNS text
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
+DECLARE
+    p_namespace ALIAS FOR namespace; p_key ALIAS FOR key;
 BEGIN
     PERFORM hivenet._check_name('namespace', p_namespace);
     PERFORM hivenet._check_name('key', p_key);
@@ -2373,6 +4711,65 @@ CREATE VIEW hivenet.business_time_zone AS
      CROSS JOIN ( SELECT hivenet.now() AS now) c)
   WHERE (s.name = 'time_zone'::text);
 COMMENT ON VIEW hivenet.business_time_zone IS 'the business time zone of serials and messages, its offset from UTC, the local time now';
+
+CREATE VIEW hivenet.clock_lead AS
+ WITH clock AS (
+         SELECT hivenet._reporting_local_now() AS local_now
+        ), latest AS (
+         SELECT f_1.name AS format,
+            max(
+                CASE
+                    WHEN (f_1.clock_unit IS NOT NULL) THEN hivenet._period_start(NULLIF(hivenet._scope_counter_value(hivenet._clock_sequence_name(c_1.live_name)), 0), f_1.clock_unit)
+                    ELSE hivenet._period_start(NULLIF((hivenet._scope_counter_value(c_1.sequence_name) / f_1.stride), 0), f_1.reset)
+                END) AS latest_issued
+           FROM (hivenet.format f_1
+             JOIN ( SELECT s.format,
+                    s.sequence_name,
+                    hivenet._scope_sequence_name(s.format, s.scope) AS live_name
+                   FROM hivenet.scope s
+                UNION ALL
+                 SELECT n.name,
+                    ('cold_'::text || n.name) AS sequence_name,
+                    ('cold_'::text || n.name) AS live_name
+                   FROM hivenet.format n) c_1 ON ((c_1.format = f_1.name)))
+          GROUP BY f_1.name
+        )
+ SELECT f.name AS format,
+    COALESCE(p.on_clock_behind, 'continue'::text) AS on_clock_behind,
+    p.max_wait,
+    l.latest_issued,
+    COALESCE(GREATEST((l.latest_issued - c.local_now), '00:00:00'::interval), '00:00:00'::interval) AS lead
+   FROM (((hivenet.format f
+     JOIN latest l ON ((l.format = f.name)))
+     CROSS JOIN clock c)
+     LEFT JOIN hivenet.clock_policy p ON ((p.format = f.name)))
+  WHERE jsonb_path_exists(f.segments, '$[*]."time"'::jsonpath)
+  ORDER BY f.name;
+COMMENT ON VIEW hivenet.clock_lead IS 'per format printing a time: its clock policy, the latest instant it issued and how far that is ahead of the clock';
+
+CREATE VIEW hivenet.interface_calls AS
+ SELECT c.interface_serial,
+    c.unified_serial,
+    c.system_serial,
+    hivenet._serial_field('interface'::text, c.interface_serial, 'system'::text) AS source_system,
+    hivenet._serial_field('interface'::text, c.interface_serial, 'module'::text) AS source_module,
+    hivenet._serial_field('interface'::text, c.interface_serial, 'instance'::text) AS source_instance,
+    hivenet._serial_field('interface'::text, c.interface_serial, 'target'::text) AS target_system,
+    c.serial_day,
+    hivenet._serial_time('interface'::text, c.interface_serial) AS serial_time,
+    c.recorded_at,
+    c.call_order
+   FROM hivenet.interface_call c;
+COMMENT ON VIEW hivenet.interface_calls IS 'recorded interface calls with the source and target of each serial (reporting)';
+
+CREATE VIEW hivenet.interface_calls_per_day AS
+ SELECT interface_calls.serial_day AS day,
+    interface_calls.source_system,
+    interface_calls.target_system,
+    count(*) AS calls
+   FROM hivenet.interface_calls
+  GROUP BY interface_calls.serial_day, interface_calls.source_system, interface_calls.target_system;
+COMMENT ON VIEW hivenet.interface_calls_per_day IS 'recorded interface calls per serial day, source system and target system (reporting)';
 
 CREATE VIEW hivenet.request_attempts AS
  SELECT a.namespace,
@@ -2471,6 +4868,22 @@ CREATE VIEW hivenet.stuck_steps AS
   ORDER BY a.started_at;
 COMMENT ON VIEW hivenet.stuck_steps IS 'processing steps past their lease (unknown outcome): resolve with hivenet.resolve_step';
 
+-- The column defaults keep_dependents.sql kept, set again: their expressions, read again,
+-- call the functions just made.
+DO $$
+DECLARE
+    v_default record;
+BEGIN
+    FOR v_default IN
+        SELECT * FROM jsonb_to_recordset(
+            current_setting('hivenet.revision_kept_defaults')::jsonb)
+            AS k (relation text, "column" text, expression text)
+    LOOP
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', v_default.relation,
+                       v_default."column", v_default.expression);
+    END LOOP;
+END $$;
+
 -- Rows (the .data.sql beside this file).
 -- Release 0.2.0 from 0.1.0: rows, written by hand, after the code.
 
@@ -2482,6 +4895,36 @@ SELECT hivenet._create_decision_counters('hivenet.other', false);
 SELECT hivenet._create_decision_counters(n.namespace, false)
 FROM (SELECT DISTINCT a.namespace FROM hivenet.request_attempt a
       WHERE a.namespace <> 'hivenet.steps' ORDER BY 1) AS n;
+
+-- The built-in format time_id (hivenet_db/sql/builtin_formats.json), compiled as a fresh
+-- install compiles it; its one scope is prepared with it, as a fresh install prepares it
+-- (parked on a database that may not issue it: counters.sql, _make_format_counters).
+INSERT INTO hivenet.format
+SELECT f.*
+FROM jsonb_populate_record(hivenet._compile_format('time_id',
+         '[{"time": "yyMMddHHmmss"}, {"seq_bits": 14, "reset": "second"}]', false,
+         'time id (seed 004): a bigint, (yyMMddHHmmss << 14) | per-second sequence'),
+     '{"builtin": true}') AS f;
+
+-- The fence takes itself (failover.sql): this timeline counts as fenced when 0.1.0 recorded
+-- a fence of it (or the install on it); else the next allocation (or prepare_scope below)
+-- fences it. And its settings.
+SELECT setval('hivenet.fenced_timeline', coalesce(
+    (SELECT f.timeline FROM hivenet.failover_fence f
+     ORDER BY f.timeline = hivenet._timeline() DESC, f.timeline DESC LIMIT 1), 0));
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('failover_gap', '100000', 'count',
+     'how far a fence moves every counter (the first allocation on a new timeline, maintain(), '
+     'failover-fence without --gap): at least the serials one format issues in '
+     'failover_loss_window at its peak rate'),
+    ('failover_loss_window', '30 seconds', 'interval',
+     'the longest stretch of commits a failover may lose, as your HA manager bounds it; '
+     'replication_warning() says when a format''s peak rate over it exceeds failover_gap');
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('max_counted_namespaces', '100', 'count',
+     'most namespaces of keyed requests the application makes decision counters for (six '
+     'sequences each; metric hivenet_request_decisions_total); begins in further ones count '
+     'under hivenet.other, but those with a policy of their own (set_namespace_policy)');
 
 -- Unprepared scopes. 0.1.0 drew every one from its format's cold counter and maintain() gave
 -- it a counter of its own; 0.2.0 refuses them (HN002) unless the format opts in to that

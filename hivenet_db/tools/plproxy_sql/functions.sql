@@ -8,6 +8,20 @@
 -- transaction of their own only (docs/guides/plproxy.md). Administrative functions (maintain,
 -- define_format, own_instances, settings) are run on each shard, not through the proxy.
 
+-- A proxy installed when the parameters were named p_...: CREATE OR REPLACE cannot rename a
+-- parameter, so those functions are dropped and made again below, granted as a new install.
+DO $$
+DECLARE
+    v_function regprocedure;
+BEGIN
+    FOR v_function IN SELECT p.oid FROM pg_proc p
+                      WHERE p.pronamespace = 'hivenet'::regnamespace
+                        AND EXISTS (SELECT FROM unnest(p.proargnames) AS a (name)
+                                    WHERE starts_with(a.name, 'p_')) LOOP
+        EXECUTE format('DROP FUNCTION %s', v_function);
+    END LOOP;
+END $$;
+
 -- Allocation: by the scope's node field (instance; shard for id_service).
 -- next_unified_serial and next_system_serial run the shard's next_serial, which they fall
 -- back to on any unusual case anyway (allocate.sql): same serials, same errors. PL/Proxy sends
@@ -16,56 +30,56 @@
 -- Each runs the shard's flush_at_commit() first (allocate.sql): the shard's commit then waits
 -- until the serial is on disk, as the caller, told it is committed, expects. Without it,
 -- PostgreSQL does not flush a commit that only drew serials, and a crash can issue them again.
-CREATE OR REPLACE FUNCTION hivenet.next_unified_serial(p_system text, p_module text,
-    p_instance text) RETURNS text
+CREATE OR REPLACE FUNCTION hivenet.next_unified_serial(system text, module text,
+    instance text) RETURNS text
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of(p_instance);
-    SELECT hivenet.next_serial('unified', jsonb_build_object('system', p_system,
-        'module', p_module, 'instance', p_instance)) AS next_unified_serial
+    RUN ON hivenet_proxy.partition_of(instance);
+    SELECT hivenet.next_serial('unified', jsonb_build_object('system', system,
+        'module', module, 'instance', instance)) AS next_unified_serial
     FROM hivenet.flush_at_commit();
 $$;
 
-CREATE OR REPLACE FUNCTION hivenet.next_system_serial(p_system text, p_module text,
-    p_instance text) RETURNS text
+CREATE OR REPLACE FUNCTION hivenet.next_system_serial(system text, module text,
+    instance text) RETURNS text
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of(p_instance);
-    SELECT hivenet.next_serial('system', jsonb_build_object('system', p_system,
-        'module', p_module, 'instance', p_instance)) AS next_system_serial
+    RUN ON hivenet_proxy.partition_of(instance);
+    SELECT hivenet.next_serial('system', jsonb_build_object('system', system,
+        'module', module, 'instance', instance)) AS next_system_serial
     FROM hivenet.flush_at_commit();
 $$;
 
-CREATE OR REPLACE FUNCTION hivenet.next_interface_serial(p_system text, p_module text,
-    p_instance text, p_target text) RETURNS text
+CREATE OR REPLACE FUNCTION hivenet.next_interface_serial(system text, module text,
+    instance text, target text) RETURNS text
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of(p_instance);
-    SELECT hivenet.next_interface_serial(p_system, p_module, p_instance, p_target)
+    RUN ON hivenet_proxy.partition_of(instance);
+    SELECT hivenet.next_interface_serial(system, module, instance, target)
     FROM hivenet.flush_at_commit();
 $$;
 
-CREATE OR REPLACE FUNCTION hivenet.next_serial(p_format text, p_fields jsonb) RETURNS text
+CREATE OR REPLACE FUNCTION hivenet.next_serial(format text, fields jsonb) RETURNS text
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of_fields(p_format, p_fields);
-    SELECT hivenet.next_serial(p_format, p_fields)
+    RUN ON hivenet_proxy.partition_of_fields(format, fields);
+    SELECT hivenet.next_serial(format, fields)
     FROM hivenet.flush_at_commit();
 $$;
 
-CREATE OR REPLACE FUNCTION hivenet.next_serials(p_format text, p_fields jsonb, p_n integer)
+CREATE OR REPLACE FUNCTION hivenet.next_serials(format text, fields jsonb, n integer)
 RETURNS SETOF text
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of_fields(p_format, p_fields);
+    RUN ON hivenet_proxy.partition_of_fields(format, fields);
     SELECT s AS next_serials
     FROM hivenet.flush_at_commit(),
-         hivenet.next_serials(p_format, p_fields, p_n) WITH ORDINALITY AS t(s, i)
+         hivenet.next_serials(format, fields, n) WITH ORDINALITY AS t(s, i)
     ORDER BY i;
 $$;
 
 -- Parsing reads only the format definitions, the same on every shard.
-CREATE OR REPLACE FUNCTION hivenet.parse_serial(p_serial text, p_format text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION hivenet.parse_serial(serial text, format text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
@@ -73,17 +87,17 @@ LANGUAGE plproxy AS $$
 $$;
 
 -- The interface-serial check: by the instance printed in the serial.
-CREATE OR REPLACE FUNCTION hivenet.claim_interface_serial(p_serial text,
-    p_unified_serial text DEFAULT NULL, p_system_serial text DEFAULT NULL,
-    p_nowait boolean DEFAULT false) RETURNS void
+CREATE OR REPLACE FUNCTION hivenet.claim_interface_serial(serial text,
+    unified_serial text DEFAULT NULL, system_serial text DEFAULT NULL,
+    nowait boolean DEFAULT false) RETURNS void
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of_serial(p_serial);
+    RUN ON hivenet_proxy.partition_of_serial(serial);
 $$;
 
 -- A transaction's calls may have been recorded on several shards: every shard answers, each
 -- in its recording order (sort on recorded_at for one order).
-CREATE OR REPLACE FUNCTION hivenet.call_chain(p_unified_serial text)
+CREATE OR REPLACE FUNCTION hivenet.call_chain(unified_serial text)
 RETURNS TABLE (interface_serial text, system_serial text, source_system text,
                source_module text, source_instance text, target_system text,
                serial_time timestamp without time zone, recorded_at timestamp with time zone)
@@ -93,60 +107,60 @@ LANGUAGE plproxy AS $$
 $$;
 
 -- Generic claims: by the key's hash.
-CREATE OR REPLACE FUNCTION hivenet.claim(p_namespace text, p_key text,
-    p_nowait boolean DEFAULT false) RETURNS void
+CREATE OR REPLACE FUNCTION hivenet.claim(namespace text, key text,
+    nowait boolean DEFAULT false) RETURNS void
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of_key(p_key);
+    RUN ON hivenet_proxy.partition_of_key(key);
 $$;
 
 -- Steps: by the instance printed in the system serial.
-CREATE OR REPLACE FUNCTION hivenet.begin_step(p_system_serial text, p_request jsonb DEFAULT NULL,
-    p_on_success text DEFAULT 'replay', p_unified_serial text DEFAULT NULL,
-    p_lease interval DEFAULT NULL, p_nowait boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION hivenet.begin_step(system_serial text, request jsonb DEFAULT NULL,
+    on_success text DEFAULT 'replay', unified_serial text DEFAULT NULL,
+    lease interval DEFAULT NULL, nowait boolean DEFAULT false)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of_serial(p_system_serial);
+    RUN ON hivenet_proxy.partition_of_serial(system_serial);
 $$;
 
-CREATE OR REPLACE FUNCTION hivenet.finish_step(p_system_serial text, p_attempt integer,
-    p_succeeded boolean, p_response jsonb DEFAULT NULL) RETURNS void
+CREATE OR REPLACE FUNCTION hivenet.finish_step(system_serial text, attempt integer,
+    succeeded boolean, response jsonb DEFAULT NULL) RETURNS void
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of_serial(p_system_serial);
+    RUN ON hivenet_proxy.partition_of_serial(system_serial);
 $$;
 
-CREATE OR REPLACE FUNCTION hivenet.resolve_step(p_system_serial text, p_attempt integer,
-    p_succeeded boolean, p_note text, p_response jsonb DEFAULT NULL) RETURNS void
+CREATE OR REPLACE FUNCTION hivenet.resolve_step(system_serial text, attempt integer,
+    succeeded boolean, note text, response jsonb DEFAULT NULL) RETURNS void
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of_serial(p_system_serial);
+    RUN ON hivenet_proxy.partition_of_serial(system_serial);
 $$;
 
 -- Keyed requests: by the key's hash (steps' namespace: as begin_step).
-CREATE OR REPLACE FUNCTION hivenet.begin_request(p_namespace text, p_key text,
-    p_request jsonb DEFAULT NULL, p_on_success text DEFAULT 'replay',
-    p_lease interval DEFAULT NULL, p_nowait boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION hivenet.begin_request(namespace text, key text,
+    request jsonb DEFAULT NULL, on_success text DEFAULT 'replay',
+    lease interval DEFAULT NULL, nowait boolean DEFAULT false)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of_request(p_namespace, p_key);
+    RUN ON hivenet_proxy.partition_of_request(namespace, key);
 $$;
 
-CREATE OR REPLACE FUNCTION hivenet.finish_request(p_namespace text, p_key text,
-    p_attempt integer, p_succeeded boolean, p_response jsonb DEFAULT NULL) RETURNS void
+CREATE OR REPLACE FUNCTION hivenet.finish_request(namespace text, key text,
+    attempt integer, succeeded boolean, response jsonb DEFAULT NULL) RETURNS void
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of_request(p_namespace, p_key);
+    RUN ON hivenet_proxy.partition_of_request(namespace, key);
 $$;
 
-CREATE OR REPLACE FUNCTION hivenet.resolve_request(p_namespace text, p_key text,
-    p_attempt integer, p_succeeded boolean, p_note text, p_response jsonb DEFAULT NULL)
+CREATE OR REPLACE FUNCTION hivenet.resolve_request(namespace text, key text,
+    attempt integer, succeeded boolean, note text, response jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
-    RUN ON hivenet_proxy.partition_of_request(p_namespace, p_key);
+    RUN ON hivenet_proxy.partition_of_request(namespace, key);
 $$;
 
 -- The install's check that every shard answers through the cluster as the right database:
