@@ -164,6 +164,7 @@ def test_a_counter_ahead_of_the_clock_prints_its_own_period(db: psycopg.Connecti
     """Clock stepped back (or a day borrowed): the value's period is newer than the clock's;
     the fast path must not print today's date with it."""
     _prepare(db)
+    scalar(db, UNIFIED)  # the session's first allocation checks its timeline: the full path's
     db.execute("SELECT setval(%s, %s)", (COUNTER, (_today_period(db) + 1) * STRIDE + 7))
     serial = scalar(db, UNIFIED)
     tomorrow = (dt.datetime.strptime(_today(db), "%Y%m%d") + dt.timedelta(days=1))

@@ -204,11 +204,11 @@ def _maintain(commands: Commands) -> None:
         description="Run hivenet.fence_failover(): move every counter (scope sequences, "
         "shared fallback counters) forward by --gap, so that a standby promoted after an "
         "asynchronous failover never issues a serial its old primary issued in the WAL it "
-        "never got. Its first allocation does the same with the setting failover_gap; this fences before "
-        "traffic (an HA manager's hook: docs/operations.md, Failover). Choose the gap >= "
-        "peak serials per second of one format x the longest stretch of commits a failover "
-        "loses. Does nothing when this timeline was fenced already (--force fences again). "
-        "Counters whose period cannot hold the gap are parked (HN010 until their next "
+        "never got. Its first allocation does the same with the setting failover_gap; this "
+        "fences before traffic (an HA manager's hook: docs/operations.md, Failover). Choose "
+        "the gap >= peak serials per second of one format x the longest stretch of commits a "
+        "failover loses. Does nothing when this timeline was fenced already (--force fences "
+        "again). Counters whose period cannot hold the gap are parked (HN010 until their next "
         "period) and listed.")
     p.add_argument("--gap", type=int, default=None,
                    help="how far to move each counter (default: the setting failover_gap)")
