@@ -396,3 +396,20 @@ def test_the_fallback_settings_name_formats(db: psycopg.Connection) -> None:
         assert code == "HN001" and f"setting {name}: 'nope' is no format" in message
         assert scalar(db, "UPDATE hivenet.setting SET value = ' unified,id_service,unified,' "
                           "WHERE name = %s RETURNING value", (name,)) == "id_service,unified"
+
+
+def test_a_one_scope_format_defined_off_the_single_primary_has_its_scope_parked(
+        db: psycopg.Connection) -> None:
+    """A format without counter-key fields gets its one scope with the format; on a database
+    that may not issue it (instances declared, not the single primary) parked, so that it is
+    refused there and counts from 1 once the database becomes the single primary."""
+    db.execute("SELECT hivenet.own_instances('01-09', false)")
+    db.execute("""SELECT hivenet.define_format('tick', '[{"literal": "T"}, {"time": "YYYYMMDD"},
+                  {"seq": 6, "reset": "day"}]')""")
+    assert scalar(db, "SELECT sequence_name FROM hivenet.scope WHERE format = 'tick'") == \
+        "off_tick_"
+    tick = "SELECT hivenet.next_serial('tick', '{}')"
+    code, message = failure(db, tick)
+    assert code == "HN002" and "single_primary_formats" in message, message
+    db.execute("SELECT hivenet.own_instances('01-09', true)")
+    assert scalar(db, tick).endswith("000001")
