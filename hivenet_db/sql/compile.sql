@@ -614,6 +614,9 @@ BEGIN
             coalesce(v_settings ->> 'time_zone', 'UTC'),
             coalesce((v_settings ->> 'enforce_registry')::boolean, false),
             coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    -- A CASE needs a branch: none for a database without numeric formats (mid-upgrade).
+    v_time_ids := ARRAY(SELECT coalesce(nullif(b, ''), ' WHEN NULL THEN NULL')
+                        FROM unnest(v_time_ids) WITH ORDINALITY AS t (b, i) ORDER BY i);
     PERFORM hivenet._replace_function('_fast_time_id(p_format text, p_fields jsonb)', 'bigint',
         'VOLATILE', format('CASE p_format%s ELSE NULL::bigint END', v_time_ids[1]));
     PERFORM hivenet._replace_function('_time_id_batch(p_format text, p_fields jsonb, '
