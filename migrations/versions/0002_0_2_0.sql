@@ -1,6 +1,7 @@
 -- Release 0.2.0 from 0.1.0.
 -- Written by `python -m hivenet_db.tools.revision` from the schema files and the
 -- hand-written .tables.sql and .data.sql beside this file: do not edit it.
+-- Views as PostgreSQL 15 prints them.
 -- Bodies are checked when they run, as pg_dump's scripts do.
 SET LOCAL check_function_bodies = off;
 
