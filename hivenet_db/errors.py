@@ -49,14 +49,16 @@ class InvalidInput(HivenetError):
 
 
 class UnknownScope(HivenetError):
-    """HN002: system or module not registered while the registry is enforced."""
+    """HN002: a scope that is not prepared (the message names it and the command that
+    prepares it); a system or module not registered while the registry is enforced; an
+    instance this database does not own."""
 
     sqlstate = "HN002"
 
 
 class SequenceExhausted(HivenetError):
     """HN010: every serial of the current period of the scope is used (for an unprepared
-    scope: of its format's cold counter, shared by every unprepared scope)."""
+    scope: of its format's shared fallback counter, shared by every unprepared scope)."""
 
     sqlstate = "HN010"
 

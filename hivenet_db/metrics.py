@@ -51,8 +51,8 @@ SCOPE = ("format", "scope")
 METRICS = (
     Spec("scope_usage", "issued", "hivenet_scope_issued",
          "serials issued in the current period of the scope, for the scopes that issued in it "
-         "(scope '(unprepared scopes)': the format's cold counter, shared by the scopes not "
-         "prepared before their first use, always exported)", SCOPE),
+         "(scope '(unprepared scopes)': the format's shared fallback counter, which its scopes "
+         "not prepared draw from where the format opts in, always exported)", SCOPE),
     Spec("scope_usage", "capacity", "hivenet_scope_capacity",
          "serials a period of the scope can hold", SCOPE),
     Spec("scope_usage", "remaining", "hivenet_scope_remaining",

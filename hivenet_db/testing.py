@@ -26,7 +26,7 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from hivenet_db.tools import migrate
+from hivenet_db.tools import migrate, scopes
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 from hivenet_db.urls import sqlalchemy_url
 
@@ -112,6 +112,16 @@ class _Databases:
 
 
 @pytest.fixture(scope="session")
+def hivenet_prepare() -> list[str]:
+    """The scopes the template database prepares, one line each as for ``hivenet-db prepare
+    --file`` (``"C0001 A01 01-03"``: a channel in the three kinds; ``"id_service
+    merchant=123456789012,shard=05"``): none. With the defaults an allocation for a scope that
+    is not prepared is refused (HN002), as in production: override this fixture in your
+    ``conftest.py`` with the scopes your code allocates for."""
+    return []
+
+
+@pytest.fixture(scope="session")
 def _hivenet_databases(hivenet_server: EmbeddedPostgres) -> Iterator[_Databases]:
     databases = _Databases(hivenet_server)
     try:
@@ -121,10 +131,13 @@ def _hivenet_databases(hivenet_server: EmbeddedPostgres) -> Iterator[_Databases]
 
 
 @pytest.fixture(scope="session")
-def hivenet_template(hivenet_server: EmbeddedPostgres, _hivenet_databases: _Databases) -> str:
-    """Name of a database migrated to head, copied for every test."""
+def hivenet_template(hivenet_server: EmbeddedPostgres, _hivenet_databases: _Databases,
+                     hivenet_prepare: list[str]) -> str:
+    """Name of a database migrated to head, with the scopes of ``hivenet_prepare`` prepared,
+    copied for every test."""
     _hivenet_databases.create(TEMPLATE)
     migrate.upgrade(hivenet_server.url(TEMPLATE))
+    scopes.prepare_url(hivenet_server.url(TEMPLATE), hivenet_prepare)
     return TEMPLATE
 
 

@@ -38,6 +38,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.path not in long_files)  # stable: order kept within
 
 
+@pytest.fixture(scope="session")
+def hivenet_prepare() -> list[str]:
+    """The scopes most tests allocate for, prepared in the template database (a test of
+    what an unprepared scope does uses another)."""
+    return ["C0001 A01 01-03", "C0002 A01 01-03", "D0001 A01 01-09",
+            "id_service merchant=123456789012,shard=01-09", "merchant_trade merchant=123456789012"]
+
+
 @pytest.fixture
 def connect(hivenet_url: str) -> Iterator[Callable[..., psycopg.Connection]]:
     """Open extra raw connections to the test's database (closed after the test)."""

@@ -115,6 +115,16 @@ def policy(db: psycopg.Connection, namespace: str, **values: Any) -> None:
     db.execute(*policy_call(namespace, **values))
 
 
+def share_fallback(db: psycopg.Connection, *formats: str, promote: bool = False) -> None:
+    """Let ``formats`` draw the serials of their unprepared scopes from their shared fallback
+    counter (setting shared_fallback), and with ``promote`` have maintain() give each scope
+    that drew its own counter (promote_fallback_scopes); no format when none is named."""
+    for name, value in (("shared_fallback", formats), ("promote_fallback_scopes",
+                                                       formats if promote else ())):
+        db.execute("UPDATE hivenet.setting SET value = %s WHERE name = %s",
+                   (",".join(value), name))
+
+
 def sqlstate_of(error: BaseException) -> str | None:
     """The SQLSTATE of an exception caught elsewhere (None when it is not a database error)."""
     return getattr(getattr(error, "diag", None), "sqlstate", None)

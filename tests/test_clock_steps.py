@@ -19,6 +19,7 @@ from tests.helpers import (
     assert_never_backwards,
     in_parallel,
     scalar,
+    share_fallback,
 )
 
 CLIENTS = 16
@@ -32,6 +33,14 @@ FIELDS: dict[str, dict[str, str]] = {
     "interface": {"system": "C0001", "module": "A01", "instance": "01", "target": "B0001"},
     "id_service": {"merchant": "123456789012", "shard": "01"},
     "merchant_trade": {"merchant": "123456789012"},
+    "per_second": {},
+}
+
+# A scope of every built-in format that is not prepared (per_second's one scope always is).
+UNPREPARED: dict[str, dict[str, str]] = {
+    **{kind: {**FIELDS[kind], "system": "C0009"} for kind in ("unified", "system", "interface")},
+    "id_service": {"merchant": "222222222222", "shard": "01"},
+    "merchant_trade": {"merchant": "222222222222"},
     "per_second": {},
 }
 
@@ -104,10 +113,13 @@ def _run(connect: Connect, fake_clock: SetClock, fmt: str, clocks: list[str],
 @pytest.mark.parametrize("fmt", sorted(FIELDS))
 def test_no_format_goes_back_when_the_clock_steps_back(connect: Connect, fake_clock: SetClock,
                                                       fmt: str, step: str) -> None:
-    """From the format's cold counter before the step, from the scope's own sequence (promoted
-    by maintain() in between) after it: the clock it hands over must carry the instant too."""
+    """From the format's shared fallback before the step, from the scope's own sequence
+    (promoted by maintain() in between) after it: the clock it hands over must carry the
+    instant too."""
     before, after = STEPS[step]
-    issued = _run(connect, fake_clock, fmt, [before, after], between="SELECT hivenet.maintain()")
+    share_fallback(connect(), fmt, promote=True)
+    issued = _run(connect, fake_clock, fmt, [before, after], between="SELECT hivenet.maintain()",
+                  fields=UNPREPARED[fmt])
     assert len(issued) == CLIENTS * 2 * PER_PHASE
     assert_never_backwards(issued)
 
@@ -244,12 +256,14 @@ def test_a_custom_format_printing_minutes_does_not_go_back(connect: Connect,
                                                            db: psycopg.Connection,
                                                            fake_clock: SetClock, step: str
                                                            ) -> None:
-    """A format defined by the user gets its clock when defined (minute, counted per day)."""
+    """A format defined by the user gets its clock when defined (minute, counted per day),
+    its fallback's too (handed over by maintain() in between)."""
     db.execute("""SELECT hivenet.define_format('order_minute', '[{"literal": "OR"},
         {"field": "shop", "width": 3, "charset": "digit"}, {"time": "YYYYMMDDHHMI"},
         {"seq": 4, "reset": "day"}]')""")
     assert scalar(db, "SELECT clock_unit FROM hivenet.format WHERE name = 'order_minute'"
                   ) == "minute"
+    share_fallback(db, "order_minute", promote=True)
     before, after = STEPS[step]
     assert_never_backwards(_run(connect, fake_clock, "order_minute", [before, after],
                                  between="SELECT hivenet.maintain()", fields={"shop": "042"}))

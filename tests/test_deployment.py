@@ -52,6 +52,10 @@ class Cluster:
                 f"{dbname}")
 
 
+#: The channels the tests allocate for, prepared by `migrate --prepare` as at a deployment.
+SCOPES = Path(__file__).resolve().parent / "deployment_scopes.txt"
+
+
 def _hivenet_db(*args: str) -> subprocess.CompletedProcess[str]:
     # No libpq variable of ours may supply a password: each comes from its URL only.
     env = {k: v for k, v in os.environ.items()
@@ -92,7 +96,7 @@ def installed(cluster: Cluster) -> subprocess.CompletedProcess[str]:
     granted their group role by the owner. Returns the first bootstrap's output."""
     bootstrap = _hivenet_db("bootstrap", "--owner", OWNER, "--url", cluster.url(SUPERUSER))
     assert bootstrap.returncode == 0, bootstrap.stderr
-    migrate = _hivenet_db("migrate", "--url", cluster.url(OWNER))
+    migrate = _hivenet_db("migrate", "--prepare", str(SCOPES), "--url", cluster.url(OWNER))
     assert migrate.returncode == 0, migrate.stderr
     assert cluster.passwords[OWNER] not in migrate.stdout + migrate.stderr
     with psycopg.connect(cluster.url(OWNER), autocommit=True) as conn:
@@ -141,7 +145,8 @@ def test_migrate_without_bootstrap_says_which_command_creates_the_roles(
                              "('hivenet_app', 'hivenet_reporting', 'hivenet_admin')") == 0
         conn.execute(f"CREATE DATABASE {early} OWNER {OWNER}")
     try:
-        migrate = _hivenet_db("migrate", "--url", cluster.url(OWNER, early))
+        migrate = _hivenet_db("migrate", "--prepare", str(SCOPES), "--url",
+                              cluster.url(OWNER, early))
         assert migrate.returncode == 0, migrate.stderr
         notes = [line for line in migrate.stderr.splitlines() if "bootstrap" in line]
         assert notes == ["hivenet-db: role(s) hivenet_app, hivenet_reporting, hivenet_admin do "
@@ -356,7 +361,8 @@ def test_a_managed_servers_administrator_bootstraps_its_own_database(
         f"ran: GRANT hivenet_reporting TO {CLOUD_OWNER} WITH ADMIN OPTION",
         f"ran: GRANT hivenet_admin TO {CLOUD_OWNER} WITH ADMIN OPTION",
     ]
-    migrate = _hivenet_db("migrate", "--url", cluster.url(CLOUD_OWNER, CLOUD_DATABASE))
+    migrate = _hivenet_db("migrate", "--prepare", str(SCOPES), "--url",
+                          cluster.url(CLOUD_OWNER, CLOUD_DATABASE))
     assert migrate.returncode == 0, migrate.stderr
     allocate = "SELECT hivenet.next_unified_serial('D0004', 'M01', '01')"
     with psycopg.connect(cluster.url(APP, CLOUD_DATABASE)) as conn:  # already in hivenet_app

@@ -75,11 +75,20 @@ ELSEWHERE = {
         "tests/test_audit.py::test_the_command_says_intact_or_names_the_changed_attempt",
     "docs/guides/formats.md: SELECT hivenet.prepare_scope('unified',":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: format unified has no counter for system 'C0009', module 'A01', "
+    "instance '01': a scope counts on a counter of its own, prepared before its first use; "
+    "prepare it with `hivenet-db prepare unified C0009 A01 01` or SELECT "
+    "hivenet.prepare_scope('unified', '{\"system\": \"C0009\", \"module\": \"A01\", "
+    "\"instance\": \"01\"}')":
+        "tests/test_new_scopes.py::test_an_unprepared_scope_is_refused_naming_it_and_how_to_"
+        "prepare_it (the message)",
+    "docs/guides/formats.md: UPDATE hivenet.setting SET value = 'id_service' WHERE name = "
+    "'shared_fallback';": "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT hivenet.prepare_scope('id_service',":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT hivenet.define_format('id_service_26', '[":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/guides/formats.md: SELECT hivenet.next_serial('merchant_trade', "
+    "docs/guides/formats.md: SELECT hivenet.prepare_scope('merchant_trade', "
     "'{\"merchant\": \"123456789012\"}');":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT hivenet.next_serial('per_second', '{}');":
@@ -150,8 +159,7 @@ ELSEWHERE = {
     **{f"docs/guides/django.md: {first}": "tests/test_django_example.py::test_the_guide_quotes_the_"
        "example_project (excerpts of examples/django_project, which test_the_example_shop_"
        "takes_each_order_once migrates and serves)" for first in (
-           'INSTALLED_APPS = ["hivenet_db.django", "orders"]',
-           'dependencies = [("hivenet", "0001_schema")]', "class Order(models.Model):",
+           'INSTALLED_APPS = ["hivenet_db.django", "orders"]', "class Order(models.Model):",
            "def place_order(request: HttpRequest) -> JsonResponse:")},
     "docs/guides/django.md: python manage.py migrate                             # as the schema's "
     "owner": "tests/test_django.py::test_hivenet_db_migrate_first_then_django_migrate_records_"
@@ -302,6 +310,8 @@ SQL = {
     "autovacuum_count": Sql(login="admin"),
     "docs/operations.md: -- Alert: any scope above 80 % of its period's capacity.":
         Sql(login="admin"),
+    "docs/operations.md: -- The unprepared scopes drawing from a shared fallback, busiest "
+    "first (hivenet_admin).": Sql(login="admin"),
     "docs/operations.md: SELECT hivenet.set_clock_policy('time_id', 'wait', "
     "max_wait => interval '200 milliseconds');": Sql(login="admin", prints=("wait",)),
     "docs/operations.md: UPDATE hivenet.setting SET value = '45 seconds' WHERE name = "
@@ -623,7 +633,8 @@ with engine.connect() as conn:
                "item text); GRANT SELECT, INSERT ON time_orders TO hivenet_app",
         then="assert new_id > order_id and parse_time_id(new_id).format == 'time_id'"),
     "docs/quickstart.md: from sqlalchemy import create_engine": Python(
-        setup=ORDERS_TABLE, tables=ORDERS, then=COUNT_ORDERS),
+        setup=ORDERS_TABLE, tables=ORDERS,
+        then=COUNT_ORDERS + "assert unified == 'C0001A0101202611210000000001', unified\n"),
     "docs/guides/propagation.md: from hivenet_db.propagation import (bind_from_headers, "
     "outgoing_headers,":
         Python(setup=ENGINE + CALL + """
@@ -803,7 +814,9 @@ def test_the_install_of_the_page(page: str, hivenet_server: EmbeddedPostgres,
                 assert result.returncode == 0, (args, result.stdout, result.stderr)
         with psycopg.connect(_login_url(url, application)) as app:
             row = app.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')").fetchone()
+            # The channel the page prepared: its first serial, on a new database.
             assert row is not None and row[0].startswith("C0001A0101")
+            assert row[0].endswith("0000000001"), row
     finally:
         with psycopg.connect(server_url, autocommit=True) as conn:
             conn.execute("DROP DATABASE IF EXISTS hivenet_docs_install WITH (FORCE)")

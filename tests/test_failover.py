@@ -25,11 +25,11 @@ from psycopg.types.json import Jsonb
 
 from hivenet_db import metrics
 from hivenet_db.cli import main as cli
-from tests.helpers import in_parallel, scalar, sqlstate_of, wait_until_blocked
+from tests.helpers import in_parallel, scalar, share_fallback, sqlstate_of, wait_until_blocked
 from tests.replication import Pair, exposed, primary_and_standby
 
 PREPARED = ("01", "02", "03", "04")  # scopes with their own sequence before the load
-COLD = "09"  # a scope that draws from the format's cold counter throughout
+COLD = "09"  # a scope that draws from the format's shared fallback throughout
 
 
 def fields(instance: str) -> dict[str, str]:
@@ -48,8 +48,9 @@ def counters(db: psycopg.Connection) -> dict[str, int]:
 
 def test_the_fence_moves_every_counter_past_a_gap_once_per_timeline(
         db: psycopg.Connection) -> None:
-    """Every scope's own sequence (interface, unified) and every cold counter."""
+    """Every scope's own sequence (interface, unified) and every shared fallback counter."""
     interface = "SELECT hivenet.next_interface_serial('C0001', 'A01', %s, 'B0001')"
+    share_fallback(db, "interface")
     db.execute("SELECT hivenet.prepare_scope('interface', %s)",
                (Jsonb({**fields("01"), "target": "B0001"}),))
     before = [scalar(db, interface, (i,)) for i in ("01", COLD)]
@@ -61,7 +62,7 @@ def test_the_fence_moves_every_counter_past_a_gap_once_per_timeline(
     rows = db.execute("SELECT counter, from_value, to_value, parked "
                       "FROM hivenet.fence_failover(1000, true)").fetchall()
     moved = {counter: (start, end, parked) for counter, start, end, parked in rows}
-    assert set(moved) == set(old)  # every scope sequence and cold counter
+    assert set(moved) == set(old)  # every scope sequence and fallback counter
     own = "seq_interface_C0001A0101"
     assert moved[own][:2] == (old[own], old[own] + 1000)
     assert counters(db)["cold_interface"] == old["cold_interface"] + 1000
@@ -75,6 +76,24 @@ def test_the_fence_moves_every_counter_past_a_gap_once_per_timeline(
     recorded = db.execute("SELECT gap, applied_by FROM hivenet.failover_fence "
                           "WHERE timeline = hivenet._timeline()").fetchone()
     assert recorded == (1000, "command")
+
+
+def test_the_fence_moves_a_scope_prepared_after_the_fallback_forward(
+        db: psycopg.Connection, connect: Callable[..., psycopg.Connection]) -> None:
+    """A scope prepared in a period with a rolled-back draw from the fallback starts after
+    the fallback's count, its sequence showing nothing issued yet: the fence moves it past
+    that start, never back to the start of the period."""
+    share_fallback(db, "unified")
+    app = connect(autocommit=False)
+    drawn = [scalar(app, "SELECT hivenet.next_unified_serial('C0001', 'A01', '11')")
+             for _ in range(5)]
+    app.rollback()
+    db.execute("SELECT hivenet.prepare_scope('unified', %s)", (Jsonb(fields("12")),))
+    assert scalar(db, "SELECT pg_sequence_last_value('hivenet.\"seq_unified_C0001A0112\"')") \
+        is None
+    db.execute("SELECT * FROM hivenet.fence_failover(1000, true)")
+    first = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '12')")
+    assert int(first[-10:]) == int(drawn[-1][-10:]) + 1 + 1000 + 1
 
 
 def test_a_counter_whose_period_cannot_hold_the_gap_is_parked_at_its_capacity(
@@ -115,6 +134,7 @@ UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"
 
 def test_maintain_fences_a_timeline_nobody_fenced(db: psycopg.Connection) -> None:
     """As after a promotion with no allocation since: maintain() fences it, once."""
+    share_fallback(db, "unified")
     db.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '05')")
     new_timeline(db)
     old = counters(db)["cold_unified"]
@@ -246,13 +266,16 @@ def test_a_first_allocation_waits_for_the_fence_in_progress(
 
 def test_a_scope_prepared_on_a_new_timeline_starts_after_the_fence(
         db: psycopg.Connection, gap_1000: int) -> None:
-    """Preparing a scope fences first: its sequence starts after the fenced cold counter."""
-    db.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', %s)", (COLD,))
+    """Preparing a scope fences first: a scope that drew from the shared fallback starts
+    after the fenced fallback counter."""
+    share_fallback(db, "unified")
+    drawn = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)", (COLD,))
     cold = counters(db)["cold_unified"]
     new_timeline(db)
-    db.execute("SELECT hivenet.prepare_scope('unified', %s)", (Jsonb(fields("02")),))
+    db.execute("SELECT hivenet.prepare_scope('unified', %s)", (Jsonb(fields(COLD)),))
     assert counters(db)["cold_unified"] == cold + gap_1000
-    assert counters(db)["seq_unified_C0001A0102"] >= cold + gap_1000
+    first = scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)", (COLD,))
+    assert seq_of(first) > seq_of(drawn) + gap_1000
 
 
 def test_maintain_samples_allocation_rates_and_warns_when_the_gap_is_too_small(
@@ -323,7 +346,7 @@ def test_failover_fence_command(hivenet_url: str, capsys: pytest.CaptureFixture[
                 "--json"]) == 0
     second = json.loads(capsys.readouterr().out)
     assert second[0]["fenced"] == "now" and second[0]["gap"] == 500
-    assert second[0]["counters"] >= 6  # one cold counter per built-in format at least
+    assert second[0]["counters"] >= 6  # one fallback counter per built-in format at least
     assert cli(["failover-fence", "--url", hivenet_url, "--gap", "0", "--force"]) == 1
 
 
@@ -387,6 +410,7 @@ class Load:
 
 def prepare(pair: Pair) -> None:
     with psycopg.connect(pair.primary_url, autocommit=True) as conn:
+        share_fallback(conn, "unified", "interface")  # for COLD
         for instance in PREPARED:
             conn.execute("SELECT hivenet.prepare_scope('unified', %s)",
                          (Jsonb(fields(instance)),))

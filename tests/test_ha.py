@@ -33,14 +33,14 @@ from hivenet_db import DurablePoolExhausted, InterfaceDedup, RequestRepository, 
 from hivenet_db.tools import migrate
 from hivenet_db.urls import sqlalchemy_url
 from tests import pg_auto_failover
-from tests.helpers import scalar
+from tests.helpers import scalar, share_fallback
 from tests.pg_auto_failover import Formation, formation
 from tests.replication import exposed
 
 pytestmark = [pytest.mark.slow, pytest.mark.ha]
 
 PREPARED = ("01", "02", "03")  # scopes with a sequence of their own
-COLD = "09"  # an unprepared scope: the formats' cold counters
+COLD = "09"  # an unprepared scope: the formats' shared fallback counters
 WORKERS = 8
 NAMESPACE = "payments"
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +60,7 @@ def fields(instance: str) -> dict[str, str]:
 def prepare(url: str) -> None:
     migrate.upgrade(url)
     with psycopg.connect(url, autocommit=True) as conn:
+        share_fallback(conn, "unified", "interface")  # for COLD
         for instance in PREPARED:
             conn.execute("SELECT hivenet.prepare_scope('unified', %s)",
                          (psycopg.types.json.Jsonb(fields(instance)),))

@@ -24,6 +24,7 @@ from hivenet_db import (
     parse_serial,
 )
 from hivenet_db._execute import SyncDB
+from hivenet_db.tools import scopes
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
 from hivenet_db.urls import sqlalchemy_url
 from tests.servers import NOTHING_LEFT, left_on_the_session, pgbouncer
@@ -43,6 +44,12 @@ def bouncer_port(hivenet_server: EmbeddedPostgres) -> Iterator[int]:
             yield port
     except FileNotFoundError as missing:
         pytest.fail(str(missing))
+
+
+@pytest.fixture(autouse=True)
+def channels(hivenet_url: str) -> None:
+    """The channels the clients allocate for, prepared: P0001 B01 01 to 20."""
+    scopes.prepare_url(hivenet_url, ["P0001 B01 01-20"])
 
 
 def _via(url: str, port: int) -> str:

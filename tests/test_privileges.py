@@ -54,7 +54,7 @@ def test_the_application_api_works_as_a_login_granted_hivenet_app(
         app, "SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'D0001')")
     assert scalar(app, """SELECT count(*) FROM hivenet.next_serials('id_service',
                           '{"merchant": "123456789012",
-                            "shard": "01"}', 3)""") == 3
+                            "shard": "05"}', 3)""") == 3
     assert scalar(app, "SELECT hivenet.parse_serial(%s)", (unified,))["format"] == "unified"
     app.execute("SELECT hivenet.claim_interface_serial(%s, %s, %s)", (interface, unified, system))
     assert scalar(app, "SELECT count(*) FROM hivenet.call_chain(%s)", (unified,)) == 1
@@ -75,7 +75,7 @@ def test_the_application_api_works_as_a_login_granted_hivenet_app(
 
 
 @pytest.mark.parametrize("sql", [
-    """SELECT hivenet._promote_scope(f, 'X', '{}') FROM hivenet.format f LIMIT 1""",
+    """SELECT hivenet._promote_scope(f, 'X', '{}', false) FROM hivenet.format f LIMIT 1""",
     """SELECT hivenet.prepare_scope('unified', '{"system": "C0001", "module": "A01",
        "instance": "09"}')""",
     "SELECT hivenet._allocate('unified', NULL, ARRAY['C0001', 'A01', '01'], 1)",
@@ -228,13 +228,16 @@ OWNER_ONLY = set("""
     _check_owned _check_owned_serial _check_registry _claim_checked
     _claim_interface_serial_checked _claim_interface_serial_nowait _claim_nowait _clock_behind
     _clock_sequence _cold_lock_space _cold_sequence_name _committed_sequence
-    _compile_format _constants_lock_space _create_clock _create_cold_counter
+    _compile_format _constants_lock_space _create_clock _create_scope_counter _format_counters
+    _make_format_counters _one_scope _has_issued _serials_issued _fallback_formats_check
+    _fallback_drawn _fallback_lock_space _fallback_gate_space _refuse_unprepared _shown_time
     _create_decision_counters _grant_decision_counters
     _create_interface_partition _drop_interface_partition
     _check_timeline _counted_apart _failover_gap _fenced _fence_counter
     _sample_allocation_rates
     _fast_path_expression _fence _field_problem _field_values _format_error _grant_counter
-    _grant_roles _instance_in _interface_partition_name _interval_conflict _issue _issue_cold
+    _grant_roles _instance_in _interface_partition_name _interval_conflict _issue
+    _issue_unprepared
     _latest_issued _layout_sql _lock_constants _maintain_claims _maintain_failover
     _maintain_interface_calls _maintain_requests _maintain_scopes _maintain_steps
     _max_period_index _node_field _not_owned _ownership_check _ownership_setting _park_scope
@@ -248,7 +251,7 @@ OWNER_ONLY = set("""
     _setting_value _shown _start_chain _step_days_from _step_days_to _step_issued_here
     _wake_waiters _waited_for_row
     _step_window_expression _time_pattern _unit_rank _utf16_units
-    _prepare_time_id_scope _printed_time _time_id_digits _time_id_fields _time_id_parts
+    _printed_time _time_id_digits _time_id_fields _time_id_parts
     _time_number_max _unseen_characters
     _timeout_left
 """.split())  # noqa: SIM905 (a list of words reads best)
@@ -257,8 +260,8 @@ OWNER_ONLY = set("""
 # readers. Tables: SELECT for hivenet_admin only. Sequences: USAGE (nextval) for hivenet_app
 # on the counters the fast paths draw from (scopes', decisions'), nothing on the others.
 REPORTING_VIEWS = ("interface_calls", "interface_calls_per_day", "step_states", "stuck_steps",
-                   "scope_usage", "request_states", "stuck_requests", "request_attempts",
-                   "request_decisions", "clock_lead")
+                   "scope_usage", "business_time_zone", "request_states", "stuck_requests",
+                   "request_attempts", "request_decisions", "clock_lead")
 VIEWS: dict[str, dict[str, str]] = {
     **{view: {REPORTING: "SELECT", ADMIN: "SELECT"} for view in REPORTING_VIEWS},
     "_step_replay": {APP: "SELECT", ADMIN: "SELECT"},  # begin_step's replay, as the caller
@@ -380,7 +383,7 @@ def test_a_reader_forges_nothing(db: psycopg.Connection, connect: Any, granted: 
 def test_a_login_without_any_grant_draws_from_no_sequence_by_oid(
         db: psycopg.Connection, connect: Any) -> None:
     """nextval(oid) needs no USAGE on the schema: every sequence of schema hivenet (scopes',
-    lanes', cold counters, clocks) refuses a role that holds no grant at all."""
+    lanes', fallback counters, clocks) refuses a role that holds no grant at all."""
     owner = connect()
     scalar(owner, "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
     owner.execute("SELECT hivenet.maintain()")
@@ -712,7 +715,8 @@ def test_no_argument_reaches_another_relation(db: psycopg.Connection) -> None:
     sequence name: a table's name, qualified names and other schemas' relations give NULL."""
     db.execute("SELECT hivenet.next_interface_serial('C0001', 'A01', '01', 'B0001')")
     with role_in(db, "hivenet_reporting_test", REPORTING) as reader:
-        assert scalar(reader, "SELECT hivenet._scope_counter_value('cold_interface')") > 0
+        assert scalar(reader, "SELECT hivenet._scope_counter_value('seq_interface_C0001A0101')"
+                      ) > 0
         for name in ["setting", "claim_record", "pg_authid", "pg_catalog.pg_authid",
                      "hivenet.cold_unified", "../cold_unified", "cold_unified'; --"]:
             assert scalar(reader, "SELECT hivenet._scope_counter_value(%s)", (name,)) is None

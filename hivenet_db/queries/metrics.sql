@@ -4,7 +4,7 @@
 
 -- name: scope_usage
 -- The scopes that issued in the current period (not the idle ones: a bank has thousands of
--- prepared scopes), and each format's shared cold counter, scope '(unprepared scopes)',
+-- prepared scopes), and each format's shared fallback counter, scope '(unprepared scopes)',
 -- always: its headroom is what the alert on unprepared scopes reads.
 SELECT format, scope, issued, capacity, remaining,
        remaining::float8 / capacity AS headroom

@@ -89,9 +89,17 @@ BEGIN
     UPDATE hivenet.claim_record r SET claimed_at = v_now, expires_at = v_expires
     WHERE r.namespace = p_namespace AND r.key = p_key AND r.expires_at <= v_now;
     IF NOT FOUND THEN
+        -- Until when the claim that holds the key is taken (not this one's expiry).
+        SELECT r.expires_at INTO v_expires
+        FROM hivenet.claim_record r WHERE r.namespace = p_namespace AND r.key = p_key;
         RAISE EXCEPTION USING ERRCODE = 'HN040',
-            MESSAGE = format('claim %s / %s is already taken (until %s)',
-                             hivenet._shown(p_namespace), hivenet._shown(p_key), v_expires);
+            MESSAGE = format('claim %s / %s is already taken%s',
+                             hivenet._shown(p_namespace), hivenet._shown(p_key),
+                             CASE WHEN NOT FOUND THEN ''
+                                  WHEN v_expires IS NULL THEN ' (for good: its namespace has '
+                                                              'no expiry)'
+                                  ELSE format(' (until %s)', hivenet._shown_time(v_expires))
+                             END);
     END IF;
 END $$;
 

@@ -85,9 +85,9 @@ $$;
 -- for 'wait' once the clock would not reach p_latest within what max_wait and the statement's
 -- timeouts leave (_timeout_left), saying how far behind it is. Waits by pg_sleep, which
 -- counts on a clock that never steps, at most a second at a time (so a clock set right is
--- seen soon), holding no lock of this schema but a cold counter's shared lock (_issue_cold:
--- maintain() may wait for it to promote a scope of that format). Off the hot path: only when
--- the clock is behind.
+-- seen soon), holding no lock of this schema but, for a draw from a shared fallback, that
+-- fallback's shared locks (_issue_unprepared, fallback.sql: prepare_scope and maintain() may
+-- wait for them). Off the hot path: only when the clock is behind.
 CREATE FUNCTION hivenet._clock_behind(p_format text, p_latest timestamp, p_local timestamp)
 RETURNS timestamp
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$

@@ -111,12 +111,14 @@ END;
 -- (where a database allows one, a session that set hivenet.fake_now goes to the full path;
 -- where none is allowed, the fast path does not read the setting and issues by the real
 -- clock); a prepared scope, its sequence found by name (every scope sequence belongs to an
--- owned instance, ownership.sql); a value of today's period within capacity (a new period,
--- a clock stepped back, exhaustion: the value taken here is a gap, as when _issue hands over
--- to _advance); a server session whose timeline is checked (hivenet.timeline_checked, set by
--- _allocate's first call: failover.sql). The time is the statement's: one instant for the
--- period check and the printed date. Runs with the caller's rights: the caller needs USAGE on the scopes'
--- sequences (privileges.sql, _grant_counter). Never waits for another transaction.
+-- owned instance, ownership.sql; the full path refuses an unprepared one, or draws from its
+-- format's shared fallback: fallback.sql); a value of today's period within capacity (a new
+-- period, a clock stepped back, exhaustion: the value taken here is a gap, as when _issue
+-- hands over to _advance); a server session whose timeline is checked
+-- (hivenet.timeline_checked, set by _allocate's first call: failover.sql). The time is the
+-- statement's: one instant for the period check and the printed date. Runs with the caller's
+-- rights: the caller needs USAGE on the scopes' sequences (counters.sql, _grant_counter).
+-- Never waits for another transaction.
 CREATE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text) RETURNS text
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
@@ -354,7 +356,7 @@ BEGIN
     -- one (unprepared, or parked: ownership.sql), which nextval (strict) passes on to the full
     -- path. The values are alnum here (the pattern matched), so the quoted name is theirs.
     -- The session's catalog cache may not see a sequence created since its transaction
-    -- began: NULL then too, and the full path finds it (_issue_cold).
+    -- began: NULL then too, and the full path finds it (_issue_unprepared).
     v_counter := format('to_regclass(%L || p_a || p_b || p_c || %L)',
                         'hivenet."' || hivenet._scope_sequence_name(p_format.name, ''), '"');
     IF p_allow_fake_clock THEN
@@ -612,6 +614,9 @@ BEGIN
             coalesce(v_settings ->> 'time_zone', 'UTC'),
             coalesce((v_settings ->> 'enforce_registry')::boolean, false),
             coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    -- A CASE needs a branch: none for a database without numeric formats (mid-upgrade).
+    v_time_ids := ARRAY(SELECT coalesce(nullif(b, ''), ' WHEN NULL THEN NULL')
+                        FROM unnest(v_time_ids) WITH ORDINALITY AS t (b, i) ORDER BY i);
     PERFORM hivenet._replace_function('_fast_time_id(p_format text, p_fields jsonb)', 'bigint',
         'VOLATILE', format('CASE p_format%s ELSE NULL::bigint END', v_time_ids[1]));
     PERFORM hivenet._replace_function('_time_id_batch(p_format text, p_fields jsonb, '

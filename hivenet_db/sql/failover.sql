@@ -3,19 +3,20 @@
 -- A standby promoted after an asynchronous failover (or a server restored to an earlier
 -- point) has lost the WAL its old primary wrote last: its sequences stand below values the
 -- old primary already issued, so it would issue them again. It cannot know how many, so the
--- fence moves every counter (each scope's sequence and each format's cold counter) forward by
--- a gap, no earlier than the clock's period. Guarantee: no serial is issued twice as long as
--- the old primary issued at most `gap` serials per format in the WAL the new one lacks (rule:
--- gap >= peak serials per second of one format x the longest stretch of commits a failover
--- loses) and its clock was not ahead of the new primary's. A promotion or a point-in-time
--- recovery shows as a new timeline.
+-- fence moves every counter (each scope's sequence and each format's shared fallback counter)
+-- forward by a gap, no earlier than the clock's period. Guarantee: no serial is issued twice
+-- as long as the old primary issued at most `gap` serials per format in the WAL the new one
+-- lacks (rule: gap >= peak serials per second of one format x the longest stretch of commits
+-- a failover loses) and its clock was not ahead of the new primary's. A promotion or a
+-- point-in-time recovery shows as a new timeline.
 --
 -- The fence takes itself: the first allocation of each server session checks the timeline
 -- (_check_timeline), and the first on a timeline not fenced yet fences it before it draws,
 -- whatever promoted the standby. Every path that draws a serial calls _check_timeline before
 -- it draws or takes a lock, unless the session is marked checked (setting
--- hivenet.timeline_checked): _allocate, the generated fast paths (compile.sql), the promotion
--- of a scope (counters.sql). `hivenet-db failover-fence` fences before traffic; maintain()
+-- hivenet.timeline_checked): _allocate (and so the draws of unprepared scopes from a shared
+-- fallback, fallback.sql), the generated fast paths (compile.sql), prepare_scope and the
+-- promotion of a scope (counters.sql). `hivenet-db failover-fence` fences before traffic; maintain()
 -- fences a timeline no allocation has fenced yet.
 
 -- The timeline of each fence, and the one the schema was installed on (gap NULL). History:
@@ -107,7 +108,9 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
     BEGIN
-        from_value := coalesce(pg_sequence_last_value(p_seq), 0);
+        -- Its value, also one set as the next (is_called false: a prepared scope's start,
+        -- counters.sql), which pg_sequence_last_value does not show.
+        EXECUTE format('SELECT last_value FROM %s', p_seq) INTO from_value;
         v_base := greatest(from_value, p_period * p_format.stride);
         to_value := v_base + p_gap;
         v_last := (v_base / p_format.stride) * p_format.stride + p_format.capacity;
@@ -126,7 +129,7 @@ END $$;
 -- The fence (see fence_failover), applied by p_by: moves every counter, then marks this
 -- timeline fenced (fenced_timeline) and records it (failover_fence, in the caller's
 -- transaction). One fence at a time, under the fences' lock, and each format's counters
--- under its cold lock (no scope of the format is promoted from a cold value read before),
+-- under its cold lock (no scope of the format is promoted from a fallback value read before),
 -- each held until the fence is done, not until commit: the moves are not transactional, and
 -- an allocation's fence runs in a caller's transaction, whose commit nobody may wait for.
 -- Whoever waited finds the timeline fenced and fences nothing.

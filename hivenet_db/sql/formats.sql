@@ -426,7 +426,7 @@ END $$;
 --   taken by a different definition (redefining would break uniqueness of issued serials).
 --   Defining the same format again is a no-op. Counters left by an earlier definition of the
 --   name that was rolled back start over when they do not fit this one: every serial they
---   issued belonged to that rolled-back transaction. The format's cold counter is made with
+--   issued belonged to that rolled-back transaction. The format's fallback counter is made with
 --   it (counters.sql), and vanishes with it on a rollback. Never delete rows of
 --   hivenet.format by hand. Takes a row lock on the new name, and a new format waits for
 --   another transaction defining one (or changing a setting) to commit.

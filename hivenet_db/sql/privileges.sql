@@ -30,18 +30,6 @@ BEGIN
     END LOOP;
 END $$;
 
--- Lets hivenet_app take values (nextval, currval: USAGE) of counter sequence p_name of schema
--- hivenet, which the allocation fast path draws from as the caller; never UPDATE (setval is
--- the owner's slow path) nor ALTER. Called when a counter is made (counters.sql) and for every
--- counter by _grant_roles(). Nothing when the role does not exist yet.
-CREATE FUNCTION hivenet._grant_counter(p_name text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF to_regrole('hivenet_app') IS NOT NULL THEN
-        EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO hivenet_app', p_name);
-    END IF;
-END $$;
-
 -- Grants to the roles that exist (called here, and by bootstrap when it creates them after the
 -- schema was installed). Safe to run again.
 CREATE FUNCTION hivenet._grant_roles() RETURNS void
@@ -137,7 +125,7 @@ BEGIN
                        'hivenet.interface_calls_per_day, hivenet.step_states, '
                        'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
                        'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions, '
-                       'hivenet.clock_lead TO %I', v_role);
+                       'hivenet.clock_lead, hivenet.business_time_zone TO %I', v_role);
         EXECUTE format('GRANT EXECUTE ON FUNCTION '
                        'hivenet.call_chain, '
                        'hivenet.now, hivenet._fake_now, hivenet._step_lease, '  -- stuck_*

@@ -280,8 +280,8 @@ BEGIN
                 MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
                                  'its outcome is unknown',
                                  hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
-                                 v_last.started_at,
-                                 v_last.started_at + hivenet._step_lease(v_last.lease));
+                                 hivenet._shown_time(v_last.started_at), hivenet._shown_time(
+                                     v_last.started_at + hivenet._step_lease(v_last.lease)));
         -- Past its namespace's expire_after: expired here (expiry.sql), then a failure like
         -- any other (the branches below); unless another transaction finished or expired it
         -- meanwhile: then look again (attempt v_attempt exists, so the insert conflicts).
@@ -295,7 +295,7 @@ BEGIN
                 RAISE EXCEPTION USING ERRCODE = 'HN031',
                     MESSAGE = format('%s already succeeded (attempt %s at %s)',
                                      hivenet._attempt_subject(p_namespace, p_key),
-                                     v_last.attempt, v_last.finished_at);
+                                     v_last.attempt, hivenet._shown_time(v_last.finished_at));
             END IF;
             outcome := hivenet._count_decision(p_namespace, 'replayed');
             attempt := v_last.attempt;

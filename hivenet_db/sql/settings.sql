@@ -89,11 +89,10 @@ END $$;
 
 -- Trigger: reject a value that does not parse as the setting's kind, an interval out of its
 -- bounds (_interval_conflict), and a business time zone behind the current one once serials
--- exist (their dates and times would go backwards): a scope waits for maintain() or its
--- sequence was drawn from (time_id's, prepared at install, was not until it issues).
+-- exist (their dates and times would go backwards; a scope prepared and never used issued
+-- none: _serials_issued, counters.sql).
 -- SECURITY DEFINER: an administrator updates the table without any right on what the checks
--- read (hivenet.scope and hivenet.scope_pending, counters.sql), and gets their HN001, never
--- 42501.
+-- read (the counters: counters.sql), and gets their HN001, never 42501.
 CREATE FUNCTION hivenet._setting_check() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -123,11 +122,9 @@ BEGIN
     END IF;
     IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
        AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
-       AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
-        -- Nested: the tables are looked up only once they exist (not during an install).
-        IF EXISTS (SELECT FROM hivenet.scope s WHERE pg_sequence_last_value(
-                       to_regclass('hivenet.' || quote_ident(s.sequence_name))) IS NOT NULL)
-           OR EXISTS (SELECT FROM hivenet.scope_pending) THEN
+       AND to_regclass('hivenet.fallback_draw') IS NOT NULL THEN
+        -- Nested: the counters are looked up only once they exist (not during an install).
+        IF hivenet._serials_issued() THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
                                  'issued: their business dates and times would go backwards '

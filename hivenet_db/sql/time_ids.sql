@@ -1,10 +1,10 @@
 -- Numeric time ids (seed 004): bigints of a numeric format (formats.sql), the built-in
 -- time_id being `(yyMMddHHmmss << 14) | seq`, seq from 1 each second of the business time
 -- zone, at most 16,383 a second. Counted like every format (one sequence per scope,
--- counters.sql; time_id's one scope is prepared at install), issued by _issue (allocate.sql)
--- as the digits of the bigint, and never smaller than one issued before in the scope
--- (guarantee 3; a clock behind follows the format's clock policy, clock_policy.sql). The
--- common case is the generated fast path _fast_time_id (compile.sql), inlined into
+-- counters.sql; time_id's one scope is prepared with the format, at install), issued by
+-- _issue (allocate.sql) as the digits of the bigint, and never smaller than one issued before
+-- in the scope (guarantee 3; a clock behind follows the format's clock policy,
+-- clock_policy.sql). The common case is the generated fast path _fast_time_id (compile.sql), inlined into
 -- next_time_id; anything else goes to _next_time_id.
 
 -- A numeric format's fields p_values (in its field order: digits, checked) in their bits:
@@ -153,26 +153,3 @@ BEGIN
     END IF;
     RETURN v_result;
 END $$;
-
--- Gives format time_id's one scope (no fields) its sequence, never drawn from, so that
--- time_id counts from 1 with nothing prepared; parked (ownership.sql) when this database may
--- not issue it (several primaries, and not the single one). A sequence never drawn from has
--- issued nothing: declaring ownership parks it instead of refusing (ownership.sql). Run at
--- install and by the upgrade that brings time_id; the grants follow with _grant_roles().
-CREATE FUNCTION hivenet._prepare_time_id_scope() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_format hivenet.format := (SELECT f FROM hivenet.format f WHERE f.name = 'time_id');
-    v_name text := hivenet._scope_sequence_name('time_id', '');
-BEGIN
-    IF hivenet._not_owned(v_format, NULL, hivenet._setting_value('owned_instances'),
-                          hivenet._setting_value('single_primary_formats')::boolean)
-       IS NOT NULL THEN
-        v_name := 'off_' || substr(v_name, 5);
-    END IF;
-    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
-    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
-    VALUES ('time_id', '', '{}', md5(v_format.segments::text), v_name);
-END $$;
-
-SELECT hivenet._prepare_time_id_scope();

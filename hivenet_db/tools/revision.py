@@ -301,13 +301,14 @@ def _grant_object(key: str) -> str:
     return f"{'TABLE' if kind == 'view' else kind.upper()} {name}"
 
 
-def render(change: Change, title: str, tables: str, data: str) -> str:
+def render(change: Change, title: str, tables: str, data: str, major: int) -> str:
     """The revision's script: drops, the hand-written tables part, creates, the hand-written
     data part, revokes, then grants and the generated functions as a fresh install makes
-    them."""
+    them. ``major`` is the server's, which printed the views."""
     parts = [f"-- {title}\n-- Written by `python -m hivenet_db.tools.revision` from the schema "
              "files and the\n-- hand-written .tables.sql and .data.sql beside this file: do "
              "not edit it.\n"
+             f"-- Views as PostgreSQL {major} prints them.\n"
              "-- Bodies are checked when they run, as pg_dump's scripts do.\n"
              "SET LOCAL check_function_bodies = off;"]
     if change.functions:
@@ -404,21 +405,45 @@ def scripts(server_url: str) -> dict[Path, str]:
         with psycopg.connect(new_url, autocommit=True) as conn:
             conn.execute(full_schema_sql())
         old, new = read_catalog(old_url), read_catalog(new_url)
+        with psycopg.connect(new_url) as conn:
+            major = conn.info.server_version // 10000
     name = revision.stem.split("_", 1)[1].replace("_", ".")
     return {
         revision.with_suffix(".sql"): render(
             diff(old, new), f"Release {name} from {version}.",
-            _part(revision, ".tables.sql"), _part(revision, ".data.sql")),
+            _part(revision, ".tables.sql"), _part(revision, ".data.sql"), major),
         revision.with_suffix(".downgrade.sql"): render(
             diff(new, old), f"Back from release {name} to {version}.",
-            _part(revision, ".downgrade.tables.sql"), _part(revision, ".downgrade.data.sql")),
+            _part(revision, ".downgrade.tables.sql"), _part(revision, ".downgrade.data.sql"),
+            major),
     }
+
+
+# A view's body as the script prints it, and the major of the server that printed it.
+_VIEW_BODY = re.compile(r"^(CREATE VIEW [^\n]* AS\n).*?;$", re.MULTILINE | re.DOTALL)
+_PRINTED_BY = re.compile(r"^-- Views as PostgreSQL (\d+) prints them\.$", re.MULTILINE)
+
+
+def written_alike(written: str, committed: str) -> bool:
+    """Whether ``committed`` is what the generator wrote as ``written``. PostgreSQL 16 and
+    later print a one-table view without its columns' qualifiers: between scripts written on
+    servers of different majors the views' bodies are not compared (replaying the scripts,
+    tests/test_migrations.py compares what they make)."""
+    majors = {m.group(1) for m in map(_PRINTED_BY.search, (written, committed)) if m}
+    if len(majors) == 2:
+        written, committed = (_VIEW_BODY.sub(r"\1…;", _PRINTED_BY.sub("", text))
+                              for text in (written, committed))
+    return written == committed
+
+
+def _stale(written: dict[Path, str]) -> list[Path]:
+    return [path for path, text in written.items()
+            if not path.exists() or not written_alike(text, path.read_text(encoding="utf-8"))]
 
 
 def stale(server_url: str) -> list[Path]:
     """The unreleased revision's scripts that are not what ``scripts`` writes."""
-    return [path for path, text in scripts(server_url).items()
-            if not path.exists() or path.read_text(encoding="utf-8") != text]
+    return _stale(scripts(server_url))
 
 
 @contextlib.contextmanager
@@ -445,8 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         url = args.url or stack.enter_context(_local_server())
         written = scripts(url)
-    stale_paths = [path for path, text in written.items()
-                   if not path.exists() or path.read_text(encoding="utf-8") != text]
+    stale_paths = _stale(written)
     for path in stale_paths:
         if args.check:
             print(f"stale: {path.name}")

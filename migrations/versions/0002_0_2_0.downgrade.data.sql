@@ -9,6 +9,8 @@ BEGIN ATOMIC
     SELECT length(p_value) BETWEEN 1 AND 255 AND p_value !~ '[\x01-\x1f\x7f-\x9f]';
 END;
 
--- The settings of the fence and of the bound on namespaces counted apart.
+-- The settings of the fence and of the bound on namespaces counted apart; and of the shared
+-- fallback: 0.1.0 draws every unprepared scope from its format's cold counter.
 DELETE FROM hivenet.setting
-WHERE name IN ('failover_gap', 'failover_loss_window', 'max_counted_namespaces');
+WHERE name IN ('failover_gap', 'failover_loss_window', 'max_counted_namespaces',
+               'shared_fallback', 'promote_fallback_scopes');

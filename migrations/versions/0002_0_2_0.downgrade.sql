@@ -1,6 +1,7 @@
 -- Back from release 0.2.0 to 0.1.0.
 -- Written by `python -m hivenet_db.tools.revision` from the schema files and the
 -- hand-written .tables.sql and .data.sql beside this file: do not edit it.
+-- Views as PostgreSQL 15 prints them.
 -- Bodies are checked when they run, as pg_dump's scripts do.
 SET LOCAL check_function_bodies = off;
 
@@ -37,8 +38,13 @@ DECLARE
             'hivenet._count_decision(text,text)',
             'hivenet._counted_apart(text)',
             'hivenet._create_decision_counters(text,boolean)',
+            'hivenet._create_scope_counter(hivenet.format,text,jsonb,text)',
             'hivenet._expire_attempts(text,text[],integer[])',
             'hivenet._failover_gap()',
+            'hivenet._fallback_drawn(hivenet.format)',
+            'hivenet._fallback_formats_check()',
+            'hivenet._fallback_gate_space()',
+            'hivenet._fallback_lock_space()',
             'hivenet._fast_path_expression(hivenet.format,text,boolean,boolean)',
             'hivenet._fast_time_id(text,jsonb)',
             'hivenet._fence_counter(regclass,hivenet.format,bigint,bigint)',
@@ -46,25 +52,29 @@ DECLARE
             'hivenet._field_values(hivenet.format,jsonb)',
             'hivenet._finish_batch(boolean,text,text[],integer[],boolean[],jsonb[])',
             'hivenet._format_constant(text)',
+            'hivenet._format_counters()',
             'hivenet._grant_decision_counters()',
+            'hivenet._has_issued(text)',
             'hivenet._issue(regclass,hivenet.format,text[],integer,text)',
-            'hivenet._issue_cold(hivenet.format,text[],integer)',
+            'hivenet._issue_unprepared(hivenet.format,text[],integer)',
             'hivenet._key_allowed(hivenet.request_namespace,text)',
             'hivenet._layout_sql(hivenet.format)',
             'hivenet._maintain_request_expiry()',
+            'hivenet._make_format_counters(hivenet.format)',
             'hivenet._name_valid(text)',
             'hivenet._new_decision_counter(text,text)',
             'hivenet._next_time_id(text,jsonb)',
             'hivenet._node_field(hivenet.format)',
             'hivenet._not_owned(hivenet.format,text,text,boolean)',
+            'hivenet._one_scope(hivenet.format)',
             'hivenet._plain_options(text,boolean,interval)',
             'hivenet._policy_checked(text,text,jsonb)',
             'hivenet._policy_fingerprint(text,jsonb)',
-            'hivenet._prepare_time_id_scope()',
             'hivenet._printed_time(jsonb,text)',
-            'hivenet._promote_scope(hivenet.format,text,jsonb)',
+            'hivenet._promote_scope(hivenet.format,text,jsonb,boolean)',
             'hivenet._purge_chained(text,text[])',
             'hivenet._raise_key_refused(text,text,integer,text)',
+            'hivenet._refuse_unprepared(hivenet.format,text[])',
             'hivenet._request_start_valid(text,text,text,interval)',
             'hivenet._sample_allocation_rates()',
             'hivenet._scope_fields(hivenet.format,text[])',
@@ -72,7 +82,9 @@ DECLARE
             'hivenet._scopes_by_node()',
             'hivenet._serial_field(text,text,text)',
             'hivenet._serial_time(text,text)',
+            'hivenet._serials_issued()',
             'hivenet._set_policy(text,jsonb)',
+            'hivenet._shown_time(timestamp with time zone)',
             'hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean)',
             'hivenet._start_chain(text)',
             'hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval)',
@@ -193,7 +205,10 @@ DROP VIEW hivenet.request_attempts;
 DROP VIEW hivenet.interface_calls_per_day;
 DROP VIEW hivenet.interface_calls;
 DROP VIEW hivenet.clock_lead;
+DROP VIEW hivenet.business_time_zone;
 DROP VIEW hivenet._new_attempt;
+DROP TRIGGER setting_fallback_formats ON hivenet.setting;
+DROP TRIGGER format_counters ON hivenet.format;
 DROP FUNCTION hivenet.watch_request(text,text);
 DROP FUNCTION hivenet.verify_audit_chain(text);
 DROP FUNCTION hivenet.set_request_retention(text,interval);
@@ -244,7 +259,9 @@ DROP FUNCTION hivenet._start_valid(boolean,text,text,text,interval);
 DROP FUNCTION hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval);
 DROP FUNCTION hivenet._start_chain(text);
 DROP FUNCTION hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean);
+DROP FUNCTION hivenet._shown_time(timestamp with time zone);
 DROP FUNCTION hivenet._set_policy(text,jsonb);
+DROP FUNCTION hivenet._serials_issued();
 DROP FUNCTION hivenet._serial_time(text,text);
 DROP FUNCTION hivenet._serial_field(text,text,text);
 DROP FUNCTION hivenet.parse_serial(text,text);
@@ -253,26 +270,30 @@ DROP FUNCTION hivenet._scope_of(hivenet.format,text[]);
 DROP FUNCTION hivenet._scope_fields(hivenet.format,text[]);
 DROP FUNCTION hivenet._sample_allocation_rates();
 DROP FUNCTION hivenet._request_start_valid(text,text,text,interval);
+DROP FUNCTION hivenet._refuse_unprepared(hivenet.format,text[]);
 DROP FUNCTION hivenet._raise_key_refused(text,text,integer,text);
 DROP FUNCTION hivenet._purge_chained(text,text[]);
-DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb);
+DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb,boolean);
 DROP FUNCTION hivenet._printed_time(jsonb,text);
-DROP FUNCTION hivenet._prepare_time_id_scope();
 DROP FUNCTION hivenet._policy_fingerprint(text,jsonb);
 DROP FUNCTION hivenet._policy_checked(text,text,jsonb);
 DROP FUNCTION hivenet._plain_options(text,boolean,interval);
+DROP FUNCTION hivenet._one_scope(hivenet.format);
 DROP FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean);
 DROP FUNCTION hivenet._node_field(hivenet.format);
 DROP FUNCTION hivenet._next_time_id(text,jsonb);
 DROP FUNCTION hivenet._new_decision_counter(text,text);
 DROP FUNCTION hivenet._name_valid(text);
 DROP FUNCTION hivenet._unseen_characters();
+DROP FUNCTION hivenet._make_format_counters(hivenet.format);
 DROP FUNCTION hivenet._maintain_request_expiry();
 DROP FUNCTION hivenet._layout_sql(hivenet.format);
 DROP FUNCTION hivenet._key_allowed(hivenet.request_namespace,text);
-DROP FUNCTION hivenet._issue_cold(hivenet.format,text[],integer);
+DROP FUNCTION hivenet._issue_unprepared(hivenet.format,text[],integer);
 DROP FUNCTION hivenet._issue(regclass,hivenet.format,text[],integer,text);
+DROP FUNCTION hivenet._has_issued(text);
 DROP FUNCTION hivenet._grant_decision_counters();
+DROP FUNCTION hivenet._format_counters();
 DROP FUNCTION hivenet._format_constant(text);
 DROP FUNCTION hivenet._finish_batch(boolean,text,text[],integer[],boolean[],jsonb[]);
 DROP FUNCTION hivenet._field_values(hivenet.format,jsonb);
@@ -280,8 +301,13 @@ DROP FUNCTION hivenet._fenced();
 DROP FUNCTION hivenet._fence_counter(regclass,hivenet.format,bigint,bigint);
 DROP FUNCTION hivenet._fast_time_id(text,jsonb);
 DROP FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean);
+DROP FUNCTION hivenet._fallback_lock_space();
+DROP FUNCTION hivenet._fallback_gate_space();
+DROP FUNCTION hivenet._fallback_formats_check();
+DROP FUNCTION hivenet._fallback_drawn(hivenet.format);
 DROP FUNCTION hivenet._failover_gap();
 DROP FUNCTION hivenet._expire_attempts(text,text[],integer[]);
+DROP FUNCTION hivenet._create_scope_counter(hivenet.format,text,jsonb,text);
 DROP FUNCTION hivenet._create_decision_counters(text,boolean);
 DROP FUNCTION hivenet._counted_apart(text);
 DROP FUNCTION hivenet._count_decision(text,text);
@@ -329,7 +355,7 @@ BEGIN
         EXECUTE format('DROP SEQUENCE IF EXISTS hivenet.%I', v_counter);
     END LOOP;
 END $$;
-DELETE FROM hivenet.scope_pending
+DELETE FROM hivenet.fallback_draw
 WHERE format IN (SELECT name FROM hivenet.format WHERE time_shift IS NOT NULL);
 DELETE FROM hivenet.scope
 WHERE format IN (SELECT name FROM hivenet.format WHERE time_shift IS NOT NULL);
@@ -348,6 +374,23 @@ ALTER TABLE hivenet.failover_fence
     DROP CONSTRAINT failover_fence_applied_by_check,
     ADD CONSTRAINT failover_fence_applied_by_check
         CHECK (applied_by IN ('install', 'command', 'maintain'));
+
+-- Unprepared scopes: the scopes that drew from a fallback and have no counter of their own
+-- wait for maintain() again, one pending row each.
+CREATE TABLE hivenet.scope_pending (
+    format text NOT NULL,
+    scope  text NOT NULL,
+    fields jsonb NOT NULL
+);
+COMMENT ON TABLE hivenet.scope_pending IS
+    'new counter scopes waiting for their own sequence (hivenet.maintain() creates it)';
+CREATE INDEX scope_pending_scope ON hivenet.scope_pending (format, scope);
+INSERT INTO hivenet.scope_pending (format, scope, fields)
+SELECT DISTINCT ON (d.format, d.scope) d.format, d.scope, d.fields
+FROM hivenet.fallback_draw d
+WHERE NOT EXISTS (SELECT FROM hivenet.scope s WHERE s.format = d.format AND s.scope = d.scope)
+ORDER BY d.format, d.scope;
+DROP TABLE hivenet.fallback_draw;
 
 -- Decision counts, with their counters.
 DO $$
@@ -767,6 +810,37 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_owned_serial(text,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._claim_checked(p_namespace text, p_key text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_expires timestamptz;
+BEGIN
+    PERFORM hivenet._check_name('claim namespace', p_namespace);
+    PERFORM hivenet._check_name('claim key', p_key);
+    SELECT v_now + n.expiry INTO v_expires
+    FROM hivenet.claim_namespace n WHERE n.namespace = p_namespace;
+    INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
+    VALUES (p_namespace, p_key, v_now, v_expires)
+    ON CONFLICT (namespace, key) DO NOTHING;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Taken before; free again if it expired. A concurrent retaking holds the row: this waits
+    -- for it, then finds the claim unexpired (or, under REPEATABLE READ, raises 40001).
+    UPDATE hivenet.claim_record r SET claimed_at = v_now, expires_at = v_expires
+    WHERE r.namespace = p_namespace AND r.key = p_key AND r.expires_at <= v_now;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN040',
+            MESSAGE = format('claim %s / %s is already taken (until %s)',
+                             hivenet._shown(p_namespace), hivenet._shown(p_key), v_expires);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._claim_checked(text,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._compile_format(p_name text, p_segments jsonb, p_borrow_next_period boolean, p_description text)
  RETURNS hivenet.format
  LANGUAGE plpgsql
@@ -979,6 +1053,22 @@ BEGIN
     RETURN v_row;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._compile_format(text,jsonb,boolean,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._create_cold_counter()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
+                   hivenet._cold_sequence_name(NEW.name));
+    IF NEW.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(hivenet._cold_sequence_name(NEW.name), 0);
+    END IF;
+    RETURN NULL;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._create_cold_counter() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._default_failover_gap()
  RETURNS bigint
@@ -1434,6 +1524,41 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._issue_cold(hivenet.format,text[],integer) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._latest_issued(p_format text, p_scope text)
+ RETURNS timestamp without time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_format hivenet.format := (SELECT f FROM hivenet.format f WHERE f.name = p_format);
+    v_pending boolean;
+    v_counter text := hivenet._scope_sequence_name(p_format, p_scope);
+    v_cold text := hivenet._cold_sequence_name(p_format);
+    v_value bigint;
+BEGIN
+    IF v_format IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_pending := EXISTS (SELECT FROM hivenet.scope_pending s
+                         WHERE s.format = p_format AND s.scope = p_scope);
+    IF v_format.clock_unit IS NOT NULL THEN
+        v_value := pg_sequence_last_value(hivenet._committed_sequence(
+            hivenet._clock_sequence_name(v_counter)));
+        IF v_pending THEN
+            v_value := greatest(v_value, pg_sequence_last_value(hivenet._committed_sequence(
+                hivenet._clock_sequence_name(v_cold))));
+        END IF;
+        RETURN CASE WHEN v_value > 0 THEN hivenet._period_start(v_value, v_format.clock_unit) END;
+    END IF;
+    v_value := pg_sequence_last_value(hivenet._committed_sequence(v_counter));
+    IF v_pending THEN
+        v_value := greatest(v_value, pg_sequence_last_value(hivenet._committed_sequence(v_cold)));
+    END IF;
+    RETURN CASE WHEN v_value > 0
+                THEN hivenet._period_start(v_value / v_format.stride, v_format.reset) END;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._latest_issued(text,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._layout_sql(p_format hivenet.format, OUT shape text, OUT valid text, OUT time_of text, OUT date_at integer, OUT fields jsonb, OUT scope text)
  RETURNS record
  LANGUAGE plpgsql
@@ -1594,6 +1719,28 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._maintain_failover() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._maintain_scopes()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_pending record;
+BEGIN
+    FOR v_pending IN
+        WITH taken AS (DELETE FROM hivenet.scope_pending RETURNING *)
+        SELECT DISTINCT ON (t.format, t.scope) f AS format_row, t.scope, t.fields
+        FROM taken t JOIN hivenet.format f ON f.name = t.format
+        WHERE hivenet._not_owned(f, t.fields ->> hivenet._node_field(f),
+                  hivenet._setting_value('owned_instances'),
+                  hivenet._setting_value('single_primary_formats')::boolean) IS NULL
+        ORDER BY t.format, t.scope
+    LOOP
+        PERFORM hivenet._promote_scope(v_pending.format_row, v_pending.scope, v_pending.fields);
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_scopes() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._name_valid(p_value text)
  RETURNS boolean
@@ -2762,6 +2909,8 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.set_request_retention(text,interval) FROM PUBLIC;
 
+CREATE TRIGGER format_cold_counter AFTER INSERT ON hivenet.format FOR EACH ROW EXECUTE FUNCTION hivenet._create_cold_counter();
+
 CREATE VIEW hivenet._request_start AS
  SELECT NULL::text AS namespace,
     NULL::text AS key,
@@ -2929,9 +3078,11 @@ BEGIN ATOMIC
     SELECT length(p_value) BETWEEN 1 AND 255 AND p_value !~ '[\x01-\x1f\x7f-\x9f]';
 END;
 
--- The settings of the fence and of the bound on namespaces counted apart.
+-- The settings of the fence and of the bound on namespaces counted apart; and of the shared
+-- fallback: 0.1.0 draws every unprepared scope from its format's cold counter.
 DELETE FROM hivenet.setting
-WHERE name IN ('failover_gap', 'failover_loss_window', 'max_counted_namespaces');
+WHERE name IN ('failover_gap', 'failover_loss_window', 'max_counted_namespaces',
+               'shared_fallback', 'promote_fallback_scopes');
 
 -- Grants that only the old release had.
 DO $$

@@ -19,7 +19,7 @@ BEGIN
         EXECUTE format('DROP SEQUENCE IF EXISTS hivenet.%I', v_counter);
     END LOOP;
 END $$;
-DELETE FROM hivenet.scope_pending
+DELETE FROM hivenet.fallback_draw
 WHERE format IN (SELECT name FROM hivenet.format WHERE time_shift IS NOT NULL);
 DELETE FROM hivenet.scope
 WHERE format IN (SELECT name FROM hivenet.format WHERE time_shift IS NOT NULL);
@@ -38,6 +38,23 @@ ALTER TABLE hivenet.failover_fence
     DROP CONSTRAINT failover_fence_applied_by_check,
     ADD CONSTRAINT failover_fence_applied_by_check
         CHECK (applied_by IN ('install', 'command', 'maintain'));
+
+-- Unprepared scopes: the scopes that drew from a fallback and have no counter of their own
+-- wait for maintain() again, one pending row each.
+CREATE TABLE hivenet.scope_pending (
+    format text NOT NULL,
+    scope  text NOT NULL,
+    fields jsonb NOT NULL
+);
+COMMENT ON TABLE hivenet.scope_pending IS
+    'new counter scopes waiting for their own sequence (hivenet.maintain() creates it)';
+CREATE INDEX scope_pending_scope ON hivenet.scope_pending (format, scope);
+INSERT INTO hivenet.scope_pending (format, scope, fields)
+SELECT DISTINCT ON (d.format, d.scope) d.format, d.scope, d.fields
+FROM hivenet.fallback_draw d
+WHERE NOT EXISTS (SELECT FROM hivenet.scope s WHERE s.format = d.format AND s.scope = d.scope)
+ORDER BY d.format, d.scope;
+DROP TABLE hivenet.fallback_draw;
 
 -- Decision counts, with their counters.
 DO $$

@@ -1,6 +1,7 @@
 -- Release 0.2.0 from 0.1.0.
 -- Written by `python -m hivenet_db.tools.revision` from the schema files and the
 -- hand-written .tables.sql and .data.sql beside this file: do not edit it.
+-- Views as PostgreSQL 15 prints them.
 -- Bodies are checked when they run, as pg_dump's scripts do.
 SET LOCAL check_function_bodies = off;
 
@@ -23,6 +24,7 @@ DECLARE
             'hivenet._check_fields(hivenet.format,text[],boolean)',
             'hivenet._check_owned(hivenet.format,text[])',
             'hivenet._compile_format(text,jsonb,boolean,text)',
+            'hivenet._create_cold_counter()',
             'hivenet._default_failover_gap()',
             'hivenet._fast_path_expression(hivenet.format,text,boolean,boolean)',
             'hivenet._field_values(hivenet.format,jsonb)',
@@ -134,6 +136,7 @@ DROP VIEW hivenet.interface_calls_per_day;
 DROP VIEW hivenet.interface_calls;
 DROP VIEW hivenet._step_start;
 DROP VIEW hivenet._request_start;
+DROP TRIGGER format_cold_counter ON hivenet.format;
 DROP FUNCTION hivenet.set_request_retention(text,interval);
 DROP FUNCTION hivenet.set_claim_expiry(text,interval);
 DROP FUNCTION hivenet.resolve_step(text,integer,boolean,text,jsonb);
@@ -177,6 +180,7 @@ DROP FUNCTION hivenet._format_constant(text);
 DROP FUNCTION hivenet._field_values(hivenet.format,jsonb);
 DROP FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean);
 DROP FUNCTION hivenet._default_failover_gap();
+DROP FUNCTION hivenet._create_cold_counter();
 DROP FUNCTION hivenet._compile_format(text,jsonb,boolean,text);
 DROP FUNCTION hivenet._check_owned(hivenet.format,text[]);
 DROP FUNCTION hivenet._check_fields(hivenet.format,text[],boolean);
@@ -249,6 +253,29 @@ CREATE TABLE hivenet.decision_counter (
 COMMENT ON TABLE hivenet.decision_counter IS
     'the sequences that count the decisions of begin per namespace (view request_decisions)';
 CREATE SEQUENCE hivenet.decision_counter_number;
+
+-- Unprepared scopes: each draw from a format's shared fallback is recorded (fallback.sql), in
+-- place of one pending row per scope. 0.1.0's pending scopes drew at some time: recorded as
+-- scopes that drew in the current period (of no known count, so that a scope prepared today
+-- starts after the fallback, and maintain() promotes them as before).
+CREATE TABLE hivenet.fallback_draw (
+    format  text NOT NULL,
+    scope   text NOT NULL,
+    fields  jsonb NOT NULL,   -- the counter-key fields, as hivenet.scope.fields
+    period  bigint NOT NULL,  -- the clock's period of the draw (_period_index)
+    serials bigint NOT NULL   -- how many serials it drew
+);
+COMMENT ON TABLE hivenet.fallback_draw IS
+    'draws of unprepared scopes from their format''s shared fallback counter (setting '
+    'shared_fallback), per scope and period';
+CREATE INDEX fallback_draw_scope ON hivenet.fallback_draw (format, scope);
+INSERT INTO hivenet.fallback_draw (format, scope, fields, period, serials)
+SELECT DISTINCT ON (p.format, p.scope) p.format, p.scope, p.fields,
+       hivenet._period_index(hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
+                             f.reset), 0
+FROM hivenet.scope_pending p JOIN hivenet.format f ON f.name = p.format
+ORDER BY p.format, p.scope;
+DROP TABLE hivenet.scope_pending;
 
 -- Numeric formats (time_ids.sql): how far their time number is shifted left.
 ALTER TABLE hivenet.format ADD COLUMN time_shift integer;
@@ -387,7 +414,7 @@ BEGIN
     v_seq := to_regclass(
         'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
     IF v_seq IS NULL THEN
-        RETURN hivenet._issue_cold(v_format, v_values, p_count);
+        RETURN hivenet._issue_unprepared(v_format, v_values, p_count);
     END IF;
     RETURN hivenet._issue(v_seq, v_format, v_values, p_count, format('scope %L', v_scope));
 END $function$;
@@ -454,8 +481,8 @@ BEGIN
                 MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
                                  'its outcome is unknown',
                                  hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
-                                 v_last.started_at,
-                                 v_last.started_at + hivenet._step_lease(v_last.lease));
+                                 hivenet._shown_time(v_last.started_at), hivenet._shown_time(
+                                     v_last.started_at + hivenet._step_lease(v_last.lease)));
         -- Past its namespace's expire_after: expired here (expiry.sql), then a failure like
         -- any other (the branches below); unless another transaction finished or expired it
         -- meanwhile: then look again (attempt v_attempt exists, so the insert conflicts).
@@ -469,7 +496,7 @@ BEGIN
                 RAISE EXCEPTION USING ERRCODE = 'HN031',
                     MESSAGE = format('%s already succeeded (attempt %s at %s)',
                                      hivenet._attempt_subject(p_namespace, p_key),
-                                     v_last.attempt, v_last.finished_at);
+                                     v_last.attempt, hivenet._shown_time(v_last.finished_at));
             END IF;
             outcome := hivenet._count_decision(p_namespace, 'replayed');
             attempt := v_last.attempt;
@@ -1054,6 +1081,45 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_timeline() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._claim_checked(p_namespace text, p_key text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_expires timestamptz;
+BEGIN
+    PERFORM hivenet._check_name('claim namespace', p_namespace);
+    PERFORM hivenet._check_name('claim key', p_key);
+    SELECT v_now + n.expiry INTO v_expires
+    FROM hivenet.claim_namespace n WHERE n.namespace = p_namespace;
+    INSERT INTO hivenet.claim_record (namespace, key, claimed_at, expires_at)
+    VALUES (p_namespace, p_key, v_now, v_expires)
+    ON CONFLICT (namespace, key) DO NOTHING;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    -- Taken before; free again if it expired. A concurrent retaking holds the row: this waits
+    -- for it, then finds the claim unexpired (or, under REPEATABLE READ, raises 40001).
+    UPDATE hivenet.claim_record r SET claimed_at = v_now, expires_at = v_expires
+    WHERE r.namespace = p_namespace AND r.key = p_key AND r.expires_at <= v_now;
+    IF NOT FOUND THEN
+        -- Until when the claim that holds the key is taken (not this one's expiry).
+        SELECT r.expires_at INTO v_expires
+        FROM hivenet.claim_record r WHERE r.namespace = p_namespace AND r.key = p_key;
+        RAISE EXCEPTION USING ERRCODE = 'HN040',
+            MESSAGE = format('claim %s / %s is already taken%s',
+                             hivenet._shown(p_namespace), hivenet._shown(p_key),
+                             CASE WHEN NOT FOUND THEN ''
+                                  WHEN v_expires IS NULL THEN ' (for good: its namespace has '
+                                                              'no expiry)'
+                                  ELSE format(' (until %s)', hivenet._shown_time(v_expires))
+                             END);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._claim_checked(text,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._clock_behind(p_format text, p_latest timestamp without time zone, p_local timestamp without time zone)
  RETURNS timestamp without time zone
  LANGUAGE plpgsql
@@ -1436,6 +1502,23 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._create_decision_counters(text,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._create_scope_counter(p_format hivenet.format, p_scope text, p_fields jsonb, p_name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', p_name);
+    PERFORM hivenet._grant_counter(p_name);  -- for the fast path, run as the caller
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(hivenet._scope_sequence_name(p_format.name, p_scope), 0);
+    END IF;
+    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
+    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), p_name)
+    ON CONFLICT DO NOTHING;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._create_scope_counter(hivenet.format,text,jsonb,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._expire_attempts(p_namespace text, p_keys text[], p_attempts integer[])
  RETURNS integer
  LANGUAGE plpgsql
@@ -1482,6 +1565,89 @@ AS $function$
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._failover_gap() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._fallback_drawn(p_format hivenet.format)
+ RETURNS text[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_key integer := hashtext(p_format.name);
+    v_period bigint := hivenet._period_index(
+        hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), p_format.reset);
+    v_fallback regclass :=
+        ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
+    v_value bigint := coalesce(pg_sequence_last_value(v_fallback), 0);
+    v_settled boolean := false;
+    v_deadline timestamptz := clock_timestamp() + interval '1 second';
+BEGIN
+    IF v_value / p_format.stride >= v_period AND v_value % p_format.stride > 0 THEN
+        PERFORM pg_advisory_xact_lock(hivenet._fallback_gate_space(), v_key);
+        LOOP
+            v_settled := pg_try_advisory_xact_lock(hivenet._fallback_lock_space(), v_key);
+            EXIT WHEN v_settled OR clock_timestamp() > v_deadline;
+            PERFORM pg_sleep(0.005);
+        END LOOP;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), v_key);
+    v_value := coalesce(pg_sequence_last_value(v_fallback), 0);  -- now it stays
+    IF v_value / p_format.stride < v_period OR v_value % p_format.stride = 0 THEN
+        RETURN '{}';
+    ELSIF v_value / p_format.stride > v_period OR NOT v_settled THEN
+        RETURN NULL;
+    END IF;
+    -- Values past the capacity are never printed (_advance parks the counter there).
+    IF least(v_value % p_format.stride, p_format.capacity) IS DISTINCT FROM (
+           SELECT sum(d.serials) FROM hivenet.fallback_draw d
+           WHERE d.format = p_format.name AND d.period = v_period) THEN
+        RETURN NULL;
+    END IF;
+    RETURN ARRAY(SELECT DISTINCT d.scope FROM hivenet.fallback_draw d
+                 WHERE d.format = p_format.name AND d.period = v_period ORDER BY 1);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fallback_drawn(hivenet.format) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fallback_formats_check()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_names text[] := ARRAY(SELECT DISTINCT btrim(n)
+                            FROM unnest(string_to_array(NEW.value, ',')) AS n
+                            WHERE btrim(n) <> '' ORDER BY 1);
+    v_unknown text;
+BEGIN
+    SELECT n INTO v_unknown FROM unnest(v_names) AS n
+    WHERE NOT EXISTS (SELECT FROM hivenet.format f WHERE f.name = n) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('setting %s: %s is no format (formats: %s)', NEW.name,
+                             hivenet._shown(v_unknown),
+                             (SELECT string_agg(f.name, ', ' ORDER BY f.name)
+                              FROM hivenet.format f));
+    END IF;
+    NEW.value := array_to_string(v_names, ',');
+    RETURN NEW;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fallback_formats_check() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fallback_gate_space()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT 1214210105 $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fallback_gate_space() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fallback_lock_space()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ SELECT 1214210104 $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fallback_lock_space() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._fast_path_expression(p_format hivenet.format, p_zone text, p_enforce_registry boolean, p_allow_fake_clock boolean)
  RETURNS text
  LANGUAGE plpgsql
@@ -1519,7 +1685,7 @@ BEGIN
     -- one (unprepared, or parked: ownership.sql), which nextval (strict) passes on to the full
     -- path. The values are alnum here (the pattern matched), so the quoted name is theirs.
     -- The session's catalog cache may not see a sequence created since its transaction
-    -- began: NULL then too, and the full path finds it (_issue_cold).
+    -- began: NULL then too, and the full path finds it (_issue_unprepared).
     v_counter := format('to_regclass(%L || p_a || p_b || p_c || %L)',
                         'hivenet."' || hivenet._scope_sequence_name(p_format.name, ''), '"');
     IF p_allow_fake_clock THEN
@@ -1678,7 +1844,9 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
     BEGIN
-        from_value := coalesce(pg_sequence_last_value(p_seq), 0);
+        -- Its value, also one set as the next (is_called false: a prepared scope's start,
+        -- counters.sql), which pg_sequence_last_value does not show.
+        EXECUTE format('SELECT last_value FROM %s', p_seq) INTO from_value;
         v_base := greatest(from_value, p_period * p_format.stride);
         to_value := v_base + p_gap;
         v_last := (v_base / p_format.stride) * p_format.stride + p_format.capacity;
@@ -1771,6 +1939,18 @@ BEGIN ATOMIC
          END AS "case";
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._format_constant(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._format_counters()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM hivenet._make_format_counters(NEW);
+    RETURN NULL;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._format_counters() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._grant_decision_counters()
  RETURNS void
@@ -1883,7 +2063,7 @@ BEGIN
                        'hivenet.interface_calls_per_day, hivenet.step_states, '
                        'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
                        'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions, '
-                       'hivenet.clock_lead TO %I', v_role);
+                       'hivenet.clock_lead, hivenet.business_time_zone TO %I', v_role);
         EXECUTE format('GRANT EXECUTE ON FUNCTION '
                        'hivenet.call_chain, '
                        'hivenet.now, hivenet._fake_now, hivenet._step_lease, '  -- stuck_*
@@ -1921,6 +2101,17 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._grant_roles() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._has_issued(p_sequence_name text)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT p_sequence_name IS NULL OR pg_sequence_last_value(
+        to_regclass('hivenet.' || quote_ident(p_sequence_name))) IS NOT NULL
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._has_issued(text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._issue(p_seq regclass, p_format hivenet.format, p_values text[], p_count integer, p_scope text)
  RETURNS text[]
@@ -2005,7 +2196,7 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._issue(regclass,hivenet.format,text[],integer,text) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._issue_cold(p_format hivenet.format, p_values text[], p_count integer)
+CREATE OR REPLACE FUNCTION hivenet._issue_unprepared(p_format hivenet.format, p_values text[], p_count integer)
  RETURNS text[]
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2013,30 +2204,46 @@ AS $function$
 DECLARE
     v_scope text := hivenet._scope_of(p_format, p_values);
     v_key integer := hashtext(p_format.name);
+    -- The setting's generated constant, or its row when the constant is missing.
+    v_shared boolean := p_format.name = ANY (string_to_array(coalesce(
+        hivenet._setting_constant('shared_fallback'),
+        hivenet._setting_value('shared_fallback')), ','));
+    v_held text := coalesce(current_setting('hivenet.fallback_drawn', true), '');
     v_seq regclass;
     v_out text[];
 BEGIN
     -- A scope's first use (and every use of a parked one): this database must own it
-    -- (ownership.sql). Scopes with a sequence of their own passed this when promoted.
+    -- (ownership.sql). Scopes with a sequence of their own passed this when prepared.
     IF hivenet._setting_constant('owned_instances') IS DISTINCT FROM 'all' THEN
         PERFORM hivenet._check_owned(p_format, p_values);
+    END IF;
+    IF v_shared AND strpos(v_held, ',' || p_format.name || ',') = 0 THEN
+        PERFORM pg_advisory_lock_shared(hivenet._fallback_gate_space(), v_key);
+        BEGIN
+            PERFORM pg_advisory_xact_lock_shared(hivenet._fallback_lock_space(), v_key);
+        EXCEPTION WHEN OTHERS OR query_canceled THEN
+            PERFORM pg_advisory_unlock_shared(hivenet._fallback_gate_space(), v_key);
+            RAISE;
+        END;
+        PERFORM pg_advisory_unlock_shared(hivenet._fallback_gate_space(), v_key);
+        PERFORM set_config('hivenet.fallback_drawn',
+                           coalesce(nullif(v_held, ''), ',') || p_format.name || ',', true);
     END IF;
     PERFORM pg_advisory_lock_shared(hivenet._cold_lock_space(), v_key);
     BEGIN
         v_seq := hivenet._committed_sequence(hivenet._scope_sequence_name(p_format.name, v_scope));
-        IF v_seq IS NULL THEN
+        IF v_seq IS NULL AND v_shared THEN
             v_out := hivenet._issue(
                 ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass,
                 p_format, p_values, p_count,
-                format('the cold counter of unprepared scopes (scope %L was not prepared '
-                       'before its first use; prepare scopes at deployment, `hivenet-db '
-                       'prepare`: one prepared now starts after every cold value, so it is '
-                       'exhausted too until the next period)', v_scope));
-            -- Once per scope, not per serial: a busy new scope would pile up rows.
-            INSERT INTO hivenet.scope_pending (format, scope, fields)
-            SELECT p_format.name, v_scope, hivenet._scope_fields(p_format, p_values)
-            WHERE NOT EXISTS (SELECT FROM hivenet.scope_pending s
-                              WHERE s.format = p_format.name AND s.scope = v_scope);
+                format('the shared fallback counter of the unprepared scopes (scope %L among '
+                       'them; a scope prepared before its first use counts on its own, '
+                       '`hivenet-db prepare`)', v_scope));
+            INSERT INTO hivenet.fallback_draw (format, scope, fields, period, serials)
+            VALUES (p_format.name, v_scope, hivenet._scope_fields(p_format, p_values),
+                    hivenet._period_index(hivenet.now() AT TIME ZONE
+                                          hivenet._setting_constant('time_zone'), p_format.reset),
+                    p_count);
         END IF;
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
@@ -2045,10 +2252,12 @@ BEGIN
     PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
     IF v_seq IS NOT NULL THEN
         RETURN hivenet._issue(v_seq, p_format, p_values, p_count, format('scope %L', v_scope));
+    ELSIF v_out IS NULL THEN
+        PERFORM hivenet._refuse_unprepared(p_format, p_values);
     END IF;
     RETURN v_out;
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._issue_cold(hivenet.format,text[],integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._issue_unprepared(hivenet.format,text[],integer) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._key_allowed(p_policy hivenet.request_namespace, p_key text)
  RETURNS boolean
@@ -2058,6 +2267,41 @@ BEGIN ATOMIC
  SELECT (NOT COALESCE(((length(p_key) < (p_policy).key_min_length) OR (p_key !~ (p_policy).key_pattern)), false));
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._key_allowed(hivenet.request_namespace,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._latest_issued(p_format text, p_scope text)
+ RETURNS timestamp without time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_format hivenet.format := (SELECT f FROM hivenet.format f WHERE f.name = p_format);
+    v_drawn boolean;
+    v_counter text := hivenet._scope_sequence_name(p_format, p_scope);
+    v_cold text := hivenet._cold_sequence_name(p_format);
+    v_value bigint;
+BEGIN
+    IF v_format IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_drawn := EXISTS (SELECT FROM hivenet.fallback_draw d
+                       WHERE d.format = p_format AND d.scope = p_scope);
+    IF v_format.clock_unit IS NOT NULL THEN
+        v_value := pg_sequence_last_value(hivenet._committed_sequence(
+            hivenet._clock_sequence_name(v_counter)));
+        IF v_drawn THEN
+            v_value := greatest(v_value, pg_sequence_last_value(hivenet._committed_sequence(
+                hivenet._clock_sequence_name(v_cold))));
+        END IF;
+        RETURN CASE WHEN v_value > 0 THEN hivenet._period_start(v_value, v_format.clock_unit) END;
+    END IF;
+    v_value := pg_sequence_last_value(hivenet._committed_sequence(v_counter));
+    IF v_drawn THEN
+        v_value := greatest(v_value, pg_sequence_last_value(hivenet._committed_sequence(v_cold)));
+    END IF;
+    RETURN CASE WHEN v_value > 0
+                THEN hivenet._period_start(v_value / v_format.stride, v_format.reset) END;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._latest_issued(text,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._layout_sql(p_format hivenet.format, OUT shape text, OUT valid text, OUT time_of text, OUT date_at integer, OUT fields jsonb, OUT scope text)
  RETURNS record
@@ -2262,6 +2506,72 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._maintain_request_expiry() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._maintain_scopes()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_format hivenet.format;
+    v_promoted text[] := string_to_array(hivenet._setting_value('promote_fallback_scopes'), ',');
+    v_drawn record;
+BEGIN
+    FOR v_format IN SELECT f.* FROM hivenet.format f
+                    WHERE EXISTS (SELECT FROM hivenet.fallback_draw d WHERE d.format = f.name)
+                    ORDER BY f.name LOOP
+        PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
+        IF v_format.name = ANY (v_promoted) THEN
+            FOR v_drawn IN
+                SELECT DISTINCT ON (d.scope) d.scope, d.fields FROM hivenet.fallback_draw d
+                WHERE d.format = v_format.name
+                  AND NOT EXISTS (SELECT FROM hivenet.scope s
+                                  WHERE s.format = d.format AND s.scope = d.scope)
+                  AND hivenet._not_owned(v_format, d.fields ->> hivenet._node_field(v_format),
+                          hivenet._setting_value('owned_instances'),
+                          hivenet._setting_value('single_primary_formats')::boolean) IS NULL
+                ORDER BY d.scope
+            LOOP
+                PERFORM hivenet._promote_scope(v_format, v_drawn.scope, v_drawn.fields, true);
+            END LOOP;
+        END IF;
+        WITH taken AS (DELETE FROM hivenet.fallback_draw d WHERE d.format = v_format.name
+                       RETURNING d.*)
+        INSERT INTO hivenet.fallback_draw (format, scope, fields, period, serials)
+        SELECT t.format, t.scope, (array_agg(t.fields))[1], t.period, sum(t.serials)
+        FROM taken t
+        WHERE t.period >= hivenet._period_index(
+                  hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'), v_format.reset)
+        GROUP BY t.format, t.scope, t.period;
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_scopes() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._make_format_counters(p_format hivenet.format)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_name text := hivenet._scope_sequence_name(p_format.name, '');
+BEGIN
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
+                   hivenet._cold_sequence_name(p_format.name));
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(hivenet._cold_sequence_name(p_format.name), 0);
+    END IF;
+    IF hivenet._one_scope(p_format) THEN
+        -- Nested: _not_owned is not there yet while the schema is installed.
+        IF coalesce(hivenet._setting_value('owned_instances'), 'all') <> 'all' THEN
+            IF hivenet._not_owned(p_format, NULL, hivenet._setting_value('owned_instances'),
+                   hivenet._setting_value('single_primary_formats')::boolean) IS NOT NULL THEN
+                v_name := 'off_' || substr(v_name, 5);
+            END IF;
+        END IF;
+        PERFORM hivenet._create_scope_counter(p_format, '', '{}', v_name);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._make_format_counters(hivenet.format) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._unseen_characters()
  RETURNS text
  LANGUAGE sql
@@ -2347,6 +2657,16 @@ AS $function$
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._one_scope(p_format hivenet.format)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT coalesce(p_format.key_fields = '{}', cardinality(p_format.field_names) = 0)
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._one_scope(hivenet.format) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._ownership_check()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -2361,7 +2681,7 @@ BEGIN
     IF NEW.name = 'owned_instances' THEN
         NEW.value := hivenet._canonical_instances(NEW.value);
     END IF;
-    IF TG_OP = 'INSERT' OR to_regclass('hivenet.scope_pending') IS NULL THEN
+    IF TG_OP = 'INSERT' OR to_regclass('hivenet.fallback_draw') IS NULL THEN
         RETURN NEW;
     END IF;
     v_owned := CASE WHEN NEW.name = 'owned_instances' THEN NEW.value
@@ -2370,8 +2690,7 @@ BEGIN
                      ELSE hivenet._setting_value('single_primary_formats')::boolean END;
     FOR v_scope IN SELECT s.format, s.scope FROM hivenet._scopes_by_node() s
                    WHERE left(s.sequence_name, 4) = 'seq_'
-                     AND pg_sequence_last_value(to_regclass(
-                             'hivenet.' || quote_ident(s.sequence_name))) IS NULL
+                     AND NOT hivenet._has_issued(s.sequence_name)
                      AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
                    ORDER BY s.sequence_name LOOP
         PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
@@ -2501,26 +2820,6 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._policy_fingerprint(text,jsonb) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._prepare_time_id_scope()
- RETURNS void
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-DECLARE
-    v_format hivenet.format := (SELECT f FROM hivenet.format f WHERE f.name = 'time_id');
-    v_name text := hivenet._scope_sequence_name('time_id', '');
-BEGIN
-    IF hivenet._not_owned(v_format, NULL, hivenet._setting_value('owned_instances'),
-                          hivenet._setting_value('single_primary_formats')::boolean)
-       IS NOT NULL THEN
-        v_name := 'off_' || substr(v_name, 5);
-    END IF;
-    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
-    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
-    VALUES ('time_id', '', '{}', md5(v_format.segments::text), v_name);
-END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._prepare_time_id_scope() FROM PUBLIC;
-
 CREATE OR REPLACE FUNCTION hivenet._printed_time(p_seg jsonb, p_part text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2547,40 +2846,40 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._printed_time(jsonb,text) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb)
+CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb, p_drawn boolean)
  RETURNS void
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
     v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
-    v_seq regclass;
+    v_fallback regclass;
+    v_issued bigint;  -- the fallback's last value, NULL before its first
 BEGIN
-    -- On a new timeline, from fenced values only (failover.sql): the fence must see the scope.
     PERFORM hivenet._check_timeline();
     PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
     -- Another promotion of the scope may have committed while we waited for the lock.
     IF hivenet._committed_sequence(v_name) IS NOT NULL THEN
         RETURN;
     END IF;
-    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
-    PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
-    v_seq := ('hivenet.' || quote_ident(v_name))::regclass;
-    PERFORM setval(v_seq, greatest(
-        pg_sequence_last_value(
-            ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass),
-        hivenet._period_index(hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
-                              p_format.reset) * p_format.stride,
-        0), true);
-    IF p_format.clock_unit IS NOT NULL THEN
-        PERFORM hivenet._create_clock(v_name, pg_sequence_last_value(hivenet._clock_sequence(
-            ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass)));
+    PERFORM hivenet._create_scope_counter(p_format, p_scope, p_fields, v_name);
+    v_fallback := ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
+    v_issued := pg_sequence_last_value(v_fallback);
+    IF v_issued > 0 AND p_drawn THEN
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, v_issued, true);
+    ELSIF v_issued > 0 THEN
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, 1 + CASE
+            WHEN p_drawn IS NULL THEN v_issued
+            ELSE greatest(v_issued / p_format.stride, hivenet._period_index(
+                     hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
+                     p_format.reset)) * p_format.stride END, false);
     END IF;
-    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
-    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), v_name)
-    ON CONFLICT DO NOTHING;
+    IF p_format.clock_unit IS NOT NULL AND p_drawn IS NOT FALSE THEN
+        PERFORM hivenet._create_clock(v_name,
+            pg_sequence_last_value(hivenet._clock_sequence(v_fallback)));
+    END IF;
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb,boolean) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._purge_chained(p_namespace text, p_keys text[])
  RETURNS void
@@ -2775,6 +3074,9 @@ BEGIN
             coalesce(v_settings ->> 'time_zone', 'UTC'),
             coalesce((v_settings ->> 'enforce_registry')::boolean, false),
             coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    -- A CASE needs a branch: none for a database without numeric formats (mid-upgrade).
+    v_time_ids := ARRAY(SELECT coalesce(nullif(b, ''), ' WHEN NULL THEN NULL')
+                        FROM unnest(v_time_ids) WITH ORDINALITY AS t (b, i) ORDER BY i);
     PERFORM hivenet._replace_function('_fast_time_id(p_format text, p_fields jsonb)', 'bigint',
         'VOLATILE', format('CASE p_format%s ELSE NULL::bigint END', v_time_ids[1]));
     PERFORM hivenet._replace_function('_time_id_batch(p_format text, p_fields jsonb, '
@@ -2793,6 +3095,39 @@ BEGIN
                                         v_system_layout.date_at, v_settings));
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._recompile() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._refuse_unprepared(p_format hivenet.format, p_values text[])
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_key record;
+BEGIN
+    -- The counter-key fields in the format's order; values are valid, so [0-9A-Za-z] only.
+    SELECT coalesce(string_agg(format('%s %L', f.name, p_values[f.i]), ', ' ORDER BY f.i),
+                    'its one scope') AS named,
+           coalesce(string_agg(format('"%s": "%s"', f.name, p_values[f.i]), ', '
+                               ORDER BY f.i), '') AS json,
+           coalesce(array_agg(f.name ORDER BY f.i) = ARRAY['system', 'module', 'instance'],
+                    false) AS channel,
+           string_agg(p_values[f.i], ' ' ORDER BY f.i) AS words,
+           string_agg(format('%s=%s', f.name, p_values[f.i]), ',' ORDER BY f.i) AS pairs
+    INTO v_key
+    FROM unnest(p_format.field_names) WITH ORDINALITY AS f(name, i)
+    WHERE p_format.key_fields IS NULL OR f.i = ANY (p_format.key_fields);
+    RAISE EXCEPTION USING ERRCODE = 'HN002',
+        MESSAGE = format('format %s has no counter for %s: a scope counts on a counter of its '
+                         'own, prepared before its first use; prepare it with `hivenet-db '
+                         'prepare %s%s` or SELECT hivenet.prepare_scope(%L, %L)',
+                         p_format.name, v_key.named, p_format.name,
+                         CASE WHEN v_key.channel THEN ' ' || v_key.words
+                              WHEN v_key.pairs IS NOT NULL THEN ' ' || v_key.pairs
+                              ELSE '' END,
+                         p_format.name, '{' || v_key.json || '}');
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._refuse_unprepared(hivenet.format,text[]) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._request_start_valid(p_namespace text, p_key text, p_unified_serial text, p_lease interval)
  RETURNS boolean
@@ -2884,7 +3219,9 @@ AS $function$
     SELECT f, s.scope, s.fields ->> hivenet._node_field(f), s.sequence_name
     FROM (SELECT c.format, c.scope, c.fields, c.sequence_name FROM hivenet.scope c
           UNION ALL
-          SELECT DISTINCT p.format, p.scope, p.fields, NULL FROM hivenet.scope_pending p) AS s
+          SELECT DISTINCT d.format, d.scope, d.fields, NULL FROM hivenet.fallback_draw d
+          WHERE NOT EXISTS (SELECT FROM hivenet.scope c
+                            WHERE c.format = d.format AND c.scope = d.scope)) AS s
     JOIN hivenet.format f ON f.name = s.format
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._scopes_by_node() FROM PUBLIC;
@@ -3129,6 +3466,18 @@ BEGIN ATOMIC
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._serial_time(text,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._serials_issued()
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT EXISTS (SELECT FROM hivenet.scope s WHERE hivenet._has_issued(s.sequence_name))
+        OR EXISTS (SELECT FROM hivenet.format f WHERE pg_sequence_last_value(to_regclass(
+               'hivenet.' || quote_ident(hivenet._cold_sequence_name(f.name)))) IS NOT NULL)
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._serials_issued() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._set_policy(p_namespace text, p_given jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -3192,11 +3541,9 @@ BEGIN
     END IF;
     IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
        AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
-       AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
-        -- Nested: the tables are looked up only once they exist (not during an install).
-        IF EXISTS (SELECT FROM hivenet.scope s WHERE pg_sequence_last_value(
-                       to_regclass('hivenet.' || quote_ident(s.sequence_name))) IS NOT NULL)
-           OR EXISTS (SELECT FROM hivenet.scope_pending) THEN
+       AND to_regclass('hivenet.fallback_draw') IS NOT NULL THEN
+        -- Nested: the counters are looked up only once they exist (not during an install).
+        IF hivenet._serials_issued() THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
                                  'issued: their business dates and times would go backwards '
@@ -3229,7 +3576,9 @@ BEGIN ATOMIC
              WHEN 'max_counted_namespaces'::text THEN '100'::text
              WHEN 'max_serials_per_call'::text THEN '10000'::text
              WHEN 'owned_instances'::text THEN 'all'::text
+             WHEN 'promote_fallback_scopes'::text THEN ''::text
              WHEN 'request_retention'::text THEN '24 hours'::text
+             WHEN 'shared_fallback'::text THEN ''::text
              WHEN 'single_primary_formats'::text THEN 'false'::text
              WHEN 'step_future_tolerance'::text THEN '5 minutes'::text
              WHEN 'step_lease'::text THEN '5 minutes'::text
@@ -3262,6 +3611,22 @@ AS $function$
                                     ELSE left(p_value, 32) END) AS quoted) q
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._shown(text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._shown_time(p_time timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+    SELECT to_char(p_time AT TIME ZONE z.zone, 'YYYY-MM-DD HH24:MI:SS')
+           || CASE WHEN o.seconds < 0 THEN '-' ELSE '+' END
+           || to_char(make_interval(secs => abs(o.seconds)), 'HH24:MI')
+           || format(' (%s)', z.zone)
+    FROM (SELECT hivenet._setting_value('time_zone') AS zone) AS z,
+         LATERAL (SELECT extract(epoch FROM (p_time AT TIME ZONE z.zone)
+                                          - (p_time AT TIME ZONE 'UTC')) AS seconds) AS o
+$function$;
+REVOKE EXECUTE ON FUNCTION hivenet._shown_time(timestamp with time zone) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._start_attempt(p_namespace text, p_key text, p_attempt integer, p_fingerprint bytea, p_unified_serial text, p_lease interval, p_chained boolean)
  RETURNS boolean
@@ -3981,7 +4346,7 @@ BEGIN
                        WHERE hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
                        ORDER BY (s.format).name, s.scope LOOP
             IF v_scope.sequence_name IS NULL THEN
-                DELETE FROM hivenet.scope_pending
+                DELETE FROM hivenet.fallback_draw
                 WHERE format = (v_scope.format).name AND scope = v_scope.scope;
             ELSE
                 PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
@@ -4077,7 +4442,8 @@ DECLARE
     v_format hivenet.format;
     v_fields jsonb;
     v_values text[];
-    v_scope text;
+    v_new jsonb := '{}';  -- scope → its fields, for the scopes without a sequence
+    v_drawn text[];
 BEGIN
     SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
     IF NOT FOUND THEN
@@ -4090,11 +4456,22 @@ BEGIN
         v_values := hivenet._field_values(v_format, v_fields);
         PERFORM hivenet._check_fields(v_format, v_values, true);
         PERFORM hivenet._check_owned(v_format, v_values);
-        v_scope := hivenet._scope_of(v_format, v_values);
-        CONTINUE WHEN EXISTS (SELECT FROM hivenet.scope s
-                              WHERE s.format = p_format AND s.scope = v_scope);
-        PERFORM hivenet._promote_scope(v_format, v_scope,
-                                       hivenet._scope_fields(v_format, v_values));
+        v_new := v_new || jsonb_build_object(hivenet._scope_of(v_format, v_values),
+                                             hivenet._scope_fields(v_format, v_values));
+    END LOOP;
+    SELECT coalesce(jsonb_object_agg(n.key, n.value), '{}') INTO v_new
+    FROM jsonb_each(v_new) AS n
+    WHERE NOT EXISTS (SELECT FROM hivenet.scope s WHERE s.format = p_format AND s.scope = n.key);
+    IF v_new = '{}' THEN
+        RETURN;
+    END IF;
+    -- Before any lock (failover.sql): on a new timeline, the fence comes first.
+    PERFORM hivenet._check_timeline();
+    v_drawn := hivenet._fallback_drawn(v_format);
+    FOR v_fields IN SELECT jsonb_build_object('scope', n.key, 'fields', n.value)
+                    FROM jsonb_each(v_new) AS n ORDER BY n.key LOOP
+        PERFORM hivenet._promote_scope(v_format, v_fields ->> 'scope', v_fields -> 'fields',
+                                       v_fields ->> 'scope' = ANY (v_drawn));
     END LOOP;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.prepare_scope(text,jsonb) FROM PUBLIC;
@@ -4405,6 +4782,10 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.watch_request(text,text) FROM PUBLIC;
 
+CREATE TRIGGER format_counters AFTER INSERT ON hivenet.format FOR EACH ROW EXECUTE FUNCTION hivenet._format_counters();
+
+CREATE TRIGGER setting_fallback_formats BEFORE INSERT OR UPDATE ON hivenet.setting FOR EACH ROW WHEN ((new.name = ANY (ARRAY['shared_fallback'::text, 'promote_fallback_scopes'::text]))) EXECUTE FUNCTION hivenet._fallback_formats_check();
+
 CREATE VIEW hivenet._new_attempt AS
  SELECT NULL::text AS namespace,
     NULL::text AS key,
@@ -4422,6 +4803,15 @@ CREATE RULE write AS
     a.fingerprint,
     a.unified_serial,
     a.lease;
+
+CREATE VIEW hivenet.business_time_zone AS
+ SELECT s.value AS time_zone,
+    ((c.now AT TIME ZONE s.value) - (c.now AT TIME ZONE 'UTC'::text)) AS utc_offset,
+    ((c.now AT TIME ZONE s.value))::timestamp(0) without time zone AS local_time
+   FROM (hivenet.setting s
+     CROSS JOIN ( SELECT hivenet.now() AS now) c)
+  WHERE (s.name = 'time_zone'::text);
+COMMENT ON VIEW hivenet.business_time_zone IS 'the business time zone of serials and messages, its offset from UTC, the local time now';
 
 CREATE VIEW hivenet.clock_lead AS
  WITH clock AS (
@@ -4618,17 +5008,18 @@ ALTER TABLE hivenet.request_attempt
     ALTER COLUMN client_addr SET DEFAULT inet_client_addr();
 
 -- The built-in format time_id (hivenet_db/sql/builtin_formats.json), compiled as a fresh
--- install compiles it, and its one scope, prepared as a fresh install prepares it (parked on
--- a database that may not issue it: time_ids.sql).
+-- install compiles it; its one scope is prepared with it, as a fresh install prepares it
+-- (parked on a database that may not issue it: counters.sql, _make_format_counters).
 INSERT INTO hivenet.format
 SELECT f.*
 FROM jsonb_populate_record(hivenet._compile_format('time_id',
          '[{"time": "yyMMddHHmmss"}, {"seq_bits": 14, "reset": "second"}]', false,
          'time id (seed 004): a bigint, (yyMMddHHmmss << 14) | per-second sequence'),
      '{"builtin": true}') AS f;
-SELECT hivenet._prepare_time_id_scope();
+
 -- The fence takes itself (failover.sql): this timeline counts as fenced when 0.1.0 recorded
--- a fence of it (or the install on it); else the next allocation fences it. And its settings.
+-- a fence of it (or the install on it); else the next allocation (or prepare_scope below)
+-- fences it. And its settings.
 SELECT setval('hivenet.fenced_timeline', coalesce(
     (SELECT f.timeline FROM hivenet.failover_fence f
      ORDER BY f.timeline = hivenet._timeline() DESC, f.timeline DESC LIMIT 1), 0));
@@ -4645,6 +5036,37 @@ INSERT INTO hivenet.setting (name, value, kind, description) VALUES
      'most namespaces of keyed requests the application makes decision counters for (six '
      'sequences each; metric hivenet_request_decisions_total); begins in further ones count '
      'under hivenet.other, but those with a policy of their own (set_namespace_policy)');
+
+-- Unprepared scopes. 0.1.0 drew every one from its format's cold counter and maintain() gave
+-- it a counter of its own; 0.2.0 refuses them (HN002) unless the format opts in to that
+-- shared fallback. A database goes on as before for each format whose cold counter issued
+-- serials, so that no allocation that worked before the upgrade is refused after it (turn
+-- it off once its scopes are prepared: docs/operations.md).
+INSERT INTO hivenet.setting (name, value, kind, description)
+SELECT s.name, (SELECT coalesce(string_agg(f.name, ',' ORDER BY f.name), '')
+                FROM hivenet.format f
+                WHERE pg_sequence_last_value(('hivenet.'
+                          || quote_ident(hivenet._cold_sequence_name(f.name)))::regclass)
+                      IS NOT NULL),
+       'text', s.description
+FROM (VALUES
+    ('shared_fallback',
+     'formats (a list such as ''id_service,merchant_trade''; empty: none) whose scopes that '
+     'are not prepared draw from the format''s shared fallback counter instead of being '
+     'refused (HN002): unique and increasing, never from 1, one capacity for them all'),
+    ('promote_fallback_scopes',
+     'formats (a list; empty: none) whose scopes that drew from the shared fallback get a '
+     'counter of their own from maintain()')) AS s (name, description);
+
+-- A format with one scope (per_second; a custom one whose fields are printed only) has it
+-- prepared with the format; here where this database may issue it (after the fallback, when
+-- it drew from it: prepare_scope).
+SELECT hivenet.prepare_scope(f.name, '{}')
+FROM hivenet.format f
+WHERE hivenet._one_scope(f)
+  AND hivenet._not_owned(f, NULL, hivenet._setting_value('owned_instances'),
+                         hivenet._setting_value('single_primary_formats')::boolean) IS NULL
+ORDER BY f.name;
 
 -- Grants that only the old release had.
 DO $$

@@ -345,7 +345,9 @@ BEGIN ATOMIC
              WHEN 'max_counted_namespaces'::text THEN '100'::text
              WHEN 'max_serials_per_call'::text THEN '10000'::text
              WHEN 'owned_instances'::text THEN 'all'::text
+             WHEN 'promote_fallback_scopes'::text THEN ''::text
              WHEN 'request_retention'::text THEN '24 hours'::text
+             WHEN 'shared_fallback'::text THEN ''::text
              WHEN 'single_primary_formats'::text THEN 'false'::text
              WHEN 'step_future_tolerance'::text THEN '5 minutes'::text
              WHEN 'step_lease'::text THEN '5 minutes'::text

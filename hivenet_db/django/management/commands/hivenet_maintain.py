@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from argparse import ArgumentParser
 from typing import Any
 
@@ -13,6 +12,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from hivenet_db._execute import rows
 from hivenet_db.django.db import connection
 from hivenet_db.statements import API
+from hivenet_db.tools.business_time import business_now
 
 
 class Command(BaseCommand):
@@ -27,5 +27,5 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with transaction.atomic(using=options["database"]):
             rows(connection(options["database"]), API["maintain"], {})
-        at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            at = business_now(connection(options["database"]))
         self.stdout.write(f"maintain: done at {at}")
