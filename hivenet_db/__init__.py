@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         flush_at_commit,
         flush_at_commit_async,
     )
+    from hivenet_db.attempts import AttemptStart, KeyStart
     from hivenet_db.dedup import (
         AsyncClaimRepository,
         AsyncInterfaceDedup,
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     )
     from hivenet_db.durable import configure_durable_pool
     from hivenet_db.errors import (
+        AlreadySucceeded,
+        AttemptInProgress,
         ClockBehind,
         DuplicateClaim,
         DuplicateInterfaceSerial,
@@ -41,7 +44,6 @@ if TYPE_CHECKING:
     )
     from hivenet_db.requests import (
         AsyncRequestRepository,
-        KeyStart,
         RequestRepository,
         RequestRun,
         RequestStart,
@@ -56,11 +58,15 @@ _HOMES: dict[str, str] = {
     "SerialRepository": "hivenet_db.allocation",
     "flush_at_commit": "hivenet_db.allocation",
     "flush_at_commit_async": "hivenet_db.allocation",
+    "AttemptStart": "hivenet_db.attempts",
+    "KeyStart": "hivenet_db.attempts",
     "AsyncClaimRepository": "hivenet_db.dedup",
     "AsyncInterfaceDedup": "hivenet_db.dedup",
     "Call": "hivenet_db.dedup",
     "ClaimRepository": "hivenet_db.dedup",
     "InterfaceDedup": "hivenet_db.dedup",
+    "AlreadySucceeded": "hivenet_db.errors",
+    "AttemptInProgress": "hivenet_db.errors",
     "ClockBehind": "hivenet_db.errors",
     "DuplicateClaim": "hivenet_db.errors",
     "DuplicateInterfaceSerial": "hivenet_db.errors",
@@ -76,7 +82,6 @@ _HOMES: dict[str, str] = {
     "StepInProgress": "hivenet_db.errors",
     "UnknownScope": "hivenet_db.errors",
     "AsyncRequestRepository": "hivenet_db.requests",
-    "KeyStart": "hivenet_db.requests",
     "RequestRepository": "hivenet_db.requests",
     "RequestRun": "hivenet_db.requests",
     "RequestStart": "hivenet_db.requests",
@@ -91,11 +96,14 @@ _HOMES: dict[str, str] = {
 }
 
 __all__ = [
+    "AlreadySucceeded",
     "AsyncClaimRepository",
     "AsyncInterfaceDedup",
     "AsyncRequestRepository",
     "AsyncSerialRepository",
     "AsyncStepRepository",
+    "AttemptInProgress",
+    "AttemptStart",
     "Call",
     "ClaimRepository",
     "ClockBehind",

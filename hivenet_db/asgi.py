@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import HTTPConnection, Request
 
 from hivenet_db import AsyncRequestRepository
+from hivenet_db.attempts import REQUESTS, AsyncAttempts, AttemptStart, error_report
 from hivenet_db.decisions import OnDecision, reported_async
 from hivenet_db.errors import StaleAttempt
 from hivenet_db.http_idempotency import (
@@ -47,7 +48,6 @@ from hivenet_db.http_idempotency import (
     replay,
     stored_key,
 )
-from hivenet_db.steps import StepStart, error_report
 from hivenet_db.urls import libpq_url
 from hivenet_db.waiting import FinishListener, Wait, as_timedelta, waited_async
 
@@ -238,7 +238,7 @@ class IdempotencyMiddleware:
             return
         await self._run(scope, receive, send, key, body, start.attempt)
 
-    async def _begin(self, key: str, request: Any) -> StepStart:
+    async def _begin(self, key: str, request: Any) -> AttemptStart:
         if self.wait is None:
             async with self.engine.begin() as conn:  # commits `processing` before the handler
                 return await AsyncRequestRepository(conn, on_decision=self.on_decision).begin(
@@ -250,14 +250,14 @@ class IdempotencyMiddleware:
             lambda left: self._begin_once(key, request, left), lambda: self._watch(key),
             _nothing))
 
-    async def _begin_once(self, key: str, request: Any, wait: timedelta) -> StepStart:
+    async def _begin_once(self, key: str, request: Any, wait: timedelta) -> AttemptStart:
         async with self.engine.begin() as conn:
-            return await AsyncRequestRepository(conn)._begin(
-                self.namespace, key, request, "replay", self.lease, False, wait)
+            return await AsyncAttempts(conn, REQUESTS, None, None).once(
+                self.namespace, key, request, "replay", None, self.lease, False, wait)
 
     async def _watch(self, key: str) -> None:
         async with self.engine.begin() as conn:
-            await AsyncRequestRepository(conn)._register(self.namespace, key)
+            await AsyncAttempts(conn, REQUESTS, None, None).watch(self.namespace, key)
 
     def _listener(self) -> FinishListener:
         if self.listener is None:

@@ -86,16 +86,21 @@ class SerialOutsideWindow(HivenetError):
     sqlstate = "HN021"
 
 
-class StepInProgress(HivenetError):
-    """HN030: the step is ``processing`` (the standard's unknown state)."""
+class AttemptInProgress(HivenetError):
+    """HN030: the step or keyed request is ``processing`` (the standard's unknown state)."""
 
     sqlstate = "HN030"
 
 
-class StepAlreadySucceeded(HivenetError):
-    """HN031: the step succeeded and its policy is to reject repeats."""
+class AlreadySucceeded(HivenetError):
+    """HN031: the step or keyed request succeeded and its policy is to reject repeats."""
 
     sqlstate = "HN031"
+
+
+#: The names SPEC §7 gives them, from when only steps had them: the same classes.
+StepInProgress = AttemptInProgress
+StepAlreadySucceeded = AlreadySucceeded
 
 
 class RequestMismatch(HivenetError):
@@ -126,8 +131,8 @@ class DurablePoolExhausted(HivenetError):
 BY_SQLSTATE: dict[str, type[HivenetError]] = {
     cls.sqlstate: cls
     for cls in (InvalidInput, UnknownScope, SequenceExhausted, ClockBehind,
-                DuplicateInterfaceSerial,
-                SerialOutsideWindow, StepInProgress, StepAlreadySucceeded, RequestMismatch,
+                DuplicateInterfaceSerial, SerialOutsideWindow, AttemptInProgress,
+                AlreadySucceeded, RequestMismatch,
                 StaleAttempt, DuplicateClaim)
 }
 

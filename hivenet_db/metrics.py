@@ -17,19 +17,15 @@ processes (or the command) report the same values. All are gauges but
 
 from __future__ import annotations
 
-import functools
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-from psycopg.rows import dict_row
-from sqlalchemy import Engine, TextClause, text
+from sqlalchemy import Engine
 
-from hivenet_db._execute import SyncDB
+from hivenet_db._execute import SyncDB, mappings
+from hivenet_db.statements import named
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric as PromMetric
@@ -133,27 +129,15 @@ class Metric:
                 "samples": [{"labels": s.labels, "value": s.value} for s in self.samples]}
 
 
-@functools.cache
-def queries() -> dict[str, TextClause]:
+def queries() -> dict[str, str]:
     """The named queries of hivenet_db/queries/metrics.sql."""
-    source = (files("hivenet_db") / "queries" / "metrics.sql").read_text(encoding="utf-8")
-    parts = re.split(r"^-- name: (\w+)\s*$", source, flags=re.M)
-    return {name: text(body.strip()) for name, body in zip(parts[1::2], parts[2::2],
-                                                          strict=True)}
-
-
-def _mappings(db: SyncDB, statement: TextClause) -> list[dict[str, Any]]:
-    if isinstance(db, psycopg.Connection):
-        # dict_row on a cursor of our own: the caller's connection may use another factory
-        with db.cursor(row_factory=dict_row) as cursor:
-            return list(cursor.execute(statement.text))  # no parameters: the text as is
-    return [dict(row) for row in db.execute(statement).mappings()]
+    return named("metrics.sql")
 
 
 def read(db: SyncDB) -> list[Metric]:
     """Every metric, read now on ``db`` (a SQLAlchemy Connection or Session, or a psycopg
     Connection; read only, never commits). Each query runs once."""
-    results = {name: _mappings(db, statement) for name, statement in queries().items()}
+    results = {name: mappings(db, statement) for name, statement in queries().items()}
     return [Metric(spec.name, spec.help,
                    [Sample({label: str(row[label]) for label in spec.labels},
                            float(row[spec.column]))

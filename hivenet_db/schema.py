@@ -31,10 +31,10 @@ PARTS: tuple[str, ...] = (
     "compile",
     # The concerns, each after what its SQL bodies and views name: ownership reads the
     # settings' constants, allocate the fast paths, time_ids them too, dedup and steps the
-    # layouts, steps the keyed requests, audit their attempts; decisions are counted by
-    # requests and steps.
+    # layouts, requests (the core of keyed attempts) the namespaces' policies, batches and
+    # steps the core, audit the attempts; decisions are counted by the core.
     "ownership", "allocate", "time_ids", "maintain", "dedup", "claims", "fingerprints",
-    "decisions", "requests", "expiry", "batches", "steps", "audit",
+    "decisions", "policies", "requests", "expiry", "batches", "steps", "audit",
     # Every reporting view, over the tables of all the concerns above.
     "reporting", "failover",
     # Grants on everything above, and nothing for PUBLIC: last.

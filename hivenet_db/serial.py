@@ -6,10 +6,9 @@ import datetime as dt
 import functools
 from typing import Any
 
-from sqlalchemy import text
-
 from hivenet_db._execute import SyncDB, rows
 from hivenet_db.parsing import builtin_formats, parse_builtin, shows_date_only, time_of, time_slices
+from hivenet_db.statements import API
 
 
 class Parts:
@@ -68,8 +67,6 @@ class Serial(Parts, str):
     def __reduce__(self) -> tuple[Any, ...]:
         return (Serial, (str(self), self._parsed()))
 
-
-_PARSE = text("SELECT hivenet.parse_serial(:serial, :format)")
 
 # (kind, name, start, end, time slices) of each printed part of a built-in format, kind being
 # "field", "date", "datetime" or "seq": read from its definition (segments and widths).
@@ -137,5 +134,5 @@ def parse_serial(serial: Any, format: Any = None, *, db: SyncDB | None = None) -
     """
     if db is None:
         return Serial(serial, parse_builtin(serial, format))
-    (row,) = rows(db, _PARSE, {"serial": serial, "format": format})
+    (row,) = rows(db, API["parse_serial"], {"serial": serial, "format": format})
     return Serial(serial, row[0])

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
-
 from hivenet_db._execute import SyncDB, rows
 from hivenet_db.parsing import parse_builtin_time_id
 from hivenet_db.serial import Parts
+from hivenet_db.statements import API
 
 
 class TimeId(Parts, int):
@@ -29,10 +28,6 @@ class TimeId(Parts, int):
         return (TimeId, (int(self), self._parsed()))
 
 
-# The id as text: a bigint, where the library's other parameters are integers (_execute).
-_PARSE = text("SELECT hivenet.parse_time_id(CAST(:id AS bigint), :format)")
-
-
 def parse_time_id(value: Any, format: str = "time_id", *, db: SyncDB | None = None) -> TimeId:
     """The parts of time id ``value``: ``parse_time_id(4102768558080001).datetime``.
 
@@ -43,5 +38,6 @@ def parse_time_id(value: Any, format: str = "time_id", *, db: SyncDB | None = No
     """
     if db is None:
         return TimeId(value, parse_builtin_time_id(value, format))
-    (row,) = rows(db, _PARSE, {"id": None if value is None else str(value), "format": format})
+    (row,) = rows(db, API["parse_time_id"],
+                  {"id": None if value is None else str(value), "format": format})
     return TimeId(value, row[0])

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from hivenet_db._execute import AsyncDB, Rows, SyncDB, rows, rows_async
@@ -275,12 +275,12 @@ async def async_connection(kind: str, url: str) -> AsyncIterator[AsyncDB]:
 
 
 def run_sql(db: SyncDB, sql: str, **params: Any) -> Rows:
-    """Run ``sql`` (``:name`` parameters) on a connection of any kind, as the library does."""
-    return rows(db, text(sql), params)
+    """Run ``sql`` (``%(name)s`` parameters) on a connection of any kind, as the library does."""
+    return rows(db, sql, params)
 
 
 async def run_sql_async(db: AsyncDB, sql: str, **params: Any) -> Rows:
-    return await rows_async(db, text(sql), params)
+    return await rows_async(db, sql, params)
 
 
 Connect = Callable[..., psycopg.Connection]  # the ``connect`` fixture

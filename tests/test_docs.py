@@ -350,6 +350,10 @@ SQL = {
                                        prints=("C0001A010120261121000000000001",)),
     "docs/guides/steps.md: UPDATE hivenet.setting SET value = '90 days'   WHERE name = "
     "'step_retention';": Sql(login="admin"),
+    "docs/guides/steps.md: -- as hivenet_app: the steps of one business transaction, begun "
+    "together": Sql(prints=("started", "rejected")),
+    "docs/guides/steps.md: -- hivenet_admin: a failed payment step stays failed, and one left "
+    "processing expires": Sql(login="admin"),
 }
 
 

@@ -136,7 +136,7 @@ def test_sixteen_clients_share_four_sessions_without_errors_or_duplicates(
 
 def test_the_repositorys_hot_path_in_sessions_behind_transaction_pooling(
         hivenet_url: str, bouncer_port: int) -> None:
-    """The hot calls go to the driver as they are (hivenet_db._execute.driver_rows): with
+    """The calls go to the driver as they are (hivenet_db._execute.rows): with
     prepare_threshold=None they are never prepared, so Sessions handed a different server
     session at every transaction, each calling more often than psycopg's threshold, work."""
     engine = create_engine(sqlalchemy_url(_via(hivenet_url, bouncer_port)),

@@ -33,7 +33,7 @@ def test_allocation_inside_the_callers_transaction(any_conn: SyncDB,
     db.execute("CREATE TABLE payment (serial text PRIMARY KEY)")  # the application's table
     db.execute("GRANT SELECT, INSERT ON payment TO hivenet_app")
     serial = SerialRepository(any_conn).next_unified("C0001", "A01", "01")
-    run_sql(any_conn, "INSERT INTO payment VALUES (:s)", s=serial)
+    run_sql(any_conn, "INSERT INTO payment VALUES (%(s)s)", s=serial)
     any_conn.rollback()  # the repository did not commit: the payment row is gone
     assert run_sql(any_conn, "SELECT count(*) FROM payment")[0][0] == 0
     again = SerialRepository(any_conn).next_unified("C0001", "A01", "01")

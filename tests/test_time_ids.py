@@ -235,7 +235,7 @@ def test_repositories_issue_and_parse_time_ids(any_conn: SyncDB, fake_clock: Set
     assert parse_time_id(many[0]).seq >= 1
     db.execute("SELECT hivenet.set_clock_policy('time_id', 'refuse')")
     an_hour_back = parse_time_id(one).datetime - dt.timedelta(hours=1)  # type: ignore[operator]
-    run_sql(any_conn, "SELECT set_config('hivenet.fake_now', :t, true)",
+    run_sql(any_conn, "SELECT set_config('hivenet.fake_now', %(t)s, true)",
             t=f"{an_hour_back}+00")
     with pytest.raises(ClockBehind, match="its clock policy is 'refuse'"):
         repo.next_time_id()

@@ -37,6 +37,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 from django.urls import Resolver404, resolve
 from django.utils.module_loading import import_string
 
+from hivenet_db.attempts import REQUESTS, Attempts, AttemptStart, error_report
 from hivenet_db.decisions import OnDecision, reported
 from hivenet_db.django.db import connection, database_url
 from hivenet_db.errors import InvalidInput, StaleAttempt
@@ -54,7 +55,6 @@ from hivenet_db.http_idempotency import (
     stored_key,
 )
 from hivenet_db.requests import RequestRepository
-from hivenet_db.steps import StepStart, error_report
 from hivenet_db.urls import libpq_url
 from hivenet_db.waiting import FinishListener, as_timedelta, waited
 
@@ -166,7 +166,7 @@ class IdempotencyMiddleware:
             return _response(replay(start))
         return self._run(request, key, start.attempt)
 
-    def _begin(self, key: str, described: Any) -> StepStart:
+    def _begin(self, key: str, described: Any) -> AttemptStart:
         options = self.options
         wait = options.wait
         if wait is None:
@@ -181,15 +181,15 @@ class IdempotencyMiddleware:
             lambda left: self._begin_once(key, described, left),
             lambda: self._watch(key), lambda: None))
 
-    def _begin_once(self, key: str, described: Any, wait: timedelta) -> StepStart:
+    def _begin_once(self, key: str, described: Any, wait: timedelta) -> AttemptStart:
         options = self.options
         with transaction.atomic(using=options.database):
-            return RequestRepository(connection(options.database))._begin(
-                options.namespace, key, described, "replay", options.lease, False, wait)
+            return Attempts(connection(options.database), REQUESTS, None, None).once(
+                options.namespace, key, described, "replay", None, options.lease, False, wait)
 
     def _watch(self, key: str) -> None:
         with transaction.atomic(using=self.options.database):
-            RequestRepository(connection(self.options.database))._register(
+            Attempts(connection(self.options.database), REQUESTS, None, None).watch(
                 self.options.namespace, key)
 
     def _listener(self) -> FinishListener:

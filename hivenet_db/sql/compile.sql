@@ -158,12 +158,12 @@ BEGIN ATOMIC
 END;
 
 -- 4. _step_in_window(system serial): the serial, if valid, is surely dated inside the window
--- whose steps are kept (HN021, see _begin_step in steps.sql), and no instance needs a check
+-- whose steps are kept (HN021, see _check_step in steps.sql), and no instance needs a check
 -- (setting owned_instances 'all'). Then begin_step may replay a stored step without
--- _begin_step, and view _step_start may start a new one (its layout checked there). When the
+-- _begin_key, and _start_key may start a new one (its layout checked there). When the
 -- layout prints the date as YYYYMMDD, that date is compared as text, so no input makes it
 -- raise: from the day after the day of _step_days_from to the day of _step_days_to (exact at
--- that end); a step dated on the window's first day or later goes to _begin_step, which
+-- that end); a step dated on the window's first day or later goes to _begin_key, which
 -- decides exactly (and accepts this database's own serials past the end). VOLATILE
 -- (hivenet.now()).
 CREATE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean

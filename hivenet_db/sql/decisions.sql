@@ -20,11 +20,11 @@
 --
 -- A namespace gets its six counters with its first started key (_new_decision_counter), if
 -- an administrator gave it a policy of its own (set_namespace_policy) or it is among the
--- first max_counted_namespaces to start one (the setting): the application role makes no more sequences than that, and the
--- metric no more series; begins in any further namespace count under 'hivenet.other'. Made in
--- that caller's transaction: a second transaction starting a key of the same new namespace
--- at the same time makes six of its own (each counter's name is unique, so neither waits for
--- the other) and the view sums them. Made in a transaction that rolls back, the counters
+-- first max_counted_namespaces to start one (the setting): the application's begins make no
+-- more sequences than that, and the metric no more series; begins in any further namespace
+-- count under 'hivenet.other'. Made in that caller's transaction: a second transaction
+-- starting a key of the same new namespace at the same time makes six of its own (each
+-- counter's name is unique, so neither waits for the other) and the view sums them. Made in a transaction that rolls back, the counters
 -- vanish with what they counted (that transaction's decisions only: no other saw them).
 -- Decisions of a namespace without counters that raise (a bad namespace, a bad key in a
 -- namespace that never started one, a duplicate of its first key before that commits) cannot
@@ -41,8 +41,8 @@ CREATE TABLE hivenet.decision_counter (
 COMMENT ON TABLE hivenet.decision_counter IS
     'the sequences that count the decisions of begin per namespace (view request_decisions)';
 
--- The counters, for begin's paths that run as hivenet_app (_count_decision), which reads
--- them through this view: the role has no right on a table (privileges.sql).
+-- The counters, for begin_step's inlined replay, which runs as hivenet_app and reads them
+-- through this view: the role has no right on a table (privileges.sql).
 CREATE VIEW hivenet._decision_counters AS
 SELECT c.namespace, c.decision, c.counter FROM hivenet.decision_counter c;
 
@@ -134,9 +134,9 @@ END $$;
 
 -- Count decision p_decision of a begin in namespace p_namespace; returns p_decision, so a
 -- caller can write `outcome := hivenet._count_decision(p_namespace, 'started')`, and calls
--- it just before a RAISE. Runs as the caller (the start paths run as hivenet_app): one probe
--- of view _decision_counters and a nextval on a counter hivenet_app may use; the rare miss
--- goes to _new_decision_counter. No SET clause: a SET costs a tenth of a begin (requests.sql).
+-- it just before a RAISE. Runs inside begin's SECURITY DEFINER paths: one probe of view
+-- _decision_counters and a nextval; the rare miss goes to _new_decision_counter. No SET
+-- clause (a SET costs a tenth of a begin, requests.sql), so every name is qualified.
 CREATE FUNCTION hivenet._count_decision(p_namespace text, p_decision text) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN

@@ -145,7 +145,7 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
             'instances %s, and that setting is off here)', p_format.name, p_owned) END
         WHEN NOT hivenet._instance_in(p_node, p_owned) THEN format(
             'format %s: %s %s is not owned by this database (it owns %s): allocate on the '
-            'database that owns it (docs/guides/scale-out.md)', p_format.name,
+            'database that owns it', p_format.name,
             hivenet._node_field(p_format), hivenet._shown(p_node), p_owned)
     END
 $$;
@@ -186,8 +186,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'HN002',
             MESSAGE = format('%s serial %s carries instance %s, which this database does not '
                              'own (it owns %s): send it, and every retry of it, to the shard '
-                             'that owns that instance (docs/guides/scale-out.md; setting '
-                             'check_received_instances)', p_format, p_serial,
+                             'that owns that instance (setting check_received_instances)',
+                             p_format, p_serial,
                              hivenet._shown(v_instance), v_owned);
     END IF;
 END $$;
@@ -246,7 +246,7 @@ BEGIN
             MESSAGE = format('setting %s %s: this database has issued serials of format %s '
                              'scope %s, which it would no longer own; give it up with '
                              'hivenet.own_instances(..., force => true), which parks such '
-                             'scopes (docs/guides/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
+                             'scopes', NEW.name, hivenet._shown(NEW.value),
                              (v_scope.format).name, hivenet._shown(v_scope.scope));
     END IF;
     FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s

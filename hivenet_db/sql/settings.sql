@@ -55,7 +55,7 @@ CREATE TABLE hivenet.setting (
 -- every interval a caller passes, so no time computed from it overflows). Every retention of
 -- finished steps and requests is at least the lease, step_lease: a record purged sooner lets
 -- a retry the lease still covers start the money step again (seed 003, 3.3).
--- set_request_retention (requests.sql) asks as request_retention for a namespace's retention.
+-- set_request_retention (policies.sql) asks as request_retention for a namespace's retention.
 CREATE FUNCTION hivenet._interval_conflict(p_name text, p_value interval) RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

@@ -4,14 +4,12 @@ database's messages show them (hivenet._shown_time)."""
 
 from __future__ import annotations
 
-from sqlalchemy import text
-
 from hivenet_db._execute import SyncDB, rows
 
-_READABLE = text("SELECT CASE WHEN to_regclass('hivenet.business_time_zone') IS NULL THEN false "
-                 "ELSE has_table_privilege('hivenet.business_time_zone', 'SELECT') END")
-_SET = text("SELECT set_config('TimeZone', time_zone, true) FROM hivenet.business_time_zone")
-_NOW = text("SELECT to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SSTZH:TZM')")
+_READABLE = ("SELECT CASE WHEN to_regclass('hivenet.business_time_zone') IS NULL THEN false "
+             "ELSE has_table_privilege('hivenet.business_time_zone', 'SELECT') END")
+_SET = "SELECT set_config('TimeZone', time_zone, true) FROM hivenet.business_time_zone"
+_NOW = "SELECT to_char(clock_timestamp(), 'YYYY-MM-DD HH24:MI:SSTZH:TZM')"
 
 
 def in_business_time(db: SyncDB) -> str | None:
@@ -28,5 +26,5 @@ def business_now(db: SyncDB) -> str:
     ``2026-11-28 23:31:04+08:00 (Asia/Shanghai)``; UTC where the zone is not readable."""
     zone = in_business_time(db) or "UTC"
     if zone == "UTC":
-        rows(db, text("SELECT set_config('TimeZone', 'UTC', true)"), {})
+        rows(db, "SELECT set_config('TimeZone', 'UTC', true)", {})
     return f"{rows(db, _NOW, {})[0][0]} ({zone})"

@@ -283,9 +283,11 @@ def diff(old: Catalog, new: Catalog) -> Change:
                 pending.append(dependent)
     made = {key for key, code in new.code.items()
             if key in gone or key not in old.code or old.code[key].create != code.create}
-    # Grants go from what stays: objects with grants in new, and code new has without any.
-    kept_objects = ({obj for obj, _, _ in new.grants} | {_grant_object(key) for key in new.code}
-                    ) - {_grant_object(key) for key in gone}
+    # What outlives the revision: what the new release grants on, and its code not made
+    # again (a grant the new release no longer gives on it is revoked, also its last one).
+    kept_objects = ({obj for obj, _, _ in new.grants}
+                    | {_grant_object(key) for key in new.code}) - {
+        _grant_object(key) for key in gone}
     return Change(
         functions=sorted(key.split(" ", 1)[1] for key in gone if key.startswith("function ")),
         drops=[old.code[key].drop for key in reversed(_in_order(gone, old))],

@@ -9,6 +9,16 @@ SELECT hivenet._create_decision_counters(n.namespace, false)
 FROM (SELECT DISTINCT a.namespace FROM hivenet.request_attempt a
       WHERE a.namespace <> 'hivenet.steps' ORDER BY 1) AS n;
 
+-- Who began an attempt and when: the table's column defaults, which every writer of an
+-- attempt (view _new_attempt) leaves to them. Set after the code, and not when the columns
+-- are added: a volatile default of ADD COLUMN would be written into every existing row.
+ALTER TABLE hivenet.request_attempt
+    ALTER COLUMN started_at SET DEFAULT hivenet.now(),
+    ALTER COLUMN called_by SET DEFAULT coalesce(nullif(current_setting('role'), 'none'),
+                                                session_user::text),
+    ALTER COLUMN application_name SET DEFAULT nullif(current_setting('application_name'), ''),
+    ALTER COLUMN client_addr SET DEFAULT inet_client_addr();
+
 -- The built-in format time_id (hivenet_db/sql/builtin_formats.json), compiled as a fresh
 -- install compiles it; its one scope is prepared with it, as a fresh install prepares it
 -- (parked on a database that may not issue it: counters.sql, _make_format_counters).

@@ -17,18 +17,21 @@ DECLARE
             'hivenet._advance(regclass,hivenet.format,bigint,text)',
             'hivenet._allocate(text,jsonb,text[],integer,boolean)',
             'hivenet._batch_limit()',
-            'hivenet._begin_attempt_within(text,text,jsonb,text,text,interval,interval)',
-            'hivenet._begin_batch_key(text,text,jsonb,interval)',
-            'hivenet._begin_request(text,text,jsonb,text,interval,boolean,interval)',
-            'hivenet._called_by()',
+            'hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval)',
+            'hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,interval)',
+            'hivenet._begin_batch(boolean,text,text[],jsonb[],text,interval)',
+            'hivenet._begin_batch_key(boolean,text,text,jsonb,text,interval)',
+            'hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval)',
             'hivenet._canonical_json(jsonb)',
             'hivenet._canonical_number(numeric)',
             'hivenet._chain_append(text,text,integer,text)',
             'hivenet._chain_link(bytea,hivenet.request_attempt,text)',
-            'hivenet._check_batch(text,text[],text,jsonb[],interval)',
+            'hivenet._check_batch(boolean,text,text[],text,jsonb[],interval)',
+            'hivenet._check_begin_options(text,interval,boolean,interval)',
             'hivenet._check_fields(hivenet.format,text[],boolean)',
             'hivenet._check_fingerprint(text)',
             'hivenet._check_owned(hivenet.format,text[])',
+            'hivenet._check_step(text,text,text)',
             'hivenet._check_timeline()',
             'hivenet._clock_behind(text,timestamp without time zone,timestamp without time zone)',
             'hivenet._compile_format(text,jsonb,boolean,text)',
@@ -37,7 +40,6 @@ DECLARE
             'hivenet._create_decision_counters(text,boolean)',
             'hivenet._create_scope_counter(hivenet.format,text,jsonb,text)',
             'hivenet._expire_attempts(text,text[],integer[])',
-            'hivenet._expiry_due(text,timestamp with time zone)',
             'hivenet._failover_gap()',
             'hivenet._fallback_drawn(hivenet.format)',
             'hivenet._fallback_formats_check()',
@@ -48,12 +50,14 @@ DECLARE
             'hivenet._fence_counter(regclass,hivenet.format,bigint,bigint)',
             'hivenet._fenced()',
             'hivenet._field_values(hivenet.format,jsonb)',
+            'hivenet._finish_batch(boolean,text,text[],integer[],boolean[],jsonb[])',
             'hivenet._format_constant(text)',
             'hivenet._format_counters()',
             'hivenet._grant_decision_counters()',
             'hivenet._has_issued(text)',
             'hivenet._issue(regclass,hivenet.format,text[],integer,text)',
             'hivenet._issue_unprepared(hivenet.format,text[],integer)',
+            'hivenet._key_allowed(hivenet.request_namespace,text)',
             'hivenet._layout_sql(hivenet.format)',
             'hivenet._maintain_request_expiry()',
             'hivenet._make_format_counters(hivenet.format)',
@@ -63,13 +67,15 @@ DECLARE
             'hivenet._node_field(hivenet.format)',
             'hivenet._not_owned(hivenet.format,text,text,boolean)',
             'hivenet._one_scope(hivenet.format)',
+            'hivenet._plain_options(text,boolean,interval)',
+            'hivenet._policy_checked(text,text,jsonb)',
             'hivenet._policy_fingerprint(text,jsonb)',
             'hivenet._printed_time(jsonb,text)',
             'hivenet._promote_scope(hivenet.format,text,jsonb,boolean)',
             'hivenet._purge_chained(text,text[])',
             'hivenet._raise_key_refused(text,text,integer,text)',
             'hivenet._refuse_unprepared(hivenet.format,text[])',
-            'hivenet._request_start_valid(text,text,interval)',
+            'hivenet._request_start_valid(text,text,text,interval)',
             'hivenet._sample_allocation_rates()',
             'hivenet._scope_fields(hivenet.format,text[])',
             'hivenet._scope_of(hivenet.format,text[])',
@@ -77,8 +83,13 @@ DECLARE
             'hivenet._serial_field(text,text,text)',
             'hivenet._serial_time(text,text)',
             'hivenet._serials_issued()',
+            'hivenet._set_policy(text,jsonb)',
             'hivenet._shown_time(timestamp with time zone)',
+            'hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean)',
             'hivenet._start_chain(text)',
+            'hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval)',
+            'hivenet._start_valid(boolean,text,text,text,interval)',
+            'hivenet._starts_apart(hivenet.request_namespace)',
             'hivenet._time_id_batch(text,jsonb)',
             'hivenet._time_id_count(text,integer)',
             'hivenet._time_id_digits(bigint,integer)',
@@ -88,10 +99,12 @@ DECLARE
             'hivenet._timeout_left()',
             'hivenet._unseen_characters()',
             'hivenet._utf16_units(text)',
+            'hivenet._waited_for_row(text,text)',
             'hivenet._wake_waiters(text,text)',
             'hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval)',
             'hivenet.begin_requests(text,text[],jsonb[],interval)',
-            'hivenet.begin_step(text,jsonb,text,text,interval,boolean)',
+            'hivenet.begin_step(text,jsonb,text,text,interval,boolean,interval)',
+            'hivenet.begin_steps(text[],jsonb[],text,interval)',
             'hivenet.call_chain(text)',
             'hivenet.claim(text,text,boolean)',
             'hivenet.claim_interface_serial(text,text,text,boolean)',
@@ -100,6 +113,7 @@ DECLARE
             'hivenet.finish_request(text,text,integer,boolean,jsonb)',
             'hivenet.finish_requests(text,text[],integer[],boolean[],jsonb[])',
             'hivenet.finish_step(text,integer,boolean,jsonb)',
+            'hivenet.finish_steps(text[],integer[],boolean[],jsonb[])',
             'hivenet.next_interface_serial(text,text,text,text)',
             'hivenet.next_serial(text,jsonb)',
             'hivenet.next_serials(text,jsonb,integer)',
@@ -192,8 +206,7 @@ DROP VIEW hivenet.interface_calls_per_day;
 DROP VIEW hivenet.interface_calls;
 DROP VIEW hivenet.clock_lead;
 DROP VIEW hivenet.business_time_zone;
-DROP VIEW hivenet._step_start;
-DROP VIEW hivenet._request_start;
+DROP VIEW hivenet._new_attempt;
 DROP TRIGGER setting_fallback_formats ON hivenet.setting;
 DROP TRIGGER format_counters ON hivenet.format;
 DROP FUNCTION hivenet.watch_request(text,text);
@@ -216,6 +229,7 @@ DROP FUNCTION hivenet.next_system_serial(text,text,text);
 DROP FUNCTION hivenet.next_serials(text,jsonb,integer);
 DROP FUNCTION hivenet.next_serial(text,jsonb);
 DROP FUNCTION hivenet.next_interface_serial(text,text,text,text);
+DROP FUNCTION hivenet.finish_steps(text[],integer[],boolean[],jsonb[]);
 DROP FUNCTION hivenet.finish_step(text,integer,boolean,jsonb);
 DROP FUNCTION hivenet.finish_requests(text,text[],integer[],boolean[],jsonb[]);
 DROP FUNCTION hivenet.finish_request(text,text,integer,boolean,jsonb);
@@ -224,12 +238,14 @@ DROP FUNCTION hivenet.define_format(text,jsonb,boolean,text);
 DROP FUNCTION hivenet.claim_interface_serial(text,text,text,boolean);
 DROP FUNCTION hivenet.claim(text,text,boolean);
 DROP FUNCTION hivenet.call_chain(text);
-DROP FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean);
+DROP FUNCTION hivenet.begin_steps(text[],jsonb[],text,interval);
+DROP FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean,interval);
 DROP VIEW hivenet._step_replay;
 DROP VIEW hivenet._decision_counters;
 DROP FUNCTION hivenet.begin_requests(text,text[],jsonb[],interval);
 DROP FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval);
 DROP FUNCTION hivenet._wake_waiters(text,text);
+DROP FUNCTION hivenet._waited_for_row(text,text);
 DROP FUNCTION hivenet._utf16_units(text);
 DROP FUNCTION hivenet._timeout_left();
 DROP FUNCTION hivenet._time_number_max(text);
@@ -238,8 +254,13 @@ DROP FUNCTION hivenet._time_id_fields(hivenet.format,text[]);
 DROP FUNCTION hivenet._time_id_digits(bigint,integer);
 DROP FUNCTION hivenet._time_id_count(text,integer);
 DROP FUNCTION hivenet._time_id_batch(text,jsonb);
+DROP FUNCTION hivenet._starts_apart(hivenet.request_namespace);
+DROP FUNCTION hivenet._start_valid(boolean,text,text,text,interval);
+DROP FUNCTION hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval);
 DROP FUNCTION hivenet._start_chain(text);
+DROP FUNCTION hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean);
 DROP FUNCTION hivenet._shown_time(timestamp with time zone);
+DROP FUNCTION hivenet._set_policy(text,jsonb);
 DROP FUNCTION hivenet._serials_issued();
 DROP FUNCTION hivenet._serial_time(text,text);
 DROP FUNCTION hivenet._serial_field(text,text,text);
@@ -248,13 +269,15 @@ DROP FUNCTION hivenet._scopes_by_node();
 DROP FUNCTION hivenet._scope_of(hivenet.format,text[]);
 DROP FUNCTION hivenet._scope_fields(hivenet.format,text[]);
 DROP FUNCTION hivenet._sample_allocation_rates();
-DROP FUNCTION hivenet._request_start_valid(text,text,interval);
+DROP FUNCTION hivenet._request_start_valid(text,text,text,interval);
 DROP FUNCTION hivenet._refuse_unprepared(hivenet.format,text[]);
 DROP FUNCTION hivenet._raise_key_refused(text,text,integer,text);
 DROP FUNCTION hivenet._purge_chained(text,text[]);
 DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb,boolean);
 DROP FUNCTION hivenet._printed_time(jsonb,text);
 DROP FUNCTION hivenet._policy_fingerprint(text,jsonb);
+DROP FUNCTION hivenet._policy_checked(text,text,jsonb);
+DROP FUNCTION hivenet._plain_options(text,boolean,interval);
 DROP FUNCTION hivenet._one_scope(hivenet.format);
 DROP FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean);
 DROP FUNCTION hivenet._node_field(hivenet.format);
@@ -265,12 +288,14 @@ DROP FUNCTION hivenet._unseen_characters();
 DROP FUNCTION hivenet._make_format_counters(hivenet.format);
 DROP FUNCTION hivenet._maintain_request_expiry();
 DROP FUNCTION hivenet._layout_sql(hivenet.format);
+DROP FUNCTION hivenet._key_allowed(hivenet.request_namespace,text);
 DROP FUNCTION hivenet._issue_unprepared(hivenet.format,text[],integer);
 DROP FUNCTION hivenet._issue(regclass,hivenet.format,text[],integer,text);
 DROP FUNCTION hivenet._has_issued(text);
 DROP FUNCTION hivenet._grant_decision_counters();
 DROP FUNCTION hivenet._format_counters();
 DROP FUNCTION hivenet._format_constant(text);
+DROP FUNCTION hivenet._finish_batch(boolean,text,text[],integer[],boolean[],jsonb[]);
 DROP FUNCTION hivenet._field_values(hivenet.format,jsonb);
 DROP FUNCTION hivenet._fenced();
 DROP FUNCTION hivenet._fence_counter(regclass,hivenet.format,bigint,bigint);
@@ -281,7 +306,6 @@ DROP FUNCTION hivenet._fallback_gate_space();
 DROP FUNCTION hivenet._fallback_formats_check();
 DROP FUNCTION hivenet._fallback_drawn(hivenet.format);
 DROP FUNCTION hivenet._failover_gap();
-DROP FUNCTION hivenet._expiry_due(text,timestamp with time zone);
 DROP FUNCTION hivenet._expire_attempts(text,text[],integer[]);
 DROP FUNCTION hivenet._create_scope_counter(hivenet.format,text,jsonb,text);
 DROP FUNCTION hivenet._create_decision_counters(text,boolean);
@@ -290,18 +314,21 @@ DROP FUNCTION hivenet._count_decision(text,text);
 DROP FUNCTION hivenet._compile_format(text,jsonb,boolean,text);
 DROP FUNCTION hivenet._clock_behind(text,timestamp without time zone,timestamp without time zone);
 DROP FUNCTION hivenet._check_timeline();
+DROP FUNCTION hivenet._check_step(text,text,text);
 DROP FUNCTION hivenet._check_owned(hivenet.format,text[]);
 DROP FUNCTION hivenet._check_fingerprint(text);
 DROP FUNCTION hivenet._check_fields(hivenet.format,text[],boolean);
-DROP FUNCTION hivenet._check_batch(text,text[],text,jsonb[],interval);
+DROP FUNCTION hivenet._check_begin_options(text,interval,boolean,interval);
+DROP FUNCTION hivenet._check_batch(boolean,text,text[],text,jsonb[],interval);
 DROP FUNCTION hivenet._chain_link(bytea,hivenet.request_attempt,text);
 DROP FUNCTION hivenet._chain_append(text,text,integer,text);
 DROP FUNCTION hivenet._canonical_number(numeric);
 DROP FUNCTION hivenet._canonical_json(jsonb);
-DROP FUNCTION hivenet._called_by();
-DROP FUNCTION hivenet._begin_request(text,text,jsonb,text,interval,boolean,interval);
-DROP FUNCTION hivenet._begin_batch_key(text,text,jsonb,interval);
-DROP FUNCTION hivenet._begin_attempt_within(text,text,jsonb,text,text,interval,interval);
+DROP FUNCTION hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval);
+DROP FUNCTION hivenet._begin_batch_key(boolean,text,text,jsonb,text,interval);
+DROP FUNCTION hivenet._begin_batch(boolean,text,text[],jsonb[],text,interval);
+DROP FUNCTION hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,interval);
+DROP FUNCTION hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval);
 DROP FUNCTION hivenet._batch_limit();
 DROP FUNCTION hivenet._allocate(text,jsonb,text[],integer,boolean);
 DROP FUNCTION hivenet._advance(regclass,hivenet.format,bigint,text);
@@ -377,9 +404,10 @@ END $$;
 DROP TABLE hivenet.decision_counter;
 DROP SEQUENCE hivenet.decision_counter_number;
 
--- The audit chain, who began each attempt, waiters' marks.
+-- The audit chain, who began each attempt, waiters' marks; the clock's default.
 DROP TABLE hivenet.request_chain;
 ALTER TABLE hivenet.request_attempt
+    ALTER COLUMN started_at DROP DEFAULT,
     DROP COLUMN called_by,
     DROP COLUMN application_name,
     DROP COLUMN client_addr,
@@ -660,6 +688,25 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._begin_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._check_begin_options(p_on_success text, p_lease interval, p_nowait boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_on_success IS NULL OR p_on_success NOT IN ('replay', 'reject') THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('on_success %s is neither ''replay'' nor ''reject''',
+                             hivenet._shown(p_on_success));
+    END IF;
+    PERFORM hivenet._check_interval('lease', p_lease);
+    IF p_nowait IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'nowait is NULL';
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_begin_options(text,interval,boolean) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._check_fields(p_format hivenet.format, p_values text[], p_key_only boolean DEFAULT false)
  RETURNS void
  LANGUAGE plpgsql
@@ -734,6 +781,34 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_owned(hivenet.format,text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_owned_serial(p_format text, p_serial text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_owned text := hivenet._ownership_setting('owned_instances');
+    v_instance text;
+BEGIN
+    IF v_owned = 'all' OR NOT hivenet._ownership_setting('check_received_instances')::boolean
+    THEN
+        RETURN;
+    END IF;
+    -- Cut by the format's layout (compile.sql); parse_serial for a format not yet generated.
+    v_instance := coalesce(hivenet._serial_field(p_format, p_serial, 'instance'),
+                           hivenet.parse_serial(p_serial, p_format) ->> 'instance');
+    IF NOT hivenet._instance_in(v_instance, v_owned) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN002',
+            MESSAGE = format('%s serial %s carries instance %s, which this database does not '
+                             'own (it owns %s): send it, and every retry of it, to the shard '
+                             'that owns that instance (docs/guides/scale-out.md; setting '
+                             'check_received_instances)', p_format, p_serial,
+                             hivenet._shown(v_instance), v_owned);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_owned_serial(text,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._claim_checked(p_namespace text, p_key text)
  RETURNS void
@@ -1749,6 +1824,15 @@ BEGIN
     RETURN NEW;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._ownership_check() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._plain_options(p_on_success text, p_nowait boolean)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT COALESCE(((p_on_success = ANY (ARRAY['replay'::text, 'reject'::text])) AND (NOT p_nowait)), false) AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._plain_options(text,boolean) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb)
  RETURNS void

@@ -68,9 +68,10 @@ END $$;
 DROP TABLE hivenet.decision_counter;
 DROP SEQUENCE hivenet.decision_counter_number;
 
--- The audit chain, who began each attempt, waiters' marks.
+-- The audit chain, who began each attempt, waiters' marks; the clock's default.
 DROP TABLE hivenet.request_chain;
 ALTER TABLE hivenet.request_attempt
+    ALTER COLUMN started_at DROP DEFAULT,
     DROP COLUMN called_by,
     DROP COLUMN application_name,
     DROP COLUMN client_addr,

@@ -16,8 +16,11 @@ DECLARE
         SELECT to_regprocedure(f) FROM unnest(ARRAY[
             'hivenet._advance(regclass,hivenet.format,bigint,text)',
             'hivenet._allocate(text,jsonb,text[],integer)',
+            'hivenet._begin_attempt(text,text,jsonb,text,text,interval)',
             'hivenet._begin_attempt_nowait(text,text,jsonb,text,text,interval)',
             'hivenet._begin_request(text,text,jsonb,text,interval,boolean)',
+            'hivenet._begin_step(text,jsonb,text,text,interval,boolean)',
+            'hivenet._check_begin_options(text,interval,boolean)',
             'hivenet._check_fields(hivenet.format,text[],boolean)',
             'hivenet._check_owned(hivenet.format,text[])',
             'hivenet._compile_format(text,jsonb,boolean,text)',
@@ -31,12 +34,16 @@ DECLARE
             'hivenet._layout_sql(hivenet.format)',
             'hivenet._node_field(hivenet.format)',
             'hivenet._not_owned(hivenet.format,text,text,boolean)',
+            'hivenet._plain_options(text,boolean)',
             'hivenet._promote_scope(hivenet.format,text,jsonb)',
+            'hivenet._request_start_valid(text,text,interval)',
             'hivenet._scope_fields(hivenet.format,text[])',
             'hivenet._scope_of(hivenet.format,text[])',
             'hivenet._scopes_by_node()',
             'hivenet._serial_field(text,text,text)',
             'hivenet._serial_time(text,text)',
+            'hivenet._start_request(text,text,jsonb,text,interval,boolean)',
+            'hivenet._start_step(text,jsonb,text,text,interval,boolean)',
             'hivenet.begin_request(text,text,jsonb,text,interval,boolean)',
             'hivenet.begin_step(text,jsonb,text,text,interval,boolean)',
             'hivenet.call_chain(text)',
@@ -153,13 +160,17 @@ DROP FUNCTION hivenet.call_chain(text);
 DROP FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean);
 DROP VIEW hivenet._step_replay;
 DROP FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean);
+DROP FUNCTION hivenet._start_step(text,jsonb,text,text,interval,boolean);
+DROP FUNCTION hivenet._start_request(text,text,jsonb,text,interval,boolean);
 DROP FUNCTION hivenet._serial_time(text,text);
 DROP FUNCTION hivenet._serial_field(text,text,text);
 DROP FUNCTION hivenet.parse_serial(text,text);
 DROP FUNCTION hivenet._scopes_by_node();
 DROP FUNCTION hivenet._scope_of(hivenet.format,text[]);
 DROP FUNCTION hivenet._scope_fields(hivenet.format,text[]);
+DROP FUNCTION hivenet._request_start_valid(text,text,interval);
 DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb);
+DROP FUNCTION hivenet._plain_options(text,boolean);
 DROP FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean);
 DROP FUNCTION hivenet._node_field(hivenet.format);
 DROP FUNCTION hivenet._layout_sql(hivenet.format);
@@ -173,8 +184,11 @@ DROP FUNCTION hivenet._create_cold_counter();
 DROP FUNCTION hivenet._compile_format(text,jsonb,boolean,text);
 DROP FUNCTION hivenet._check_owned(hivenet.format,text[]);
 DROP FUNCTION hivenet._check_fields(hivenet.format,text[],boolean);
+DROP FUNCTION hivenet._check_begin_options(text,interval,boolean);
+DROP FUNCTION hivenet._begin_step(text,jsonb,text,text,interval,boolean);
 DROP FUNCTION hivenet._begin_request(text,text,jsonb,text,interval,boolean);
 DROP FUNCTION hivenet._begin_attempt_nowait(text,text,jsonb,text,text,interval);
+DROP FUNCTION hivenet._begin_attempt(text,text,jsonb,text,text,interval);
 DROP FUNCTION hivenet._allocate(text,jsonb,text[],integer);
 DROP FUNCTION hivenet._advance(regclass,hivenet.format,bigint,text);
 
@@ -415,44 +429,33 @@ BEGIN ATOMIC
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._batch_limit() FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._begin_attempt(p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt(p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
  RETURNS record
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-    -- The namespace's policy, read once (no row: every value NULL, the defaults).
-    v_policy hivenet.request_namespace := (SELECT n FROM hivenet.request_namespace n
-                                           WHERE n.namespace = p_namespace);
     v_fingerprint bytea;
     v_attempt integer := 1;
     v_last hivenet.request_attempt;
 BEGIN
     -- The fingerprint by the policy (fingerprints.sql); NULL, the default, inlined.
-    IF v_policy.fingerprint IS NULL THEN
+    IF p_policy.fingerprint IS NULL THEN
         v_fingerprint := hivenet._fingerprint(p_request);
     ELSE
         BEGIN
-            v_fingerprint := hivenet._policy_fingerprint(v_policy.fingerprint, p_request);
+            v_fingerprint := hivenet._policy_fingerprint(p_policy.fingerprint, p_request);
         EXCEPTION WHEN SQLSTATE 'HN001' THEN  -- a number no double holds: the key is refused
             PERFORM hivenet._count_decision(p_namespace, 'rejected');
             RAISE;
         END;
     END IF;
-    -- Optimistic: most keys are new, so insert the attempt first; a conflict (after waiting
-    -- for an uncommitted one) means there is a committed attempt to look at.
+    -- Optimistic: most keys are new, so start the attempt first; nothing written (after
+    -- waiting for an uncommitted one) means there is a committed attempt to look at.
     LOOP
-        INSERT INTO hivenet.request_attempt
-            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at,
-             called_by, application_name, client_addr)
-        VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
-                p_lease, hivenet.now(), hivenet._called_by(),
-                nullif(current_setting('application_name'), ''), inet_client_addr())
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            IF v_policy.audit_chain THEN  -- a new attempt is the chain's next link (audit.sql)
-                PERFORM hivenet._chain_append(p_namespace, p_key, v_attempt, 'begin');
-            END IF;
-            outcome := hivenet._count_decision(p_namespace, 'started');
+        IF hivenet._start_attempt(p_namespace, p_key, v_attempt, v_fingerprint,
+                                  p_unified_serial, p_lease, coalesce(p_policy.audit_chain,
+                                                                      false)) THEN
+            outcome := 'started';
             attempt := v_attempt;
             RETURN;
         END IF;
@@ -460,14 +463,19 @@ BEGIN
         WHERE a.namespace = p_namespace AND a.key = p_key ORDER BY a.attempt DESC LIMIT 1;
         IF NOT FOUND THEN
             v_attempt := 1;  -- removed by maintain() in between: the key is new again
-        ELSIF v_last.fingerprint <> v_fingerprint THEN
+        -- Another request: by the policy's fingerprint and by the default one, the finest
+        -- (a key begun before a change of policy still matches the very same request).
+        ELSIF v_last.fingerprint <> v_fingerprint
+              AND (p_policy.fingerprint IS NULL
+                   OR v_last.fingerprint <> hivenet._fingerprint(p_request)) THEN
             PERFORM hivenet._count_decision(p_namespace, 'mismatch');
             RAISE EXCEPTION USING ERRCODE = 'HN032',
                 MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
                                  '%s)', hivenet._attempt_subject(p_namespace, p_key),
                                  encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
         ELSIF v_last.state = 'processing'
-              AND NOT hivenet._expiry_due(p_namespace, v_last.started_at) THEN
+              AND NOT coalesce(v_last.started_at + p_policy.expire_after <= hivenet.now(),
+                               false) THEN
             PERFORM hivenet._count_decision(p_namespace, 'in_progress');
             RAISE EXCEPTION USING ERRCODE = 'HN030',
                 MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
@@ -494,7 +502,7 @@ BEGIN
             attempt := v_last.attempt;
             response := v_last.response;
             RETURN;
-        ELSIF v_policy.on_failure = 'final' THEN
+        ELSIF p_policy.on_failure = 'final' THEN
             -- The latest failed or expired (before, or just now) and failures are final: its
             -- error is replayed, told apart from a success by the outcome (a replay, counted
             -- as one: decisions.sql).
@@ -506,28 +514,36 @@ BEGIN
         ELSE
             v_attempt := v_last.attempt + 1;  -- the latest failed or expired: proceed
         END IF;
-        -- Next round: insert that attempt (waiting again if someone is starting it too).
+        -- Next round: start that attempt (waiting again if someone is starting it too).
     END LOOP;
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt(text,text,jsonb,text,text,interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._begin_attempt_within(p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt_within(p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
  RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET lock_timeout TO '1ms'
 AS $function$
+DECLARE
+    -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
+    v_timeout bigint := coalesce(least(greatest(ceil(extract(epoch FROM p_wait) * 1000), 1),
+                                       2147483647), 1);
+    v_context text;
 BEGIN
-    IF p_wait IS NOT NULL THEN
-        -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
-        PERFORM set_config('lock_timeout',
-                           least(greatest(ceil(extract(epoch FROM p_wait) * 1000), 1),
-                                 2147483647)::bigint || 'ms', true);
-    END IF;
-    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, p_unified_serial,
-                                p_lease) b;
-EXCEPTION WHEN lock_not_available THEN
+    LOOP
+        PERFORM set_config('lock_timeout', v_timeout || 'ms', true);
+        BEGIN
+            SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+            FROM hivenet._begin_attempt(p_namespace, p_policy, p_key, p_request,
+                                        p_on_success, p_unified_serial, p_lease) b;
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            GET STACKED DIAGNOSTICS v_context = PG_EXCEPTION_CONTEXT;
+            EXIT WHEN hivenet._waited_for_row(v_context, 'request_attempt');
+        END;
+        v_timeout := least(v_timeout * 2, 2147483647);
+    END LOOP;
     PERFORM hivenet._count_decision(p_namespace, 'in_progress');
     RAISE EXCEPTION USING ERRCODE = 'HN030',
         MESSAGE = format('%s is being started by another transaction %s',
@@ -535,123 +551,129 @@ EXCEPTION WHEN lock_not_available THEN
                          CASE WHEN p_wait IS NULL THEN 'right now (nowait)'
                               ELSE format('that did not end within wait %s', p_wait) END);
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt_within(text,text,jsonb,text,text,interval,interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._begin_batch_key(p_namespace text, p_key text, p_request jsonb, p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+CREATE OR REPLACE FUNCTION hivenet._begin_batch(p_step boolean, p_namespace text, p_keys text[], p_requests jsonb[], p_unified_serial text, p_lease interval)
+ RETURNS TABLE(key text, outcome text, attempt integer, response jsonb)
+ LANGUAGE plpgsql
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_policy hivenet.request_namespace;
+    v_started text[] := '{}';
+    v_outcomes text[];
+    v_attempts integer[];
+    v_responses jsonb[];
+    v_key text;
+    v_request jsonb;
+    v_position bigint;
+    v_decided record;
+BEGIN
+    PERFORM hivenet._check_batch(p_step, p_namespace, p_keys, 'requests', p_requests, p_lease);
+    SELECT * INTO v_policy FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    IF NOT hivenet._starts_apart(v_policy) THEN
+        WITH started AS (
+            INSERT INTO hivenet._new_attempt AS a
+            SELECT p_namespace, k.key, 1, hivenet._fingerprint(k.request), p_unified_serial,
+                   p_lease
+            FROM unnest(p_keys, p_requests) AS k (key, request)
+            WHERE hivenet._start_valid(p_step, p_namespace, k.key, p_unified_serial, p_lease)
+              AND hivenet._key_allowed(v_policy, k.key)
+            ORDER BY k.key
+            RETURNING a.key)
+        SELECT coalesce(array_agg(s.key), '{}') INTO v_started FROM started s;
+        PERFORM hivenet._count_decision(p_namespace, 'started') FROM unnest(v_started);
+    END IF;
+    -- Every other key by the full path, in sort order too; the outcomes by the keys'
+    -- positions (arrays of the batch's length: an element set in an empty array would start
+    -- the array at that position).
+    IF cardinality(v_started) < cardinality(p_keys) THEN
+        v_outcomes := array_fill(NULL::text, ARRAY[cardinality(p_keys)]);
+        v_attempts := array_fill(NULL::integer, ARRAY[cardinality(p_keys)]);
+        v_responses := array_fill(NULL::jsonb, ARRAY[cardinality(p_keys)]);
+    END IF;
+    FOR v_key, v_request, v_position IN
+        SELECT k.key, k.request, k.position
+        FROM unnest(p_keys, p_requests) WITH ORDINALITY AS k (key, request, position)
+        WHERE NOT EXISTS (SELECT FROM unnest(v_started) AS s (key) WHERE s.key = k.key)
+        ORDER BY k.key
+    LOOP
+        SELECT b.outcome, b.attempt, b.response INTO v_decided
+        FROM hivenet._begin_batch_key(p_step, p_namespace, v_key, v_request, p_unified_serial,
+                                      p_lease) b;
+        v_outcomes[v_position] := v_decided.outcome;
+        v_attempts[v_position] := v_decided.attempt;
+        v_responses[v_position] := v_decided.response;
+    END LOOP;
+    -- A key without an outcome was started by the INSERT.
+    RETURN QUERY
+        SELECT k.key, coalesce(k.outcome, 'started'),
+               CASE WHEN k.outcome IS NULL THEN 1 ELSE k.attempt END, k.response
+        FROM unnest(p_keys, v_outcomes, v_attempts, v_responses) WITH ORDINALITY
+             AS k (key, outcome, attempt, response, position)
+        ORDER BY k.position;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_batch(boolean,text,text[],jsonb[],text,interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._begin_batch_key(p_step boolean, p_namespace text, p_key text, p_request jsonb, p_unified_serial text, p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
  RETURNS record
  LANGUAGE plpgsql
 AS $function$
 BEGIN
     SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-    FROM hivenet._begin_request(p_namespace, p_key, p_request, 'replay', p_lease, false, NULL) b;
-EXCEPTION WHEN SQLSTATE 'HN030' OR SQLSTATE 'HN032' OR SQLSTATE 'HN001' THEN
+    FROM hivenet._begin_key(p_step, p_namespace, p_key, p_request, 'replay', p_unified_serial,
+                            p_lease, false, NULL) b;
+EXCEPTION WHEN SQLSTATE 'HN030' OR SQLSTATE 'HN032' OR SQLSTATE 'HN001' OR SQLSTATE 'HN002'
+               OR SQLSTATE 'HN021' THEN
     outcome := CASE SQLSTATE WHEN 'HN030' THEN 'in_progress' WHEN 'HN032' THEN 'mismatch'
                              ELSE 'rejected' END;
     response := jsonb_build_object('code', SQLSTATE, 'message', SQLERRM);
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._begin_batch_key(text,text,jsonb,interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_batch_key(boolean,text,text,jsonb,text,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._begin_request(p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval, p_nowait boolean, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+CREATE OR REPLACE FUNCTION hivenet._begin_key(p_step boolean, p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_nowait boolean, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
  RETURNS record
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
-    v_wait_valid boolean := coalesce(p_wait BETWEEN interval '0' AND hivenet._longest_interval(),
-                                     true);
-    v_min_length integer;
-    v_pattern text;
+    v_policy hivenet.request_namespace;
 BEGIN
-    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
-            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)
-            AND v_wait_valid) THEN
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait, p_wait)
+            AND coalesce(hivenet._start_valid(p_step, p_namespace, p_key, p_unified_serial,
+                                              p_lease), false)) THEN
         BEGIN
-            PERFORM hivenet._check_name('namespace', p_namespace);
-            PERFORM hivenet._check_name('key', p_key);
-            PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-            IF NOT v_wait_valid THEN
-                RAISE EXCEPTION USING ERRCODE = 'HN001',
-                    MESSAGE = format('wait %s is not between 0 and %s', p_wait,
-                                     hivenet._longest_interval());
+            IF p_step THEN
+                PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait, p_wait);
+                PERFORM hivenet._check_step(p_namespace, p_key, p_unified_serial);
+            ELSE
+                PERFORM hivenet._check_name('namespace', p_namespace);
+                PERFORM hivenet._check_name('key', p_key);
+                PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait, p_wait);
             END IF;
-        EXCEPTION WHEN SQLSTATE 'HN001' THEN
+        EXCEPTION WHEN SQLSTATE 'HN001' OR SQLSTATE 'HN002' OR SQLSTATE 'HN021' THEN
             PERFORM hivenet._count_decision(p_namespace, 'rejected');  -- decisions.sql
             RAISE;
         END;
     END IF;
-    SELECT n.key_min_length, n.key_pattern INTO v_min_length, v_pattern
-    FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
-    IF length(p_key) < v_min_length OR p_key !~ v_pattern THEN
-        PERFORM hivenet._raise_key_refused(p_namespace, p_key, v_min_length, v_pattern);
+    SELECT * INTO v_policy FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    IF NOT hivenet._key_allowed(v_policy, p_key) THEN
+        PERFORM hivenet._raise_key_refused(p_namespace, p_key, v_policy.key_min_length,
+                                           v_policy.key_pattern);
     END IF;
     IF p_nowait OR p_wait IS NOT NULL THEN  -- nowait: no wait (NULL), whatever p_wait says
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_within(p_namespace, p_key, p_request, p_on_success, NULL,
-                                           p_lease, CASE WHEN NOT p_nowait THEN p_wait END) b;
+        FROM hivenet._begin_attempt_within(p_namespace, v_policy, p_key, p_request,
+                                           p_on_success, p_unified_serial, p_lease,
+                                           CASE WHEN NOT p_nowait THEN p_wait END) b;
     ELSE
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
-                                    p_lease) b;
+        FROM hivenet._begin_attempt(p_namespace, v_policy, p_key, p_request, p_on_success,
+                                    p_unified_serial, p_lease) b;
     END IF;
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._begin_request(text,text,jsonb,text,interval,boolean,interval) FROM PUBLIC;
-
-CREATE OR REPLACE FUNCTION hivenet._begin_step(p_system_serial text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_nowait boolean, OUT outcome text, OUT attempt integer, OUT response jsonb)
- RETURNS record
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-DECLARE
-    v_day date;
-BEGIN
-    -- Without parse_serial (~200 µs a serial) when the view vouches for the input.
-    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
-            AND coalesce(hivenet._step_start_valid(p_system_serial, p_unified_serial, p_lease),
-                         false)) THEN
-        BEGIN
-            PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-            PERFORM hivenet.parse_serial(p_system_serial, 'system');
-            IF p_unified_serial IS NOT NULL THEN
-                PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
-            END IF;
-            -- Several primaries: a serial of an instance another shard owns (ownership.sql).
-            IF hivenet._setting_constant('owned_instances') <> 'all' THEN
-                PERFORM hivenet._check_owned_serial('system', p_system_serial);
-            END IF;
-            -- Old serials are refused, not run again: their record may be purged (HN021).
-            v_day := hivenet._serial_time('system', p_system_serial)::date;
-            IF v_day < hivenet._step_days_from(hivenet.now())
-               OR (v_day > hivenet._step_days_to(hivenet.now())
-                   AND NOT hivenet._step_issued_here(p_system_serial, v_day)) THEN
-                PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
-            END IF;
-        EXCEPTION WHEN SQLSTATE 'HN001' OR SQLSTATE 'HN002' OR SQLSTATE 'HN021' THEN
-            PERFORM hivenet._count_decision('hivenet.steps', 'rejected');
-            RAISE;
-        END;
-    END IF;
-    IF p_nowait THEN
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_within('hivenet.steps', p_system_serial, p_request,
-                                           p_on_success, p_unified_serial, p_lease, NULL) b;
-        RETURN;
-    END IF;
-    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-    FROM hivenet._begin_attempt('hivenet.steps', p_system_serial, p_request, p_on_success,
-                                p_unified_serial, p_lease) b;
-END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._begin_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
-
-CREATE OR REPLACE FUNCTION hivenet._called_by()
- RETURNS text
- LANGUAGE sql
- STABLE
-BEGIN ATOMIC
- SELECT COALESCE(NULLIF(current_setting('role'::text), 'none'::text), (SESSION_USER)::text) AS "coalesce";
-END;
-REVOKE EXECUTE ON FUNCTION hivenet._called_by() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._canonical_json(p_value jsonb)
  RETURNS text
@@ -787,56 +809,84 @@ BEGIN ATOMIC
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._chain_link(bytea,hivenet.request_attempt,text) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._check_batch(p_namespace text, p_keys text[], p_what text, p_values jsonb[], p_lease interval)
+CREATE OR REPLACE FUNCTION hivenet._check_batch(p_step boolean, p_namespace text, p_keys text[], p_what text, p_values jsonb[], p_lease interval)
  RETURNS void
  LANGUAGE plpgsql
  IMMUTABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
+    v_batch text := CASE WHEN p_step THEN 'the batch of steps'
+                         ELSE format('the batch in namespace %s', hivenet._shown(p_namespace))
+                    END;
+    v_keys text := CASE WHEN p_step THEN 'system serials' ELSE 'keys' END;
     v_duplicate text;
 BEGIN
-    PERFORM hivenet._check_name('namespace', p_namespace);
+    IF NOT p_step THEN  -- a batch of steps: begin_steps' and finish_steps' own namespace
+        PERFORM hivenet._check_name('namespace', p_namespace);
+    END IF;
     IF p_keys IS NULL OR p_values IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('%s of the batch in namespace %s is NULL',
-                             CASE WHEN p_keys IS NULL THEN 'keys' ELSE p_what END,
-                             hivenet._shown(p_namespace));
+            MESSAGE = format('%s of %s is NULL', CASE WHEN p_keys IS NULL THEN v_keys
+                                                      ELSE p_what END, v_batch);
     END IF;
     IF array_ndims(p_keys) > 1 OR array_ndims(p_values) > 1 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('keys (%s dimensions) and %s (%s dimensions) of the batch in '
-                             'namespace %s are not both one-dimensional arrays',
-                             array_ndims(p_keys), p_what, array_ndims(p_values),
-                             hivenet._shown(p_namespace));
+            MESSAGE = format('%s (%s dimensions) and %s (%s dimensions) of %s are not both '
+                             'one-dimensional arrays', v_keys, array_ndims(p_keys), p_what,
+                             array_ndims(p_values), v_batch);
     END IF;
     IF cardinality(p_keys) <> cardinality(p_values) THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('the batch in namespace %s has %s keys but %s %s',
-                             hivenet._shown(p_namespace), cardinality(p_keys),
+            MESSAGE = format('%s has %s %s but %s %s', v_batch, cardinality(p_keys), v_keys,
                              cardinality(p_values), p_what);
     END IF;
     IF cardinality(p_keys) > hivenet._batch_limit() THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('the batch in namespace %s has %s keys, more than %s',
-                             hivenet._shown(p_namespace), cardinality(p_keys),
+            MESSAGE = format('%s has %s %s, more than %s', v_batch, cardinality(p_keys), v_keys,
                              hivenet._batch_limit());
     END IF;
     IF array_position(p_keys, NULL) IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('key %s of the batch in namespace %s is NULL',
-                             array_position(p_keys, NULL), hivenet._shown(p_namespace));
+            MESSAGE = format('%s %s of %s is NULL', CASE WHEN p_step THEN 'system serial'
+                                                         ELSE 'key' END,
+                             array_position(p_keys, NULL), v_batch);
     END IF;
     SELECT k.key INTO v_duplicate FROM unnest(p_keys) AS k (key)
     GROUP BY k.key HAVING count(*) > 1 ORDER BY min(k.key) LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('key %s is given more than once in the batch in namespace %s',
-                             hivenet._shown(v_duplicate), hivenet._shown(p_namespace));
+            MESSAGE = format('%s %s is given more than once in %s',
+                             CASE WHEN p_step THEN 'system serial' ELSE 'key' END,
+                             hivenet._shown(v_duplicate), v_batch);
     END IF;
     PERFORM hivenet._check_interval('lease', p_lease);
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._check_batch(text,text[],text,jsonb[],interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._check_batch(boolean,text,text[],text,jsonb[],interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_begin_options(p_on_success text, p_lease interval, p_nowait boolean, p_wait interval)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    IF p_on_success IS NULL OR p_on_success NOT IN ('replay', 'reject') THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('on_success %s is neither ''replay'' nor ''reject''',
+                             hivenet._shown(p_on_success));
+    END IF;
+    PERFORM hivenet._check_interval('lease', p_lease);
+    IF p_nowait IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'nowait is NULL';
+    END IF;
+    IF NOT p_wait BETWEEN interval '0' AND hivenet._longest_interval() THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('wait %s is not between 0 and %s', p_wait,
+                             hivenet._longest_interval());
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_begin_options(text,interval,boolean,interval) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._check_fields(p_format hivenet.format, p_values text[], p_key_only boolean DEFAULT false)
  RETURNS void
@@ -956,6 +1006,64 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_owned(hivenet.format,text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_owned_serial(p_format text, p_serial text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_owned text := hivenet._ownership_setting('owned_instances');
+    v_instance text;
+BEGIN
+    IF v_owned = 'all' OR NOT hivenet._ownership_setting('check_received_instances')::boolean
+    THEN
+        RETURN;
+    END IF;
+    -- Cut by the format's layout (compile.sql); parse_serial for a format not yet generated.
+    v_instance := coalesce(hivenet._serial_field(p_format, p_serial, 'instance'),
+                           hivenet.parse_serial(p_serial, p_format) ->> 'instance');
+    IF NOT hivenet._instance_in(v_instance, v_owned) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN002',
+            MESSAGE = format('%s serial %s carries instance %s, which this database does not '
+                             'own (it owns %s): send it, and every retry of it, to the shard '
+                             'that owns that instance (setting check_received_instances)',
+                             p_format, p_serial,
+                             hivenet._shown(v_instance), v_owned);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_owned_serial(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_step(p_namespace text, p_system_serial text, p_unified_serial text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_day date;
+BEGIN
+    IF p_namespace IS DISTINCT FROM 'hivenet.steps' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('namespace %s is not the steps'' namespace ''hivenet.steps''',
+                             hivenet._shown(p_namespace));
+    END IF;
+    PERFORM hivenet.parse_serial(p_system_serial, 'system');
+    IF p_unified_serial IS NOT NULL THEN
+        PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
+    END IF;
+    -- Several primaries: a serial of an instance another shard owns (ownership.sql).
+    IF hivenet._setting_constant('owned_instances') <> 'all' THEN
+        PERFORM hivenet._check_owned_serial('system', p_system_serial);
+    END IF;
+    -- Old serials are refused, not run again: their record may be purged (HN021).
+    v_day := hivenet._serial_time('system', p_system_serial)::date;
+    IF v_day < hivenet._step_days_from(hivenet.now())
+       OR (v_day > hivenet._step_days_to(hivenet.now())
+           AND NOT hivenet._step_issued_here(p_system_serial, v_day)) THEN
+        PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_step(text,text,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._check_timeline()
  RETURNS void
@@ -1447,17 +1555,6 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._expire_attempts(text,text[],integer[]) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._expiry_due(p_namespace text, p_started_at timestamp with time zone)
- RETURNS boolean
- LANGUAGE plpgsql
- STABLE
-AS $function$
-BEGIN
-    RETURN coalesce((SELECT p_started_at + n.expire_after <= hivenet.now()
-                     FROM hivenet.request_namespace n WHERE n.namespace = p_namespace), false);
-END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._expiry_due(text,timestamp with time zone) FROM PUBLIC;
-
 CREATE OR REPLACE FUNCTION hivenet._failover_gap()
  RETURNS bigint
  LANGUAGE sql
@@ -1799,6 +1896,31 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._field_values(hivenet.format,jsonb) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._finish_batch(p_step boolean, p_namespace text, p_keys text[], p_attempts integer[], p_succeeded boolean[], p_responses jsonb[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM hivenet._check_batch(p_step, p_namespace, p_keys, 'responses', p_responses, NULL);
+    IF cardinality(p_attempts) IS DISTINCT FROM cardinality(p_keys)
+       OR cardinality(p_succeeded) IS DISTINCT FROM cardinality(p_keys) THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s has %s %s but %s attempts and %s succeeded',
+                             CASE WHEN p_step THEN 'the batch of steps'
+                                  ELSE format('the batch in namespace %s',
+                                              hivenet._shown(p_namespace)) END,
+                             cardinality(p_keys),
+                             CASE WHEN p_step THEN 'system serials' ELSE 'keys' END,
+                             coalesce(cardinality(p_attempts)::text, 'NULL'),
+                             coalesce(cardinality(p_succeeded)::text, 'NULL'));
+    END IF;
+    FOR i IN 1 .. cardinality(p_keys) LOOP
+        PERFORM hivenet.finish_request(p_namespace, p_keys[i], p_attempts[i], p_succeeded[i],
+                                       p_responses[i]);
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._finish_batch(boolean,text,text[],integer[],boolean[],jsonb[]) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._format_constant(p_name text)
  RETURNS hivenet.format
  LANGUAGE sql
@@ -1858,110 +1980,79 @@ BEGIN
         GRANT USAGE ON SCHEMA hivenet TO hivenet_app;
         -- The application API.
         GRANT EXECUTE ON FUNCTION
-            hivenet.now(),
-            hivenet.next_unified_serial(text, text, text),
-            hivenet.next_system_serial(text, text, text),
-            hivenet.next_interface_serial(text, text, text, text),
-            hivenet.next_serial(text, jsonb),
-            hivenet.next_serials(text, jsonb, integer),
-            hivenet.parse_serial(text, text),
-            hivenet.next_time_id(text, jsonb),
-            hivenet.next_time_ids(text, integer, jsonb),
-            hivenet.parse_time_id(bigint, text),
-            hivenet.claim_interface_serial(text, text, text, boolean),
-            hivenet.call_chain(text),
-            hivenet.claim(text, text, boolean),
-            hivenet.begin_step(text, jsonb, text, text, interval, boolean),
-            hivenet.finish_step(text, integer, boolean, jsonb),
-            hivenet.begin_request(text, text, jsonb, text, interval, boolean, interval),
-            hivenet.watch_request(text, text),
-            hivenet.finish_request(text, text, integer, boolean, jsonb),
-            hivenet.begin_requests(text, text[], jsonb[], interval),
-            hivenet.finish_requests(text, text[], integer[], boolean[], jsonb[]),
-            hivenet.ownership(),
-            hivenet.flush_at_commit()
+            hivenet.now,
+            hivenet.next_unified_serial,
+            hivenet.next_system_serial,
+            hivenet.next_interface_serial,
+            hivenet.next_serial,
+            hivenet.next_serials,
+            hivenet.parse_serial,
+            hivenet.next_time_id,
+            hivenet.next_time_ids,
+            hivenet.parse_time_id,
+            hivenet.claim_interface_serial,
+            hivenet.call_chain,
+            hivenet.claim,
+            hivenet.begin_step,
+            hivenet.finish_step,
+            hivenet.begin_request,
+            hivenet.watch_request,
+            hivenet.finish_request,
+            hivenet.begin_requests,
+            hivenet.finish_requests,
+            hivenet.ownership,
+            hivenet.flush_at_commit
         TO hivenet_app;
         -- now() is inlined into the caller: its fake clock (clock.sql) runs as the caller.
-        GRANT EXECUTE ON FUNCTION hivenet._fake_now() TO hivenet_app;
+        GRANT EXECUTE ON FUNCTION hivenet._fake_now TO hivenet_app;
         -- The allocation fast path (compile.sql, _fast_unified and _fast_system), inlined into
         -- next_unified_serial / next_system_serial: every function in it, and USAGE on the
         -- counters it draws from (_grant_counter). The constants say what the formats and
         -- settings are (no secret).
         GRANT EXECUTE ON FUNCTION
-            hivenet._fast_unified(text, text, text),
-            hivenet._fast_system(text, text, text),
-            hivenet._format_constant(text),
-            hivenet._setting_constant(text),
-            hivenet._scope_sequence_name(text, text)
+            hivenet._fast_unified,
+            hivenet._fast_system,
+            hivenet._format_constant,
+            hivenet._setting_constant,
+            hivenet._scope_sequence_name
         TO hivenet_app;
         -- next_time_id and next_time_ids (time_ids.sql), inlined: their fast paths
         -- (_fast_time_id, _time_id_batch), and what they call when those give NULL:
         -- _next_time_id (SECURITY DEFINER, every check of next_time_id), the count's check.
         GRANT EXECUTE ON FUNCTION
-            hivenet._fast_time_id(text, jsonb),
-            hivenet._time_id_batch(text, jsonb),
-            hivenet._next_time_id(text, jsonb),
-            hivenet._time_id_count(text, integer)
+            hivenet._fast_time_id,
+            hivenet._time_id_batch,
+            hivenet._next_time_id,
+            hivenet._time_id_count
         TO hivenet_app;
         FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s ORDER BY 1 LOOP
             IF to_regclass('hivenet.' || quote_ident(v_counter)) IS NOT NULL THEN
                 PERFORM hivenet._grant_counter(v_counter);
             END IF;
         END LOOP;
-        -- begin_step and begin_request (steps.sql, requests.sql), inlined into the caller's
-        -- statement. The replay of a succeeded step: _step_in_window and view _step_replay,
-        -- SELECT only: of every succeeded step its serial, attempt, request fingerprint,
-        -- unified serial and stored response, what begin_step replays to whoever presents the
-        -- same request. The application's own replays: no other role reads them.
+        -- begin_step, begin_request (steps.sql, requests.sql) and their batches: the public
+        -- functions are inlined into the caller's statement and call _start_key and
+        -- _begin_key, both SECURITY DEFINER with every check: no role writes an attempt but
+        -- through them, and they count each decision (decisions.sql), so calling them
+        -- directly can do nothing the public functions cannot. No table or view of attempts
+        -- is writable by the role.
         GRANT EXECUTE ON FUNCTION
-            hivenet._step_in_window(text),
-            hivenet._fingerprint(jsonb)
+            hivenet.begin_steps, hivenet.finish_steps, hivenet._start_key, hivenet._begin_key
         TO hivenet_app;
-        GRANT SELECT ON hivenet._step_replay TO hivenet_app;
-        -- A new step's or key's first attempt: _start_step / _start_request (run as the
-        -- caller) insert into view _step_start / _request_start, whose rule writes with the
-        -- owner's rights: the role may insert, not read. The rules' checks run as the
-        -- inserter: _step_start_valid and the generated layout check _serial_valid with
-        -- _serial_time (compile.sql), and _request_start_valid.
-        GRANT INSERT ON hivenet._step_start, hivenet._request_start TO hivenet_app;
-        -- Both count their decision as the caller (decisions.sql): a probe of view
-        -- _decision_counters and nextval on a counter (USAGE: _grant_decision_counters); a
-        -- namespace's first start makes its counters through SECURITY DEFINER
-        -- _new_decision_counter. So does begin_step's replay.
-        GRANT SELECT ON hivenet._decision_counters TO hivenet_app;
+        -- The replay of a succeeded step, inlined into begin_step and run as the caller:
+        -- _step_in_window and view _step_replay, SELECT only: of every succeeded step its
+        -- serial, attempt, request fingerprint, unified serial and stored response, what
+        -- begin_step replays to whoever presents the same request. The application's own
+        -- replays: no other role reads them. It counts the replay as the caller: a probe of
+        -- view _decision_counters and nextval on the steps' counter (USAGE:
+        -- _grant_decision_counters). And what they inline: the callers' clock, the bound on
+        -- intervals (clock.sql).
         GRANT EXECUTE ON FUNCTION
-            hivenet._count_decision(text, text),
-            hivenet._new_decision_counter(text, text)
+            hivenet._step_in_window, hivenet._fingerprint, hivenet._caller_now,
+            hivenet._longest_interval, hivenet._interval_allowed
         TO hivenet_app;
+        GRANT SELECT ON hivenet._step_replay, hivenet._decision_counters TO hivenet_app;
         PERFORM hivenet._grant_decision_counters();
-        GRANT EXECUTE ON FUNCTION
-            hivenet._plain_options(text, boolean),
-            hivenet._start_step(text, jsonb, text, text, interval, boolean),
-            hivenet._start_request(text, text, jsonb, text, interval, boolean),
-            hivenet._serial_valid(text, text),
-            hivenet._serial_time(text, text),
-            hivenet._step_start_valid(text, text, interval),
-            hivenet._request_start_valid(text, text, interval)
-        TO hivenet_app;
-        -- Who begins an attempt (requests.sql), recorded by those rules as the inserter.
-        GRANT EXECUTE ON FUNCTION hivenet._called_by() TO hivenet_app;
-        -- Everything else: _begin_step / _begin_request (SECURITY DEFINER, every check of
-        -- begin_step / begin_request: calling them directly can do nothing the public
-        -- functions cannot).
-        GRANT EXECUTE ON FUNCTION
-            hivenet._begin_step(text, jsonb, text, text, interval, boolean),
-            hivenet._begin_request(text, text, jsonb, text, interval, boolean, interval)
-        TO hivenet_app;
-        -- The rules those checks and _step_in_window inline (clock.sql, claims.sql): the
-        -- callers' clock, the bound on intervals, the rule for names and keys and the
-        -- characters it refuses (settings.sql).
-        GRANT EXECUTE ON FUNCTION
-            hivenet._caller_now(timestamptz, text),
-            hivenet._longest_interval(),
-            hivenet._interval_allowed(interval),
-            hivenet._name_valid(text),
-            hivenet._unseen_characters()
-        TO hivenet_app;
     END IF;
 
     -- The reporting views and what they call as their reader, for both roles that read them.
@@ -1974,18 +2065,14 @@ BEGIN
                        'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions, '
                        'hivenet.clock_lead, hivenet.business_time_zone TO %I', v_role);
         EXECUTE format('GRANT EXECUTE ON FUNCTION '
-                       'hivenet.call_chain(text), '
-                       'hivenet.now(), hivenet._fake_now(), '    -- stuck_steps, stuck_requests
-                       'hivenet._step_lease(interval), '         -- likewise
-                       'hivenet._reporting_local_now(), '        -- scope_usage
-                       'hivenet._period_index(timestamp, text), '
-                       'hivenet._period_start(bigint, text), '
-                       'hivenet._scope_counter_value(text), '    -- and request_decisions
-                       'hivenet._scope_sequence_name(text, text), '  -- clock_lead
-                       'hivenet._clock_sequence_name(text), '
-                       'hivenet._serial_field(text, text, text), '  -- interface_calls
-                       'hivenet._serial_time(text, text), '
-                       'hivenet.parse_serial(text, text) '          -- in both, for other formats
+                       'hivenet.call_chain, '
+                       'hivenet.now, hivenet._fake_now, hivenet._step_lease, '  -- stuck_*
+                       'hivenet._reporting_local_now, hivenet._period_index, '  -- scope_usage
+                       'hivenet._period_start, hivenet._scope_counter_value, '  -- also
+                       -- request_decisions; clock_lead:
+                       'hivenet._scope_sequence_name, hivenet._clock_sequence_name, '
+                       -- interface_calls, and both for other formats:
+                       'hivenet._serial_field, hivenet._serial_time, hivenet.parse_serial '
                        'TO %I', v_role);
     END LOOP;
 
@@ -1993,24 +2080,23 @@ BEGIN
         GRANT SELECT ON ALL TABLES IN SCHEMA hivenet TO hivenet_admin;
         GRANT UPDATE ON hivenet.setting TO hivenet_admin;
         GRANT EXECUTE ON FUNCTION
-            hivenet.maintain(),
-            hivenet.fence_failover(bigint, boolean),
-            hivenet._timeline(),  -- `hivenet-db failover-fence` reports this timeline's fence
-            hivenet.replication_warning(),
-            hivenet.define_format(text, jsonb, boolean, text),
-            hivenet.set_clock_policy(text, text, interval),
-            hivenet.prepare_scope(text, jsonb),
-            hivenet.register_system(text, text),
-            hivenet.register_module(text, text, text),
-            hivenet.own_instances(text, boolean, boolean),
-            hivenet.ownership(),
-            hivenet.resolve_step(text, integer, boolean, text, jsonb),
-            hivenet.resolve_request(text, text, integer, boolean, text, jsonb),
-            hivenet.set_claim_expiry(text, interval),
-            hivenet.set_request_retention(text, interval),
-            hivenet.set_namespace_policy(text, interval, text, text, interval, integer, text,
-                                         boolean),
-            hivenet.verify_audit_chain(text)  -- `hivenet-db audit verify`
+            hivenet.maintain,
+            hivenet.fence_failover,
+            hivenet._timeline,  -- `hivenet-db failover-fence` reports this timeline's fence
+            hivenet.replication_warning,
+            hivenet.define_format,
+            hivenet.set_clock_policy,
+            hivenet.prepare_scope,
+            hivenet.register_system,
+            hivenet.register_module,
+            hivenet.own_instances,
+            hivenet.ownership,
+            hivenet.resolve_step,
+            hivenet.resolve_request,
+            hivenet.set_claim_expiry,
+            hivenet.set_request_retention,
+            hivenet.set_namespace_policy,
+            hivenet.verify_audit_chain  -- `hivenet-db audit verify`
         TO hivenet_admin;
     END IF;
 END $function$;
@@ -2172,6 +2258,15 @@ BEGIN
     RETURN v_out;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._issue_unprepared(hivenet.format,text[],integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._key_allowed(p_policy hivenet.request_namespace, p_key text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (NOT COALESCE(((length(p_key) < (p_policy).key_min_length) OR (p_key !~ (p_policy).key_pattern)), false));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._key_allowed(hivenet.request_namespace,text) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._latest_issued(p_format text, p_scope text)
  RETURNS timestamp without time zone
@@ -2556,7 +2651,7 @@ AS $function$
             'instances %s, and that setting is off here)', p_format.name, p_owned) END
         WHEN NOT hivenet._instance_in(p_node, p_owned) THEN format(
             'format %s: %s %s is not owned by this database (it owns %s): allocate on the '
-            'database that owns it (docs/guides/scale-out.md)', p_format.name,
+            'database that owns it', p_format.name,
             hivenet._node_field(p_format), hivenet._shown(p_node), p_owned)
     END
 $function$;
@@ -2609,7 +2704,7 @@ BEGIN
             MESSAGE = format('setting %s %s: this database has issued serials of format %s '
                              'scope %s, which it would no longer own; give it up with '
                              'hivenet.own_instances(..., force => true), which parks such '
-                             'scopes (docs/guides/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
+                             'scopes', NEW.name, hivenet._shown(NEW.value),
                              (v_scope.format).name, hivenet._shown(v_scope.scope));
     END IF;
     FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
@@ -2621,6 +2716,86 @@ BEGIN
     RETURN NEW;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._ownership_check() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._plain_options(p_on_success text, p_nowait boolean, p_wait interval)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT COALESCE(((p_on_success = ANY (ARRAY['replay'::text, 'reject'::text])) AND (NOT p_nowait) AND (p_wait IS NULL)), false) AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._plain_options(text,boolean,interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._policy_checked(p_namespace text, p_field text, p_value jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_text text := p_value #>> '{}';
+    v_steps boolean := p_namespace = 'hivenet.steps';
+    v_conflict text;
+BEGIN
+    -- The steps' keys are system serials, kept for the setting step_retention (steps.sql).
+    IF v_steps AND p_field IN ('retention', 'key_min_length', 'key_pattern') THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s is no policy of the steps'' namespace ''hivenet.steps'' (its '
+                             'keys are system serials, kept for the setting step_retention)',
+                             p_field);
+    END IF;
+    CASE p_field
+    WHEN 'retention' THEN
+        PERFORM hivenet._check_interval(format('retention of namespace %s',
+                                               hivenet._shown(p_namespace)), v_text::interval);
+        v_conflict := hivenet._interval_conflict('request_retention', v_text::interval);
+        IF v_conflict IS NOT NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('retention %s of namespace %s %s', v_text::interval,
+                                 hivenet._shown(p_namespace), v_conflict);
+        END IF;
+        RETURN p_value;
+    WHEN 'fingerprint' THEN
+        PERFORM hivenet._check_fingerprint(v_text);
+        RETURN CASE WHEN v_text = 'bytes' THEN 'null' ELSE p_value END;
+    WHEN 'on_failure' THEN
+        IF v_text NOT IN ('retry', 'final') THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('on_failure %s of namespace %s is neither ''retry'' nor '
+                                 '''final''', hivenet._shown(v_text), hivenet._shown(p_namespace));
+        END IF;
+        RETURN CASE WHEN v_text = 'retry' THEN 'null' ELSE p_value END;
+    WHEN 'expire_after' THEN
+        IF v_text::interval = interval '0' THEN
+            RETURN 'null';
+        END IF;
+        PERFORM hivenet._check_interval(format('expire_after of namespace %s',
+                                               hivenet._shown(p_namespace)), v_text::interval);
+        RETURN p_value;
+    WHEN 'key_min_length' THEN
+        IF v_text::integer NOT BETWEEN 1 AND 255 THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('key_min_length %s of namespace %s is not between 1 and 255',
+                                 v_text, hivenet._shown(p_namespace));
+        END IF;
+        RETURN CASE WHEN v_text::integer = 1 THEN 'null' ELSE p_value END;
+    WHEN 'key_pattern' THEN
+        BEGIN
+            PERFORM '' ~ v_text;
+        EXCEPTION WHEN invalid_regular_expression THEN
+            RAISE EXCEPTION USING ERRCODE = 'HN001',
+                MESSAGE = format('key_pattern %s of namespace %s is not a regular expression',
+                                 hivenet._shown(v_text), hivenet._shown(p_namespace));
+        END;
+        RETURN CASE WHEN v_text = '' THEN 'null' ELSE p_value END;
+    WHEN 'audit_chain' THEN
+        RETURN CASE WHEN v_text::boolean THEN p_value ELSE 'null' END;
+    ELSE
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s is no field of a namespace policy', hivenet._shown(p_field));
+    END CASE;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._policy_checked(text,text,jsonb) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._policy_fingerprint(p_fingerprint text, p_request jsonb)
  RETURNS bytea
@@ -2635,8 +2810,9 @@ BEGIN
         RETURN hivenet._fingerprint(p_request);
     ELSIF p_fingerprint <> 'json' THEN
         -- silent: a strict path that finds nothing selects nothing, as a lax one
-        SELECT coalesce(jsonb_agg(jsonb_path_query_array(v_request, (p.path #>> '{}')::jsonpath,
-                                                         '{}', true) ORDER BY p.position), '[]')
+        SELECT jsonb_build_object('paths', p_fingerprint::jsonb, 'values', coalesce(jsonb_agg(
+                   jsonb_path_query_array(v_request, (p.path #>> '{}')::jsonpath, '{}', true)
+                   ORDER BY p.position), '[]'))
         INTO v_request
         FROM jsonb_array_elements(p_fingerprint::jsonb) WITH ORDINALITY AS p (path, position);
     END IF;
@@ -2952,6 +3128,15 @@ BEGIN
                          p_format.name, '{' || v_key.json || '}');
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._refuse_unprepared(hivenet.format,text[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._request_start_valid(p_namespace text, p_key text, p_unified_serial text, p_lease interval)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key) AND ("left"(p_namespace, 8) <> 'hivenet.'::text) AND (p_unified_serial IS NULL) AND ((p_lease IS NULL) OR hivenet._interval_allowed(p_lease)));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._request_start_valid(text,text,text,interval) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._resolve_attempt(p_namespace text, p_key text, p_attempt integer, p_succeeded boolean, p_note text, p_response jsonb)
  RETURNS void
@@ -3293,6 +3478,36 @@ AS $function$
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._serials_issued() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._set_policy(p_namespace text, p_given jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_stored jsonb;
+    v_policy hivenet.request_namespace;
+BEGIN
+    IF p_namespace IS DISTINCT FROM 'hivenet.steps' THEN
+        PERFORM hivenet._check_name('namespace', p_namespace);
+    END IF;
+    SELECT coalesce(jsonb_object_agg(f.key, hivenet._policy_checked(p_namespace, f.key, f.value)),
+                    '{}')
+    INTO v_stored FROM jsonb_each(jsonb_strip_nulls(p_given)) AS f;
+    -- The namespace's row, locked until commit (made first when it has none).
+    INSERT INTO hivenet.request_namespace AS n (namespace) VALUES (p_namespace)
+    ON CONFLICT (namespace) DO UPDATE SET namespace = EXCLUDED.namespace
+    RETURNING n.* INTO v_policy;
+    v_policy := jsonb_populate_record(v_policy, v_stored);
+    DELETE FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    IF jsonb_strip_nulls(to_jsonb(v_policy)) <> jsonb_build_object('namespace', p_namespace) THEN
+        INSERT INTO hivenet.request_namespace SELECT v_policy.*;
+    END IF;
+    IF v_policy.audit_chain THEN
+        PERFORM hivenet._start_chain(p_namespace);  -- audit.sql
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._set_policy(text,jsonb) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._setting_check()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -3413,6 +3628,24 @@ AS $function$
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._shown_time(timestamp with time zone) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._start_attempt(p_namespace text, p_key text, p_attempt integer, p_fingerprint bytea, p_unified_serial text, p_lease interval, p_chained boolean)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    INSERT INTO hivenet._new_attempt
+    VALUES (p_namespace, p_key, p_attempt, p_fingerprint, p_unified_serial, p_lease);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_chained THEN
+        PERFORM hivenet._chain_append(p_namespace, p_key, p_attempt, 'begin');
+    END IF;
+    PERFORM hivenet._count_decision(p_namespace, 'started');
+    RETURN true;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._start_chain(p_namespace text)
  RETURNS void
  LANGUAGE plpgsql
@@ -3425,40 +3658,49 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._start_chain(text) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._start_request(p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval, p_nowait boolean)
+CREATE OR REPLACE FUNCTION hivenet._start_key(p_step boolean, p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_nowait boolean, p_wait interval)
  RETURNS boolean
  LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+    v_policy hivenet.request_namespace;
 BEGIN
-    IF NOT hivenet._plain_options(p_on_success, p_nowait) THEN
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait, p_wait)
+            AND coalesce(hivenet._start_valid(p_step, p_namespace, p_key, p_unified_serial,
+                                              p_lease), false)) THEN
         RETURN false;
     END IF;
-    INSERT INTO hivenet._request_start VALUES (p_namespace, p_key, p_request, p_lease);
-    IF FOUND THEN
-        PERFORM hivenet._count_decision(p_namespace, 'started');
-        RETURN true;
+    SELECT * INTO v_policy FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    IF hivenet._starts_apart(v_policy) OR NOT hivenet._key_allowed(v_policy, p_key) THEN
+        RETURN false;
     END IF;
-    RETURN false;
+    RETURN hivenet._start_attempt(p_namespace, p_key, 1, hivenet._fingerprint(p_request),
+                                  p_unified_serial, p_lease, false);
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._start_request(text,text,jsonb,text,interval,boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._start_step(p_system_serial text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_nowait boolean)
+CREATE OR REPLACE FUNCTION hivenet._start_valid(p_step boolean, p_namespace text, p_key text, p_unified_serial text, p_lease interval)
  RETURNS boolean
- LANGUAGE plpgsql
-AS $function$
-BEGIN
-    IF NOT hivenet._plain_options(p_on_success, p_nowait) THEN
-        RETURN false;
-    END IF;
-    INSERT INTO hivenet._step_start
-    VALUES (p_system_serial, p_request, p_unified_serial, p_lease);
-    IF FOUND THEN
-        PERFORM hivenet._count_decision('hivenet.steps', 'started');
-        RETURN true;
-    END IF;
-    RETURN false;
-END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._start_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN p_step THEN ((p_namespace = 'hivenet.steps'::text) AND hivenet._step_start_valid(p_key, p_unified_serial, p_lease))
+             ELSE hivenet._request_start_valid(p_namespace, p_key, p_unified_serial, p_lease)
+         END AS _request_start_valid;
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._start_valid(boolean,text,text,text,interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._starts_apart(p_policy hivenet.request_namespace)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (((p_policy).fingerprint IS NOT NULL) OR ((p_policy).audit_chain IS NOT NULL));
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._starts_apart(hivenet.request_namespace) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._time_id_batch(p_format text, p_fields jsonb, OUT high bigint, OUT counter regclass, OUT base bigint, OUT modulus bigint)
  RETURNS record
@@ -3662,6 +3904,17 @@ BEGIN ATOMIC
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._utf16_units(text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._waited_for_row(p_context text, p_table text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+BEGIN ATOMIC
+ SELECT (EXISTS ( SELECT
+            FROM regexp_split_to_table(_waited_for_row.p_context, '\n'::text) c(line)
+           WHERE ((c.line ~ '\d+, ?\d+'::text) AND (strpos(c.line, _waited_for_row.p_table) > 0)))) AS "exists";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._waited_for_row(text,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._wake_waiters(p_namespace text, p_key text)
  RETURNS void
  LANGUAGE plpgsql
@@ -3680,88 +3933,28 @@ BEGIN ATOMIC
  SELECT 'started'::text AS text,
      1,
      NULL::jsonb AS jsonb
-   WHERE hivenet._start_request(begin_request.namespace, begin_request.key, begin_request.request, begin_request.on_success, begin_request.lease, (begin_request.nowait OR (begin_request.wait IS NOT NULL)))
+   WHERE hivenet._start_key(false, begin_request.namespace, begin_request.key, begin_request.request, begin_request.on_success, NULL::text, begin_request.lease, begin_request.nowait, begin_request.wait)
  UNION ALL
   SELECT b.outcome,
      b.attempt,
      b.response
-    FROM hivenet._begin_request(begin_request.namespace, begin_request.key, begin_request.request, begin_request.on_success, begin_request.lease, begin_request.nowait, begin_request.wait) b(outcome, attempt, response)
+    FROM hivenet._begin_key(false, begin_request.namespace, begin_request.key, begin_request.request, begin_request.on_success, NULL::text, begin_request.lease, begin_request.nowait, begin_request.wait) b(outcome, attempt, response)
  LIMIT 1;
 END;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.begin_requests(namespace text, keys text[], requests jsonb[], lease interval DEFAULT NULL::interval)
  RETURNS TABLE(key text, outcome text, attempt integer, response jsonb)
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-#variable_conflict use_column
-DECLARE
-    p_namespace ALIAS FOR namespace; p_keys ALIAS FOR keys; p_requests ALIAS FOR requests;
-    p_lease ALIAS FOR lease;
-    v_policy hivenet.request_namespace;
-    v_started text[];
-    v_outcomes text[];
-    v_attempts integer[];
-    v_responses jsonb[];
-    v_key text;
-    v_request jsonb;
-    v_position bigint;
-    v_decided record;
-BEGIN
-    PERFORM hivenet._check_batch(p_namespace, p_keys, 'requests', p_requests, p_lease);
-    SELECT * INTO v_policy FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
-    -- The common case, set-based: the first attempt of every new key the namespace accepts
-    -- (the row begin_request writes for it); a key with an attempt conflicts, after waiting
-    -- for an uncommitted one as begin_request does. A key refused here is decided below.
-    WITH started AS (
-        INSERT INTO hivenet.request_attempt AS a
-            (namespace, key, attempt, state, fingerprint, lease, started_at, called_by,
-             application_name, client_addr)
-        SELECT p_namespace, k.key, 1, 'processing', hivenet._fingerprint(k.request),
-               p_lease, hivenet.now(), hivenet._called_by(),
-               nullif(current_setting('application_name'), ''), inet_client_addr()
-        FROM unnest(p_keys, p_requests) AS k (key, request)
-        -- One by one, below, in a namespace with an audit chain (it links each key's begin)
-        -- or a fingerprint of its own (a request it cannot read is that key's 'rejected').
-        WHERE hivenet._name_valid(k.key) AND v_policy.audit_chain IS NULL
-          AND v_policy.fingerprint IS NULL
-          AND NOT coalesce(length(k.key) < v_policy.key_min_length
-                           OR k.key !~ v_policy.key_pattern, false)  -- _begin_request's test
-        ORDER BY k.key
-        ON CONFLICT DO NOTHING
-        RETURNING a.key)
-    SELECT coalesce(array_agg(s.key), '{}') INTO v_started FROM started s;
-    PERFORM hivenet._count_decision(p_namespace, 'started') FROM unnest(v_started);
-    -- Every other key by begin_request's full path, in sort order too; the outcomes by the
-    -- keys' positions (arrays of the batch's length: an element set in an empty array would
-    -- start the array at that position).
-    IF cardinality(v_started) < cardinality(p_keys) THEN
-        v_outcomes := array_fill(NULL::text, ARRAY[cardinality(p_keys)]);
-        v_attempts := array_fill(NULL::integer, ARRAY[cardinality(p_keys)]);
-        v_responses := array_fill(NULL::jsonb, ARRAY[cardinality(p_keys)]);
-    END IF;
-    FOR v_key, v_request, v_position IN
-        SELECT k.key, k.request, k.position
-        FROM unnest(p_keys, p_requests) WITH ORDINALITY AS k (key, request, position)
-        WHERE NOT EXISTS (SELECT FROM unnest(v_started) AS s (key) WHERE s.key = k.key)
-        ORDER BY k.key
-    LOOP
-        SELECT b.outcome, b.attempt, b.response INTO v_decided
-        FROM hivenet._begin_batch_key(p_namespace, v_key, v_request, p_lease) b;
-        v_outcomes[v_position] := v_decided.outcome;
-        v_attempts[v_position] := v_decided.attempt;
-        v_responses[v_position] := v_decided.response;
-    END LOOP;
-    -- A key without an outcome was started by the INSERT.
-    RETURN QUERY
-        SELECT k.key, coalesce(k.outcome, 'started'),
-               CASE WHEN k.outcome IS NULL THEN 1 ELSE k.attempt END, k.response
-        FROM unnest(p_keys, v_outcomes, v_attempts, v_responses) WITH ORDINALITY
-             AS k (key, outcome, attempt, response, position)
-        ORDER BY k.position;
-END $function$;
+BEGIN ATOMIC
+ SELECT b.key,
+     b.outcome,
+     b.attempt,
+     b.response
+    FROM hivenet._begin_batch(false, begin_requests.namespace, begin_requests.keys, begin_requests.requests, NULL::text, begin_requests.lease) b(key, outcome, attempt, response);
+END;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_requests(text,text[],jsonb[],interval) FROM PUBLIC;
 
 CREATE VIEW hivenet._decision_counters AS
@@ -3779,7 +3972,7 @@ CREATE VIEW hivenet._step_replay AS
    FROM hivenet.request_attempt a
   WHERE ((a.namespace = 'hivenet.steps'::text) AND (a.state = 'success'::hivenet.step_state));
 
-CREATE OR REPLACE FUNCTION hivenet.begin_step(system_serial text, request jsonb DEFAULT NULL::jsonb, on_success text DEFAULT 'replay'::text, unified_serial text DEFAULT NULL::text, lease interval DEFAULT NULL::interval, nowait boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION hivenet.begin_step(system_serial text, request jsonb DEFAULT NULL::jsonb, on_success text DEFAULT 'replay'::text, unified_serial text DEFAULT NULL::text, lease interval DEFAULT NULL::interval, nowait boolean DEFAULT false, wait interval DEFAULT NULL::interval)
  RETURNS TABLE(outcome text, attempt integer, response jsonb)
  LANGUAGE sql
  STABLE
@@ -3791,20 +3984,34 @@ BEGIN ATOMIC
      r.attempt,
      r.response
     FROM hivenet._step_replay r
-   WHERE ((r.system_serial = begin_step.system_serial) AND (r.fingerprint = hivenet._fingerprint(begin_step.request)) AND (begin_step.on_success = 'replay'::text) AND (begin_step.nowait IS NOT NULL) AND ((begin_step.lease IS NULL) OR (begin_step.lease > '00:00:00'::interval)) AND ((begin_step.unified_serial IS NULL) OR (begin_step.unified_serial = r.unified_serial)) AND hivenet._step_in_window(r.system_serial))
+   WHERE ((r.system_serial = begin_step.system_serial) AND (r.fingerprint = hivenet._fingerprint(begin_step.request)) AND (begin_step.on_success = 'replay'::text) AND (begin_step.nowait IS NOT NULL) AND ((begin_step.lease IS NULL) OR hivenet._interval_allowed(begin_step.lease)) AND ((begin_step.wait IS NULL) OR ((begin_step.wait >= '00:00:00'::interval) AND (begin_step.wait <= hivenet._longest_interval()))) AND ((begin_step.unified_serial IS NULL) OR (begin_step.unified_serial = r.unified_serial)) AND hivenet._step_in_window(r.system_serial))
  UNION ALL
   SELECT 'started'::text AS text,
      1,
      NULL::jsonb AS jsonb
-   WHERE hivenet._start_step(begin_step.system_serial, begin_step.request, begin_step.on_success, begin_step.unified_serial, begin_step.lease, begin_step.nowait)
+   WHERE hivenet._start_key(true, 'hivenet.steps'::text, begin_step.system_serial, begin_step.request, begin_step.on_success, begin_step.unified_serial, begin_step.lease, begin_step.nowait, begin_step.wait)
  UNION ALL
   SELECT b.outcome,
      b.attempt,
      b.response
-    FROM hivenet._begin_step(begin_step.system_serial, begin_step.request, begin_step.on_success, begin_step.unified_serial, begin_step.lease, begin_step.nowait) b(outcome, attempt, response)
+    FROM hivenet._begin_key(true, 'hivenet.steps'::text, begin_step.system_serial, begin_step.request, begin_step.on_success, begin_step.unified_serial, begin_step.lease, begin_step.nowait, begin_step.wait) b(outcome, attempt, response)
  LIMIT 1;
 END;
-REVOKE EXECUTE ON FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean,interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.begin_steps(system_serials text[], requests jsonb[], unified_serial text DEFAULT NULL::text, lease interval DEFAULT NULL::interval)
+ RETURNS TABLE(system_serial text, outcome text, attempt integer, response jsonb)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+BEGIN ATOMIC
+ SELECT b.key,
+     b.outcome,
+     b.attempt,
+     b.response
+    FROM hivenet._begin_batch(true, 'hivenet.steps'::text, begin_steps.system_serials, begin_steps.requests, begin_steps.unified_serial, begin_steps.lease) b(key, outcome, attempt, response);
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.begin_steps(text[],jsonb[],text,interval) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.call_chain(unified_serial text)
  RETURNS TABLE(interface_serial text, system_serial text, source_system text, source_module text, source_instance text, target_system text, serial_time timestamp without time zone, recorded_at timestamp with time zone)
@@ -4007,31 +4214,12 @@ REVOKE EXECUTE ON FUNCTION hivenet.finish_request(text,text,integer,boolean,json
 
 CREATE OR REPLACE FUNCTION hivenet.finish_requests(namespace text, keys text[], attempts integer[], succeeded boolean[], responses jsonb[])
  RETURNS void
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-#variable_conflict use_column
-DECLARE
-    p_namespace ALIAS FOR namespace; p_keys ALIAS FOR keys; p_attempts ALIAS FOR attempts;
-    p_succeeded ALIAS FOR succeeded; p_responses ALIAS FOR responses;
-BEGIN
-    PERFORM hivenet._check_batch(p_namespace, p_keys, 'responses', p_responses, NULL);
-    IF cardinality(p_attempts) IS DISTINCT FROM cardinality(p_keys)
-       OR cardinality(p_succeeded) IS DISTINCT FROM cardinality(p_keys) THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('the batch in namespace %s has %s keys but %s attempts and %s '
-                             'succeeded', hivenet._shown(p_namespace), cardinality(p_keys),
-                             coalesce(cardinality(p_attempts)::text, 'NULL'),
-                             coalesce(cardinality(p_succeeded)::text, 'NULL'));
-    END IF;
-    -- Key by key, each by the primary key (a join of the arrays with the table is planned
-    -- from the table's statistics, and may read every processing row of the namespace).
-    FOR i IN 1 .. cardinality(p_keys) LOOP
-        PERFORM hivenet.finish_request(p_namespace, p_keys[i], p_attempts[i], p_succeeded[i],
-                                       p_responses[i]);
-    END LOOP;
-END $function$;
+BEGIN ATOMIC
+ SELECT hivenet._finish_batch(false, namespace, keys, attempts, succeeded, responses) AS _finish_batch;
+END;
 REVOKE EXECUTE ON FUNCTION hivenet.finish_requests(text,text[],integer[],boolean[],jsonb[]) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.finish_step(system_serial text, attempt integer, succeeded boolean, response jsonb DEFAULT NULL::jsonb)
@@ -4041,6 +4229,16 @@ BEGIN ATOMIC
  SELECT hivenet.finish_request('hivenet.steps'::text, system_serial, attempt, succeeded, response) AS finish_request;
 END;
 REVOKE EXECUTE ON FUNCTION hivenet.finish_step(text,integer,boolean,jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.finish_steps(system_serials text[], attempts integer[], succeeded boolean[], responses jsonb[])
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+BEGIN ATOMIC
+ SELECT hivenet._finish_batch(true, 'hivenet.steps'::text, system_serials, attempts, succeeded, responses) AS _finish_batch;
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.finish_steps(text[],integer[],boolean[],jsonb[]) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.next_interface_serial(system text, module text, instance text, target text)
  RETURNS text
@@ -4457,82 +4655,12 @@ REVOKE EXECUTE ON FUNCTION hivenet.set_clock_policy(text,text,interval) FROM PUB
 
 CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(namespace text, retention interval DEFAULT NULL::interval, fingerprint text DEFAULT NULL::text, on_failure text DEFAULT NULL::text, expire_after interval DEFAULT NULL::interval, key_min_length integer DEFAULT NULL::integer, key_pattern text DEFAULT NULL::text, audit_chain boolean DEFAULT NULL::boolean)
  RETURNS void
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-#variable_conflict use_column
-DECLARE
-    p_namespace ALIAS FOR namespace; p_retention ALIAS FOR retention;
-    p_fingerprint ALIAS FOR fingerprint; p_on_failure ALIAS FOR on_failure;
-    p_expire_after ALIAS FOR expire_after; p_key_min_length ALIAS FOR key_min_length;
-    p_key_pattern ALIAS FOR key_pattern; p_audit_chain ALIAS FOR audit_chain;
-    v_conflict text;
-BEGIN
-    PERFORM hivenet._check_name('namespace', p_namespace);
-    IF p_on_failure NOT IN ('retry', 'final') THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('on_failure %s of namespace %s is neither ''retry'' nor ''final''',
-                             hivenet._shown(p_on_failure), hivenet._shown(p_namespace));
-    END IF;
-    IF p_expire_after <> interval '0' THEN
-        PERFORM hivenet._check_interval(format('expire_after of namespace %s',
-                                               hivenet._shown(p_namespace)), p_expire_after);
-    END IF;
-    IF p_retention IS NOT NULL THEN
-        PERFORM hivenet._check_interval(format('retention of namespace %s',
-                                               hivenet._shown(p_namespace)), p_retention);
-        v_conflict := hivenet._interval_conflict('request_retention', p_retention);
-        IF v_conflict IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('retention %s of namespace %s %s', p_retention,
-                                 hivenet._shown(p_namespace), v_conflict);
-        END IF;
-    END IF;
-    IF p_fingerprint IS NOT NULL THEN
-        PERFORM hivenet._check_fingerprint(p_fingerprint);
-    END IF;
-    IF p_key_min_length NOT BETWEEN 1 AND 255 THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('key_min_length %s of namespace %s is not between 1 and 255',
-                             p_key_min_length, hivenet._shown(p_namespace));
-    END IF;
-    BEGIN
-        PERFORM '' ~ p_key_pattern;
-    EXCEPTION WHEN invalid_regular_expression THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('key_pattern %s of namespace %s is not a regular expression',
-                             hivenet._shown(p_key_pattern), hivenet._shown(p_namespace));
-    END;
-    -- The defaults are stored as NULL, so that a default policy keeps the fast path.
-    INSERT INTO hivenet.request_namespace AS n
-        (namespace, retention, fingerprint, key_min_length, key_pattern, audit_chain,
-         on_failure, expire_after)
-    VALUES (p_namespace, p_retention, nullif(p_fingerprint, 'bytes'),
-            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''), nullif(p_audit_chain, false),
-            nullif(p_on_failure, 'retry'), nullif(p_expire_after, interval '0'))
-    ON CONFLICT (namespace) DO UPDATE SET
-        retention = coalesce(p_retention, n.retention),
-        fingerprint = CASE WHEN p_fingerprint IS NULL THEN n.fingerprint
-                           ELSE EXCLUDED.fingerprint END,
-        key_min_length = CASE WHEN p_key_min_length IS NULL THEN n.key_min_length
-                              ELSE EXCLUDED.key_min_length END,
-        key_pattern = CASE WHEN p_key_pattern IS NULL THEN n.key_pattern
-                           ELSE EXCLUDED.key_pattern END,
-        audit_chain = CASE WHEN p_audit_chain IS NULL THEN n.audit_chain
-                           ELSE EXCLUDED.audit_chain END,
-        on_failure = CASE WHEN p_on_failure IS NULL THEN n.on_failure
-                          ELSE EXCLUDED.on_failure END,
-        expire_after = CASE WHEN p_expire_after IS NULL THEN n.expire_after
-                            ELSE EXCLUDED.expire_after END;
-    DELETE FROM hivenet.request_namespace n
-    WHERE n.namespace = p_namespace AND n.retention IS NULL AND n.fingerprint IS NULL
-      AND n.key_min_length IS NULL AND n.key_pattern IS NULL AND n.audit_chain IS NULL
-      AND n.on_failure IS NULL AND n.expire_after IS NULL;
-    IF p_audit_chain THEN
-        PERFORM hivenet._start_chain(p_namespace);
-    END IF;
-END $function$;
+BEGIN ATOMIC
+ SELECT hivenet._set_policy(namespace, jsonb_build_object('retention', retention, 'fingerprint', fingerprint, 'on_failure', on_failure, 'expire_after', expire_after, 'key_min_length', key_min_length, 'key_pattern', key_pattern, 'audit_chain', audit_chain)) AS _set_policy;
+END;
 REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.set_request_retention(namespace text, retention interval)
@@ -4549,7 +4677,7 @@ BEGIN
         UPDATE hivenet.request_namespace n SET retention = NULL
         WHERE n.namespace = p_namespace;
     END IF;
-    PERFORM hivenet.set_namespace_policy(p_namespace, p_retention);  -- checks, tidies
+    PERFORM hivenet._set_policy(p_namespace, jsonb_build_object('retention', p_retention));
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.set_request_retention(text,interval) FROM PUBLIC;
 
@@ -4643,7 +4771,9 @@ AS $function$
 DECLARE
     p_namespace ALIAS FOR namespace; p_key ALIAS FOR key;
 BEGIN
-    PERFORM hivenet._check_name('namespace', p_namespace);
+    IF p_namespace IS DISTINCT FROM 'hivenet.steps' THEN  -- a step's key: its system serial
+        PERFORM hivenet._check_name('namespace', p_namespace);
+    END IF;
     PERFORM hivenet._check_name('key', p_key);
     UPDATE hivenet.request_attempt a SET awaited = true
     WHERE a.namespace = p_namespace AND a.key = p_key AND a.state = 'processing'
@@ -4656,56 +4786,23 @@ CREATE TRIGGER format_counters AFTER INSERT ON hivenet.format FOR EACH ROW EXECU
 
 CREATE TRIGGER setting_fallback_formats BEFORE INSERT OR UPDATE ON hivenet.setting FOR EACH ROW WHEN ((new.name = ANY (ARRAY['shared_fallback'::text, 'promote_fallback_scopes'::text]))) EXECUTE FUNCTION hivenet._fallback_formats_check();
 
-CREATE VIEW hivenet._request_start AS
+CREATE VIEW hivenet._new_attempt AS
  SELECT NULL::text AS namespace,
     NULL::text AS key,
-    NULL::jsonb AS request,
-    NULL::interval AS lease
-  WHERE false;
-CREATE RULE start AS
-    ON INSERT TO hivenet._request_start DO INSTEAD  INSERT INTO hivenet.request_attempt (namespace, key, attempt, state, fingerprint, lease, started_at, called_by, application_name, client_addr)  SELECT n.namespace,
-            n.key,
-            1,
-            'processing',
-            hivenet._fingerprint(n.request) AS _fingerprint,
-            n.lease,
-            hivenet.now() AS now,
-            hivenet._called_by() AS _called_by,
-            NULLIF(current_setting('application_name'::text), ''::text) AS "nullif",
-            inet_client_addr() AS inet_client_addr
-           FROM ( VALUES (new.namespace,new.key,new.request,new.lease)) n(namespace, key, request, lease)
-          WHERE (hivenet._request_start_valid(n.namespace, n.key, n.lease) AND (NOT (EXISTS ( SELECT
-                   FROM hivenet.request_namespace p
-                  WHERE ((p.namespace = n.namespace) AND ((p.fingerprint IS NOT NULL) OR (p.key_min_length IS NOT NULL) OR (p.key_pattern IS NOT NULL) OR (p.audit_chain IS NOT NULL))))))) ON CONFLICT DO NOTHING
-  RETURNING request_attempt.namespace,
-    request_attempt.key,
-    NULL::jsonb AS jsonb,
-    request_attempt.lease;
-
-CREATE VIEW hivenet._step_start AS
- SELECT NULL::text AS system_serial,
-    NULL::jsonb AS request,
+    NULL::integer AS attempt,
+    NULL::bytea AS fingerprint,
     NULL::text AS unified_serial,
     NULL::interval AS lease
   WHERE false;
-CREATE RULE start AS
-    ON INSERT TO hivenet._step_start DO INSTEAD  INSERT INTO hivenet.request_attempt (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at, called_by, application_name, client_addr)  SELECT 'hivenet.steps',
-            n.system_serial,
-            1,
-            'processing',
-            hivenet._fingerprint(n.request) AS _fingerprint,
-            n.unified_serial,
-            n.lease,
-            hivenet.now() AS now,
-            hivenet._called_by() AS _called_by,
-            NULLIF(current_setting('application_name'::text), ''::text) AS "nullif",
-            inet_client_addr() AS inet_client_addr
-           FROM ( VALUES (new.system_serial,new.request,new.unified_serial,new.lease)) n(system_serial, request, unified_serial, lease)
-          WHERE hivenet._step_start_valid(n.system_serial, n.unified_serial, n.lease) ON CONFLICT DO NOTHING
-  RETURNING request_attempt.key,
-    NULL::jsonb AS jsonb,
-    request_attempt.unified_serial,
-    request_attempt.lease;
+CREATE RULE write AS
+    ON INSERT TO hivenet._new_attempt DO INSTEAD  INSERT INTO hivenet.request_attempt AS a (namespace, key, attempt, state, fingerprint, unified_serial, lease)
+  VALUES (new.namespace, new.key, new.attempt, 'processing'::hivenet.step_state, new.fingerprint, new.unified_serial, new.lease) ON CONFLICT DO NOTHING
+  RETURNING a.namespace,
+    a.key,
+    a.attempt,
+    a.fingerprint,
+    a.unified_serial,
+    a.lease;
 
 CREATE VIEW hivenet.business_time_zone AS
  SELECT s.value AS time_zone,
@@ -4900,6 +4997,16 @@ SELECT hivenet._create_decision_counters(n.namespace, false)
 FROM (SELECT DISTINCT a.namespace FROM hivenet.request_attempt a
       WHERE a.namespace <> 'hivenet.steps' ORDER BY 1) AS n;
 
+-- Who began an attempt and when: the table's column defaults, which every writer of an
+-- attempt (view _new_attempt) leaves to them. Set after the code, and not when the columns
+-- are added: a volatile default of ADD COLUMN would be written into every existing row.
+ALTER TABLE hivenet.request_attempt
+    ALTER COLUMN started_at SET DEFAULT hivenet.now(),
+    ALTER COLUMN called_by SET DEFAULT coalesce(nullif(current_setting('role'), 'none'),
+                                                session_user::text),
+    ALTER COLUMN application_name SET DEFAULT nullif(current_setting('application_name'), ''),
+    ALTER COLUMN client_addr SET DEFAULT inet_client_addr();
+
 -- The built-in format time_id (hivenet_db/sql/builtin_formats.json), compiled as a fresh
 -- install compiles it; its one scope is prepared with it, as a fresh install prepares it
 -- (parked on a database that may not issue it: counters.sql, _make_format_counters).
@@ -4960,6 +5067,20 @@ WHERE hivenet._one_scope(f)
   AND hivenet._not_owned(f, NULL, hivenet._setting_value('owned_instances'),
                          hivenet._setting_value('single_primary_formats')::boolean) IS NULL
 ORDER BY f.name;
+
+-- Grants that only the old release had.
+DO $$
+DECLARE
+    v record;
+BEGIN
+    FOR v IN SELECT * FROM (VALUES
+        ('FUNCTION hivenet._name_valid(text)', 'hivenet_app', 'EXECUTE'),
+        ('FUNCTION hivenet._serial_valid(text,text)', 'hivenet_app', 'EXECUTE'),
+        ('FUNCTION hivenet._step_start_valid(text,text,interval)', 'hivenet_app', 'EXECUTE')) AS g (object, grantee, privilege)
+        WHERE to_regrole(g.grantee) IS NOT NULL LOOP
+        EXECUTE format('REVOKE %s ON %s FROM %I', v.privilege, v.object, v.grantee);
+    END LOOP;
+END $$;
 
 -- Grants as a fresh install makes them (privileges.sql), and the generated
 -- functions from this database's settings and formats (compile.sql).

@@ -8,13 +8,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db import DEFAULT_DB_ALIAS, transaction
-from sqlalchemy import text
 
 from hivenet_db._execute import rows
 from hivenet_db.django.db import connection
+from hivenet_db.statements import API
 from hivenet_db.tools.business_time import business_now
-
-MAINTAIN = text("SELECT hivenet.maintain()")
 
 
 class Command(BaseCommand):
@@ -28,6 +26,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         with transaction.atomic(using=options["database"]):
-            rows(connection(options["database"]), MAINTAIN, {})
+            rows(connection(options["database"]), API["maintain"], {})
             at = business_now(connection(options["database"]))
         self.stdout.write(f"maintain: done at {at}")
