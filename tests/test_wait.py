@@ -125,8 +125,16 @@ def until_registered(db: psycopg.Connection, key: str, namespace: str = NAMESPAC
         time.sleep(0.005)
 
 
-def idle_outside_transaction(db: psycopg.Connection, pid: int) -> bool:
-    return bool(scalar(db, "SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)) == "idle")
+def idle_outside_transaction(db: psycopg.Connection, pid: int, within: float = 5.0) -> bool:
+    """Whether backend pid is idle outside any transaction within ``within`` seconds (after
+    registering, a waiter commits and then waits; one that kept its transaction open would
+    stay "idle in transaction" for its whole wait)."""
+    deadline = time.monotonic() + within
+    while scalar(db, "SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)) != "idle":
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 # --- SQL: the in-transaction shape ---------------------------------------------------------
@@ -280,7 +288,6 @@ def test_a_duplicate_waits_for_a_committed_first_and_replays_it(
     pid = driver_of(any_conn).info.backend_pid
     waiting = Background(lambda: kind.repo_begin(repository, key, wait=30))
     until_registered(db, key, kind.namespace)
-    time.sleep(0.05)  # let it get from its registration to its wait
     assert idle_outside_transaction(db, pid)  # waiting, it holds no transaction
     finish(first, key, attempt, True, {"order": 7}, kind)
     start = waiting.result()
