@@ -50,7 +50,7 @@ class OrderViewSet(viewsets.ViewSet):
         return Response({"order": order.pk}, status=201)
 
     @idempotency_exempt
-    @action(detail=False, methods=["post"])
+    @action(detail=False, methods=["post"])  # type: ignore[untyped-decorator]
     def note(self, request: Any) -> Response:
         order = _order(request._request)
         return Response({"order": order.pk}, status=201)

@@ -1,5 +1,6 @@
 """``manage.py hivenet_maintain``: ``hivenet.maintain()``, as ``hivenet-db maintain`` runs it
-(partitions, purges, scope promotion), on Django's database, in one transaction."""
+(partitions, purges, scope promotion), on Django's database, in one transaction; a failure is
+its one line."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sqlalchemy import text
 
 from hivenet_db._execute import rows
 from hivenet_db.django.db import connection
+from hivenet_db.django.management.failures import one_line
 
 MAINTAIN = text("SELECT hivenet.maintain()")
 
@@ -27,7 +29,8 @@ class Command(BaseCommand):
                             help="the Django database to maintain (default: %(default)s)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with transaction.atomic(using=options["database"]):
+        with one_line("maintain", options["database"]), \
+                transaction.atomic(using=options["database"]):
             rows(connection(options["database"]), MAINTAIN, {})
         at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.stdout.write(f"maintain: done at {at}")
