@@ -2,7 +2,9 @@
 
 Follows draft-ietf-httpapi-idempotency-key-header-07: a ``POST`` or ``PATCH`` carrying
 ``Idempotency-Key: "<key>"`` runs its handler at most once per key; a retry gets the first
-response again, byte for byte, with ``Idempotent-Replayed: true``. The state machine is
+response again, byte for byte, with ``Idempotent-Replayed: true`` (the first carries
+``false``). A 4xx is not recorded as the key's outcome (``stored_statuses``): the attempt ends
+failed and the same request runs again. The state machine is
 ``hivenet.begin_request`` / ``finish_request`` (``AsyncRequestRepository``)::
 
     app.add_middleware(IdempotencyMiddleware, engine=engine)
@@ -32,21 +34,26 @@ from hivenet_db import AsyncRequestRepository
 from hivenet_db.decisions import OnDecision, reported_async
 from hivenet_db.errors import StaleAttempt
 from hivenet_db.http_idempotency import (
+    FRESH,
     MAX_KEY_LENGTH,
     REPLAYED_HEADERS,
     RESOLVED_MEANWHILE,
+    STORED_STATUSES,
     Fingerprint,
     Refused,
     check_fingerprint,
+    check_stored_statuses,
     client_key,
     fingerprint,
     parse_key,
     problem,
+    recorded_as,
     recorded_response,
     refusal,
     replay,
     stored_key,
 )
+from hivenet_db.metrics import timed_check
 from hivenet_db.steps import StepStart, error_report
 from hivenet_db.urls import libpq_url
 from hivenet_db.waiting import FinishListener, Wait, as_timedelta, waited_async
@@ -108,6 +115,11 @@ class IdempotencyMiddleware:
     ``on_decision(namespace, key, decision, attempt)``: told what the database decided about
     each covered request's key (``hivenet_db.decisions``; the key as stored, with its scope).
 
+    ``stored_statuses``: the statuses whose responses are recorded, a 5xx as a failed attempt
+    (default ``http_idempotency.STORED_STATUSES``: every status but 4xx); a response of any
+    other status ends the attempt as failed, unrecorded, so the same request runs again
+    (``http_idempotency.EVERY_STATUS`` records a 4xx as the key's outcome, replayed).
+
     ``fingerprint``: what of the body makes two requests under one key the same (besides
     method and target): ``"bytes"`` (the body byte for byte), ``"json"`` (the body as JSON:
     whitespace, key order and the form of numbers do not matter; 400 when not JSON) or a list
@@ -133,7 +145,8 @@ class IdempotencyMiddleware:
                  namespace: str = "http", scope: ScopeOf | None = None,
                  retention: timedelta | None = None, fingerprint: Fingerprint = "bytes",
                  wait: Wait | None = None, on_decision: OnDecision | None = None,
-                 listener: FinishListener | None = None) -> None:
+                 listener: FinishListener | None = None,
+                 stored_statuses: Iterable[int] = STORED_STATUSES) -> None:
         self.app = app
         self.engine = engine
         self.header = header.lower().encode("latin-1")
@@ -147,6 +160,7 @@ class IdempotencyMiddleware:
         self.fingerprint = check_fingerprint(fingerprint)
         self.wait = None if wait is None else as_timedelta(wait)
         self.listener = listener
+        self.stored_statuses = check_stored_statuses(stored_statuses)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan" and not self._retention_set:
@@ -226,7 +240,8 @@ class IdempotencyMiddleware:
             await _send(send, *not_json.answer())
             return
         try:
-            start = await self._begin(key, request)
+            with timed_check(self.namespace):
+                start = await self._begin(key, request)
         except Exception as error:
             refused = refusal(error)
             if refused is None:
@@ -294,15 +309,15 @@ class IdempotencyMiddleware:
             recorded = recorded_response(status, bytes(captured.body), [
                 (name.decode("latin-1"), value.decode("latin-1"))
                 for name, value in captured.headers])
-            if status >= 500:
-                await self._fail(handle, recorded)
-            else:
+            if recorded_as(status, self.stored_statuses):
                 try:
                     await self._finish(handle, True, recorded)
                 except StaleAttempt:
                     await _send(send, *RESOLVED_MEANWHILE.answer())
                     return
-        await _send(send, status, captured.headers, bytes(captured.body))
+            else:  # a failure, or not recorded: committed `processing` can only end as failed
+                await self._fail(handle, recorded)
+        await _send(send, status, [*captured.headers, FRESH], bytes(captured.body))
 
     async def _finish(self, handle: IdempotentRequest, succeeded: bool,
                       response: Any) -> None:

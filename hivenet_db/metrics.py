@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -217,10 +218,22 @@ CHECK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
                  5.0, 10.0)
 
 
-@functools.cache
+_check_lock = threading.Lock()
+_check: list[Histogram | None] = []  # made once, by the first check of the process
+
+
 def check_histogram() -> Histogram | None:
     """The histogram ``hivenet_request_check_seconds{namespace}`` in ``prometheus_client``'s
-    default registry (made on first use), or None without ``prometheus_client``."""
+    default registry (made on first use, once whatever the threads), or None without
+    ``prometheus_client``."""
+    if not _check:
+        with _check_lock:
+            if not _check:
+                _check.append(_new_check_histogram())
+    return _check[0]
+
+
+def _new_check_histogram() -> Histogram | None:
     try:
         from prometheus_client import Histogram
     except ModuleNotFoundError:

@@ -44,6 +44,7 @@ from hivenet_db.asgi import (
     parse_key,
     recorded_response,
 )
+from hivenet_db.http_idempotency import EVERY_STATUS
 from hivenet_db.urls import sqlalchemy_url
 from tests.helpers import scalar
 
@@ -188,7 +189,7 @@ def test_finished_request_is_replayed_byte_for_byte(hivenet_url: str, hivenet_ap
         assert second.headers["content-type"] == first.headers["content-type"]
         assert second.headers["location"] == "/orders/1"
         assert second.headers["idempotent-replayed"] == "true"
-        assert "idempotent-replayed" not in first.headers
+        assert first.headers["idempotent-replayed"] == "false"
         assert first.headers["set-cookie"] == "session=secret"
         assert "set-cookie" not in second.headers and "x-run" not in second.headers
 
@@ -198,23 +199,49 @@ def test_finished_request_is_replayed_byte_for_byte(hivenet_url: str, hivenet_ap
         (1, "success")]
 
 
-def test_4xx_is_recorded_and_replayed(hivenet_app_url: str) -> None:
-    calls = Calls()
-
+def refusing(calls: Calls) -> Handler:
     async def handler(request: Request) -> Response:
         calls.count += 1
         return JSONResponse({"error": "out of stock"}, status_code=409)
 
+    return handler
+
+
+def test_a_4xx_is_not_the_key_s_outcome_and_the_request_runs_again(
+        hivenet_url: str, hivenet_app_url: str) -> None:
+    calls = Calls()
+
     async def scenario(engine: AsyncEngine) -> None:
-        async with client(make_app(engine, handler)) as http:
+        async with client(make_app(engine, refusing(calls))) as http:
             first = await http.post("/orders", headers=KEY)
             second = await http.post("/orders", headers=KEY)
         assert first.status_code == second.status_code == 409
         assert second.content == first.content == b'{"error":"out of stock"}'
+        assert first.headers["idempotent-replayed"] == "false"
+        assert second.headers["idempotent-replayed"] == "false"
+
+    run(hivenet_app_url, scenario)
+    assert calls.count == 2
+    assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
+        (1, "failed"), (2, "failed")]  # never left processing
+
+
+def test_stored_statuses_every_status_records_and_replays_a_4xx(hivenet_app_url: str) -> None:
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        app = make_app(engine, refusing(calls), stored_statuses=EVERY_STATUS)
+        async with client(app) as http:
+            first = await http.post("/orders", headers=KEY)
+            second = await http.post("/orders", headers=KEY)
+        assert first.status_code == second.status_code == 409
+        assert second.content == first.content
         assert second.headers["idempotent-replayed"] == "true"
 
     run(hivenet_app_url, scenario)
     assert calls.count == 1
+    with pytest.raises(ValueError, match="'201' is not an HTTP status"):
+        IdempotencyMiddleware(make_app, engine=None, stored_statuses=["201"])  # type: ignore
 
 
 def test_same_key_with_another_request_is_422(hivenet_app_url: str) -> None:
@@ -320,7 +347,7 @@ def test_16_concurrent_requests_free_running_run_the_handler_once(hivenet_app_ur
             answers = await asyncio.gather(*(http.post("/orders", content=b"x", headers=KEY)
                                              for _ in range(16)))
         ran = [answer for answer in answers
-               if answer.status_code == 201 and "idempotent-replayed" not in answer.headers]
+               if answer.status_code == 201 and answer.headers["idempotent-replayed"] == "false"]
         assert len(ran) == 1
         for answer in answers:
             if answer.status_code == 201:
@@ -398,8 +425,8 @@ def test_scope_keeps_two_clients_keys_apart(hivenet_url: str, hivenet_app_url: s
             assert (await post("bob", "k")).status_code == 201
             assert (await post("alice", "k")).headers["idempotent-replayed"] == "true"
             # the scope is encoded: "a:b" + "c" and "a" + "b:c" stay apart
-            assert "idempotent-replayed" not in (await post("a:b", "c")).headers
-            assert "idempotent-replayed" not in (await post("a", "b:c")).headers
+            assert (await post("a:b", "c")).headers["idempotent-replayed"] == "false"
+            assert (await post("a", "b:c")).headers["idempotent-replayed"] == "false"
             # the scope counts toward the longest key
             assert (await post("alice", "k" * 250)).status_code == 400
 
@@ -668,7 +695,8 @@ def test_server_dying_after_begin_leaves_a_stuck_request_an_operator_resolves(
             assert answer.headers["location"] == "/orders/77"
             assert answer.headers["idempotent-replayed"] == "true"
         else:
-            assert answer.status_code == 201 and "idempotent-replayed" not in answer.headers
+            assert answer.status_code == 201
+            assert answer.headers["idempotent-replayed"] == "false"
 
     run(hivenet_app_url, after)
     assert calls.count == (0 if operator_says == "succeeded" else 1)
