@@ -133,6 +133,12 @@ def _post(conn: http.client.HTTPConnection, key: str) -> int:
     return response.status
 
 
+def _busy(library: str, status: int) -> bool:
+    """A refusal to try later, not counted as done: django-idempotency-key's 423 when a
+    thread waited longer than its lock's TIMEOUT (0.1 s by default) for the process's lock."""
+    return library == "django-idempotency-key" and status == 423
+
+
 def _replayed(library: str, status: int) -> bool:
     """A replay as each library answers it: the first response again (201), or, by
     django-idempotency-key's default CONFLICT_STATUS_CODE, that response under 409."""
@@ -146,10 +152,12 @@ def _rows(url: str) -> int:
 
 
 def _rate(library: str, port: int, url: str, seconds: float,
-          keys: Callable[[int], Iterator[str]], new: bool) -> float:
-    """Requests per second of ``CLIENTS`` threads sending ``keys(i)`` for ``seconds``; every
-    answer and the rows made are checked."""
+          keys: Callable[[int], Iterator[str]], new: bool) -> tuple[float, int]:
+    """Requests per second done by ``CLIENTS`` threads sending ``keys(i)`` for ``seconds``,
+    and how many were refused as busy (``_busy``: not done, not counted); every other answer
+    and the rows made are checked."""
     done = [0] * CLIENTS
+    busy = [0] * CLIENTS
     wrong: list[str] = []
     stop = threading.Event()
 
@@ -160,10 +168,13 @@ def _rate(library: str, port: int, url: str, seconds: float,
                 if stop.is_set():
                     return
                 status = _post(conn, key)
-                if (status != 201) if new else not _replayed(library, status):
+                if _busy(library, status):
+                    busy[i] += 1
+                elif (status != 201) if new else not _replayed(library, status):
                     wrong.append(f"{key}: {status}")
                     return
-                done[i] += 1
+                else:
+                    done[i] += 1
         except Exception as error:
             wrong.append(repr(error))
         finally:
@@ -185,7 +196,7 @@ def _rate(library: str, port: int, url: str, seconds: float,
     if made != (sum(done) if new else 0):
         raise BenchError(f"{NAME}: {library} made {made} rows for {sum(done)} "
                          f"{'new keys' if new else 'replays'}")
-    return sum(done) / elapsed
+    return sum(done) / elapsed, sum(busy)
 
 
 def _new_keys(_: int) -> Iterator[str]:
@@ -193,14 +204,17 @@ def _new_keys(_: int) -> Iterator[str]:
         yield uuid.uuid4().hex
 
 
-def _made_once(port: int, n: int) -> list[str]:
+def _made_once(library: str, port: int, n: int) -> list[str]:
     """``n`` new keys, each sent once (the keys the replays send again)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
         keys = [uuid.uuid4().hex for _ in range(n)]
         for key in keys:
-            if _post(conn, key) != 201:
-                raise BenchError(f"{NAME}: preparing replays, key {key} was not answered 201")
+            while _busy(library, status := _post(conn, key)):
+                pass
+            if status != 201:
+                raise BenchError(f"{NAME}: preparing replays, {library} answered key {key} "
+                                 f"{status}")
         return keys
     finally:
         conn.close()
@@ -252,6 +266,7 @@ class _Library:
     new_keys: list[float] = field(default_factory=list)
     replays: list[float] = field(default_factory=list)
     replay_keys: list[str] = field(default_factory=list)
+    busy: Counter[str] = field(default_factory=Counter)  # refused as busy, per workload
 
 
 def measure(url: str, rounds: int, seconds: float, say: Callable[[str], None]) -> list[Result]:
@@ -267,22 +282,28 @@ def measure(url: str, rounds: int, seconds: float, say: Callable[[str], None]) -
                      for name in LIBRARIES]
         for library in libraries:  # warm: imports, the pool's connections, plans
             _rate(library.name, library.port, url, 1.0, _new_keys, new=True)
-            library.replay_keys = _made_once(library.port, REPLAYED_KEYS)
+            library.replay_keys = _made_once(library.name, library.port, REPLAYED_KEYS)
         for r in range(rounds):
             order = libraries[r % 3:] + libraries[:r % 3]
             for library in order:
-                library.new_keys.append(_rate(library.name, library.port, url, seconds,
-                                              _new_keys, new=True))
+                rate, busy = _rate(library.name, library.port, url, seconds, _new_keys,
+                                   new=True)
+                library.new_keys.append(rate)
+                library.busy["new_keys"] += busy
                 keys = library.replay_keys
 
                 def cycling(i: int, keys: list[str] = keys) -> Iterator[str]:
                     while True:
                         yield from keys[i::CLIENTS]
 
-                library.replays.append(_rate(library.name, library.port, url, seconds,
-                                             cycling, new=False))
+                rate, busy = _rate(library.name, library.port, url, seconds, cycling,
+                                   new=False)
+                library.replays.append(rate)
+                library.busy["replays"] += busy
                 say(f"  round {r + 1}/{rounds} {library.name}: new keys "
-                    f"{library.new_keys[-1]:.0f}/s, replays {library.replays[-1]:.0f}/s")
+                    f"{library.new_keys[-1]:.0f}/s, replays {library.replays[-1]:.0f}/s"
+                    + (f" (refused as busy so far: {dict(library.busy)})"
+                       if library.busy else ""))
         at_once = {library.name: _one_key_at_once(library.port, url) for library in libraries}
     for name, seen in at_once.items():
         trials = sorted(Counter(seen["rows_per_trial"]).items())
@@ -302,6 +323,7 @@ def measure(url: str, rounds: int, seconds: float, say: Callable[[str], None]) -
                 candidate_tps=tps(ours), unit="requests/s",
                 details={"versions": versions, "one_key_8_at_once": {
                     ours.name: at_once[ours.name], peer.name: at_once[peer.name]},
+                    "refused_as_busy": {lib.name: lib.busy[workload] for lib in libraries},
                     "medians": {lib.name: round(statistics.median(tps(lib)), 1)
                                 for lib in libraries}}))
     return results
