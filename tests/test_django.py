@@ -12,6 +12,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import urllib.parse
@@ -771,6 +772,16 @@ def test_viewset_actions_are_covered_or_exempt_by_their_decorators(
     assert views.RUNS["count"] == 2
     assert owner.execute("SELECT namespace FROM hivenet.request_attempt").fetchall() == [
         ("viewset",)]
+
+
+def test_the_guide_quotes_the_test_site() -> None:
+    """The decorators' example of docs/guides/django.md is an excerpt of the views the tests
+    above run (tests/django_site/views.py)."""
+    guide = (Path(__file__).parent.parent / "docs" / "guides" / "django.md").read_text()
+    block = guide[guide.index("    @idempotency_exempt\n"):guide.index("\nThey mark the view")]
+    excerpt = textwrap.dedent(block)
+    assert "@idempotent(namespace=\"payments\"" in excerpt
+    assert excerpt in (Path(views.__file__)).read_text(), excerpt
 
 
 def test_a_fingerprint_not_understood_fails_at_decoration() -> None:

@@ -153,6 +153,10 @@ ELSEWHERE = {
     "docs/guides/django.md: python manage.py hivenet_maintain        # hivenet.maintain(), as "
     "`hivenet-db maintain`": "tests/test_django.py::test_management_commands_maintain_and_"
                              "metrics",
+    "docs/guides/django.md: @idempotency_exempt":
+        "tests/test_django.py::test_a_decorated_view_has_its_own_options (an excerpt of "
+        "tests/django_site/views.py: test_the_guide_quotes_the_test_site; the exempt view: "
+        "test_an_exempt_view_runs_without_a_key)",
 }
 
 # --- blocks that cannot run here, and why --------------------------------------------------

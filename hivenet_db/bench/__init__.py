@@ -337,7 +337,7 @@ def builtin_cases() -> dict[str, Case]:
 
     def django_peers_case(run: Any) -> list[Result]:
         return django_peers.measure(run.url, run.rounds, 1 if run.quick else run.seconds or 10,
-                                    run.say)
+                                    run.say, run.quick)
 
     def redis_missing() -> str | None:
         return None if cases.redis_server() and shutil.which("redis-benchmark") else (

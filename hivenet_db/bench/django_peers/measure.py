@@ -243,11 +243,11 @@ def _at_once(port: int, key: str) -> list[int]:
     return answers
 
 
-def _one_key_at_once(port: int, url: str) -> dict[str, Any]:
-    """``TRIALS`` times: 8 threads send one new key at the same instant; rows and statuses."""
+def _one_key_at_once(port: int, url: str, trials: int) -> dict[str, Any]:
+    """``trials`` times: 8 threads send one new key at the same instant; rows and statuses."""
     rows_per_trial: list[int] = []
     statuses: Counter[int] = Counter()
-    for _ in range(TRIALS):
+    for _ in range(trials):
         key = uuid.uuid4().hex
         answers = _at_once(port, key)
         statuses.update(answers)
@@ -255,7 +255,7 @@ def _one_key_at_once(port: int, url: str) -> dict[str, Any]:
             row = db.execute("SELECT count(*) FROM bench_shop_order WHERE key = %s",
                              (key,)).fetchone()
         rows_per_trial.append(int(row[0]) if row else 0)
-    return {"trials": TRIALS, "rows_per_trial": rows_per_trial,
+    return {"trials": trials, "rows_per_trial": rows_per_trial,
             "statuses": {str(status): n for status, n in sorted(statuses.items())}}
 
 
@@ -269,9 +269,13 @@ class _Library:
     busy: Counter[str] = field(default_factory=Counter)  # refused as busy, per workload
 
 
-def measure(url: str, rounds: int, seconds: float, say: Callable[[str], None]) -> list[Result]:
+def measure(url: str, rounds: int, seconds: float, say: Callable[[str], None],
+            quick: bool = False) -> list[Result]:
     """The case on database ``url`` (migrated to head): four results, hivenet-db against each
-    peer on new keys and on replays."""
+    peer on new keys and on replays. ``quick``: a tenth of the replayed keys and a quarter of
+    the trials, to prove it runs."""
+    replayed_keys, trials = (REPLAYED_KEYS // 10, TRIALS // 4) if quick else (REPLAYED_KEYS,
+                                                                                TRIALS)
     _manage(url, "migrate", "--verbosity", "0")
     _manage(url, "createcachetable")
     versions = {name: _version(name) for name in (*LIBRARIES, "django", "djangorestframework",
@@ -282,7 +286,7 @@ def measure(url: str, rounds: int, seconds: float, say: Callable[[str], None]) -
                      for name in LIBRARIES]
         for library in libraries:  # warm: imports, the pool's connections, plans
             _rate(library.name, library.port, url, 1.0, _new_keys, new=True)
-            library.replay_keys = _made_once(library.name, library.port, REPLAYED_KEYS)
+            library.replay_keys = _made_once(library.name, library.port, replayed_keys)
         for r in range(rounds):
             order = libraries[r % 3:] + libraries[:r % 3]
             for library in order:
@@ -303,11 +307,12 @@ def measure(url: str, rounds: int, seconds: float, say: Callable[[str], None]) -
                 say(f"  round {r + 1}/{rounds} {library.name}: new keys "
                     f"{library.new_keys[-1]:.0f}/s, replays {library.replays[-1]:.0f}/s"
                     + (f" (refused as busy so far: {dict(library.busy)})"
-                       if library.busy else ""))
-        at_once = {library.name: _one_key_at_once(library.port, url) for library in libraries}
+                       if sum(library.busy.values()) else ""))
+        at_once = {library.name: _one_key_at_once(library.port, url, trials)
+                   for library in libraries}
     for name, seen in at_once.items():
-        trials = sorted(Counter(seen["rows_per_trial"]).items())
-        say(f"  one key, 8 at once, {name}: (rows, trials) {trials}, statuses "
+        made = sorted(Counter(seen["rows_per_trial"]).items())
+        say(f"  one key, 8 at once, {name}: (rows, trials) {made}, statuses "
             f"{seen['statuses']}")
     ours = libraries[0]
     results = []
