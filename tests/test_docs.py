@@ -164,6 +164,9 @@ NOT_RUNNABLE = {
     "docs/benchmarks.md: hivenet-db bench --quick                       # a smoke run, under a "
     "minute (too short to quote)": "benchmark runs of minutes (the runner itself: "
                                    "tests/test_bench.py)",
+    "docs/benchmarks.md: hivenet-db bench --rounds 3 --scenario django_peers --json":
+        "a benchmark run of minutes (the case, quick: tests/test_bench.py::test_the_django_"
+        "peers_case_runs_quick)",
     "docs/design/architecture.md: application code (inside its own transaction)":
         "a diagram of a call",
     "docs/guides/steps.md: stateDiagram-v2": "a state diagram (mermaid)",
