@@ -130,7 +130,7 @@ def orders(owner: psycopg.Connection) -> int:
 def states(owner: psycopg.Connection) -> list[str]:
     return [row[0] for row in owner.execute(
         "SELECT state::text FROM hivenet.request_attempt WHERE namespace = 'http' "
-        "ORDER BY attempt")]
+        "ORDER BY key, attempt")]
 
 
 # --- the repositories on Django's connection ------------------------------------------------
@@ -387,6 +387,30 @@ def test_operator_resolving_the_attempt_meanwhile_is_409_without_atomic_requests
     assert status == 409 and json.loads(body)["idempotency"] == "resolved"
     assert orders(owner) == 1  # the view's insert committed on its own
     assert states(owner) == ["success"]  # the operator's record stands
+
+
+def test_commit_processing_first_leaves_a_crash_to_an_operator(
+        app_db: str, hivenet_admin_url: str, owner: psycopg.Connection) -> None:
+    """A view whose effects leave the database (commit_processing_first): `processing` is
+    committed before it runs, so an operator sees it in flight and may resolve it; the view's
+    writes and the record are still one transaction, refused when the operator came first."""
+    views.GATE.clear()
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_post_in_thread, "/provider")
+        assert views.ENTERED.wait(10)
+        assert states(owner) == ["processing"]
+        with psycopg.connect(hivenet_admin_url, autocommit=True) as admin:
+            RequestRepository(admin).resolve("http", "order-1", 1, True, "paid by hand",
+                                             {"order": "by hand"})
+        views.GATE.set()
+        status, body = pending.result(timeout=30)
+    assert status == 409 and json.loads(body)["idempotency"] == "resolved"
+    assert orders(owner) == 0  # the view's insert went: the record it belonged to was refused
+    with override_settings(HIVENET={"IDEMPOTENCY": {"commit_processing_first": True}}):
+        refused = Client().post("/refused", b"{}", content_type=JSON,
+                                headers={"Idempotency-Key": '"order-2"'})
+    assert refused.status_code == 400 and orders(owner) == 0
+    assert states(owner) == ["success", "failed"]  # committed `processing` ends failed
 
 
 def test_the_connection_dying_between_effect_and_record_leaves_neither(

@@ -39,19 +39,22 @@ class Mark:
 def idempotent(view: View, /) -> View: ...
 @overload
 def idempotent(*, namespace: str | None = None, required: bool | None = None,
-               fingerprint: Fingerprint | None = None) -> Callable[[View], View]: ...
+               fingerprint: Fingerprint | None = None,
+               commit_processing_first: bool | None = None) -> Callable[[View], View]: ...
 
 
 def idempotent(view: Any = None, /, *, namespace: str | None = None,
-               required: bool | None = None,
-               fingerprint: Fingerprint | None = None) -> Any:
+               required: bool | None = None, fingerprint: Fingerprint | None = None,
+               commit_processing_first: bool | None = None) -> Any:
     """Cover this view with the middleware (also where ``every_view`` is False), with the
-    namespace, ``required`` and ``fingerprint`` given here instead of the settings' (the
-    others stay the settings'). ``@idempotent`` alone takes the settings' options. A
-    ``fingerprint`` not understood raises ``ValueError`` when the module is imported."""
+    namespace, ``required``, ``fingerprint`` and ``commit_processing_first`` given here
+    instead of the settings' (the others stay the settings'). ``@idempotent`` alone takes the
+    settings' options. A ``fingerprint`` not understood raises ``ValueError`` when the module
+    is imported."""
     if fingerprint is not None:
         check_fingerprint(fingerprint)
-    given = {"namespace": namespace, "required": required, "fingerprint": fingerprint}
+    given = {"namespace": namespace, "required": required, "fingerprint": fingerprint,
+             "commit_processing_first": commit_processing_first}
     mark = Mark(True, {name: value for name, value in given.items() if value is not None})
 
     def marked(view: View) -> View:

@@ -18,10 +18,13 @@ one transaction: the middleware opens it, begins the attempt in it, runs the vie
 atomic block becomes a savepoint) and records the response before it commits. A concurrent
 duplicate meets the uncommitted attempt: 409 at once (or, with ``wait``, it waits in the
 database for the first to commit, then replays it). A response that is not recorded rolls the
-whole transaction back, and so does a crash: nothing is left ``processing``. Without it (or
-for a view marked ``non_atomic_requests``), the attempt is committed ``processing`` first,
-the view's writes commit as the view does, and the response is recorded after them in a
-transaction of its own; a response that is not recorded finishes the attempt as failed.
+whole transaction back, and so does a crash: nothing is left ``processing``. With
+``commit_processing_first`` (for views whose effects leave the database) the attempt is
+committed ``processing`` before the view, whose writes and record are then one transaction.
+Without ``ATOMIC_REQUESTS`` (or for a view marked ``non_atomic_requests``), the attempt is
+committed ``processing`` first, the view's writes commit as the view does, and the response
+is recorded after them in a transaction of its own. Where ``processing`` was committed, a
+response that is not recorded ends the attempt as failed.
 
 Under ASGI Django runs this synchronous middleware in the request's thread-sensitive executor
 (``async_capable = False``), where the view's database work runs too: one connection, one
@@ -31,7 +34,7 @@ transaction, as under WSGI.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import cached_property
@@ -107,6 +110,10 @@ class Options:
     stored_statuses: Collection[int] = STORED_STATUSES
     #: False: only views decorated with ``@idempotent`` are covered
     every_view: bool = True
+    #: True: the attempt is committed ``processing`` before the view runs, also under
+    #: ATOMIC_REQUESTS, for views whose effects leave the database (a provider's API): a
+    #: crash after them leaves the key ``processing`` for an operator, never free for a retry
+    commit_processing_first: bool = False
 
     @classmethod
     def from_settings(cls) -> Options:
@@ -172,9 +179,10 @@ class IdempotencyMiddleware:
                                     options.fingerprint_mode)
         except Refused as refused:
             return _response(refused.answer())
-        if self._atomic(match, options):
+        atomic = self._atomic(match, options)
+        if atomic and not options.commit_processing_first:
             return self._run_together(request, options, key, described)
-        return self._run_apart(request, options, key, described)
+        return self._run_apart(request, options, key, described, together=atomic)
 
     def _covering(self, match: ResolverMatch | None, method: str) -> Options | None:
         """The options of the view ``match`` names for ``method``, None when not covered (the
@@ -261,8 +269,12 @@ class IdempotencyMiddleware:
 
     # --- without it: `processing` committed first, the record after the view's commits ----
 
-    def _run_apart(self, request: HttpRequest, options: Options, key: str,
-                   described: Any) -> HttpResponseBase:
+    def _run_apart(self, request: HttpRequest, options: Options, key: str, described: Any,
+                   together: bool) -> HttpResponseBase:
+        """``processing`` committed first; then, ``together`` (``ATOMIC_REQUESTS`` with
+        ``commit_processing_first``), the view's writes and the record in one transaction,
+        else the record after the view's own commits."""
+        database = options.database
         try:
             with timed_check(options.namespace):
                 start = self._begin_apart(options, key, described)
@@ -274,7 +286,19 @@ class IdempotencyMiddleware:
         if start.replayed:
             return _response(replay(start))
         try:
-            response = self.get_response(request)
+            with transaction.atomic(using=database) if together else nullcontext():
+                response = self.get_response(request)
+                recorded = recorded_response(response.status_code, _content(response),
+                                             response.items())
+                if not recorded_as(response.status_code, options.stored_statuses):
+                    # a failure, or not recorded: committed `processing` can only end failed
+                    raise _Failed(recorded)
+                with transaction.atomic(using=database):  # a savepoint when together
+                    self._finish(options, key, start.attempt, True, recorded)
+        except _Failed as failed:  # the view's writes went with the block, when together
+            self._fail(options, key, start.attempt, failed.response)
+        except StaleAttempt:
+            return _response(RESOLVED_MEANWHILE.answer())
         except Exception as error:
             try:
                 self._fail(options, key, start.attempt,
@@ -282,16 +306,6 @@ class IdempotencyMiddleware:
             except Exception as failure:
                 error.add_note(f"hivenet: the failed attempt was not recorded: {failure!r}")
             raise
-        recorded = recorded_response(response.status_code, _content(response),
-                                     response.items())
-        if recorded_as(response.status_code, options.stored_statuses):
-            try:
-                with transaction.atomic(using=options.database):
-                    self._finish(options, key, start.attempt, True, recorded)
-            except StaleAttempt:
-                return _response(RESOLVED_MEANWHILE.answer())
-        else:  # a failure, or not recorded: committed `processing` can only end as failed
-            self._fail(options, key, start.attempt, recorded)
         return _fresh(response)
 
     def _begin_apart(self, options: Options, key: str, described: Any) -> StepStart:
@@ -354,6 +368,14 @@ class IdempotencyMiddleware:
 
 
 _UNSEEN = object()
+
+
+class _Failed(Exception):
+    """The view's response ends its attempt as failed: its writes roll back with the block."""
+
+    def __init__(self, response: dict[str, Any]) -> None:
+        super().__init__(response["status"])
+        self.response = response
 
 
 def _resolved(request: HttpRequest) -> ResolverMatch | None:

@@ -15,6 +15,7 @@ urlpatterns = [
     path("refused", views.refused),
     path("exempt", views.exempt),
     path("payments", views.payments),
+    path("provider", views.provider),
     path("api/validated", drf.ValidatedOrderAPI.as_view()),
     *router.urls,
 ]

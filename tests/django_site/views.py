@@ -69,3 +69,10 @@ def exempt(request: HttpRequest) -> HttpResponse:
 def payments(request: HttpRequest) -> HttpResponse:
     order = _order(request)
     return JsonResponse({"order": order.pk}, status=201)
+
+
+@idempotent(commit_processing_first=True)
+def provider(request: HttpRequest) -> HttpResponse:
+    """As if it called a payment provider: `processing` is committed before it runs."""
+    order = _order(request)
+    return JsonResponse({"order": order.pk}, status=201)
