@@ -117,8 +117,18 @@ class IdempotencyMiddleware:
 
     ``stored_statuses``: the statuses whose responses are recorded, a 5xx as a failed attempt
     (default ``http_idempotency.STORED_STATUSES``: every status but 4xx); a response of any
-    other status ends the attempt as failed, unrecorded, so the same request runs again
-    (``http_idempotency.EVERY_STATUS`` records a 4xx as the key's outcome, replayed).
+    other status is not the key's outcome (``http_idempotency.EVERY_STATUS`` records a 4xx as
+    the key's outcome, replayed).
+
+    ``commit_processing_first`` (default True): the attempt is committed ``processing``
+    before the handler runs, so a crash after an effect outside the database (a provider's
+    API) leaves the key for an operator; a response not recorded then ends the attempt as
+    failed (the same request runs again; another body under the key is 422). False: the
+    attempt is begun in the transaction of ``idempotency_connection``, held from the check to
+    the record: the attempt, the handler's writes on it and the record are one commit, a
+    response not recorded rolls them all back (the corrected request with the key runs), a
+    crash leaves nothing ``processing``, and a concurrent duplicate is 409 at once or, with
+    ``wait``, waits in the database for the first transaction (holding a connection).
 
     ``fingerprint``: what of the body makes two requests under one key the same (besides
     method and target): ``"bytes"`` (the body byte for byte), ``"json"`` (the body as JSON:
@@ -146,7 +156,8 @@ class IdempotencyMiddleware:
                  retention: timedelta | None = None, fingerprint: Fingerprint = "bytes",
                  wait: Wait | None = None, on_decision: OnDecision | None = None,
                  listener: FinishListener | None = None,
-                 stored_statuses: Iterable[int] = STORED_STATUSES) -> None:
+                 stored_statuses: Iterable[int] = STORED_STATUSES,
+                 commit_processing_first: bool = True) -> None:
         self.app = app
         self.engine = engine
         self.header = header.lower().encode("latin-1")
@@ -161,6 +172,7 @@ class IdempotencyMiddleware:
         self.wait = None if wait is None else as_timedelta(wait)
         self.listener = listener
         self.stored_statuses = check_stored_statuses(stored_statuses)
+        self.commit_processing_first = commit_processing_first
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan" and not self._retention_set:
@@ -239,6 +251,9 @@ class IdempotencyMiddleware:
         except Refused as not_json:
             await _send(send, *not_json.answer())
             return
+        if not self.commit_processing_first:
+            await self._run_together(scope, receive, send, key, body, request)
+            return
         try:
             with timed_check(self.namespace):
                 start = await self._begin(key, request)
@@ -281,18 +296,83 @@ class IdempotencyMiddleware:
                 direct_only=True)
         return self.listener
 
-    async def _run(self, scope: Scope, receive: Receive, send: Send, key: str, body: bytes,
-                   attempt: int) -> None:
-        handle = IdempotentRequest(self.engine, self.namespace, key, attempt)
+    async def _call(self, scope: Scope, receive: Receive, body: bytes,
+                    handle: IdempotentRequest) -> _Captured:
+        """The handler's response, held; the handler sees ``handle`` in its state."""
         inner = dict(scope)
         inner["state"] = {**scope.get("state", {}), "idempotency": handle}
         extensions = {name: value for name, value in (scope.get("extensions") or {}).items()
                       if name not in _UNBUFFERED_EXTENSIONS}
         inner["extensions"] = extensions
         captured = _Captured()
+        await self.app(inner, _replay_body(body, receive), captured.send)
+        return captured
+
+    async def _run_together(self, scope: Scope, receive: Receive, send: Send, key: str,
+                            body: bytes, request: Any) -> None:
+        """``commit_processing_first=False``: the attempt, the handler's writes on
+        ``idempotency_connection`` and the record, one transaction on one connection."""
+        async with self.engine.connect() as conn:
+            await conn.begin()
+            try:
+                with timed_check(self.namespace):
+                    start = await self._begin_here(conn, key, request)
+            except Exception as error:
+                await conn.rollback()
+                refused = refusal(error)
+                if refused is None:
+                    raise
+                await _send(send, *refused.answer())
+                return
+            if start.replayed:
+                await conn.commit()
+                await _send(send, *replay(start))
+                return
+            before_handler = await conn.begin_nested()
+            handle = IdempotentRequest(self.engine, self.namespace, key, start.attempt,
+                                       _connection=conn)
+            try:
+                captured = await self._call(scope, receive, body, handle)
+                status = captured.status
+                if status is None:
+                    raise RuntimeError("the application returned without a response")
+            except Exception as error:  # a failed attempt, the handler's writes undone
+                await before_handler.rollback()
+                await AsyncRequestRepository(conn).finish(
+                    self.namespace, key, start.attempt, False,
+                    {"status": 500, "error": error_report(error)})
+                await conn.commit()
+                raise
+            outcome = recorded_as(status, self.stored_statuses)
+            if outcome is None:  # not recorded: the attempt goes with the handler's writes
+                await conn.rollback()
+            else:
+                if not outcome:
+                    await before_handler.rollback()
+                await AsyncRequestRepository(conn).finish(
+                    self.namespace, key, start.attempt, outcome, recorded_response(
+                        status, bytes(captured.body), [
+                            (name.decode("latin-1"), value.decode("latin-1"))
+                            for name, value in captured.headers]))
+                await conn.commit()
+        await _send(send, status, [*captured.headers, FRESH], bytes(captured.body))
+
+    async def _begin_here(self, conn: AsyncConnection, key: str, request: Any) -> StepStart:
+        """The check in the transaction of ``conn``: nowait (409 at once), or waiting in the
+        database up to ``wait`` for a concurrent first attempt's transaction to end."""
+        repository = AsyncRequestRepository(conn, on_decision=self.on_decision)
+        if self.wait is None:
+            return await repository.begin(self.namespace, key, request, lease=self.lease,
+                                          nowait=True)
+        return await reported_async(self.on_decision, self.namespace, key, repository._begin(
+            self.namespace, key, request, "replay", self.lease, False, self.wait))
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send, key: str, body: bytes,
+                   attempt: int) -> None:
+        handle = IdempotentRequest(self.engine, self.namespace, key, attempt)
         async with handle._stack:
             try:
-                await self.app(inner, _replay_body(body, receive), captured.send)
+                captured = await self._call(scope, receive, body, handle)
             except Exception as error:
                 # A raising handler: its writes on the connection are rolled back, the
                 # attempt recorded as failed (a retry runs again), the error passed on.

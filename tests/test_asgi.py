@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Annotated, Any
@@ -455,7 +456,7 @@ def orders(url: str) -> list[str]:
 
 def writing(calls: Calls, outcomes: list[str]) -> Handler:
     """Writes an order on the middleware's connection, then answers as outcomes[n] says:
-    'ok' 201, '5xx' 503, 'raise' an exception, 'wait' 201 after the gate opens."""
+    'ok' 201, '5xx' 503, '4xx' 400, 'raise' an exception, 'wait' 201 after the gate opens."""
 
     async def handler(request: Request) -> Response:
         calls.count += 1
@@ -469,6 +470,8 @@ def writing(calls: Calls, outcomes: list[str]) -> Handler:
             raise RuntimeError("after the write")
         if outcome == "5xx":
             return PlainTextResponse("failed", status_code=503)
+        if outcome == "4xx":
+            return PlainTextResponse(f"sku {sku} refused", status_code=400)
         return PlainTextResponse(f"order {sku}", status_code=201)
 
     return handler
@@ -515,6 +518,81 @@ def test_shape_b_writes_are_invisible_until_the_response_is_recorded(
             assert orders(hivenet_url) == ["A"]
 
     run(hivenet_app_url, scenario)
+
+
+def test_in_one_transaction_a_4xx_binds_no_key_and_the_corrected_request_runs(
+        hivenet_url: str, hivenet_app_url: str) -> None:
+    """commit_processing_first=False: the attempt is begun in the transaction of
+    idempotency_connection, so a 4xx rolls it back with the handler's writes; a 5xx or a
+    raise records the failed attempt without them."""
+    create_orders(hivenet_url)
+    calls = Calls()
+    key = "8e03978e-40d5-43e8-bc93-6894a57f9324"
+
+    async def scenario(engine: AsyncEngine) -> None:
+        app = make_app(engine, writing(calls, ["4xx", "raise", "5xx", "ok"]),
+                       commit_processing_first=False)
+        async with client(app) as http:
+            refused = await http.post("/orders", content=b"bad", headers=KEY)
+            assert refused.status_code == 400
+            assert refused.headers["idempotent-replayed"] == "false"
+            assert state_of(hivenet_url, "http", key) == [] and orders(hivenet_url) == []
+            assert (await http.post("/orders", content=b"A", headers=KEY)).status_code == 500
+            assert (await http.post("/orders", content=b"A", headers=KEY)).status_code == 503
+            made = await http.post("/orders", content=b"A", headers=KEY)
+            again = await http.post("/orders", content=b"A", headers=KEY)
+            assert made.status_code == 201 and again.headers["idempotent-replayed"] == "true"
+
+    run(hivenet_app_url, scenario)
+    assert calls.count == 4 and orders(hivenet_url) == ["A"]
+    assert state_of(hivenet_url, "http", key) == [(1, "failed"), (2, "failed"), (3, "success")]
+
+
+def test_in_one_transaction_the_attempt_in_flight_is_not_committed(
+        hivenet_url: str, hivenet_app_url: str) -> None:
+    """Duplicates meet the uncommitted attempt: 409 at once, or with wait the first one's
+    response once its transaction commits; a cancelled handler leaves nothing processing."""
+    create_orders(hivenet_url)
+    calls = Calls()
+    calls.release.clear()
+    key = "8e03978e-40d5-43e8-bc93-6894a57f9324"
+
+    async def scenario(engine: AsyncEngine) -> None:
+        handler = writing(calls, ["wait"] * 3)
+        async with client(make_app(engine, handler, commit_processing_first=False)) as http, \
+                client(make_app(engine, handler, commit_processing_first=False,
+                                wait=30)) as waiting:
+            first = asyncio.create_task(http.post("/orders", content=b"A", headers=KEY))
+            await asyncio.wait_for(calls.entered.wait(), 60)
+            assert state_of(hivenet_url, "http", key) == []  # not committed
+            busy = await http.post("/orders", content=b"A", headers=KEY)
+            assert busy.status_code == 409 and busy.json()["idempotency"] == "in-flight"
+            waiter = asyncio.create_task(waiting.post("/orders", content=b"A", headers=KEY))
+            with psycopg.connect(hivenet_url, autocommit=True) as owner:
+                deadline = time.monotonic() + 30
+                while scalar(owner, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                    "current_database() AND wait_event_type = 'Lock'") < 1:
+                    assert time.monotonic() < deadline, "the waiter never waited"
+                    await asyncio.sleep(0.01)
+            calls.release.set()
+            assert (await first).status_code == 201
+            replayed = await waiter
+            assert replayed.status_code == 201
+            assert replayed.headers["idempotent-replayed"] == "true"
+            calls.release.clear()
+            other = {"Idempotency-Key": '"cancelled-1"'}
+            cancelled = asyncio.create_task(http.post("/orders", content=b"B", headers=other))
+            while calls.count < 2:
+                await asyncio.sleep(0.01)
+            cancelled.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            calls.release.set()
+
+    run(hivenet_app_url, scenario)
+    assert calls.count == 2 and orders(hivenet_url) == ["A"]
+    assert state_of(hivenet_url, "http", key) == [(1, "success")]
+    assert state_of(hivenet_url, "http", "cancelled-1") == []  # rolled back, not processing
 
 
 def test_shape_b_attempt_resolved_meanwhile_commits_nothing(
