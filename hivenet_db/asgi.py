@@ -254,19 +254,26 @@ class IdempotencyMiddleware:
         if not self.commit_processing_first:
             await self._run_together(scope, receive, send, key, body, request)
             return
+        start = await self._decided(send, self._begin(key, request))
+        if start is not None:
+            await self._run(scope, receive, send, key, body, start.attempt)
+
+    async def _decided(self, send: Send, begin: Awaitable[StepStart]) -> StepStart | None:
+        """The check (timed): the attempt started, or None once the request is answered (a
+        refusal of the key, or the replay)."""
         try:
             with timed_check(self.namespace):
-                start = await self._begin(key, request)
+                start = await begin
         except Exception as error:
             refused = refusal(error)
             if refused is None:
                 raise
             await _send(send, *refused.answer())
-            return
+            return None
         if start.replayed:
             await _send(send, *replay(start))
-            return
-        await self._run(scope, receive, send, key, body, start.attempt)
+            return None
+        return start
 
     async def _begin(self, key: str, request: Any) -> StepStart:
         if self.wait is None:
@@ -314,19 +321,9 @@ class IdempotencyMiddleware:
         ``idempotency_connection`` and the record, one transaction on one connection."""
         async with self.engine.connect() as conn:
             await conn.begin()
-            try:
-                with timed_check(self.namespace):
-                    start = await self._begin_here(conn, key, request)
-            except Exception as error:
+            start = await self._decided(send, self._begin_here(conn, key, request))
+            if start is None:  # answered: the transaction wrote nothing to keep
                 await conn.rollback()
-                refused = refusal(error)
-                if refused is None:
-                    raise
-                await _send(send, *refused.answer())
-                return
-            if start.replayed:
-                await conn.commit()
-                await _send(send, *replay(start))
                 return
             before_handler = await conn.begin_nested()
             handle = IdempotentRequest(self.engine, self.namespace, key, start.attempt,
