@@ -12,6 +12,13 @@ from hivenet_db import DuplicateInterfaceSerial, SerialOutsideWindow, parse_seri
 from hivenet_db.testing import SetClock
 
 
+@pytest.fixture(scope="session")
+def hivenet_prepare() -> list[str]:
+    """The channel book_payment allocates for, prepared in the template database (as
+    `hivenet-db prepare D0001 B01 01` at deployment): one that is not prepared is refused."""
+    return ["D0001 B01 01"]
+
+
 @pytest.fixture
 def engine(hivenet_engine: Engine, hivenet_app_engine: Engine, hivenet_clock: SetClock
            ) -> Engine:
@@ -35,6 +42,7 @@ def test_a_call_is_booked_once(engine: Engine, hivenet_engine: Engine) -> None:
     with engine.connect() as conn:
         parsed = parse_serial(serial, db=conn)
         assert (parsed.system, parsed.date) == ("D0001", dt.date(2031, 3, 1))  # the fake day
+        assert parsed.seq == 1  # the channel's first serial of the day
         assert conn.execute(text("SELECT amount FROM payment")).scalar_one() == 100
     with hivenet_engine.connect() as conn:  # the reporting views: not the application's
         steps = conn.execute(text("SELECT state, steps FROM hivenet.step_states "

@@ -10,6 +10,12 @@ from sqlalchemy import Engine, text
 from hivenet_db import RequestMismatch
 
 
+@pytest.fixture(scope="session")
+def hivenet_prepare() -> list[str]:
+    """The channel the shop numbers its orders in, prepared in the template database."""
+    return ["C0001 A01 01"]
+
+
 @pytest.fixture
 def engine(hivenet_engine: Engine) -> Engine:
     with hivenet_engine.begin() as conn:

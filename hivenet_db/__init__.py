@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         flush_at_commit,
         flush_at_commit_async,
     )
+    from hivenet_db.attempts import AttemptStart, KeyStart
     from hivenet_db.dedup import (
         AsyncClaimRepository,
         AsyncInterfaceDedup,
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     )
     from hivenet_db.durable import configure_durable_pool
     from hivenet_db.errors import (
+        AlreadySucceeded,
+        AttemptInProgress,
+        ClockBehind,
         DuplicateClaim,
         DuplicateInterfaceSerial,
         DurablePoolExhausted,
@@ -40,13 +44,13 @@ if TYPE_CHECKING:
     )
     from hivenet_db.requests import (
         AsyncRequestRepository,
-        KeyStart,
         RequestRepository,
         RequestRun,
         RequestStart,
     )
     from hivenet_db.serial import Serial, parse_serial
     from hivenet_db.steps import AsyncStepRepository, StepRepository, StepRun, StepStart
+    from hivenet_db.time_ids import TimeId, parse_time_id
 
 # Each public name → the module that defines it.
 _HOMES: dict[str, str] = {
@@ -54,11 +58,16 @@ _HOMES: dict[str, str] = {
     "SerialRepository": "hivenet_db.allocation",
     "flush_at_commit": "hivenet_db.allocation",
     "flush_at_commit_async": "hivenet_db.allocation",
+    "AttemptStart": "hivenet_db.attempts",
+    "KeyStart": "hivenet_db.attempts",
     "AsyncClaimRepository": "hivenet_db.dedup",
     "AsyncInterfaceDedup": "hivenet_db.dedup",
     "Call": "hivenet_db.dedup",
     "ClaimRepository": "hivenet_db.dedup",
     "InterfaceDedup": "hivenet_db.dedup",
+    "AlreadySucceeded": "hivenet_db.errors",
+    "AttemptInProgress": "hivenet_db.errors",
+    "ClockBehind": "hivenet_db.errors",
     "DuplicateClaim": "hivenet_db.errors",
     "DuplicateInterfaceSerial": "hivenet_db.errors",
     "DurablePoolExhausted": "hivenet_db.errors",
@@ -73,7 +82,6 @@ _HOMES: dict[str, str] = {
     "StepInProgress": "hivenet_db.errors",
     "UnknownScope": "hivenet_db.errors",
     "AsyncRequestRepository": "hivenet_db.requests",
-    "KeyStart": "hivenet_db.requests",
     "RequestRepository": "hivenet_db.requests",
     "RequestRun": "hivenet_db.requests",
     "RequestStart": "hivenet_db.requests",
@@ -83,16 +91,22 @@ _HOMES: dict[str, str] = {
     "StepRepository": "hivenet_db.steps",
     "StepRun": "hivenet_db.steps",
     "StepStart": "hivenet_db.steps",
+    "TimeId": "hivenet_db.time_ids",
+    "parse_time_id": "hivenet_db.time_ids",
 }
 
 __all__ = [
+    "AlreadySucceeded",
     "AsyncClaimRepository",
     "AsyncInterfaceDedup",
     "AsyncRequestRepository",
     "AsyncSerialRepository",
     "AsyncStepRepository",
+    "AttemptInProgress",
+    "AttemptStart",
     "Call",
     "ClaimRepository",
+    "ClockBehind",
     "DuplicateClaim",
     "DuplicateInterfaceSerial",
     "DurablePoolExhausted",
@@ -114,11 +128,13 @@ __all__ = [
     "StepRepository",
     "StepRun",
     "StepStart",
+    "TimeId",
     "UnknownScope",
     "configure_durable_pool",
     "flush_at_commit",
     "flush_at_commit_async",
     "parse_serial",
+    "parse_time_id",
 ]
 
 

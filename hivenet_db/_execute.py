@@ -1,20 +1,16 @@
 """Run one statement on the caller's connection, never committing.
 
 The caller's connection is a SQLAlchemy ``Connection`` or ``Session`` (sync or async) or a plain
-psycopg 3 ``Connection`` / ``AsyncConnection``. Statements are written once, as SQLAlchemy
-``text()`` with ``:name`` parameters; for psycopg they are compiled once by SQLAlchemy's own
-psycopg dialect to ``%(name)s`` (which also escapes any literal ``%``).
-
-The allocation hot path (``driver_rows``) sends statements written for the driver instead
-(psycopg's ``%s`` placeholders, positional parameters), on the caller's connection (a
-Session's current one): straight to the psycopg connection under it when nothing listens to
-SQLAlchemy's statements (no cursor or error event listeners, no echo), after beginning
-SQLAlchemy's transaction as its autobegin would, driver errors wrapped and a lost connection
-invalidated as SQLAlchemy does; else through ``exec_driver_sql``, which keeps the events and
-logging but still skips compiling a ``text()`` and, for a Session, the ORM's execution path.
-Async connections take ``exec_driver_sql``. psycopg prepares a statement run often unless the
-connection says otherwise (``prepare_threshold=None``, as behind PgBouncer in transaction
-pooling).
+psycopg 3 ``Connection`` / ``AsyncConnection``. Statements are written for the driver, with
+psycopg's placeholders bound by name (``%(name)s``; the library's are in
+``hivenet_db/queries/api.sql``, hivenet_db.statements), and sent as they are: straight to the
+psycopg connection under SQLAlchemy's when nothing listens to SQLAlchemy's statements (no
+cursor or error event listeners, no echo), after beginning SQLAlchemy's transaction as its
+autobegin would, driver errors wrapped and a lost connection invalidated as SQLAlchemy does;
+else through ``exec_driver_sql``, which keeps the events and logging but still skips
+compiling a statement and, for a Session, the ORM's execution path. Async connections take
+``exec_driver_sql``. psycopg prepares a statement run often unless the connection says
+otherwise (``prepare_threshold=None``, as behind PgBouncer in transaction pooling).
 """
 
 from __future__ import annotations
@@ -22,16 +18,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from functools import cache
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.pq import Format
-from psycopg.rows import tuple_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import JsonbLoader
-from sqlalchemy import Connection, CursorResult, Result, TextClause
-from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -43,21 +37,6 @@ if TYPE_CHECKING:  # asyncio support needs greenlet: the optional extra "async"
 SyncDB: TypeAlias = "Connection | Session | psycopg.Connection[Any]"
 AsyncDB: TypeAlias = "AsyncConnection | AsyncSession | psycopg.AsyncConnection[Any]"
 Rows: TypeAlias = Sequence[Sequence[Any]]
-
-_DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]  # SQLAlchemy: no annotations
-
-
-@cache
-def psycopg_sql(statement: TextClause) -> str:
-    """``statement`` with ``%(name)s`` placeholders, as psycopg wants them."""
-    return str(statement.compile(dialect=_DIALECT))
-
-
-def _returns_rows(result: Result[Any]) -> bool:
-    # Session.execute is typed as returning Result; statements run as CursorResult, which
-    # knows whether the statement returns rows (SET LOCAL, CREATE TABLE do not)
-    return not isinstance(result, CursorResult) or result.returns_rows
-
 
 def _checked(params: Mapping[str, Any]) -> None:
     """InvalidInput (HN001) for a parameter PostgreSQL cannot take, instead of an error that is
@@ -125,15 +104,6 @@ async def _cursor_rows_async(conn: psycopg.AsyncConnection[Any], sql: Any, param
         return await cursor.fetchall() if cursor.description else []
 
 
-def rows(db: SyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
-    _checked(params)
-    with translated():
-        if isinstance(db, psycopg.Connection):
-            return _cursor_rows(db, psycopg_sql(statement), params)
-        result = db.execute(statement, params)
-        return result.all() if _returns_rows(result) else []
-
-
 def _plain_driver(conn: Connection) -> psycopg.Connection[Any] | None:
     """The psycopg connection under ``conn`` when SQLAlchemy would run nothing per statement
     that anyone could see: no cursor-execute or error listeners, no echo. None otherwise.
@@ -146,24 +116,22 @@ def _plain_driver(conn: Connection) -> psycopg.Connection[Any] | None:
     return driver if isinstance(driver, psycopg.Connection) else None
 
 
-def driver_rows(db: SyncDB, sql: str, params: Mapping[str, Any]) -> Rows:
-    """``rows`` for ``sql`` written for psycopg: ``%s`` placeholders taking the values of
-    ``params`` in order (its names are for messages). The lean path of the hot calls (module
-    docstring)."""
+def rows(db: SyncDB, sql: str, params: Mapping[str, Any]) -> Rows:
+    """The rows of ``sql`` (psycopg's placeholders, bound by name from ``params``) on the
+    caller's connection (module docstring)."""
     _checked(params)
-    values = tuple(params.values())
     with translated():
         if isinstance(db, psycopg.Connection):
-            return _cursor_rows(db, sql, values)
+            return _cursor_rows(db, sql, params)
         conn = db.connection() if isinstance(db, Session) else db
         driver = _plain_driver(conn)
         if driver is None:
-            result = conn.exec_driver_sql(sql, values)
+            result = conn.exec_driver_sql(sql, params)
             return result.all() if result.returns_rows else []
         if not conn.in_transaction():
             conn.begin()  # what SQLAlchemy's autobegin does before a statement
         try:
-            return _cursor_rows(driver, sql, values)
+            return _cursor_rows(driver, sql, params)
         except psycopg.Error as error:
             if from_database(error) is not None:
                 raise  # one of ours: translated() maps it
@@ -172,32 +140,34 @@ def driver_rows(db: SyncDB, sql: str, params: Mapping[str, Any]) -> Rows:
             lost = conn.dialect.is_disconnect(error, conn.connection, None)  # type: ignore[arg-type]
             if lost:
                 conn.invalidate()
-            raise DBAPIError.instance(sql, values, error, psycopg.Error,
+            raise DBAPIError.instance(sql, params, error, psycopg.Error,
                                       connection_invalidated=lost,
                                       dialect=conn.dialect) from error
 
 
-async def driver_rows_async(db: AsyncDB, sql: str, params: Mapping[str, Any]) -> Rows:
-    """``driver_rows`` for the async connections."""
+async def rows_async(db: AsyncDB, sql: str, params: Mapping[str, Any]) -> Rows:
+    """``rows`` for the async connections."""
     from sqlalchemy.ext.asyncio import AsyncSession
 
     _checked(params)
-    values = tuple(params.values())
     with translated():
         if isinstance(db, psycopg.AsyncConnection):
-            return await _cursor_rows_async(db, sql, values)
+            return await _cursor_rows_async(db, sql, params)
         conn = await db.connection() if isinstance(db, AsyncSession) else db
-        result = await conn.exec_driver_sql(sql, values)
+        result = await conn.exec_driver_sql(sql, params)
         return result.all() if result.returns_rows else []
 
 
-async def rows_async(db: AsyncDB, statement: TextClause, params: Mapping[str, Any]) -> Rows:
-    _checked(params)
+def mappings(db: SyncDB, sql: str) -> list[dict[str, Any]]:
+    """The rows of ``sql`` (no parameters) by column name: read-only queries (metrics)."""
     with translated():
-        if isinstance(db, psycopg.AsyncConnection):
-            return await _cursor_rows_async(db, psycopg_sql(statement), params)
-        result = await db.execute(statement, params)
-        return result.all() if _returns_rows(result) else []
+        if isinstance(db, psycopg.Connection):
+            # dict_row on a cursor of our own: the caller's connection may use another factory
+            with db.cursor(row_factory=dict_row) as cursor:
+                _json_values(cursor)
+                return list(cursor.execute(sql, {}))  # parsed as rows' are: % is %%
+        conn = db.connection() if isinstance(db, Session) else db
+        return [dict(row) for row in conn.exec_driver_sql(sql, {}).mappings()]
 
 
 def driver_of(db: SyncDB) -> psycopg.Connection[Any]:
@@ -230,4 +200,4 @@ def conninfo_of(db: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> s
 
 
 __all__ = ["AsyncDB", "Rows", "SyncDB", "conninfo_of", "driver_of", "driver_of_async",
-           "driver_rows", "driver_rows_async", "json_text", "psycopg_sql", "rows", "rows_async"]
+           "json_text", "mappings", "rows", "rows_async"]

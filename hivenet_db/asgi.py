@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import HTTPConnection, Request
 
 from hivenet_db import AsyncRequestRepository
+from hivenet_db.attempts import REQUESTS, AsyncAttempts, AttemptStart, error_report
 from hivenet_db.decisions import OnDecision, reported_async
 from hivenet_db.errors import StaleAttempt
 from hivenet_db.http_idempotency import (
@@ -54,7 +55,6 @@ from hivenet_db.http_idempotency import (
     stored_key,
 )
 from hivenet_db.metrics import timed_check
-from hivenet_db.steps import StepStart, error_report
 from hivenet_db.urls import libpq_url
 from hivenet_db.waiting import FinishListener, Wait, as_timedelta, waited_async
 
@@ -258,7 +258,7 @@ class IdempotencyMiddleware:
         if start is not None:
             await self._run(scope, receive, send, key, body, start.attempt)
 
-    async def _decided(self, send: Send, begin: Awaitable[StepStart]) -> StepStart | None:
+    async def _decided(self, send: Send, begin: Awaitable[AttemptStart]) -> AttemptStart | None:
         """The check (timed): the attempt started, or None once the request is answered (a
         refusal of the key, or the replay)."""
         try:
@@ -275,7 +275,7 @@ class IdempotencyMiddleware:
             return None
         return start
 
-    async def _begin(self, key: str, request: Any) -> StepStart:
+    async def _begin(self, key: str, request: Any) -> AttemptStart:
         if self.wait is None:
             async with self.engine.begin() as conn:  # commits `processing` before the handler
                 return await AsyncRequestRepository(conn, on_decision=self.on_decision).begin(
@@ -287,14 +287,14 @@ class IdempotencyMiddleware:
             lambda left: self._begin_once(key, request, left), lambda: self._watch(key),
             _nothing))
 
-    async def _begin_once(self, key: str, request: Any, wait: timedelta) -> StepStart:
+    async def _begin_once(self, key: str, request: Any, wait: timedelta) -> AttemptStart:
         async with self.engine.begin() as conn:
-            return await AsyncRequestRepository(conn)._begin(
-                self.namespace, key, request, "replay", self.lease, False, wait)
+            return await AsyncAttempts(conn, REQUESTS, None, None).once(
+                self.namespace, key, request, "replay", None, self.lease, False, wait)
 
     async def _watch(self, key: str) -> None:
         async with self.engine.begin() as conn:
-            await AsyncRequestRepository(conn)._register(self.namespace, key)
+            await AsyncAttempts(conn, REQUESTS, None, None).watch(self.namespace, key)
 
     def _listener(self) -> FinishListener:
         if self.listener is None:
@@ -354,15 +354,16 @@ class IdempotencyMiddleware:
                 await conn.commit()
         await _send(send, status, [*captured.headers, FRESH], bytes(captured.body))
 
-    async def _begin_here(self, conn: AsyncConnection, key: str, request: Any) -> StepStart:
+    async def _begin_here(self, conn: AsyncConnection, key: str, request: Any) -> AttemptStart:
         """The check in the transaction of ``conn``: nowait (409 at once), or waiting in the
         database up to ``wait`` for a concurrent first attempt's transaction to end."""
         repository = AsyncRequestRepository(conn, on_decision=self.on_decision)
         if self.wait is None:
             return await repository.begin(self.namespace, key, request, lease=self.lease,
                                           nowait=True)
-        return await reported_async(self.on_decision, self.namespace, key, repository._begin(
-            self.namespace, key, request, "replay", self.lease, False, self.wait))
+        return await reported_async(self.on_decision, self.namespace, key, AsyncAttempts(
+            conn, REQUESTS, None, None).once(self.namespace, key, request, "replay", None,
+                                             self.lease, False, self.wait))
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, key: str, body: bytes,
                    attempt: int) -> None:

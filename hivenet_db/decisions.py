@@ -30,16 +30,16 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from hivenet_db.errors import (
+    AlreadySucceeded,
+    AttemptInProgress,
     InvalidInput,
     RequestMismatch,
     SerialOutsideWindow,
-    StepAlreadySucceeded,
-    StepInProgress,
     UnknownScope,
 )
 
-if TYPE_CHECKING:  # steps.py reports through this module
-    from hivenet_db.steps import StepStart
+if TYPE_CHECKING:  # attempts.py reports through this module
+    from hivenet_db.attempts import AttemptStart
 
 Decision: TypeAlias = Literal["started", "replayed", "in_progress", "mismatch", "rejected",
                               "expired"]
@@ -49,9 +49,9 @@ DECISIONS: tuple[Decision, ...] = get_args(Decision)
 #: The decision a begin's refusal stands for (the first class the error is an instance of);
 #: the SQL counts the same (decisions.sql).
 REFUSALS: tuple[tuple[type[Exception], Decision], ...] = (
-    (StepInProgress, "in_progress"),
+    (AttemptInProgress, "in_progress"),
     (RequestMismatch, "mismatch"),
-    (StepAlreadySucceeded, "rejected"),
+    (AlreadySucceeded, "rejected"),
     (InvalidInput, "rejected"),
     (SerialOutsideWindow, "rejected"),
     (UnknownScope, "rejected"),
@@ -63,7 +63,7 @@ OnDecision: TypeAlias = Callable[[str, str, Decision, "int | None"], object]
 log = logging.getLogger(__name__)
 
 
-def decision_of(outcome: StepStart | Exception) -> Decision | None:
+def decision_of(outcome: AttemptStart | Exception) -> Decision | None:
     """The decision of what ``begin`` returned or raised; None for an error that is not one."""
     if not isinstance(outcome, Exception):
         return "replayed" if outcome.replayed else "started"
@@ -72,7 +72,7 @@ def decision_of(outcome: StepStart | Exception) -> Decision | None:
 
 
 def reported(hook: OnDecision | None, namespace: str, key: str,
-             begin: Callable[[], StepStart]) -> StepStart:
+             begin: Callable[[], AttemptStart]) -> AttemptStart:
     """``begin()``, its decision told to ``hook``; returns or raises as ``begin()`` does."""
     try:
         start = begin()
@@ -84,7 +84,7 @@ def reported(hook: OnDecision | None, namespace: str, key: str,
 
 
 async def reported_async(hook: OnDecision | None, namespace: str, key: str,
-                         begin: Awaitable[StepStart]) -> StepStart:
+                         begin: Awaitable[AttemptStart]) -> AttemptStart:
     """``reported`` for an awaited ``begin``."""
     try:
         start = await begin
@@ -96,7 +96,7 @@ async def reported_async(hook: OnDecision | None, namespace: str, key: str,
 
 
 def tell(hook: OnDecision | None, namespace: str, key: str,
-         outcome: StepStart | Exception) -> None:
+         outcome: AttemptStart | Exception) -> None:
     """Call ``hook`` with the decision of ``outcome``, if any; log what it raises."""
     if hook is None or (decision := decision_of(outcome)) is None:
         return

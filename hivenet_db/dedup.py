@@ -12,17 +12,14 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
-
 from hivenet_db._execute import AsyncDB, Rows, SyncDB, rows, rows_async
 from hivenet_db.propagation import current_unified_serial
+from hivenet_db.statements import API
 
-_CLAIM_INTERFACE = text(
-    "SELECT hivenet.claim_interface_serial(:serial, :unified_serial, :system_serial, :nowait)"
-)
-_CALL_CHAIN = text("SELECT * FROM hivenet.call_chain(:unified_serial)")
-_CLAIM = text("SELECT hivenet.claim(:namespace, :key, :nowait)")
-_SET_EXPIRY = text("SELECT hivenet.set_claim_expiry(:namespace, :expiry)")
+_CLAIM_INTERFACE = API["claim_interface_serial"]
+_CALL_CHAIN = API["call_chain"]
+_CLAIM = API["claim"]
+_SET_EXPIRY = API["set_claim_expiry"]
 
 
 @dataclass(frozen=True)

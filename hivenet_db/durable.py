@@ -11,6 +11,11 @@ or cannot get a server session for its own within ``timeout`` (behind PgBouncer,
 business transactions may hold), raises ``DurablePoolExhausted`` naming the pool and what to
 size, instead of stalling (docs/operations.md, "Durable allocation").
 
+A child of ``fork()`` (gunicorn ``--preload``, multiprocessing) starts with no pool: the
+parent's connections are the parent's sessions, whose sockets the child shares, so it
+neither uses nor closes them (``os.register_at_fork``, as psycopg_pool and SQLAlchemy advise
+for their pools) and connects anew; the configuration is kept.
+
 Configure a database's pool before its first durable allocation with
 ``configure_durable_pool(database_url, size=..., timeout=..., url=...)``; ``url`` sends the
 pool's connections elsewhere than the caller's (behind PgBouncer: a pool of its own). Or give
@@ -26,6 +31,7 @@ import asyncio
 import atexit
 import contextlib
 import math
+import os
 import select
 import threading
 import time
@@ -226,6 +232,10 @@ def _borrowing(pool: _Pool, lender: ConnectionPool[Any] | AsyncConnectionPool[An
 _configs: dict[Target, _Config] = {}
 _pools: dict[Target, _Pool] = {}
 _registry_lock = threading.Lock()
+# In a forked child, the parent's idle connections: never used, never closed (closing one
+# would end the parent's session), and kept referenced so that none is collected with a
+# warning; psycopg itself never ends a session from a process that did not open it.
+_inherited: list[psycopg.Connection[Any]] = []
 
 
 @atexit.register
@@ -233,6 +243,21 @@ def _close_all() -> None:
     """The idle connections, closed at exit (not left to the garbage collector)."""
     for pool in list(_pools.values()):
         pool.close()
+
+
+def _forget_after_fork() -> None:
+    """In a child of fork(): no pool, and the locks made anew (a thread of the parent may
+    have held one when it forked, and no thread of the child would ever release it)."""
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    for pool in _pools.values():
+        _inherited.extend(pool.idle)
+    _pools.clear()
+    _loop_slots.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def configure_durable_pool(database_url: str, *, size: int = DEFAULT_SIZE,

@@ -49,16 +49,27 @@ class InvalidInput(HivenetError):
 
 
 class UnknownScope(HivenetError):
-    """HN002: system or module not registered while the registry is enforced."""
+    """HN002: a scope that is not prepared (the message names it and the command that
+    prepares it); a system or module not registered while the registry is enforced; an
+    instance this database does not own."""
 
     sqlstate = "HN002"
 
 
 class SequenceExhausted(HivenetError):
     """HN010: every serial of the current period of the scope is used (for an unprepared
-    scope: of its format's cold counter, shared by every unprepared scope)."""
+    scope: of its format's shared fallback counter, shared by every unprepared scope)."""
 
     sqlstate = "HN010"
+
+
+class ClockBehind(HivenetError):
+    """HN011: the clock is behind the latest instant the format issued, and the format's clock
+    policy (``hivenet.set_clock_policy``) refuses: 'refuse', or 'wait' when the clock does not
+    catch up within its max_wait or the statement's timeout. The message says how far behind
+    the clock is and which policy refused."""
+
+    sqlstate = "HN011"
 
 
 class DuplicateInterfaceSerial(HivenetError):
@@ -75,16 +86,21 @@ class SerialOutsideWindow(HivenetError):
     sqlstate = "HN021"
 
 
-class StepInProgress(HivenetError):
-    """HN030: the step is ``processing`` (the standard's unknown state)."""
+class AttemptInProgress(HivenetError):
+    """HN030: the step or keyed request is ``processing`` (the standard's unknown state)."""
 
     sqlstate = "HN030"
 
 
-class StepAlreadySucceeded(HivenetError):
-    """HN031: the step succeeded and its policy is to reject repeats."""
+class AlreadySucceeded(HivenetError):
+    """HN031: the step or keyed request succeeded and its policy is to reject repeats."""
 
     sqlstate = "HN031"
+
+
+#: The names SPEC §7 gives them, from when only steps had them: the same classes.
+StepInProgress = AttemptInProgress
+StepAlreadySucceeded = AlreadySucceeded
 
 
 class RequestMismatch(HivenetError):
@@ -114,8 +130,9 @@ class DurablePoolExhausted(HivenetError):
 
 BY_SQLSTATE: dict[str, type[HivenetError]] = {
     cls.sqlstate: cls
-    for cls in (InvalidInput, UnknownScope, SequenceExhausted, DuplicateInterfaceSerial,
-                SerialOutsideWindow, StepInProgress, StepAlreadySucceeded, RequestMismatch,
+    for cls in (InvalidInput, UnknownScope, SequenceExhausted, ClockBehind,
+                DuplicateInterfaceSerial, SerialOutsideWindow, AttemptInProgress,
+                AlreadySucceeded, RequestMismatch,
                 StaleAttempt, DuplicateClaim)
 }
 

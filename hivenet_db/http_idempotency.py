@@ -20,8 +20,8 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote
 
-from hivenet_db.errors import InvalidInput, RequestMismatch, StepInProgress
-from hivenet_db.steps import StepStart
+from hivenet_db.attempts import AttemptStart
+from hivenet_db.errors import AttemptInProgress, InvalidInput, RequestMismatch
 
 #: The longest key stored (``hivenet.begin_request`` refuses longer ones): the client's key,
 #: prefixed by the percent-encoded scope and ``:`` when ``scope`` is given.
@@ -241,7 +241,7 @@ def recorded_as(status: int, stored: Collection[int]) -> bool | None:
 def refusal(error: Exception) -> Refused | None:
     """The answer to what ``begin_request`` raised for a covered request, or None for an error
     that is not a decision about the key (the middleware lets it propagate)."""
-    if isinstance(error, StepInProgress):
+    if isinstance(error, AttemptInProgress):
         return Refused(409, "a request with this key is being processed; retry later",
                        "in-flight")
     if isinstance(error, RequestMismatch):
@@ -268,7 +268,7 @@ def recorded_response(status: int, body: bytes = b"",
     return {"status": status, "headers": kept, "body": base64.b64encode(body).decode("ascii")}
 
 
-def replay(start: StepStart) -> Answer:
+def replay(start: AttemptStart) -> Answer:
     """The answer to a request whose key's first outcome ``begin_request`` replayed: the
     recorded response (``replayed``), or, when that outcome is a failure the namespace keeps
     final (``start.failed``), ``replayed_failure``."""

@@ -21,22 +21,18 @@ in ``prometheus_client``'s default registry when it is installed.
 
 from __future__ import annotations
 
-import functools
 import math
-import re
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-from psycopg.rows import dict_row
-from sqlalchemy import Engine, TextClause, text
+from sqlalchemy import Engine
 
-from hivenet_db._execute import SyncDB
+from hivenet_db._execute import SyncDB, mappings
+from hivenet_db.statements import named
 
 if TYPE_CHECKING:
     from prometheus_client import Histogram
@@ -63,14 +59,18 @@ SCOPE = ("format", "scope")
 METRICS = (
     Spec("scope_usage", "issued", "hivenet_scope_issued",
          "serials issued in the current period of the scope, for the scopes that issued in it "
-         "(scope '(unprepared scopes)': the format's cold counter, shared by the scopes not "
-         "prepared before their first use, always exported)", SCOPE),
+         "(scope '(unprepared scopes)': the format's shared fallback counter, which its scopes "
+         "not prepared draw from where the format opts in, always exported)", SCOPE),
     Spec("scope_usage", "capacity", "hivenet_scope_capacity",
          "serials a period of the scope can hold", SCOPE),
     Spec("scope_usage", "remaining", "hivenet_scope_remaining",
          "serials left in the current period of the scope", SCOPE),
     Spec("scope_usage", "headroom", "hivenet_scope_headroom_ratio",
          "remaining / capacity of the current period of the scope (0 to 1)", SCOPE),
+    Spec("clock_lead", "lead_seconds", "hivenet_clock_lead_seconds",
+         "how far the latest instant the format issued is ahead of the database clock (0 "
+         "when it is not): a clock that stepped back, until it catches up; what the format "
+         "then does is its clock policy (hivenet.set_clock_policy)", ("format",)),
     Spec("stuck_steps", "steps", "hivenet_stuck_steps",
          "processing steps past their lease (resolve with hivenet.resolve_step)"),
     Spec("stuck_steps", "overdue_seconds", "hivenet_stuck_step_overdue_seconds",
@@ -101,6 +101,15 @@ METRICS = (
          "interface calls in the default partition (days maintain() had not prepared)"),
     Spec("maintain_run", "last_run_seconds", "hivenet_maintain_last_run_timestamp_seconds",
          "when hivenet.maintain() last finished (unix time; 0 before its first run)"),
+    Spec("failover", "gap", "hivenet_failover_gap",
+         "how far a fence moves every counter after a promotion (setting failover_gap)"),
+    Spec("failover", "loss_window_seconds", "hivenet_failover_loss_window_seconds",
+         "the longest stretch of commits a failover may lose, as declared (setting "
+         "failover_loss_window)"),
+    Spec("allocation_rate", "peak_per_second", "hivenet_allocation_peak_per_second",
+         "serials a second of the format, the highest between two runs of maintain() today "
+         "or yesterday: times hivenet_failover_loss_window_seconds, at most "
+         "hivenet_failover_gap", ("format",)),
     Spec("request_decisions", "decisions", "hivenet_request_decisions_total",
          "begins of keyed requests and steps (namespace hivenet.steps) per namespace and "
          "decision, committed or not: started, replayed, in_progress, mismatch, rejected, "
@@ -128,27 +137,15 @@ class Metric:
                 "samples": [{"labels": s.labels, "value": s.value} for s in self.samples]}
 
 
-@functools.cache
-def queries() -> dict[str, TextClause]:
+def queries() -> dict[str, str]:
     """The named queries of hivenet_db/queries/metrics.sql."""
-    source = (files("hivenet_db") / "queries" / "metrics.sql").read_text(encoding="utf-8")
-    parts = re.split(r"^-- name: (\w+)\s*$", source, flags=re.M)
-    return {name: text(body.strip()) for name, body in zip(parts[1::2], parts[2::2],
-                                                          strict=True)}
-
-
-def _mappings(db: SyncDB, statement: TextClause) -> list[dict[str, Any]]:
-    if isinstance(db, psycopg.Connection):
-        # dict_row on a cursor of our own: the caller's connection may use another factory
-        with db.cursor(row_factory=dict_row) as cursor:
-            return list(cursor.execute(statement.text))  # no parameters: the text as is
-    return [dict(row) for row in db.execute(statement).mappings()]
+    return named("metrics.sql")
 
 
 def read(db: SyncDB) -> list[Metric]:
     """Every metric, read now on ``db`` (a SQLAlchemy Connection or Session, or a psycopg
     Connection; read only, never commits). Each query runs once."""
-    results = {name: _mappings(db, statement) for name, statement in queries().items()}
+    results = {name: mappings(db, statement) for name, statement in queries().items()}
     return [Metric(spec.name, spec.help,
                    [Sample({label: str(row[label]) for label in spec.labels},
                            float(row[spec.column]))

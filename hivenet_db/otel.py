@@ -38,6 +38,7 @@ from opentelemetry.util.types import AttributeValue
 
 from hivenet_db import propagation
 from hivenet_db.allocation import AsyncSerialRepository, SerialRepository
+from hivenet_db.attempts import STEPS_NAMESPACE, AttemptStart
 from hivenet_db.decisions import REFUSALS
 from hivenet_db.dedup import (
     AsyncClaimRepository,
@@ -53,7 +54,7 @@ from hivenet_db.errors import (
     UnknownScope,
 )
 from hivenet_db.requests import AsyncRequestRepository, RequestRepository
-from hivenet_db.steps import STEPS_NAMESPACE, AsyncStepRepository, StepRepository, StepStart
+from hivenet_db.steps import AsyncStepRepository, StepRepository
 
 UNIFIED = propagation.BAGGAGE_KEY  # "hivenet.serial.unified"
 SYSTEM = "hivenet.serial.system"
@@ -136,7 +137,7 @@ def _refused(span: Span, error: Exception, refusals: Refusals, *, event: bool) -
 
 
 def _began(span: Span, start: object) -> None:
-    if isinstance(start, StepStart):
+    if isinstance(start, AttemptStart):
         span.set_attribute(ATTEMPT, start.attempt)
         _decided(span, start.outcome, start.attempt)
 

@@ -1,12 +1,13 @@
 """Parsing serials of the built-in formats in Python, without a database.
 
-The layouts are not written here: ``hivenet_db/sql/builtin_formats.json`` holds the six
-built-in formats as the database stores them (the rows of ``hivenet.format``: segments with
-widths, charsets, regexes and to_char patterns), the one copy, which the schema installs too
-(sql/formats.sql). This module interprets those segments the way ``hivenet.parse_serial``
-(sql/parse.sql) does, with the same results and the same HN001 messages. tests/test_parsing.py
-proves a fresh install holds what the file says, and compares both parsers on random valid
-and invalid serials.
+The layouts are not written here: ``hivenet_db/sql/builtin_formats.json`` holds the built-in
+formats as the database stores them (the rows of ``hivenet.format``: segments with widths,
+charsets, regexes and to_char patterns; the numeric time_id with its bits), the one copy,
+which the schema installs too (sql/formats.sql). This module interprets those segments the
+way ``hivenet.parse_serial`` (sql/parse.sql) and ``hivenet.parse_time_id``
+(sql/time_ids.sql) do, with the same results and the same HN001 messages.
+tests/test_parsing.py proves a fresh install holds what the file says, and compares the
+parsers on random valid and invalid serials and ids.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ _DIGITS = re.compile(r"[0-9]+")
 @functools.cache
 def builtin_formats() -> dict[str, dict[str, Any]]:
     """The built-in formats by name: ``length``, ``seq_width``, ``capacity``, ``reset``,
-    ``segments`` (as compiled by the database), ``description``."""
+    ``segments`` (as compiled by the database), ``description``; ``time_shift`` for a numeric
+    format (time_id)."""
     # Decimal keeps numbers as jsonb prints them ("min": 1 stays 1, 1.0 stays 1.0).
     return json.loads(builtin_formats_json(), parse_float=Decimal)  # type: ignore[no-any-return]
 
@@ -46,16 +48,29 @@ def quote_literal(value: str) -> str:
     return "E" + quoted if "\\" in value else quoted
 
 
-_CONTROL = re.compile("[\x01-\x1f\x7f-\x9f]")
+# The characters messages show escaped (SQL hivenet._unseen_characters): control characters
+# and Unicode's format and separator characters (Cf, Zl, Zp, as of Unicode 15).
+UNSEEN = re.compile(
+    "[\x01-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e"
+    "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+    "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]")
+
+
+def _code(character: str) -> str:
+    code = ord(character)
+    return (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000
+            else f"\\U{code:08x}")
 
 
 def shown(value: str | None) -> str:
     """A value as messages echo it (SQL ``hivenet._shown``): quoted, cut to 32 characters
-    plus its length when longer than 40, each control character shown as ``\\xNN``."""
+    plus its length when longer than 40, each control or invisible character (``UNSEEN``)
+    shown as its code: ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``."""
     if value is None:
         return "NULL"
     quoted = quote_literal(value if len(value) <= 40 else value[:32])
-    quoted = _CONTROL.sub(lambda c: f"\\x{ord(c.group()):02x}", quoted)
+    quoted = UNSEEN.sub(lambda c: _code(c.group()), quoted)
     return quoted if len(value) <= 40 else f"{quoted}... ({len(value)} characters)"
 
 
@@ -118,6 +133,19 @@ def shows_date_only(segment: dict[str, Any]) -> bool:
     return _UNITS.index(segment["resolution"]) >= _UNITS.index("day")
 
 
+def printed_time(segment: dict[str, Any], part: str) -> dict[str, str] | None:
+    """The time ``part`` shows by time segment ``segment``, as the parsers report it
+    (``{"date": ...}`` or ``{"datetime": ...}``; SQL ``_printed_time``), or None when it is
+    no valid time of the segment's pattern."""
+    when = _read_time(part, segment["to_char"]) if len(part) == int(segment["width"]) else None
+    if when is None:
+        return None
+    day = f"{when.year:04d}-{when.month:02d}-{when.day:02d}"
+    if shows_date_only(segment):
+        return {"date": day}
+    return {"datetime": f"{day}T{when.hour:02d}:{when.minute:02d}:{when.second:02d}"}
+
+
 def parse_builtin(serial: str | None, format: str | None = None) -> dict[str, Any]:
     """``hivenet.parse_serial(serial, format)`` for the built-in formats, in Python: the same
     JSON object, or InvalidInput (HN001) with the same message."""
@@ -134,6 +162,8 @@ def parse_builtin(serial: str | None, format: str | None = None) -> dict[str, An
         raise InvalidInput(f"unknown format {shown(format)} (not built in: "
                            "parse_serial(serial, format, db=connection) asks the database)")
     definition = formats[name]
+    if "time_shift" in definition:
+        raise InvalidInput(f"format {name} is numeric (a bigint): parse_time_id parses its ids")
     result: dict[str, Any] = {"format": name}
     problem: str | None = None
     if len(serial.encode()) != definition["length"] or len(serial) != definition["length"]:
@@ -156,14 +186,11 @@ def parse_builtin(serial: str | None, format: str | None = None) -> dict[str, An
                 problem = f"{quote_literal(part)} where {quote_literal(segment['literal'])} belongs"
         elif "time" in segment:
             part = serial[pos:pos + int(segment["width"])]
-            when = _read_time(part, segment["to_char"])
+            when = printed_time(segment, part)
             if when is None:
                 problem = f"time {quote_literal(part)} is no valid {segment['time']}"
-            elif shows_date_only(segment):
-                result["date"] = f"{when.year:04d}-{when.month:02d}-{when.day:02d}"
             else:
-                result["datetime"] = (f"{when.year:04d}-{when.month:02d}-{when.day:02d}T"
-                                      f"{when.hour:02d}:{when.minute:02d}:{when.second:02d}")
+                result.update(when)
         else:
             part = serial[pos:pos + int(definition["seq_width"])]
             if not _DIGITS.fullmatch(part) or int(part) == 0:
@@ -173,4 +200,49 @@ def parse_builtin(serial: str | None, format: str | None = None) -> dict[str, An
         pos += len(part)
     if problem is not None:
         raise InvalidInput(f"serial {shown(serial)} is no valid {name} serial: {problem}")
+    return result
+
+
+def _id_digits(number: int, width: int) -> str:
+    """``number``'s digits padded with zeros to ``width``, never cut (SQL _time_id_digits)."""
+    digits = str(number)
+    return digits if len(digits) > width else digits.rjust(width, "0")
+
+
+def parse_builtin_time_id(value: int | None, format: str = "time_id") -> dict[str, Any]:
+    """``hivenet.parse_time_id(id, format)`` for the built-in numeric formats (time_id), in
+    Python: the same JSON object, or InvalidInput (HN001) with the same message."""
+    if value is None:
+        raise InvalidInput("time id is NULL")
+    definition = builtin_formats().get(format)
+    if definition is None:
+        raise InvalidInput(f"unknown format {shown(format)} (not built in: "
+                           "parse_time_id(id, format, db=connection) asks the database)")
+    if "time_shift" not in definition:
+        raise InvalidInput(f"format {format} is a text format: parse_serial parses its serials")
+    result: dict[str, Any] = {"format": format}
+    problem = "it is not positive" if value < 1 else None
+    for segment in definition["segments"]:
+        if problem is not None:
+            break
+        if "time" in segment:
+            number = value >> int(definition["time_shift"])
+            when = printed_time(segment, _id_digits(number, int(segment["width"])))
+            if when is None:
+                problem = f"time {number} is no valid {segment['time']}"
+            else:
+                result.update(when)
+        elif "field" in segment:
+            number = (value >> int(segment["shift"])) & ((1 << int(segment["bits"])) - 1)
+            part = _id_digits(number, int(segment["width"]))
+            field = field_problem(segment, part)
+            if field is not None:
+                problem = f"field {segment['field']} {field}"
+            result[segment["field"]] = part
+        else:
+            result["seq"] = value & int(definition["capacity"])
+            if result["seq"] == 0:
+                problem = f"seq 0 is not 1 to {definition['capacity']}"
+    if problem is not None:
+        raise InvalidInput(f"time id {value} is no valid id of format {format}: {problem}")
     return result

@@ -23,16 +23,18 @@ from sqlalchemy import Connection
 PARTS: tuple[str, ...] = (
     # The tables every later file reads or inserts into: settings and formats, the clock.
     "settings", "clock", "formats", "registry",
-    # What the generated code is written from: counters' names, field checks, parse_serial.
-    "counters", "periods", "fields", "parse",
+    # What the generated code is written from: counters' names, clocks and their policies,
+    # field checks, parse_serial; the shared fallback's settings and draws beside the counters.
+    "counters", "fallback", "periods", "clock_policy", "fields", "parse",
     # The generated functions, rewritten from here on by every change of a setting or format;
     # before the files whose SQL bodies and views call them.
     "compile",
     # The concerns, each after what its SQL bodies and views name: ownership reads the
-    # settings' constants, allocate the fast paths, dedup and steps the layouts, steps the
-    # keyed requests, audit their attempts; decisions are counted by requests and steps.
-    "ownership", "allocate", "maintain", "dedup", "claims", "fingerprints", "decisions",
-    "requests", "expiry", "batches", "steps", "audit",
+    # settings' constants, allocate the fast paths, time_ids them too, dedup and steps the
+    # layouts, requests (the core of keyed attempts) the namespaces' policies, batches and
+    # steps the core, audit the attempts; decisions are counted by the core.
+    "ownership", "allocate", "time_ids", "maintain", "dedup", "claims", "fingerprints",
+    "decisions", "policies", "requests", "expiry", "batches", "steps", "audit",
     # Every reporting view, over the tables of all the concerns above.
     "reporting", "failover",
     # Grants on everything above, and nothing for PUBLIC: last.

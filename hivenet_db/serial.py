@@ -6,13 +6,47 @@ import datetime as dt
 import functools
 from typing import Any
 
-from sqlalchemy import text
-
 from hivenet_db._execute import SyncDB, rows
 from hivenet_db.parsing import builtin_formats, parse_builtin, shows_date_only, time_of, time_slices
+from hivenet_db.statements import API
 
 
-class Serial(str):
+class Parts:
+    """The parts of a serial or a time id as attributes, from what the parsers return:
+    ``format``, ``seq``, ``date`` (a ``date``) or ``datetime`` (a naive ``datetime`` in the
+    business time zone), and each field of the format."""
+
+    format: str
+    fields: dict[str, str]
+    seq: int
+    date: dt.date | None
+    datetime: dt.datetime | None
+    _called = "serial"  # in messages
+
+    def _take(self, parsed: dict[str, Any]) -> None:
+        self.format = parsed["format"]
+        self.seq = int(parsed["seq"])
+        self.datetime = (dt.datetime.fromisoformat(parsed["datetime"])
+                         if "datetime" in parsed else None)
+        self.date = (dt.date.fromisoformat(parsed["date"]) if "date" in parsed
+                     else self.datetime.date() if self.datetime else None)
+        self.fields = {k: v for k, v in parsed.items()
+                       if k not in ("format", "seq", "date", "datetime")}
+
+    def _parsed(self) -> dict[str, Any]:
+        """What the parsers returned: the value again (pickling)."""
+        return {"format": self.format, "seq": self.seq, **self.fields,
+                **({"datetime": self.datetime.isoformat()} if self.datetime else
+                   {"date": self.date.isoformat()} if self.date else {})}
+
+    def __getattr__(self, name: str) -> str:
+        fields = self.__dict__.get("fields", {})
+        if name in fields:
+            return str(fields[name])
+        raise AttributeError(f"{self.format!r} {self._called} has no field {name!r}")
+
+
+class Serial(Parts, str):
     """A serial number as issued or parsed by the database.
 
     ``serial.format`` names its format; every field is an attribute (``serial.system``,
@@ -24,37 +58,15 @@ class Serial(str):
     # Shadows str.format on purpose: the format's name is the documented attribute (SPEC,
     # docs, every test); str.format(serial, ...) still formats when anyone needs it.
     format: str  # type: ignore[assignment]
-    fields: dict[str, str]
-    seq: int
-    date: dt.date | None
-    datetime: dt.datetime | None
 
     def __new__(cls, value: str, parsed: dict[str, Any]) -> Serial:
         serial = super().__new__(cls, value)
-        serial.format = parsed["format"]
-        serial.seq = int(parsed["seq"])
-        serial.datetime = (dt.datetime.fromisoformat(parsed["datetime"])
-                           if "datetime" in parsed else None)
-        serial.date = (dt.date.fromisoformat(parsed["date"]) if "date" in parsed
-                       else serial.datetime.date() if serial.datetime else None)
-        serial.fields = {k: v for k, v in parsed.items()
-                         if k not in ("format", "seq", "date", "datetime")}
+        serial._take(parsed)
         return serial
 
-    def __getattr__(self, name: str) -> str:
-        fields = self.__dict__.get("fields", {})
-        if name in fields:
-            return str(fields[name])
-        raise AttributeError(f"{self.format!r} serial has no field {name!r}")
-
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Serial, (str(self), {"format": self.format, "seq": self.seq, **self.fields,
-                                     **({"datetime": self.datetime.isoformat()}
-                                        if self.datetime else
-                                        {"date": self.date.isoformat()} if self.date else {})}))
+        return (Serial, (str(self), self._parsed()))
 
-
-_PARSE = text("SELECT hivenet.parse_serial(:serial, :format)")
 
 # (kind, name, start, end, time slices) of each printed part of a built-in format, kind being
 # "field", "date", "datetime" or "seq": read from its definition (segments and widths).
@@ -122,5 +134,5 @@ def parse_serial(serial: Any, format: Any = None, *, db: SyncDB | None = None) -
     """
     if db is None:
         return Serial(serial, parse_builtin(serial, format))
-    (row,) = rows(db, _PARSE, {"serial": serial, "format": format})
+    (row,) = rows(db, API["parse_serial"], {"serial": serial, "format": format})
     return Serial(serial, row[0])

@@ -26,13 +26,16 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, text
 
+from ._execute import rows
+from .dedup import InterfaceDedup
 from .parsing import parse_builtin
+from .statements import API
 from .urls import sqlalchemy_url
 
 T = TypeVar("T")
@@ -157,10 +160,8 @@ class ShardMap:
             found = {}
             for name, engine in self.engines.items():
                 with engine.connect() as conn:
-                    row = conn.execute(text(
-                        "SELECT owned_instances, single_primary_formats, "
-                        "check_received_instances FROM hivenet.ownership()")).one()
-                found[name] = Ownership(row[0], bool(row[1]), bool(row[2]))
+                    ((owned, single, check),) = rows(conn, API["ownership"], {})
+                found[name] = Ownership(owned, bool(single), bool(check))
             self._ownership = found
         return self._ownership
 
@@ -326,12 +327,13 @@ class ShardMap:
         """``hivenet.call_chain`` over every shard: each recorded call of the business
         transaction, with its ``shard``, in the order recorded (recorded_at across shards,
         the shards' clocks being as close as their NTP keeps them)."""
-        found = self.rows("SELECT * FROM hivenet.call_chain(:u)", {"u": unified_serial})
-        return sorted(found, key=lambda r: r["recorded_at"])
+        def run(conn: Connection) -> list[dict[str, Any]]:
+            return [asdict(call) for call in InterfaceDedup(conn).call_chain(unified_serial)]
+        return sorted(merged(self.each(run)), key=lambda r: r["recorded_at"])
 
     def maintain(self) -> dict[str, None]:
         """``hivenet.maintain()`` on every shard, each in its own transaction."""
-        return self.each(lambda conn: conn.execute(text("SELECT hivenet.maintain()")).scalar())
+        return self.each(lambda conn: rows(conn, API["maintain"], {})[0][0])
 
     def dispose(self) -> None:
         for engine in self.engines.values():

@@ -40,7 +40,7 @@ from typing import ClassVar, TypeVar
 
 import psycopg
 
-from hivenet_db.errors import InvalidInput, StepInProgress
+from hivenet_db.errors import AttemptInProgress, InvalidInput
 from hivenet_db.poolers import through_pooler
 
 #: The channel ``hivenet.finish_request`` notifies, payload ``[namespace, key]`` (JSON).
@@ -200,7 +200,7 @@ class FinishListener:
             "may have no session of its own; they look again every %g to %g s instead. To "
             "wake them when the first attempt ends, give them a URL reaching PostgreSQL "
             "directly or through a pooler in session mode: listener=FinishListener.shared(url) "
-            "(RequestRepository, AsyncRequestRepository, IdempotencyMiddleware) or "
+            "(the repositories of keyed requests and steps, IdempotencyMiddleware) or "
             "HIVENET['IDEMPOTENCY']['listen_url'] (Django)",
             _without_password(self.conninfo), _LOOK_FIRST, _LOOK_MOST)
 
@@ -241,8 +241,8 @@ def _without_password(conninfo: str) -> str:
     return psycopg.conninfo.make_conninfo("", **params)
 
 
-def _timed_out(busy: StepInProgress, wait: timedelta) -> StepInProgress:
-    return StepInProgress(f"{busy.message}; not finished within wait {wait}", busy.sqlstate)
+def _timed_out(busy: AttemptInProgress, wait: timedelta) -> AttemptInProgress:
+    return AttemptInProgress(f"{busy.message}; not finished within wait {wait}", busy.sqlstate)
 
 
 def _seconds_to(deadline: float) -> float:
@@ -257,17 +257,17 @@ def waited(listener: Callable[[], FinishListener], namespace: str, key: str, wai
            begin: Callable[[timedelta], T], watch: Callable[[], None],
            end: Callable[[], None]) -> T:
     """``begin(left)`` (``left``: what is left of ``wait``, for ``begin_request``'s own
-    bound), and while it raises ``StepInProgress`` with time left: ``end()`` the transaction;
+    bound), and while it raises ``AttemptInProgress`` with time left: ``end()`` the transaction;
     where the listener listens, ``watch()`` (register and commit) and begin again at once,
     then wait for the key's notification and begin again; else begin again after a pause
-    (``_Watch.pause``). Raises the last ``StepInProgress`` (naming ``wait``) when the key's
+    (``_Watch.pause``). Raises the last ``AttemptInProgress`` (naming ``wait``) when the key's
     attempt did not end in time."""
     deadline = time.monotonic() + wait.total_seconds()
     with _Watch(listener, namespace, key) as watched:
         while True:
             try:
                 return begin(_left(deadline))
-            except StepInProgress as busy:
+            except AttemptInProgress as busy:
                 if _left(deadline) <= timedelta(0):
                     raise _timed_out(busy, wait) from busy
                 end()
@@ -291,7 +291,7 @@ async def waited_async(listener: Callable[[], FinishListener], namespace: str, k
         while True:
             try:
                 return await begin(_left(deadline))
-            except StepInProgress as busy:
+            except AttemptInProgress as busy:
                 if _left(deadline) <= timedelta(0):
                     raise _timed_out(busy, wait) from busy
                 await end()

@@ -1,23 +1,49 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
 
 from hivenet_db._execute import SyncDB
+from hivenet_db.testing import session_bin_dir
 from tests import system_packages
 from tests.helpers import ASYNC_KINDS, SYNC_KINDS, sync_connection
 
 pytest_plugins = ["hivenet_db.testing", "pytester"]
 
+# Every server and client tool the suite starts (psql, pg_dump, the servers of the crash,
+# failover and shard tests, the commands run as subprocesses) from the PostgreSQL the session
+# runs: HIVENET_TEST_PG_BIN when given.
+if (_bin_dir := session_bin_dir()) is not None:
+    os.environ["HIVENET_PG_BINDIR"] = str(_bin_dir)
+
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Install what the suite needs from the machine when it is missing (as root, with
-    apt-get: tests/system_packages.py), so the README's command passes on a fresh machine."""
+    apt-get: tests/system_packages.py), so the README's command passes on a fresh machine.
+    Once, before pytest-xdist starts its workers (they skip it)."""
+    if hasattr(session.config, "workerinput"):
+        return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     system_packages.ensure(lambda line: reporter.write_line(f"hivenet-db tests: {line}")
                            if reporter is not None else print(line))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of long tests (marked slow) first: pytest-xdist hands out files in this
+    order, and one left for the end would run on one worker while the others wait."""
+    long_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in long_files)  # stable: order kept within
+
+
+@pytest.fixture(scope="session")
+def hivenet_prepare() -> list[str]:
+    """The scopes most tests allocate for, prepared in the template database (a test of
+    what an unprepared scope does uses another)."""
+    return ["C0001 A01 01-03", "C0002 A01 01-03", "D0001 A01 01-09",
+            "id_service merchant=123456789012,shard=01-09", "merchant_trade merchant=123456789012"]
 
 
 @pytest.fixture

@@ -3,15 +3,17 @@ waiting for a real lock wait (pg_stat_activity) instead of sleeping."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, closing, contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from hivenet_db._execute import AsyncDB, Rows, SyncDB, rows, rows_async
@@ -42,6 +44,40 @@ def in_parallel(connections: list[psycopg.Connection],
     if errors:
         raise errors[0]
     return results
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A serial (or time id) as a client saw it issued."""
+
+    serial: Any    # str, or int for a time id
+    client: int
+    started: int   # time.monotonic_ns() before the call was sent
+    ended: int     # ... and after its result came back
+
+
+def assert_never_backwards(issued: list[Issued]) -> None:
+    """Unique; each client's serials strictly increasing in its issue order (``issued``
+    holds each client's in its own order); and a serial is greater than every serial whose
+    call had returned before its own call started (guarantee 3)."""
+    serials = [i.serial for i in issued]
+    assert len(serials) == len(set(serials)), "a serial was issued twice"
+    by_client: dict[int, list[Any]] = {}
+    for item in issued:
+        by_client.setdefault(item.client, []).append(item.serial)
+    for client, own in by_client.items():
+        backwards = [(a, b) for a, b in itertools.pairwise(own) if b <= a]
+        assert not backwards, f"client {client} went backwards: {backwards[:3]}"
+    by_end = sorted(issued, key=lambda i: i.ended)
+    done = 0
+    highest = None
+    for item in sorted(issued, key=lambda i: i.started):
+        while done < len(by_end) and by_end[done].ended < item.started:
+            serial = by_end[done].serial
+            highest = serial if highest is None else max(highest, serial)
+            done += 1
+        assert highest is None or item.serial > highest, (
+            f"{item.serial} issued after {highest} had been returned, and is not greater")
 
 
 def scalar(conn: psycopg.Connection, sql: str, params: Any = None) -> Any:
@@ -77,6 +113,16 @@ def policy_call(namespace: str, **values: Any) -> tuple[str, dict[str, Any]]:
 def policy(db: psycopg.Connection, namespace: str, **values: Any) -> None:
     """Set options of the policy of ``namespace`` (as its owner or hivenet_admin)."""
     db.execute(*policy_call(namespace, **values))
+
+
+def share_fallback(db: psycopg.Connection, *formats: str, promote: bool = False) -> None:
+    """Let ``formats`` draw the serials of their unprepared scopes from their shared fallback
+    counter (setting shared_fallback), and with ``promote`` have maintain() give each scope
+    that drew its own counter (promote_fallback_scopes); no format when none is named."""
+    for name, value in (("shared_fallback", formats), ("promote_fallback_scopes",
+                                                       formats if promote else ())):
+        db.execute("UPDATE hivenet.setting SET value = %s WHERE name = %s",
+                   (",".join(value), name))
 
 
 def sqlstate_of(error: BaseException) -> str | None:
@@ -229,12 +275,12 @@ async def async_connection(kind: str, url: str) -> AsyncIterator[AsyncDB]:
 
 
 def run_sql(db: SyncDB, sql: str, **params: Any) -> Rows:
-    """Run ``sql`` (``:name`` parameters) on a connection of any kind, as the library does."""
-    return rows(db, text(sql), params)
+    """Run ``sql`` (``%(name)s`` parameters) on a connection of any kind, as the library does."""
+    return rows(db, sql, params)
 
 
 async def run_sql_async(db: AsyncDB, sql: str, **params: Any) -> Rows:
-    return await rows_async(db, text(sql), params)
+    return await rows_async(db, sql, params)
 
 
 Connect = Callable[..., psycopg.Connection]  # the ``connect`` fixture

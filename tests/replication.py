@@ -137,3 +137,24 @@ def primary_and_standby(*, synchronous: bool, dbname: str = "failover") -> Itera
             with contextlib.suppress(Exception):
                 server.stop("immediate")
         shutil.rmtree(root, ignore_errors=True)
+
+
+def exposed(url: str, serials: set[str], prepared: tuple[str, ...]) -> int:
+    """How many of the committed unified and interface ``serials`` (system C0001, module A01;
+    instances in ``prepared`` on scopes of their own, the others on the shared fallback
+    counters) stand above where the counters of the promoted standby at ``url`` are: an
+    unfenced standby would issue each of them again. Read, not drawn: a draw would fence
+    them."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        stride: dict[str, int] = dict(
+            conn.execute("SELECT name, stride FROM hivenet.format").fetchall())
+        value: dict[str, int] = dict(conn.execute(
+            "SELECT sequencename, coalesce(last_value, 0) FROM pg_sequences "
+            "WHERE schemaname = 'hivenet'").fetchall())
+    count = 0
+    for serial in serials:
+        kind = "unified" if len(serial) == 28 else "interface"
+        instance = serial[8:10]
+        counter = f"seq_{kind}_C0001A01{instance}" if instance in prepared else f"cold_{kind}"
+        count += int(serial[-10:]) > value[counter] % stride[kind]
+    return count

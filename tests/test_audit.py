@@ -77,9 +77,9 @@ def system_serial(db: psycopg.Connection) -> str:
 def test_every_insert_path_records_the_application_login(
         db: psycopg.Connection, hivenet_app_url: str) -> None:
     """The application's login, its application_name and address, on the fast path of a new
-    key (view _request_start) and of a new step (_step_start), and on the state machine's
-    (_begin_attempt, SECURITY DEFINER: current_user there is the owner): a retry after a
-    failure, a namespace with a policy, a chained namespace."""
+    key and of a new step (_start_key) and on the state machine's (_begin_attempt): both
+    SECURITY DEFINER, where current_user is the owner, so the columns' defaults read the
+    session: a retry after a failure, a namespace with a policy, a chained namespace."""
     login = psycopg.conninfo.conninfo_to_dict(hivenet_app_url)["user"]
     ruled, chain = namespace(), chained(db)
     db.execute("SELECT hivenet.set_namespace_policy(%s, key_min_length => 8)", (ruled,))
@@ -182,6 +182,26 @@ def test_a_chain_of_begins_finishes_retries_and_resolutions_is_intact(
     assert scalar(db, "SELECT count(*) FROM hivenet.request_attempt WHERE namespace = 'plain' "
                       "AND chain_position IS NULL") == 1
     assert failure(db, "SELECT * FROM hivenet.verify_audit_chain('plain')")[0] == "HN001"
+
+
+def test_the_steps_have_a_chain_when_their_policy_says_so(db: psycopg.Connection,
+                                                       hivenet_admin_url: str) -> None:
+    """The steps' namespace takes audit_chain as any namespace: a new step (its fast path
+    leaves a chained namespace to the full path, which links it), a failed one and its retry,
+    a batch of steps, and their ends are links of one intact chain, as the command says."""
+    db.execute("SELECT hivenet.set_namespace_policy('hivenet.steps', audit_chain => true)")
+    first, second, third = (system_serial(db) for _ in range(3))
+    db.execute("SELECT * FROM hivenet.begin_step(%s)", (first,))
+    db.execute("SELECT hivenet.finish_step(%s, 1, false)", (first,))
+    db.execute("SELECT * FROM hivenet.begin_step(%s)", (first,))
+    db.execute("SELECT hivenet.finish_step(%s, 2, true)", (first,))
+    db.execute("SELECT * FROM hivenet.begin_steps(ARRAY[%s, %s], ARRAY[NULL, NULL]::jsonb[])",
+               (second, third))
+    result = verify(db, "hivenet.steps")
+    assert result["problem"] is None, result
+    assert (result["attempts"], result["links"]) == (4, 6)
+    out = hivenet_db(hivenet_admin_url, "audit", "verify", "hivenet.steps", rc=0).stdout
+    assert out.startswith("chain of 4 attempts intact (6 links since the anchor)"), out
 
 
 def test_a_chain_turned_off_stays_verifiable_and_goes_on_when_turned_on_again(

@@ -1,6 +1,7 @@
-"""Batches of keyed requests (hivenet.begin_requests, RequestRepository.begin_many): one
-outcome per key in one round trip, each key decided as begin_request decides it, against real
-PostgreSQL with real parallel connections."""
+"""Batches of keyed requests (hivenet.begin_requests, RequestRepository.begin_many) and of
+steps (hivenet.begin_steps, StepRepository.begin_many): one outcome per key in one round trip,
+each key decided as begin_request / begin_step decides it, against real PostgreSQL with real
+parallel connections."""
 
 from __future__ import annotations
 
@@ -10,16 +11,28 @@ import random
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from hivenet_db import AsyncRequestRepository, InvalidInput, KeyStart, RequestRepository
+from hivenet_db import (
+    AsyncRequestRepository,
+    AsyncStepRepository,
+    InvalidInput,
+    KeyStart,
+    RequestRepository,
+    StepRepository,
+)
 from hivenet_db._execute import SyncDB
 from hivenet_db.errors import StaleAttempt
-from tests.helpers import async_connection, failure, race, wait_until_blocked
+from hivenet_db.propagation import unified_serial_context
+from tests.helpers import async_connection, failure, race, scalar, wait_until_blocked
+from tests.test_steps import begin as begin_step
+from tests.test_steps import finish as finish_step
+from tests.test_steps import new_serial
 
 
 def key() -> str:
@@ -345,6 +358,192 @@ def test_the_async_repository_begins_and_finishes_a_batch(hivenet_app_url: str,
 
     assert asyncio.run(scenario()) == ["started", "started", ("started", 2), ("started", 2)]
     assert [d[2] for d in told] == ["started"] * 4
+
+
+# --- batches of steps ------------------------------------------------------------------------
+
+def begin_steps(conn: psycopg.Connection, serials: Sequence[str | None], requests: list[Any],
+                **options: Any) -> list[tuple[str, str, int | None, Any]]:
+    named = "".join(f", {name} => %({name})s" for name in options)
+    return conn.execute(
+        f"SELECT * FROM hivenet.begin_steps(%(serials)s::text[], %(requests)s::jsonb[]{named})",
+        {"serials": serials, "requests": [None if r is None else Jsonb(r) for r in requests],
+         **options}).fetchall()
+
+
+def step_attempts(db: psycopg.Connection, serials: list[str]) -> list[tuple[str, int, str, Any]]:
+    return db.execute("SELECT key, attempt, state::text, unified_serial FROM "
+                      "hivenet.request_attempt WHERE namespace = 'hivenet.steps' "
+                      "AND key = ANY(%s) ORDER BY key, attempt", (serials,)).fetchall()
+
+
+def test_a_mixed_batch_of_steps_gets_one_outcome_per_serial_in_order(
+        db: psycopg.Connection) -> None:
+    """As a batch of keyed requests, with what begin_step checks of a serial: new, replayed,
+    processing, mismatch, failed (a new attempt), and serials begin_step refuses (not a
+    system serial: HN001; dated outside the window: HN021), each as begin_step decides it;
+    every started step records the batch's unified serial."""
+    unified = new_serial(db, "unified")
+    done, busy, other, failed, new = (new_serial(db) for _ in range(5))
+    finish_step(db, done, begin_step(db, done, {"n": 1})[1], True, {"paid": 1})
+    begin_step(db, busy, {"n": 2})  # autocommit: processing, committed
+    finish_step(db, other, begin_step(db, other, {"n": 3})[1], True, {"paid": 3})
+    finish_step(db, failed, begin_step(db, failed, {"n": 4})[1], False, {"error": "x"})
+    old = "C0001A0101" + "20200101" + new[18:]
+    rows = begin_steps(db, [new, done, busy, other, failed, "not a serial", old],
+                       [{"n": 0}, {"n": 1}, {"n": 2}, {"n": 99}, {"n": 4}, None, None],
+                       unified_serial=unified)
+    assert [r[:3] for r in rows] == [
+        (new, "started", 1), (done, "replayed", 1), (busy, "in_progress", None),
+        (other, "mismatch", None), (failed, "started", 2), ("not a serial", "rejected", None),
+        (old, "rejected", None)]
+    assert rows[1][3] == {"paid": 1}
+    assert rows[2][3]["code"] == "HN030" and rows[3][3]["code"] == "HN032"
+    assert rows[5][3]["code"] == "HN001" and "no valid system serial" in rows[5][3]["message"]
+    assert rows[6][3]["code"] == "HN021" and "outside the window" in rows[6][3]["message"]
+    stored = step_attempts(db, [new, failed, old, "not a serial"])
+    assert stored == sorted([(new, 1, "processing", unified), (failed, 1, "failed", None),
+                             (failed, 2, "processing", unified)])
+    finish_step(db, new, 1, True, {"paid": 0})
+    assert begin_steps(db, [new], [{"n": 0}]) == [(new, "replayed", 1, {"paid": 0})]
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    ("NULL, '{}'::jsonb[]", "system serials of the batch of steps is NULL"),
+    ("ARRAY['a', 'b'], ARRAY['{}']::jsonb[]",
+     "the batch of steps has 2 system serials but 1 requests"),
+    ("ARRAY['a', NULL], ARRAY['{}', '{}']::jsonb[]",
+     "system serial 2 of the batch of steps is NULL"),
+    ("ARRAY['a', 'a'], ARRAY['{}', '{}']::jsonb[]",
+     "system serial 'a' is given more than once in the batch of steps"),
+    ("ARRAY['a'], ARRAY['{}']::jsonb[], lease => '-1 second'",
+     "lease -00:00:01 is not between 0 (excluded) and 10 years"),
+])
+def test_a_malformed_batch_of_steps_is_refused_whole(db: psycopg.Connection, call: str,
+                                                     message: str) -> None:
+    assert failure(db, f"SELECT * FROM hivenet.begin_steps({call})") == ("HN001", message)
+
+
+def test_a_batch_of_steps_waits_for_a_step_another_transaction_is_starting(
+        connect: Any, db: psycopg.Connection) -> None:
+    serial = new_serial(db)
+    first, batch = connect(autocommit=False), connect(autocommit=False)
+    begin_step(first, serial)
+    result: list[Any] = []
+    waiter = threading.Thread(target=lambda: result.append(begin_steps(
+        batch, [new_serial(db), serial], [None, None])))
+    waiter.start()
+    wait_until_blocked(db, batch.info.backend_pid)
+    first.rollback()
+    waiter.join(30)
+    assert result[0][1][:3] == (serial, "started", 1)
+    batch.rollback()
+
+
+def test_concurrent_overlapping_batches_of_steps_start_each_step_exactly_once(
+        connect: Any, db: psycopg.Connection) -> None:
+    """Four connections at once, each a batch of 30 steps out of 50 in its own random order:
+    every step is started by exactly one of them, the others replay its response."""
+    pool = [new_serial(db) for _ in range(50)]
+    conns = [connect(autocommit=False) for _ in range(4)]
+    batches = [random.Random(i).sample(pool, 30) for i in range(len(conns))]
+
+    def client(i: int, conn: psycopg.Connection) -> list[tuple[str, str, Any]]:
+        rows = begin_steps(conn, batches[i], [{"s": k} for k in batches[i]])
+        started = [(k, int(a or 0)) for k, outcome, a, _ in rows if outcome == "started"]
+        conn.execute("SELECT hivenet.finish_steps(%s::text[], %s::integer[], %s::boolean[], "
+                     "%s::jsonb[])", ([k for k, _ in started], [a for _, a in started],
+                                      [True] * len(started), [Jsonb({"by": i})] * len(started)))
+        conn.commit()
+        return [(k, outcome, response) for k, outcome, _, response in rows]
+
+    results = race(conns, client)
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    started: Counter[str] = Counter()
+    for rows in results:
+        assert not isinstance(rows, BaseException)
+        for k, outcome, _ in rows:
+            assert outcome in ("started", "replayed"), (k, outcome)
+            started[k] += outcome == "started"
+    assert started == Counter(dict.fromkeys({k for b in batches for k in b}, 1))
+
+
+def test_finish_steps_finishes_a_batch_all_or_nothing(db: psycopg.Connection) -> None:
+    s1, s2, s3 = (new_serial(db) for _ in range(3))
+    begin_steps(db, [s1, s2, s3], [None] * 3)
+    db.execute("SELECT hivenet.finish_steps(ARRAY[%s, %s], ARRAY[1, 1], ARRAY[true, false], "
+               "ARRAY['{\"ok\": 1}', NULL]::jsonb[])", (s1, s2))
+    assert [r[2] for r in step_attempts(db, [s1, s2])] == (
+        ["success", "failed"] if s1 < s2 else ["failed", "success"])
+    code, message = failure(db, "SELECT hivenet.finish_steps(ARRAY[%s, %s], ARRAY[1, 1], "
+                                "ARRAY[true, true], ARRAY[NULL, NULL]::jsonb[])", (s3, s1))
+    assert (code, message) == ("HN033", f"attempt 1 of step '{s1}' is not the current "
+                                        "processing attempt (the current is attempt 1, success)")
+    assert step_attempts(db, [s3])[0][2] == "processing"
+    assert failure(db, "SELECT hivenet.finish_steps(ARRAY['a'], ARRAY[1], NULL, "
+                       "ARRAY[NULL]::jsonb[])") == (
+        "HN001", "the batch of steps has 1 system serials but 1 attempts and NULL succeeded")
+
+
+def test_a_batch_of_steps_follows_the_steps_policy(db: psycopg.Connection) -> None:
+    """The steps' namespace policy applies to a batch of steps as to begin_step: their
+    failures final (a failed step replayed as 'replayed_failure' with its error) and their
+    fingerprint 'json' (1.0 and 1 are one number)."""
+    failed, new = new_serial(db), new_serial(db)
+    finish_step(db, failed, begin_step(db, failed, {"a": 1})[1], False, {"error": "declined"})
+    db.execute("SELECT hivenet.set_namespace_policy('hivenet.steps', on_failure => 'final', "
+               "fingerprint => 'json')")
+    try:
+        rows = begin_steps(db, [failed, new], [{"a": 1}, {"a": 1.0}])
+        assert rows == [(failed, "replayed_failure", 1, {"error": "declined"}),
+                        (new, "started", 1, None)]
+        finish_step(db, new, 1, True, {"paid": 1})
+        assert begin_steps(db, [new], [{"a": 1}]) == [(new, "replayed", 1, {"paid": 1})]
+    finally:
+        db.execute("SELECT hivenet.set_namespace_policy('hivenet.steps', on_failure => 'retry', "
+                   "fingerprint => 'bytes')")
+
+
+def test_the_step_repository_begins_and_finishes_a_batch(any_conn: SyncDB,
+                                                         db: psycopg.Connection) -> None:
+    told: list[Any] = []
+    repo = StepRepository(any_conn, on_decision=lambda *args: told.append(args))
+    unified = new_serial(db, "unified")
+    done, new = new_serial(db), new_serial(db)
+    repo.finish(done, repo.begin(done, {"n": 1}).attempt, True, {"paid": 1})
+    with unified_serial_context(unified):  # the unified serial of the business transaction
+        starts = repo.begin_many([new, done, "bad"], [{"n": 2}, {"n": 1}, None])
+    assert starts[:2] == [KeyStart(new, "started", 1), KeyStart(done, "replayed", 1, {"paid": 1})]
+    assert (starts[2].outcome, starts[2].attempt) == ("rejected", None)
+    assert "no valid system serial" in (starts[2].error or "")
+    assert told[1:] == [("hivenet.steps", new, "started", 1),
+                        ("hivenet.steps", done, "replayed", 1),
+                        ("hivenet.steps", "bad", "rejected", None)]
+    repo.finish_many([s.finished(True, {"paid": 2}) for s in starts if s.started])
+    assert repo.begin_many([new], [{"n": 2}]) == [KeyStart(new, "replayed", 1, {"paid": 2})]
+    any_conn.commit()
+    assert scalar(db, "SELECT unified_serial FROM hivenet.step_attempt "
+                      "WHERE system_serial = %s", (new,)) == unified
+    with pytest.raises(InvalidInput, match="has 1 system serials but 2 requests"):
+        repo.begin_many([new], [None, None])
+    any_conn.rollback()
+
+
+def test_the_async_step_repository_begins_and_finishes_a_batch(
+        hivenet_app_url: str, async_kind: str, db: psycopg.Connection) -> None:
+    serials = [new_serial(db), new_serial(db)]
+
+    async def scenario() -> list[Any]:
+        async with async_connection(async_kind, hivenet_app_url) as conn:
+            repo = AsyncStepRepository(conn)
+            starts = await repo.begin_many(serials, [{"n": 1}, {"n": 2}])
+            await repo.finish_many([s.finished(False, {"error": "x"}) for s in starts])
+            await conn.commit()
+            again = await repo.begin_many(serials, [{"n": 1}, {"n": 2}])
+            await conn.rollback()
+            return [s.outcome for s in starts] + [(s.outcome, s.attempt) for s in again]
+
+    assert asyncio.run(scenario()) == ["started", "started", ("started", 2), ("started", 2)]
 
 
 def test_the_bench_case_runs_quick(hivenet_url: str, capsys: pytest.CaptureFixture[str]) -> None:

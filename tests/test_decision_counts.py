@@ -6,6 +6,7 @@ the first ones of a new namespace, counted exactly."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from sqlalchemy import Engine
 
 from hivenet_db import metrics
 from hivenet_db.decisions import DECISIONS
-from tests.helpers import in_parallel, scalar, wait_until_blocked
+from tests.helpers import in_parallel, policy, scalar, wait_until_blocked
 from tests.test_steps import new_serial
 
 Counts = dict[tuple[str, str], int]
@@ -337,3 +338,34 @@ def test_batches_final_failures_expiries_and_bounded_waits_are_counted(
                           "wait => '-1 second')", (name,)) == "HN001"
     assert of(db, name) == {**dict.fromkeys(DECISIONS, 0), "started": 4, "replayed": 2,
                             "in_progress": 3, "expired": 1, "rejected": 1}
+
+
+def test_the_namespaces_the_application_makes_counters_for_are_bounded(
+        db: psycopg.Connection, app: Callable[[], psycopg.Connection]) -> None:
+    """One statement of the application's login begins keys in 300 new namespaces (each
+    would make six sequences): the first max_counted_namespaces (100) and the declared ones
+    get counters of their own (declared: a policy of its own, set by an administrator), the
+    others count under hivenet.other; the metrics list the same namespaces, and no more."""
+    sequences = "SELECT count(*) FROM pg_class WHERE relkind = 'S' AND relname LIKE 'decisions\\_%'"
+    before = scalar(db, sequences)
+    policy(db, "declared", retention=dt.timedelta(days=2))
+    conn = app()
+    conn.execute("SELECT hivenet.begin_request('ns' || g, 'k') FROM generate_series(1, 300) g")
+    conn.execute("SELECT hivenet.begin_request('declared', 'k')")
+    conn.commit()
+    assert scalar(db, sequences) - before == 6 * (100 + 1)
+    counted = {n for n, _ in counts(db)}
+    assert counted == {f"ns{g}" for g in range(1, 101)} | {"declared", "hivenet.steps",
+                                                         "hivenet.other"}
+    assert of(db, "hivenet.other")["started"] == 200
+    # Given a policy of its own later, a namespace gets counters from its next start.
+    policy(db, "ns300", retention=dt.timedelta(days=2))
+    conn.execute("SELECT hivenet.begin_request('ns300', 'k2')")
+    conn.commit()
+    assert of(db, "ns300")["started"] == 1
+    read = {m.name: m for m in metrics.read(db)}
+    requests = {s.labels["namespace"] for s in read["hivenet_requests"].samples}
+    assert requests == counted - {"hivenet.steps"} | {"ns300"}
+    assert sum(s.value for s in read["hivenet_requests"].samples
+               if s.labels["namespace"] == "hivenet.other") == 199
+    assert len(metrics.exposition(metrics.read(db)).splitlines()) < 1500

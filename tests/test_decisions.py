@@ -26,8 +26,9 @@ from hivenet_db import (
     StepRepository,
 )
 from hivenet_db._execute import SyncDB
+from hivenet_db.attempts import STEPS_NAMESPACE, OnSuccess
 from hivenet_db.decisions import Decision, decision_of
-from hivenet_db.steps import STEPS_NAMESPACE, OnSuccess, StepStart
+from hivenet_db.steps import StepStart
 from tests.helpers import async_connection, wait_until_blocked
 from tests.test_steps import new_serial
 
@@ -151,6 +152,9 @@ def test_concurrent_duplicates_each_hook_sees_its_own_decision(
             pending = [pool.submit(call, i) for i in range(len(kinds))]
             for pid in pids:  # every waiting caller waits for the holder's row
                 wait_until_blocked(db, pid)
+            for i, kind in enumerate(kinds):  # and every nowait one was refused at once
+                if kind == "nowait":
+                    pending[i].result(timeout=60)
             holder_repo.finish("orders", k, first.attempt, True, {"order": 1})
             holder.commit()
             results = [p.result(timeout=60) for p in pending]

@@ -613,7 +613,7 @@ def test_a_second_claim_of_a_transaction_takes_the_full_path_with_the_same_resul
 @pytest.fixture
 def clocked_any(any_conn: SyncDB, fake_clock: SetClock) -> SyncDB:
     """The caller's connection of each kind, its clock at NOW for the session."""
-    run_sql(any_conn, "SELECT set_config('hivenet.fake_now', :t, false)", t=NOW)
+    run_sql(any_conn, "SELECT set_config('hivenet.fake_now', %(t)s, false)", t=NOW)
     any_conn.commit()
     return any_conn
 
@@ -653,7 +653,7 @@ def test_python_async_interface_dedup(hivenet_app_url: str, fake_clock: SetClock
     async def main() -> None:
         async with async_connection(async_kind, hivenet_app_url) as conn:
             # a transaction-local clock: set again after each rollback
-            clock = "SELECT set_config('hivenet.fake_now', :t, true)"
+            clock = "SELECT set_config('hivenet.fake_now', %(t)s, true)"
             await run_sql_async(conn, clock, t=NOW)
             dedup = AsyncInterfaceDedup(conn)
             await dedup.claim(iserial(), UNIFIED)

@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 
 from hivenet_db import SerialRepository
+from hivenet_db.testing import scratch_dir
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres, find_bin_dir
 from hivenet_db.urls import sqlalchemy_url
 
@@ -51,6 +52,10 @@ class Cluster:
                 f"{dbname}")
 
 
+#: The channels the tests allocate for, prepared by `migrate --prepare` as at a deployment.
+SCOPES = Path(__file__).resolve().parent / "deployment_scopes.txt"
+
+
 def _hivenet_db(*args: str) -> subprocess.CompletedProcess[str]:
     # No libpq variable of ours may supply a password: each comes from its URL only.
     env = {k: v for k, v in os.environ.items()
@@ -66,7 +71,7 @@ def cluster() -> Iterator[Cluster]:
     # Hex passwords: fine in URLs as they are, and distinctive to look for in a dump.
     passwords = {role: f"pw{secrets.token_hex(12)}"
                  for role in (SUPERUSER, OWNER, APP, OPS, CLOUD_ADMIN, CLOUD_OWNER)}
-    root = Path(tempfile.mkdtemp(prefix="hivenet-deploy-"))
+    root = Path(tempfile.mkdtemp(prefix="hivenet-deploy-", dir=scratch_dir()))
     os.chmod(root, 0o755)  # the server's user must reach its directory below
     server = EmbeddedPostgres(root=root / "pg", fsync=False, password=passwords[SUPERUSER])
     try:
@@ -91,7 +96,7 @@ def installed(cluster: Cluster) -> subprocess.CompletedProcess[str]:
     granted their group role by the owner. Returns the first bootstrap's output."""
     bootstrap = _hivenet_db("bootstrap", "--owner", OWNER, "--url", cluster.url(SUPERUSER))
     assert bootstrap.returncode == 0, bootstrap.stderr
-    migrate = _hivenet_db("migrate", "--url", cluster.url(OWNER))
+    migrate = _hivenet_db("migrate", "--prepare", str(SCOPES), "--url", cluster.url(OWNER))
     assert migrate.returncode == 0, migrate.stderr
     assert cluster.passwords[OWNER] not in migrate.stdout + migrate.stderr
     with psycopg.connect(cluster.url(OWNER), autocommit=True) as conn:
@@ -140,7 +145,8 @@ def test_migrate_without_bootstrap_says_which_command_creates_the_roles(
                              "('hivenet_app', 'hivenet_reporting', 'hivenet_admin')") == 0
         conn.execute(f"CREATE DATABASE {early} OWNER {OWNER}")
     try:
-        migrate = _hivenet_db("migrate", "--url", cluster.url(OWNER, early))
+        migrate = _hivenet_db("migrate", "--prepare", str(SCOPES), "--url",
+                              cluster.url(OWNER, early))
         assert migrate.returncode == 0, migrate.stderr
         notes = [line for line in migrate.stderr.splitlines() if "bootstrap" in line]
         assert notes == ["hivenet-db: role(s) hivenet_app, hivenet_reporting, hivenet_admin do "
@@ -330,12 +336,18 @@ def test_the_application_role_reaches_no_dblink_setting_or_admin_function(
 def test_a_managed_servers_administrator_bootstraps_its_own_database(
         cluster: Cluster, installed: object) -> None:
     """No superuser at all: an administrator with CREATEROLE creates a database and an owner,
-    bootstraps (the roles exist already: they are the cluster's, shared by its databases),
-    and the owner installs and serves the schema there."""
+    bootstraps (the roles exist already: they are the cluster's, shared by its databases; on
+    PostgreSQL 16 and later it holds ADMIN OPTION on them, as their creator does), and the
+    owner installs and serves the schema there."""
     with psycopg.connect(cluster.url(CLOUD_ADMIN, "postgres"), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {CLOUD_DATABASE}")
         conn.execute(f"CREATE ROLE {CLOUD_OWNER} LOGIN PASSWORD "
                      f"'{cluster.passwords[CLOUD_OWNER]}'")
+        sixteen = conn.info.server_version >= 160000
+    if sixteen:  # granting a role needs ADMIN OPTION on it: had by whoever created the roles
+        with psycopg.connect(cluster.url(SUPERUSER, "postgres"), autocommit=True) as conn:
+            conn.execute(f"GRANT hivenet_app, hivenet_reporting, hivenet_admin TO {CLOUD_ADMIN}"
+                         " WITH ADMIN OPTION")
     result = _hivenet_db("bootstrap", "--owner", CLOUD_OWNER, "--url",
                          cluster.url(CLOUD_ADMIN, CLOUD_DATABASE))
     assert result.returncode == 0, result.stderr
@@ -349,7 +361,8 @@ def test_a_managed_servers_administrator_bootstraps_its_own_database(
         f"ran: GRANT hivenet_reporting TO {CLOUD_OWNER} WITH ADMIN OPTION",
         f"ran: GRANT hivenet_admin TO {CLOUD_OWNER} WITH ADMIN OPTION",
     ]
-    migrate = _hivenet_db("migrate", "--url", cluster.url(CLOUD_OWNER, CLOUD_DATABASE))
+    migrate = _hivenet_db("migrate", "--prepare", str(SCOPES), "--url",
+                          cluster.url(CLOUD_OWNER, CLOUD_DATABASE))
     assert migrate.returncode == 0, migrate.stderr
     allocate = "SELECT hivenet.next_unified_serial('D0004', 'M01', '01')"
     with psycopg.connect(cluster.url(APP, CLOUD_DATABASE)) as conn:  # already in hivenet_app

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -42,7 +43,7 @@ if not settings.configured:
         INSTALLED_APPS=["hivenet_db.django", "tests.django_site"],
         MIDDLEWARE=["hivenet_db.django.IdempotencyMiddleware"],
         ROOT_URLCONF="tests.django_site.urls",
-        HIVENET={"IDEMPOTENCY": {"namespace": "http"}},
+        HIVENET={"IDEMPOTENCY": {"namespace": "http"}, "PREPARE": ["C0001 A01 01"]},
         REST_FRAMEWORK={"UNAUTHENTICATED_USER": None},  # without django.contrib.auth
         ALLOWED_HOSTS=["*"], SECRET_KEY="tests", USE_TZ=True,
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField")
@@ -586,8 +587,8 @@ def test_django_migrate_installs_the_schema_and_hivenet_db_migrate_finds_it_done
     assert run_checks(databases=["default"]) == []
     _hivenet_db_migrate(empty_url)  # nothing to do, no conflict
     assert migrate.status(empty_url).state is migrate.State.HEAD
-    with transaction.atomic():
-        assert SerialRepository(connection()).next_unified("C0001", "A01", "01")
+    with transaction.atomic():  # the channel of HIVENET["PREPARE"], prepared by migrate
+        assert SerialRepository(connection()).next_unified("C0001", "A01", "01").seq == 1
 
 
 def test_hivenet_db_migrate_first_then_django_migrate_records_it(empty_url: str) -> None:
@@ -831,3 +832,60 @@ def test_each_check_is_observed_in_the_histogram(app_db: str) -> None:
     assert (count("http"), count("payments")) == (before[0] + 3, before[1] + 1)
     assert REGISTRY.get_sample_value("hivenet_request_check_seconds_bucket",
                                      {"namespace": "http", "le": "+Inf"}) == before[0] + 3
+
+
+# An app whose label sorts before "hivenet", with a column defaulting to a serial and no
+# dependency on ("hivenet", "0001_schema"): Django's plan runs its migration first.
+ACCOUNTS_MIGRATION = '''
+from django.db import migrations, models
+import hivenet_db.django.fields
+
+class Migration(migrations.Migration):
+    initial = True
+    dependencies = []
+    operations = [migrations.CreateModel(name="Account", fields=[
+        ("id", models.BigAutoField(primary_key=True)),
+        ("serial", models.CharField(max_length=40, db_default=
+            hivenet_db.django.fields.NextUnifiedSerial("C0001", "A01", "07")))])]
+'''
+ACCOUNTS_SETTINGS = '''
+import os
+from urllib.parse import urlsplit
+_url = urlsplit(os.environ["ACCOUNTS_DATABASE_URL"])
+SECRET_KEY = "tests"
+USE_TZ = True
+INSTALLED_APPS = ["hivenet_db.django", "accounts"]
+HIVENET = {"PREPARE": ["C0001 A01 07"]}
+DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql",
+    "NAME": _url.path.lstrip("/"), "USER": _url.username, "PASSWORD": _url.password or "",
+    "HOST": _url.hostname, "PORT": str(_url.port)}}
+'''
+
+
+def test_a_migration_needs_no_dependency_on_the_schema_and_the_scopes_are_prepared(
+        empty_url: str, tmp_path: Path) -> None:
+    """`manage.py migrate` on an empty database: the plan runs the app's migration before
+    hivenet's, yet the schema is there when it runs; then HIVENET["PREPARE"]'s channel counts
+    from 1."""
+    (tmp_path / "accounts" / "migrations").mkdir(parents=True)
+    for name in ("accounts/__init__.py", "accounts/migrations/__init__.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "accounts" / "migrations" / "0001_initial.py").write_text(ACCOUNTS_MIGRATION)
+    (tmp_path / "accounts_settings.py").write_text(ACCOUNTS_SETTINGS)
+
+    def manage(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "django", *args, "--settings", "accounts_settings"],
+            cwd=tmp_path, text=True, capture_output=True, timeout=120,
+            env={**os.environ, "ACCOUNTS_DATABASE_URL": empty_url,
+                 "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    plan = manage("migrate", "--plan")
+    assert plan.index("accounts.0001_initial") < plan.index("hivenet.0001_schema"), plan
+    manage("migrate", "--verbosity", "0")
+    with psycopg.connect(empty_url, autocommit=True) as conn:
+        serial = scalar(conn, "INSERT INTO accounts_account DEFAULT VALUES RETURNING serial")
+    assert serial.startswith("C0001A0107") and serial.endswith("0000000001")
+    assert _recorded_by_django() == ["0001_schema"]

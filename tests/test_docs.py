@@ -67,16 +67,28 @@ BLOCKS = {block.name: block for block in _blocks()}
 
 
 # --- blocks run by another test ------------------------------------------------------------
+WHEEL_DEMO = ("tests/test_embedded_wheel.py::"
+              "test_the_demo_runs_with_the_wheel_when_the_machine_has_no_postgresql (the demo, "
+              "with the wheel's server alone; the install is this suite's own)")
 ELSEWHERE = {
     "docs/guides/idempotency.md: hivenet-db audit verify payouts --url \"$HIVENET_ADMIN_URL\"":
         "tests/test_audit.py::test_the_command_says_intact_or_names_the_changed_attempt",
     "docs/guides/formats.md: SELECT hivenet.prepare_scope('unified',":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: format unified has no counter for system 'C0009', module 'A01', "
+    "instance '01': a scope counts on a counter of its own, prepared before its first use; "
+    "prepare it with `hivenet-db prepare unified C0009 A01 01` or SELECT "
+    "hivenet.prepare_scope('unified', '{\"system\": \"C0009\", \"module\": \"A01\", "
+    "\"instance\": \"01\"}')":
+        "tests/test_new_scopes.py::test_an_unprepared_scope_is_refused_naming_it_and_how_to_"
+        "prepare_it (the message)",
+    "docs/guides/formats.md: UPDATE hivenet.setting SET value = 'id_service' WHERE name = "
+    "'shared_fallback';": "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT hivenet.prepare_scope('id_service',":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT hivenet.define_format('id_service_26', '[":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
-    "docs/guides/formats.md: SELECT hivenet.next_serial('merchant_trade', "
+    "docs/guides/formats.md: SELECT hivenet.prepare_scope('merchant_trade', "
     "'{\"merchant\": \"123456789012\"}');":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT hivenet.next_serial('per_second', '{}');":
@@ -86,6 +98,14 @@ ELSEWHERE = {
     "docs/guides/formats.md: SELECT hivenet.define_format('till', '[":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT * FROM hivenet.next_serials('unified',":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: SELECT hivenet.next_time_id();":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: SELECT hivenet.define_format('order_id', "
+    "'[{\"time\": \"yyMMddHHmmss\"},":
+        "tests/test_docs_formats.py::test_every_sql_example_runs",
+    "docs/guides/formats.md: SELECT hivenet.set_clock_policy('time_id', 'wait', "
+    "max_wait => interval '50 milliseconds');":
         "tests/test_docs_formats.py::test_every_sql_example_runs",
     "docs/guides/formats.md: SELECT hivenet.define_format('burst', "
     "'[{\"literal\": \"B\"}, {\"time\": \"YYYYMMDD\"},":
@@ -112,11 +132,10 @@ ELSEWHERE = {
         "tests/test_testing_plugin.py::test_the_documented_example_passes_with_the_entry_point_alone",
     "docs/guides/testing.md: import psycopg":
         "tests/test_alembic_tree.py::test_the_tree_on_the_template_of_docs_testing",
-    "README.md: python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/hivenet-db demo":
-        "tests/test_cli.py::test_demo (the demo; the install is this suite's own)",
-    "docs/quickstart.md: python3 -m venv .venv && .venv/bin/pip install -e . && "
-    ".venv/bin/hivenet-db demo": "tests/test_cli.py::test_demo (the demo; the install is this "
-                                 "suite's own)",
+    "README.md: python3 -m venv .venv && .venv/bin/pip install -e '.[embedded]' && "
+    ".venv/bin/hivenet-db demo": WHEEL_DEMO,
+    "docs/quickstart.md: python3 -m venv .venv && .venv/bin/pip install -e '.[embedded]' && "
+    ".venv/bin/hivenet-db demo": WHEEL_DEMO,
     "docs/guides/scale-out.md: hivenet-db migrate --owns-instances 01-09 --url "
     "postgresql://owner@shard0/payments":
         "tests/test_shards.py::test_the_command_declares_ownership_and_reports_and_maintains_"
@@ -140,8 +159,7 @@ ELSEWHERE = {
     **{f"docs/guides/django.md: {first}": "tests/test_django_example.py::test_the_guide_quotes_the_"
        "example_project (excerpts of examples/django_project, which test_the_example_shop_"
        "takes_each_order_once migrates and serves)" for first in (
-           'INSTALLED_APPS = ["hivenet_db.django", "orders"]',
-           'dependencies = [("hivenet", "0001_schema")]', "class Order(models.Model):",
+           'INSTALLED_APPS = ["hivenet_db.django", "orders"]', "class Order(models.Model):",
            "def place_order(request: HttpRequest) -> JsonResponse:")},
     "docs/guides/django.md: python manage.py migrate                             # as the schema's "
     "owner": "tests/test_django.py::test_hivenet_db_migrate_first_then_django_migrate_records_"
@@ -157,6 +175,10 @@ ELSEWHERE = {
         "tests/test_django.py::test_a_decorated_view_has_its_own_options (an excerpt of "
         "tests/django_site/views.py: test_the_guide_quotes_the_test_site; the exempt view: "
         "test_an_exempt_view_runs_without_a_key)",
+    "docs/operations.md: \"\"\"Run `hivenet-db failover-fence` on each node pg_auto_failover "
+    "makes primary (its monitor":
+        "tests/test_ha.py::test_synchronous_failover_loses_nothing_and_the_listener_fences_first"
+        " (run as a service beside the formation's monitor)",
 }
 
 # --- blocks that cannot run here, and why --------------------------------------------------
@@ -191,6 +213,16 @@ NOT_RUNNABLE = {
         "Prometheus alert rules (the metrics they read: tests/test_dashboard.py)",
     "docs/operations.md: SELECT cron.schedule('hivenet-maintain', '*/5 * * * *', "
     "'SELECT hivenet.maintain()');  -- pg_cron": "needs the pg_cron extension",
+    "docs/operations.md: postgresql:": "Patroni's configuration (the command its callback "
+                                       "runs is the pg_auto_failover listener's: "
+                                       "tests/test_ha.py)",
+    "docs/operations.md: #!/bin/sh": "a callback Patroni runs on a promotion (its command: "
+                                     "tests/test_ha.py, by the pg_auto_failover listener)",
+    "docs/operations.md: event_notifications='repmgrd_failover_promote,standby_promote'":
+        "repmgr's configuration (its command: tests/test_ha.py, by the pg_auto_failover "
+        "listener)",
+    "docs/operations.md: #!/bin/sh (2)": "a command repmgr runs on a promotion (its command: "
+                                         "tests/test_ha.py, by the pg_auto_failover listener)",
     "docs/guides/scale-out.md: session = ShardedSession(shards=shard_map.engines,":
         "needs shards on other servers and the application's identity and execute "
         "choosers (tests/test_shards.py::test_sharded_session_routes_orm_objects_by_tenant "
@@ -285,6 +317,12 @@ SQL = {
     "autovacuum_count": Sql(login="admin"),
     "docs/operations.md: -- Alert: any scope above 80 % of its period's capacity.":
         Sql(login="admin"),
+    "docs/operations.md: -- The unprepared scopes drawing from a shared fallback, busiest "
+    "first (hivenet_admin).": Sql(login="admin"),
+    "docs/operations.md: SELECT hivenet.set_clock_policy('time_id', 'wait', "
+    "max_wait => interval '200 milliseconds');": Sql(login="admin", prints=("wait",)),
+    "docs/operations.md: UPDATE hivenet.setting SET value = '45 seconds' WHERE name = "
+    "'failover_loss_window';": Sql(login="admin"),
     "docs/guides/orm.md: INSERT INTO payment (serial, amount)": Sql(
         setup="CREATE TABLE payment (serial text PRIMARY KEY, amount int); "
               "GRANT INSERT ON payment TO hivenet_app",
@@ -319,6 +357,10 @@ SQL = {
                                        prints=("C0001A010120261121000000000001",)),
     "docs/guides/steps.md: UPDATE hivenet.setting SET value = '90 days'   WHERE name = "
     "'step_retention';": Sql(login="admin"),
+    "docs/guides/steps.md: -- as hivenet_app: the steps of one business transaction, begun "
+    "together": Sql(prints=("started", "rejected")),
+    "docs/guides/steps.md: -- hivenet_admin: a failed payment step stays failed, and one left "
+    "processing expires": Sql(login="admin"),
 }
 
 
@@ -592,8 +634,14 @@ with engine.connect() as conn:
     "docs/guides/formats.md: from hivenet_db import SerialRepository, flush_at_commit": Python(
         setup=ENGINE, then="assert len(serials) == 10"),
     "docs/guides/formats.md: from hivenet_db import parse_serial": Python(),
+    "docs/guides/formats.md: from sqlalchemy import BigInteger, Column, MetaData, Table, Text, "
+    "create_engine, insert": Python(
+        tables="CREATE TABLE time_orders (id bigint PRIMARY KEY DEFAULT hivenet.next_time_id(), "
+               "item text); GRANT SELECT, INSERT ON time_orders TO hivenet_app",
+        then="assert new_id > order_id and parse_time_id(new_id).format == 'time_id'"),
     "docs/quickstart.md: from sqlalchemy import create_engine": Python(
-        setup=ORDERS_TABLE, tables=ORDERS, then=COUNT_ORDERS),
+        setup=ORDERS_TABLE, tables=ORDERS,
+        then=COUNT_ORDERS + "assert unified == 'C0001A0101202611210000000001', unified\n"),
     "docs/guides/propagation.md: from hivenet_db.propagation import (bind_from_headers, "
     "outgoing_headers,":
         Python(setup=ENGINE + CALL + """
@@ -773,7 +821,9 @@ def test_the_install_of_the_page(page: str, hivenet_server: EmbeddedPostgres,
                 assert result.returncode == 0, (args, result.stdout, result.stderr)
         with psycopg.connect(_login_url(url, application)) as app:
             row = app.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')").fetchone()
+            # The channel the page prepared: its first serial, on a new database.
             assert row is not None and row[0].startswith("C0001A0101")
+            assert row[0].endswith("0000000001"), row
     finally:
         with psycopg.connect(server_url, autocommit=True) as conn:
             conn.execute("DROP DATABASE IF EXISTS hivenet_docs_install WITH (FORCE)")

@@ -6,6 +6,7 @@ durable call that cannot get a connection fails within its pool's timeout, namin
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 from sqlalchemy import Engine, create_engine
 
 from hivenet_db import DurablePoolExhausted, SerialRepository, configure_durable_pool
+from hivenet_db.durable import durable_transaction
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
 from hivenet_db.urls import sqlalchemy_url
 from tests.servers import pgbouncer
@@ -132,12 +134,9 @@ def test_a_busy_pool_fails_within_its_timeout_naming_itself(hivenet_url: str) ->
     release = threading.Event()
 
     def hold() -> None:  # one durable call that keeps the pool's only connection
-        with engine.begin() as conn:
-            from hivenet_db.durable import durable_transaction
-
-            with durable_transaction(conn):
-                inside.set()
-                release.wait(30)
+        with engine.begin() as conn, durable_transaction(conn):
+            inside.set()
+            release.wait(30)
 
     holder = threading.Thread(target=hold)
     holder.start()
@@ -152,3 +151,57 @@ def test_a_busy_pool_fails_within_its_timeout_naming_itself(hivenet_url: str) ->
         holder.join(30)
         engine.dispose()
         configure_durable_pool(hivenet_url)
+
+
+def _child(url: str, results: multiprocessing.Queue[tuple[str, int]]) -> None:
+    """In a forked child: a durable serial, and the server process of the pool's connection."""
+    engine = _engine(url)  # the child's own engine: a forked one is SQLAlchemy's to reset
+    with engine.begin() as conn:
+        serial = SerialRepository(conn).next_durable("unified", system="D0001", module="A01",
+                                                     instance="01")
+        with durable_transaction(conn) as own:
+            pid = own.execute("SELECT pg_backend_pid()").fetchone()
+    engine.dispose()
+    assert pid is not None
+    results.put((serial, int(pid[0])))
+
+
+def test_a_forked_child_never_uses_the_parents_pooled_connection(
+        hivenet_url: str, hivenet_server: EmbeddedPostgres) -> None:
+    """A process that allocated durably, then forked (gunicorn --preload, multiprocessing):
+    each child connects anew; the parent's session is neither used nor ended by a child."""
+    log = hivenet_server.log_file.read_text(errors="replace")
+    engine = _engine(hivenet_url)
+
+    def parents_serial_and_session() -> tuple[str, int]:
+        with engine.begin() as conn:
+            serial = SerialRepository(conn).next_durable("unified", system="D0001",
+                                                         module="A01", instance="01")
+            with durable_transaction(conn) as own:
+                row = own.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        return serial, int(row[0])
+
+    try:
+        first, parent = parents_serial_and_session()
+        context = multiprocessing.get_context("fork")
+        results: multiprocessing.Queue[tuple[str, int]] = context.Queue()
+        children = [context.Process(target=_child, args=(hivenet_url, results))
+                    for _ in range(3)]
+        for child in children:
+            child.start()
+        for child in children:
+            child.join(timeout=60)
+        assert [child.exitcode for child in children] == [0, 0, 0]
+        got = [results.get(timeout=5) for _ in children]
+        again, still = parents_serial_and_session()
+    finally:
+        engine.dispose()
+    pids = [pid for _, pid in got]
+    assert parent not in pids and len(set(pids)) == 3  # a connection of its own each
+    assert still == parent  # the parent's session lives on
+    serials = [first, again, *(serial for serial, _ in got)]
+    assert len(set(serials)) == 5
+    new_log = hivenet_server.log_file.read_text(errors="replace")[len(log):]
+    assert "there is already a transaction in progress" not in new_log
+    assert "unexpected EOF" not in new_log

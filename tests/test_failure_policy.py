@@ -1,8 +1,9 @@
-"""The failure policy of a namespace of keyed requests (set_namespace_policy's on_failure and
-expire_after, expiry.sql) against real PostgreSQL: a final failure is replayed (also through
-the HTTP middleware), 'retry' runs again, a `processing` attempt past expire_after becomes
-`expired` (by a begin, concurrent ones included, or by maintain()), its late finish is fenced,
-and the revision's upgrade and downgrade carry expired attempts."""
+"""The failure policy of a namespace of keyed requests, and of the steps' namespace
+(set_namespace_policy's on_failure and expire_after, expiry.sql) against real PostgreSQL: a
+final failure is replayed (also through the HTTP middleware), 'retry' runs again, a
+`processing` attempt past expire_after becomes `expired` (by a begin, concurrent ones
+included, or by maintain()), its late finish is fenced, and the revision's upgrade and
+downgrade carry expired attempts."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ import pytest
 from alembic import command
 from psycopg.types.json import Jsonb
 
-from hivenet_db import RequestRepository
+from hivenet_db import RequestRepository, StepRepository
 from hivenet_db.tools import migrate
-from tests.helpers import explain_to_notices, failure, policy, race, scalar
+from tests.helpers import explain_to_notices, failure, functions_run, policy, race, scalar
 from tests.test_migrations import _assert_same_catalog, _releases, new_db, replay
 
 Connect = Callable[..., psycopg.Connection]
@@ -79,7 +80,7 @@ def test_the_policy_is_stored_and_its_defaults_leave_no_row(db: psycopg.Connecti
     code, message = failure(db, "SELECT hivenet.set_namespace_policy(%s, expire_after => %s)",
                             (name, "-5 minutes"))
     assert code == "HN001" and "expire_after of namespace" in message and "-00:05:00" in message
-    code, message = failure(db, "SELECT hivenet.set_namespace_policy('hivenet.steps', "
+    code, message = failure(db, "SELECT hivenet.set_namespace_policy('hivenet.other', "
                                 "on_failure => 'final')")
     assert code == "HN001" and "reserved" in message
 
@@ -87,12 +88,12 @@ def test_the_policy_is_stored_and_its_defaults_leave_no_row(db: psycopg.Connecti
 def test_a_namespace_with_a_failure_policy_keeps_the_fast_path_for_new_keys(
         db: psycopg.Connection) -> None:
     """The failure policy matters only once a key has an attempt: a new key is still started
-    by the INSERT into view _request_start, with no PL/pgSQL call of the full path."""
+    by the fast path, with no PL/pgSQL call of the full path."""
     name = namespace()
     policy(db, name, on_failure="final", expire_after="1 hour")
     db.execute("SET track_functions = 'all'")
     count = ("SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
-             "WHERE schemaname = 'hivenet' AND funcname IN ('_begin_request', '_begin_attempt')")
+             "WHERE schemaname = 'hivenet' AND funcname IN ('_begin_key', '_begin_attempt')")
     with db.transaction():
         before = scalar(db, count)
         assert begin(db, name, "new-key") == ("started", 1, None)
@@ -349,6 +350,86 @@ def test_begins_racing_on_expired_attempts_start_exactly_one_new_attempt_each(
     states = db.execute("SELECT attempt, state::text, count(*) FROM hivenet.request_attempt "
                         "WHERE namespace = %s GROUP BY 1, 2 ORDER BY 1", (name,)).fetchall()
     assert states == [(1, "expired", len(keys)), (2, "processing", len(keys))]
+
+
+# --- steps: the policy of their namespace, hivenet.steps --------------------------------------
+
+STEPS = "hivenet.steps"
+
+
+def new_step(db: psycopg.Connection) -> str:
+    return str(scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')"))
+
+
+def begin_step(conn: psycopg.Connection, serial: str) -> tuple[str, int, Any]:
+    row = conn.execute("SELECT * FROM hivenet.begin_step(%s, '{\"n\": 1}')", (serial,)
+                       ).fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+def test_the_steps_namespace_takes_the_policy_a_step_can_have(db: psycopg.Connection) -> None:
+    policy(db, STEPS, on_failure="final", expire_after="10 minutes", fingerprint="json",
+           audit_chain=True)
+    assert stored(db, STEPS) == ("final", "00:10:00")
+    for field, value in [("retention", "1 day"), ("key_min_length", 8), ("key_pattern", "^C")]:
+        code, message = failure(db, "SELECT hivenet.set_namespace_policy('hivenet.steps', "
+                                    f"{field} => %s)", (value,))
+        assert code == "HN001" and message.startswith(
+            f"{field} is no policy of the steps' namespace 'hivenet.steps'"), message
+    policy(db, STEPS, on_failure="retry", expire_after="0", fingerprint="bytes",
+           audit_chain=False)
+    assert stored(db, STEPS) is None  # every default: no row
+
+
+def test_a_new_step_keeps_the_fast_path_under_a_failure_policy(db: psycopg.Connection) -> None:
+    policy(db, STEPS, on_failure="final", expire_after="1 hour")
+    begin_step(db, new_step(db))
+    serial = new_step(db)
+    assert functions_run(db, lambda: begin_step(db, serial)) == {
+        "_start_key": 1, "_start_attempt": 1, "_count_decision": 1}
+
+
+def test_the_steps_failures_can_be_final(db: psycopg.Connection, hivenet_app_url: str) -> None:
+    policy(db, STEPS, on_failure="final")
+    serial = new_step(db)
+    assert begin_step(db, serial) == ("started", 1, None)
+    db.execute("SELECT hivenet.finish_step(%s, 1, false, '{\"code\": \"declined\"}')",
+               (serial,))
+    for _ in range(2):
+        assert begin_step(db, serial) == ("replayed_failure", 1, {"code": "declined"})
+    with psycopg.connect(hivenet_app_url) as conn:
+        repository = StepRepository(conn)
+        start = repository.begin(serial, {"n": 1})
+        assert (start.outcome, start.replayed, start.failed) == ("replayed_failure", True, True)
+        with repository.step(serial, {"n": 1}) as run:
+            assert run.replayed and run.failed and run.response == {"code": "declined"}
+        conn.rollback()
+    policy(db, STEPS, on_failure="retry")
+    assert begin_step(db, serial) == ("started", 2, None)
+
+
+def test_a_step_left_processing_expires_by_the_steps_policy(
+        db: psycopg.Connection, fake_clock: SetClock) -> None:
+    policy(db, STEPS, expire_after="10 minutes")
+    fake_clock(db, T0)
+    serial, forgotten = new_step(db), new_step(db)  # dated the fake day
+    assert begin_step(db, serial) == ("started", 1, None)
+    begin_step(db, forgotten)
+    fake_clock(db, "2026-03-01 12:09:59+00")
+    assert failure(db, "SELECT * FROM hivenet.begin_step(%s, '{\"n\": 1}')",
+                   (serial,))[0] == "HN030"
+    fake_clock(db, "2026-03-01 12:10:00+00")
+    assert begin_step(db, serial) == ("started", 2, None)
+    code, message = failure(db, "SELECT hivenet.finish_step(%s, 1, true)", (serial,))
+    assert code == "HN033" and "the current is attempt 2, processing" in message
+    db.execute("SELECT hivenet.maintain()")  # and maintain() expires the forgotten one
+    assert db.execute("SELECT key, attempt, state::text, resolved_by FROM "
+                      "hivenet.request_attempt WHERE namespace = 'hivenet.steps' "
+                      "AND key = ANY(%s) ORDER BY key, attempt", ([serial, forgotten],)
+                      ).fetchall() == sorted([
+        (serial, 1, "expired", "hivenet.expire_after"), (serial, 2, "processing", None),
+        (forgotten, 1, "expired", "hivenet.expire_after")])
 
 
 # --- maintain() and the views ------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import functions_run, role_in, scalar
+from tests.helpers import functions_run, role_in, scalar, share_fallback
 
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')"
 SCOPE = '{"system": "C0001", "module": "A01", "instance": "01"}'
@@ -65,6 +65,7 @@ def test_a_prepared_statement_runs_no_plpgsql_function(db: psycopg.Connection) -
     next_unified_serial is PL/pgSQL, SECURITY DEFINER, has SET, or the fast path stops being
     inlinable, e.g. a FROM clause or nextval used twice)."""
     _prepare(db)
+    scalar(db, UNIFIED)  # a prepared scope starts empty: its period's first is the full path's
     db.execute("PREPARE alloc(text, text, text) AS "
                "SELECT hivenet.next_unified_serial($1, $2, $3)")
     db.execute("SET plan_cache_mode = force_generic_plan")
@@ -77,11 +78,14 @@ def test_a_prepared_statement_runs_no_plpgsql_function(db: psycopg.Connection) -
     assert "next_serial('unified'" in plan, plan
     calls = _plpgsql_calls(db, "EXECUTE alloc('C0001', 'A01', '01')")
     assert calls == {}, calls
-    # A scope prepared since the statement was planned too.
-    _prepare(db, SCOPE.replace('"01"', '"02"'))
-    assert _plpgsql_calls(db, "EXECUTE alloc('C0001', 'A01', '02')") == {}
+    # A scope prepared since the statement was planned too, once its period has begun.
+    _prepare(db, SCOPE.replace('"01"', '"07"'))
+    assert _plpgsql_calls(db, "EXECUTE alloc('C0001', 'A01', '07')", times=1).get(
+        "_advance") == 1
+    assert _plpgsql_calls(db, "EXECUTE alloc('C0001', 'A01', '07')") == {}
+    scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '07')")
     for kind in ("unified", "system"):
-        calls = _plpgsql_calls(db, f"SELECT hivenet.next_{kind}_serial('C0001', 'A01', '02')")
+        calls = _plpgsql_calls(db, f"SELECT hivenet.next_{kind}_serial('C0001', 'A01', '07')")
         assert calls == {}, calls
 
 
@@ -113,6 +117,7 @@ def test_preparing_scopes_leaves_the_fast_paths_as_they_are(db: psycopg.Connecti
         [{"system": f"M{n:04d}", "module": "A01", "instance": "01"} for n in range(50)]),))
     assert {kind: _fast_path_body(db, kind) for kind in bodies} == bodies
     unified = "SELECT hivenet.next_unified_serial('M0049', 'A01', '01')"
+    assert scalar(db, unified).endswith("0000000001")
     assert _plpgsql_calls(db, unified, times=1) == {}
     db.execute("SELECT hivenet.own_instances('02-99', NULL, true)")  # parks the 01 scopes
     assert failure(db, unified)[0] == "HN002"
@@ -132,15 +137,17 @@ def test_the_fast_paths_follow_a_change_of_setting(db: psycopg.Connection) -> No
 
 
 def test_fast_path_continues_the_scope_counter_in_order(db: psycopg.Connection) -> None:
-    first = scalar(db, UNIFIED)  # unprepared: the cold counter
-    _prepare(db)
-    serials = [scalar(db, UNIFIED) for _ in range(5)]
+    share_fallback(db, "unified")
+    unified = "SELECT hivenet.next_unified_serial('C0001', 'A01', '09')"
+    first = scalar(db, unified)  # unprepared: the shared fallback
+    _prepare(db, SCOPE.replace('"01"', '"09"'))
+    serials = [scalar(db, unified) for _ in range(5)]
     assert first < serials[0] and serials == sorted(set(serials))
-    assert all(s[:10] == "C0001A0101" and s[10:18] == _today(db) and len(s) == 28
+    assert all(s[:10] == "C0001A0109" and s[10:18] == _today(db) and len(s) == 28
                for s in serials)
     assert [int(s[18:]) for s in serials] == list(range(int(serials[0][18:]),
                                                         int(serials[0][18:]) + 5))
-    system = scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')")
+    system = scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '09')")
     assert len(system) == 30
 
 
@@ -157,6 +164,7 @@ def test_a_counter_ahead_of_the_clock_prints_its_own_period(db: psycopg.Connecti
     """Clock stepped back (or a day borrowed): the value's period is newer than the clock's;
     the fast path must not print today's date with it."""
     _prepare(db)
+    scalar(db, UNIFIED)  # the session's first allocation checks its timeline: the full path's
     db.execute("SELECT setval(%s, %s)", (COUNTER, (_today_period(db) + 1) * STRIDE + 7))
     serial = scalar(db, UNIFIED)
     tomorrow = (dt.datetime.strptime(_today(db), "%Y%m%d") + dt.timedelta(days=1))
@@ -208,6 +216,7 @@ def test_where_no_fake_clock_is_allowed_the_fast_path_does_not_read_one(
     the real clock), and every function that reads the clock refuses it (HN001), as does the
     full path of allocation (a period's first serial, and every other case)."""
     _prepare(db)
+    db.execute("""SELECT hivenet.prepare_scope('merchant_trade', '{"merchant": "600000000001"}')""")
     for kind in ("unified", "system"):
         assert "fake_now" not in _fast_path_body(db, kind)
     with db.transaction(force_rollback=True):

@@ -59,6 +59,7 @@ def definitions(conn: psycopg.Connection) -> str:
 def test_recompile_writes_every_generated_function(fresh: psycopg.Connection) -> None:
     assert generated_functions(fresh) == [
         "hivenet._fast_system(text,text,text)",
+        "hivenet._fast_time_id(text,jsonb)",
         "hivenet._fast_unified(text,text,text)",
         "hivenet._format_constant(text)",
         "hivenet._serial_field(text,text,text)",
@@ -68,6 +69,7 @@ def test_recompile_writes_every_generated_function(fresh: psycopg.Connection) ->
         "hivenet._serial_valid(text,text)",
         "hivenet._setting_constant(text)",
         "hivenet._step_in_window(text)",
+        "hivenet._time_id_batch(text,jsonb)",
     ]
 
 
@@ -82,3 +84,22 @@ def test_generated_functions_match_the_snapshot(fresh: psycopg.Connection) -> No
         f"change is intended, run {REGENERATE} and commit the snapshot:\n"
         + "\n".join(difflib.unified_diff(expected.splitlines(), current.splitlines(),
                                          "snapshot", "fresh install", lineterm="")))
+
+
+def test_a_numeric_fast_path_counts_periods_as_period_index_does(
+        fresh: psycopg.Connection) -> None:
+    """_time_id_batch (and _fast_time_id) write the period of the statement's time in double
+    precision, not through _period_index (which the caller would need the right to run):
+    the same number for every reset a numeric format may have."""
+    with fresh.transaction(force_rollback=True):
+        for reset, pattern in (("second", "yyMMddHHmmss"), ("minute", "YYYYMMDDHHMI"),
+                               ("hour", "YYYYMMDDHH"), ("day", "YYYYMMDD"), ("month", "YYYYMM"),
+                               ("year", "YYYY")):
+            fresh.execute("SELECT hivenet.define_format(%s, %s)", (
+                f"every_{reset}", f'[{{"time": "{pattern}"}}, {{"seq_bits": 14}}]'))
+        rows = fresh.execute(
+            "SELECT f.reset, b.base / f.stride, "
+            "hivenet._period_index(statement_timestamp() AT TIME ZONE 'UTC', f.reset) "
+            "FROM hivenet.format f, hivenet._time_id_batch(f.name, NULL) b "
+            "WHERE f.time_shift IS NOT NULL ORDER BY f.name").fetchall()
+    assert len(rows) == 7 and all(fast == slow for _, fast, slow in rows), rows

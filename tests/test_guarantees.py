@@ -152,6 +152,7 @@ def test_exhaustion_raises_hn010_and_the_next_period_starts_over(db: psycopg.Con
 def test_id_service_daily_capacity_is_bounded(db: psycopg.Connection, fake_clock: SetClock) -> None:
     fields = '{"merchant": "123456789012", "shard": "07"}'
     fake_clock(db, _day(0))
+    db.execute("SELECT hivenet.prepare_scope('id_service', %s)", (fields,))
     # The whole day in one call: above the default per-call limit, within its maximum.
     db.execute("UPDATE hivenet.setting SET value = '1000000' WHERE name = 'max_serials_per_call'")
     last = scalar(db, "SELECT max(s) FROM hivenet.next_serials('id_service', %s, 999999) s",

@@ -270,6 +270,15 @@ PARAMETERS: dict[str, st.SearchStrategy[Any]] = {
     "timedelta | None": st.sampled_from(INTERVALS),
     "Callable[[], Any]": json_values(nul=True).map(lambda value: lambda: value),
     "Callable[[], Awaitable[Any]]": json_values(nul=True).map(_async_body),
+    # A begin's wait, kept short: a key the example finds in progress is waited for.
+    "Wait | None": st.sampled_from([None, -1, 0, 0.01, dt.timedelta(seconds=-1),
+                                    dt.timedelta(0)]),
+    # A batch (begin_many, finish_many).
+    "Sequence[str]": st.lists(texts(nul=True), max_size=4),
+    "Sequence[Any]": st.lists(json_values(nul=True), max_size=4),
+    "Iterable[Finish]": st.lists(st.tuples(
+        texts(nul=True), st.sampled_from(INT_EXTREMES), st.sampled_from([None, True, False]),
+        json_values(nul=True)), max_size=3),
 }
 
 

@@ -17,7 +17,7 @@ TOOLS = ("hivenet_db.tools", "hivenet_db.cli", "hivenet_db.bench", "hivenet_db.t
          # checks and commands are the command's counterparts (the middleware, the fields and
          # the connection are library)
          "hivenet_db.django.apps", "hivenet_db.django.checks", "hivenet_db.django.migrations",
-         "hivenet_db.django.management")
+         "hivenet_db.django.migrating", "hivenet_db.django.management")
 
 
 def module_name(path: Path) -> str:

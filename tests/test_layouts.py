@@ -216,17 +216,19 @@ def test_begin_step_and_the_carried_serials_follow_a_changed_system_layout(
                  (interface[:-1] + "2", "C0001A0101" + "20310301" + "000000000002")) == "HN001"
 
 
-def test_a_system_layout_dated_otherwise_still_starts_steps_through_the_view(
+def test_a_system_layout_dated_otherwise_still_starts_steps_on_the_fast_path(
         tx: psycopg.Connection, fake_clock: SetClock) -> None:
     """_step_in_window is generated for any printed time: a system format dated YYMMDD gets
-    the exact window of its date, so a new step starts through view _step_start; one dated
-    outside is left to begin_step, and a serial that is not valid is outside, never an error."""
+    the exact window of its date, so a new step starts on the fast path (_start_key); one
+    dated outside is left to begin_step's full path, and a serial that is not valid is
+    outside, never an error."""
     fake_clock(tx, "2031-03-01 12:00:00+00")
     redefine(tx, "system", [*SCOPE, {"time": "YYMMDD"}, {"seq": 12, "reset": "day"}])
-    start = "INSERT INTO hivenet._step_start VALUES (%s, NULL, NULL, NULL) RETURNING 1"
+    start = ("SELECT hivenet._start_key(true, 'hivenet.steps', %s, NULL, 'replay', NULL, NULL, "
+             "false, NULL)")
     serial, old = "C0001A0101" + "310301" + "000000000001", "C0001A0101" + "300301" + "000000000002"
-    assert tx.execute(start, (serial,)).fetchall() == [(1,)]
-    assert tx.execute(start, (old,)).fetchall() == []
+    assert scalar(tx, start, (serial,)) is True
+    assert scalar(tx, start, (old,)) is False
     assert state(tx, "SELECT hivenet.begin_step(%s)", (old,)) == "HN021"
     assert scalar(tx, "SELECT hivenet._step_in_window(%s)", (serial,)) is True
     assert scalar(tx, "SELECT hivenet._step_in_window(%s)", ("C0001A0101" + "311301" + "1",)) \
@@ -235,8 +237,8 @@ def test_a_system_layout_dated_otherwise_still_starts_steps_through_the_view(
 
 def test_the_hot_paths_call_no_generated_function(db: psycopg.Connection) -> None:
     """Plan guard: the generated reads are inlined into claim_interface_serial, begin_step
-    and the view (a function call costs; fails when one stops being inlinable, e.g. SET or
-    a FROM clause in a generated body)."""
+    and its fast path (a function call costs; fails when one stops being inlinable, e.g. SET
+    or a FROM clause in a generated body)."""
     today = str(scalar(db, "SELECT to_char(hivenet.now() AT TIME ZONE 'UTC', 'YYYYMMDD')"))
     hhmiss = str(scalar(db, "SELECT to_char(hivenet.now() AT TIME ZONE 'UTC', 'HH24MISS')"))
     with db.transaction():

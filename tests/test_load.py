@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from hivenet_db.tools import migrate
+from hivenet_db.tools import migrate, scopes
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 
 pytestmark = pytest.mark.slow
@@ -76,6 +76,7 @@ def server() -> Iterator[EmbeddedPostgres]:
         server.start()
         server.ensure_database("load")
         migrate.upgrade(server.url("load"))
+        scopes.prepare_url(server.url("load"), ["C0001 A01 01-18"])  # what the workers use
         yield server
     finally:
         server.remove()

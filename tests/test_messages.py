@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from hivenet_db.schema import full_schema_sql
-from tests.helpers import SetClock, scalar
+from tests.helpers import SetClock, scalar, share_fallback
 
 NOW = "2015-07-10 12:00:00+00"
 SYSTEM = "C0001A0101" "20150710" "000000000042"
@@ -53,11 +53,23 @@ def test_hn010_names_format_scope_period_and_capacity_of_a_scope_of_its_own(
     assert "NULL" not in message
 
 
-def test_hn010_of_a_new_scope_names_the_shared_cold_counter(clocked: psycopg.Connection) -> None:
+def test_hn010_of_an_unprepared_scope_names_the_shared_fallback(clocked: psycopg.Connection
+                                                               ) -> None:
     _tiny(clocked)
+    share_fallback(clocked, "tiny")
     code, message = _exhaust(clocked)
     assert code == "HN010"
-    for part in ("tiny", "all 9 serials", "'42'", "cold counter", "2015-07-10"):
+    for part in ("tiny", "all 9 serials", "'42'", "shared fallback counter", "2015-07-10"):
+        assert part in message, message
+
+
+def test_hn002_names_the_unprepared_scope_and_how_to_prepare_it(clocked: psycopg.Connection
+                                                                ) -> None:
+    _tiny(clocked)
+    code, message = _raised(clocked, """SELECT hivenet.next_serial('tiny', '{"k": "42"}')""")
+    assert code == "HN002"
+    for part in ("format tiny has no counter for k '42'", "`hivenet-db prepare tiny k=42`",
+                 """SELECT hivenet.prepare_scope('tiny', '{"k": "42"}')"""):
         assert part in message, message
 
 
@@ -69,6 +81,22 @@ def test_hn010_of_a_counter_that_never_resets(clocked: psycopg.Connection) -> No
         clocked.execute("SELECT hivenet.next_serial('once', '{}')")
     code, message = _raised(clocked, "SELECT hivenet.next_serial('once', '{}')")
     assert code == "HN010" and "once" in message and "never resets" in message, message
+
+
+@pytest.mark.parametrize(("policy", "says"), [
+    ("'refuse'", "its clock policy is 'refuse'"),
+    ("'wait', interval '1 second'", "its clock policy is 'wait', at most 00:00:01 (its max_wait)"),
+])
+def test_hn011_says_how_far_behind_the_clock_is_and_which_policy_refused(
+        clocked: psycopg.Connection, fake_clock: SetClock, policy: str, says: str) -> None:
+    clocked.execute(f"SELECT hivenet.set_clock_policy('time_id', {policy})")
+    clocked.execute("SELECT hivenet.next_time_id()")
+    fake_clock(clocked, "2015-07-10 11:00:00+00")
+    code, message = _raised(clocked, "SELECT hivenet.next_time_id()")
+    assert code == "HN011"
+    for part in ("format time_id", "the clock (2015-07-10 11:00:00) is 01:00:00 behind",
+                 "(2015-07-10 12:00:00)", says, "hivenet.set_clock_policy"):
+        assert part in message, message
 
 
 def test_hn002_names_the_unregistered_value(clocked: psycopg.Connection) -> None:
@@ -106,7 +134,29 @@ def test_step_codes_name_the_step_and_the_attempt(clocked: psycopg.Connection) -
 def test_hn040_names_the_claim(clocked: psycopg.Connection) -> None:
     clocked.execute("SELECT hivenet.claim('inventory', 'PO-7')")
     code, message = _raised(clocked, "SELECT hivenet.claim('inventory', 'PO-7')")
-    assert code == "HN040" and "'inventory'" in message and "'PO-7'" in message
+    assert code == "HN040" and message == \
+        "claim 'inventory' / 'PO-7' is already taken (for good: its namespace has no expiry)"
+
+
+def test_times_in_messages_are_in_the_business_time_zone_named(
+        clocked: psycopg.Connection) -> None:
+    """Whatever the session's TimeZone: the business zone's local time, its offset, its name
+    (HN030's start and lease, HN040's expiry: the claim that holds the key)."""
+    clocked.execute("UPDATE hivenet.setting SET value = 'Asia/Shanghai' WHERE name = 'time_zone'")
+    clocked.execute("SET TimeZone = 'America/New_York'")
+    clocked.execute("SELECT hivenet.set_claim_expiry('orders', '1 hour')")
+    clocked.execute("SELECT hivenet.claim('orders', 'PO-8')")
+    clocked.execute("SELECT hivenet.set_claim_expiry('orders', '3 hours')")
+    code, message = _raised(clocked, "SELECT hivenet.claim('orders', 'PO-8')")
+    assert code == "HN040" and message == \
+        "claim 'orders' / 'PO-8' is already taken (until 2015-07-10 21:00:00+08:00 (Asia/Shanghai))"
+    system = "C0001A0101" "20150710" "000000000043"
+    clocked.execute("SELECT * FROM hivenet.begin_step(%s, NULL, 'replay', NULL, '2 minutes')",
+                    (system,))
+    code, message = _raised(clocked, "SELECT * FROM hivenet.begin_step(%s)", (system,))
+    assert code == "HN030" and "(attempt 1 started at 2015-07-10 20:00:00+08:00 " \
+        "(Asia/Shanghai), lease until 2015-07-10 20:02:00+08:00 (Asia/Shanghai))" in message, \
+        message
 
 
 HUGE = "Q" * 100_000

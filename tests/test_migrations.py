@@ -25,6 +25,8 @@ from hivenet_db.schema import PARTS, full_schema_sql
 from hivenet_db.tools import migrate
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres, find_bin_dir
 from hivenet_db.tools.revision import stale as stale_scripts
+from hivenet_db.tools.revision import written_alike
+from tests.helpers import share_fallback
 
 MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
 VERSIONS = MIGRATIONS / "versions"
@@ -127,6 +129,8 @@ def test_upgrade_twice_is_a_no_op_and_downgrade_removes_everything(empty_db: str
     migrate.upgrade(empty_db)  # safe to run again
     assert migrate.current(empty_db) == head
     with psycopg.connect(empty_db, autocommit=True) as conn:
+        conn.execute("""SELECT hivenet.prepare_scope('unified',
+                        '{"system": "C0001", "module": "A01", "instance": "01"}')""")
         conn.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '01')")
     migrate.downgrade(empty_db, "base")
     assert migrate.current(empty_db) is None
@@ -194,6 +198,20 @@ def test_the_unreleased_revision_is_written_from_the_schema_files(
                        "`python -m hivenet_db.tools.revision`")
 
 
+def test_scripts_written_on_another_major_differ_only_in_how_it_prints_views() -> None:
+    """PostgreSQL 16 prints a one-table view without qualifiers: between majors the views'
+    bodies are left to the replaying tests, and anything else must still be the same."""
+    def script(major: int, view: str, function: str) -> str:
+        return (f"-- Release x.\n-- Views as PostgreSQL {major} prints them.\n\n"
+                f"CREATE VIEW hivenet.v AS\n SELECT {view}\n   FROM hivenet.t a;\n"
+                f"COMMENT ON VIEW hivenet.v IS 'v';\n\nCREATE FUNCTION hivenet.f() {function};\n")
+
+    pg15 = script(15, "a.key AS k,\n    a.n", "AS 'x'")
+    assert written_alike(script(18, "key AS k,\n    n", "AS 'x'"), pg15)
+    assert not written_alike(script(18, "key AS k,\n    n", "AS 'y'"), pg15)
+    assert not written_alike(script(15, "key AS k,\n    n", "AS 'x'"), pg15)
+
+
 def test_unreleased_changes_collect_in_one_revision() -> None:
     """After the newest release there is at most one revision more: the next release's."""
     released = {revision for _, revision, _ in _releases()}
@@ -257,13 +275,17 @@ def _use(url: str) -> str:
 
 
 def _still_works(url: str, last_serial: str) -> None:
-    """After the upgrade the data goes on meaning what it meant: the scope counts on, the
-    finished step and request replay, the claim still refuses its key."""
+    """After the upgrade the data goes on meaning what it meant: the scope counts on, a scope
+    never used before is not refused (the release drew it from the format's cold counter),
+    the finished step and request replay, the claim still refuses its key."""
     with psycopg.connect(url, autocommit=True) as conn:
         step = conn.execute("SELECT serial FROM public.used_step").fetchone()[0]
         serial = conn.execute(
             "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')").fetchone()[0]
         assert serial > last_serial
+        for sql in ("SELECT hivenet.next_unified_serial('C0009', 'A01', '01')",
+                    "SELECT hivenet.next_interface_serial('C0009', 'A01', '01', 'C0002')"):
+            assert conn.execute(sql).fetchone()[0].startswith("C0009A0101")
         assert conn.execute("SELECT outcome, response FROM hivenet.begin_step(%s)",
                             [step]).fetchone() == ("replayed", {"paid": 100})
         assert conn.execute(
@@ -285,8 +307,41 @@ def test_every_release_upgrades_with_its_data_to_a_fresh_install(
     assert migrate.current(upgraded) == migrate.head()
     with psycopg.connect(fresh, autocommit=True) as conn:
         conn.execute(full_schema_sql())
+    # The formats whose cold counter the release drew from go on drawing from it: so
+    # configured, a fresh install has the same catalog.
+    with psycopg.connect(upgraded, autocommit=True) as conn:
+        assert dict(conn.execute(
+            "SELECT name, value FROM hivenet.setting "
+            "WHERE name IN ('shared_fallback', 'promote_fallback_scopes')").fetchall()) == {
+            "shared_fallback": "interface,system,unified",
+            "promote_fallback_scopes": "interface,system,unified"}
+    with psycopg.connect(fresh, autocommit=True) as conn:
+        share_fallback(conn, "interface", "system", "unified", promote=True)
     _assert_same_catalog(upgraded, fresh, f"release {release[0]} upgraded")
     _still_works(upgraded, last_serial)
+
+
+def test_an_upgrade_prepares_the_one_scope_formats_after_what_they_drew(
+        new_db: Callable[[], str]) -> None:
+    """per_second, drawn from its cold counter by the release, gets its one scope prepared by
+    the upgrade, counting on after every value the release issued (guarantee 2)."""
+    released = _releases()[-1][1]
+    if migrate.head() == released:
+        pytest.skip("no unreleased revision")
+    url = new_db()
+    replay(url, released)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE hivenet.setting SET value = 'true' WHERE name = 'allow_fake_clock'")
+        conn.execute("SET hivenet.fake_now = '2026-11-23 10:00:00+00'")
+        issued = [conn.execute("SELECT hivenet.next_serial('per_second', '{}')").fetchone()[0]
+                  for _ in range(3)]
+    replay(url, "head")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET hivenet.fake_now = '2026-11-23 10:00:00+00'")
+        assert conn.execute("SELECT scope FROM hivenet.scope WHERE format = 'per_second'"
+                            ).fetchall() == [("",)]
+        after = conn.execute("SELECT hivenet.next_serial('per_second', '{}')").fetchone()[0]
+    assert after > max(issued)
 
 
 def test_an_applications_serial_default_survives_the_upgrade(new_db: Callable[[], str]) -> None:

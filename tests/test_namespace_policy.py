@@ -158,7 +158,7 @@ def test_the_policy_is_checked_and_null_leaves_a_value_as_it_is(db: psycopg.Conn
     for values, words in cases:
         code, message = failure(db, *policy_call(name, **values))
         assert (code, words in message) == ("HN001", True), message
-    code, message = failure(db, "SELECT hivenet.set_namespace_policy('hivenet.steps', "
+    code, message = failure(db, "SELECT hivenet.set_namespace_policy('hivenet.other', "
                                 "fingerprint => 'json')")
     assert code == "HN001" and "reserved" in message
     assert stored(db, name) is None
@@ -236,23 +236,26 @@ def test_json_paths_the_rest_may_differ(db: psycopg.Connection, app: psycopg.Con
     begin_json(db, name, request_key, '{"amount": 5, "note": "x"}')  # no currency: []
     assert scalar(db, "SELECT fingerprint FROM hivenet.request_attempt WHERE namespace = %s "
                       "AND key = %s", (name, request_key)) == hashlib.sha256(
-        b"[[5],[]]").digest()
+        b'{"paths":["$.amount","$.currency"],"values":[[5],[]]}').digest()
     code, _ = failure(db, "SELECT * FROM hivenet.begin_request(%s, %s, "
                           "'{\"amount\": 5, \"currency\": null}')", (name, request_key))
     assert code == "HN032"  # a null member is not a missing one
 
 
 def test_a_default_policy_keeps_the_fast_path(db: psycopg.Connection) -> None:
-    """Retention alone changes nothing of begin_request's paths; a fingerprint or key rule
-    sends new keys to the full path, which computes the namespace's fingerprint."""
-    plain, kept, ruled = namespace(), namespace(), namespace()
+    """Retention and key rules change nothing of begin_request's paths for a new key the rules
+    allow (the fast path tests them, _key_allowed); a fingerprint policy sends new keys to the
+    full path, which computes the namespace's fingerprint (_starts_apart)."""
+    plain, kept, ruled, printed = namespace(), namespace(), namespace(), namespace()
     policy(db, kept, retention="2 days")
     policy(db, ruled, key_min_length=8)
-    for name in (plain, kept, ruled):  # each namespace's counters made (decisions.sql)
+    policy(db, printed, fingerprint="json")
+    for name in (plain, kept, ruled, printed):  # each namespace's counters (decisions.sql)
         begin(db, name, key(), {"n": 1})
-    for name, run in [(plain, {"_start_request": 1}), (kept, {"_start_request": 1}),
-                      (ruled, {"_start_request": 1, "_begin_request": 1,
-                               "_begin_attempt": 1})]:
+    fast = {"_start_key": 1, "_start_attempt": 1}
+    for name, run in [(plain, fast), (kept, fast), (ruled, fast),
+                      (printed, {**fast, "_begin_key": 1, "_begin_attempt": 1,
+                                 "_policy_fingerprint": 1})]:
         def new_key(name: str = name) -> object:
             return begin(db, name, key(), {"n": 1})
         assert functions_run(db, new_key) == {**run, "_count_decision": 1}
@@ -329,3 +332,54 @@ def test_the_repository_follows_the_namespace_policy(any_conn: SyncDB,
     with pytest.raises(InvalidInput, match="key_min_length 36"):
         requests.begin(name, "short", {})
     any_conn.rollback()
+
+
+def test_a_key_begun_before_a_change_of_policy_still_matches_the_very_same_request(
+        db: psycopg.Connection) -> None:
+    """The default fingerprint is the finest: a key begun under it matches the very same
+    request (jsonb-equal) after the namespace took another policy; a request the new policy
+    alone calls the same is refused, its old fingerprint being the default one."""
+    name, request_key = namespace(), key()
+    finish(db, name, request_key, begin_json(db, name, request_key, '{"a": 1}')[1], {"ok": 1})
+    policy(db, name, fingerprint="json")
+    assert begin_json(db, name, request_key, '{ "a" : 1 }') == ("replayed", 1, {"ok": 1})
+    code, _ = failure(db, "SELECT * FROM hivenet.begin_request(%s, %s, '{\"a\": 1.0}')",
+                      (name, request_key))
+    assert code == "HN032"
+
+
+def begin_step(conn: psycopg.Connection, serial: str, request_text: str) -> tuple[Any, ...]:
+    row = conn.execute("SELECT * FROM hivenet.begin_step(%s, %s::jsonb)",
+                       (serial, request_text)).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_the_steps_fingerprint_policy_decides_their_replays(db: psycopg.Connection,
+                                                            app: psycopg.Connection) -> None:
+    """Steps under 'json' and under JSON paths (the policy of namespace hivenet.steps), as the
+    application role: begin_step's inlined replay compares the default fingerprint only, so
+    a form the policy calls the same replays through the full path, and a request the policy
+    calls another is refused; also [[5]], whose jsonb text is the canonical text of what the
+    paths select of the first request (so no policy's fingerprint may be a hash of that
+    text alone)."""
+    db.execute("RESET ROLE")
+    serial, other = (str(scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')"))
+                     for _ in range(2))
+    policy(db, "hivenet.steps", fingerprint="json")
+    db.execute("SET ROLE policy_test_app")
+    assert begin_step(app, serial, '{"amount": 1.0}')[:2] == ("started", 1)
+    app.execute("SELECT hivenet.finish_step(%s, 1, true, '{\"paid\": 1}')", (serial,))
+    assert begin_step(app, serial, '{"amount": 1e0}') == ("replayed", 1, {"paid": 1})
+    code, _ = failure(app, "SELECT * FROM hivenet.begin_step(%s, '{\"amount\": 2}')", (serial,))
+    assert code == "HN032"
+    db.execute("RESET ROLE")
+    policy(db, "hivenet.steps", fingerprint='["$.amount"]')
+    db.execute("SET ROLE policy_test_app")
+    assert begin_step(app, other, '{"amount": 5, "note": "a"}')[:2] == ("started", 1)
+    app.execute("SELECT hivenet.finish_step(%s, 1, true, '{\"paid\": 5}')", (other,))
+    assert begin_step(app, other, '{"note": "b", "amount": 5}') == ("replayed", 1, {"paid": 5})
+    for another in ('[[5]]', '{"amount": 6, "note": "a"}'):
+        code, _ = failure(app, "SELECT * FROM hivenet.begin_step(%s, %s::jsonb)",
+                          (other, another))
+        assert code == "HN032", another

@@ -20,7 +20,8 @@ from tests.helpers import scalar
 _BUILTIN_ROWS = """
     SELECT jsonb_object_agg(name, jsonb_build_object(
         'length', length, 'seq_width', seq_width, 'capacity', capacity, 'reset', reset,
-        'segments', segments, 'description', description))::text
+        'segments', segments, 'description', description)
+        || jsonb_strip_nulls(jsonb_build_object('time_shift', time_shift)))::text
     FROM hivenet.format WHERE builtin"""
 
 
@@ -32,7 +33,7 @@ def test_a_fresh_install_holds_the_builtin_formats_of_the_data_file(
     installed = json.loads(scalar(db, _BUILTIN_ROWS), parse_float=Decimal)
     assert builtin_formats() == installed
     assert sorted(builtin_formats()) == ["id_service", "interface", "merchant_trade",
-                                         "per_second", "system", "unified"]
+                                         "per_second", "system", "time_id", "unified"]
 
 
 def test_parse_serial_needs_no_database() -> None:

@@ -24,6 +24,7 @@ from hivenet_db import (
     parse_serial,
 )
 from hivenet_db._execute import SyncDB
+from hivenet_db.tools import scopes
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
 from hivenet_db.urls import sqlalchemy_url
 from tests.servers import NOTHING_LEFT, left_on_the_session, pgbouncer
@@ -43,6 +44,12 @@ def bouncer_port(hivenet_server: EmbeddedPostgres) -> Iterator[int]:
             yield port
     except FileNotFoundError as missing:
         pytest.fail(str(missing))
+
+
+@pytest.fixture(autouse=True)
+def channels(hivenet_url: str) -> None:
+    """The channels the clients allocate for, prepared: P0001 B01 01 to 20."""
+    scopes.prepare_url(hivenet_url, ["P0001 B01 01-20"])
 
 
 def _via(url: str, port: int) -> str:
@@ -129,7 +136,7 @@ def test_sixteen_clients_share_four_sessions_without_errors_or_duplicates(
 
 def test_the_repositorys_hot_path_in_sessions_behind_transaction_pooling(
         hivenet_url: str, bouncer_port: int) -> None:
-    """The hot calls go to the driver as they are (hivenet_db._execute.driver_rows): with
+    """The calls go to the driver as they are (hivenet_db._execute.rows): with
     prepare_threshold=None they are never prepared, so Sessions handed a different server
     session at every transaction, each calling more often than psycopg's threshold, work."""
     engine = create_engine(sqlalchemy_url(_via(hivenet_url, bouncer_port)),

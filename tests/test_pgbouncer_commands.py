@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
 from tests.servers import NOTHING_LEFT, left_on_the_session, pgbouncer
@@ -174,6 +175,9 @@ def test_proxy_install_through_one_pooled_session(
         pooled = ",".join(via(url) for url in shards)
         for result in three_runs(proxy, "proxy", "install", "--shards", pooled):
             assert "answers through the proxy" in result.stderr
+        with psycopg.connect(shards[1], autocommit=True) as conn:  # the shard owning 55
+            conn.execute("SELECT hivenet.prepare_scope('unified', %s)",
+                         (Jsonb({"system": "C0001", "module": "A01", "instance": "55"}),))
         with psycopg.connect(proxy, autocommit=True, prepare_threshold=None) as conn:
             row = conn.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '55')"
                                ).fetchone()

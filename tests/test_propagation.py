@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from hivenet_db import SerialRepository, dedup, steps
 from hivenet_db.errors import InvalidInput
@@ -167,6 +167,9 @@ def test_serials_issued_by_the_database_cross_a_real_http_call(
 def test_repositories_record_the_bound_unified_serial(hivenet_engine: Engine) -> None:
     """Requirement: repositories record the current unified serial when given none."""
     with hivenet_engine.begin() as conn:
+        conn.execute(text("""SELECT hivenet.prepare_scope(format, '{"system": "P0001",
+                             "module": "B01", "instance": "01"}') FROM unnest(ARRAY['system',
+                             'interface']) AS format"""))
         repo = SerialRepository(conn)
         unified = repo.next_unified("C0001", "A01", "01")
         system = repo.next_system("P0001", "B01", "01")

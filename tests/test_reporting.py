@@ -1,5 +1,6 @@
 """Reporting view hivenet.scope_usage: per-scope period, issued, capacity and headroom (of
-scopes with a counter of their own, and of each format's cold counter of unprepared scopes)."""
+scopes with a counter of their own, and of each format's shared fallback counter); view
+hivenet.business_time_zone."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from hivenet_db.errors import SequenceExhausted, translated
-from tests.helpers import role_in
+from tests.helpers import role_in, share_fallback
 
 SetClock = Callable[[psycopg.Connection, str], None]
 UNIFIED = ("SELECT hivenet.next_serial('unified', '{\"system\": \"C0001\", \"module\": \"A01\", "
@@ -31,13 +32,11 @@ def prepare(db: psycopg.Connection) -> None:
 
 
 def usage(conn: psycopg.Connection, format: str = "unified",
-          scope: str | None = None) -> dict[str, Any]:
-    """The row of format's one scope with its own counter, or of scope (a cold counter:
-    '(unprepared scopes)')."""
+          scope: str = "C0001A0101") -> dict[str, Any]:
+    """The row of scope of format (a fallback counter: '(unprepared scopes)')."""
     with conn.cursor(row_factory=dict_row) as cur:
         (row,) = cur.execute("SELECT * FROM hivenet.scope_usage WHERE format = %s "
-                             "AND (scope = %s OR %s::text IS NULL AND scope NOT LIKE '(%%')",
-                             (format, scope, scope)).fetchall()
+                             "AND scope = %s", (format, scope)).fetchall()
     return row
 
 
@@ -87,26 +86,27 @@ def test_clock_going_back_keeps_the_latest_period(db: psycopg.Connection,
 def test_exhausted_scope_has_no_headroom(db: psycopg.Connection) -> None:
     prepare(db)
     db.execute("""SELECT hivenet.next_serials('tiny', '{"desk": "07"}', 99)""")
-    row = usage(db, "tiny")
+    row = usage(db, "tiny", "07")
     assert (row["issued"], row["capacity"], row["remaining"]) == (99, 99, 0)
     assert row["used_percent"] == 100
     for _ in range(3):  # failing calls move the counter past capacity for a moment
         with pytest.raises(SequenceExhausted), translated():
             db.execute("""SELECT hivenet.next_serial('tiny', '{"desk": "07"}')""")
-    assert usage(db, "tiny")["issued"] == 99
+    assert usage(db, "tiny", "07")["issued"] == 99
 
 
-def test_unprepared_scopes_used_in_a_rolled_back_transaction_count_in_the_cold_counter(
+def test_unprepared_scopes_used_in_a_rolled_back_transaction_count_in_the_fallback(
         connect: Callable[..., psycopg.Connection], db: psycopg.Connection) -> None:
     prepare(db)
+    share_fallback(db, "unified", "system")
     conn = connect(autocommit=False)
-    conn.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '02') "
+    conn.execute("SELECT hivenet.next_unified_serial('C0001', 'A01', '09') "
                  "FROM generate_series(1, 4)")
-    conn.execute("SELECT hivenet.next_system_serial('C0001', 'A01', '02') "
+    conn.execute("SELECT hivenet.next_system_serial('C0001', 'A01', '09') "
                  "FROM generate_series(1, 3)")
     conn.rollback()
-    # Counters are not transactional: the gap counts as issued, in each format's cold counter,
-    # which the view marks as shared.
+    # Counters are not transactional: the gap counts as issued, in each format's shared
+    # fallback counter, which the view marks as shared.
     for format, issued in (("unified", 4), ("system", 3)):
         row = usage(db, format, UNPREPARED)
         assert (row["fields"], row["issued"], row["shared"]) == ({}, issued, True)
@@ -137,3 +137,16 @@ def test_the_documented_reporting_grants_read_every_view(db: psycopg.Connection)
                 "interface_calls_per_day",), view
         reader.execute(
             "SELECT * FROM hivenet.call_chain('C0001A0101202611210000000001')").fetchall()
+
+
+def test_the_reporting_role_reads_the_business_time_zone(db: psycopg.Connection,
+                                                        fake_clock: SetClock) -> None:
+    db.execute("UPDATE hivenet.setting SET value = 'Asia/Kolkata' WHERE name = 'time_zone'")
+    fake_clock(db, "2026-03-01 17:00:00+00")
+    with role_in(db, "hivenet_zone_reader", "hivenet_reporting") as reader, \
+            reader.cursor(row_factory=dict_row) as cur:
+        assert cur.execute("SELECT * FROM hivenet.business_time_zone").fetchall() == [
+            {"time_zone": "Asia/Kolkata", "utc_offset": dt.timedelta(hours=5, minutes=30),
+             "local_time": dt.datetime(2026, 3, 1, 22, 30)}]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            reader.execute("SELECT value FROM hivenet.setting")

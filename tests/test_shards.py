@@ -24,7 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from hivenet_db import InterfaceDedup, SerialRepository, StepRepository
 from hivenet_db.errors import UnknownScope
 from hivenet_db.shards import Placement, ShardMap, ShardMapError, from_urls
-from tests.helpers import failure, in_parallel, scalar
+from tests.helpers import failure, in_parallel, scalar, share_fallback
 from tests.shard_clusters import ShardClusters, shard_clusters
 
 UNIFIED = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"
@@ -37,9 +37,18 @@ def clusters() -> Iterator[ShardClusters]:
         yield found
 
 
+BUILTIN = ("id_service", "interface", "merchant_trade", "per_second", "system", "unified")
+
+
 @pytest.fixture
 def urls(clusters: ShardClusters) -> Iterator[list[str]]:
+    """A database on each cluster whose formats draw unprepared scopes from their shared
+    fallback and promote them in maintain(), so that the tests of ownership use any scope
+    (with the defaults: test_an_unowned_scope_is_refused_before_it_is_found_unprepared)."""
     with clusters.databases() as found:
+        for url in found:
+            with psycopg.connect(url, autocommit=True) as conn:
+                share_fallback(conn, *BUILTIN, promote=True)
         yield found
 
 
@@ -73,6 +82,21 @@ def own(conns: list[psycopg.Connection], *instances: str) -> None:
 
 
 # -- instance ownership ------------------------------------------------------------------
+
+def test_an_unowned_scope_is_refused_before_it_is_found_unprepared(
+        conns: list[psycopg.Connection]) -> None:
+    a = conns[0]
+    share_fallback(a)  # the defaults: no fallback
+    a.execute("SELECT hivenet.own_instances('01-09')")
+    state, message = failure(a, UNIFIED, ("12",))
+    assert state == "HN002" and "instance '12' is not owned by this database" in message
+    state, message = failure(a, UNIFIED, ("05",))
+    assert state == "HN002" and "has no counter for system 'C0001', module 'A01', instance " \
+        "'05'" in message
+    a.execute("SELECT hivenet.prepare_scope('unified', '{\"system\": \"C0001\", "
+              "\"module\": \"A01\", \"instance\": \"05\"}')")
+    assert scalar(a, UNIFIED, ("05",)).endswith("0000000001")
+
 
 def test_the_same_scope_on_two_databases_never_yields_the_same_serial(
         conns: list[psycopg.Connection]) -> None:
@@ -162,12 +186,18 @@ def test_giving_up_an_instance_with_scopes_is_refused_unless_forced_which_parks_
     state, message = failure(a, "UPDATE hivenet.setting SET value = '01-04' "
                                 "WHERE name = 'owned_instances'")
     assert state == "HN001" and "force => true" in message
-    # An unprepared scope's first use is recorded too: giving its instance up needs force,
-    # which drops the pending first use.
+    # An unprepared scope's draw from the fallback is recorded too: giving its instance up
+    # needs force, which drops the records of its draws.
     scalar(a, UNIFIED, ("03",))
     assert failure(a, "SELECT hivenet.own_instances('01-02,04-09')")[0] == "HN001"
     assert scalar(a, "SELECT hivenet.own_instances('01-02,04-09', NULL, true)") == "01-02,04-09"
-    assert scalar(a, "SELECT count(*) FROM hivenet.scope_pending") == 0
+    assert scalar(a, "SELECT count(*) FROM hivenet.fallback_draw WHERE scope LIKE '%03'") == 0
+    # A scope prepared and never used is parked without force.
+    a.execute("SELECT hivenet.prepare_scope('unified', '{\"system\": \"C0001\", "
+              "\"module\": \"A01\", \"instance\": \"08\"}')")
+    assert scalar(a, "SELECT hivenet.own_instances('01-02,04-07,09')") == "01-02,04-07,09"
+    assert scalar(a, "SELECT sequence_name FROM hivenet.scope WHERE scope = 'C0001A0108'"
+                  ) == "off_unified_C0001A0108"
 
 
 def test_a_wrong_shard_step_or_claim_is_refused(conns: list[psycopg.Connection]) -> None:

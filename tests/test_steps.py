@@ -197,8 +197,9 @@ def succeeded(db: psycopg.Connection, unified: str | None = None) -> str:
 def test_a_replay_is_inlined_and_runs_no_plpgsql(db: psycopg.Connection) -> None:
     """The guard of the replay's speed (not timed): begin_step is inlined into the caller's
     prepared statement, the replay is the first branch (a primary-key read of _step_replay) and
-    runs no PL/pgSQL function; a new step runs _start_step alone (no SECURITY DEFINER call, no
-    _begin_attempt), its finish finish_request alone. Fails when begin_step is PL/pgSQL,
+    runs no PL/pgSQL function; a new step runs the fast path _start_key and the one writer
+    _start_attempt (no full path, no _begin_attempt), its finish finish_request alone. Fails
+    when begin_step is PL/pgSQL,
     SECURITY DEFINER or has SET, when its body stops being inlinable, or when a layer comes
     back."""
     unified = new_serial(db, "unified")
@@ -216,14 +217,15 @@ def test_a_replay_is_inlined_and_runs_no_plpgsql(db: psycopg.Connection) -> None
     scans = [line.strip() for line in plan  # but the count of a replay (decisions.sql)
              if "Scan" in line and "decision_counter" not in line]
     assert scans[0].startswith("->  Index Scan using request_attempt_pkey"), text
-    assert "One-Time Filter: hivenet._start_step(" in text, text  # the new step's branch
-    assert scans[1].startswith("->  Function Scan on hivenet._begin_step"), text
+    assert "One-Time Filter: hivenet._start_key(true, " in text, text  # the new step's branch
+    assert scans[1].startswith("->  Function Scan on hivenet._begin_key"), text
     execute = (sql.SQL("EXECUTE replay") + args).as_string(db)
     assert _plpgsql_calls(db, execute) == {}
     assert db.execute(execute).fetchone() == ("replayed", 1, {"paid": 1})
     fresh = new_serial(db)
     assert _plpgsql_calls(db, f"SELECT * FROM hivenet.begin_step('{fresh}', NULL)",
-                          times=1) == {"_start_step": 1, "_count_decision": 1}
+                          times=1) == {"_start_key": 1, "_start_attempt": 1,
+                                       "_count_decision": 1}
     # One PL/pgSQL layer: finish_step is inlined into its call of finish_request.
     assert _plpgsql_calls(db, f"SELECT hivenet.finish_step('{fresh}', 1, true)",
                           times=1) == {"finish_request": 1}
@@ -841,30 +843,32 @@ def test_repository_begin_finish_and_errors(any_conn: SyncDB, db: psycopg.Connec
         conn.rollback()
 
 
-def test_a_new_step_starts_without_a_security_definer_call(db: psycopg.Connection) -> None:
-    """begin_step's second branch: a new step with plain options is one INSERT into view
-    _step_start by _start_step, run as the caller (the rule's checks are inlined); nowait, or
-    a step that has an attempt (here a failed one), goes on to _begin_step. A retry whose input
-    the view vouched for goes straight to the state machine: no serial is parsed again, and
-    the view is tried once."""
+def test_a_new_step_starts_by_the_fast_path_of_every_key(db: psycopg.Connection) -> None:
+    """begin_step's second branch: a new step with plain options is one INSERT by the fast
+    path of every key (_start_key, its checks inlined, then the one writer _start_attempt);
+    nowait, or a step that has an attempt (here a failed one), goes on to the full path
+    _begin_key. A retry whose input the fast path vouched for goes straight to the state
+    machine: no serial is parsed again, and the fast path is tried once."""
     steps, serial = StepRepository(db), new_serial(db)
     assert functions_run(db, lambda: steps.begin(serial, REQUEST)) == {
-        "_start_step": 1, "_count_decision": 1}
+        "_start_key": 1, "_start_attempt": 1, "_count_decision": 1}
     steps.finish(serial, 1, False)
     retry: list[StepStart] = []
     assert functions_run(db, lambda: retry.append(steps.begin(serial, REQUEST))) == {
-        "_start_step": 1, "_begin_step": 1, "_begin_attempt": 1, "_count_decision": 1}
+        "_start_key": 1, "_start_attempt": 3, "_begin_key": 1, "_begin_attempt": 1,
+        "_count_decision": 1}
     assert retry == [StepStart("started", 2)]
     fresh = new_serial(db)
     assert functions_run(db, lambda: steps.begin(fresh, REQUEST, nowait=True)) == {
-        "_start_step": 1, "_begin_step": 1, "parse_serial": 1,  # every check: not plain
-        "_begin_attempt_within": 1, "_begin_attempt": 1, "_count_decision": 1}
+        "_start_key": 1, "_begin_key": 1, "_check_step": 1,  # every check: not plain
+        "parse_serial": 1, "_begin_attempt_within": 1, "_begin_attempt": 1,
+        "_start_attempt": 1, "_count_decision": 1}
 
 
 def test_a_step_that_has_an_attempt_still_gets_every_check(
         db: psycopg.Connection, fake_clock: Callable[..., None]) -> None:
-    """After the start view wrote nothing, _begin_step skips the full checks only for input
-    the view vouches for: a retry of a failed step with a bad unified serial,
+    """After the fast path wrote nothing, _begin_key skips the full checks only for input
+    the fast path vouches for: a retry of a failed step with a bad unified serial,
     lease or option, or one that left the window, still raises exactly, writing nothing."""
     fake_clock(db, "2026-10-01 12:00:00+00")
     serial = new_serial(db)
@@ -881,17 +885,16 @@ def test_a_step_that_has_an_attempt_still_gets_every_check(
     assert [a["attempt"] for a in attempts(db, serial)] == [1]
 
 
-def test_the_start_view_evaluates_what_is_inserted_once(db: psycopg.Connection) -> None:
-    """A rule puts the inserted expression in place of every NEW; the VALUES list of
-    _step_start's rule makes a volatile one run once, so the serial checked is the serial
-    stored. Here its first evaluation is a valid serial, any later one is not."""
+def test_a_volatile_serial_is_checked_as_it_is_stored(db: psycopg.Connection) -> None:
+    """begin_step given a volatile expression as its serial evaluates it once: the serial
+    checked is the serial stored. Here its first evaluation is a valid serial, any later one
+    is not."""
     serial = new_serial(db)
     db.execute("CREATE TEMP SEQUENCE evaluations")
-    stored = db.execute(
-        "INSERT INTO hivenet._step_start VALUES (CASE WHEN nextval('evaluations') = 1 "
-        "THEN %s ELSE 'not a serial' END, NULL, NULL, NULL) RETURNING system_serial",
-        (serial,)).fetchall()
-    assert stored == [(serial,)]
+    started = db.execute(
+        "SELECT * FROM hivenet.begin_step(CASE WHEN nextval('evaluations') = 1 "
+        "THEN %s ELSE 'not a serial' END)", (serial,)).fetchall()
+    assert started == [("started", 1, None)]
     assert scalar(db, "SELECT currval('evaluations')") == 1
     assert [a["attempt"] for a in attempts(db, serial)] == [1]
 

@@ -19,7 +19,9 @@ def test_on_this_machine_nothing_is_missing_and_nothing_is_said() -> None:
 
 
 def _machine(monkeypatch: pytest.MonkeyPatch, absent: set[str], root: bool = True) -> None:
-    """Stand-ins: the packages in ``absent`` are missing; the newest server is 15."""
+    """Stand-ins: the packages in ``absent`` are missing; the newest server is 15, the one
+    the session runs (no HIVENET_TEST_PG_BIN)."""
+    monkeypatch.delenv("HIVENET_TEST_PG_BIN", raising=False)
     def there(package: str) -> Callable[[], bool]:
         return lambda: package not in absent
 
@@ -49,12 +51,14 @@ def test_what_is_missing_is_installed_after_an_update(monkeypatch: pytest.Monkey
 def test_a_fresh_machine_gets_the_server_then_the_extensions_of_its_version(
         monkeypatch: pytest.MonkeyPatch) -> None:
     everything = {"postgresql", "postgresql-contrib", "pgbouncer", "redis-tools",
-                  "postgresql-15-plpgsql-check", "postgresql-15-plproxy"}
+                  "postgresql-15-plpgsql-check", "postgresql-15-plproxy",
+                  "postgresql-15-auto-failover"}
     _machine(monkeypatch, everything)
     ran: list[list[str]] = []
     installed = system_packages.ensure(lambda _: None, ran.append)
     assert installed == ["postgresql", "postgresql-contrib", "pgbouncer", "redis-tools",
-                         "postgresql-15-plpgsql-check", "postgresql-15-plproxy"]
+                         "postgresql-15-plpgsql-check", "postgresql-15-plproxy",
+                         "postgresql-15-auto-failover"]
     assert [c[1] for c in ran] == ["update", "install", "update", "install"]
 
 

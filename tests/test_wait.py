@@ -1,5 +1,6 @@
-"""Waiting for the first outcome (begin_request's wait, issue 30 point 2), against a real
+"""Waiting for the first outcome (the wait of begin_request and begin_step), against a real
 PostgreSQL with real concurrent clients: each thread or task has connections of its own.
+What both kinds of key share runs for each (the fixture ``kind``: keyed requests, steps).
 
 In the in-transaction shape (begin, work, finish, commit in one transaction) the duplicate
 waits in the database for the first's row, bounded by wait. In the two-transaction shape
@@ -14,6 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -22,7 +24,14 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from hivenet_db import AsyncRequestRepository, InvalidInput, RequestRepository, StepInProgress
+from hivenet_db import (
+    AsyncRequestRepository,
+    AsyncStepRepository,
+    AttemptInProgress,
+    InvalidInput,
+    RequestRepository,
+    StepRepository,
+)
 from hivenet_db._execute import SyncDB, driver_of
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
 from hivenet_db.waiting import CHANNEL, FinishListener
@@ -39,23 +48,64 @@ def new_key() -> str:
     return f"k-{uuid.uuid4()}"
 
 
-def begun(conn: psycopg.Connection, key: str, wait: str | None = None) -> tuple[Any, ...]:
-    row = conn.execute("SELECT outcome, attempt, response FROM hivenet.begin_request("
-                       "%s, %s, %s::jsonb, wait => %s::interval)",
-                       (NAMESPACE, key, json.dumps(ORDER), wait)).fetchone()
+@dataclass(frozen=True)
+class Kind:
+    """One kind of key, as these tests use it: keyed requests of namespace ``orders``, or
+    steps (namespace ``hivenet.steps``, a new system serial each)."""
+
+    name: str
+    namespace: str
+    begin: str   # SQL, parameters (key, request, wait)
+    finish: str  # SQL, parameters (key, attempt, succeeded, response)
+    repository: Any
+    async_repository: Any
+
+    def new_key(self, db: psycopg.Connection) -> str:
+        if self.name == "step":
+            return str(scalar(db, "SELECT hivenet.next_system_serial('C0001', 'A01', '01')"))
+        return new_key()
+
+    def repo_begin(self, repository: Any, key: str, **options: Any) -> Any:
+        if self.name == "step":
+            return repository.begin(key, ORDER, **options)
+        return repository.begin(NAMESPACE, key, ORDER, **options)
+
+
+KINDS = {
+    "request": Kind("request", NAMESPACE,
+                    f"SELECT outcome, attempt, response FROM hivenet.begin_request('{NAMESPACE}', "
+                    "%s, %s::jsonb, wait => %s::interval)",
+                    f"SELECT hivenet.finish_request('{NAMESPACE}', %s, %s, %s, %s::jsonb)",
+                    RequestRepository, AsyncRequestRepository),
+    "step": Kind("step", "hivenet.steps",
+                 "SELECT outcome, attempt, response FROM hivenet.begin_step(%s, %s::jsonb, "
+                 "wait => %s::interval)",
+                 "SELECT hivenet.finish_step(%s, %s, %s, %s::jsonb)",
+                 StepRepository, AsyncStepRepository),
+}
+
+
+@pytest.fixture(params=sorted(KINDS))
+def kind(request: pytest.FixtureRequest) -> Kind:
+    return KINDS[request.param]
+
+
+def begun(conn: psycopg.Connection, key: str, wait: str | None = None,
+          kind: Kind = KINDS["request"]) -> tuple[Any, ...]:
+    row = conn.execute(kind.begin, (key, json.dumps(ORDER), wait)).fetchone()
     assert row is not None
     return tuple(row)
 
 
 def finish(conn: psycopg.Connection, key: str, attempt: int, succeeded: bool,
-           response: Any) -> None:
-    conn.execute("SELECT hivenet.finish_request(%s, %s, %s, %s, %s::jsonb)",
-                 (NAMESPACE, key, attempt, succeeded, json.dumps(response)))
+           response: Any, kind: Kind = KINDS["request"]) -> None:
+    conn.execute(kind.finish, (key, attempt, succeeded, json.dumps(response)))
 
 
-def started_and_committed(db: psycopg.Connection, key: str) -> int:
+def started_and_committed(db: psycopg.Connection, key: str,
+                          kind: Kind = KINDS["request"]) -> int:
     """The first attempt, begun and committed (`processing`): the two-transaction shape."""
-    outcome, attempt, _ = begun(db, key)
+    outcome, attempt, _ = begun(db, key, kind=kind)
     assert outcome == "started"
     return int(attempt)
 
@@ -82,36 +132,36 @@ def idle_outside_transaction(db: psycopg.Connection, pid: int) -> bool:
 # --- SQL: the in-transaction shape ---------------------------------------------------------
 
 def test_a_duplicate_waits_for_an_uncommitted_first_and_replays_its_response(
-        db: psycopg.Connection, connect: Connect) -> None:
+        db: psycopg.Connection, connect: Connect, kind: Kind) -> None:
     first, second = connect(autocommit=False), connect(autocommit=False)
-    key = new_key()
-    assert begun(first, key)[:2] == ("started", 1)
-    waiting = Background(lambda: begun(second, key, "10 seconds"))
+    key = kind.new_key(db)
+    assert begun(first, key, kind=kind)[:2] == ("started", 1)
+    waiting = Background(lambda: begun(second, key, "10 seconds", kind))
     wait_until_blocked(db, second.info.backend_pid)
-    finish(first, key, 1, True, {"order": 7})
+    finish(first, key, 1, True, {"order": 7}, kind)
     first.commit()
     assert waiting.result() == ("replayed", 1, {"order": 7})  # no HN030
 
 
 def test_a_duplicate_of_a_first_rolled_back_starts_it(db: psycopg.Connection,
-                                                      connect: Connect) -> None:
+                                                      connect: Connect, kind: Kind) -> None:
     first, second = connect(autocommit=False), connect(autocommit=False)
-    key = new_key()
-    begun(first, key)
-    waiting = Background(lambda: begun(second, key, "10 seconds"))
+    key = kind.new_key(db)
+    begun(first, key, kind=kind)
+    waiting = Background(lambda: begun(second, key, "10 seconds", kind))
     wait_until_blocked(db, second.info.backend_pid)
     first.rollback()
     assert waiting.result() == ("started", 1, None)
 
 
 def test_wait_bounds_the_wait_for_an_uncommitted_first(db: psycopg.Connection,
-                                                       connect: Connect) -> None:
+                                                       connect: Connect, kind: Kind) -> None:
     first, second = connect(autocommit=False), connect(autocommit=False)
-    key = new_key()
-    begun(first, key)
+    key = kind.new_key(db)
+    begun(first, key, kind=kind)
     started = time.monotonic()
     with pytest.raises(psycopg.Error) as busy:
-        begun(second, key, "300 milliseconds")
+        begun(second, key, "300 milliseconds", kind)
     waited = time.monotonic() - started
     assert busy.value.sqlstate == "HN030"
     assert "within wait 00:00:00.3" in str(busy.value.diag.message_primary)
@@ -122,24 +172,25 @@ def test_wait_bounds_the_wait_for_an_uncommitted_first(db: psycopg.Connection,
     # wait 0 is nowait: at once
     started = time.monotonic()
     with pytest.raises(psycopg.Error) as at_once:
-        begun(second, key, "0")
+        begun(second, key, "0", kind)
     assert at_once.value.sqlstate == "HN030" and time.monotonic() - started < 1
 
 
-def test_a_committed_processing_attempt_raises_at_once_in_sql(db: psycopg.Connection) -> None:
+def test_a_committed_processing_attempt_raises_at_once_in_sql(db: psycopg.Connection,
+                                                              kind: Kind) -> None:
     """SQL cannot wait for an attempt that holds no lock: the client waits (below)."""
-    key = new_key()
-    started_and_committed(db, key)
+    key = kind.new_key(db)
+    started_and_committed(db, key, kind)
     started = time.monotonic()
     with pytest.raises(psycopg.Error) as busy:
-        begun(db, key, "5 seconds")
+        begun(db, key, "5 seconds", kind)
     assert busy.value.sqlstate == "HN030" and time.monotonic() - started < 2
 
 
 @pytest.mark.parametrize("wait", ["-1 second", "11 years"])
-def test_a_wait_out_of_range_is_refused(db: psycopg.Connection, wait: str) -> None:
+def test_a_wait_out_of_range_is_refused(db: psycopg.Connection, wait: str, kind: Kind) -> None:
     with pytest.raises(psycopg.Error) as refused:
-        begun(db, new_key(), wait)
+        begun(db, kind.new_key(db), wait, kind)
     assert refused.value.sqlstate == "HN001"
     assert f"wait {scalar(db, 'SELECT %s::interval::text', (wait,))}" in str(refused.value)
 
@@ -151,19 +202,20 @@ def notified(listener: psycopg.Connection, seconds: float = 0.5) -> list[str]:
 
 
 def test_finish_notifies_only_a_key_someone_waits_for(db: psycopg.Connection,
-                                                      connect: Connect) -> None:
+                                                      connect: Connect, kind: Kind) -> None:
     listener = connect()
     listener.execute(f"LISTEN {CHANNEL}")
-    unwatched, watched = new_key(), new_key()
-    finish(db, unwatched, started_and_committed(db, unwatched), True, {})
+    unwatched, watched = kind.new_key(db), kind.new_key(db)
+    finish(db, unwatched, started_and_committed(db, unwatched, kind), True, {}, kind)
     assert notified(listener) == []
-    attempt = started_and_committed(db, watched)
-    assert scalar(db, "SELECT hivenet.watch_request(%s, %s)", (NAMESPACE, watched)) == CHANNEL
-    finish(db, watched, attempt, False, {"error": "x"})
-    assert notified(listener) == [json.dumps([NAMESPACE, watched])]
+    attempt = started_and_committed(db, watched, kind)
+    assert scalar(db, "SELECT hivenet.watch_request(%s, %s)",
+                  (kind.namespace, watched)) == CHANNEL
+    finish(db, watched, attempt, False, {"error": "x"}, kind)
+    assert notified(listener) == [json.dumps([kind.namespace, watched])]
     # the next attempt is another: not waited for until watched again
-    attempt = started_and_committed(db, watched)
-    finish(db, watched, attempt, True, {})
+    attempt = started_and_committed(db, watched, kind)
+    finish(db, watched, attempt, True, {}, kind)
     assert notified(listener) == []
 
 
@@ -218,46 +270,49 @@ def first(connect: Connect) -> psycopg.Connection:
 
 
 def test_a_duplicate_waits_for_a_committed_first_and_replays_it(
-        db: psycopg.Connection, first: psycopg.Connection, any_conn: SyncDB) -> None:
-    key = new_key()
-    attempt = started_and_committed(first, key)
-    decisions: list[tuple[str, int | None]] = []
-    repository = RequestRepository(any_conn, on_decision=lambda _n, _k, decision, at:
-                                   decisions.append((decision, at)))
+        db: psycopg.Connection, first: psycopg.Connection, any_conn: SyncDB,
+        kind: Kind) -> None:
+    key = kind.new_key(db)
+    attempt = started_and_committed(first, key, kind)
+    decisions: list[tuple[str, str, int | None]] = []
+    repository = kind.repository(any_conn, on_decision=lambda namespace, _k, decision, at:
+                                 decisions.append((namespace, decision, at)))
     pid = driver_of(any_conn).info.backend_pid
-    waiting = Background(lambda: repository.begin(NAMESPACE, key, ORDER, wait=30))
-    until_registered(db, key)
+    waiting = Background(lambda: kind.repo_begin(repository, key, wait=30))
+    until_registered(db, key, kind.namespace)
     time.sleep(0.05)  # let it get from its registration to its wait
     assert idle_outside_transaction(db, pid)  # waiting, it holds no transaction
-    finish(first, key, attempt, True, {"order": 7})
+    finish(first, key, attempt, True, {"order": 7}, kind)
     start = waiting.result()
     assert (start.outcome, start.attempt, start.response) == ("replayed", 1, {"order": 7})
-    assert decisions == [("replayed", 1)]  # one decision for the whole wait
+    assert decisions == [(kind.namespace, "replayed", 1)]  # one decision for the whole wait
 
 
 def test_a_duplicate_starts_the_next_attempt_when_the_first_fails(
-        db: psycopg.Connection, first: psycopg.Connection, connect: Connect) -> None:
-    key = new_key()
-    attempt = started_and_committed(first, key)
-    waiting = Background(lambda: RequestRepository(connect(autocommit=False)).begin(
-        NAMESPACE, key, ORDER, wait=timedelta(seconds=30)))
-    until_registered(db, key)
-    finish(first, key, attempt, False, {"error": "declined"})
+        db: psycopg.Connection, first: psycopg.Connection, connect: Connect,
+        kind: Kind) -> None:
+    key = kind.new_key(db)
+    attempt = started_and_committed(first, key, kind)
+    waiting = Background(lambda: kind.repo_begin(kind.repository(connect(autocommit=False)),
+                                                 key, wait=timedelta(seconds=30)))
+    until_registered(db, key, kind.namespace)
+    finish(first, key, attempt, False, {"error": "declined"}, kind)
     start = waiting.result()
     assert (start.outcome, start.attempt) == ("started", 2)
 
 
 def test_a_first_that_never_finishes_gives_in_progress_after_the_wait(
-        db: psycopg.Connection, first: psycopg.Connection, connect: Connect) -> None:
-    key = new_key()
-    started_and_committed(first, key)
+        db: psycopg.Connection, first: psycopg.Connection, connect: Connect,
+        kind: Kind) -> None:
+    key = kind.new_key(db)
+    started_and_committed(first, key, kind)
     decisions: list[str] = []
-    repository = RequestRepository(connect(autocommit=False),
-                                   on_decision=lambda _n, _k, decision, _a: decisions.append(
-                                       decision))
+    repository = kind.repository(connect(autocommit=False),
+                                 on_decision=lambda _n, _k, decision, _a: decisions.append(
+                                     decision))
     started = time.monotonic()
-    with pytest.raises(StepInProgress) as busy:
-        repository.begin(NAMESPACE, key, ORDER, wait=0.5)
+    with pytest.raises(AttemptInProgress) as busy:  # StepInProgress, by its old name
+        kind.repo_begin(repository, key, wait=0.5)
     waited = time.monotonic() - started
     assert 0.5 <= waited < 5, waited
     assert "not finished within wait 0:00:00.500000" in busy.value.message
@@ -265,14 +320,15 @@ def test_a_first_that_never_finishes_gives_in_progress_after_the_wait(
 
 
 def test_many_duplicates_all_replay_the_one_outcome(
-        db: psycopg.Connection, first: psycopg.Connection, connect: Connect) -> None:
-    key = new_key()
-    attempt = started_and_committed(first, key)
+        db: psycopg.Connection, first: psycopg.Connection, connect: Connect,
+        kind: Kind) -> None:
+    key = kind.new_key(db)
+    attempt = started_and_committed(first, key, kind)
     conns = [connect(autocommit=False) for _ in range(6)]
-    waiting = [Background(partial(RequestRepository(conn).begin, NAMESPACE, key, ORDER,
-                                  wait=30)) for conn in conns]
-    until_registered(db, key)
-    finish(first, key, attempt, True, {"order": 7})
+    waiting = [Background(partial(kind.repo_begin, kind.repository(conn), key, wait=30))
+               for conn in conns]
+    until_registered(db, key, kind.namespace)
+    finish(first, key, attempt, True, {"order": 7}, kind)
     assert {(s.outcome, s.attempt) for s in (w.result() for w in waiting)} == {("replayed", 1)}
 
 
@@ -292,16 +348,17 @@ def test_without_a_duplicate_wait_changes_nothing(db: psycopg.Connection,
 
 
 def test_the_async_repository_waits_too(db: psycopg.Connection, first: psycopg.Connection,
-                                        async_kind: str, hivenet_app_url: str) -> None:
-    key = new_key()
-    attempt = started_and_committed(first, key)
+                                        async_kind: str, hivenet_app_url: str,
+                                        kind: Kind) -> None:
+    key = kind.new_key(db)
+    attempt = started_and_committed(first, key, kind)
 
     async def scenario() -> Any:
         async with async_connection(async_kind, hivenet_app_url) as conn:
-            waiting = asyncio.ensure_future(AsyncRequestRepository(conn).begin(
-                NAMESPACE, key, ORDER, wait=30))
-            await asyncio.to_thread(until_registered, db, key)
-            await asyncio.to_thread(finish, first, key, attempt, True, {"order": 9})
+            waiting = asyncio.ensure_future(kind.repo_begin(kind.async_repository(conn), key,
+                                                            wait=30))
+            await asyncio.to_thread(until_registered, db, key, kind.namespace)
+            await asyncio.to_thread(finish, first, key, attempt, True, {"order": 9}, kind)
             return await waiting
 
     start = asyncio.run(scenario())
@@ -380,30 +437,30 @@ def _listening_sessions(db: psycopg.Connection) -> int:
 
 
 def test_waiters_behind_pgbouncer_without_a_listener_look_again_and_say_what_to_set(
-        db: psycopg.Connection, hivenet_url: str, bouncer_port: int,
+        db: psycopg.Connection, hivenet_url: str, bouncer_port: int, kind: Kind,
         caplog: pytest.LogCaptureFixture) -> None:
     """Given no listener, the repository's own, on the pooled URL, never LISTENs through the
     pooler (it would hear nothing there): it warns once, naming what to configure, and the
     eight duplicates (through two server connections) look again on their own connections
     at intervals of at most a second, so each replays within a second or so of the finish,
-    not after its 30 s wait."""
+    not after its 30 s wait. Steps as keyed requests."""
     dbname = urlsplit(hivenet_url).path.lstrip("/")
     pooled = f"postgresql://{SUPERUSER}@127.0.0.1:{bouncer_port}/{dbname}"
-    key = new_key()
+    key = kind.new_key(db)
     finished: list[float] = []
 
     def duplicate() -> tuple[Any, float]:
         with psycopg.connect(pooled, prepare_threshold=None) as conn:
-            start = RequestRepository(conn).begin(NAMESPACE, key, ORDER, wait=30)
+            start = kind.repo_begin(kind.repository(conn), key, wait=30)
             conn.commit()
             return start, time.monotonic() - finished[0]
 
     with caplog.at_level(logging.WARNING, logger="hivenet_db.waiting"), \
             psycopg.connect(pooled, prepare_threshold=None, autocommit=True) as first:
-        attempt = started_and_committed(first, key)
+        attempt = started_and_committed(first, key, kind)
         waiting = [Background(duplicate) for _ in range(8)]
         time.sleep(1.5)  # they look again every 0.05 s, then 0.1, 0.2, 0.4, 0.8
-        finish(first, key, attempt, True, {"order": 8})
+        finish(first, key, attempt, True, {"order": 8}, kind)
         finished.append(time.monotonic())
         results = [w.result() for w in waiting]
     assert {(s.outcome, s.response["order"]) for s, _ in results} == {("replayed", 8)}
@@ -417,25 +474,22 @@ def test_waiters_behind_pgbouncer_without_a_listener_look_again_and_say_what_to_
 
 
 def test_the_async_repository_behind_pgbouncer_without_a_listener_looks_again(
-        db: psycopg.Connection, hivenet_url: str, bouncer_port: int) -> None:
+        db: psycopg.Connection, hivenet_url: str, bouncer_port: int, kind: Kind) -> None:
     dbname = urlsplit(hivenet_url).path.lstrip("/")
     pooled = f"postgresql://{SUPERUSER}@127.0.0.1:{bouncer_port}/{dbname}"
-    key = new_key()
+    key = kind.new_key(db)
 
     async def scenario() -> tuple[Any, float]:
         async with await psycopg.AsyncConnection.connect(pooled, prepare_threshold=None
                                                          ) as conn, \
                 await psycopg.AsyncConnection.connect(pooled, prepare_threshold=None,
                                                       autocommit=True) as first:
-            outcome = await first.execute("SELECT attempt FROM hivenet.begin_request("
-                                          "%s, %s, %s::jsonb)", (NAMESPACE, key,
-                                                                 json.dumps(ORDER)))
-            attempt = (await outcome.fetchone() or [None])[0]
-            waiting = asyncio.ensure_future(AsyncRequestRepository(conn).begin(
-                NAMESPACE, key, ORDER, wait=30))
+            outcome = await first.execute(kind.begin, (key, json.dumps(ORDER), None))
+            attempt = (await outcome.fetchone() or [None, None])[1]
+            waiting = asyncio.ensure_future(kind.repo_begin(kind.async_repository(conn), key,
+                                                            wait=30))
             await asyncio.sleep(1.0)
-            await first.execute("SELECT hivenet.finish_request(%s, %s, %s, true, %s::jsonb)",
-                                (NAMESPACE, key, attempt, json.dumps({"order": 9})))
+            await first.execute(kind.finish, (key, attempt, True, json.dumps({"order": 9})))
             finished = time.monotonic()
             start = await asyncio.wait_for(waiting, 20)
             return start, time.monotonic() - finished

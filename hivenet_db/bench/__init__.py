@@ -351,6 +351,8 @@ def builtin_cases() -> dict[str, Case]:
         Case("first_use", cases.FIRST_USE, cases.first_use),
         Case("prepare_scopes", cases.PREPARE_SCOPES, cases.prepare_scopes),
         Case("requests_batch_100", cases.REQUESTS_BATCH, cases.requests_batch),
+        Case("time_id_vs_uuidv7", cases.TIME_ID_VS_UUIDV7, cases.time_id_vs_uuidv7,
+             cases.uuidv7_missing),
         Case(django_peers.NAME, django_peers.DESCRIPTION, django_peers_case,
              django_peers.missing),
     ]}

@@ -10,12 +10,15 @@ candidate in the same run, rounds alternating, and gives a ``Result`` like the s
 - ``partition_drop``: dropping the day partition of one million recorded interface calls
   (``hivenet._drop_interface_partition``, what maintain() does) against ``DELETE`` of the same
   day's rows from an unpartitioned copy of the table (same columns and indexes).
-- ``first_use``: the first allocation of an unprepared scope (its format's cold counter)
-  against an allocation of a prepared one, each in its own committed transaction
-  (milliseconds per call).
+- ``first_use``: the first allocation of an unprepared scope from its format's shared
+  fallback (the opt-in: setting ``shared_fallback``, set for the case and put back) against
+  an allocation of a prepared one, each in its own committed transaction (milliseconds per
+  call). With the defaults an unprepared scope is refused; the prepared scope's path is
+  ``alloc_formatted``'s.
 - ``requests_batch_100``: 100 new keys begun and finished in one transaction with
   ``RequestRepository.begin_many`` + ``finish_many`` against ``begin`` + ``finish`` of each
   key, on the same connections (keys per second).
+- ``time_id_vs_uuidv7`` (PostgreSQL 18): ``next_time_id`` against ``uuidv7()``, for reference.
 - ``prepare_scopes``: preparing 10,000 scopes (``hivenet.prepare_scope``, 500 a transaction,
   as ``hivenet-db prepare``) against creating 10,000 bare sequences in the same transactions
   (seconds for all).
@@ -40,9 +43,10 @@ from typing import Any
 
 import psycopg
 
-from hivenet_db.bench import BenchError, CpuMeter, Result, pgbench
+from hivenet_db.bench import BenchError, CpuMeter, Result, Scenario, pgbench, run_scenario
 from hivenet_db.bench.handwritten_keys import _rate
 from hivenet_db.requests import RequestRepository
+from hivenet_db.tools.embedded_postgres import find_bin_dir
 from hivenet_db.tools.proc_stat import cpu_seconds
 
 Say = Callable[[str], None]
@@ -268,8 +272,9 @@ def partition_drop(run: CaseRun) -> Result:
 
 # --- first_use --------------------------------------------------------------------------
 
-FIRST_USE = ("first allocation of an unprepared scope (next_unified_serial: the cold counter) "
-             "vs one of a prepared scope, each in a transaction of its own, the statement "
+FIRST_USE = ("first allocation of an unprepared scope (next_unified_serial: the opt-in "
+             "shared fallback) vs one of a prepared scope, each in a transaction of its own, "
+             "the statement "
              "timed (not the commit: a business transaction pays its commit anyway); per "
              "second (ms per call in the progress lines; goal <= 0.5 ms)")
 FIRST_USES = 100
@@ -281,7 +286,7 @@ def first_use(run: CaseRun) -> Result:
     result = Result(scenario="first_use", description=FIRST_USE, clients=1, seconds=0,
                     unit="per s")
     call = "SELECT hivenet.next_unified_serial(%s, 'A01', '01')"
-    with psycopg.connect(run.url) as conn:
+    with psycopg.connect(run.url) as conn, _sharing_fallback(conn, "unified"):
         conn.execute("SELECT hivenet.prepare_scope('unified', %s::jsonb)", (_FIELDS,))
         conn.commit()
 
@@ -290,7 +295,7 @@ def first_use(run: CaseRun) -> Result:
             conn.commit()
             return took
 
-        for k in range(20):  # warm: plans, caches, the cold counter's first of the day
+        for k in range(20):  # warm: plans, caches, the fallback's first of the day
             timed("C0001")
             timed(f"W{k:04d}")
         for i in range(run.rounds):
@@ -308,6 +313,25 @@ def first_use(run: CaseRun) -> Result:
                 run.say(f"  first_use round {i + 1}/{run.rounds} {kind:<9} "
                         f"{median * 1000:8.3f} ms per call (median of {n})")
     return result
+
+
+@contextlib.contextmanager
+def _sharing_fallback(conn: psycopg.Connection[tuple[object, ...]], format: str
+                      ) -> Iterator[None]:
+    """Format ``format``'s unprepared scopes draw from its shared fallback while the block
+    runs (setting shared_fallback); the setting is put back after."""
+    before = conn.execute("SELECT value FROM hivenet.setting WHERE name = 'shared_fallback'"
+                          ).fetchone()
+    conn.execute("UPDATE hivenet.setting SET value = value || ',' || %s "
+                 "WHERE name = 'shared_fallback'", (format,))
+    conn.commit()
+    try:
+        yield
+    finally:
+        conn.rollback()
+        conn.execute("UPDATE hivenet.setting SET value = %s WHERE name = 'shared_fallback'",
+                     (before[0] if before else "",))
+        conn.commit()
 
 
 # --- prepare_scopes ---------------------------------------------------------------------
@@ -414,3 +438,34 @@ def requests_batch(run: CaseRun) -> Result:
         for conn in conns:
             conn.close()
     return result
+
+
+# --- time_id_vs_uuidv7 ------------------------------------------------------------------
+
+TIME_ID_VS_UUIDV7 = ("next_time_id (bench_time_id, as scenario time_id_nextval) vs PostgreSQL "
+                     "18's uuidv7(), one per transaction, 16 clients: for reference, no goal "
+                     "(a uuid takes 128 bits and prints no readable time); PostgreSQL 18 only")
+_UUIDV7 = Path(__file__).with_name("scenarios") / "_time_id_vs_uuidv7"
+
+
+def _major_version() -> int:
+    """The major version of the PostgreSQL binaries the runner's server would use."""
+    out = subprocess.run([str(find_bin_dir() / "postgres"), "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    return int(out.split()[-1].split(".")[0])
+
+
+def uuidv7_missing() -> str | None:
+    major = _major_version()
+    return None if major >= 18 else f"uuidv7() is PostgreSQL 18's; these binaries are {major}"
+
+
+def time_id_vs_uuidv7(run: CaseRun) -> Result:
+    with psycopg.connect(run.url) as conn:
+        if conn.info.server_version < 180000:
+            raise BenchError(f"time_id_vs_uuidv7: uuidv7() is PostgreSQL 18's; the server is "
+                             f"{conn.info.server_version // 10000}")
+    scenario = Scenario(name="time_id_vs_uuidv7", folder=_UUIDV7,
+                        description=TIME_ID_VS_UUIDV7)
+    return run_scenario(run.url, scenario, run.rounds, run.clients, run.seconds, run.say,
+                        run.meter, small=run.quick)

@@ -64,7 +64,7 @@ def _install(commands: Commands) -> None:
     p = commands.add(
         "migrate", "install:cmd_migrate", "create or upgrade schema hivenet (alembic, version "
         "table hivenet_alembic_version); --check tells where it stands",
-        examples=["migrate --time-zone Asia/Shanghai",
+        examples=["migrate --time-zone Asia/Shanghai --prepare scopes.txt",
                   "migrate --owns-instances 01-09 --url postgresql://owner@shard0/app",
                   "migrate --check --url postgresql://owner@db/app"],
         description="Create or upgrade schema hivenet to --revision (alembic, version table "
@@ -86,6 +86,9 @@ def _install(commands: Commands) -> None:
     p.add_argument("--single-primary-formats", action="store_true", default=None, help=(
         "with --owns-instances: this database is the one that issues the formats without "
         "an instance field (merchant_trade, per_second)"))
+    p.add_argument("--prepare", metavar="FILE", help=(
+        "then prepare the scopes of FILE, one a line as for `hivenet-db prepare --file` "
+        "(such as C0001 A01 01-99), so that each counts from 1 from its first serial"))
 
     p = commands.add("downgrade", "install:cmd_downgrade", "go back to an older revision",
                      examples=["downgrade -1"],
@@ -101,16 +104,22 @@ def _prepare(commands: Commands) -> None:
     p = commands.add(
         "prepare", "prepare:cmd_prepare", "give counter scopes their own sequences before "
         "their first use, so that each counts from 1",
-        examples=["prepare system=C0001,module=A01,instance=01",
-                  "prepare --file scopes.txt",
-                  "prepare --format id_service merchant=123456789012,shard=07"],
-        description="Prepare each SCOPE (NAME=VALUE,... or a JSON object of the fields that "
-        "form the counter) in each --format (default: unified, system and interface, which "
-        "count per system, module and instance), in transactions of 500 scopes, with a "
-        "progress bar on stderr. A scope prepared already is left as it is. A scope used "
-        "before it is prepared shares its format's cold counter until maintain() promotes "
-        "it (docs/guarantees.md). register_module prepares the instances this database owns.")
-    p.add_argument("scope", nargs="*", help="NAME=VALUE,NAME=VALUE or a JSON object")
+        examples=["prepare C0001 A01 01-99",
+                  "prepare unified C0001 A01 01",
+                  "prepare id_service merchant=123456789012,shard=07",
+                  "prepare --file scopes.txt"],
+        description="Prepare the scopes named: a channel SYSTEM MODULE INSTANCES (an instance "
+        "or a range such as 01-99) in the standard's three kinds (unified, system, "
+        "interface), or in FORMAT when a format comes first; NAME=VALUE,... or a JSON object: "
+        "the fields of one scope's counter (a value NN-NN is a range). --file: one such line "
+        "a line (# comments); a format alone before --file, or --format, stands for the lines "
+        "that name none. In transactions of 500 scopes, with a progress bar on stderr. A "
+        "scope prepared already is left as it is. With the defaults an allocation for a scope "
+        "that is not prepared is refused (HN002), unless its format shares a fallback counter "
+        "(setting shared_fallback: docs/guides/formats.md). register_module prepares the "
+        "instances this database owns.")
+    p.add_argument("scope", nargs="*", metavar="[FORMAT] SCOPE",
+                   help="SYSTEM MODULE INSTANCES, NAME=VALUE,NAME=VALUE or a JSON object")
     p.add_argument("--file", metavar="PATH", help="scopes, one a line (# comments)")
     p.add_argument("--format", action="append", metavar="NAME",
                    help="format to prepare the scopes in (repeatable; default: unified, "
@@ -121,9 +130,11 @@ def _serials(commands: Commands) -> None:
     p = commands.add(
         "next", "serials:cmd_next", "issue serials (committed before they are printed)",
         examples=[f"next unified {SCOPE_EXAMPLE}",
-                  f"next interface {SCOPE_EXAMPLE} --target B0001 -n 100 --json"],
+                  f"next interface {SCOPE_EXAMPLE} --target B0001 -n 100 --json",
+                  "next time_id -n 3"],
         description="Issue COUNT serials of FORMAT: unified, system, interface, id_service, "
-        "merchant_trade, per_second or a custom format. Prints one serial per line; --json: "
+        "merchant_trade, per_second, time_id (numeric ids: (yyMMddHHmmss << 14) | seq) or a "
+        "custom format. Prints one serial per line; --json: "
         "one JSON object per line (JSON Lines) with the parsed fields too. Serials are "
         "committed and printed 10,000 at a time, so output streams whatever the count (after "
         "a failure, the serials printed are issued). With a terminal on stderr, a progress "
@@ -138,9 +149,10 @@ def _serials(commands: Commands) -> None:
 
     p = commands.add(
         "parse", "serials:cmd_parse", "show the format and fields of a serial",
-        examples=["parse C0001A0101201507100123456789"],
+        examples=["parse C0001A0101201507100123456789", "parse 4102768558080001"],
         description="Parse SERIAL. Without --format the standard's kinds are told apart by "
-        "length (28 unified, 30 system, 39 interface).")
+        "length (28 unified, 30 system, 39 interface), and any other number is a time id of "
+        "format time_id.")
     p.add_argument("serial")
     p.add_argument("--format", help="format name (needed for other formats)")
 
@@ -151,7 +163,8 @@ def _report(commands: Commands) -> None:
         "headroom",
         examples=["report --unified C0001A0101201507100123456789 --limit 20",
                   "report --shards postgresql://app@shard0/pay,postgresql://app@shard1/pay"],
-        description="Print the business time zone and each reporting section this database "
+        description="Print the business time zone (its name, offset and local time: every "
+        "time the report prints is in it) and each reporting section this database "
         "has: the call chain of --unified, per-scope usage and headroom of the current "
         "period (the scopes in use first, the least headroom first), interface calls per "
         "day, steps per state and stuck steps, keyed requests per state and stuck keyed "
@@ -179,7 +192,8 @@ def _maintain(commands: Commands) -> None:
                      examples=["maintain --url postgresql://owner@db/app",
                                "maintain --shard-map shards.json"],
                      description="Run hivenet.maintain() (partitions, retention); run it "
-                     "every few minutes. With --shards or --shard-map: on every shard, each "
+                     "every few minutes. Prints when it finished, in the business time zone "
+                     "with its offset. With --shards or --shard-map: on every shard, each "
                      "in its own transaction.")
     add_shard_options(p)
 
@@ -188,14 +202,16 @@ def _maintain(commands: Commands) -> None:
         "traffic: move every counter past what the old primary may have issued",
         examples=["failover-fence --gap 1000000 --url postgresql://admin@new-primary/app"],
         description="Run hivenet.fence_failover(): move every counter (scope sequences, "
-        "cold counters) forward by --gap, so that a standby promoted after an asynchronous "
-        "failover never issues a serial its old primary issued in the WAL it never got. "
-        "Choose the gap >= peak serials per second of one format x maximum replication "
-        "lag in seconds (docs/operations.md, Failover). Does nothing when this timeline was "
-        "fenced already (--force fences again). Counters whose period cannot hold the gap "
-        "are parked (HN010 until their next period) and listed.")
+        "shared fallback counters) forward by --gap, so that a standby promoted after an "
+        "asynchronous failover never issues a serial its old primary issued in the WAL it "
+        "never got. Its first allocation does the same with the setting failover_gap; this "
+        "fences before traffic (an HA manager's hook: docs/operations.md, Failover). Choose "
+        "the gap >= peak serials per second of one format x the longest stretch of commits a "
+        "failover loses. Does nothing when this timeline was fenced already (--force fences "
+        "again). Counters whose period cannot hold the gap are parked (HN010 until their next "
+        "period) and listed.")
     p.add_argument("--gap", type=int, default=None,
-                   help="how far to move each counter (default 100000)")
+                   help="how far to move each counter (default: the setting failover_gap)")
     p.add_argument("--force", action="store_true",
                    help="fence again although this timeline was fenced already")
 
@@ -239,13 +255,20 @@ def _proxy(commands: Commands) -> None:
 
 
 def _demo(commands: Commands) -> None:
-    commands.add(
+    p = commands.add(
         "demo", "demo:cmd_demo", "replay the standard's two examples end to end",
-        examples=["demo --json"],
+        examples=["demo --json", "demo --port 5499 --keep"],
         description="Replay the HiveNet Sequence Standards' examples: a transaction crossing "
         "three systems, then a failed step retried with the same system serial; shows a "
-        "duplicate call rejected, a retry replayed and the call chain. Its rows stay in the "
-        "database, so `hivenet-db report` shows them afterwards.")
+        "duplicate call rejected, a retry replayed and the call chain. Without a database URL "
+        "it starts a local PostgreSQL of its own, in a new directory it names (never the "
+        "embedded server of the other commands), and stops and removes it at the end unless "
+        "--keep; with --url its rows stay in that database, so `hivenet-db report` shows them "
+        "afterwards.")
+    p.add_argument("--port", type=port, help="the demo's own server listens on this port "
+                   "(default: a free one)")
+    p.add_argument("--keep", action="store_true", help="leave the demo's own server running "
+                   "with its data, and say how to reach and stop it")
 
 
 def _bench(commands: Commands) -> None:

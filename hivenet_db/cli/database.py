@@ -21,6 +21,7 @@ from sqlalchemy.exc import ArgumentError
 from hivenet_db.cli.output import PROG, CommandError, Output, one_line
 from hivenet_db.cli.parser import package_version
 from hivenet_db.tools import migrate
+from hivenet_db.tools.business_time import in_business_time
 from hivenet_db.tools.dburl import engine_for, from_env
 from hivenet_db.tools.embedded_postgres import DEFAULT_DATABASE, EmbeddedPostgres
 from hivenet_db.tools.migrate import MigrationStatus, State
@@ -145,9 +146,11 @@ def usable_engine(args: argparse.Namespace, out: Output) -> Iterator[Engine]:
 @contextmanager
 def transaction(args: argparse.Namespace, out: Output) -> Iterator[Connection]:
     """One transaction, committed when the block ends: the command is the caller here, so a
-    serial it prints is committed before anyone sees it (SPEC §6)."""
+    serial it prints is committed before anyone sees it (SPEC §6). Its times are shown in
+    the business time zone, where the role may read it."""
     with engine_for(database_url(args, out)) as engine, engine.begin() as conn:
         require(conn, USABLE)
+        in_business_time(conn)
         yield conn
 
 

@@ -19,8 +19,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -28,13 +31,16 @@ from sqlalchemy.exc import DBAPIError
 
 from hivenet_db.allocation import SerialRepository, flush_at_commit
 from hivenet_db.cli.database import USABLE, database_url, require_url
-from hivenet_db.cli.output import CommandError, Output, redact
+from hivenet_db.cli.embedded import check_free
+from hivenet_db.cli.output import PROG, CommandError, Output, UsageError, redact
 from hivenet_db.cli.render import format_table
 from hivenet_db.dedup import InterfaceDedup
 from hivenet_db.errors import HivenetError
 from hivenet_db.propagation import bind_from_headers, outgoing_headers, unified_serial_context
 from hivenet_db.steps import StepRepository
+from hivenet_db.tools import migrate, scopes
 from hivenet_db.tools.dburl import engine_for, from_env
+from hivenet_db.tools.embedded_postgres import DEFAULT_DATABASE, EmbeddedPostgres
 
 
 @dataclass(frozen=True)
@@ -204,21 +210,13 @@ class Demo:
 
 
 def prepare_scopes(engine: Engine) -> None:
-    """Prepare every scope the demo uses first, so that its serials count from 1 as in the
-    standard's examples (an unprepared scope draws from its format's shared cold counter
-    until ``maintain()`` promotes it: docs/operations.md). A role without the right
-    (``hivenet_app``) runs the demo without this."""
-    scopes = [("unified", CHANNEL, None), ("system", CHANNEL, None), ("system", HUB, None),
-              ("interface", CHANNEL, HUB), ("interface", HUB, CORE)]
+    """Prepare the channels the demo uses, in the standard's three kinds, so that each counts
+    from 1 as in the standard's examples (with the defaults a scope that is not prepared is
+    refused: docs/guides/formats.md). A role without the right (``hivenet_app``) runs the
+    demo on scopes an administrator prepared."""
     try:
-        with engine.begin() as conn:
-            for format_, caller, target in scopes:
-                fields = {"system": caller.system, "module": caller.module,
-                          "instance": caller.instance}
-                if target is not None:
-                    fields["target"] = target.system
-                conn.execute(text("SELECT hivenet.prepare_scope(:format, CAST(:fields AS jsonb))"),
-                             {"format": format_, "fields": json.dumps(fields)})
+        scopes.prepare(engine, [scopes.parse([s.system, s.module, s.instance])
+                                for s in (CHANNEL, HUB, CORE)])
     except DBAPIError as error:
         if getattr(error.orig, "sqlstate", None) != "42501":  # insufficient privilege
             raise
@@ -261,12 +259,52 @@ def run(url: str, as_json: bool = False) -> list[dict[str, Any]]:
 
 
 def cmd_demo(args: argparse.Namespace, out: Output) -> None:
-    url = database_url(args, out)
-    require_url(url, USABLE)
-    if args.url or from_env(None):
+    given = args.url or from_env(None)
+    if given and (args.port is not None or args.keep):
+        raise UsageError("--port and --keep are for the demo's own local PostgreSQL: drop "
+                         "them with --url or $HIVENET_DATABASE_URL")
+    if given:
+        url = database_url(args, out)
+        require_url(url, USABLE)
         out.note(f"running the demo in {redact(url)}: it commits its rows there")
+        play(url, out)
+        return
+    with own_server(args.port, args.keep, out) as url:
+        play(url, out)
+
+
+def play(url: str, out: Output) -> None:
     try:
         with out.progress("demo"):
             run(url, as_json=out.as_json)
     except Unavailable as error:
         raise CommandError(str(error)) from None
+
+
+@contextmanager
+def own_server(port: int | None, keep: bool, out: Output) -> Iterator[str]:
+    """A local PostgreSQL of the demo's own, in a new directory it names, on ``port`` (else a
+    free one), migrated; stopped and removed afterwards unless ``keep``. Never the embedded
+    server the other commands share."""
+    if port is not None:
+        check_free(port)
+    root = Path(tempfile.mkdtemp(prefix="hivenet-demo-"))
+    server = EmbeddedPostgres(root=root, progress=out.note)
+    out.note(f"the demo's own local PostgreSQL, in {root}")
+    kept = False
+    try:
+        with out.progress("local PostgreSQL"):
+            server.start(port)
+            url = server.ensure_database(DEFAULT_DATABASE)
+            migrate.upgrade(url)
+        yield url
+        kept = keep
+    finally:
+        if kept:
+            out.note(f"kept running on 127.0.0.1:{server.port} with its data in {root}: "
+                     f"`{PROG} report --url {url}`; stop it with `HIVENET_EMBEDDED_DIR={root} "
+                     f"{PROG} embedded stop`, then remove {root}")
+        else:
+            server.remove()
+            out.note(f"stopped the demo's PostgreSQL and removed {root}" +
+                     ("" if keep else " (--keep keeps them)"))

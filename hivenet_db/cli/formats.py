@@ -22,6 +22,19 @@ def known_formats(conn: Connection) -> dict[str, int]:
     return {name: int(definition["length"]) for name, definition in builtin_formats().items()}
 
 
+def is_numeric(conn: Connection, format: str) -> bool:
+    """Whether ``format`` issues numeric time ids (a bigint): the built-in time_id, or a
+    format of this database with seq_bits (when this role may read hivenet.format)."""
+    builtin = builtin_formats().get(format)
+    if builtin is not None:
+        return "time_shift" in builtin
+    if not conn.execute(text("SELECT has_table_privilege('hivenet.format', 'SELECT')")).scalar():
+        return False
+    return bool(conn.execute(text(
+        "SELECT time_shift IS NOT NULL FROM hivenet.format WHERE name = :f"), {"f": format}
+    ).scalar())
+
+
 def formats_parsing(conn: Connection, serial: str, known: dict[str, int]) -> list[str]:
     """The known formats of the serial's length that parse it, each tried in a savepoint."""
     fits = []

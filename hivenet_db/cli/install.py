@@ -14,8 +14,9 @@ from sqlalchemy import text
 
 from hivenet_db.cli.database import MIGRATABLE, database_url, require_url, status_line
 from hivenet_db.cli.output import CommandError, Output, UsageError, dump_json, redact
+from hivenet_db.cli.prepare import file_scopes
 from hivenet_db.schema import full_schema_sql
-from hivenet_db.tools import migrate
+from hivenet_db.tools import migrate, scopes
 from hivenet_db.tools.dburl import engine_for
 from hivenet_db.tools.migrate import State
 
@@ -27,6 +28,8 @@ CHECK_EXIT = {State.HEAD: 0, State.BEHIND: 3, State.AHEAD: 4, State.NOT_INSTALLE
 def _alembic(action: str, args: argparse.Namespace, out: Output) -> None:
     """Run migrate's upgrade or downgrade to ``args.revision``, unless the schema is newer
     than this package or untracked (alembic would fail half-way or install it twice)."""
+    # The file is read first: a mistake in it is reported before the schema changes.
+    prepared = file_scopes(args.prepare, "--prepare") if getattr(args, "prepare", None) else []
     url = database_url(args, out, to_head=False)
     require_url(url, MIGRATABLE)
     with out.progress(f"{action} schema hivenet to {args.revision}"):
@@ -35,12 +38,16 @@ def _alembic(action: str, args: argparse.Namespace, out: Output) -> None:
     if missing:
         out.note(f"role(s) {', '.join(missing)} do not exist, so only the schema's owner may "
                  f"use it: a superuser creates them with `hivenet-db bootstrap --owner ROLE`")
-    row = {"database": redact(url), "revision": migrate.current(url)}
+    row: dict[str, object] = {"database": redact(url), "revision": migrate.current(url)}
     if getattr(args, "time_zone", None) is not None:  # migrate --time-zone, once upgraded
         row["time_zone"] = set_time_zone(url, args.time_zone)
     if getattr(args, "owns_instances", None) is not None:  # migrate --owns-instances
         row["owned_instances"] = own_instances(url, args.owns_instances,
                                                args.single_primary_formats)
+    if prepared:  # migrate --prepare: once the database owns its instances
+        with out.progress(f"preparing the scopes of {args.prepare}"), engine_for(url) as engine:
+            scopes.prepare(engine, prepared)
+        row["prepared_scopes"] = scopes.count(prepared)
     out.rows([row])
 
 
@@ -80,6 +87,8 @@ def cmd_migrate(args: argparse.Namespace, out: Output) -> int | None:
             raise UsageError("--check changes nothing: drop --time-zone")
         if args.owns_instances is not None:
             raise UsageError("--check changes nothing: drop --owns-instances")
+        if args.prepare is not None:
+            raise UsageError("--check changes nothing: drop --prepare")
         return migrate_check(args, out)
     _alembic("upgrade", args, out)
     return None

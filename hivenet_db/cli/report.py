@@ -10,18 +10,20 @@ from sqlalchemy import Connection, text
 from hivenet_db.cli.database import dicts, exists, transaction
 from hivenet_db.cli.output import Output, dump_json
 from hivenet_db.cli.sharding import each_shard, merged_sections, shard_urls
+from hivenet_db.tools.business_time import in_business_time
 
 
 def report_sections(conn: Connection, unified: str | None, limit: int
                     ) -> dict[str, list[dict[str, Any]] | str]:
     """Each section of ``report`` whose view or function exists in this database."""
     sections: dict[str, list[dict[str, Any]] | str] = {}
-    if conn.execute(text("SELECT has_table_privilege('hivenet.setting', 'SELECT')")).scalar():
+    # Every time below is in this zone (the transaction's TimeZone: in_business_time).
+    if in_business_time(conn) is not None:
         sections["business time zone"] = dicts(
-            conn, "SELECT value AS time_zone, (hivenet.now() AT TIME ZONE value)::timestamp(0)"
-                  "::text AS local_time FROM hivenet.setting WHERE name = 'time_zone'")
+            conn, "SELECT time_zone, utc_offset::text AS utc_offset, local_time::text "
+                  "AS local_time FROM hivenet.business_time_zone")
     else:
-        sections["business time zone"] = "(this role may not read hivenet.setting)"
+        sections["business time zone"] = "(this role may not read hivenet.business_time_zone)"
     if unified is not None:
         if exists(conn, "function", "hivenet.call_chain"):
             sections[f"call chain of {unified}"] = dicts(

@@ -13,6 +13,7 @@ from sqlalchemy import Connection
 from hivenet_db.cli.database import USABLE, parse_target, require
 from hivenet_db.cli.output import CommandError, Output, UsageError
 from hivenet_db.shards import merged, named_urls, shard_urls_in
+from hivenet_db.tools.business_time import in_business_time
 from hivenet_db.tools.dburl import engine_for
 from hivenet_db.urls import libpq_url
 
@@ -50,6 +51,7 @@ def each_shard(args: argparse.Namespace, out: Output, urls: dict[str, str],
         with out.progress(f"shard {name}"), engine_for(urls[name]) as engine, \
                 engine.begin() as conn:
             require(conn, USABLE)
+            in_business_time(conn)
             results[name] = work(conn)
     return results
 

@@ -47,6 +47,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 from django.urls import Resolver404, ResolverMatch, resolve
 from django.utils.module_loading import import_string
 
+from hivenet_db.attempts import REQUESTS, Attempts, AttemptStart, error_report
 from hivenet_db.decisions import OnDecision, reported
 from hivenet_db.django.db import connection, database_url
 from hivenet_db.django.decorators import mark_of
@@ -70,7 +71,6 @@ from hivenet_db.http_idempotency import (
 )
 from hivenet_db.metrics import timed_check
 from hivenet_db.requests import RequestRepository
-from hivenet_db.steps import StepStart, error_report
 from hivenet_db.urls import libpq_url
 from hivenet_db.waiting import FinishListener, as_timedelta, waited
 
@@ -253,7 +253,7 @@ class IdempotencyMiddleware:
             raise raised
         return _fresh(response)
 
-    def _begin_here(self, options: Options, key: str, described: Any) -> StepStart:
+    def _begin_here(self, options: Options, key: str, described: Any) -> AttemptStart:
         """The check, in the request's transaction: nowait (409 at once), or waiting in the
         database up to ``wait`` for a concurrent first attempt's transaction to end."""
         repository = RequestRepository(connection(options.database),
@@ -263,9 +263,9 @@ class IdempotencyMiddleware:
                 return repository.begin(options.namespace, key, described, lease=options.lease,
                                         nowait=True)
             wait = as_timedelta(options.wait)
-            return reported(options.on_decision, options.namespace, key, lambda: (
-                repository._begin(options.namespace, key, described, "replay", options.lease,
-                                  False, wait)))
+            return reported(options.on_decision, options.namespace, key, lambda: Attempts(
+                connection(options.database), REQUESTS, None, None).once(
+                options.namespace, key, described, "replay", None, options.lease, False, wait))
 
     # --- without it: `processing` committed first, the record after the view's commits ----
 
@@ -308,7 +308,7 @@ class IdempotencyMiddleware:
             raise
         return _fresh(response)
 
-    def _begin_apart(self, options: Options, key: str, described: Any) -> StepStart:
+    def _begin_apart(self, options: Options, key: str, described: Any) -> AttemptStart:
         wait = options.wait
         if wait is None:
             with transaction.atomic(using=options.database):  # `processing`, committed first
@@ -323,14 +323,15 @@ class IdempotencyMiddleware:
             lambda: self._watch(options, key), lambda: None))
 
     def _begin_once(self, options: Options, key: str, described: Any,
-                    wait: timedelta) -> StepStart:
+                    wait: timedelta) -> AttemptStart:
         with transaction.atomic(using=options.database):
-            return RequestRepository(connection(options.database))._begin(
-                options.namespace, key, described, "replay", options.lease, False, wait)
+            return Attempts(connection(options.database), REQUESTS, None, None).once(
+                options.namespace, key, described, "replay", None, options.lease, False, wait)
 
     def _watch(self, options: Options, key: str) -> None:
         with transaction.atomic(using=options.database):
-            RequestRepository(connection(options.database))._register(options.namespace, key)
+            Attempts(connection(options.database), REQUESTS, None, None).watch(
+                options.namespace, key)
 
     def _listener(self, options: Options) -> FinishListener:
         if options.listen_url is not None:

@@ -4,13 +4,20 @@
 
 -- name: scope_usage
 -- The scopes that issued in the current period (not the idle ones: a bank has thousands of
--- prepared scopes), and each format's shared cold counter, scope '(unprepared scopes)',
+-- prepared scopes), and each format's shared fallback counter, scope '(unprepared scopes)',
 -- always: its headroom is what the alert on unprepared scopes reads.
 SELECT format, scope, issued, capacity, remaining,
        remaining::float8 / capacity AS headroom
 FROM hivenet.scope_usage
 WHERE issued > 0 OR shared
 ORDER BY format, scope;
+
+-- name: clock_lead
+-- Per format printing a date or time: how far the latest instant it issued is ahead of the
+-- database clock (0 when it is not; a clock that stepped back shows here until it catches up).
+SELECT format, extract(epoch FROM lead)::float8 AS lead_seconds
+FROM hivenet.clock_lead
+ORDER BY format;
 
 -- name: stuck_steps
 -- Processing steps past their lease, and how long past it the oldest one is.
@@ -29,7 +36,14 @@ SELECT count(*) AS requests,
 FROM hivenet.stuck_requests;
 
 -- name: request_states
-SELECT namespace, state, requests FROM hivenet.request_states ORDER BY namespace, state;
+-- Per namespace whose decisions are counted apart (decisions.sql: the declared ones and the
+-- first max_counted_namespaces), the others summed under 'hivenet.other', as their decisions.
+SELECT CASE WHEN s.namespace IN (SELECT d.namespace FROM hivenet.request_decisions d)
+            THEN s.namespace ELSE 'hivenet.other' END AS namespace,
+       s.state, sum(s.requests)::bigint AS requests
+FROM hivenet.request_states s
+GROUP BY 1, 2
+ORDER BY 1, 2;
 
 -- name: claims
 SELECT count(*) AS claims FROM hivenet.claim_record;
@@ -62,3 +76,16 @@ SELECT coalesce((SELECT extract(epoch FROM ran_at) FROM hivenet.maintain_run), 0
 -- Begins per namespace and decision since install, committed or not (decisions.sql).
 SELECT namespace, decision, decisions FROM hivenet.request_decisions
 ORDER BY namespace, decision;
+
+-- name: failover
+-- The fence's gap and the stretch of commits a failover may lose, as the settings declare
+-- them (failover.sql).
+SELECT (SELECT s.value::bigint FROM hivenet.setting s WHERE s.name = 'failover_gap') AS gap,
+       (SELECT extract(epoch FROM s.value::interval) FROM hivenet.setting s
+        WHERE s.name = 'failover_loss_window') AS loss_window_seconds;
+
+-- name: allocation_rate
+-- Each format's highest rate between two runs of maintain(), today or yesterday.
+SELECT format, greatest(peak, previous_peak) AS peak_per_second
+FROM hivenet.allocation_rate
+ORDER BY format;

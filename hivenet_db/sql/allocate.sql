@@ -3,10 +3,12 @@
 -- next_system_serial are generated (compile.sql).
 
 -- p_count serials of format p_format for field values p_values from counter p_seq (the
--- scope's own sequence, or the format's cold counter; p_scope names it in messages), printed
+-- scope's own sequence, or the format's fallback counter; p_scope names it in messages), printed
 -- at the clock's time in the business time zone, never before the latest instant the counter
--- has issued (its clock sequence, formats with a clock_unit). HN010 when the period is
--- exhausted.
+-- has issued (its clock sequence, formats with a clock_unit, else the counter's period). A
+-- numeric format's serials are its bigints' digits (time_ids.sql). HN010 when the period is
+-- exhausted; a clock behind that latest instant follows the format's clock policy
+-- (_clock_behind: it may wait, or refuse with HN011).
 CREATE FUNCTION hivenet._issue(p_seq regclass, p_format hivenet.format, p_values text[],
     p_count integer, p_scope text) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -22,16 +24,35 @@ DECLARE
     v_latest bigint;  -- the latest instant issued by the counter, in p_format.clock_unit
     v_read bigint;    -- ... as read from its clock sequence when this call started
     v_instant bigint;
+    v_behind_asked boolean := false;
+    v_fields bigint;  -- a numeric format's fields, in their bits
 BEGIN
+    IF p_format.time_shift IS NOT NULL THEN
+        v_fields := hivenet._time_id_fields(p_format, p_values);
+    END IF;
     IF p_format.clock_unit IS NOT NULL THEN
         -- Read once, before any value is drawn: every call that returned before this one
         -- started has raised it to what it printed.
         v_clock := hivenet._clock_sequence(p_seq);
         v_read := coalesce(pg_sequence_last_value(v_clock), 0);
         v_latest := v_read;
+        IF v_read > hivenet._period_index(v_local, p_format.clock_unit) THEN
+            v_local := hivenet._clock_behind(p_format.name,
+                hivenet._period_start(v_read, p_format.clock_unit), v_local);
+            v_period := hivenet._period_index(v_local, p_format.reset);
+            v_behind_asked := true;
+        END IF;
     END IF;
     FOR i IN 1 .. p_count LOOP
         v_raw := nextval(p_seq);
+        IF i = 1 AND v_raw / p_format.stride > v_period AND NOT v_behind_asked THEN
+            -- The counter is in a later period than the clock: the clock went back (or the
+            -- format borrowed). Asked for the counter as the call found it, not for what the
+            -- call's own values borrow.
+            v_local := hivenet._clock_behind(p_format.name,
+                hivenet._period_start(v_raw / p_format.stride, p_format.reset), v_local);
+            v_period := hivenet._period_index(v_local, p_format.reset);
+        END IF;
         IF v_raw / p_format.stride < v_period
            OR v_raw % p_format.stride NOT BETWEEN 1 AND p_format.capacity THEN
             v_raw := hivenet._advance(p_seq, p_format, v_period, p_scope);
@@ -51,10 +72,16 @@ BEGIN
             END IF;
             v_latest := greatest(v_latest, v_instant);
         END IF;
-        -- concat, not ||: to_char of an empty pattern is NULL.
-        v_out := v_out || concat(to_char(v_print, v_head),
-                                 lpad((v_raw % p_format.stride)::text, p_format.seq_width, '0'),
-                                 to_char(v_print, v_tail));
+        IF p_format.time_shift IS NOT NULL THEN
+            v_out := v_out || ((to_char(v_print, v_head)::bigint << p_format.time_shift)
+                               | v_fields | v_raw % p_format.stride)::text;
+        ELSE
+            -- concat, not ||: to_char of an empty pattern is NULL.
+            v_out := v_out || concat(to_char(v_print, v_head),
+                                     lpad((v_raw % p_format.stride)::text, p_format.seq_width,
+                                          '0'),
+                                     to_char(v_print, v_tail));
+        END IF;
     END LOOP;
     IF v_latest > v_read THEN
         PERFORM hivenet._raise_clock(v_clock, v_latest);
@@ -62,64 +89,22 @@ BEGIN
     RETURN v_out;
 END $$;
 
--- _issue for scope p_scope that has no sequence of its own yet (as far as this session's
--- catalog cache knows): from its own sequence if one was committed since, else from the
--- format's cold counter, recording the scope for maintain(). Holds the format's cold lock
--- shared while it looks and draws (never until commit), so a promotion that commits in
--- between is either seen here or waited for. Never waits for another caller's commit.
-CREATE FUNCTION hivenet._issue_cold(p_format hivenet.format, p_values text[], p_count integer)
-RETURNS text[]
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_scope text := hivenet._scope_of(p_format, p_values);
-    v_key integer := hashtext(p_format.name);
-    v_seq regclass;
-    v_out text[];
-BEGIN
-    -- A scope's first use (and every use of a parked one): this database must own it
-    -- (ownership.sql). Scopes with a sequence of their own passed this when promoted.
-    IF hivenet._setting_constant('owned_instances') IS DISTINCT FROM 'all' THEN
-        PERFORM hivenet._check_owned(p_format, p_values);
-    END IF;
-    PERFORM pg_advisory_lock_shared(hivenet._cold_lock_space(), v_key);
-    BEGIN
-        v_seq := hivenet._committed_sequence(hivenet._scope_sequence_name(p_format.name, v_scope));
-        IF v_seq IS NULL THEN
-            v_out := hivenet._issue(
-                ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass,
-                p_format, p_values, p_count,
-                format('the cold counter of unprepared scopes (scope %L was not prepared '
-                       'before its first use; prepare scopes at deployment, `hivenet-db '
-                       'prepare`: one prepared now starts after every cold value, so it is '
-                       'exhausted too until the next period)', v_scope));
-            -- Once per scope, not per serial: a busy new scope would pile up rows.
-            INSERT INTO hivenet.scope_pending (format, scope, fields)
-            SELECT p_format.name, v_scope, hivenet._scope_fields(p_format, p_values)
-            WHERE NOT EXISTS (SELECT FROM hivenet.scope_pending s
-                              WHERE s.format = p_format.name AND s.scope = v_scope);
-        END IF;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-        PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
-        RAISE;
-    END;
-    PERFORM pg_advisory_unlock_shared(hivenet._cold_lock_space(), v_key);
-    IF v_seq IS NOT NULL THEN
-        RETURN hivenet._issue(v_seq, p_format, p_values, p_count, format('scope %L', v_scope));
-    END IF;
-    RETURN v_out;
-END $$;
-
 -- The core of every next_* function: p_count serials of format p_format, the field values
 -- given by name in p_fields (a JSON object), or, when p_values is not NULL, in p_values in the
--- format's field order (the next_<kind>_serial functions: no JSON on their path).
--- Raises HN001 (bad format, field or count), HN002 (registry), HN010 (period exhausted).
+-- format's field order (the next_<kind>_serial functions: no JSON on their path); of a
+-- numeric format (time_ids.sql) when p_numeric, of a text one when not.
+-- Raises HN001 (bad format, field or count), HN002 (registry; a scope not prepared, unless
+-- its format shares a fallback counter: fallback.sql), HN010 (period exhausted), HN011 (the
+-- clock is behind and the format's clock policy refuses).
 -- Never waits for another transaction; may wait a moment for another allocation's period
--- reset (the advisory lock is held for one setval, never until commit), and a new scope's
--- allocation waits for a maintain() that is promoting scopes of the format to commit.
+-- reset (the advisory lock is held for one setval, never until commit), and an unprepared
+-- scope's allocation waits for a prepare_scope() or maintain() preparing scopes of the format
+-- to commit. A server session's first allocation checks the timeline first (_check_timeline,
+-- failover.sql): the first on a new one fences it, or waits for the session fencing it.
 -- The common case is one query, one regex match, no loop over segments; the slow paths (bad
--- input, a new scope, period reset) are helpers (docs/design/sql-internals.md).
+-- input, an unprepared scope, period reset) are helpers (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._allocate(p_format text, p_fields jsonb, p_values text[],
-    p_count integer) RETURNS text[]
+    p_count integer, p_numeric boolean DEFAULT false) RETURNS text[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     -- Settings and format from generated constants (compile.sql): no query on the hot path.
@@ -129,6 +114,9 @@ DECLARE
     v_scope text;
     v_seq regclass;
 BEGIN
+    IF current_setting('hivenet.timeline_checked', true) IS DISTINCT FROM 'true' THEN
+        PERFORM hivenet._check_timeline();
+    END IF;
     IF p_count IS NULL OR p_count NOT BETWEEN 1 AND 1000000 THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('format %s: count %s must be from 1 to 1000000',
@@ -141,6 +129,11 @@ BEGIN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('unknown format %s', hivenet._shown(p_format));
         END IF;
+    END IF;
+    IF (v_format.time_shift IS NOT NULL) <> p_numeric THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = format(CASE WHEN p_numeric
+            THEN 'format %s is a text format: next_serial issues it'
+            ELSE 'format %s is numeric (a bigint): next_time_id issues it' END, v_format.name);
     END IF;
     IF v_values IS NULL THEN
         v_values := hivenet._field_values(v_format, p_fields);
@@ -170,7 +163,7 @@ BEGIN
     v_seq := to_regclass(
         'hivenet.' || quote_ident(hivenet._scope_sequence_name(p_format, v_scope)));
     IF v_seq IS NULL THEN
-        RETURN hivenet._issue_cold(v_format, v_values, p_count);
+        RETURN hivenet._issue_unprepared(v_format, v_values, p_count);
     END IF;
     RETURN hivenet._issue(v_seq, v_format, v_values, p_count, format('scope %L', v_scope));
 END $$;

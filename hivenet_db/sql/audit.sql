@@ -1,7 +1,7 @@
 -- The audit chain of a namespace of keyed requests (set_namespace_policy(..., audit_chain =>
 -- true)): tamper evidence for its attempts, checked by verify_audit_chain and `hivenet-db
--- audit verify`. Who began each attempt is recorded in every namespace (requests.sql,
--- _called_by; view request_attempts).
+-- audit verify`. Who began each attempt is recorded in every namespace (requests.sql, the
+-- column defaults of request_attempt; view request_attempts).
 --
 -- Every event of an attempt is a link of one chain per namespace, in the order the events
 -- happened: its begin (chain_position, chain_hash on the attempt's row) and its end

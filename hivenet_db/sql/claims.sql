@@ -25,12 +25,15 @@ CREATE INDEX claim_record_expiry ON hivenet.claim_record (expires_at)
     WHERE expires_at IS NOT NULL;
 
 -- Whether p_value is a valid namespace or key: 1 to 255 characters, none of them a control
--- character. The one rule for the names and keys of claims and keyed requests (requests.sql).
--- Inlined into the fast paths (claim, _request_start_valid): no function runs.
+-- or an invisible character (_unseen_characters, settings.sql). The one rule for the names
+-- and keys of claims and keyed requests (requests.sql). Inlined into the fast paths (claim,
+-- _request_start_valid): no function runs.
 CREATE FUNCTION hivenet._name_valid(p_value text) RETURNS boolean
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
-    SELECT length(p_value) BETWEEN 1 AND 255 AND p_value !~ '[\x01-\x1f\x7f-\x9f]';
+    -- No BETWEEN: it parses into a nested AND, which the revision's copy would not be.
+    SELECT length(p_value) >= 1 AND length(p_value) <= 255
+       AND p_value !~ hivenet._unseen_characters();
 END;
 
 -- HN001 unless p_value is a valid namespace or key (p_what names which: 'namespace', 'key',
@@ -49,6 +52,11 @@ BEGIN
     ELSIF p_value ~ '[\x01-\x1f\x7f-\x9f]' THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('%s %s contains a control character', p_what,
+                             hivenet._shown(p_value));
+    ELSIF p_value ~ hivenet._unseen_characters() THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('%s %s contains an invisible character (a Unicode format or '
+                             'separator character, shown as its code)', p_what,
                              hivenet._shown(p_value));
     ELSIF p_what LIKE '%namespace' AND left(p_value, 8) = 'hivenet.' THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
@@ -81,9 +89,17 @@ BEGIN
     UPDATE hivenet.claim_record r SET claimed_at = v_now, expires_at = v_expires
     WHERE r.namespace = p_namespace AND r.key = p_key AND r.expires_at <= v_now;
     IF NOT FOUND THEN
+        -- Until when the claim that holds the key is taken (not this one's expiry).
+        SELECT r.expires_at INTO v_expires
+        FROM hivenet.claim_record r WHERE r.namespace = p_namespace AND r.key = p_key;
         RAISE EXCEPTION USING ERRCODE = 'HN040',
-            MESSAGE = format('claim %s / %s is already taken (until %s)',
-                             hivenet._shown(p_namespace), hivenet._shown(p_key), v_expires);
+            MESSAGE = format('claim %s / %s is already taken%s',
+                             hivenet._shown(p_namespace), hivenet._shown(p_key),
+                             CASE WHEN NOT FOUND THEN ''
+                                  WHEN v_expires IS NULL THEN ' (for good: its namespace has '
+                                                              'no expiry)'
+                                  ELSE format(' (until %s)', hivenet._shown_time(v_expires))
+                             END);
     END IF;
 END $$;
 

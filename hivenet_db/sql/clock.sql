@@ -38,6 +38,20 @@ BEGIN ATOMIC
                 THEN clock_timestamp() ELSE hivenet._fake_now() END;
 END;
 
+-- Instant p_time as every message and report shows a time: in the business time zone (setting
+-- time_zone, never the session's TimeZone), with its offset from UTC and the zone named, e.g.
+-- '2026-11-21 17:30:00+08:00 (Asia/Shanghai)'; NULL for NULL.
+CREATE FUNCTION hivenet._shown_time(p_time timestamptz) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT to_char(p_time AT TIME ZONE z.zone, 'YYYY-MM-DD HH24:MI:SS')
+           || CASE WHEN o.seconds < 0 THEN '-' ELSE '+' END
+           || to_char(make_interval(secs => abs(o.seconds)), 'HH24:MI')
+           || format(' (%s)', z.zone)
+    FROM (SELECT hivenet._setting_value('time_zone') AS zone) AS z,
+         LATERAL (SELECT extract(epoch FROM (p_time AT TIME ZONE z.zone)
+                                          - (p_time AT TIME ZONE 'UTC')) AS seconds) AS o
+$$;
+
 -- What "now" is for a date or time a caller printed: the local time on its clock at p_now,
 -- at edge p_edge of the zones a caller may be in ('earliest': UTC-12, 'latest': UTC+14;
 -- every zone in use lies between). A serial carries no time zone, so each window on a

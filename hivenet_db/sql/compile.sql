@@ -14,6 +14,7 @@
 --   2. _serial_valid, _serial_shaped, _serial_time, _serial_field, _serial_scope: every
 --      format's layout (_layout_sql);
 --   3. _fast_unified, _fast_system: the allocation fast paths (_fast_path_expression);
+--      _fast_time_id, _time_id_batch: those of the numeric formats (_time_id_parts);
 --   4. _step_in_window: from the layout of format 'system' (step 2's values) and the
 --      settings (_step_window_expression).
 -- Generators pass values (records, arguments), never SQL text they read back.
@@ -110,11 +111,14 @@ END;
 -- (where a database allows one, a session that set hivenet.fake_now goes to the full path;
 -- where none is allowed, the fast path does not read the setting and issues by the real
 -- clock); a prepared scope, its sequence found by name (every scope sequence belongs to an
--- owned instance, ownership.sql); a value of today's period within capacity (a new period,
--- a clock stepped back, exhaustion: the value taken here is a gap, as when _issue hands over
--- to _advance). The time is the statement's: one instant for the period check and the
--- printed date. Runs with the caller's rights: the caller needs USAGE on the scopes'
--- sequences (privileges.sql, _grant_counter). Never waits for another transaction.
+-- owned instance, ownership.sql; the full path refuses an unprepared one, or draws from its
+-- format's shared fallback: fallback.sql); a value of today's period within capacity (a new
+-- period, a clock stepped back, exhaustion: the value taken here is a gap, as when _issue
+-- hands over to _advance); a server session whose timeline is checked
+-- (hivenet.timeline_checked, set by _allocate's first call: failover.sql). The time is the
+-- statement's: one instant for the period check and the printed date. Runs with the caller's
+-- rights: the caller needs USAGE on the scopes' sequences (counters.sql, _grant_counter).
+-- Never waits for another transaction.
 CREATE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text) RETURNS text
 LANGUAGE sql VOLATILE
 BEGIN ATOMIC
@@ -127,13 +131,39 @@ BEGIN ATOMIC
     SELECT NULL::text;
 END;
 
+-- 3. The fast path of next_time_id (time_ids.sql): an id of numeric format p_format for
+-- fields p_fields (a JSON object, or NULL for a format without fields), or NULL for anything
+-- but the plain case, which the caller hands to _next_time_id. The plain case, as
+-- _fast_unified's: fields exactly the format's, valid (one regex, the digit bounds); no
+-- registry check; no fake clock; a prepared scope, its sequence found by name; a value of the
+-- statement's period within capacity (a new second, a clock behind, exhaustion: the value
+-- taken here is a gap). One CASE branch per numeric format, the constant name folding it.
+-- Runs with the caller's rights (USAGE on the scopes' sequences). Never waits.
+CREATE FUNCTION hivenet._fast_time_id(p_format text, p_fields jsonb) RETURNS bigint
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT NULL::bigint;
+END;
+
+-- 3. What next_time_ids works out once per call (time_ids.sql), the same plain case as
+-- _fast_time_id: high, the id without its seq; counter, the scope's sequence; base, the
+-- first value of the statement's period; modulus, capacity + 1 (the clamp's). high and
+-- counter are NULL but in the plain case (and for an unknown format), so each row then goes
+-- to _next_time_id.
+CREATE FUNCTION hivenet._time_id_batch(p_format text, p_fields jsonb, OUT high bigint,
+    OUT counter regclass, OUT base bigint, OUT modulus bigint)
+LANGUAGE sql STABLE
+BEGIN ATOMIC
+    SELECT NULL::bigint, NULL::regclass, NULL::bigint, NULL::bigint;
+END;
+
 -- 4. _step_in_window(system serial): the serial, if valid, is surely dated inside the window
--- whose steps are kept (HN021, see _begin_step in steps.sql), and no instance needs a check
+-- whose steps are kept (HN021, see _check_step in steps.sql), and no instance needs a check
 -- (setting owned_instances 'all'). Then begin_step may replay a stored step without
--- _begin_step, and view _step_start may start a new one (its layout checked there). When the
+-- _begin_key, and _start_key may start a new one (its layout checked there). When the
 -- layout prints the date as YYYYMMDD, that date is compared as text, so no input makes it
 -- raise: from the day after the day of _step_days_from to the day of _step_days_to (exact at
--- that end); a step dated on the window's first day or later goes to _begin_step, which
+-- that end); a step dated on the window's first day or later goes to _begin_key, which
 -- decides exactly (and accepts this database's own serials past the end). VOLATILE
 -- (hivenet.now()).
 CREATE FUNCTION hivenet._step_in_window(p_serial text) RETURNS boolean
@@ -302,6 +332,8 @@ DECLARE
     v_field text;
     v_counter text;
     v_fake_clock text := '';
+    -- Until the session's first allocation has checked the timeline (failover.sql).
+    v_checked text := $f$current_setting('hivenet.timeline_checked', true) = 'true' AND $f$;
 BEGIN
     IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
        OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
@@ -324,7 +356,7 @@ BEGIN
     -- one (unprepared, or parked: ownership.sql), which nextval (strict) passes on to the full
     -- path. The values are alnum here (the pattern matched), so the quoted name is theirs.
     -- The session's catalog cache may not see a sequence created since its transaction
-    -- began: NULL then too, and the full path finds it (_issue_cold).
+    -- began: NULL then too, and the full path finds it (_issue_unprepared).
     v_counter := format('to_regclass(%L || p_a || p_b || p_c || %L)',
                         'hivenet."' || hivenet._scope_sequence_name(p_format.name, ''), '"');
     IF p_allow_fake_clock THEN
@@ -341,18 +373,102 @@ BEGIN
     -- maps 0 and capacity + 1 both to 0, then NULL.
     RETURN format(
         $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
-    WHEN %s%s
+    WHEN %s%s%s
     THEN %s || to_char(nullif(least(greatest(
              nextval(%s)
              - (%s::date - %L::date) * %s::bigint,
              0), %s) %% %s, 0), %L)
     END END$f$,
-        p_format.field_pattern, v_fake_clock,
+        p_format.field_pattern, v_checked, v_fake_clock,
         coalesce(array_to_string(v_bounds, ' AND '), 'true'),
         v_printed, v_counter, v_local,
         date '2000-01-01' - hivenet._period_index(timestamp '2000-01-01', 'day')::integer,
         p_format.stride, p_format.capacity + 1, p_format.capacity + 1,
         'FM' || repeat('0', p_format.seq_width));
+END $$;
+
+-- 3. The parts of the fast paths of numeric format p_format (see _fast_time_id and
+-- _time_id_batch) in business time zone p_zone, or NULLs when the settings leave every call
+-- to the full path (p_enforce_registry, for a format with fields); p_allow_fake_clock: the
+-- setting allow_fake_clock. guard: the plain case (a boolean, false when it is not: the
+-- casts of the fields' bounds behind their pattern); high: the id without its seq (the
+-- printed time's number shifted, the fields' bits); counter: the scope's sequence, by name
+-- (a regclass, NULL when there is none); base: the statement's period times the stride, so
+-- that a value minus base is a seq of that period; capacity.
+CREATE FUNCTION hivenet._time_id_parts(p_format hivenet.format, p_zone text,
+    p_enforce_registry boolean, p_allow_fake_clock boolean, OUT guard text, OUT high text,
+    OUT counter text, OUT base text, OUT capacity bigint)
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_local text := format('(statement_timestamp() AT TIME ZONE %L)', p_zone);
+    -- Until the session's first allocation has checked the timeline (failover.sql).
+    v_checks text[] := ARRAY[$f$current_setting('hivenet.timeline_checked', true) = 'true'$f$];
+    v_bounds text[] := '{}';
+    v_bits text := '';
+    v_scope text[] := '{}';
+    v_value text;
+    v_seg jsonb;
+BEGIN
+    IF p_enforce_registry AND p_format.field_names <> '{}' THEN
+        RETURN;
+    END IF;
+    IF p_allow_fake_clock THEN
+        v_checks := v_checks
+                    || $f$coalesce(current_setting('hivenet.fake_now', true), '') = ''$f$::text;
+    END IF;
+    FOR v_seg IN SELECT s FROM jsonb_array_elements(p_format.segments) AS s WHERE s ? 'field'
+    LOOP
+        v_value := format('(p_fields ->> %L)', v_seg ->> 'field');
+        v_bits := v_bits || format(' | (%s::bigint << %s)', v_value, v_seg ->> 'shift');
+        IF coalesce(v_seg -> 'counter', 'true') = 'true' THEN
+            v_scope := v_scope || v_value;
+        END IF;
+        IF v_seg ? 'min' THEN
+            v_bounds := v_bounds || format('%s::numeric >= %s', v_value, v_seg ->> 'min');
+        END IF;
+        IF v_seg ? 'max' THEN
+            v_bounds := v_bounds || format('%s::numeric <= %s', v_value, v_seg ->> 'max');
+        END IF;
+    END LOOP;
+    IF p_format.field_names = '{}' THEN
+        v_checks := v_checks || $f$coalesce(p_fields, '{}') = '{}'::jsonb$f$::text;
+        counter := quote_literal(
+            'hivenet."' || hivenet._scope_sequence_name(p_format.name, '') || '"');
+    ELSE
+        -- Exactly the format's fields, as strings, matching their pattern; digits, so the
+        -- quoted sequence name is theirs.
+        v_checks := v_checks || format('p_fields = jsonb_build_object(%s)', (
+            SELECT string_agg(format('%L, p_fields ->> %L', n, n), ', ' ORDER BY i)
+            FROM unnest(p_format.field_names) WITH ORDINALITY AS f (n, i)));
+        v_checks := v_checks || format('(%s) ~ %L', (
+            SELECT string_agg(format('(p_fields ->> %L)', n), ' || '' '' || ' ORDER BY i)
+            FROM unnest(p_format.field_names) WITH ORDINALITY AS f (n, i)),
+            p_format.field_pattern);
+        counter := format($f$'hivenet."' || hivenet._scope_sequence_name(%L, %s) || '"'$f$,
+                          p_format.name, array_to_string(v_scope, ' || '));
+    END IF;
+    guard := array_to_string(v_checks, ' AND ');
+    IF v_bounds <> '{}' THEN
+        guard := format('CASE WHEN %s THEN %s ELSE false END', guard,
+                        array_to_string(v_bounds, ' AND '));
+    END IF;
+    high := format('(to_char(%s, %L)::bigint << %s)%s', v_local, p_format.head_pattern,
+                   p_format.time_shift, v_bits);
+    counter := format('to_regclass(%s)', counter);
+    -- _period_index(local, reset) in double precision: fewer, cheaper nodes, and no call the
+    -- caller would need the right to run (tests/test_generated.py compares the two).
+    base := format('%s * %s::bigint', CASE p_format.reset
+        WHEN 'month' THEN format('(date_part(''year'', %1$s)::bigint * 12 + date_part(''month'', '
+                                 '%1$s)::bigint - 24000)', v_local)
+        WHEN 'year' THEN format('(date_part(''year'', %s)::bigint - 1999)', v_local)
+        ELSE format('(floor(date_part(''epoch'', %s)%s)::bigint - %s)', v_local,
+            CASE p_format.reset WHEN 'second' THEN '' ELSE format(' / %s', u.seconds) END,
+            extract(epoch FROM timestamp '2000-01-01')::bigint / u.seconds - 1) END,
+        p_format.stride)
+    FROM (VALUES ('second', 1), ('minute', 60), ('hour', 3600), ('day', 86400),
+                 ('month', 1), ('year', 1)) AS u (reset, seconds)
+    WHERE u.reset = p_format.reset;
+    capacity := p_format.capacity;
 END $$;
 
 -- 4. The expression of _step_in_window: from the layout of format 'system' (_layout_sql's
@@ -410,11 +526,37 @@ DECLARE
     v_time text := '';
     v_field text := '';
     v_scope text := '';
+    v_time_ids text[] := ARRAY['', '', '', '', ''];  -- _fast_time_id; _time_id_batch's four
+    v_parts record;
 BEGIN
     FOR v_format IN SELECT * FROM hivenet.format f ORDER BY f.name LOOP
-        SELECT * INTO v_layout FROM hivenet._layout_sql(v_format);
         v_formats := v_formats || format(' WHEN %L THEN %L::hivenet.format', v_format.name,
                                          v_format::text);
+        IF v_format.time_shift IS NOT NULL THEN
+            -- A numeric format: a fast path, and no text layout (parse_time_id reads its ids).
+            SELECT * INTO v_parts FROM hivenet._time_id_parts(v_format,
+                coalesce(v_settings ->> 'time_zone', 'UTC'),
+                coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+                coalesce((v_settings ->> 'allow_fake_clock')::boolean, false));
+            CONTINUE WHEN v_parts.guard IS NULL;
+            -- The seq: a value of the statement's period within capacity, else NULL (the
+            -- clamp of _fast_path_expression; next_time_ids has the same for its rows).
+            v_time_ids := ARRAY[
+                v_time_ids[1] || format(' WHEN %L THEN CASE WHEN %s THEN %s | nullif(least('
+                                        'greatest(nextval(%s) - %s, 0), %s) %% %s, 0) END',
+                                        v_format.name, v_parts.guard, v_parts.high,
+                                        v_parts.counter, v_parts.base, v_parts.capacity + 1,
+                                        v_parts.capacity + 1),
+                v_time_ids[2] || format(' WHEN %L THEN CASE WHEN %s THEN %s END', v_format.name,
+                                        v_parts.guard, v_parts.high),
+                v_time_ids[3] || format(' WHEN %L THEN CASE WHEN %s THEN %s END', v_format.name,
+                                        v_parts.guard, v_parts.counter),
+                v_time_ids[4] || format(' WHEN %L THEN %s', v_format.name, v_parts.base),
+                v_time_ids[5] || format(' WHEN %L THEN %s', v_format.name,
+                                        v_parts.capacity + 1)];
+            CONTINUE;
+        END IF;
+        SELECT * INTO v_layout FROM hivenet._layout_sql(v_format);
         v_valid := v_valid || format(' WHEN %L THEN %s', v_format.name, v_layout.valid);
         v_shaped := v_shaped || format(' WHEN %L THEN %s', v_format.name, v_layout.shape);
         -- NULL unless valid: the function is public (views), and casts of a serial that only
@@ -472,6 +614,17 @@ BEGIN
             coalesce(v_settings ->> 'time_zone', 'UTC'),
             coalesce((v_settings ->> 'enforce_registry')::boolean, false),
             coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    -- A CASE needs a branch: none for a database without numeric formats (mid-upgrade).
+    v_time_ids := ARRAY(SELECT coalesce(nullif(b, ''), ' WHEN NULL THEN NULL')
+                        FROM unnest(v_time_ids) WITH ORDINALITY AS t (b, i) ORDER BY i);
+    PERFORM hivenet._replace_function('_fast_time_id(p_format text, p_fields jsonb)', 'bigint',
+        'VOLATILE', format('CASE p_format%s ELSE NULL::bigint END', v_time_ids[1]));
+    PERFORM hivenet._replace_function('_time_id_batch(p_format text, p_fields jsonb, '
+        'OUT high bigint, OUT counter regclass, OUT base bigint, OUT modulus bigint)',
+        'record', 'STABLE', format('CASE p_format%s ELSE NULL::bigint END, CASE p_format%s '
+        'ELSE NULL::regclass END, CASE p_format%s ELSE NULL::bigint END, CASE p_format%s '
+        'ELSE NULL::bigint END', v_time_ids[2], v_time_ids[3], v_time_ids[4],
+        v_time_ids[5]));
     -- 4. The window of steps.
     IF v_system.name IS NULL THEN
         SELECT NULL::text AS valid, NULL::text AS time_of, NULL::integer AS date_at

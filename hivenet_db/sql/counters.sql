@@ -3,16 +3,14 @@
 --
 -- Every scope counts on a sequence of its own, from 1 each period (seed 000: the day's order
 -- of that channel's business). It is created in a transaction of the owner's, never in the
--- caller's: created there, it would vanish with a rollback and start over (reissuing serials),
--- and make every other first user wait for the commit. So scopes are prepared before use:
--- register_module (the instances this database owns), prepare_scope and `hivenet-db prepare`.
--- An unprepared scope draws from its format's shared cold counter (hivenet.cold_<format>,
--- made when the format is defined): unique and increasing, but it cannot count from 1, and
--- its period's capacity is shared by every unprepared scope of the format. maintain() then
--- gives the scope its own sequence (promotes it) under the format's cold lock (below), so no
--- allocation can take a cold value after its own sequence has started; that sequence starts
--- after every cold value the scope may have printed (guarantee 2), so a scope prepared after
--- the cold counter ran out starts exhausted until the next period.
+-- caller's: created there, it would vanish with a rollback and start over (reissuing serials,
+-- guarantee 2), and make every other first user wait for the commit. So scopes are prepared
+-- before use: register_module (the instances this database owns), prepare_scope and
+-- `hivenet-db prepare`; a format whose counter key is empty (per_second, time_id) has one
+-- scope, prepared when the format is defined (parked where this database may not issue it:
+-- ownership.sql). An allocation for a scope that has no sequence is
+-- refused (HN002, naming the scope and how to prepare it), unless its format opts in to the
+-- shared fallback counter (fallback.sql).
 
 -- No foreign key to hivenet.format: scopes are created in a transaction of their own, which
 -- cannot see a format defined in the caller's still-open transaction. `definition` tells
@@ -28,25 +26,16 @@ CREATE TABLE hivenet.scope (
 );
 COMMENT ON TABLE hivenet.scope IS 'one row per counter scope (format + field values) ever used';
 
--- Scopes that drew from a cold counter, for maintain() to promote. No unique key: two first
--- users of one scope must not wait for each other's commit; maintain() reads and deletes.
-CREATE TABLE hivenet.scope_pending (
-    format text NOT NULL,
-    scope  text NOT NULL,
-    fields jsonb NOT NULL
-);
-COMMENT ON TABLE hivenet.scope_pending IS
-    'new counter scopes waiting for their own sequence (hivenet.maintain() creates it)';
-CREATE INDEX scope_pending_scope ON hivenet.scope_pending (format, scope);
-
 -- Advisory lock namespace of the period reset: (this key, sequence oid) never collides with
 -- an application's single-bigint advisory locks, and is constant across servers.
 CREATE FUNCTION hivenet._reset_lock_space() RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210101 $$;
 
--- Advisory lock namespace of cold counters: (this key, hashtext(format)). Allocations from a
--- cold counter hold it shared for the allocation only; promoting a scope holds it exclusive
--- until the promotion commits.
+-- Advisory lock namespace of a format's shared fallback counter (its "cold counter",
+-- fallback.sql): (this key, hashtext(format)). Allocations of unprepared scopes hold it shared
+-- while they look for the scope's sequence and draw (never until commit); preparing or
+-- promoting a scope of the format holds it exclusive until it commits, so that nothing is
+-- drawn from the fallback for a scope once its own sequence has started.
 CREATE FUNCTION hivenet._cold_lock_space() RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1214210103 $$;
 
@@ -120,36 +109,6 @@ BEGIN
         true);
 END $$;
 
--- Trigger: every format gets its cold counter (and clock) in the transaction that defines it.
-CREATE FUNCTION hivenet._create_cold_counter() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
-                   hivenet._cold_sequence_name(NEW.name));
-    IF NEW.clock_unit IS NOT NULL THEN
-        PERFORM hivenet._create_clock(hivenet._cold_sequence_name(NEW.name), 0);
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER format_cold_counter AFTER INSERT ON hivenet.format
-    FOR EACH ROW EXECUTE FUNCTION hivenet._create_cold_counter();
-
--- The formats already defined get theirs here.
-DO $$
-DECLARE
-    v_name text;
-    v_format hivenet.format;
-BEGIN
-    FOR v_name IN SELECT name FROM hivenet.format ORDER BY name LOOP
-        EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
-                       hivenet._cold_sequence_name(v_name));
-    END LOOP;
-    FOR v_name IN SELECT name FROM hivenet.format WHERE clock_unit IS NOT NULL ORDER BY name LOOP
-        PERFORM hivenet._create_clock(hivenet._cold_sequence_name(v_name), 0);
-    END LOOP;
-END $$;
-
 -- Sequence p_name of schema hivenet, or NULL, as committed right now. to_regclass alone can
 -- answer from a cache that is only refreshed when the session next locks a relation (a
 -- sequence created since, even by a committed transaction, stays invisible, in any isolation
@@ -166,53 +125,163 @@ BEGIN
     RETURN to_regclass('hivenet.' || quote_ident(p_name));
 END $$;
 
--- Gives scope p_scope of format p_format its own sequence, continuing after every value its
--- cold counter has issued (and no earlier than the clock's period), and its own clock (a
--- format with a clock_unit) no earlier than the latest instant the cold counter has issued,
--- and records the scope.
--- Commits with the caller, who must be the owner's maintain() or prepare_scope(): holds the
--- format's cold lock exclusive until then, so cold allocations of the format wait for that
--- commit (a short transaction) and then see the new sequence. Safe to run twice.
-CREATE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb)
-RETURNS void
+-- Lets hivenet_app take values (nextval, currval: USAGE) of counter sequence p_name of schema
+-- hivenet, which the allocation fast path draws from as the caller; never UPDATE (setval is
+-- the owner's slow path) nor ALTER. Called when a counter is made, and for every counter by
+-- _grant_roles() (privileges.sql). Nothing when the role does not exist yet.
+CREATE FUNCTION hivenet._grant_counter(p_name text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF to_regrole('hivenet_app') IS NOT NULL THEN
+        EXECUTE format('GRANT USAGE ON SEQUENCE hivenet.%I TO hivenet_app', p_name);
+    END IF;
+END $$;
+
+-- Creates counter p_name (the scope's live name, seq_X, or its parked one, off_X:
+-- ownership.sql) of scope p_scope of format p_format, empty, and its clock (a format with a
+-- clock_unit; named after the live name), and records the scope.
+CREATE FUNCTION hivenet._create_scope_counter(p_format hivenet.format, p_scope text,
+    p_fields jsonb, p_name text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', p_name);
+    PERFORM hivenet._grant_counter(p_name);  -- for the fast path, run as the caller
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(hivenet._scope_sequence_name(p_format.name, p_scope), 0);
+    END IF;
+    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
+    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), p_name)
+    ON CONFLICT DO NOTHING;
+END $$;
+
+-- Gives scope p_scope of format p_format its own sequence and records the scope. p_drawn:
+-- whether the scope drew from its format's fallback counter (NULL: unknown). One that drew,
+-- or may have, continues after every value that counter has issued, and its clock (a format
+-- with a clock_unit) after the latest instant it has issued: no serial the scope printed from
+-- the fallback comes again, nor a smaller one. One that never drew starts empty, its first
+-- serial the first of its period: of any period when the fallback never issued; of the
+-- current period or a later one otherwise (the fallback's latest), so that a clock stepping
+-- back later can never bring it into a period whose serials the fallback printed. A start
+-- set for a scope that did not draw (or may not have) is its next value (is_called false):
+-- its sequence shows nothing issued until it issues (_has_issued).
+-- Checks the timeline first (failover.sql): on a new one, the fallback's values it starts
+-- from are fenced ones. Commits with the caller, who must be the owner's maintain() or
+-- prepare_scope(): holds the format's cold lock exclusive until then, so allocations from
+-- the fallback of the format wait for that commit (a short transaction) and then see the new
+-- sequence. Safe to run twice.
+CREATE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb,
+    p_drawn boolean) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
-    v_seq regclass;
+    v_fallback regclass;
+    v_issued bigint;  -- the fallback's last value, NULL before its first
 BEGIN
+    PERFORM hivenet._check_timeline();
     PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
     -- Another promotion of the scope may have committed while we waited for the lock.
     IF hivenet._committed_sequence(v_name) IS NOT NULL THEN
         RETURN;
     END IF;
-    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', v_name);
-    PERFORM hivenet._grant_counter(v_name);  -- for the fast path, run as the caller
-    v_seq := ('hivenet.' || quote_ident(v_name))::regclass;
-    PERFORM setval(v_seq, greatest(
-        pg_sequence_last_value(
-            ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass),
-        hivenet._period_index(hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
-                              p_format.reset) * p_format.stride,
-        0), true);
-    IF p_format.clock_unit IS NOT NULL THEN
-        PERFORM hivenet._create_clock(v_name, pg_sequence_last_value(hivenet._clock_sequence(
-            ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass)));
+    PERFORM hivenet._create_scope_counter(p_format, p_scope, p_fields, v_name);
+    v_fallback := ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
+    v_issued := pg_sequence_last_value(v_fallback);
+    IF v_issued > 0 AND p_drawn THEN
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, v_issued, true);
+    ELSIF v_issued > 0 THEN
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, 1 + CASE
+            WHEN p_drawn IS NULL THEN v_issued
+            ELSE greatest(v_issued / p_format.stride, hivenet._period_index(
+                     hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
+                     p_format.reset)) * p_format.stride END, false);
     END IF;
-    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
-    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), v_name)
-    ON CONFLICT DO NOTHING;
+    IF p_format.clock_unit IS NOT NULL AND p_drawn IS NOT FALSE THEN
+        PERFORM hivenet._create_clock(v_name,
+            pg_sequence_last_value(hivenet._clock_sequence(v_fallback)));
+    END IF;
 END $$;
+
+-- Whether the scope whose counter is sequence p_sequence_name (NULL: a scope that drew from
+-- its format's fallback) has issued a serial, or lost one to a rollback, or drew from the
+-- fallback before it got its sequence: false for a scope prepared and never used
+-- (_promote_scope).
+CREATE FUNCTION hivenet._has_issued(p_sequence_name text) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT p_sequence_name IS NULL OR pg_sequence_last_value(
+        to_regclass('hivenet.' || quote_ident(p_sequence_name))) IS NOT NULL
+$$;
+
+-- Whether this database has issued a serial (or lost one to a rollback), of any format: a
+-- counter of a scope, or a format's fallback counter, has been drawn from.
+CREATE FUNCTION hivenet._serials_issued() RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT FROM hivenet.scope s WHERE hivenet._has_issued(s.sequence_name))
+        OR EXISTS (SELECT FROM hivenet.format f WHERE pg_sequence_last_value(to_regclass(
+               'hivenet.' || quote_ident(hivenet._cold_sequence_name(f.name)))) IS NOT NULL)
+$$;
+
+-- Whether format p_format has exactly one counter scope, '' (no counter-key field: per_second,
+-- or a format whose every field is printed only).
+CREATE FUNCTION hivenet._one_scope(p_format hivenet.format) RETURNS boolean
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(p_format.key_fields = '{}', cardinality(p_format.field_names) = 0)
+$$;
+
+-- Makes the counters every format has: its shared fallback counter (and that counter's clock,
+-- for a format with a clock_unit: fallback.sql), and, for a format with one scope, that scope,
+-- prepared (parked where this database may not issue the format: ownership.sql; a fresh
+-- install, which has no such setting yet, may). The format is new: its fallback has issued
+-- nothing, so the scope starts empty and owes the timeline no check (_promote_scope).
+CREATE FUNCTION hivenet._make_format_counters(p_format hivenet.format) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_name text := hivenet._scope_sequence_name(p_format.name, '');
+BEGIN
+    EXECUTE format('CREATE SEQUENCE IF NOT EXISTS hivenet.%I AS bigint MINVALUE 0 START 0',
+                   hivenet._cold_sequence_name(p_format.name));
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(hivenet._cold_sequence_name(p_format.name), 0);
+    END IF;
+    IF hivenet._one_scope(p_format) THEN
+        -- Nested: _not_owned is not there yet while the schema is installed.
+        IF coalesce(hivenet._setting_value('owned_instances'), 'all') <> 'all' THEN
+            IF hivenet._not_owned(p_format, NULL, hivenet._setting_value('owned_instances'),
+                   hivenet._setting_value('single_primary_formats')::boolean) IS NOT NULL THEN
+                v_name := 'off_' || substr(v_name, 5);
+            END IF;
+        END IF;
+        PERFORM hivenet._create_scope_counter(p_format, '', '{}', v_name);
+    END IF;
+END $$;
+
+-- Trigger: a format gets its counters in the transaction that defines it.
+CREATE FUNCTION hivenet._format_counters() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hivenet._make_format_counters(NEW);
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER format_counters AFTER INSERT ON hivenet.format
+    FOR EACH ROW EXECUTE FUNCTION hivenet._format_counters();
+
+-- The formats already defined (the built-in ones) get theirs here.
+SELECT hivenet._make_format_counters(f) FROM hivenet.format f ORDER BY f.name;
 
 -- hivenet.prepare_scope(format, fields) → void (administrators; `hivenet-db prepare`)
 --   Gives the counter scope of fields (a JSON object of the counter's fields: the interface
 --   serial's target may be left out), or of each of fields (a JSON array of such objects),
---   its own sequence now, so that it counts from 1 from its first serial; a scope
---   prepared already is left as it is. Prepare at deployment: a scope first used unprepared
---   draws from its format's shared cold counter until maintain() promotes it. Commits with the
---   caller's transaction: run it in a short one of its own (at most a few thousand scopes:
---   each new sequence holds a lock until commit), since allocations of unprepared scopes of
---   the format wait for it. HN001 for an unknown format or bad field values; HN002 for an
---   instance (or a format) this database does not own (ownership.sql).
+--   its own sequence now, so that it counts from 1 from its first serial; a scope prepared
+--   already is left as it is. Prepare at deployment: with the defaults, an allocation for a
+--   scope that is not prepared is refused (HN002). A scope of a format that opted in to the
+--   shared fallback (setting shared_fallback) and drew from it in the current period starts
+--   after the fallback's count; so does every new scope when prepare cannot tell which scopes
+--   drew (fallback.sql, _fallback_drawn). Commits with the caller's transaction: run it in a
+--   short one of its own (at most a few thousand scopes: each new sequence holds a lock until
+--   commit), since allocations from the format's fallback wait for it; when the fallback has
+--   issued serials in the current period, it waits at most a second for those still in
+--   flight. HN001 for an unknown format or bad field values; HN002 for an instance (or a
+--   format) this database does not own (ownership.sql).
 CREATE FUNCTION hivenet.prepare_scope(format text, fields jsonb) RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -221,7 +290,8 @@ DECLARE
     v_format hivenet.format;
     v_fields jsonb;
     v_values text[];
-    v_scope text;
+    v_new jsonb := '{}';  -- scope → its fields, for the scopes without a sequence
+    v_drawn text[];
 BEGIN
     SELECT * INTO v_format FROM hivenet.format WHERE name = p_format;
     IF NOT FOUND THEN
@@ -234,31 +304,21 @@ BEGIN
         v_values := hivenet._field_values(v_format, v_fields);
         PERFORM hivenet._check_fields(v_format, v_values, true);
         PERFORM hivenet._check_owned(v_format, v_values);
-        v_scope := hivenet._scope_of(v_format, v_values);
-        CONTINUE WHEN EXISTS (SELECT FROM hivenet.scope s
-                              WHERE s.format = p_format AND s.scope = v_scope);
-        PERFORM hivenet._promote_scope(v_format, v_scope,
-                                       hivenet._scope_fields(v_format, v_values));
+        v_new := v_new || jsonb_build_object(hivenet._scope_of(v_format, v_values),
+                                             hivenet._scope_fields(v_format, v_values));
     END LOOP;
-END $$;
-
--- Part of maintain(): promotes every scope that drew from a cold counter, but those this
--- database no longer owns (a first use that raced with own_instances: ownership.sql), whose
--- rows are dropped.
-CREATE FUNCTION hivenet._maintain_scopes() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_pending record;
-BEGIN
-    FOR v_pending IN
-        WITH taken AS (DELETE FROM hivenet.scope_pending RETURNING *)
-        SELECT DISTINCT ON (t.format, t.scope) f AS format_row, t.scope, t.fields
-        FROM taken t JOIN hivenet.format f ON f.name = t.format
-        WHERE hivenet._not_owned(f, t.fields ->> hivenet._node_field(f),
-                  hivenet._setting_value('owned_instances'),
-                  hivenet._setting_value('single_primary_formats')::boolean) IS NULL
-        ORDER BY t.format, t.scope
-    LOOP
-        PERFORM hivenet._promote_scope(v_pending.format_row, v_pending.scope, v_pending.fields);
+    SELECT coalesce(jsonb_object_agg(n.key, n.value), '{}') INTO v_new
+    FROM jsonb_each(v_new) AS n
+    WHERE NOT EXISTS (SELECT FROM hivenet.scope s WHERE s.format = p_format AND s.scope = n.key);
+    IF v_new = '{}' THEN
+        RETURN;
+    END IF;
+    -- Before any lock (failover.sql): on a new timeline, the fence comes first.
+    PERFORM hivenet._check_timeline();
+    v_drawn := hivenet._fallback_drawn(v_format);
+    FOR v_fields IN SELECT jsonb_build_object('scope', n.key, 'fields', n.value)
+                    FROM jsonb_each(v_new) AS n ORDER BY n.key LOOP
+        PERFORM hivenet._promote_scope(v_format, v_fields ->> 'scope', v_fields -> 'fields',
+                                       v_fields ->> 'scope' = ANY (v_drawn));
     END LOOP;
 END $$;

@@ -18,10 +18,13 @@
 -- docs/benchmarks.md. A sequence writes WAL once per 32 values, so after a crash a count can
 -- jump ahead by up to 32 (never back).
 --
--- A namespace gets its six counters with its first started key (_new_decision_counter), made in
--- that caller's transaction: a second transaction starting a key of the same new namespace
--- at the same time makes six of its own (each counter's name is unique, so neither waits for
--- the other) and the view sums them. Made in a transaction that rolls back, the counters
+-- A namespace gets its six counters with its first started key (_new_decision_counter), if
+-- an administrator gave it a policy of its own (set_namespace_policy) or it is among the
+-- first max_counted_namespaces to start one (the setting): the application's begins make no
+-- more sequences than that, and the metric no more series; begins in any further namespace
+-- count under 'hivenet.other'. Made in that caller's transaction: a second transaction
+-- starting a key of the same new namespace at the same time makes six of its own (each
+-- counter's name is unique, so neither waits for the other) and the view sums them. Made in a transaction that rolls back, the counters
 -- vanish with what they counted (that transaction's decisions only: no other saw them).
 -- Decisions of a namespace without counters that raise (a bad namespace, a bad key in a
 -- namespace that never started one, a duplicate of its first key before that commits) cannot
@@ -38,8 +41,8 @@ CREATE TABLE hivenet.decision_counter (
 COMMENT ON TABLE hivenet.decision_counter IS
     'the sequences that count the decisions of begin per namespace (view request_decisions)';
 
--- The counters, for begin's paths that run as hivenet_app (_count_decision), which reads
--- them through this view: the role has no right on a table (privileges.sql).
+-- The counters, for begin_step's inlined replay, which runs as hivenet_app and reads them
+-- through this view: the role has no right on a table (privileges.sql).
 CREATE VIEW hivenet._decision_counters AS
 SELECT c.namespace, c.decision, c.counter FROM hivenet.decision_counter c;
 
@@ -69,11 +72,17 @@ BEGIN
     END LOOP;
 END $$;
 
+INSERT INTO hivenet.setting (name, value, kind, description) VALUES
+    ('max_counted_namespaces', '100', 'count',
+     'most namespaces of keyed requests the application makes decision counters for (six '
+     'sequences each; metric hivenet_request_decisions_total); begins in further ones count '
+     'under hivenet.other, but those with a policy of their own (set_namespace_policy)');
+
 -- The counter of decision p_decision in namespace p_namespace when _count_decision found
 -- none: for a started key, the namespace's own, made now (its first start, or another
--- transaction's counters are not committed yet); for anything else, namespace
--- 'hivenet.other' (see above). NULL for no decision of the six. SECURITY DEFINER: it makes
--- sequences for hivenet_app.
+-- transaction's counters are not committed yet) when it may have its own; else, and for
+-- anything else, namespace 'hivenet.other' (see above). NULL for no decision of the six.
+-- SECURITY DEFINER: it makes sequences for hivenet_app.
 CREATE FUNCTION hivenet._new_decision_counter(p_namespace text, p_decision text) RETURNS regclass
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -86,9 +95,28 @@ BEGIN
         WHERE c.namespace = v_namespace AND c.decision = p_decision LIMIT 1;
         IF FOUND OR v_namespace = 'hivenet.other' THEN
             RETURN v_counter;
+        ELSIF hivenet._counted_apart(v_namespace) THEN
+            PERFORM hivenet._create_decision_counters(v_namespace, true);
+        ELSE
+            v_namespace := 'hivenet.other';
         END IF;
-        PERFORM hivenet._create_decision_counters(v_namespace, true);
     END LOOP;
+END $$;
+
+-- Whether namespace p_namespace, which has no counters, may get its own: it has a policy of
+-- its own (a row of request_namespace: set_namespace_policy, an administrator's), or fewer
+-- than the setting max_counted_namespaces namespaces without one have counters (as this
+-- transaction sees them: first starts of new namespaces at the same time may each make
+-- theirs).
+CREATE FUNCTION hivenet._counted_apart(p_namespace text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN EXISTS (SELECT FROM hivenet.request_namespace n WHERE n.namespace = p_namespace)
+        OR (SELECT count(DISTINCT c.namespace) FROM hivenet.decision_counter c
+            WHERE c.decision = 'started' AND left(c.namespace, 8) <> 'hivenet.'
+              AND NOT EXISTS (SELECT FROM hivenet.request_namespace n
+                              WHERE n.namespace = c.namespace))
+           < hivenet._setting_constant('max_counted_namespaces')::integer;
 END $$;
 
 -- Let hivenet_app count on every counter (_grant_counter): run by _grant_roles
@@ -106,9 +134,9 @@ END $$;
 
 -- Count decision p_decision of a begin in namespace p_namespace; returns p_decision, so a
 -- caller can write `outcome := hivenet._count_decision(p_namespace, 'started')`, and calls
--- it just before a RAISE. Runs as the caller (the start paths run as hivenet_app): one probe
--- of view _decision_counters and a nextval on a counter hivenet_app may use; the rare miss
--- goes to _new_decision_counter. No SET clause: a SET costs a tenth of a begin (requests.sql).
+-- it just before a RAISE. Runs inside begin's SECURITY DEFINER paths: one probe of view
+-- _decision_counters and a nextval; the rare miss goes to _new_decision_counter. No SET
+-- clause (a SET costs a tenth of a begin, requests.sql), so every name is qualified.
 CREATE FUNCTION hivenet._count_decision(p_namespace text, p_decision text) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN

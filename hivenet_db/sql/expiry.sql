@@ -1,14 +1,15 @@
--- Expiry of keyed requests left `processing` (set_namespace_policy's expire_after, requests.sql).
+-- Expiry of keyed requests and steps left `processing` (set_namespace_policy's expire_after,
+-- policies.sql).
 --
 -- An attempt of a namespace with an expire_after that is still `processing` longer than that
--- after it started becomes `expired`, a failure by policy, when a begin_request of its key
--- (_begin_attempt) or maintain() finds it; the namespace's on_failure then applies as to any
+-- after it started becomes `expired`, a failure by policy, when a begin of its key
+-- (_begin_attempt, requests.sql) or maintain() finds it; the namespace's on_failure then applies as to any
 -- failure ('retry': the next begin starts a new attempt; 'final': it is replayed as a failure,
 -- with response NULL). Expiring finishes the attempt as an operator's resolution does: its
 -- finished_at, resolved_by 'hivenet.expire_after' and a note saying why, so its late
 -- finish_request gets HN033 (fencing). A finish that comes before anyone found the attempt
--- expired is accepted: no caller was told otherwise yet. Steps never expire: their namespace
--- has no policy (set_namespace_policy refuses the library's own).
+-- expired is accepted: no caller was told otherwise yet. Steps expire by the policy of their
+-- namespace, 'hivenet.steps', as requests by theirs.
 
 -- How far maintain()'s expiry has come in each namespace with an expire_after: every attempt
 -- started before expired_through was left processing by no earlier run (each run reads the
@@ -21,18 +22,6 @@ CREATE TABLE hivenet.request_expiry (
 COMMENT ON TABLE hivenet.request_expiry IS
     'how far maintain() has expired the processing attempts of each namespace with an '
     'expire_after (expiry.sql)';
-
--- Whether an attempt of namespace p_namespace started at p_started_at is past the namespace's
--- expire_after; false when it has none (the default). One probe of request_namespace, made
--- only when a begin finds the latest attempt `processing` (HN030's path: a concurrent
--- duplicate). No SET clause, as _begin_attempt, its only caller, whose callers set the search
--- path: a SET would cost more than the probe.
-CREATE FUNCTION hivenet._expiry_due(p_namespace text, p_started_at timestamptz) RETURNS boolean
-LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    RETURN coalesce((SELECT p_started_at + n.expire_after <= hivenet.now()
-                     FROM hivenet.request_namespace n WHERE n.namespace = p_namespace), false);
-END $$;
 
 -- Expire the attempts (p_keys[i], p_attempts[i]) of namespace p_namespace that are still
 -- `processing` past its expire_after; returns how many it expired. Blocks while another

@@ -1,11 +1,20 @@
--- Fingerprints of a keyed request by its namespace's policy (requests.sql,
+-- Fingerprints of a keyed request by its namespace's policy (policies.sql,
 -- set_namespace_policy): what makes two requests under one key "the same request".
 --   NULL ('bytes')  sha256 of the jsonb text (_fingerprint): key order and whitespace do not
 --                   matter, the form of a number does (1.0 is not 1);
 --   'json'          sha256 of the RFC 8785 canonical form (JCS): numbers are IEEE 754 doubles
 --                   written as ECMAScript writes them, so 1, 1.0 and 1e0 are one number;
---   '["$.a", ...]'  sha256 of the canonical form of the array of what each JSON path selects
---                   (jsonb_path_query_array, errors silenced): the rest may differ.
+--   '["$.a", ...]'  sha256 of the canonical form of {"paths": the paths, "values": the
+--                   array of what each path selects} (jsonb_path_query_array, errors
+--                   silenced): the rest may differ.
+-- The default fingerprint is the finest: two requests it calls the same are the same under
+-- every policy. So a key matches a request whose fingerprint by the policy, or whose default
+-- one, is the key's (_begin_attempt): a key begun before a change of policy still matches
+-- the very same request. And a policy's fingerprint is never the default one of a request
+-- the policy calls another: under 'json' a canonical text that is some request's jsonb text
+-- is that request's own canonical form, and under paths the canonical form is an object,
+-- which jsonb's text never writes alike (it writes ": " after a name). So begin_step's
+-- replay, which compares the default fingerprint only (steps.sql), decides as the policy.
 
 -- The UTF-16 code units of p_text: RFC 8785 orders an object's members by them (a character
 -- above U+FFFF sorts as its surrogates, before U+E000..U+FFFF; code point order would not).
@@ -155,8 +164,9 @@ BEGIN
         RETURN hivenet._fingerprint(p_request);
     ELSIF p_fingerprint <> 'json' THEN
         -- silent: a strict path that finds nothing selects nothing, as a lax one
-        SELECT coalesce(jsonb_agg(jsonb_path_query_array(v_request, (p.path #>> '{}')::jsonpath,
-                                                         '{}', true) ORDER BY p.position), '[]')
+        SELECT jsonb_build_object('paths', p_fingerprint::jsonb, 'values', coalesce(jsonb_agg(
+                   jsonb_path_query_array(v_request, (p.path #>> '{}')::jsonpath, '{}', true)
+                   ORDER BY p.position), '[]'))
         INTO v_request
         FROM jsonb_array_elements(p_fingerprint::jsonb) WITH ORDINALITY AS p (path, position);
     END IF;

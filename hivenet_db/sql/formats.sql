@@ -11,6 +11,15 @@
 -- Any other key, or a segment of no known kind, is refused (HN001 naming it).
 -- The counter scope is the concatenation of the values of the counter-key fields (every field
 -- unless marked "counter": false): two scopes never share a counter. docs/guides/formats.md.
+--
+-- A numeric format (a bigint, seed 004: `(yyMMddHHmmss << 14) | seq`) has a seq in bits:
+--   {"time": "yyMMddHHmmss"}                               first: the time's digits as a number,
+--                                                         in the highest bits
+--   {"field": "instance", "width": 2, "bits": 7}           digits, as a number in its bits
+--   {"seq_bits": 14, "reset": "second"}                    last: the counter, in the lowest bits
+-- No literal, every field digits and printed; the seq resets when the printed time changes;
+-- the largest time number shifted left by the bits below it must fit 63 bits (a positive
+-- bigint). time_ids.sql issues and parses them.
 
 -- Time patterns a format may use: to_char pattern, width, and the finest unit they show.
 CREATE FUNCTION hivenet._time_pattern(p_pattern text,
@@ -79,6 +88,15 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT hivenet._period_index(timestamp '2200-01-01', p_reset)
 $$;
 
+-- The largest number time pattern p_to_char (a _time_pattern's to_char) prints, its digits
+-- read as a number (a numeric format's time): each part at its largest value.
+CREATE FUNCTION hivenet._time_number_max(p_to_char text) RETURNS bigint
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT replace(replace(replace(replace(replace(replace(replace(p_to_char,
+        'YYYY', '9999'), 'HH24', '23'), 'YY', '99'), 'MM', '12'), 'DD', '31'), 'MI', '59'),
+        'SS', '59')::bigint
+$$;
+
 CREATE TABLE hivenet.format (
     name               text PRIMARY KEY,
     segments           jsonb NOT NULL,
@@ -103,7 +121,10 @@ CREATE TABLE hivenet.format (
     -- merchant_trade: second): each scope then keeps the latest instant it has issued, in this
     -- unit, in a clock sequence of its own, so its time of day never goes back (periods.sql).
     -- NULL when the counter's period is all the time printed.
-    clock_unit         text
+    clock_unit         text,
+    -- Numeric formats (time_ids.sql): how many bits the time number is shifted left (the bits
+    -- of the fields and the seq below it); NULL for a text format.
+    time_shift         integer
 );
 COMMENT ON TABLE hivenet.format IS 'serial formats; add with hivenet.define_format()';
 
@@ -136,6 +157,9 @@ DECLARE
     v_printed boolean;
     v_counter boolean;
     v_keys integer[] := '{}';
+    v_numeric boolean;   -- a bigint (a seq_bits segment), not text
+    v_bits integer;
+    v_position integer := 0;
 BEGIN
     IF p_name IS NULL OR p_name !~ '^[a-z][a-z0-9_]{0,30}$' THEN
         PERFORM hivenet._format_error(p_name, 'name must match [a-z][a-z0-9_]{0,30}');
@@ -143,45 +167,58 @@ BEGIN
     IF jsonb_typeof(p_segments) IS DISTINCT FROM 'array' OR jsonb_array_length(p_segments) = 0 THEN
         PERFORM hivenet._format_error(p_name, 'segments must be a non-empty JSON array');
     END IF;
+    v_numeric := EXISTS (SELECT FROM jsonb_array_elements(p_segments) AS s
+                         WHERE jsonb_typeof(s) = 'object' AND s ? 'seq_bits');
     v_row.name := p_name;
     v_row.length := 0;
     v_row.field_names := '{}';
     v_row.field_min := '{}';
     v_row.field_max := '{}';
     FOR v_seg IN SELECT jsonb_array_elements(p_segments) LOOP
+        v_position := v_position + 1;
         IF jsonb_typeof(v_seg) <> 'object' THEN
             PERFORM hivenet._format_error(p_name, format('segment %s is not an object',
                                                          hivenet._shown(v_seg::text)));
         END IF;
         SELECT k INTO v_kind FROM jsonb_object_keys(v_seg) AS k
-        WHERE k IN ('field', 'literal', 'time', 'seq');
+        WHERE k IN ('field', 'literal', 'time', 'seq', 'seq_bits');
         IF v_kind IS NULL
            OR (SELECT count(*) FROM jsonb_object_keys(v_seg) AS k
-               WHERE k IN ('field', 'literal', 'time', 'seq')) <> 1 THEN
+               WHERE k IN ('field', 'literal', 'time', 'seq', 'seq_bits')) <> 1 THEN
             PERFORM hivenet._format_error(p_name, format(
-                'segment %s needs exactly one of the kinds field, literal, time, seq (its keys: '
-                '%s)', hivenet._shown(v_seg::text),
+                'segment %s needs exactly one of the kinds field, literal, time, seq, seq_bits '
+                '(its keys: %s)', hivenet._shown(v_seg::text),
                 (SELECT string_agg(hivenet._shown(k), ', ' ORDER BY k)
                  FROM jsonb_object_keys(v_seg) AS k)));
         END IF;
         SELECT string_agg(hivenet._shown(k), ', ' ORDER BY k) INTO v_unknown
         FROM jsonb_object_keys(v_seg) AS k
         WHERE k <> ALL (CASE v_kind
-            WHEN 'field' THEN ARRAY['field', 'width', 'charset', 'min', 'max', 'printed', 'counter']
+            WHEN 'field' THEN ARRAY['field', 'width', 'charset', 'min', 'max', 'printed', 'counter',
+                                    'bits']
             WHEN 'literal' THEN ARRAY['literal'] WHEN 'time' THEN ARRAY['time']
-            ELSE ARRAY['seq', 'reset'] END);
+            ELSE ARRAY[v_kind, 'reset'] END);
         IF v_unknown IS NOT NULL THEN
             PERFORM hivenet._format_error(p_name, format(
                 '%s segment %s has unknown keys %s (a %s segment takes %s)', v_kind,
                 hivenet._shown(v_seg::text), v_unknown, v_kind, CASE v_kind
-                WHEN 'field' THEN 'field, width, charset, min, max, printed, counter'
-                WHEN 'seq' THEN 'seq, reset' ELSE v_kind END));
+                WHEN 'field' THEN 'field, width, charset, min, max, printed, counter, bits'
+                WHEN 'seq' THEN 'seq, reset' WHEN 'seq_bits' THEN 'seq_bits, reset'
+                ELSE v_kind END));
+        END IF;
+        -- A numeric format is its time, its fields, then its seq in bits (formats.sql's top).
+        IF v_numeric AND (v_kind IN ('literal', 'seq')
+                          OR (v_kind = 'time') <> (v_position = 1)) THEN
+            PERFORM hivenet._format_error(p_name, format(
+                'segment %s: a numeric format (with seq_bits) is its time first, then fields '
+                'with bits, then seq_bits last; no literal or seq', hivenet._shown(v_seg::text)));
         END IF;
         CASE v_kind
         WHEN 'field' THEN
             v_width := CASE WHEN jsonb_typeof(v_seg -> 'width') = 'number'
                             THEN (v_seg ->> 'width')::numeric::integer END;
-            v_charset := coalesce(v_seg ->> 'charset', 'alnum');
+            v_charset := coalesce(v_seg ->> 'charset', CASE WHEN v_numeric THEN 'digit'
+                                                            ELSE 'alnum' END);
             IF (v_seg ->> 'field') !~ '^[a-z][a-z0-9_]{0,30}$'
                OR (v_seg ->> 'field') IN ('format', 'date', 'datetime', 'seq')
                OR (v_seg ->> 'field') = ANY (v_row.field_names) THEN
@@ -215,6 +252,27 @@ BEGIN
                 PERFORM hivenet._format_error(p_name, format(
                     'field %s is neither printed nor part of the counter key', v_seg -> 'field'));
             END IF;
+            IF v_numeric THEN
+                -- Its largest value (max, else all nines) must fit its bits.
+                v_bits := CASE WHEN jsonb_typeof(v_seg -> 'bits') = 'number'
+                               THEN (v_seg ->> 'bits')::numeric::integer END;
+                IF v_bits IS NULL OR v_bits NOT BETWEEN 1 AND 62 OR v_charset <> 'digit'
+                   OR NOT v_printed THEN
+                    PERFORM hivenet._format_error(p_name, format(
+                        'field %s of a numeric format: digits, printed, with bits 1 to 62',
+                        v_seg -> 'field'));
+                END IF;
+                IF coalesce((v_seg ->> 'max')::numeric, 10::numeric ^ v_width - 1)
+                   >= 2::numeric ^ v_bits THEN
+                    PERFORM hivenet._format_error(p_name, format(
+                        'field %s: values up to %s do not fit %s bits', v_seg -> 'field',
+                        coalesce(v_seg ->> 'max', repeat('9', v_width)), v_bits));
+                END IF;
+            ELSIF v_seg ? 'bits' THEN
+                PERFORM hivenet._format_error(p_name, format(
+                    'field %s: bits are for numeric formats (a seq_bits segment)',
+                    v_seg -> 'field'));
+            END IF;
             v_row.field_names := v_row.field_names || (v_seg ->> 'field');
             v_row.field_min := v_row.field_min || (v_seg ->> 'min')::numeric;
             v_row.field_max := v_row.field_max || (v_seg ->> 'max')::numeric;
@@ -231,7 +289,9 @@ BEGIN
             IF v_counter THEN
                 v_keys := v_keys || cardinality(v_regexes);
             END IF;
-            IF v_printed THEN
+            IF v_numeric THEN
+                v_width := v_bits;  -- its room in the number (shifted below: after the loop)
+            ELSIF v_printed THEN
                 -- Field values and literals are [0-9A-Za-z_-]: safe inside a quoted to_char
                 -- text.
                 v_pattern := v_pattern || format('"%%%s$s"', cardinality(v_regexes));
@@ -254,7 +314,7 @@ BEGIN
                     'unknown time pattern %s (known: YYYY, YYYYMM, YYMMDD, YYYYMMDD, YYYYMMDDHH, '
                     'YYYYMMDDHHMI, YYMMDDHHMISS, yyMMddHHmmss, YYYYMMDDHHMISS)', v_seg -> 'time'));
             END IF;
-            v_width := v_time.width;
+            v_width := CASE WHEN v_numeric THEN 0 ELSE v_time.width END;
             IF hivenet._unit_rank(v_time.resolution) < hivenet._unit_rank(v_finest) THEN
                 v_finest := v_time.resolution;
             END IF;
@@ -263,14 +323,18 @@ BEGIN
                                             'width', v_time.width,
                                             'resolution', v_time.resolution));
             v_pattern := v_pattern || v_time.to_char_pattern;
-        ELSE -- seq
+        ELSE -- seq, seq_bits
             IF v_row.seq_width IS NOT NULL THEN
                 PERFORM hivenet._format_error(p_name, 'a format has exactly one seq segment');
             END IF;
-            v_width := CASE WHEN jsonb_typeof(v_seg -> 'seq') = 'number'
-                            THEN (v_seg ->> 'seq')::numeric::integer END;
-            v_row.reset := coalesce(v_seg ->> 'reset', 'day');
-            IF v_width IS NULL OR v_width NOT BETWEEN 1 AND 17 THEN
+            v_width := CASE WHEN jsonb_typeof(v_seg -> v_kind) = 'number'
+                            THEN (v_seg ->> v_kind)::numeric::integer END;
+            -- A numeric format's seq resets when its time changes, as seed 004's does.
+            v_row.reset := coalesce(v_seg ->> 'reset', CASE WHEN v_numeric THEN v_finest
+                                                            ELSE 'day' END);
+            IF v_numeric AND (v_width IS NULL OR v_width NOT BETWEEN 1 AND 62) THEN
+                PERFORM hivenet._format_error(p_name, 'seq_bits must be 1 to 62');
+            ELSIF NOT v_numeric AND (v_width IS NULL OR v_width NOT BETWEEN 1 AND 17) THEN
                 PERFORM hivenet._format_error(p_name, 'seq width must be 1 to 17');
             END IF;
             IF hivenet._unit_rank(v_row.reset) IS NULL THEN
@@ -282,15 +346,12 @@ BEGIN
             v_row.head_pattern := v_pattern;
             v_pattern := '';
             v_segments := v_segments || jsonb_build_array(jsonb_build_object(
-                'seq', v_width, 'reset', v_row.reset));
+                v_kind, v_width, 'reset', v_row.reset));
         END CASE;
         v_row.length := v_row.length + v_width;
     END LOOP;
     IF v_row.seq_width IS NULL THEN
         PERFORM hivenet._format_error(p_name, 'a format needs one seq segment');
-    END IF;
-    IF v_row.length > 64 THEN
-        PERFORM hivenet._format_error(p_name, format('total length %s exceeds 64', v_row.length));
     END IF;
     -- Serials of two periods must differ in their printed time, or a reset would repeat them.
     IF hivenet._unit_rank(v_finest) > hivenet._unit_rank(v_row.reset) THEN
@@ -298,14 +359,48 @@ BEGIN
             'seq resets every %s but the time fields only show the %s: serials of two periods '
             'would collide', v_row.reset, v_finest));
     END IF;
-    v_row.capacity := (10::numeric ^ v_row.seq_width)::bigint - 1;
+    IF v_numeric THEN
+        IF NOT v_segments -> -1 ? 'seq_bits' THEN
+            PERFORM hivenet._format_error(p_name, 'a numeric format ends with its seq_bits '
+                                                  '(the lowest bits)');
+        END IF;
+        IF v_row.reset <> v_finest THEN
+            PERFORM hivenet._format_error(p_name, format(
+                'a numeric format''s seq resets when its time changes: reset %s, but the time '
+                'shows the %s', v_row.reset, v_finest));
+        END IF;
+        -- Each field's shift: the bits below it (the fields after it, then the seq).
+        v_bits := v_row.seq_width;
+        FOR i IN REVERSE jsonb_array_length(v_segments) - 2 .. 1 LOOP
+            v_segments := jsonb_set(v_segments, ARRAY[i::text, 'shift'], to_jsonb(v_bits));
+            v_bits := v_bits + (v_segments -> i ->> 'bits')::integer;
+        END LOOP;
+        v_row.time_shift := v_bits;
+        v_row.capacity := (2::numeric ^ v_row.seq_width)::bigint - 1;
+        -- The time number's bits: those of the largest number its pattern prints.
+        v_bits := floor(log(2, hivenet._time_number_max(
+            v_segments -> 0 ->> 'to_char')::numeric))::integer + 1;
+        v_row.length := v_bits + v_row.time_shift;
+        IF v_row.length > 63 THEN
+            PERFORM hivenet._format_error(p_name, format(
+                'the time %s (up to %s: %s bits) shifted left by the %s bits below it takes %s '
+                'bits, more than the 63 of a positive bigint', v_segments -> 0 ->> 'time',
+                hivenet._time_number_max(v_segments -> 0 ->> 'to_char'), v_bits,
+                v_row.time_shift, v_row.length));
+        END IF;
+    ELSIF v_row.length > 64 THEN
+        PERFORM hivenet._format_error(p_name, format('total length %s exceeds 64', v_row.length));
+    ELSE
+        v_row.capacity := (10::numeric ^ v_row.seq_width)::bigint - 1;
+    END IF;
     -- Largest power of ten that keeps period * stride inside a bigint; at least 10x capacity,
     -- so calls that keep failing after exhaustion never spill into the next period.
     v_headroom := floor(log(9.2e18 / (hivenet._max_period_index(v_row.reset) + 1)))::bigint;
-    IF v_headroom < v_row.seq_width + 1 THEN
+    IF v_headroom < length(v_row.capacity::text) + 1 THEN
         PERFORM hivenet._format_error(p_name, format(
-            'seq width %s is too wide for a counter that resets every %s (at most %s digits)',
-            v_row.seq_width, v_row.reset, v_headroom - 1));
+            'seq %s %s is too wide for a counter that resets every %s (at most %s digits)',
+            CASE WHEN v_numeric THEN 'bits' ELSE 'width' END, v_row.seq_width, v_row.reset,
+            v_headroom - 1));
     END IF;
     v_row.stride := (10::numeric ^ v_headroom)::bigint;
     -- Space is in no charset and '?' stands for a missing value, so a match proves every value
@@ -331,7 +426,7 @@ END $$;
 --   taken by a different definition (redefining would break uniqueness of issued serials).
 --   Defining the same format again is a no-op. Counters left by an earlier definition of the
 --   name that was rolled back start over when they do not fit this one: every serial they
---   issued belonged to that rolled-back transaction. The format's cold counter is made with
+--   issued belonged to that rolled-back transaction. The format's fallback counter is made with
 --   it (counters.sql), and vanishes with it on a rollback. Never delete rows of
 --   hivenet.format by hand. Takes a row lock on the new name, and a new format waits for
 --   another transaction defining one (or changing a setting) to commit.
@@ -388,7 +483,7 @@ INSERT INTO hivenet.format
 SELECT f.*
 FROM jsonb_each(:'builtin_formats'::jsonb) AS b (name, format),
      LATERAL (SELECT jsonb_agg(CASE WHEN s ? 'time' THEN s - 'to_char' - 'width' - 'resolution'
-                                    ELSE s - 'regex' END ORDER BY i)
+                                    ELSE s - 'regex' - 'shift' END ORDER BY i)
               FROM jsonb_array_elements(b.format -> 'segments') WITH ORDINALITY AS e (s, i))
          AS d (segments),
      LATERAL jsonb_populate_record(

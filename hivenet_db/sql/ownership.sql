@@ -10,12 +10,14 @@
 -- them. Allocation outside that raises HN002 naming the instance and what this database owns.
 --
 -- Nothing is added to the allocation hot path (next_unified_serial's inlined fast path,
--- _allocate with a scope's own sequence): the check runs where a scope is first used
--- (_issue_cold, allocate.sql) and where it gets its own sequence (prepare_scope, maintain(): counters.sql).
+-- _allocate with a scope's own sequence): the check runs where an unprepared scope is used
+-- (_issue_unprepared, fallback.sql) and where a scope gets its own sequence (prepare_scope:
+-- counters.sql; maintain(): fallback.sql).
 -- Every scope sequence therefore belongs to an owned instance; giving an instance up is
--- refused while it has scopes here, unless forced, which parks their sequences (renamed
--- seq_X → off_X, counters kept): the next allocation finds no sequence, goes through the
--- first-use path and its check, and gets HN002. Owning the instance again restores them.
+-- refused while it has scopes here that issued serials, unless forced, which parks their
+-- sequences (renamed seq_X → off_X, counters kept; scopes prepared and never used are parked
+-- without force): the next allocation finds no sequence, goes through the unprepared path
+-- and its check, and gets HN002. Owning the instance again restores them.
 -- The fast paths of unified and system find a scope's sequence by its name, which parking
 -- changes (_park_scope): a parked scope's next call takes the full path.
 -- A change takes effect for transactions that start after it commits.
@@ -143,7 +145,7 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
             'instances %s, and that setting is off here)', p_format.name, p_owned) END
         WHEN NOT hivenet._instance_in(p_node, p_owned) THEN format(
             'format %s: %s %s is not owned by this database (it owns %s): allocate on the '
-            'database that owns it (docs/guides/scale-out.md)', p_format.name,
+            'database that owns it', p_format.name,
             hivenet._node_field(p_format), hivenet._shown(p_node), p_owned)
     END
 $$;
@@ -184,30 +186,33 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'HN002',
             MESSAGE = format('%s serial %s carries instance %s, which this database does not '
                              'own (it owns %s): send it, and every retry of it, to the shard '
-                             'that owns that instance (docs/guides/scale-out.md; setting '
-                             'check_received_instances)', p_format, p_serial,
+                             'that owns that instance (setting check_received_instances)',
+                             p_format, p_serial,
                              hivenet._shown(v_instance), v_owned);
     END IF;
 END $$;
 
--- Counter scopes with a sequence of their own (parked or not) or waiting for one, with their
--- format and node value.
+-- Counter scopes with a sequence of their own (parked or not) or that drew from their format's
+-- fallback counter, with their format and node value.
 CREATE FUNCTION hivenet._scopes_by_node()
 RETURNS TABLE (format hivenet.format, scope text, node text, sequence_name text)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT f, s.scope, s.fields ->> hivenet._node_field(f), s.sequence_name
     FROM (SELECT c.format, c.scope, c.fields, c.sequence_name FROM hivenet.scope c
           UNION ALL
-          SELECT DISTINCT p.format, p.scope, p.fields, NULL FROM hivenet.scope_pending p) AS s
+          SELECT DISTINCT d.format, d.scope, d.fields, NULL FROM hivenet.fallback_draw d
+          WHERE NOT EXISTS (SELECT FROM hivenet.scope c
+                            WHERE c.format = d.format AND c.scope = d.scope)) AS s
     JOIN hivenet.format f ON f.name = s.format
 $$;
 
 -- Trigger on hivenet.setting, for owned_instances and single_primary_formats: writes the
--- instances canonically (HN001 when malformed), refuses a change that leaves a scope of this
--- database outside what it may issue (HN001 naming one: give the instances up with
--- own_instances(..., force => true), which parks them first), and restores the parked
--- scopes that the new value allows again. SECURITY DEFINER: an administrator's plain UPDATE
--- renames the owner's sequences.
+-- instances canonically (HN001 when malformed), parks the scopes it leaves outside what this
+-- database may issue that have issued nothing (prepared and never used: _has_issued),
+-- refuses a change that leaves any other scope outside (HN001 naming one: give the instances
+-- up with own_instances(..., force => true), which parks them first), and restores the
+-- parked scopes that the new value allows again. SECURITY DEFINER: an administrator's plain
+-- UPDATE renames the owner's sequences.
 CREATE FUNCTION hivenet._ownership_check() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -218,13 +223,20 @@ BEGIN
     IF NEW.name = 'owned_instances' THEN
         NEW.value := hivenet._canonical_instances(NEW.value);
     END IF;
-    IF TG_OP = 'INSERT' OR to_regclass('hivenet.scope_pending') IS NULL THEN
+    IF TG_OP = 'INSERT' OR to_regclass('hivenet.fallback_draw') IS NULL THEN
         RETURN NEW;
     END IF;
     v_owned := CASE WHEN NEW.name = 'owned_instances' THEN NEW.value
                     ELSE hivenet._setting_value('owned_instances') END;
     v_single := CASE WHEN NEW.name = 'single_primary_formats' THEN NEW.value::boolean
                      ELSE hivenet._setting_value('single_primary_formats')::boolean END;
+    FOR v_scope IN SELECT s.format, s.scope FROM hivenet._scopes_by_node() s
+                   WHERE left(s.sequence_name, 4) = 'seq_'
+                     AND NOT hivenet._has_issued(s.sequence_name)
+                     AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
+                   ORDER BY s.sequence_name LOOP
+        PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);
+    END LOOP;
     SELECT s.format, s.scope, s.node INTO v_scope FROM hivenet._scopes_by_node() s
     WHERE (s.sequence_name IS NULL OR left(s.sequence_name, 4) <> 'off_')
       AND hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
@@ -234,7 +246,7 @@ BEGIN
             MESSAGE = format('setting %s %s: this database has issued serials of format %s '
                              'scope %s, which it would no longer own; give it up with '
                              'hivenet.own_instances(..., force => true), which parks such '
-                             'scopes (docs/guides/scale-out.md)', NEW.name, hivenet._shown(NEW.value),
+                             'scopes', NEW.name, hivenet._shown(NEW.value),
                              (v_scope.format).name, hivenet._shown(v_scope.scope));
     END IF;
     FOR v_scope IN SELECT s.format, s.scope, s.sequence_name FROM hivenet._scopes_by_node() s
@@ -302,7 +314,7 @@ BEGIN
                        WHERE hivenet._not_owned(s.format, s.node, v_owned, v_single) IS NOT NULL
                        ORDER BY (s.format).name, s.scope LOOP
             IF v_scope.sequence_name IS NULL THEN
-                DELETE FROM hivenet.scope_pending
+                DELETE FROM hivenet.fallback_draw
                 WHERE format = (v_scope.format).name AND scope = v_scope.scope;
             ELSE
                 PERFORM hivenet._park_scope((v_scope.format).name, v_scope.scope, true);

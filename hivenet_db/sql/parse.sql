@@ -1,8 +1,33 @@
+-- The time printed as p_part by time segment p_seg, as parse_serial and parse_time_id report
+-- it: {"date": ...} for a segment showing a day or coarser, else {"datetime": ...}; NULL when
+-- p_part is no valid time of the segment's pattern. The round trip rejects what to_timestamp
+-- forgives (spaces, signs, 2-digit years, day 32 of a month).
+CREATE FUNCTION hivenet._printed_time(p_seg jsonb, p_part text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_time timestamp;
+BEGIN
+    IF p_part !~ '^[0-9]+$' THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        v_time := to_timestamp(p_part, p_seg ->> 'to_char')::timestamp;
+    EXCEPTION WHEN data_exception THEN
+        RETURN NULL;
+    END;
+    IF to_char(v_time, p_seg ->> 'to_char') <> p_part THEN
+        RETURN NULL;
+    ELSIF hivenet._unit_rank(p_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
+        RETURN jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
+    END IF;
+    RETURN jsonb_build_object('datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
+END $$;
+
 -- hivenet.parse_serial(serial, format default null) → jsonb
 --   {"format": ..., <one key per field>, "date" or "datetime": ..., "seq": n}. With no format,
 --   the standard's kinds (unified, system, interface) are told apart by their lengths.
 --   HN001 when the serial is no valid serial of that format (length, characters, an
---   impossible date, seq 0) or the format is unknown. IMMUTABLE in effect; never blocks.
+--   impossible date, seq 0) or the format is unknown or numeric (parse_time_id). IMMUTABLE in effect; never blocks.
 --   hivenet_db.parse_serial does the same in Python for the built-in formats (same results,
 --   same messages; tests/test_parsing.py compares them).
 CREATE FUNCTION hivenet.parse_serial(serial text, format text DEFAULT NULL) RETURNS jsonb
@@ -16,7 +41,7 @@ DECLARE
     v_pos integer := 1;
     v_part text;
     v_problem text;
-    v_time timestamp;
+    v_time jsonb;  -- the printed time, as reported
     v_result jsonb;
 BEGIN
     IF p_serial IS NULL THEN
@@ -36,6 +61,10 @@ BEGIN
                                                ', ([^,]*)$', ' or \1')
                          FROM hivenet.format k WHERE k.name = ANY (v_kinds)))
             ELSE format('unknown format %s', hivenet._shown(p_format)) END;
+    ELSIF v_format.time_shift IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('format %s is numeric (a bigint): parse_time_id parses its ids',
+                             v_format.name);
     END IF;
     v_result := jsonb_build_object('format', v_format.name);
     IF octet_length(p_serial) <> v_format.length OR length(p_serial) <> v_format.length THEN
@@ -57,21 +86,11 @@ BEGIN
             END IF;
         ELSIF v_seg ? 'time' THEN
             v_part := substr(p_serial, v_pos, (v_seg ->> 'width')::integer);
-            BEGIN
-                v_time := to_timestamp(v_part, v_seg ->> 'to_char')::timestamp;
-            EXCEPTION WHEN data_exception THEN
-                v_time := NULL;
-            END;
-            -- The round trip rejects what to_timestamp forgives (spaces, signs, 2-digit years).
-            IF v_part !~ '^[0-9]+$' OR v_time IS NULL
-               OR to_char(v_time, v_seg ->> 'to_char') <> v_part THEN
+            v_time := hivenet._printed_time(v_seg, v_part);
+            IF v_time IS NULL THEN
                 v_problem := format('time %L is no valid %s', v_part, v_seg ->> 'time');
-            ELSIF hivenet._unit_rank(v_seg ->> 'resolution') >= hivenet._unit_rank('day') THEN
-                v_result := v_result || jsonb_build_object('date', to_char(v_time, 'YYYY-MM-DD'));
-            ELSE
-                v_result := v_result || jsonb_build_object(
-                    'datetime', to_char(v_time, 'YYYY-MM-DD"T"HH24:MI:SS'));
             END IF;
+            v_result := v_result || v_time;
         ELSE
             v_part := substr(p_serial, v_pos, v_format.seq_width);
             IF v_part !~ '^[0-9]+$' OR v_part::numeric = 0 THEN

@@ -88,18 +88,18 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- The latest instant format p_format has issued in counter scope p_scope, business-local:
--- from the scope's own clock, or, while the scope waits for maintain() (a pending row), its
--- format's cold clock (shared by unprepared scopes); for a format without a clock_unit (dates
--- only), the start of the latest period its counter (own sequence, or cold counter while
--- pending) holds. NULL when it issued nothing there. Pending first, then the catalog: a
--- promotion committing in between is seen by one of the two. Off the hot path (it refreshes
--- the catalog cache): claim_interface_serial and begin_step ask it only for a serial dated
--- past their window.
+-- from the scope's own clock, or, while the scope has drawn from its format's fallback counter
+-- (a row in fallback_draw: fallback.sql), that counter's clock too (shared by unprepared
+-- scopes); for a format without a clock_unit (dates only), the start of the latest period its
+-- counter (own sequence, or the fallback while drawn from) holds. NULL when it issued nothing
+-- there. The draws first, then the catalog: a promotion committing in between is seen by one
+-- of the two. Off the hot path (it refreshes the catalog cache): claim_interface_serial and
+-- begin_step ask it only for a serial dated past their window.
 CREATE FUNCTION hivenet._latest_issued(p_format text, p_scope text) RETURNS timestamp
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_format hivenet.format := (SELECT f FROM hivenet.format f WHERE f.name = p_format);
-    v_pending boolean;
+    v_drawn boolean;
     v_counter text := hivenet._scope_sequence_name(p_format, p_scope);
     v_cold text := hivenet._cold_sequence_name(p_format);
     v_value bigint;
@@ -107,19 +107,19 @@ BEGIN
     IF v_format IS NULL THEN
         RETURN NULL;
     END IF;
-    v_pending := EXISTS (SELECT FROM hivenet.scope_pending s
-                         WHERE s.format = p_format AND s.scope = p_scope);
+    v_drawn := EXISTS (SELECT FROM hivenet.fallback_draw d
+                       WHERE d.format = p_format AND d.scope = p_scope);
     IF v_format.clock_unit IS NOT NULL THEN
         v_value := pg_sequence_last_value(hivenet._committed_sequence(
             hivenet._clock_sequence_name(v_counter)));
-        IF v_pending THEN
+        IF v_drawn THEN
             v_value := greatest(v_value, pg_sequence_last_value(hivenet._committed_sequence(
                 hivenet._clock_sequence_name(v_cold))));
         END IF;
         RETURN CASE WHEN v_value > 0 THEN hivenet._period_start(v_value, v_format.clock_unit) END;
     END IF;
     v_value := pg_sequence_last_value(hivenet._committed_sequence(v_counter));
-    IF v_pending THEN
+    IF v_drawn THEN
         v_value := greatest(v_value, pg_sequence_last_value(hivenet._committed_sequence(v_cold)));
     END IF;
     RETURN CASE WHEN v_value > 0

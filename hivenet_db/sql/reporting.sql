@@ -99,17 +99,17 @@ LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS 
 $$;
 
 -- hivenet.scope_usage: one row per counter scope (format + field values) with a sequence of
---   its own, and one per format for its cold counter (scope '(unprepared scopes)', fields {},
---   shared true), which the scopes not prepared before their first use share until maintain()
---   gives each its own: when it runs out, every unprepared scope of the format is refused for
---   the period, and a scope prepared then starts exhausted (counters.sql).
+--   its own, and one per format for its shared fallback counter (scope '(unprepared scopes)',
+--   fields {}, shared true), from which the scopes not prepared draw when the format opts in
+--   to it (setting shared_fallback, fallback.sql): when it runs out, every unprepared scope of
+--   the format is refused for the period.
 --   format, scope, fields (jsonb: the counter-key fields given to next_serial), reset,
 --   period_start (business-local start of the scope's current period: the clock's period, or
 --   a later one when the clock went back or the format borrowed the next period),
 --   issued (serials issued in that period; gaps of rolled-back transactions count as issued),
 --   capacity (serials per period), remaining (capacity - issued), used_percent,
 --   last_period_start (business-local start of the period of the last serial issued, NULL
---   when none), shared (true for a cold counter). Reads the clock once (hivenet.now());
+--   when none), shared (true for a fallback counter). Reads the clock once (hivenet.now());
 --   never blocks; one sequence read per scope.
 CREATE VIEW hivenet.scope_usage AS
 WITH clock AS (
@@ -143,6 +143,63 @@ SELECT u.format, u.scope, u.fields, u.reset,
 FROM usage u;
 COMMENT ON VIEW hivenet.scope_usage IS
     'per counter scope: current period, serials issued in it, capacity and remaining headroom';
+
+-- hivenet.business_time_zone: one row: the business time zone (setting time_zone) that every
+--   date and time of a serial is printed in, and that messages show times in (with their
+--   offset: _shown_time); its offset from UTC and the business-local time now (hivenet.now()).
+--   The times of the other views are instants (timestamptz, shown in the reader's TimeZone),
+--   but scope_usage's periods and a serial's printed time, which are business-local:
+--   `hivenet-db report` shows every time in this zone (its transaction's TimeZone).
+CREATE VIEW hivenet.business_time_zone AS
+SELECT s.value AS time_zone,
+       ((c.now AT TIME ZONE s.value) - (c.now AT TIME ZONE 'UTC')) AS utc_offset,
+       (c.now AT TIME ZONE s.value)::timestamp(0) AS local_time
+FROM hivenet.setting s CROSS JOIN (SELECT hivenet.now() AS now) AS c
+WHERE s.name = 'time_zone';
+COMMENT ON VIEW hivenet.business_time_zone IS
+    'the business time zone of serials and messages, its offset from UTC, the local time now';
+
+-- hivenet.clock_lead: one row per format that prints a date or a time: its clock policy
+--   (on_clock_behind, max_wait: set_clock_policy, clock_policy.sql), latest_issued (the
+--   business-local start of the latest instant it has issued in any scope, as the counters
+--   keep it: their clocks, else their periods; NULL before its first serial) and lead (how
+--   far that instant is ahead of the database clock, 0 when it is not): how long a clock
+--   that stepped back still has to catch up, during which the format issues at that instant
+--   ('continue'), waits or refuses (HN011). Metric hivenet_clock_lead_seconds. Reads the
+--   clock once; never blocks; one sequence read per scope.
+CREATE VIEW hivenet.clock_lead AS
+WITH clock AS (
+    SELECT hivenet._reporting_local_now() AS local_now
+), latest AS (
+    SELECT f.name AS format, max(CASE WHEN f.clock_unit IS NOT NULL
+        THEN hivenet._period_start(nullif(hivenet._scope_counter_value(
+                 hivenet._clock_sequence_name(c.live_name)), 0), f.clock_unit)
+        ELSE hivenet._period_start(nullif(hivenet._scope_counter_value(c.sequence_name)
+                                          / f.stride, 0), f.reset) END) AS latest_issued
+    FROM hivenet.format f
+    -- Each scope's counter (parked or not) with its clock, which keeps the live name; and
+    -- the format's shared fallback counter and its clock (fallback.sql).
+    JOIN (SELECT s.format, s.sequence_name,
+                 hivenet._scope_sequence_name(s.format, s.scope) AS live_name
+          FROM hivenet.scope s
+          UNION ALL
+          SELECT n.name, 'cold_' || n.name AS sequence_name, 'cold_' || n.name AS live_name
+          FROM hivenet.format n
+         ) AS c ON c.format = f.name
+    GROUP BY f.name
+)
+SELECT f.name AS format, coalesce(p.on_clock_behind, 'continue') AS on_clock_behind,
+       p.max_wait, l.latest_issued,
+       coalesce(greatest(l.latest_issued - c.local_now, interval '0'), interval '0') AS lead
+FROM hivenet.format f
+JOIN latest l ON l.format = f.name
+CROSS JOIN clock c
+LEFT JOIN hivenet.clock_policy p ON p.format = f.name
+WHERE jsonb_path_exists(f.segments, '$[*].time')
+ORDER BY f.name;
+COMMENT ON VIEW hivenet.clock_lead IS
+    'per format printing a time: its clock policy, the latest instant it issued and how far '
+    'that is ahead of the clock';
 
 -- Keyed requests (requests.sql).
 

@@ -1,4 +1,4 @@
--- Keyed requests: the one state machine of idempotency (SPEC §4, seeds 000/002/003).
+-- Keyed attempts: the one state machine of idempotency (SPEC §4, §5b; seeds 000/002/003).
 --
 -- Every idempotency key lives in a namespace: a client's request key, a message id of a queue,
 -- a pay id or notify id of the purchase flow, and the steps of steps.sql (namespace
@@ -9,6 +9,12 @@
 -- guard: two callers starting the same attempt collide on it, the second waits for the first
 -- to commit or roll back (or fails at once with nowait) and then looks again. One INSERT to
 -- begin and one (HOT) UPDATE to finish keep the hot path as short as a bare dedup table's.
+--
+-- One core for steps and keyed requests: one writer of attempt rows (view _new_attempt), one
+-- start of a new key (_start_key, the fast path), one full path (_begin_key: the checks of a
+-- step or of a request, then the state machine _begin_attempt), one finish. What differs is
+-- the key's checks: a request's key and namespace by the rule for names and the namespace's
+-- key rules, a step's key as a system serial dated inside the kept window (steps.sql).
 --
 -- The table is not partitioned by time: PostgreSQL has no index across partitions, so a key
 -- whose first attempt sits in an older partition could be accepted again in a newer one while
@@ -33,7 +39,8 @@ CREATE TABLE hivenet.request_attempt (
     unified_serial text,       -- steps: the business transaction's unified serial, for audit
     -- how long `processing` is trusted; NULL: the setting step_lease (read when checked).
     lease          interval,
-    started_at     timestamptz NOT NULL,
+    -- The schema's clock (clock.sql), when the attempt began.
+    started_at     timestamptz NOT NULL DEFAULT hivenet.now(),
     finished_at    timestamptz,
     response       jsonb,      -- success: the response replayed to later callers
     error          jsonb,      -- failed: what the caller reported (expired: NULL)
@@ -41,11 +48,15 @@ CREATE TABLE hivenet.request_attempt (
     -- the namespace's policy expired it
     resolved_by    text,
     note           text,       -- the operator's note, or why the policy expired it
-    -- Who began the attempt, on every path (_called_by): the role, the client's
-    -- application_name (NULL when empty) and address (NULL over a Unix socket).
-    called_by        text,
-    application_name text,
-    client_addr      inet,
+    -- Who began the attempt, whatever path wrote it: the role the caller acts as, its
+    -- application_name (NULL when empty) and address (NULL over a Unix socket). The role is
+    -- read from the session (SET ROLE, SET LOCAL ROLE: a pooler's or PostgREST's per-request
+    -- role, else the login): the attempts are written inside SECURITY DEFINER functions,
+    -- where current_user is the owner.
+    called_by        text DEFAULT coalesce(nullif(current_setting('role'), 'none'),
+                                           session_user::text),
+    application_name text DEFAULT nullif(current_setting('application_name'), ''),
+    client_addr      inet DEFAULT inet_client_addr(),
     -- In a namespace with an audit chain only (audit.sql): the links of the attempt's begin
     -- and of its end, each a position in the namespace's chain and the link's hash.
     chain_position   bigint,
@@ -69,27 +80,6 @@ COMMENT ON TABLE hivenet.request_attempt IS
 -- (docs/design/sql-internals.md).
 CREATE INDEX request_attempt_started_at ON hivenet.request_attempt
     ((namespace || ''), started_at);
-
--- The policy of a namespace (set_namespace_policy): NULL in a column is the default, and a
--- namespace without a row has every default. retention NULL: the setting request_retention;
--- fingerprint NULL: 'bytes' (fingerprints.sql); key_min_length, key_pattern NULL: no rule
--- beyond a valid name; audit_chain NULL: no hash chain (audit.sql); on_failure NULL: 'retry';
--- expire_after NULL: never (expiry.sql). Only a namespace with a fingerprint, a key rule or an
--- audit chain leaves begin_request's fast path (view _request_start): the failure policy
--- matters only once a key has an attempt. A row holding only NULLs is deleted.
-CREATE TABLE hivenet.request_namespace (
-    namespace      text     PRIMARY KEY,
-    retention      interval,
-    fingerprint    text,
-    key_min_length integer,
-    key_pattern    text,
-    audit_chain    boolean,
-    on_failure     text,
-    expire_after   interval
-);
-COMMENT ON TABLE hivenet.request_namespace IS
-    'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
-    'key rules, failure policy; NULL is the default';
 
 INSERT INTO hivenet.setting (name, value, kind, description) VALUES
     ('step_lease', '5 minutes', 'interval',
@@ -124,9 +114,10 @@ BEGIN
                             hivenet._shown(p_namespace)) END;
 END $$;
 
--- HN001 unless the options of a begin are valid.
+-- HN001 unless the options of a begin are valid: on_success, lease, nowait, and wait (NULL,
+-- or from 0 to the longest interval a caller may pass).
 CREATE FUNCTION hivenet._check_begin_options(p_on_success text, p_lease interval,
-    p_nowait boolean) RETURNS void
+    p_nowait boolean, p_wait interval) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF p_on_success IS NULL OR p_on_success NOT IN ('replay', 'reject') THEN
@@ -138,47 +129,40 @@ BEGIN
     IF p_nowait IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001', MESSAGE = 'nowait is NULL';
     END IF;
+    IF NOT p_wait BETWEEN interval '0' AND hivenet._longest_interval() THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('wait %s is not between 0 and %s', p_wait,
+                             hivenet._longest_interval());
+    END IF;
 END $$;
 
--- Whether a begin's options are plain: on_success 'replay' or 'reject' without nowait. Such a
--- begin starts a new key alike (the policy matters only once a key has succeeded) and may wait
--- for a concurrent start, as an INSERT does: a new step or key with plain options is started
--- by one INSERT into view _step_start / _request_start (_start_step, _start_request), and
--- input those views vouch for needs no check again (_begin_step, _begin_request). The one
--- definition, for both. Inlined.
-CREATE FUNCTION hivenet._plain_options(p_on_success text, p_nowait boolean) RETURNS boolean
+-- Whether a begin's options are plain: on_success 'replay' or 'reject', without nowait and
+-- without wait. Such a begin starts a new key alike (the policy matters only once a key has
+-- succeeded) and may wait for a concurrent start unbounded, as an INSERT does: a new key with
+-- plain options is started by the fast path (_start_key), and input it vouches for needs no
+-- check again (_begin_key). The one definition. Inlined.
+CREATE FUNCTION hivenet._plain_options(p_on_success text, p_nowait boolean, p_wait interval)
+RETURNS boolean
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
-    SELECT coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait, false);
+    SELECT coalesce(p_on_success IN ('replay', 'reject') AND NOT p_nowait AND p_wait IS NULL,
+                    false);
 END;
 
 -- The request's default fingerprint ('bytes'), kept with every attempt and compared on every
 -- later begin: sha256 of the jsonb text (jsonb normalises key order and whitespace); no
--- request counts as JSON null. The one definition, for steps and for keyed requests in
--- namespaces without a fingerprint policy (fingerprints.sql), on every path. Inlined (a
--- SQL-standard body without SET), so PUBLIC may execute it: begin_step's replay runs with the
--- caller's rights (privileges.sql).
+-- request counts as JSON null. The one definition, for namespaces without a fingerprint
+-- policy (fingerprints.sql), on every path. Inlined (a SQL-standard body without SET):
+-- begin_step's replay runs with the caller's rights (privileges.sql).
 CREATE FUNCTION hivenet._fingerprint(p_request jsonb) RETURNS bytea
 LANGUAGE sql STABLE
 BEGIN ATOMIC
     SELECT sha256(convert_to(coalesce(p_request, 'null'::jsonb)::text, 'UTF8'));
 END;
 
--- Who begins an attempt (column called_by): the role the caller acts as. current_user where
--- the caller's own code runs; inside SECURITY DEFINER functions (_begin_attempt's callers)
--- current_user is the owner, so the role is read from the session: the role of SET ROLE (SET
--- LOCAL ROLE: a pooler's or PostgREST's per-request role), else the login. The one
--- definition, for every path that inserts an attempt. Inlined (the rules of views
--- _request_start and _step_start run it as the inserter: privileges.sql).
-CREATE FUNCTION hivenet._called_by() RETURNS text
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT coalesce(nullif(current_setting('role'), 'none'), session_user::text);
-END;
-
 -- HN001 naming the key rule of namespace p_namespace that key p_key breaks (key_min_length
 -- p_min_length, key_pattern p_pattern: set_namespace_policy). Off the hot path: its caller
--- tests the rules first.
+-- tests the rules first (_key_allowed, policies.sql).
 CREATE FUNCTION hivenet._raise_key_refused(p_namespace text, p_key text, p_min_length integer,
     p_pattern text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
@@ -195,49 +179,82 @@ BEGIN
                          hivenet._shown(p_namespace));
 END $$;
 
--- The state machine: begin an attempt of key p_key in namespace p_namespace, the arguments
--- already checked by the caller (begin_request, begin_step). See begin_request for what it
--- does. Not set-returning (OUT parameters): the callers read its one row without a tuplestore.
--- No SET clause, on purpose: it runs only inside its callers, whose SET search_path is in
--- force (docs/design/sql-internals.md).
+-- The one writer of attempt rows: an INSERT into this view writes each row it is given (one,
+-- or a batch's set) as a new `processing` attempt, and nothing for an attempt that exists
+-- (ON CONFLICT DO NOTHING, after waiting for an uncommitted one); RETURNING names the
+-- attempts written. Who began it and when come from the table's column defaults. A view's
+-- rule, not a function: one INSERT serves one row (_start_attempt) and a batch's INSERT ..
+-- SELECT alike, where a function would be called once per key (batches.sql). The owner's
+-- only: the functions that decide a start write through it, and count each start
+-- (decisions.sql); no role may write an attempt past them (privileges.sql).
+CREATE VIEW hivenet._new_attempt AS
+SELECT NULL::text AS namespace, NULL::text AS key, NULL::integer AS attempt,
+       NULL::bytea AS fingerprint, NULL::text AS unified_serial, NULL::interval AS lease
+WHERE false;
+CREATE RULE write AS ON INSERT TO hivenet._new_attempt DO INSTEAD
+INSERT INTO hivenet.request_attempt AS a
+    (namespace, key, attempt, state, fingerprint, unified_serial, lease)
+VALUES (NEW.namespace, NEW.key, NEW.attempt, 'processing', NEW.fingerprint,
+        NEW.unified_serial, NEW.lease)
+ON CONFLICT DO NOTHING
+RETURNING a.namespace, a.key, a.attempt, a.fingerprint, a.unified_serial, a.lease;
+
+-- Start attempt p_attempt of key p_key in namespace p_namespace (_new_attempt), and when it
+-- was written: its link in the namespace's audit chain when p_chained (audit.sql), and the
+-- decision 'started' counted. Returns whether it was written (false: the attempt exists).
+-- Its callers decide that this attempt may start (_start_key, _begin_attempt). No SET clause:
+-- it runs only inside SECURITY DEFINER callers, whose SET search_path is in force.
+CREATE FUNCTION hivenet._start_attempt(p_namespace text, p_key text, p_attempt integer,
+    p_fingerprint bytea, p_unified_serial text, p_lease interval, p_chained boolean)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    INSERT INTO hivenet._new_attempt
+    VALUES (p_namespace, p_key, p_attempt, p_fingerprint, p_unified_serial, p_lease);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_chained THEN
+        PERFORM hivenet._chain_append(p_namespace, p_key, p_attempt, 'begin');
+    END IF;
+    PERFORM hivenet._count_decision(p_namespace, 'started');
+    RETURN true;
+END $$;
+
+-- The state machine: begin an attempt of key p_key in namespace p_namespace, whose policy is
+-- p_policy (its row of request_namespace; every field NULL without one), the arguments
+-- already checked by _begin_key. See begin_request for what it does. Not set-returning (OUT
+-- parameters): the callers read its one row without a tuplestore. No SET clause, on purpose:
+-- it runs only inside its callers, whose SET search_path is in force
+-- (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._begin_attempt(
-    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
-    p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+    p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb,
+    p_on_success text, p_unified_serial text, p_lease interval, OUT outcome text,
+    OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    -- The namespace's policy, read once (no row: every value NULL, the defaults).
-    v_policy hivenet.request_namespace := (SELECT n FROM hivenet.request_namespace n
-                                           WHERE n.namespace = p_namespace);
     v_fingerprint bytea;
     v_attempt integer := 1;
     v_last hivenet.request_attempt;
 BEGIN
     -- The fingerprint by the policy (fingerprints.sql); NULL, the default, inlined.
-    IF v_policy.fingerprint IS NULL THEN
+    IF p_policy.fingerprint IS NULL THEN
         v_fingerprint := hivenet._fingerprint(p_request);
     ELSE
         BEGIN
-            v_fingerprint := hivenet._policy_fingerprint(v_policy.fingerprint, p_request);
+            v_fingerprint := hivenet._policy_fingerprint(p_policy.fingerprint, p_request);
         EXCEPTION WHEN SQLSTATE 'HN001' THEN  -- a number no double holds: the key is refused
             PERFORM hivenet._count_decision(p_namespace, 'rejected');
             RAISE;
         END;
     END IF;
-    -- Optimistic: most keys are new, so insert the attempt first; a conflict (after waiting
-    -- for an uncommitted one) means there is a committed attempt to look at.
+    -- Optimistic: most keys are new, so start the attempt first; nothing written (after
+    -- waiting for an uncommitted one) means there is a committed attempt to look at.
     LOOP
-        INSERT INTO hivenet.request_attempt
-            (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at,
-             called_by, application_name, client_addr)
-        VALUES (p_namespace, p_key, v_attempt, 'processing', v_fingerprint, p_unified_serial,
-                p_lease, hivenet.now(), hivenet._called_by(),
-                nullif(current_setting('application_name'), ''), inet_client_addr())
-        ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-            IF v_policy.audit_chain THEN  -- a new attempt is the chain's next link (audit.sql)
-                PERFORM hivenet._chain_append(p_namespace, p_key, v_attempt, 'begin');
-            END IF;
-            outcome := hivenet._count_decision(p_namespace, 'started');
+        IF hivenet._start_attempt(p_namespace, p_key, v_attempt, v_fingerprint,
+                                  p_unified_serial, p_lease, coalesce(p_policy.audit_chain,
+                                                                      false)) THEN
+            outcome := 'started';
             attempt := v_attempt;
             RETURN;
         END IF;
@@ -245,21 +262,26 @@ BEGIN
         WHERE a.namespace = p_namespace AND a.key = p_key ORDER BY a.attempt DESC LIMIT 1;
         IF NOT FOUND THEN
             v_attempt := 1;  -- removed by maintain() in between: the key is new again
-        ELSIF v_last.fingerprint <> v_fingerprint THEN
+        -- Another request: by the policy's fingerprint and by the default one, the finest
+        -- (a key begun before a change of policy still matches the very same request).
+        ELSIF v_last.fingerprint <> v_fingerprint
+              AND (p_policy.fingerprint IS NULL
+                   OR v_last.fingerprint <> hivenet._fingerprint(p_request)) THEN
             PERFORM hivenet._count_decision(p_namespace, 'mismatch');
             RAISE EXCEPTION USING ERRCODE = 'HN032',
                 MESSAGE = format('%s was begun with another request (fingerprint %s, this one '
                                  '%s)', hivenet._attempt_subject(p_namespace, p_key),
                                  encode(v_last.fingerprint, 'hex'), encode(v_fingerprint, 'hex'));
         ELSIF v_last.state = 'processing'
-              AND NOT hivenet._expiry_due(p_namespace, v_last.started_at) THEN
+              AND NOT coalesce(v_last.started_at + p_policy.expire_after <= hivenet.now(),
+                               false) THEN
             PERFORM hivenet._count_decision(p_namespace, 'in_progress');
             RAISE EXCEPTION USING ERRCODE = 'HN030',
                 MESSAGE = format('%s is processing (attempt %s started at %s, lease until %s): '
                                  'its outcome is unknown',
                                  hivenet._attempt_subject(p_namespace, p_key), v_last.attempt,
-                                 v_last.started_at,
-                                 v_last.started_at + hivenet._step_lease(v_last.lease));
+                                 hivenet._shown_time(v_last.started_at), hivenet._shown_time(
+                                     v_last.started_at + hivenet._step_lease(v_last.lease)));
         -- Past its namespace's expire_after: expired here (expiry.sql), then a failure like
         -- any other (the branches below); unless another transaction finished or expired it
         -- meanwhile: then look again (attempt v_attempt exists, so the insert conflicts).
@@ -273,13 +295,13 @@ BEGIN
                 RAISE EXCEPTION USING ERRCODE = 'HN031',
                     MESSAGE = format('%s already succeeded (attempt %s at %s)',
                                      hivenet._attempt_subject(p_namespace, p_key),
-                                     v_last.attempt, v_last.finished_at);
+                                     v_last.attempt, hivenet._shown_time(v_last.finished_at));
             END IF;
             outcome := hivenet._count_decision(p_namespace, 'replayed');
             attempt := v_last.attempt;
             response := v_last.response;
             RETURN;
-        ELSIF v_policy.on_failure = 'final' THEN
+        ELSIF p_policy.on_failure = 'final' THEN
             -- The latest failed or expired (before, or just now) and failures are final: its
             -- error is replayed, told apart from a success by the outcome (a replay, counted
             -- as one: decisions.sql).
@@ -291,31 +313,62 @@ BEGIN
         ELSE
             v_attempt := v_last.attempt + 1;  -- the latest failed or expired: proceed
         END IF;
-        -- Next round: insert that attempt (waiting again if someone is starting it too).
+        -- Next round: start that attempt (waiting again if someone is starting it too).
     END LOOP;
 END $$;
 
--- _begin_attempt waiting at most p_wait for a concurrent start of the same attempt (a lock
--- wait), under lock_timeout p_wait, then HN030 naming the wait: the in-transaction shape's
--- bound. A NULL p_wait is nowait: the shortest lock_timeout (the SET clause's), so that where
--- it would wait it raises HN030 at once. Its own function: a lock_timeout set inside a
--- function with a SET clause for it ends with the function, so the caller's is untouched, and
--- the subtransaction of the EXCEPTION block stays off the default path.
+-- Whether the lock wait that ended in lock_not_available, whose error context
+-- (PG_EXCEPTION_CONTEXT) is p_context, was for a row of table p_table: another transaction
+-- inserting the same key (the insert's check of the primary key), updating, deleting or
+-- locking the row. PostgreSQL names such a row in one line of the context with its position
+-- and the relation's name, 'while inserting index tuple (0,2) in relation "request_attempt"'
+-- (in every language of its messages: '(0, 2)' in French, '0,2' in Korean); a wait for the
+-- table's growth (its extension lock), for a lock on a whole relation, or for a row of
+-- another table names none. lock_timeout itself cannot be told which lock to bound: this
+-- tells the key's own wait from any other.
+CREATE FUNCTION hivenet._waited_for_row(p_context text, p_table text) RETURNS boolean
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT EXISTS (SELECT FROM regexp_split_to_table(p_context, '\n') AS c (line)
+                   WHERE c.line ~ '\d+, ?\d+' AND strpos(c.line, p_table) > 0);
+END;
+
+-- _begin_attempt waiting at most p_wait for the key's own lock, then HN030 naming the wait:
+-- the in-transaction shape's bound. A NULL p_wait is nowait: the shortest lock_timeout, 1 ms,
+-- so that where it would wait for the key it raises HN030 at once. The key's
+-- own lock is another transaction starting the same attempt (the insert waits for it) or
+-- finishing or expiring the attempt this one would expire (the update waits for its row):
+-- PostgreSQL names that row in the error of the lock_timeout (_waited_for_row). Any other
+-- wait under the timeout (the table's growth under load, a lock on a whole table, the
+-- namespace's audit chain; or behind another waiter for the key's row, whose holder the next
+-- try meets) is no sign of the key, so it is waited for as by any statement: the begin
+-- again, the timeout doubled each time. Its own function: a lock_timeout set inside
+-- a function with a SET clause for it ends with the function, so the caller's is untouched,
+-- and the subtransaction of the EXCEPTION block stays off the default path.
 CREATE FUNCTION hivenet._begin_attempt_within(
-    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text,
-    p_lease interval, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+    p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb,
+    p_on_success text, p_unified_serial text, p_lease interval, p_wait interval,
+    OUT outcome text, OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
+DECLARE
+    -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
+    v_timeout bigint := coalesce(least(greatest(ceil(extract(epoch FROM p_wait) * 1000), 1),
+                                       2147483647), 1);
+    v_context text;
 BEGIN
-    IF p_wait IS NOT NULL THEN
-        -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
-        PERFORM set_config('lock_timeout',
-                           least(greatest(ceil(extract(epoch FROM p_wait) * 1000), 1),
-                                 2147483647)::bigint || 'ms', true);
-    END IF;
-    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-    FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, p_unified_serial,
-                                p_lease) b;
-EXCEPTION WHEN lock_not_available THEN
+    LOOP
+        PERFORM set_config('lock_timeout', v_timeout || 'ms', true);
+        BEGIN
+            SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
+            FROM hivenet._begin_attempt(p_namespace, p_policy, p_key, p_request,
+                                        p_on_success, p_unified_serial, p_lease) b;
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            GET STACKED DIAGNOSTICS v_context = PG_EXCEPTION_CONTEXT;
+            EXIT WHEN hivenet._waited_for_row(v_context, 'request_attempt');
+        END;
+        v_timeout := least(v_timeout * 2, 2147483647);
+    END LOOP;
     PERFORM hivenet._count_decision(p_namespace, 'in_progress');
     RAISE EXCEPTION USING ERRCODE = 'HN030',
         MESSAGE = format('%s is being started by another transaction %s',
@@ -324,111 +377,94 @@ EXCEPTION WHEN lock_not_available THEN
                               ELSE format('that did not end within wait %s', p_wait) END);
 END $$;
 
--- What view _request_start vouches for (below), and begin_request after the view wrote nothing:
--- what _check_name and _check_begin_options accept, for plain options. Inlined where
--- it is called: no function runs.
-CREATE FUNCTION hivenet._request_start_valid(p_namespace text, p_key text, p_lease interval)
+-- What _start_key vouches for in a keyed request, and _begin_key after it wrote nothing: what
+-- _check_name and _check_begin_options accept (no namespace of the library's own), for plain
+-- options, and no unified serial (only steps carry one). Inlined where it is called: no
+-- function runs.
+CREATE FUNCTION hivenet._request_start_valid(p_namespace text, p_key text,
+    p_unified_serial text, p_lease interval)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
     SELECT hivenet._name_valid(p_namespace) AND hivenet._name_valid(p_key)
-       AND left(p_namespace, 8) <> 'hivenet.'
+       AND left(p_namespace, 8) <> 'hivenet.' AND p_unified_serial IS NULL
        AND (p_lease IS NULL OR hivenet._interval_allowed(p_lease));
 END;
 
--- The first attempt of a new keyed request, written by one INSERT into this view (its rule
--- runs with the owner's rights), begin_request's common case (_start_request), as view
--- _step_start for steps (steps.sql, where the why is). The rule checks the names and the lease
--- (_request_start_valid, above; the checks' exact errors stay in _begin_request) and inserts
--- attempt 1; it writes nothing for a key that has an attempt or for input it does not vouch
--- for (a namespace of the library's own among them, or one whose policy has a fingerprint, a
--- key rule or an audit chain: one probe of request_namespace), and then _begin_request
--- decides. It records the caller as _begin_attempt does.
--- Insert-only, for hivenet_app (privileges.sql): the row it writes is the one begin_request
--- would write. The VALUES list evaluates each inserted expression once (see _step_start).
-CREATE VIEW hivenet._request_start AS
-SELECT NULL::text AS namespace, NULL::text AS key, NULL::jsonb AS request,
-       NULL::interval AS lease
-WHERE false;
-CREATE RULE start AS ON INSERT TO hivenet._request_start DO INSTEAD
-INSERT INTO hivenet.request_attempt
-    (namespace, key, attempt, state, fingerprint, lease, started_at, called_by,
-     application_name, client_addr)
-SELECT n.namespace, n.key, 1, 'processing', hivenet._fingerprint(n.request), n.lease,
-       hivenet.now(), hivenet._called_by(), nullif(current_setting('application_name'), ''),
-       inet_client_addr()
-FROM (VALUES (NEW.namespace, NEW.key, NEW.request, NEW.lease)) AS n (namespace, key, request, lease)
-WHERE hivenet._request_start_valid(n.namespace, n.key, n.lease)
-  AND NOT EXISTS (SELECT FROM hivenet.request_namespace p
-                  WHERE p.namespace = n.namespace
-                    AND (p.fingerprint IS NOT NULL OR p.key_min_length IS NOT NULL
-                         OR p.key_pattern IS NOT NULL OR p.audit_chain IS NOT NULL))
-ON CONFLICT DO NOTHING
-RETURNING namespace, key, NULL::jsonb, lease;
-
--- Whether a new key with plain options was started: attempt 1 written through view
--- _request_start. begin_request's first branch, run as the caller, as _start_step (steps.sql,
--- where the why is).
-CREATE FUNCTION hivenet._start_request(p_namespace text, p_key text, p_request jsonb,
-    p_on_success text, p_lease interval, p_nowait boolean) RETURNS boolean
-LANGUAGE plpgsql VOLATILE AS $$
+-- The fast path of a begin: whether a new key was started, attempt 1 written. The first
+-- branch of begin_request and the second of begin_step (p_step: the key is a step's system
+-- serial, with unified serial p_unified_serial). It starts a key only with plain options,
+-- input it vouches for (_start_valid), in a namespace whose keys do not start apart
+-- (_starts_apart) and by its key rules (_key_allowed, policies.sql); false for everything
+-- else, which _begin_key then decides and names. One probe of request_namespace, then one
+-- INSERT (_start_attempt). SECURITY DEFINER: no role writes an attempt but through the
+-- functions that count it (privileges.sql).
+CREATE FUNCTION hivenet._start_key(p_step boolean, p_namespace text, p_key text,
+    p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval,
+    p_nowait boolean, p_wait interval)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_policy hivenet.request_namespace;
 BEGIN
-    IF NOT hivenet._plain_options(p_on_success, p_nowait) THEN
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait, p_wait)
+            AND coalesce(hivenet._start_valid(p_step, p_namespace, p_key, p_unified_serial,
+                                              p_lease), false)) THEN
         RETURN false;
     END IF;
-    INSERT INTO hivenet._request_start VALUES (p_namespace, p_key, p_request, p_lease);
-    IF FOUND THEN
-        PERFORM hivenet._count_decision(p_namespace, 'started');
-        RETURN true;
+    SELECT * INTO v_policy FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    IF hivenet._starts_apart(v_policy) OR NOT hivenet._key_allowed(v_policy, p_key) THEN
+        RETURN false;
     END IF;
-    RETURN false;
+    RETURN hivenet._start_attempt(p_namespace, p_key, 1, hivenet._fingerprint(p_request),
+                                  p_unified_serial, p_lease, false);
 END $$;
 
--- begin_request's full path, in the owner's rights, after _start_request wrote nothing. Input
--- the view vouches for, with plain options, met a key that has an attempt: the state machine
--- decides. Anything else (bad input, nowait) gets every check with its exact error first.
--- Not set-returning (OUT parameters): no tuplestore of its own.
-CREATE FUNCTION hivenet._begin_request(
-    p_namespace text, p_key text, p_request jsonb, p_on_success text, p_lease interval,
+-- The full path of a begin, after _start_key wrote nothing: the arguments checked as the kind
+-- of key asks (a step's by _check_step, steps.sql; a request's names and its namespace's key
+-- rules), each with its exact error and the decision 'rejected' counted, then the state
+-- machine (_begin_attempt, bounded by nowait or wait). Input _start_key vouches for, with
+-- plain options, met a key that has an attempt: it goes to the state machine at once. Not
+-- set-returning (OUT parameters): no tuplestore of its own.
+CREATE FUNCTION hivenet._begin_key(p_step boolean, p_namespace text, p_key text,
+    p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval,
     p_nowait boolean, p_wait interval, OUT outcome text, OUT attempt integer,
     OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_wait_valid boolean := coalesce(p_wait BETWEEN interval '0' AND hivenet._longest_interval(),
-                                     true);
-    v_min_length integer;
-    v_pattern text;
+    v_policy hivenet.request_namespace;
 BEGIN
-    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
-            AND coalesce(hivenet._request_start_valid(p_namespace, p_key, p_lease), false)
-            AND v_wait_valid) THEN
+    IF NOT (hivenet._plain_options(p_on_success, p_nowait, p_wait)
+            AND coalesce(hivenet._start_valid(p_step, p_namespace, p_key, p_unified_serial,
+                                              p_lease), false)) THEN
         BEGIN
-            PERFORM hivenet._check_name('namespace', p_namespace);
-            PERFORM hivenet._check_name('key', p_key);
-            PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-            IF NOT v_wait_valid THEN
-                RAISE EXCEPTION USING ERRCODE = 'HN001',
-                    MESSAGE = format('wait %s is not between 0 and %s', p_wait,
-                                     hivenet._longest_interval());
+            IF p_step THEN
+                PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait, p_wait);
+                PERFORM hivenet._check_step(p_namespace, p_key, p_unified_serial);
+            ELSE
+                PERFORM hivenet._check_name('namespace', p_namespace);
+                PERFORM hivenet._check_name('key', p_key);
+                PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait, p_wait);
             END IF;
-        EXCEPTION WHEN SQLSTATE 'HN001' THEN
+        EXCEPTION WHEN SQLSTATE 'HN001' OR SQLSTATE 'HN002' OR SQLSTATE 'HN021' THEN
             PERFORM hivenet._count_decision(p_namespace, 'rejected');  -- decisions.sql
             RAISE;
         END;
     END IF;
-    SELECT n.key_min_length, n.key_pattern INTO v_min_length, v_pattern
-    FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
-    IF length(p_key) < v_min_length OR p_key !~ v_pattern THEN
-        PERFORM hivenet._raise_key_refused(p_namespace, p_key, v_min_length, v_pattern);
+    SELECT * INTO v_policy FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    IF NOT hivenet._key_allowed(v_policy, p_key) THEN
+        PERFORM hivenet._raise_key_refused(p_namespace, p_key, v_policy.key_min_length,
+                                           v_policy.key_pattern);
     END IF;
     IF p_nowait OR p_wait IS NOT NULL THEN  -- nowait: no wait (NULL), whatever p_wait says
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_within(p_namespace, p_key, p_request, p_on_success, NULL,
-                                           p_lease, CASE WHEN NOT p_nowait THEN p_wait END) b;
+        FROM hivenet._begin_attempt_within(p_namespace, v_policy, p_key, p_request,
+                                           p_on_success, p_unified_serial, p_lease,
+                                           CASE WHEN NOT p_nowait THEN p_wait END) b;
     ELSE
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt(p_namespace, p_key, p_request, p_on_success, NULL,
-                                    p_lease) b;
+        FROM hivenet._begin_attempt(p_namespace, v_policy, p_key, p_request, p_on_success,
+                                    p_unified_serial, p_lease) b;
     END IF;
 END $$;
 
@@ -464,28 +500,29 @@ END $$;
 --   Blocks while another transaction has started the same attempt and not yet committed or
 --   rolled back, or is finishing or expiring the attempt it would expire (then looks again);
 --   with nowait it raises HN030 at once instead, with wait once it waited that long (wait 0
---   is nowait). An attempt begun and committed by another transaction holds no lock: begin
+--   is nowait). nowait and wait bound only that wait for the key: any other lock (on the
+--   whole table, the table's growth, a chained namespace's chain) is waited for as by any
+--   statement. An attempt begun and committed by another transaction holds no lock: begin
 --   raises HN030 at once, wait or not; a client waits for its outcome with watch_request and
 --   LISTEN, then begins again (see watch_request). In
 --   REPEATABLE READ or SERIALIZABLE a concurrent start raises serialization_failure (40001).
 --   One statement, inlined into the caller's (a set-returning LANGUAGE sql function, as
---   begin_step): a new key with plain options is started by _start_request, with no SECURITY
---   DEFINER call; anything else (a key that has an attempt, bad input, nowait) goes to
---   _begin_request, run only when the first branch wrote nothing (a UNION ALL under LIMIT 1,
---   as begin_step's).
+--   begin_step): a new key with plain options is started by _start_key, one INSERT;
+--   anything else (a key that has an attempt, bad input, nowait, wait) goes to _begin_key,
+--   run only when the first branch wrote nothing (a UNION ALL under LIMIT 1, as begin_step's).
 CREATE FUNCTION hivenet.begin_request(
     namespace text, key text, request jsonb DEFAULT NULL, on_success text DEFAULT 'replay',
     lease interval DEFAULT NULL, nowait boolean DEFAULT false, wait interval DEFAULT NULL)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
-    -- With a wait, not the view: its INSERT would wait for a concurrent start unbounded.
     (SELECT 'started'::text, 1, NULL::jsonb
-     WHERE hivenet._start_request(namespace, key, request, on_success, lease,
-                                  nowait OR wait IS NOT NULL)
+     WHERE hivenet._start_key(false, namespace, key, request, on_success, NULL, lease, nowait,
+                              wait)
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
-     FROM hivenet._begin_request(namespace, key, request, on_success, lease, nowait, wait) b)
+     FROM hivenet._begin_key(false, namespace, key, request, on_success, NULL, lease, nowait,
+                             wait) b)
     LIMIT 1;
 END;
 
@@ -623,125 +660,6 @@ BEGIN
                                      p_response);
 END $$;
 
--- hivenet.set_namespace_policy(namespace, retention default null, fingerprint default null,
---     on_failure default null, expire_after default null, key_min_length default null,
---     key_pattern default null, audit_chain default null) → void
---   The policy of a namespace of keyed requests; a NULL argument leaves that value as it is.
---   retention: finished requests are kept that long after their last attempt ended (then
---   maintain() removes them, and the same key starts afresh); set_request_retention(namespace,
---   NULL) goes back to the setting request_retention. fingerprint: what makes two requests
---   under one key the same (fingerprints.sql): 'bytes' (the default), 'json' (RFC 8785) or a
---   JSON array of JSON paths; keys begun before a change keep their old fingerprint, so their
---   requests mismatch (HN032) until retention removes them. key_min_length (1 = no rule) and
---   key_pattern (a POSIX regular expression; '' = no rule): begin_request refuses a key
---   breaking them with HN001. audit_chain: true chains every attempt begun from then on
---   (begin and end) into the namespace's hash chain, which verify_audit_chain checks; false
---   chains no more, and the chain so far stays verifiable (audit.sql). on_failure: 'retry'
---   (the default: a failed attempt may run again) or 'final' (begin_request replays a failed
---   attempt's error: outcome 'replayed_failure'). expire_after: a `processing` attempt started
---   longer ago becomes `expired` when a begin_request of its key or maintain() finds it
---   (expiry.sql), then on_failure applies; '0' = never (the default).
---   HN001: namespace not valid (as begin_request), retention not positive, longer than 10
---   years or shorter than step_lease, fingerprint none of the three, key_min_length not in
---   1..255, key_pattern not a regular expression, on_failure neither 'retry' nor 'final',
---   expire_after negative or longer than 10 years.
-CREATE FUNCTION hivenet.set_namespace_policy(
-    namespace text, retention interval DEFAULT NULL, fingerprint text DEFAULT NULL,
-    on_failure text DEFAULT NULL, expire_after interval DEFAULT NULL,
-    key_min_length integer DEFAULT NULL, key_pattern text DEFAULT NULL,
-    audit_chain boolean DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-#variable_conflict use_column
-DECLARE
-    p_namespace ALIAS FOR namespace; p_retention ALIAS FOR retention;
-    p_fingerprint ALIAS FOR fingerprint; p_on_failure ALIAS FOR on_failure;
-    p_expire_after ALIAS FOR expire_after; p_key_min_length ALIAS FOR key_min_length;
-    p_key_pattern ALIAS FOR key_pattern; p_audit_chain ALIAS FOR audit_chain;
-    v_conflict text;
-BEGIN
-    PERFORM hivenet._check_name('namespace', p_namespace);
-    IF p_on_failure NOT IN ('retry', 'final') THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('on_failure %s of namespace %s is neither ''retry'' nor ''final''',
-                             hivenet._shown(p_on_failure), hivenet._shown(p_namespace));
-    END IF;
-    IF p_expire_after <> interval '0' THEN
-        PERFORM hivenet._check_interval(format('expire_after of namespace %s',
-                                               hivenet._shown(p_namespace)), p_expire_after);
-    END IF;
-    IF p_retention IS NOT NULL THEN
-        PERFORM hivenet._check_interval(format('retention of namespace %s',
-                                               hivenet._shown(p_namespace)), p_retention);
-        v_conflict := hivenet._interval_conflict('request_retention', p_retention);
-        IF v_conflict IS NOT NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'HN001',
-                MESSAGE = format('retention %s of namespace %s %s', p_retention,
-                                 hivenet._shown(p_namespace), v_conflict);
-        END IF;
-    END IF;
-    IF p_fingerprint IS NOT NULL THEN
-        PERFORM hivenet._check_fingerprint(p_fingerprint);
-    END IF;
-    IF p_key_min_length NOT BETWEEN 1 AND 255 THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('key_min_length %s of namespace %s is not between 1 and 255',
-                             p_key_min_length, hivenet._shown(p_namespace));
-    END IF;
-    BEGIN
-        PERFORM '' ~ p_key_pattern;
-    EXCEPTION WHEN invalid_regular_expression THEN
-        RAISE EXCEPTION USING ERRCODE = 'HN001',
-            MESSAGE = format('key_pattern %s of namespace %s is not a regular expression',
-                             hivenet._shown(p_key_pattern), hivenet._shown(p_namespace));
-    END;
-    -- The defaults are stored as NULL, so that a default policy keeps the fast path.
-    INSERT INTO hivenet.request_namespace AS n
-        (namespace, retention, fingerprint, key_min_length, key_pattern, audit_chain,
-         on_failure, expire_after)
-    VALUES (p_namespace, p_retention, nullif(p_fingerprint, 'bytes'),
-            nullif(p_key_min_length, 1), nullif(p_key_pattern, ''), nullif(p_audit_chain, false),
-            nullif(p_on_failure, 'retry'), nullif(p_expire_after, interval '0'))
-    ON CONFLICT (namespace) DO UPDATE SET
-        retention = coalesce(p_retention, n.retention),
-        fingerprint = CASE WHEN p_fingerprint IS NULL THEN n.fingerprint
-                           ELSE EXCLUDED.fingerprint END,
-        key_min_length = CASE WHEN p_key_min_length IS NULL THEN n.key_min_length
-                              ELSE EXCLUDED.key_min_length END,
-        key_pattern = CASE WHEN p_key_pattern IS NULL THEN n.key_pattern
-                           ELSE EXCLUDED.key_pattern END,
-        audit_chain = CASE WHEN p_audit_chain IS NULL THEN n.audit_chain
-                           ELSE EXCLUDED.audit_chain END,
-        on_failure = CASE WHEN p_on_failure IS NULL THEN n.on_failure
-                          ELSE EXCLUDED.on_failure END,
-        expire_after = CASE WHEN p_expire_after IS NULL THEN n.expire_after
-                            ELSE EXCLUDED.expire_after END;
-    DELETE FROM hivenet.request_namespace n
-    WHERE n.namespace = p_namespace AND n.retention IS NULL AND n.fingerprint IS NULL
-      AND n.key_min_length IS NULL AND n.key_pattern IS NULL AND n.audit_chain IS NULL
-      AND n.on_failure IS NULL AND n.expire_after IS NULL;
-    IF p_audit_chain THEN
-        PERFORM hivenet._start_chain(p_namespace);
-    END IF;
-END $$;
-
--- hivenet.set_request_retention(namespace, retention) → void
---   set_namespace_policy(namespace, retention), and NULL: back to the setting
---   request_retention (24 hours). Keep it longer than any client retries.
-CREATE FUNCTION hivenet.set_request_retention(namespace text, retention interval)
-RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-#variable_conflict use_column
-DECLARE
-    p_namespace ALIAS FOR namespace; p_retention ALIAS FOR retention;
-BEGIN
-    IF p_retention IS NULL THEN
-        UPDATE hivenet.request_namespace n SET retention = NULL
-        WHERE n.namespace = p_namespace;
-    END IF;
-    PERFORM hivenet.set_namespace_policy(p_namespace, p_retention);  -- checks, tidies
-END $$;
-
 -- Remove every attempt of the keys of namespace p_namespace whose attempts all ended before
 -- p_cutoff; for the steps' namespace, only of the keys (system serials) dated before
 -- p_dated_before (_maintain_steps: what begin_step refuses). A processing key is never
@@ -816,7 +734,8 @@ END $$;
 --   REPEATABLE READ or SERIALIZABLE whose snapshot predates the mark raises
 --   serialization_failure (40001), as for any concurrent update of its row: retry it. Blocks
 --   while the attempt is being finished.
---   HN001: namespace or key not valid (as begin_request).
+--   For a step: watch_request('hivenet.steps', system_serial) (begin_step's wait).
+--   HN001: namespace or key not valid (as begin_request; the steps' namespace is).
 CREATE FUNCTION hivenet.watch_request(namespace text, key text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -824,7 +743,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 DECLARE
     p_namespace ALIAS FOR namespace; p_key ALIAS FOR key;
 BEGIN
-    PERFORM hivenet._check_name('namespace', p_namespace);
+    IF p_namespace IS DISTINCT FROM 'hivenet.steps' THEN  -- a step's key: its system serial
+        PERFORM hivenet._check_name('namespace', p_namespace);
+    END IF;
     PERFORM hivenet._check_name('key', p_key);
     UPDATE hivenet.request_attempt a SET awaited = true
     WHERE a.namespace = p_namespace AND a.key = p_key AND a.state = 'processing'

@@ -5,18 +5,37 @@
 CREATE SCHEMA IF NOT EXISTS hivenet;
 COMMENT ON SCHEMA hivenet IS 'hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency';
 
+-- The characters that no namespace or key may hold (claims.sql) and that every message shows
+-- escaped (_shown), as a bracket expression: the control characters (Unicode category Cc)
+-- and the invisible ones that change how text reads, the format and separator characters
+-- (Cf, Zl, Zp, as of Unicode 15: U+200B zero width space, U+202E right-to-left override,
+-- U+2028 line separator, U+FEFF, ...). Raw, they forge lines of the server log or of a
+-- terminal, reorder what a message says, or make two different keys look the same.
+-- hivenet_db/parsing.py UNSEEN is the same class. Inlined where it is used: a constant.
+CREATE FUNCTION hivenet._unseen_characters() RETURNS text
+LANGUAGE sql IMMUTABLE
+BEGIN ATOMIC
+    SELECT '[\x01-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e'
+           '\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb'
+           '\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3'
+           '\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]' AS unseen;
+END;
+
 -- A value as messages echo it: quoted (quote_literal), and cut to its first 32 characters
--- plus its length when longer than 40, so no message echoes a megabyte; 'NULL' for NULL. A
--- control character is shown as \xNN: a raw newline or escape sequence would forge lines of
--- the server log or a terminal. hivenet_db/parsing.py shown() is the same for messages made in
--- Python.
+-- plus its length when longer than 40, so no message echoes a megabyte; 'NULL' for NULL.
+-- An unseen character (_unseen_characters) is shown as its code: \xNN, \uNNNN or
+-- \UNNNNNNNN. hivenet_db/parsing.py shown() is the same for messages made in Python.
 CREATE FUNCTION hivenet._shown(p_value text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE WHEN p_value IS NULL THEN 'NULL'
-                WHEN q.quoted !~ '[\x01-\x1f\x7f-\x9f]' THEN q.quoted
-                ELSE (SELECT string_agg(CASE WHEN c ~ '[\x01-\x1f\x7f-\x9f]'
+                WHEN q.quoted !~ hivenet._unseen_characters() THEN q.quoted
+                ELSE (SELECT string_agg(CASE WHEN c !~ hivenet._unseen_characters() THEN c
+                                             WHEN ascii(c) < 256
                                              THEN '\x' || lpad(to_hex(ascii(c)), 2, '0')
-                                             ELSE c END, '' ORDER BY i)
+                                             WHEN ascii(c) < 65536
+                                             THEN '\u' || lpad(to_hex(ascii(c)), 4, '0')
+                                             ELSE '\U' || lpad(to_hex(ascii(c)), 8, '0') END,
+                                        '' ORDER BY i)
                       FROM unnest(string_to_array(q.quoted, NULL)) WITH ORDINALITY AS t(c, i))
            END || CASE WHEN length(p_value) > 40
                        THEN format('... (%s characters)', length(p_value)) ELSE '' END
@@ -36,7 +55,7 @@ CREATE TABLE hivenet.setting (
 -- every interval a caller passes, so no time computed from it overflows). Every retention of
 -- finished steps and requests is at least the lease, step_lease: a record purged sooner lets
 -- a retry the lease still covers start the money step again (seed 003, 3.3).
--- set_request_retention (requests.sql) asks as request_retention for a namespace's retention.
+-- set_request_retention (policies.sql) asks as request_retention for a namespace's retention.
 CREATE FUNCTION hivenet._interval_conflict(p_name text, p_value interval) RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -70,10 +89,10 @@ END $$;
 
 -- Trigger: reject a value that does not parse as the setting's kind, an interval out of its
 -- bounds (_interval_conflict), and a business time zone behind the current one once serials
--- exist (their dates and times would go backwards).
+-- exist (their dates and times would go backwards; a scope prepared and never used issued
+-- none: _serials_issued, counters.sql).
 -- SECURITY DEFINER: an administrator updates the table without any right on what the checks
--- read (hivenet.scope and hivenet.scope_pending, counters.sql), and gets their HN001, never
--- 42501.
+-- read (the counters: counters.sql), and gets their HN001, never 42501.
 CREATE FUNCTION hivenet._setting_check() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -103,9 +122,9 @@ BEGIN
     END IF;
     IF TG_OP = 'UPDATE' AND NEW.kind = 'time_zone' AND NEW.value <> OLD.value
        AND now() AT TIME ZONE NEW.value < now() AT TIME ZONE OLD.value
-       AND to_regclass('hivenet.scope_pending') IS NOT NULL THEN
-        -- Nested: the tables are looked up only once they exist (not during an install).
-        IF EXISTS (SELECT FROM hivenet.scope) OR EXISTS (SELECT FROM hivenet.scope_pending) THEN
+       AND to_regclass('hivenet.fallback_draw') IS NOT NULL THEN
+        -- Nested: the counters are looked up only once they exist (not during an install).
+        IF hivenet._serials_issued() THEN
             RAISE EXCEPTION USING ERRCODE = 'HN001',
                 MESSAGE = format('setting %s: %s is %s behind %s, and serials have been '
                                  'issued: their business dates and times would go backwards '

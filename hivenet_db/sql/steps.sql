@@ -1,9 +1,12 @@
 -- System-serial step state machine (SPEC §4, seed 000 "业务层查重", seeds 002/003).
 --
 -- A step is the keyed request (requests.sql) of namespace 'hivenet.steps' whose key is its
--- 30-character system serial: the same table, the same state machine, the same errors. What
--- steps add: the serial is checked (HN001), must be dated inside the window whose records are
--- kept (HN021), and the business transaction's unified serial is recorded for audit.
+-- 30-character system serial: the same table, the same core (one writer, one fast path, one
+-- state machine), the same errors, the same features (wait, batches, the namespace's policy:
+-- fingerprint, failure policy, expiry, audit chain). What steps add: the serial is checked
+-- (HN001), must be dated inside the window whose records are kept (HN021), and the business
+-- transaction's unified serial is recorded for audit; their retention is the setting
+-- step_retention, not a policy's.
 --
 -- The window and the purge are one rule (_step_days_from): a serial's date is read as its
 -- caller's local date, in any zone from UTC-12 to UTC+14 (clock.sql, _caller_now), and
@@ -93,10 +96,11 @@ SELECT a.key AS system_serial, a.attempt, a.fingerprint, a.unified_serial, a.res
 FROM hivenet.request_attempt a
 WHERE a.namespace = 'hivenet.steps' AND a.state = 'success';
 
--- What view _step_start vouches for (below), and _begin_step after the view wrote nothing: both
--- serials valid (the layouts generated from the formats, compile.sql), the system serial surely
--- inside the window (_step_in_window, compile.sql) and an allowed lease or none (clock.sql,
--- _interval_allowed). Inlined where it is called: no function runs. VOLATILE (hivenet.now()).
+-- What the fast path vouches for in a step (_start_key, requests.sql), and _begin_key after
+-- it wrote nothing: both serials valid (the layouts generated from the formats, compile.sql),
+-- the system serial surely inside the window (_step_in_window, compile.sql) and an allowed
+-- lease or none (clock.sql, _interval_allowed). Inlined where it is called: no function runs.
+-- VOLATILE (hivenet.now()).
 CREATE FUNCTION hivenet._step_start_valid(p_system_serial text, p_unified_serial text,
                                           p_lease interval) RETURNS boolean
 LANGUAGE sql
@@ -107,132 +111,84 @@ BEGIN ATOMIC
        AND (p_lease IS NULL OR hivenet._interval_allowed(p_lease));
 END;
 
--- The first attempt of a new step, written by one INSERT into this view (its rule runs with the
--- owner's rights): begin_step's common case (_start_step, below). The rule checks what a new
--- step with plain options needs and inserts attempt 1; it writes nothing for a step that has
--- an attempt, or for input it does not vouch for, and then _begin_step decides and names the
--- problem. It records the caller as _begin_attempt does (requests.sql). No SECURITY DEFINER
--- call (docs/design/sql-internals.md).
--- Insert-only, for hivenet_app (privileges.sql): the row it writes is the one begin_step would
--- write, and reading the view shows nothing.
---   The checks (_step_start_valid, above) are generated from the definitions of formats
---   'system' and 'unified' and from the settings (compile.sql, _serial_valid; _step_in_window):
---   inlined, no query. A serial dated on the window's first two days or after today, or
---   instances to check, take the full path. Options are not columns: only plain options
---   (_plain_options, requests.sql) take this path, as they start a new step alike.
---   The VALUES list evaluates each inserted expression once. A rule puts the expression in
---   place of every NEW, so a volatile one (a fresh serial) would be checked as one value and
---   stored as another; for parameters and constants the planner folds the list away.
-CREATE VIEW hivenet._step_start AS
-SELECT NULL::text AS system_serial, NULL::jsonb AS request, NULL::text AS unified_serial,
-       NULL::interval AS lease
-WHERE false;
-CREATE RULE start AS ON INSERT TO hivenet._step_start DO INSTEAD
-INSERT INTO hivenet.request_attempt
-    (namespace, key, attempt, state, fingerprint, unified_serial, lease, started_at, called_by,
-     application_name, client_addr)
-SELECT 'hivenet.steps', n.system_serial, 1, 'processing', hivenet._fingerprint(n.request),
-       n.unified_serial, n.lease, hivenet.now(), hivenet._called_by(),
-       nullif(current_setting('application_name'), ''), inet_client_addr()
-FROM (VALUES (NEW.system_serial, NEW.request, NEW.unified_serial, NEW.lease))
-     AS n (system_serial, request, unified_serial, lease)
-WHERE hivenet._step_start_valid(n.system_serial, n.unified_serial, n.lease)
-ON CONFLICT DO NOTHING
-RETURNING key, NULL::jsonb, unified_serial, lease;
+-- What _start_key vouches for, by the kind of key: a step's (p_step, in namespace
+-- 'hivenet.steps': _step_start_valid, steps.sql) or a request's (_request_start_valid).
+-- NULL (not vouched for) for a step elsewhere. Inlined into PL/pgSQL expressions, which run
+-- it on a plan made once: only the branch of the kind runs.
+CREATE FUNCTION hivenet._start_valid(p_step boolean, p_namespace text, p_key text,
+    p_unified_serial text, p_lease interval)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT CASE WHEN p_step
+                THEN p_namespace = 'hivenet.steps'
+                     AND hivenet._step_start_valid(p_key, p_unified_serial, p_lease)
+                ELSE hivenet._request_start_valid(p_namespace, p_key, p_unified_serial,
+                                                  p_lease) END;
+END;
 
--- Whether a new step with plain options was started: attempt 1 written through view
--- _step_start. begin_step's second branch, run as the caller: the view's rule writes with the
--- owner's rights and its checks are bound when it was created, so no SECURITY DEFINER and no
--- SET clause is needed, and none is paid (a SET costs a tenth of a begin; requests.sql).
--- PL/pgSQL, so its INSERT is planned once per session, not per call.
-CREATE FUNCTION hivenet._start_step(p_system_serial text, p_request jsonb, p_on_success text,
-    p_unified_serial text, p_lease interval, p_nowait boolean) RETURNS boolean
+-- The checks of a step's key, each with its exact error (parse_serial names the problem):
+-- system serial p_system_serial and unified serial p_unified_serial valid, the system
+-- serial's instance owned here (ownership.sql), and its date inside the window (HN021).
+-- _begin_key runs them for input _step_start_valid does not vouch for: a serial near the
+-- window's edges, instances to check, bad input (parse_serial costs ~200 µs a serial).
+-- HN001 also for a namespace other than the steps' (p_namespace). No SET clause: only
+-- _begin_key calls it, whose SET search_path is in force.
+CREATE FUNCTION hivenet._check_step(p_namespace text, p_system_serial text,
+                                    p_unified_serial text) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    IF NOT hivenet._plain_options(p_on_success, p_nowait) THEN
-        RETURN false;
-    END IF;
-    INSERT INTO hivenet._step_start
-    VALUES (p_system_serial, p_request, p_unified_serial, p_lease);
-    IF FOUND THEN
-        PERFORM hivenet._count_decision('hivenet.steps', 'started');
-        RETURN true;
-    END IF;
-    RETURN false;
-END $$;
-
--- begin_step's full path, in the step owner's rights, after _start_step wrote nothing. A step
--- that has an attempt, its input vouched for by the view's test (_step_start_valid) with
--- plain options, goes to the state machine (requests.sql); everything else (bad input,
--- nowait, instances to check, a serial near the window's edges) gets every check with its
--- exact error first (parse_serial names the problem). Not set-returning (OUT parameters): no
--- tuplestore of its own.
-CREATE FUNCTION hivenet._begin_step(
-    p_system_serial text, p_request jsonb, p_on_success text, p_unified_serial text,
-    p_lease interval, p_nowait boolean, OUT outcome text, OUT attempt integer,
-    OUT response jsonb)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_day date;
 BEGIN
-    -- Without parse_serial (~200 µs a serial) when the view vouches for the input.
-    IF NOT (hivenet._plain_options(p_on_success, p_nowait)
-            AND coalesce(hivenet._step_start_valid(p_system_serial, p_unified_serial, p_lease),
-                         false)) THEN
-        BEGIN
-            PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait);
-            PERFORM hivenet.parse_serial(p_system_serial, 'system');
-            IF p_unified_serial IS NOT NULL THEN
-                PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
-            END IF;
-            -- Several primaries: a serial of an instance another shard owns (ownership.sql).
-            IF hivenet._setting_constant('owned_instances') <> 'all' THEN
-                PERFORM hivenet._check_owned_serial('system', p_system_serial);
-            END IF;
-            -- Old serials are refused, not run again: their record may be purged (HN021).
-            v_day := hivenet._serial_time('system', p_system_serial)::date;
-            IF v_day < hivenet._step_days_from(hivenet.now())
-               OR (v_day > hivenet._step_days_to(hivenet.now())
-                   AND NOT hivenet._step_issued_here(p_system_serial, v_day)) THEN
-                PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
-            END IF;
-        EXCEPTION WHEN SQLSTATE 'HN001' OR SQLSTATE 'HN002' OR SQLSTATE 'HN021' THEN
-            PERFORM hivenet._count_decision('hivenet.steps', 'rejected');
-            RAISE;
-        END;
+    IF p_namespace IS DISTINCT FROM 'hivenet.steps' THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('namespace %s is not the steps'' namespace ''hivenet.steps''',
+                             hivenet._shown(p_namespace));
     END IF;
-    IF p_nowait THEN
-        SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-        FROM hivenet._begin_attempt_within('hivenet.steps', p_system_serial, p_request,
-                                           p_on_success, p_unified_serial, p_lease, NULL) b;
-        RETURN;
+    PERFORM hivenet.parse_serial(p_system_serial, 'system');
+    IF p_unified_serial IS NOT NULL THEN
+        PERFORM hivenet.parse_serial(p_unified_serial, 'unified');
     END IF;
-    SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
-    FROM hivenet._begin_attempt('hivenet.steps', p_system_serial, p_request, p_on_success,
-                                p_unified_serial, p_lease) b;
+    -- Several primaries: a serial of an instance another shard owns (ownership.sql).
+    IF hivenet._setting_constant('owned_instances') <> 'all' THEN
+        PERFORM hivenet._check_owned_serial('system', p_system_serial);
+    END IF;
+    -- Old serials are refused, not run again: their record may be purged (HN021).
+    v_day := hivenet._serial_time('system', p_system_serial)::date;
+    IF v_day < hivenet._step_days_from(hivenet.now())
+       OR (v_day > hivenet._step_days_to(hivenet.now())
+           AND NOT hivenet._step_issued_here(p_system_serial, v_day)) THEN
+        PERFORM hivenet._raise_step_outside_window(p_system_serial, v_day);
+    END IF;
 END $$;
 
 -- hivenet.begin_step(system_serial, request default null, on_success default 'replay',
---                    unified_serial default null, lease default null, nowait default false)
+--                    unified_serial default null, lease default null, nowait default false,
+--                    wait default null)
 --   → table(outcome text, attempt int, response jsonb), exactly one row.
 --   Receives one processing step, identified by its 30-character system serial, in the
---   caller's transaction (SPEC §4):
---   * no attempt yet, or the latest failed: a new attempt starts, state `processing`;
---     outcome 'started', attempt n+1, response NULL. Apply the business effect, then call
---     finish_step with that attempt number.
+--   caller's transaction (SPEC §4): the keyed request (requests.sql) of the steps' namespace
+--   'hivenet.steps' whose key is the system serial.
+--   * no attempt yet, or the latest failed or expired: a new attempt starts, state
+--     `processing`; outcome 'started', attempt n+1, response NULL. Apply the business
+--     effect, then call finish_step with that attempt number. When the steps' failures are
+--     final (set_namespace_policy('hivenet.steps', on_failure => 'final')), a latest failed
+--     or expired attempt is replayed instead: outcome 'replayed_failure', that attempt, and
+--     its error as response (NULL when expired).
 --   * latest `processing`: HN030 StepInProgress (unknown state), also past its lease (an
---     operator resolves a stuck step with resolve_step; nothing takes it over silently).
+--     operator resolves a stuck step with resolve_step; nothing takes it over silently); but
+--     past the steps' expire_after it becomes `expired` and is then a failure as above.
 --   * latest `success`: on_success 'replay' → outcome 'replayed', the attempt that succeeded
 --     and its stored response; 'reject' → HN031 StepAlreadySucceeded.
---   request: the business request; its fingerprint (sha256 of the jsonb text, which jsonb
---   normalises: key order and whitespace do not matter) is kept, and a different request
---   under the same serial raises HN032 RequestMismatch in every state. No request counts as
---   JSON null.
+--   request: the business request; its fingerprint (by the steps' policy: by default sha256
+--   of the jsonb text, which jsonb normalises: key order and whitespace do not matter) is
+--   kept, and a different request under the same serial raises HN032 RequestMismatch in
+--   every state. No request counts as JSON null.
 --   unified_serial: the business transaction's unified serial, kept for audit.
 --   lease: how long `processing` is trusted (default: setting step_lease).
 --   HN001: system serial no valid system serial (as parse_serial(serial, 'system')), unified
 --   serial no valid unified serial, on_success not 'replay'/'reject', lease not positive or
---   longer than 10 years.
+--   longer than 10 years, nowait NULL, wait negative or longer than 10 years.
 --   HN021 SerialOutsideWindow: the serial's date, read as its caller's local date in any zone
 --   from UTC-12 to UTC+14, starts before now - step_retention in every such zone (the step's
 --   record may already be purged: it must not run again), or after now +
@@ -242,23 +198,29 @@ END $$;
 --   instance (a retry sent to the wrong shard; ownership.sql, check_received_instances).
 --   Blocks while another transaction has started the same attempt and not yet committed or
 --   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
---   with nowait it raises HN030 at once instead. In REPEATABLE READ or SERIALIZABLE a
---   concurrent start raises serialization_failure (40001): retry the transaction.
+--   with nowait it raises HN030 at once instead, with wait once it waited that long (wait 0
+--   is nowait): the key's wait only, as begin_request's. A step begun and committed by another transaction holds no lock: begin_step
+--   raises HN030 at once, wait or not; a client waits for its outcome with
+--   watch_request('hivenet.steps', system_serial) and LISTEN, then begins again (see
+--   watch_request). In REPEATABLE READ or SERIALIZABLE a concurrent start raises
+--   serialization_failure (40001): retry the transaction.
 --   One statement, three branches: begin_step is a set-returning LANGUAGE sql function that
 --   the planner inlines into the caller's statement (called in FROM), a UNION ALL under
 --   LIMIT 1 whose branches run in order, each only when the ones before it returned nothing:
---   1. A replay of a step that succeeded with the same request, plain options, no unified
---      serial or the one it was begun with, and a serial in the window is one read of view
---      _step_replay by primary key, with no PL/pgSQL call: the stored serials were checked
---      when the step began (a format is never redefined), so no serial is parsed again.
---   2. A new step with plain options: _start_step, one INSERT into view _step_start.
+--   1. A replay of a step that succeeded with the same request, options that replay, no
+--      unified serial or the one it was begun with, and a serial in the window is one read
+--      of view _step_replay by primary key, with no PL/pgSQL call: the stored serials were
+--      checked when the step began (a format is never redefined), so no serial is parsed
+--      again.
+--   2. A new step with plain options: _start_key, one INSERT (requests.sql).
 --   3. Everything else (failed, processing, another request or unified serial, reject,
---      nowait, bad input, an instance other shards own) goes to _begin_step, which decides
---      and names the problem.
+--      nowait, wait, bad input, an instance other shards own, a fingerprint policy) goes to
+--      _begin_key, which decides and names the problem.
 --   Why this shape: docs/design/sql-internals.md.
 CREATE FUNCTION hivenet.begin_step(
     system_serial text, request jsonb DEFAULT NULL, on_success text DEFAULT 'replay',
-    unified_serial text DEFAULT NULL, lease interval DEFAULT NULL, nowait boolean DEFAULT false)
+    unified_serial text DEFAULT NULL, lease interval DEFAULT NULL, nowait boolean DEFAULT false,
+    wait interval DEFAULT NULL)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
@@ -273,19 +235,25 @@ BEGIN ATOMIC
             r.attempt, r.response
      FROM hivenet._step_replay r
      WHERE r.system_serial = begin_step.system_serial
+       -- The default fingerprint: no other policy's equals it (fingerprints.sql), so the
+       -- steps of a fingerprint policy are replayed by the third branch.
        AND r.fingerprint = hivenet._fingerprint(begin_step.request)
-       -- Options that replay (nowait or not: a replay never waits); the unified serial the
-       -- step was begun with (so a valid one) or none.
+       -- Options that replay (a replay never waits); the unified serial the step was begun
+       -- with (so a valid one) or none.
        AND begin_step.on_success = 'replay' AND begin_step.nowait IS NOT NULL
-       AND (begin_step.lease IS NULL OR begin_step.lease > interval '0')
+       AND (begin_step.lease IS NULL OR hivenet._interval_allowed(begin_step.lease))
+       AND (begin_step.wait IS NULL
+            OR begin_step.wait BETWEEN interval '0' AND hivenet._longest_interval())
        AND (begin_step.unified_serial IS NULL OR begin_step.unified_serial = r.unified_serial)
        AND hivenet._step_in_window(r.system_serial)
      UNION ALL
      SELECT 'started'::text, 1, NULL::jsonb
-     WHERE hivenet._start_step(system_serial, request, on_success, unified_serial, lease, nowait)
+     WHERE hivenet._start_key(true, 'hivenet.steps', system_serial, request, on_success,
+                              unified_serial, lease, nowait, wait)
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
-     FROM hivenet._begin_step(system_serial, request, on_success, unified_serial, lease, nowait) b)
+     FROM hivenet._begin_key(true, 'hivenet.steps', system_serial, request, on_success,
+                             unified_serial, lease, nowait, wait) b)
     LIMIT 1;
 END;
 
@@ -326,6 +294,49 @@ BEGIN
     PERFORM hivenet._resolve_attempt('hivenet.steps', p_system_serial, p_attempt, p_succeeded,
                                      p_note, p_response);
 END $$;
+
+-- hivenet.begin_steps(system_serials text[], requests jsonb[], unified_serial default null,
+--                     lease default null)
+--   → table(system_serial text, outcome text, attempt int, response jsonb), one row per
+--   system serial, in their order. Begins every step of a batch in the caller's transaction,
+--   in one round trip: for system_serials[i] with requests[i], what
+--   begin_step(system_serials[i], requests[i], unified_serial => unified_serial,
+--   lease => lease) would decide, as an outcome instead of an error, as begin_requests does
+--   for keyed requests (batches.sql): 'started' (finish it with finish_step or finish_steps),
+--   'replayed', 'replayed_failure' (the steps' failures are final), or with attempt NULL and
+--   response {"code": ..., "message": ...} 'in_progress' (HN030), 'mismatch' (HN032),
+--   'rejected' (HN001 a serial that is no valid system serial, HN021 one outside the window,
+--   HN002 one of an instance another database owns).
+--   HN001 for the whole call: system_serials or requests NULL, not one-dimensional or not as
+--   long as each other, more than 1,000 serials, a serial NULL or given twice, lease not
+--   positive or longer than 10 years. Blocks as begin_requests; the serials are taken in
+--   their sort order.
+CREATE FUNCTION hivenet.begin_steps(
+    system_serials text[], requests jsonb[], unified_serial text DEFAULT NULL,
+    lease interval DEFAULT NULL)
+RETURNS TABLE (system_serial text, outcome text, attempt integer, response jsonb)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT b.key, b.outcome, b.attempt, b.response
+    FROM hivenet._begin_batch(true, 'hivenet.steps', system_serials, requests, unified_serial,
+                              lease) b;
+END;
+
+-- hivenet.finish_steps(system_serials text[], attempts integer[], succeeded boolean[],
+--                      responses jsonb[]) → void
+--   finish_step(system_serials[i], attempts[i], succeeded[i], responses[i]) of every step of a
+--   batch (begin_steps' started steps), in the order of system_serials, in one call. All or
+--   nothing: the first step finish_step refuses raises its error (HN033, HN001) and the call
+--   changes nothing. HN001 for the whole call as begin_steps (NULL, lengths, 1,000 serials, a
+--   serial NULL or given twice), attempts or succeeded NULL or not as long as system_serials.
+CREATE FUNCTION hivenet.finish_steps(
+    system_serials text[], attempts integer[], succeeded boolean[], responses jsonb[])
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT hivenet._finish_batch(true, 'hivenet.steps', system_serials, attempts, succeeded,
+                                 responses);
+END;
 
 -- Retention of steps (run by hivenet.maintain()): purge every attempt of the steps whose
 -- attempts all ended before now() - step_retention and whose serial begin_step refuses as

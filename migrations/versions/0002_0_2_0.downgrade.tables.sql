@@ -1,7 +1,60 @@
 -- Back from release 0.2.0 to 0.1.0: tables, types and sequences, written by hand (the code
 -- around them is written from the schema files: hivenet_db/tools/revision.py). What 0.1.0
 -- cannot hold goes: a namespace's policy but its retention, counts, callers, chains, waiters'
--- marks; expired attempts become failed ones.
+-- marks, numeric formats and clock policies; expired attempts become failed ones.
+
+-- Numeric formats (time_id, and any defined since) and clock policies: 0.1.0 holds
+-- neither. Their counters go with them; the format trigger, whose code is half gone by now,
+-- stays off while their rows go (the script ends by writing the generated code again).
+DROP TABLE hivenet.clock_policy;
+DO $$
+DECLARE
+    v_counter text;
+BEGIN
+    FOR v_counter IN SELECT s.sequence_name FROM hivenet.scope s
+                     JOIN hivenet.format f ON f.name = s.format WHERE f.time_shift IS NOT NULL
+                     UNION ALL
+                     SELECT 'cold_' || f.name FROM hivenet.format f WHERE f.time_shift IS NOT NULL
+    LOOP
+        EXECUTE format('DROP SEQUENCE IF EXISTS hivenet.%I', v_counter);
+    END LOOP;
+END $$;
+DELETE FROM hivenet.fallback_draw
+WHERE format IN (SELECT name FROM hivenet.format WHERE time_shift IS NOT NULL);
+DELETE FROM hivenet.scope
+WHERE format IN (SELECT name FROM hivenet.format WHERE time_shift IS NOT NULL);
+ALTER TABLE hivenet.format DISABLE TRIGGER format_recompile;
+DELETE FROM hivenet.format WHERE time_shift IS NOT NULL;
+ALTER TABLE hivenet.format ENABLE TRIGGER format_recompile;
+ALTER TABLE hivenet.format DROP COLUMN time_shift;
+
+-- The fence's mark and the allocation rates (fences applied by an allocation are recorded as
+-- by the command); its settings go in the .downgrade.data.sql, once the code that rewrites the
+-- generated functions on a change of a setting is 0.1.0's again.
+DROP TABLE hivenet.allocation_rate;
+DROP SEQUENCE hivenet.fenced_timeline;
+UPDATE hivenet.failover_fence SET applied_by = 'command' WHERE applied_by = 'allocation';
+ALTER TABLE hivenet.failover_fence
+    DROP CONSTRAINT failover_fence_applied_by_check,
+    ADD CONSTRAINT failover_fence_applied_by_check
+        CHECK (applied_by IN ('install', 'command', 'maintain'));
+
+-- Unprepared scopes: the scopes that drew from a fallback and have no counter of their own
+-- wait for maintain() again, one pending row each.
+CREATE TABLE hivenet.scope_pending (
+    format text NOT NULL,
+    scope  text NOT NULL,
+    fields jsonb NOT NULL
+);
+COMMENT ON TABLE hivenet.scope_pending IS
+    'new counter scopes waiting for their own sequence (hivenet.maintain() creates it)';
+CREATE INDEX scope_pending_scope ON hivenet.scope_pending (format, scope);
+INSERT INTO hivenet.scope_pending (format, scope, fields)
+SELECT DISTINCT ON (d.format, d.scope) d.format, d.scope, d.fields
+FROM hivenet.fallback_draw d
+WHERE NOT EXISTS (SELECT FROM hivenet.scope s WHERE s.format = d.format AND s.scope = d.scope)
+ORDER BY d.format, d.scope;
+DROP TABLE hivenet.fallback_draw;
 
 -- Decision counts, with their counters.
 DO $$
@@ -15,9 +68,10 @@ END $$;
 DROP TABLE hivenet.decision_counter;
 DROP SEQUENCE hivenet.decision_counter_number;
 
--- The audit chain, who began each attempt, waiters' marks.
+-- The audit chain, who began each attempt, waiters' marks; the clock's default.
 DROP TABLE hivenet.request_chain;
 ALTER TABLE hivenet.request_attempt
+    ALTER COLUMN started_at DROP DEFAULT,
     DROP COLUMN called_by,
     DROP COLUMN application_name,
     DROP COLUMN client_addr,

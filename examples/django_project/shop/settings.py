@@ -15,7 +15,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = ["hivenet_db.django", "orders"]
 MIDDLEWARE = ["hivenet_db.django.IdempotencyMiddleware"]
-HIVENET = {"IDEMPOTENCY": {"namespace": "shop"}}
+HIVENET = {
+    "IDEMPOTENCY": {"namespace": "shop"},
+    # The channel the shop allocates for (unified and system serials): prepared by migrate,
+    # so that it counts from 1 (an unprepared scope is refused).
+    "PREPARE": ["C0001 A01 01"],
+}
 
 DATABASES = {
     "default": {

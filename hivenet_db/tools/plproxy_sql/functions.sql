@@ -8,16 +8,15 @@
 -- transaction of their own only (docs/guides/plproxy.md). Administrative functions (maintain,
 -- define_format, own_instances, settings) are run on each shard, not through the proxy.
 
--- A proxy installed when the parameters were named p_...: CREATE OR REPLACE cannot rename a
--- parameter, so those functions are dropped and made again below, granted as a new install.
+-- A proxy installed by an earlier version (parameters named p_..., a begin without wait):
+-- CREATE OR REPLACE can neither rename a parameter nor add one, so every function of schema
+-- hivenet is dropped and made again below, granted as a new install.
 DO $$
 DECLARE
     v_function regprocedure;
 BEGIN
     FOR v_function IN SELECT p.oid FROM pg_proc p
-                      WHERE p.pronamespace = 'hivenet'::regnamespace
-                        AND EXISTS (SELECT FROM unnest(p.proargnames) AS a (name)
-                                    WHERE starts_with(a.name, 'p_')) LOOP
+                      WHERE p.pronamespace = 'hivenet'::regnamespace LOOP
         EXECUTE format('DROP FUNCTION %s', v_function);
     END LOOP;
 END $$;
@@ -117,7 +116,7 @@ $$;
 -- Steps: by the instance printed in the system serial.
 CREATE OR REPLACE FUNCTION hivenet.begin_step(system_serial text, request jsonb DEFAULT NULL,
     on_success text DEFAULT 'replay', unified_serial text DEFAULT NULL,
-    lease interval DEFAULT NULL, nowait boolean DEFAULT false)
+    lease interval DEFAULT NULL, nowait boolean DEFAULT false, wait interval DEFAULT NULL)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';
@@ -141,7 +140,7 @@ $$;
 -- Keyed requests: by the key's hash (steps' namespace: as begin_step).
 CREATE OR REPLACE FUNCTION hivenet.begin_request(namespace text, key text,
     request jsonb DEFAULT NULL, on_success text DEFAULT 'replay',
-    lease interval DEFAULT NULL, nowait boolean DEFAULT false)
+    lease interval DEFAULT NULL, nowait boolean DEFAULT false, wait interval DEFAULT NULL)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE plproxy AS $$
     CLUSTER 'hivenet_shards';

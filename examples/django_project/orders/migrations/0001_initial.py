@@ -5,8 +5,9 @@ import hivenet_db.django.fields
 
 class Migration(migrations.Migration):
     initial = True
-    # schema hivenet first: the serial's default calls its function
-    dependencies = [("hivenet", "0001_schema")]
+    # No dependency on ("hivenet", "0001_schema") although the serial's default calls its
+    # function: the app installs schema hivenet before any other migration of the same migrate.
+    dependencies = []
 
     operations = [
         migrations.CreateModel(

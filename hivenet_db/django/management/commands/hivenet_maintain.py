@@ -4,19 +4,17 @@ its one line."""
 
 from __future__ import annotations
 
-import datetime as dt
 from argparse import ArgumentParser
 from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db import DEFAULT_DB_ALIAS, transaction
-from sqlalchemy import text
 
 from hivenet_db._execute import rows
 from hivenet_db.django.db import connection
 from hivenet_db.django.management.failures import one_line
-
-MAINTAIN = text("SELECT hivenet.maintain()")
+from hivenet_db.statements import API
+from hivenet_db.tools.business_time import business_now
 
 
 class Command(BaseCommand):
@@ -31,6 +29,6 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with one_line("maintain", options["database"]), \
                 transaction.atomic(using=options["database"]):
-            rows(connection(options["database"]), MAINTAIN, {})
-        at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            rows(connection(options["database"]), API["maintain"], {})
+            at = business_now(connection(options["database"]))
         self.stdout.write(f"maintain: done at {at}")

@@ -1,0 +1,1 @@
+SELECT * FROM hivenet.next_time_ids('bench_time_id', 10000);

@@ -1,0 +1,1 @@
+SELECT hivenet.next_time_id('bench_time_id');
