@@ -302,6 +302,8 @@ SQL = {
               "fingerprint => '[\"$.amount\", \"$.currency\"]')"),
     "docs/guides/idempotency.md: -- hivenet_admin: payment callbacks fail for good, and expire "
     "after 10 minutes": Sql(login="admin"),
+    "docs/guides/idempotency.md: -- hivenet_admin: successes for a day, failures for an hour":
+        Sql(login="admin"),
     # n-1002 begun half an hour before the pages' clock, never finished.
     "docs/guides/idempotency.md: SELECT * FROM hivenet.begin_request('pay-callback', 'n-1001', "
     "'{\"status\": \"PAID\"}');": Sql(

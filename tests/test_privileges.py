@@ -224,7 +224,7 @@ OWNER_ONLY = set("""
     _step_start_valid
     _canonical_instances _canonical_json _chain_append _chain_link _canonical_number
     _check_begin_options _check_fields
-    _check_fingerprint _check_interval _check_name
+    _check_fingerprint _check_interval _check_name _check_policy
     _check_owned _check_owned_serial _check_registry _claim_checked
     _claim_interface_serial_checked _claim_interface_serial_nowait _claim_nowait _clock_behind
     _clock_sequence _cold_lock_space _cold_sequence_name _committed_sequence

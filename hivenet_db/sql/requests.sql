@@ -661,23 +661,31 @@ BEGIN
 END $$;
 
 -- Remove every attempt of the keys of namespace p_namespace whose attempts all ended before
--- p_cutoff; for the steps' namespace, only of the keys (system serials) dated before
--- p_dated_before (_maintain_steps: what begin_step refuses). A processing key is never
--- removed. Candidates come from the index (namespace || '', started_at): an attempt that ended before the cutoff also started before it. The keys are
--- collected first and deleted by primary key, so no plan can turn the delete into a scan (a
--- join would be hashed against every row of the namespace).
+-- p_cutoff, and of the keys whose latest attempt failed or expired (no attempt succeeded: a
+-- success is a key's last attempt) once all ended before p_failure_cutoff (NULL: p_cutoff;
+-- later than it when the namespace's failure_retention is shorter than its retention); for
+-- the steps' namespace, only of the keys (system serials) dated before p_dated_before
+-- (_maintain_steps: what begin_step refuses). A processing key is never removed. Candidates
+-- come from the index (namespace || '', started_at): an attempt that ended before a cutoff
+-- also started before it; between the two cutoffs only failed or expired rows are looked at
+-- further. The keys are collected first and deleted by primary key, so no plan can turn the
+-- delete into a scan (a join would be hashed against every row of the namespace).
 CREATE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamptz,
-                                        p_dated_before timestamp DEFAULT NULL) RETURNS void
+                                        p_dated_before timestamp DEFAULT NULL,
+                                        p_failure_cutoff timestamptz DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    v_latest timestamptz := greatest(p_cutoff, p_failure_cutoff);
     v_keys text[];
 BEGIN
     SELECT array_agg(DISTINCT o.key) INTO v_keys FROM hivenet.request_attempt o
-    WHERE o.namespace || '' = p_namespace AND o.started_at < p_cutoff  -- the index's expression
+    WHERE o.namespace || '' = p_namespace AND o.started_at < v_latest  -- the index's expression
+      AND (o.started_at < p_cutoff OR o.state IN ('failed', 'expired'))
       AND (p_dated_before IS NULL OR hivenet._serial_time('system', o.key) < p_dated_before)
       AND NOT EXISTS (SELECT 1 FROM hivenet.request_attempt y
                       WHERE y.namespace = p_namespace AND y.key = o.key
-                        AND (y.finished_at IS NULL OR y.finished_at >= p_cutoff));
+                        AND (y.finished_at IS NULL OR y.finished_at >= v_latest
+                             OR (y.state = 'success' AND y.finished_at >= p_cutoff)));
     IF v_keys IS NULL THEN
         RETURN;
     END IF;
@@ -691,14 +699,16 @@ BEGIN
 END $$;
 
 -- Retention of requests (run by hivenet.maintain()): each namespace but the steps' (see
--- _maintain_steps) by its own retention. The namespaces are found by skipping through the
--- index, one probe each, never by reading the rows.
+-- _maintain_steps) by its own retention, and its failures by its failure_retention. The
+-- namespaces are found by skipping through the index, one probe each, never by reading the
+-- rows.
 CREATE FUNCTION hivenet._maintain_requests() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := hivenet.now();
     v_default interval := hivenet._setting_value('request_retention')::interval;
     v_namespace text;
+    v_policy hivenet.request_namespace;
     v_retention interval;
 BEGIN
     FOR v_namespace IN
@@ -711,11 +721,13 @@ BEGIN
         SELECT n.namespace FROM n
         WHERE n.namespace IS NOT NULL AND n.namespace <> 'hivenet.steps'
     LOOP
-        SELECT r.retention INTO v_retention FROM hivenet.request_namespace r
+        SELECT r.* INTO v_policy FROM hivenet.request_namespace r
         WHERE r.namespace = v_namespace;
-        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp.
-        PERFORM hivenet._purge_requests(v_namespace, v_now - least(
-            coalesce(v_retention, v_default), hivenet._longest_interval()));
+        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp. A
+        -- failure is never kept longer than a success, also after request_retention shrank.
+        v_retention := least(coalesce(v_policy.retention, v_default), hivenet._longest_interval());
+        PERFORM hivenet._purge_requests(v_namespace, v_now - v_retention, NULL,
+                                        v_now - least(v_policy.failure_retention, v_retention));
     END LOOP;
 END $$;
 

@@ -31,6 +31,7 @@ DECLARE
             'hivenet._check_fields(hivenet.format,text[],boolean)',
             'hivenet._check_fingerprint(text)',
             'hivenet._check_owned(hivenet.format,text[])',
+            'hivenet._check_policy(hivenet.request_namespace)',
             'hivenet._check_step(text,text,text)',
             'hivenet._check_timeline()',
             'hivenet._clock_behind(text,timestamp without time zone,timestamp without time zone)',
@@ -73,6 +74,7 @@ DECLARE
             'hivenet._printed_time(jsonb,text)',
             'hivenet._promote_scope(hivenet.format,text,jsonb,boolean)',
             'hivenet._purge_chained(text,text[])',
+            'hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone,timestamp with time zone)',
             'hivenet._raise_key_refused(text,text,integer,text)',
             'hivenet._refuse_unprepared(hivenet.format,text[])',
             'hivenet._request_start_valid(text,text,text,interval)',
@@ -131,7 +133,7 @@ DECLARE
             'hivenet.resolve_step(text,integer,boolean,text,jsonb)',
             'hivenet.set_claim_expiry(text,interval)',
             'hivenet.set_clock_policy(text,text,interval)',
-            'hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean)',
+            'hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean,interval)',
             'hivenet.set_request_retention(text,interval)',
             'hivenet.verify_audit_chain(text)',
             'hivenet.watch_request(text,text)']::text[]) AS f);
@@ -212,7 +214,7 @@ DROP TRIGGER format_counters ON hivenet.format;
 DROP FUNCTION hivenet.watch_request(text,text);
 DROP FUNCTION hivenet.verify_audit_chain(text);
 DROP FUNCTION hivenet.set_request_retention(text,interval);
-DROP FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean);
+DROP FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean,interval);
 DROP FUNCTION hivenet.set_clock_policy(text,text,interval);
 DROP FUNCTION hivenet.set_claim_expiry(text,interval);
 DROP FUNCTION hivenet.resolve_step(text,integer,boolean,text,jsonb);
@@ -272,6 +274,7 @@ DROP FUNCTION hivenet._sample_allocation_rates();
 DROP FUNCTION hivenet._request_start_valid(text,text,text,interval);
 DROP FUNCTION hivenet._refuse_unprepared(hivenet.format,text[]);
 DROP FUNCTION hivenet._raise_key_refused(text,text,integer,text);
+DROP FUNCTION hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone,timestamp with time zone);
 DROP FUNCTION hivenet._purge_chained(text,text[]);
 DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb,boolean);
 DROP FUNCTION hivenet._printed_time(jsonb,text);
@@ -315,6 +318,7 @@ DROP FUNCTION hivenet._compile_format(text,jsonb,boolean,text);
 DROP FUNCTION hivenet._clock_behind(text,timestamp without time zone,timestamp without time zone);
 DROP FUNCTION hivenet._check_timeline();
 DROP FUNCTION hivenet._check_step(text,text,text);
+DROP FUNCTION hivenet._check_policy(hivenet.request_namespace);
 DROP FUNCTION hivenet._check_owned(hivenet.format,text[]);
 DROP FUNCTION hivenet._check_fingerprint(text);
 DROP FUNCTION hivenet._check_fields(hivenet.format,text[],boolean);
@@ -426,6 +430,7 @@ ALTER TABLE hivenet.request_namespace
     DROP COLUMN audit_chain,
     DROP COLUMN on_failure,
     DROP COLUMN expire_after,
+    DROP COLUMN failure_retention,
     ALTER COLUMN retention SET NOT NULL;
 COMMENT ON TABLE hivenet.request_namespace IS
     'retention of the finished requests of a namespace, when not the setting request_retention';
@@ -1719,6 +1724,36 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._maintain_failover() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._maintain_requests()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_default interval := hivenet._setting_value('request_retention')::interval;
+    v_namespace text;
+    v_retention interval;
+BEGIN
+    FOR v_namespace IN
+        WITH RECURSIVE n AS (
+            SELECT min(a.namespace) AS namespace FROM hivenet.request_attempt a
+            UNION ALL
+            SELECT (SELECT min(a.namespace) FROM hivenet.request_attempt a
+                    WHERE a.namespace > n.namespace)
+            FROM n WHERE n.namespace IS NOT NULL)
+        SELECT n.namespace FROM n
+        WHERE n.namespace IS NOT NULL AND n.namespace <> 'hivenet.steps'
+    LOOP
+        SELECT r.retention INTO v_retention FROM hivenet.request_namespace r
+        WHERE r.namespace = v_namespace;
+        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp.
+        PERFORM hivenet._purge_requests(v_namespace, v_now - least(
+            coalesce(v_retention, v_default), hivenet._longest_interval()));
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_requests() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._maintain_scopes()
  RETURNS void

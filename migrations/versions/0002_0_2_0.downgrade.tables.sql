@@ -90,6 +90,7 @@ ALTER TABLE hivenet.request_namespace
     DROP COLUMN audit_chain,
     DROP COLUMN on_failure,
     DROP COLUMN expire_after,
+    DROP COLUMN failure_retention,
     ALTER COLUMN retention SET NOT NULL;
 COMMENT ON TABLE hivenet.request_namespace IS
     'retention of the finished requests of a namespace, when not the setting request_retention';

@@ -36,6 +36,7 @@ DECLARE
             'hivenet._not_owned(hivenet.format,text,text,boolean)',
             'hivenet._plain_options(text,boolean)',
             'hivenet._promote_scope(hivenet.format,text,jsonb)',
+            'hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone)',
             'hivenet._request_start_valid(text,text,interval)',
             'hivenet._scope_fields(hivenet.format,text[])',
             'hivenet._scope_of(hivenet.format,text[])',
@@ -169,6 +170,7 @@ DROP FUNCTION hivenet._scopes_by_node();
 DROP FUNCTION hivenet._scope_of(hivenet.format,text[]);
 DROP FUNCTION hivenet._scope_fields(hivenet.format,text[]);
 DROP FUNCTION hivenet._request_start_valid(text,text,interval);
+DROP FUNCTION hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone);
 DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb);
 DROP FUNCTION hivenet._plain_options(text,boolean);
 DROP FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean);
@@ -197,7 +199,7 @@ DROP FUNCTION hivenet._advance(regclass,hivenet.format,bigint,text);
 -- is written from the schema files: hivenet_db/tools/revision.py).
 
 -- The policy of a namespace (set_namespace_policy): fingerprints, key rules, the audit chain,
--- the failure policy and expiry.
+-- the failure policy, expiry and how long failures are kept.
 ALTER TABLE hivenet.request_namespace
     ALTER COLUMN retention DROP NOT NULL,
     ADD COLUMN fingerprint text,
@@ -205,7 +207,8 @@ ALTER TABLE hivenet.request_namespace
     ADD COLUMN key_pattern text,
     ADD COLUMN audit_chain boolean,
     ADD COLUMN on_failure text,
-    ADD COLUMN expire_after interval;
+    ADD COLUMN expire_after interval,
+    ADD COLUMN failure_retention interval;
 COMMENT ON TABLE hivenet.request_namespace IS
     'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
     'key rules, failure policy; NULL is the default';
@@ -1034,6 +1037,26 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_owned_serial(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_policy(p_policy hivenet.request_namespace)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_retention interval := coalesce(p_policy.retention,
+                                     hivenet._setting_value('request_retention')::interval);
+BEGIN
+    IF p_policy.failure_retention > v_retention THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('failure_retention %s of namespace %s is longer than its retention '
+                             '%s: a failure is kept no longer than a success',
+                             p_policy.failure_retention, hivenet._shown(p_policy.namespace),
+                             v_retention);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_policy(hivenet.request_namespace) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._check_step(p_namespace text, p_system_serial text, p_unified_serial text)
  RETURNS void
@@ -2506,6 +2529,39 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._maintain_request_expiry() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._maintain_requests()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_default interval := hivenet._setting_value('request_retention')::interval;
+    v_namespace text;
+    v_policy hivenet.request_namespace;
+    v_retention interval;
+BEGIN
+    FOR v_namespace IN
+        WITH RECURSIVE n AS (
+            SELECT min(a.namespace) AS namespace FROM hivenet.request_attempt a
+            UNION ALL
+            SELECT (SELECT min(a.namespace) FROM hivenet.request_attempt a
+                    WHERE a.namespace > n.namespace)
+            FROM n WHERE n.namespace IS NOT NULL)
+        SELECT n.namespace FROM n
+        WHERE n.namespace IS NOT NULL AND n.namespace <> 'hivenet.steps'
+    LOOP
+        SELECT r.* INTO v_policy FROM hivenet.request_namespace r
+        WHERE r.namespace = v_namespace;
+        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp. A
+        -- failure is never kept longer than a success, also after request_retention shrank.
+        v_retention := least(coalesce(v_policy.retention, v_default), hivenet._longest_interval());
+        PERFORM hivenet._purge_requests(v_namespace, v_now - v_retention, NULL,
+                                        v_now - least(v_policy.failure_retention, v_retention));
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_requests() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._maintain_scopes()
  RETURNS void
  LANGUAGE plpgsql
@@ -2738,7 +2794,8 @@ DECLARE
     v_conflict text;
 BEGIN
     -- The steps' keys are system serials, kept for the setting step_retention (steps.sql).
-    IF v_steps AND p_field IN ('retention', 'key_min_length', 'key_pattern') THEN
+    IF v_steps AND p_field IN ('retention', 'key_min_length', 'key_pattern',
+                               'failure_retention') THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('%s is no policy of the steps'' namespace ''hivenet.steps'' (its '
                              'keys are system serials, kept for the setting step_retention)',
@@ -2790,6 +2847,10 @@ BEGIN
         RETURN CASE WHEN v_text = '' THEN 'null' ELSE p_value END;
     WHEN 'audit_chain' THEN
         RETURN CASE WHEN v_text::boolean THEN p_value ELSE 'null' END;
+    WHEN 'failure_retention' THEN
+        PERFORM hivenet._check_interval(format('failure_retention of namespace %s',
+                                               hivenet._shown(p_namespace)), v_text::interval);
+        RETURN p_value;
     ELSE
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('%s is no field of a namespace policy', hivenet._shown(p_field));
@@ -2921,20 +2982,23 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._purge_chained(text,text[]) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamp with time zone, p_dated_before timestamp without time zone DEFAULT NULL::timestamp without time zone)
+CREATE OR REPLACE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamp with time zone, p_dated_before timestamp without time zone DEFAULT NULL::timestamp without time zone, p_failure_cutoff timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS void
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
+    v_latest timestamptz := greatest(p_cutoff, p_failure_cutoff);
     v_keys text[];
 BEGIN
     SELECT array_agg(DISTINCT o.key) INTO v_keys FROM hivenet.request_attempt o
-    WHERE o.namespace || '' = p_namespace AND o.started_at < p_cutoff  -- the index's expression
+    WHERE o.namespace || '' = p_namespace AND o.started_at < v_latest  -- the index's expression
+      AND (o.started_at < p_cutoff OR o.state IN ('failed', 'expired'))
       AND (p_dated_before IS NULL OR hivenet._serial_time('system', o.key) < p_dated_before)
       AND NOT EXISTS (SELECT 1 FROM hivenet.request_attempt y
                       WHERE y.namespace = p_namespace AND y.key = o.key
-                        AND (y.finished_at IS NULL OR y.finished_at >= p_cutoff));
+                        AND (y.finished_at IS NULL OR y.finished_at >= v_latest
+                             OR (y.state = 'success' AND y.finished_at >= p_cutoff)));
     IF v_keys IS NULL THEN
         RETURN;
     END IF;
@@ -2946,7 +3010,7 @@ BEGIN
     DELETE FROM hivenet.request_attempt d
     WHERE d.namespace = p_namespace AND d.key = ANY (v_keys);
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone,timestamp with time zone) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._raise_key_refused(p_namespace text, p_key text, p_min_length integer, p_pattern text)
  RETURNS void
@@ -3498,6 +3562,7 @@ BEGIN
     ON CONFLICT (namespace) DO UPDATE SET namespace = EXCLUDED.namespace
     RETURNING n.* INTO v_policy;
     v_policy := jsonb_populate_record(v_policy, v_stored);
+    PERFORM hivenet._check_policy(v_policy);
     DELETE FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
     IF jsonb_strip_nulls(to_jsonb(v_policy)) <> jsonb_build_object('namespace', p_namespace) THEN
         INSERT INTO hivenet.request_namespace SELECT v_policy.*;
@@ -4653,15 +4718,15 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.set_clock_policy(text,text,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(namespace text, retention interval DEFAULT NULL::interval, fingerprint text DEFAULT NULL::text, on_failure text DEFAULT NULL::text, expire_after interval DEFAULT NULL::interval, key_min_length integer DEFAULT NULL::integer, key_pattern text DEFAULT NULL::text, audit_chain boolean DEFAULT NULL::boolean)
+CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(namespace text, retention interval DEFAULT NULL::interval, fingerprint text DEFAULT NULL::text, on_failure text DEFAULT NULL::text, expire_after interval DEFAULT NULL::interval, key_min_length integer DEFAULT NULL::integer, key_pattern text DEFAULT NULL::text, audit_chain boolean DEFAULT NULL::boolean, failure_retention interval DEFAULT NULL::interval)
  RETURNS void
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 BEGIN ATOMIC
- SELECT hivenet._set_policy(namespace, jsonb_build_object('retention', retention, 'fingerprint', fingerprint, 'on_failure', on_failure, 'expire_after', expire_after, 'key_min_length', key_min_length, 'key_pattern', key_pattern, 'audit_chain', audit_chain)) AS _set_policy;
+ SELECT hivenet._set_policy(namespace, jsonb_build_object('retention', retention, 'fingerprint', fingerprint, 'on_failure', on_failure, 'expire_after', expire_after, 'key_min_length', key_min_length, 'key_pattern', key_pattern, 'audit_chain', audit_chain, 'failure_retention', failure_retention)) AS _set_policy;
 END;
-REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean,interval) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.set_request_retention(namespace text, retention interval)
  RETURNS void

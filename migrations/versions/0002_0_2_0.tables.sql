@@ -2,7 +2,7 @@
 -- is written from the schema files: hivenet_db/tools/revision.py).
 
 -- The policy of a namespace (set_namespace_policy): fingerprints, key rules, the audit chain,
--- the failure policy and expiry.
+-- the failure policy, expiry and how long failures are kept.
 ALTER TABLE hivenet.request_namespace
     ALTER COLUMN retention DROP NOT NULL,
     ADD COLUMN fingerprint text,
@@ -10,7 +10,8 @@ ALTER TABLE hivenet.request_namespace
     ADD COLUMN key_pattern text,
     ADD COLUMN audit_chain boolean,
     ADD COLUMN on_failure text,
-    ADD COLUMN expire_after interval;
+    ADD COLUMN expire_after interval,
+    ADD COLUMN failure_retention interval;
 COMMENT ON TABLE hivenet.request_namespace IS
     'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
     'key rules, failure policy; NULL is the default';
