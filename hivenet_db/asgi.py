@@ -254,7 +254,7 @@ class IdempotencyMiddleware:
         if not self.commit_processing_first:
             await self._run_together(scope, receive, send, key, body, request)
             return
-        start = await self._decided(send, self._begin(key, request))
+        start = await self._decided(send, self._begin(key, request, body))
         if start is not None:
             await self._run(scope, receive, send, key, body, start.attempt)
 
@@ -275,22 +275,25 @@ class IdempotencyMiddleware:
             return None
         return start
 
-    async def _begin(self, key: str, request: Any) -> AttemptStart:
+    async def _begin(self, key: str, request: Any, body: bytes) -> AttemptStart:
+        """The check; the body goes along, kept where the namespace keeps clients' bytes."""
         if self.wait is None:
             async with self.engine.begin() as conn:  # commits `processing` before the handler
                 return await AsyncRequestRepository(conn, on_decision=self.on_decision).begin(
-                    self.namespace, key, request, lease=self.lease, nowait=True)
+                    self.namespace, key, request, lease=self.lease, nowait=True,
+                    raw_request=body)
         # Each look, and the registration, in a transaction of its own: while waiting for
         # the first attempt's outcome, no connection is held.
         return await reported_async(self.on_decision, self.namespace, key, waited_async(
             self._listener, self.namespace, key, self.wait,
-            lambda left: self._begin_once(key, request, left), lambda: self._watch(key),
+            lambda left: self._begin_once(key, request, body, left), lambda: self._watch(key),
             _nothing))
 
-    async def _begin_once(self, key: str, request: Any, wait: timedelta) -> AttemptStart:
+    async def _begin_once(self, key: str, request: Any, body: bytes,
+                          wait: timedelta) -> AttemptStart:
         async with self.engine.begin() as conn:
             return await AsyncAttempts(conn, REQUESTS, None, None).once(
-                self.namespace, key, request, "replay", None, self.lease, False, wait)
+                self.namespace, key, request, "replay", None, self.lease, False, wait, body)
 
     async def _watch(self, key: str) -> None:
         async with self.engine.begin() as conn:
@@ -321,7 +324,7 @@ class IdempotencyMiddleware:
         ``idempotency_connection`` and the record, one transaction on one connection."""
         async with self.engine.connect() as conn:
             await conn.begin()
-            start = await self._decided(send, self._begin_here(conn, key, request))
+            start = await self._decided(send, self._begin_here(conn, key, request, body))
             if start is None:  # answered: the transaction wrote nothing to keep
                 await conn.rollback()
                 return
@@ -354,16 +357,17 @@ class IdempotencyMiddleware:
                 await conn.commit()
         await _send(send, status, [*captured.headers, FRESH], bytes(captured.body))
 
-    async def _begin_here(self, conn: AsyncConnection, key: str, request: Any) -> AttemptStart:
+    async def _begin_here(self, conn: AsyncConnection, key: str, request: Any,
+                          body: bytes) -> AttemptStart:
         """The check in the transaction of ``conn``: nowait (409 at once), or waiting in the
         database up to ``wait`` for a concurrent first attempt's transaction to end."""
         repository = AsyncRequestRepository(conn, on_decision=self.on_decision)
         if self.wait is None:
             return await repository.begin(self.namespace, key, request, lease=self.lease,
-                                          nowait=True)
+                                          nowait=True, raw_request=body)
         return await reported_async(self.on_decision, self.namespace, key, AsyncAttempts(
             conn, REQUESTS, None, None).once(self.namespace, key, request, "replay", None,
-                                             self.lease, False, self.wait))
+                                             self.lease, False, self.wait, body))
 
     async def _run(self, scope: Scope, receive: Receive, send: Send, key: str, body: bytes,
                    attempt: int) -> None:

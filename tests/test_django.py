@@ -684,6 +684,22 @@ def test_with_wait_concurrent_duplicates_get_the_first_response(
     assert views.RUNS["count"] == 1 and orders(owner) == 1
 
 
+def test_the_body_is_kept_as_sent_where_the_namespace_keeps_clients_bytes(
+        app_db: str, owner: psycopg.Connection) -> None:
+    """The middleware passes the body; the database keeps it beside the fingerprint of the
+    parsed document, which a repeat written otherwise matches."""
+    owner.execute("SELECT hivenet.set_namespace_policy('http', keep_raw_request => true)")
+    sent = b'{"sku": "tea",  "qty": 1}'
+    with override_settings(HIVENET={"IDEMPOTENCY": {"fingerprint": "json"}}):
+        client = Client()
+        first = client.post("/orders", sent, content_type=JSON, headers=KEY)
+        again = client.post("/orders", b'{"qty":1.0,"sku":"tea"}', content_type=JSON,
+                            headers=KEY)
+    assert first.status_code == 201 and again["Idempotent-Replayed"] == "true"
+    assert owner.execute("SELECT raw_request FROM hivenet.raw_requests "
+                         "WHERE namespace = 'http'").fetchall() == [(sent,)]
+
+
 # --- what is recorded: a 4xx binds no key; stored_statuses ---------------------------------
 
 def test_a_serializer_400_binds_no_key_and_the_corrected_request_runs(

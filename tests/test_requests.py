@@ -278,6 +278,50 @@ def test_16_parallel_duplicates_start_once(connect: Connect) -> None:
     assert outcomes == {"started": 1, "replayed": 15}
 
 
+# --- the client's exact bytes beside the canonical fingerprint ---------------------------------
+
+def test_raw_request_keeps_the_first_bytes_while_replays_match_the_canonical_form(
+        db: psycopg.Connection, any_conn: SyncDB) -> None:
+    """In a namespace that keeps them, the attempt keeps the exact bytes the client sent; a
+    repeat written otherwise (key order, whitespace, 1.0 for 1) matches by the 'json'
+    fingerprint and replays, and the kept bytes stay the first request's."""
+    db.execute("SELECT hivenet.set_namespace_policy('signed', fingerprint => 'json', "
+               "keep_raw_request => true)")
+    first = b'{"amount": 10, "currency": "EUR"}'
+    again = b'{ "currency":"EUR","amount":10.0 }'
+    app = RequestRepository(any_conn)
+    k = key()
+    start = app.begin("signed", k, {"amount": 10, "currency": "EUR"}, raw_request=first)
+    app.finish("signed", k, start.attempt, True, {"paid": True})
+    any_conn.commit()
+    assert app.begin("signed", k, {"currency": "EUR", "amount": 10.0},
+                     raw_request=again) == RequestStart("replayed", 1, {"paid": True})
+    any_conn.commit()
+    assert RequestRepository(db).raw_request("signed", k) == first
+    assert db.execute("SELECT raw_request, fingerprint = (SELECT fingerprint FROM "
+                      "hivenet.request_attempt WHERE namespace = 'signed' AND key = %s) "
+                      "FROM hivenet.raw_requests WHERE namespace = 'signed' AND key = %s",
+                      (k, k)).fetchall() == [(first, True)]
+
+
+def test_raw_request_is_kept_only_where_the_namespace_asks(db: psycopg.Connection) -> None:
+    k = key()
+    begin(db, "plain", k, raw_request=b"{}")  # the default: not kept, the fast path
+    assert RequestRepository(db).raw_request("plain", k) is None
+    db.execute("SELECT hivenet.set_namespace_policy('kept', keep_raw_request => true)")
+    begin(db, "kept", k, raw_request=b"\x00 any bytes")
+    begin(db, "kept", key())  # none given: nothing to keep
+    assert RequestRepository(db).raw_request("kept", k) == b"\x00 any bytes"
+    assert db.execute("SELECT count(*) FROM hivenet.raw_requests WHERE namespace = 'kept'"
+                      ).fetchone() == (1,)
+    db.execute("SELECT hivenet.set_namespace_policy('kept', keep_raw_request => false)")
+    assert db.execute("SELECT count(*) FROM hivenet.request_namespace WHERE namespace = 'kept'"
+                      ).fetchone() == (0,)  # false is the default: no policy row
+    with sqlstate("HN001"):
+        db.execute("SELECT hivenet.set_namespace_policy('hivenet.steps', "
+                   "keep_raw_request => true)")
+
+
 # --- retention ------------------------------------------------------------------------------
 
 def test_retention_per_namespace(db: psycopg.Connection,

@@ -220,7 +220,7 @@ class IdempotencyMiddleware:
         try:
             with transaction.atomic(using=database):
                 try:
-                    start = self._begin_here(options, key, described)
+                    start = self._begin_here(options, key, described, request.body)
                 except Exception as error:
                     decided = refusal(error)
                     if decided is None:
@@ -253,19 +253,22 @@ class IdempotencyMiddleware:
             raise raised
         return _fresh(response)
 
-    def _begin_here(self, options: Options, key: str, described: Any) -> AttemptStart:
+    def _begin_here(self, options: Options, key: str, described: Any,
+                    body: bytes) -> AttemptStart:
         """The check, in the request's transaction: nowait (409 at once), or waiting in the
-        database up to ``wait`` for a concurrent first attempt's transaction to end."""
+        database up to ``wait`` for a concurrent first attempt's transaction to end. The body
+        goes along: kept where the namespace keeps clients' bytes."""
         repository = RequestRepository(connection(options.database),
                                        on_decision=options.on_decision)
         with timed_check(options.namespace):
             if options.wait is None:
                 return repository.begin(options.namespace, key, described, lease=options.lease,
-                                        nowait=True)
+                                        nowait=True, raw_request=body)
             wait = as_timedelta(options.wait)
             return reported(options.on_decision, options.namespace, key, lambda: Attempts(
                 connection(options.database), REQUESTS, None, None).once(
-                options.namespace, key, described, "replay", None, options.lease, False, wait))
+                options.namespace, key, described, "replay", None, options.lease, False, wait,
+                body))
 
     # --- without it: `processing` committed first, the record after the view's commits ----
 
@@ -277,7 +280,7 @@ class IdempotencyMiddleware:
         database = options.database
         try:
             with timed_check(options.namespace):
-                start = self._begin_apart(options, key, described)
+                start = self._begin_apart(options, key, described, request.body)
         except Exception as error:
             decided = refusal(error)
             if decided is None:
@@ -308,25 +311,28 @@ class IdempotencyMiddleware:
             raise
         return _fresh(response)
 
-    def _begin_apart(self, options: Options, key: str, described: Any) -> AttemptStart:
+    def _begin_apart(self, options: Options, key: str, described: Any,
+                     body: bytes) -> AttemptStart:
         wait = options.wait
         if wait is None:
             with transaction.atomic(using=options.database):  # `processing`, committed first
                 return RequestRepository(connection(options.database),
                                          on_decision=options.on_decision).begin(
-                    options.namespace, key, described, lease=options.lease, nowait=True)
+                    options.namespace, key, described, lease=options.lease, nowait=True,
+                    raw_request=body)
         # Each look, and the registration, in a transaction of its own: while waiting for
         # the first attempt's outcome, no transaction is open.
         return reported(options.on_decision, options.namespace, key, lambda: waited(
             lambda: self._listener(options), options.namespace, key, as_timedelta(wait),
-            lambda left: self._begin_once(options, key, described, left),
+            lambda left: self._begin_once(options, key, described, body, left),
             lambda: self._watch(options, key), lambda: None))
 
-    def _begin_once(self, options: Options, key: str, described: Any,
+    def _begin_once(self, options: Options, key: str, described: Any, body: bytes,
                     wait: timedelta) -> AttemptStart:
         with transaction.atomic(using=options.database):
             return Attempts(connection(options.database), REQUESTS, None, None).once(
-                options.namespace, key, described, "replay", None, options.lease, False, wait)
+                options.namespace, key, described, "replay", None, options.lease, False, wait,
+                body)
 
     def _watch(self, options: Options, key: str) -> None:
         with transaction.atomic(using=options.database):

@@ -13,8 +13,9 @@
 -- NULL the setting request_retention; fingerprint NULL 'bytes' (fingerprints.sql);
 -- key_min_length, key_pattern NULL no rule beyond a valid name; audit_chain NULL no hash
 -- chain (audit.sql); on_failure NULL 'retry'; expire_after NULL never (expiry.sql);
--- failure_retention NULL the retention (requests.sql, _purge_requests). A row holding only
--- NULLs is deleted.
+-- failure_retention NULL the retention (requests.sql, _purge_requests); keep_raw_request
+-- NULL the client's bytes are not kept (requests.sql, begin_request's raw_request). A row
+-- holding only NULLs is deleted.
 CREATE TABLE hivenet.request_namespace (
     namespace         text     PRIMARY KEY,
     retention         interval,
@@ -24,7 +25,8 @@ CREATE TABLE hivenet.request_namespace (
     audit_chain       boolean,
     on_failure        text,
     expire_after      interval,
-    failure_retention interval
+    failure_retention interval,
+    keep_raw_request  boolean
 );
 COMMENT ON TABLE hivenet.request_namespace IS
     'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
@@ -32,14 +34,15 @@ COMMENT ON TABLE hivenet.request_namespace IS
 
 -- Whether a new key of a namespace with policy p_policy starts apart from the fast path
 -- (requests.sql, _start_key; a batch's new keys, batches.sql): its fingerprint is not the
--- default one, or each begin is a link of its audit chain. The one definition; the fields a
+-- default one, each begin is a link of its audit chain, or it keeps the client's bytes. The one definition; the fields a
 -- new key's start does not depend on (retention, the failure policy, expiry: they matter once
 -- a key has an attempt) leave it on the fast path. Inlined: on a row of request_namespace,
 -- its columns are read, nothing is called.
 CREATE FUNCTION hivenet._starts_apart(p_policy hivenet.request_namespace) RETURNS boolean
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
-    SELECT p_policy.fingerprint IS NOT NULL OR p_policy.audit_chain IS NOT NULL;
+    SELECT p_policy.fingerprint IS NOT NULL OR p_policy.audit_chain IS NOT NULL
+           OR p_policy.keep_raw_request IS NOT NULL;
 END;
 
 -- Whether key p_key keeps the key rules of policy p_policy (key_min_length, key_pattern);
@@ -68,7 +71,7 @@ DECLARE
 BEGIN
     -- The steps' keys are system serials, kept for the setting step_retention (steps.sql).
     IF v_steps AND p_field IN ('retention', 'key_min_length', 'key_pattern',
-                               'failure_retention') THEN
+                               'failure_retention', 'keep_raw_request') THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('%s is no policy of the steps'' namespace ''hivenet.steps'' (its '
                              'keys are system serials, kept for the setting step_retention)',
@@ -124,6 +127,8 @@ BEGIN
         PERFORM hivenet._check_interval(format('failure_retention of namespace %s',
                                                hivenet._shown(p_namespace)), v_text::interval);
         RETURN p_value;
+    WHEN 'keep_raw_request' THEN
+        RETURN CASE WHEN v_text::boolean THEN p_value ELSE 'null' END;
     ELSE
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('%s is no field of a namespace policy', hivenet._shown(p_field));
@@ -183,7 +188,7 @@ END $$;
 -- hivenet.set_namespace_policy(namespace, retention default null, fingerprint default null,
 --     on_failure default null, expire_after default null, key_min_length default null,
 --     key_pattern default null, audit_chain default null,
---     failure_retention default null) → void
+--     failure_retention default null, keep_raw_request default null) → void
 --   The policy of a namespace of keyed requests, or of the steps' namespace 'hivenet.steps';
 --   a NULL argument leaves that value as it is.
 --   retention: finished requests are kept that long after their last attempt ended (then
@@ -204,7 +209,10 @@ END $$;
 --   it ended, a succeeded one for retention (NULL: retention, the default); at most the
 --   retention. Under on_failure 'final' it is how long the failure is replayed: then the key
 --   starts afresh. In a namespace with an audit chain, a key goes only with the chain's
---   prefix before it (audit.sql).
+--   prefix before it (audit.sql). keep_raw_request: true keeps, with each attempt begun from
+--   then on, the exact bytes the client sent (begin_request's raw_request) beside the
+--   fingerprint of their canonical form; false keeps no more (those kept stay).
+--   Administrators read them in view raw_requests.
 --   The steps' namespace takes fingerprint, on_failure, expire_after and audit_chain (its
 --   keys are system serials, kept for the setting step_retention).
 --   HN001: namespace not valid (as begin_request; 'hivenet.steps' is), retention not
@@ -212,13 +220,15 @@ END $$;
 --   key_min_length not in 1..255, key_pattern not a regular expression, on_failure neither
 --   'retry' nor 'final', expire_after negative or longer than 10 years, failure_retention not
 --   positive or longer than the retention (the namespace's, or request_retention); retention,
---   key_min_length, key_pattern or failure_retention for the steps' namespace.
+--   key_min_length, key_pattern, failure_retention or keep_raw_request for the steps'
+--   namespace.
 --   Each parameter is one field of the policy, passed by its name (_set_policy).
 CREATE FUNCTION hivenet.set_namespace_policy(
     namespace text, retention interval DEFAULT NULL, fingerprint text DEFAULT NULL,
     on_failure text DEFAULT NULL, expire_after interval DEFAULT NULL,
     key_min_length integer DEFAULT NULL, key_pattern text DEFAULT NULL,
-    audit_chain boolean DEFAULT NULL, failure_retention interval DEFAULT NULL)
+    audit_chain boolean DEFAULT NULL, failure_retention interval DEFAULT NULL,
+    keep_raw_request boolean DEFAULT NULL)
 RETURNS void
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
@@ -226,7 +236,7 @@ BEGIN ATOMIC
         'retention', retention, 'fingerprint', fingerprint, 'on_failure', on_failure,
         'expire_after', expire_after, 'key_min_length', key_min_length,
         'key_pattern', key_pattern, 'audit_chain', audit_chain,
-        'failure_retention', failure_retention));
+        'failure_retention', failure_retention, 'keep_raw_request', keep_raw_request));
 END;
 
 -- hivenet.set_request_retention(namespace, retention) → void

@@ -208,13 +208,14 @@ ALTER TABLE hivenet.request_namespace
     ADD COLUMN audit_chain boolean,
     ADD COLUMN on_failure text,
     ADD COLUMN expire_after interval,
-    ADD COLUMN failure_retention interval;
+    ADD COLUMN failure_retention interval,
+    ADD COLUMN keep_raw_request boolean;
 COMMENT ON TABLE hivenet.request_namespace IS
     'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
     'key rules, failure policy; NULL is the default';
 
--- Who began each attempt, its links in the namespace's audit chain, and whether a client
--- waits for its outcome (watch_request).
+-- Who began each attempt, its links in the namespace's audit chain, whether a client waits
+-- for its outcome (watch_request), and the client's bytes where they are kept.
 ALTER TABLE hivenet.request_attempt
     ADD COLUMN called_by text,
     ADD COLUMN application_name text,
@@ -223,7 +224,8 @@ ALTER TABLE hivenet.request_attempt
     ADD COLUMN chain_hash bytea,
     ADD COLUMN finish_position bigint,
     ADD COLUMN finish_hash bytea,
-    ADD COLUMN awaited boolean;
+    ADD COLUMN awaited boolean,
+    ADD COLUMN raw_request bytea;
 
 CREATE TABLE hivenet.request_chain (
     namespace       text   PRIMARY KEY,
@@ -432,7 +434,7 @@ BEGIN ATOMIC
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._batch_limit() FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._begin_attempt(p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt(p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_raw_request bytea, OUT outcome text, OUT attempt integer, OUT response jsonb)
  RETURNS record
  LANGUAGE plpgsql
 AS $function$
@@ -456,8 +458,10 @@ BEGIN
     -- waiting for an uncommitted one) means there is a committed attempt to look at.
     LOOP
         IF hivenet._start_attempt(p_namespace, p_key, v_attempt, v_fingerprint,
-                                  p_unified_serial, p_lease, coalesce(p_policy.audit_chain,
-                                                                      false)) THEN
+                                  p_unified_serial, p_lease,
+                                  coalesce(p_policy.audit_chain, false),
+                                  CASE WHEN p_policy.keep_raw_request THEN p_raw_request END)
+        THEN
             outcome := 'started';
             attempt := v_attempt;
             RETURN;
@@ -520,9 +524,9 @@ BEGIN
         -- Next round: start that attempt (waiting again if someone is starting it too).
     END LOOP;
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval,bytea) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._begin_attempt_within(p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt_within(p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_raw_request bytea, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
  RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -539,7 +543,8 @@ BEGIN
         BEGIN
             SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
             FROM hivenet._begin_attempt(p_namespace, p_policy, p_key, p_request,
-                                        p_on_success, p_unified_serial, p_lease) b;
+                                        p_on_success, p_unified_serial, p_lease,
+                                        p_raw_request) b;
             RETURN;
         EXCEPTION WHEN lock_not_available THEN
             GET STACKED DIAGNOSTICS v_context = PG_EXCEPTION_CONTEXT;
@@ -554,7 +559,7 @@ BEGIN
                          CASE WHEN p_wait IS NULL THEN 'right now (nowait)'
                               ELSE format('that did not end within wait %s', p_wait) END);
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,bytea,interval) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._begin_batch(p_step boolean, p_namespace text, p_keys text[], p_requests jsonb[], p_unified_serial text, p_lease interval)
  RETURNS TABLE(key text, outcome text, attempt integer, response jsonb)
@@ -625,7 +630,7 @@ AS $function$
 BEGIN
     SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
     FROM hivenet._begin_key(p_step, p_namespace, p_key, p_request, 'replay', p_unified_serial,
-                            p_lease, false, NULL) b;
+                            p_lease, false, NULL, NULL) b;
 EXCEPTION WHEN SQLSTATE 'HN030' OR SQLSTATE 'HN032' OR SQLSTATE 'HN001' OR SQLSTATE 'HN002'
                OR SQLSTATE 'HN021' THEN
     outcome := CASE SQLSTATE WHEN 'HN030' THEN 'in_progress' WHEN 'HN032' THEN 'mismatch'
@@ -634,7 +639,7 @@ EXCEPTION WHEN SQLSTATE 'HN030' OR SQLSTATE 'HN032' OR SQLSTATE 'HN001' OR SQLST
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._begin_batch_key(boolean,text,text,jsonb,text,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._begin_key(p_step boolean, p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_nowait boolean, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+CREATE OR REPLACE FUNCTION hivenet._begin_key(p_step boolean, p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_nowait boolean, p_wait interval, p_raw_request bytea, OUT outcome text, OUT attempt integer, OUT response jsonb)
  RETURNS record
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -669,14 +674,15 @@ BEGIN
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt_within(p_namespace, v_policy, p_key, p_request,
                                            p_on_success, p_unified_serial, p_lease,
+                                           p_raw_request,
                                            CASE WHEN NOT p_nowait THEN p_wait END) b;
     ELSE
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt(p_namespace, v_policy, p_key, p_request, p_on_success,
-                                    p_unified_serial, p_lease) b;
+                                    p_unified_serial, p_lease, p_raw_request) b;
     END IF;
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval,bytea) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._canonical_json(p_value jsonb)
  RETURNS text
@@ -2795,7 +2801,7 @@ DECLARE
 BEGIN
     -- The steps' keys are system serials, kept for the setting step_retention (steps.sql).
     IF v_steps AND p_field IN ('retention', 'key_min_length', 'key_pattern',
-                               'failure_retention') THEN
+                               'failure_retention', 'keep_raw_request') THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('%s is no policy of the steps'' namespace ''hivenet.steps'' (its '
                              'keys are system serials, kept for the setting step_retention)',
@@ -2851,6 +2857,8 @@ BEGIN
         PERFORM hivenet._check_interval(format('failure_retention of namespace %s',
                                                hivenet._shown(p_namespace)), v_text::interval);
         RETURN p_value;
+    WHEN 'keep_raw_request' THEN
+        RETURN CASE WHEN v_text::boolean THEN p_value ELSE 'null' END;
     ELSE
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('%s is no field of a namespace policy', hivenet._shown(p_field));
@@ -3693,13 +3701,14 @@ AS $function$
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._shown_time(timestamp with time zone) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._start_attempt(p_namespace text, p_key text, p_attempt integer, p_fingerprint bytea, p_unified_serial text, p_lease interval, p_chained boolean)
+CREATE OR REPLACE FUNCTION hivenet._start_attempt(p_namespace text, p_key text, p_attempt integer, p_fingerprint bytea, p_unified_serial text, p_lease interval, p_chained boolean, p_raw_request bytea)
  RETURNS boolean
  LANGUAGE plpgsql
 AS $function$
 BEGIN
     INSERT INTO hivenet._new_attempt
-    VALUES (p_namespace, p_key, p_attempt, p_fingerprint, p_unified_serial, p_lease);
+    VALUES (p_namespace, p_key, p_attempt, p_fingerprint, p_unified_serial, p_lease,
+            p_raw_request);
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -3709,7 +3718,7 @@ BEGIN
     PERFORM hivenet._count_decision(p_namespace, 'started');
     RETURN true;
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean,bytea) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._start_chain(p_namespace text)
  RETURNS void
@@ -3742,7 +3751,7 @@ BEGIN
         RETURN false;
     END IF;
     RETURN hivenet._start_attempt(p_namespace, p_key, 1, hivenet._fingerprint(p_request),
-                                  p_unified_serial, p_lease, false);
+                                  p_unified_serial, p_lease, false, NULL);
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval) FROM PUBLIC;
 
@@ -3763,7 +3772,7 @@ CREATE OR REPLACE FUNCTION hivenet._starts_apart(p_policy hivenet.request_namesp
  LANGUAGE sql
  IMMUTABLE
 BEGIN ATOMIC
- SELECT (((p_policy).fingerprint IS NOT NULL) OR ((p_policy).audit_chain IS NOT NULL));
+ SELECT (((p_policy).fingerprint IS NOT NULL) OR ((p_policy).audit_chain IS NOT NULL) OR ((p_policy).keep_raw_request IS NOT NULL));
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._starts_apart(hivenet.request_namespace) FROM PUBLIC;
 
@@ -3990,7 +3999,7 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._wake_waiters(text,text) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.begin_request(namespace text, key text, request jsonb DEFAULT NULL::jsonb, on_success text DEFAULT 'replay'::text, lease interval DEFAULT NULL::interval, nowait boolean DEFAULT false, wait interval DEFAULT NULL::interval)
+CREATE OR REPLACE FUNCTION hivenet.begin_request(namespace text, key text, request jsonb DEFAULT NULL::jsonb, on_success text DEFAULT 'replay'::text, lease interval DEFAULT NULL::interval, nowait boolean DEFAULT false, wait interval DEFAULT NULL::interval, raw_request bytea DEFAULT NULL::bytea)
  RETURNS TABLE(outcome text, attempt integer, response jsonb)
  LANGUAGE sql
  STABLE
@@ -4003,10 +4012,10 @@ BEGIN ATOMIC
   SELECT b.outcome,
      b.attempt,
      b.response
-    FROM hivenet._begin_key(false, begin_request.namespace, begin_request.key, begin_request.request, begin_request.on_success, NULL::text, begin_request.lease, begin_request.nowait, begin_request.wait) b(outcome, attempt, response)
+    FROM hivenet._begin_key(false, begin_request.namespace, begin_request.key, begin_request.request, begin_request.on_success, NULL::text, begin_request.lease, begin_request.nowait, begin_request.wait, begin_request.raw_request) b(outcome, attempt, response)
  LIMIT 1;
 END;
-REVOKE EXECUTE ON FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval,bytea) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.begin_requests(namespace text, keys text[], requests jsonb[], lease interval DEFAULT NULL::interval)
  RETURNS TABLE(key text, outcome text, attempt integer, response jsonb)
@@ -4059,7 +4068,7 @@ BEGIN ATOMIC
   SELECT b.outcome,
      b.attempt,
      b.response
-    FROM hivenet._begin_key(true, 'hivenet.steps'::text, begin_step.system_serial, begin_step.request, begin_step.on_success, begin_step.unified_serial, begin_step.lease, begin_step.nowait, begin_step.wait) b(outcome, attempt, response)
+    FROM hivenet._begin_key(true, 'hivenet.steps'::text, begin_step.system_serial, begin_step.request, begin_step.on_success, begin_step.unified_serial, begin_step.lease, begin_step.nowait, begin_step.wait, NULL::bytea) b(outcome, attempt, response)
  LIMIT 1;
 END;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean,interval) FROM PUBLIC;
@@ -4718,15 +4727,15 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.set_clock_policy(text,text,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(namespace text, retention interval DEFAULT NULL::interval, fingerprint text DEFAULT NULL::text, on_failure text DEFAULT NULL::text, expire_after interval DEFAULT NULL::interval, key_min_length integer DEFAULT NULL::integer, key_pattern text DEFAULT NULL::text, audit_chain boolean DEFAULT NULL::boolean, failure_retention interval DEFAULT NULL::interval)
+CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(namespace text, retention interval DEFAULT NULL::interval, fingerprint text DEFAULT NULL::text, on_failure text DEFAULT NULL::text, expire_after interval DEFAULT NULL::interval, key_min_length integer DEFAULT NULL::integer, key_pattern text DEFAULT NULL::text, audit_chain boolean DEFAULT NULL::boolean, failure_retention interval DEFAULT NULL::interval, keep_raw_request boolean DEFAULT NULL::boolean)
  RETURNS void
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 BEGIN ATOMIC
- SELECT hivenet._set_policy(namespace, jsonb_build_object('retention', retention, 'fingerprint', fingerprint, 'on_failure', on_failure, 'expire_after', expire_after, 'key_min_length', key_min_length, 'key_pattern', key_pattern, 'audit_chain', audit_chain, 'failure_retention', failure_retention)) AS _set_policy;
+ SELECT hivenet._set_policy(namespace, jsonb_build_object('retention', retention, 'fingerprint', fingerprint, 'on_failure', on_failure, 'expire_after', expire_after, 'key_min_length', key_min_length, 'key_pattern', key_pattern, 'audit_chain', audit_chain, 'failure_retention', failure_retention, 'keep_raw_request', keep_raw_request)) AS _set_policy;
 END;
-REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean,interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean,interval,boolean) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.set_request_retention(namespace text, retention interval)
  RETURNS void
@@ -4857,17 +4866,19 @@ CREATE VIEW hivenet._new_attempt AS
     NULL::integer AS attempt,
     NULL::bytea AS fingerprint,
     NULL::text AS unified_serial,
-    NULL::interval AS lease
+    NULL::interval AS lease,
+    NULL::bytea AS raw_request
   WHERE false;
 CREATE RULE write AS
-    ON INSERT TO hivenet._new_attempt DO INSTEAD  INSERT INTO hivenet.request_attempt AS a (namespace, key, attempt, state, fingerprint, unified_serial, lease)
-  VALUES (new.namespace, new.key, new.attempt, 'processing'::hivenet.step_state, new.fingerprint, new.unified_serial, new.lease) ON CONFLICT DO NOTHING
+    ON INSERT TO hivenet._new_attempt DO INSTEAD  INSERT INTO hivenet.request_attempt AS a (namespace, key, attempt, state, fingerprint, unified_serial, lease, raw_request)
+  VALUES (new.namespace, new.key, new.attempt, 'processing'::hivenet.step_state, new.fingerprint, new.unified_serial, new.lease, new.raw_request) ON CONFLICT DO NOTHING
   RETURNING a.namespace,
     a.key,
     a.attempt,
     a.fingerprint,
     a.unified_serial,
-    a.lease;
+    a.lease,
+    a.raw_request;
 
 CREATE VIEW hivenet.business_time_zone AS
  SELECT s.value AS time_zone,
@@ -4936,6 +4947,19 @@ CREATE VIEW hivenet.interface_calls_per_day AS
    FROM hivenet.interface_calls
   GROUP BY interface_calls.serial_day, interface_calls.source_system, interface_calls.target_system;
 COMMENT ON VIEW hivenet.interface_calls_per_day IS 'recorded interface calls per serial day, source system and target system (reporting)';
+
+CREATE VIEW hivenet.raw_requests AS
+ SELECT a.namespace,
+    a.key,
+    a.attempt,
+    a.started_at,
+    a.called_by,
+    a.client_addr,
+    a.fingerprint,
+    a.raw_request
+   FROM hivenet.request_attempt a
+  WHERE (a.raw_request IS NOT NULL);
+COMMENT ON VIEW hivenet.raw_requests IS 'the exact bytes clients sent, per attempt, where the namespace keeps them (keep_raw_request; administrators only)';
 
 CREATE VIEW hivenet.request_attempts AS
  SELECT a.namespace,
