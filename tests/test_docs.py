@@ -304,6 +304,8 @@ SQL = {
     "after 10 minutes": Sql(login="admin"),
     "docs/guides/idempotency.md: -- hivenet_admin: successes for a day, failures for an hour":
         Sql(login="admin"),
+    "docs/guides/django.md: -- hivenet_admin: the http namespace keeps failures an hour, "
+    "successes a day, and what was sent": Sql(login="admin"),
     # n-1002 begun half an hour before the pages' clock, never finished.
     "docs/guides/idempotency.md: SELECT * FROM hivenet.begin_request('pay-callback', 'n-1001', "
     "'{\"status\": \"PAID\"}');": Sql(
