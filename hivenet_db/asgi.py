@@ -2,7 +2,9 @@
 
 Follows draft-ietf-httpapi-idempotency-key-header-07: a ``POST`` or ``PATCH`` carrying
 ``Idempotency-Key: "<key>"`` runs its handler at most once per key; a retry gets the first
-response again, byte for byte, with ``Idempotent-Replayed: true``. The state machine is
+response again, byte for byte, with ``Idempotent-Replayed: true`` (the first carries
+``false``). A 4xx is not recorded as the key's outcome (``stored_statuses``): the attempt ends
+failed and the same request runs again. The state machine is
 ``hivenet.begin_request`` / ``finish_request`` (``AsyncRequestRepository``)::
 
     app.add_middleware(IdempotencyMiddleware, engine=engine)
@@ -33,21 +35,26 @@ from hivenet_db.attempts import REQUESTS, AsyncAttempts, AttemptStart, error_rep
 from hivenet_db.decisions import OnDecision, reported_async
 from hivenet_db.errors import StaleAttempt
 from hivenet_db.http_idempotency import (
+    FRESH,
     MAX_KEY_LENGTH,
     REPLAYED_HEADERS,
     RESOLVED_MEANWHILE,
+    STORED_STATUSES,
     Fingerprint,
     Refused,
     check_fingerprint,
+    check_stored_statuses,
     client_key,
     fingerprint,
     parse_key,
     problem,
+    recorded_as,
     recorded_response,
     refusal,
     replay,
     stored_key,
 )
+from hivenet_db.metrics import timed_check
 from hivenet_db.urls import libpq_url
 from hivenet_db.waiting import FinishListener, Wait, as_timedelta, waited_async
 
@@ -108,6 +115,21 @@ class IdempotencyMiddleware:
     ``on_decision(namespace, key, decision, attempt)``: told what the database decided about
     each covered request's key (``hivenet_db.decisions``; the key as stored, with its scope).
 
+    ``stored_statuses``: the statuses whose responses are recorded, a 5xx as a failed attempt
+    (default ``http_idempotency.STORED_STATUSES``: every status but 4xx); a response of any
+    other status is not the key's outcome (``http_idempotency.EVERY_STATUS`` records a 4xx as
+    the key's outcome, replayed).
+
+    ``commit_processing_first`` (default True): the attempt is committed ``processing``
+    before the handler runs, so a crash after an effect outside the database (a provider's
+    API) leaves the key for an operator; a response not recorded then ends the attempt as
+    failed (the same request runs again; another body under the key is 422). False: the
+    attempt is begun in the transaction of ``idempotency_connection``, held from the check to
+    the record: the attempt, the handler's writes on it and the record are one commit, a
+    response not recorded rolls them all back (the corrected request with the key runs), a
+    crash leaves nothing ``processing``, and a concurrent duplicate is 409 at once or, with
+    ``wait``, waits in the database for the first transaction (holding a connection).
+
     ``fingerprint``: what of the body makes two requests under one key the same (besides
     method and target): ``"bytes"`` (the body byte for byte), ``"json"`` (the body as JSON:
     whitespace, key order and the form of numbers do not matter; 400 when not JSON) or a list
@@ -133,7 +155,9 @@ class IdempotencyMiddleware:
                  namespace: str = "http", scope: ScopeOf | None = None,
                  retention: timedelta | None = None, fingerprint: Fingerprint = "bytes",
                  wait: Wait | None = None, on_decision: OnDecision | None = None,
-                 listener: FinishListener | None = None) -> None:
+                 listener: FinishListener | None = None,
+                 stored_statuses: Iterable[int] = STORED_STATUSES,
+                 commit_processing_first: bool = True) -> None:
         self.app = app
         self.engine = engine
         self.header = header.lower().encode("latin-1")
@@ -147,6 +171,8 @@ class IdempotencyMiddleware:
         self.fingerprint = check_fingerprint(fingerprint)
         self.wait = None if wait is None else as_timedelta(wait)
         self.listener = listener
+        self.stored_statuses = check_stored_statuses(stored_statuses)
+        self.commit_processing_first = commit_processing_first
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan" and not self._retention_set:
@@ -225,35 +251,49 @@ class IdempotencyMiddleware:
         except Refused as not_json:
             await _send(send, *not_json.answer())
             return
+        if not self.commit_processing_first:
+            await self._run_together(scope, receive, send, key, body, request)
+            return
+        start = await self._decided(send, self._begin(key, request, body))
+        if start is not None:
+            await self._run(scope, receive, send, key, body, start.attempt)
+
+    async def _decided(self, send: Send, begin: Awaitable[AttemptStart]) -> AttemptStart | None:
+        """The check (timed): the attempt started, or None once the request is answered (a
+        refusal of the key, or the replay)."""
         try:
-            start = await self._begin(key, request)
+            with timed_check(self.namespace):
+                start = await begin
         except Exception as error:
             refused = refusal(error)
             if refused is None:
                 raise
             await _send(send, *refused.answer())
-            return
+            return None
         if start.replayed:
             await _send(send, *replay(start))
-            return
-        await self._run(scope, receive, send, key, body, start.attempt)
+            return None
+        return start
 
-    async def _begin(self, key: str, request: Any) -> AttemptStart:
+    async def _begin(self, key: str, request: Any, body: bytes) -> AttemptStart:
+        """The check; the body goes along, kept where the namespace keeps clients' bytes."""
         if self.wait is None:
             async with self.engine.begin() as conn:  # commits `processing` before the handler
                 return await AsyncRequestRepository(conn, on_decision=self.on_decision).begin(
-                    self.namespace, key, request, lease=self.lease, nowait=True)
+                    self.namespace, key, request, lease=self.lease, nowait=True,
+                    raw_request=body)
         # Each look, and the registration, in a transaction of its own: while waiting for
         # the first attempt's outcome, no connection is held.
         return await reported_async(self.on_decision, self.namespace, key, waited_async(
             self._listener, self.namespace, key, self.wait,
-            lambda left: self._begin_once(key, request, left), lambda: self._watch(key),
+            lambda left: self._begin_once(key, request, body, left), lambda: self._watch(key),
             _nothing))
 
-    async def _begin_once(self, key: str, request: Any, wait: timedelta) -> AttemptStart:
+    async def _begin_once(self, key: str, request: Any, body: bytes,
+                          wait: timedelta) -> AttemptStart:
         async with self.engine.begin() as conn:
             return await AsyncAttempts(conn, REQUESTS, None, None).once(
-                self.namespace, key, request, "replay", None, self.lease, False, wait)
+                self.namespace, key, request, "replay", None, self.lease, False, wait, body)
 
     async def _watch(self, key: str) -> None:
         async with self.engine.begin() as conn:
@@ -266,18 +306,75 @@ class IdempotencyMiddleware:
                 direct_only=True)
         return self.listener
 
-    async def _run(self, scope: Scope, receive: Receive, send: Send, key: str, body: bytes,
-                   attempt: int) -> None:
-        handle = IdempotentRequest(self.engine, self.namespace, key, attempt)
+    async def _call(self, scope: Scope, receive: Receive, body: bytes,
+                    handle: IdempotentRequest) -> _Captured:
+        """The handler's response, held; the handler sees ``handle`` in its state."""
         inner = dict(scope)
         inner["state"] = {**scope.get("state", {}), "idempotency": handle}
         extensions = {name: value for name, value in (scope.get("extensions") or {}).items()
                       if name not in _UNBUFFERED_EXTENSIONS}
         inner["extensions"] = extensions
         captured = _Captured()
+        await self.app(inner, _replay_body(body, receive), captured.send)
+        return captured
+
+    async def _run_together(self, scope: Scope, receive: Receive, send: Send, key: str,
+                            body: bytes, request: Any) -> None:
+        """``commit_processing_first=False``: the attempt, the handler's writes on
+        ``idempotency_connection`` and the record, one transaction on one connection."""
+        async with self.engine.connect() as conn:
+            await conn.begin()
+            start = await self._decided(send, self._begin_here(conn, key, request, body))
+            if start is None:  # answered: the transaction wrote nothing to keep
+                await conn.rollback()
+                return
+            before_handler = await conn.begin_nested()
+            handle = IdempotentRequest(self.engine, self.namespace, key, start.attempt,
+                                       _connection=conn)
+            try:
+                captured = await self._call(scope, receive, body, handle)
+                status = captured.status
+                if status is None:
+                    raise RuntimeError("the application returned without a response")
+            except Exception as error:  # a failed attempt, the handler's writes undone
+                await before_handler.rollback()
+                await AsyncRequestRepository(conn).finish(
+                    self.namespace, key, start.attempt, False,
+                    {"status": 500, "error": error_report(error)})
+                await conn.commit()
+                raise
+            outcome = recorded_as(status, self.stored_statuses)
+            if outcome is None:  # not recorded: the attempt goes with the handler's writes
+                await conn.rollback()
+            else:
+                if not outcome:
+                    await before_handler.rollback()
+                await AsyncRequestRepository(conn).finish(
+                    self.namespace, key, start.attempt, outcome, recorded_response(
+                        status, bytes(captured.body), [
+                            (name.decode("latin-1"), value.decode("latin-1"))
+                            for name, value in captured.headers]))
+                await conn.commit()
+        await _send(send, status, [*captured.headers, FRESH], bytes(captured.body))
+
+    async def _begin_here(self, conn: AsyncConnection, key: str, request: Any,
+                          body: bytes) -> AttemptStart:
+        """The check in the transaction of ``conn``: nowait (409 at once), or waiting in the
+        database up to ``wait`` for a concurrent first attempt's transaction to end."""
+        repository = AsyncRequestRepository(conn, on_decision=self.on_decision)
+        if self.wait is None:
+            return await repository.begin(self.namespace, key, request, lease=self.lease,
+                                          nowait=True, raw_request=body)
+        return await reported_async(self.on_decision, self.namespace, key, AsyncAttempts(
+            conn, REQUESTS, None, None).once(self.namespace, key, request, "replay", None,
+                                             self.lease, False, self.wait, body))
+
+    async def _run(self, scope: Scope, receive: Receive, send: Send, key: str, body: bytes,
+                   attempt: int) -> None:
+        handle = IdempotentRequest(self.engine, self.namespace, key, attempt)
         async with handle._stack:
             try:
-                await self.app(inner, _replay_body(body, receive), captured.send)
+                captured = await self._call(scope, receive, body, handle)
             except Exception as error:
                 # A raising handler: its writes on the connection are rolled back, the
                 # attempt recorded as failed (a retry runs again), the error passed on.
@@ -294,15 +391,15 @@ class IdempotencyMiddleware:
             recorded = recorded_response(status, bytes(captured.body), [
                 (name.decode("latin-1"), value.decode("latin-1"))
                 for name, value in captured.headers])
-            if status >= 500:
-                await self._fail(handle, recorded)
-            else:
+            if recorded_as(status, self.stored_statuses):
                 try:
                     await self._finish(handle, True, recorded)
                 except StaleAttempt:
                     await _send(send, *RESOLVED_MEANWHILE.answer())
                     return
-        await _send(send, status, captured.headers, bytes(captured.body))
+            else:  # a failure, or not recorded: committed `processing` can only end as failed
+                await self._fail(handle, recorded)
+        await _send(send, status, [*captured.headers, FRESH], bytes(captured.body))
 
     async def _finish(self, handle: IdempotentRequest, succeeded: bool,
                       response: Any) -> None:

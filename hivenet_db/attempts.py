@@ -218,10 +218,10 @@ REQUESTS = Kind(*(API[name] for name in (
 
 def begin_params(namespace: str, key: str, request: Any, on_success: OnSuccess,
                  unified_serial: str | None, lease: timedelta | None, nowait: bool,
-                 wait: timedelta | None) -> dict[str, Any]:
+                 wait: timedelta | None, raw_request: bytes | None = None) -> dict[str, Any]:
     return {"namespace": namespace, "key": key, "request": json_param(request),
             "on_success": on_success, "unified_serial": unified_serial, "lease": lease,
-            "nowait": nowait, "wait": wait}
+            "nowait": nowait, "wait": wait, "raw_request": raw_request}
 
 
 def finish_params(namespace: str, key: str, attempt: int, succeeded: bool,
@@ -279,23 +279,25 @@ class Attempts:
 
     def begin(self, namespace: str, key: str, request: Any, on_success: OnSuccess,
               unified_serial: str | None, lease: timedelta | None, nowait: bool,
-              wait: Wait | None) -> AttemptStart:
+              wait: Wait | None, raw_request: bytes | None = None) -> AttemptStart:
         if wait is None:
             return reported(self.on_decision, namespace, key, lambda: self.once(
-                namespace, key, request, on_success, unified_serial, lease, nowait, None))
+                namespace, key, request, on_success, unified_serial, lease, nowait, None,
+                raw_request))
         return reported(self.on_decision, namespace, key, lambda: waited(
             self._listener, namespace, key, as_timedelta(wait),
-            partial(self.once, namespace, key, request, on_success, unified_serial, lease,
-                    nowait),
+            lambda left: self.once(namespace, key, request, on_success, unified_serial, lease,
+                                   nowait, left, raw_request),
             partial(self._watch, namespace, key), self.db.rollback))
 
     def once(self, namespace: str, key: str, request: Any, on_success: OnSuccess,
              unified_serial: str | None, lease: timedelta | None, nowait: bool,
-             wait: timedelta | None) -> AttemptStart:
+             wait: timedelta | None, raw_request: bytes | None = None) -> AttemptStart:
         """One begin statement: no hook told, no wait for an attempt committed as
         ``processing`` (the HTTP middlewares wait in transactions of their own)."""
         return start_of(rows(self.db, self.kind.begin, begin_params(
-            namespace, key, request, on_success, unified_serial, lease, nowait, wait)))
+            namespace, key, request, on_success, unified_serial, lease, nowait, wait,
+            raw_request)))
 
     def watch(self, namespace: str, key: str) -> None:
         """Register a waiter for the outcome of the key's processing attempt
@@ -344,24 +346,26 @@ class AsyncAttempts:
 
     async def begin(self, namespace: str, key: str, request: Any, on_success: OnSuccess,
                     unified_serial: str | None, lease: timedelta | None, nowait: bool,
-                    wait: Wait | None) -> AttemptStart:
+                    wait: Wait | None, raw_request: bytes | None = None) -> AttemptStart:
         if wait is None:
             return await reported_async(self.on_decision, namespace, key, self.once(
-                namespace, key, request, on_success, unified_serial, lease, nowait, None))
+                namespace, key, request, on_success, unified_serial, lease, nowait, None,
+                raw_request))
         listener = self.listener or FinishListener.shared(
             conninfo_of(await driver_of_async(self.db)), direct_only=True)
         return await reported_async(self.on_decision, namespace, key, waited_async(
             lambda: listener, namespace, key, as_timedelta(wait),
-            partial(self.once, namespace, key, request, on_success, unified_serial, lease,
-                    nowait),
+            lambda left: self.once(namespace, key, request, on_success, unified_serial, lease,
+                                   nowait, left, raw_request),
             partial(self._watch, namespace, key), self.db.rollback))
 
     async def once(self, namespace: str, key: str, request: Any, on_success: OnSuccess,
                    unified_serial: str | None, lease: timedelta | None, nowait: bool,
-                   wait: timedelta | None) -> AttemptStart:
+                   wait: timedelta | None, raw_request: bytes | None = None) -> AttemptStart:
         """``Attempts.once``."""
         return start_of(await rows_async(self.db, self.kind.begin, begin_params(
-            namespace, key, request, on_success, unified_serial, lease, nowait, wait)))
+            namespace, key, request, on_success, unified_serial, lease, nowait, wait,
+            raw_request)))
 
     async def watch(self, namespace: str, key: str) -> None:
         """``Attempts.watch``."""

@@ -15,7 +15,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote
@@ -34,8 +34,21 @@ REPLAYED_HEADERS = frozenset({
     "link",
 })
 
-#: The header marking a replayed response.
+#: The header marking a replayed response, and a response of a handler that ran under the
+#: key. The draft defines the request field only and leaves responses to the server; the
+#: marker is Stripe's, and ``false`` lets a client tell a response that ran from one the
+#: middleware did not cover.
 REPLAYED = (b"idempotent-replayed", b"true")
+FRESH = (b"idempotent-replayed", b"false")
+
+#: The statuses whose responses are recorded by default (the middlewares'
+#: ``stored_statuses``): every one but 4xx. A 4xx (a request the handler refused: validation,
+#: authorisation) does not bind the key: the corrected request with the same key runs, as
+#: Stripe saves nothing when parameters fail validation.
+STORED_STATUSES = frozenset(range(100, 400)) | frozenset(range(500, 600))
+
+#: ``stored_statuses`` that records every response, 4xx as the key's outcome too.
+EVERY_STATUS = frozenset(range(100, 600))
 
 #: Status, headers (lower-case names) and body of a response, as bytes.
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
@@ -200,6 +213,31 @@ def _selected(document: Any, steps: list[str | int]) -> list[Any]:
     return [document]
 
 
+def check_stored_statuses(given: Iterable[int]) -> frozenset[int]:
+    """The ``stored_statuses`` option as a set. Raises ``ValueError`` naming a value that is
+    not an HTTP status (100 to 599)."""
+    if isinstance(given, str | bytes):
+        raise ValueError(f"stored_statuses {given!r} is not a collection of statuses")
+    statuses = frozenset(given)
+    wrong = sorted(repr(status) for status in statuses
+                   if not isinstance(status, int) or isinstance(status, bool)
+                   or not 100 <= status <= 599)
+    if wrong:
+        raise ValueError(f"stored_statuses: {', '.join(wrong)} is not an HTTP status "
+                         "(100 to 599)")
+    return statuses
+
+
+def recorded_as(status: int, stored: Collection[int]) -> bool | None:
+    """How a handler's response of ``status`` ends its attempt: True, the key's success
+    (replayed from then on); False, a failed attempt (5xx: a retry runs again, or the failure
+    is replayed where the namespace keeps failures final); None, not recorded (a status not in
+    ``stored``): the attempt is undone and the key is free for the next request."""
+    if status not in stored:
+        return None
+    return status < 500
+
+
 def refusal(error: Exception) -> Refused | None:
     """The answer to what ``begin_request`` raised for a covered request, or None for an error
     that is not a decision about the key (the middleware lets it propagate)."""
@@ -291,7 +329,8 @@ def problem(status: int, detail: str, kind: str) -> Answer:
     return status, [(b"content-type", b"application/problem+json")], body
 
 
-__all__ = ["MAX_KEY_LENGTH", "REPLAYED", "REPLAYED_HEADERS", "RESOLVED_MEANWHILE", "Answer",
-           "Fingerprint", "Refused", "check_fingerprint", "client_key", "fingerprint",
-           "json_body", "parse_key", "problem", "recorded_response", "refusal", "replay",
-           "replayed", "replayed_failure", "stored_key"]
+__all__ = ["EVERY_STATUS", "FRESH", "MAX_KEY_LENGTH", "REPLAYED", "REPLAYED_HEADERS",
+           "RESOLVED_MEANWHILE", "STORED_STATUSES", "Answer", "Fingerprint", "Refused",
+           "check_fingerprint", "check_stored_statuses", "client_key", "fingerprint",
+           "json_body", "parse_key", "problem", "recorded_as", "recorded_response", "refusal",
+           "replay", "replayed", "replayed_failure", "stored_key"]

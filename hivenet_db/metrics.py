@@ -10,15 +10,22 @@ Prometheus text format (``hivenet-db metrics``), and ``HivenetCollector`` hands 
 
     REGISTRY.register(HivenetCollector(engine))   # one connection of engine per scrape
 
-Every metric is read at scrape time: nothing is kept in the process, so any number of
-processes (or the command) report the same values. All are gauges but
+Every metric of the database is read at scrape time: nothing is kept in the process, so any
+number of processes (or the command) report the same values. All are gauges but
 ``hivenet_request_decisions_total``, a counter the database keeps (hivenet_db/sql/decisions.sql).
+
+One metric is the application's own, kept in its process: ``hivenet_request_check_seconds``,
+a histogram of how long the idempotency middlewares' check of a key took (``timed_check``),
+in ``prometheus_client``'s default registry when it is installed.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +35,7 @@ from hivenet_db._execute import SyncDB, mappings
 from hivenet_db.statements import named
 
 if TYPE_CHECKING:
+    from prometheus_client import Histogram
     from prometheus_client.metrics_core import Metric as PromMetric
 
 INSTALL_HINT = "pip install 'hivenet-db[metrics]'"
@@ -197,6 +205,56 @@ class HivenetCollector:
                 family.add_metric([sample.labels[label] for label in spec.labels],
                                   sample.value)
             yield family
+
+
+# --- the application's own: the latency of the check ----------------------------------------
+
+CHECK_SECONDS = "hivenet_request_check_seconds"
+#: From half a millisecond (a begin on a near database) to the longest ``wait`` worth a bucket.
+CHECK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                 5.0, 10.0)
+
+
+_check_lock = threading.Lock()
+_check: list[Histogram | None] = []  # made once, by the first check of the process
+
+
+def check_histogram() -> Histogram | None:
+    """The histogram ``hivenet_request_check_seconds{namespace}`` in ``prometheus_client``'s
+    default registry (made on first use, once whatever the threads), or None without
+    ``prometheus_client``."""
+    if not _check:
+        with _check_lock:
+            if not _check:
+                _check.append(_new_check_histogram())
+    return _check[0]
+
+
+def _new_check_histogram() -> Histogram | None:
+    try:
+        from prometheus_client import Histogram
+    except ModuleNotFoundError:
+        return None
+    return Histogram(CHECK_SECONDS, "seconds the idempotency middleware's check of a key took "
+                     "(hivenet.begin_request until its decision: started, replayed or refused; "
+                     "with wait, the wait included), per namespace", ("namespace",),
+                     buckets=CHECK_BUCKETS)
+
+
+@contextmanager
+def timed_check(namespace: str) -> Iterator[None]:
+    """Observe how long the block (a covered request's check) takes in
+    ``hivenet_request_check_seconds{namespace}``, also when it raises (a refusal); nothing
+    without ``prometheus_client``."""
+    histogram = check_histogram()
+    if histogram is None:
+        yield
+        return
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        histogram.labels(namespace).observe(time.perf_counter() - started)
 
 
 def _prometheus_client() -> None:

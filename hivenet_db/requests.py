@@ -91,9 +91,13 @@ class RequestRepository:
 
     def begin(self, namespace: str, key: str, request: Any = None, *,
               on_success: OnSuccess = "replay", lease: timedelta | None = None,
-              nowait: bool = False, wait: Wait | None = None) -> AttemptStart:
-        """Receive the request keyed ``key`` in ``namespace``."""
-        return self._core.begin(namespace, key, request, on_success, None, lease, nowait, wait)
+              nowait: bool = False, wait: Wait | None = None,
+              raw_request: bytes | None = None) -> AttemptStart:
+        """Receive the request keyed ``key`` in ``namespace``. ``raw_request``: the exact bytes
+        the client sent, kept with the attempt it starts where the namespace keeps them
+        (``set_namespace_policy(..., keep_raw_request => true)``), else ignored."""
+        return self._core.begin(namespace, key, request, on_success, None, lease, nowait, wait,
+                                raw_request)
 
     def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
                response: Any = None) -> None:
@@ -119,6 +123,13 @@ class RequestRepository:
                 response: Any = None) -> None:
         """Operator: record the real outcome of a stuck ``processing`` attempt."""
         self._core.resolve(namespace, key, attempt, succeeded, note, response)
+
+    def raw_request(self, namespace: str, key: str, attempt: int = 1) -> bytes | None:
+        """Operator: the exact bytes the client sent with ``attempt`` of the key (by default
+        its first), where the namespace kept them (view ``hivenet.raw_requests``); else None."""
+        found = rows(self.db, API["raw_request"],
+                     {"namespace": namespace, "key": key, "attempt": attempt})
+        return bytes(found[0][0]) if found else None
 
     def set_retention(self, namespace: str, retention: timedelta | None) -> None:
         """Operator: keep the namespace's finished requests this long (None: the default)."""
@@ -160,9 +171,10 @@ class AsyncRequestRepository:
 
     async def begin(self, namespace: str, key: str, request: Any = None, *,
                     on_success: OnSuccess = "replay", lease: timedelta | None = None,
-                    nowait: bool = False, wait: Wait | None = None) -> AttemptStart:
+                    nowait: bool = False, wait: Wait | None = None,
+                    raw_request: bytes | None = None) -> AttemptStart:
         return await self._core.begin(namespace, key, request, on_success, None, lease, nowait,
-                                      wait)
+                                      wait, raw_request)
 
     async def finish(self, namespace: str, key: str, attempt: int, succeeded: bool,
                      response: Any = None) -> None:
@@ -178,6 +190,11 @@ class AsyncRequestRepository:
     async def resolve(self, namespace: str, key: str, attempt: int, succeeded: bool, note: str,
                       response: Any = None) -> None:
         await self._core.resolve(namespace, key, attempt, succeeded, note, response)
+
+    async def raw_request(self, namespace: str, key: str, attempt: int = 1) -> bytes | None:
+        found = await rows_async(self.db, API["raw_request"],
+                                 {"namespace": namespace, "key": key, "attempt": attempt})
+        return bytes(found[0][0]) if found else None
 
     async def set_retention(self, namespace: str, retention: timedelta | None) -> None:
         await rows_async(self.db, API["set_request_retention"],

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Annotated, Any
@@ -44,6 +45,7 @@ from hivenet_db.asgi import (
     parse_key,
     recorded_response,
 )
+from hivenet_db.http_idempotency import EVERY_STATUS
 from hivenet_db.urls import sqlalchemy_url
 from tests.helpers import scalar
 
@@ -188,7 +190,7 @@ def test_finished_request_is_replayed_byte_for_byte(hivenet_url: str, hivenet_ap
         assert second.headers["content-type"] == first.headers["content-type"]
         assert second.headers["location"] == "/orders/1"
         assert second.headers["idempotent-replayed"] == "true"
-        assert "idempotent-replayed" not in first.headers
+        assert first.headers["idempotent-replayed"] == "false"
         assert first.headers["set-cookie"] == "session=secret"
         assert "set-cookie" not in second.headers and "x-run" not in second.headers
 
@@ -198,23 +200,49 @@ def test_finished_request_is_replayed_byte_for_byte(hivenet_url: str, hivenet_ap
         (1, "success")]
 
 
-def test_4xx_is_recorded_and_replayed(hivenet_app_url: str) -> None:
-    calls = Calls()
-
+def refusing(calls: Calls) -> Handler:
     async def handler(request: Request) -> Response:
         calls.count += 1
         return JSONResponse({"error": "out of stock"}, status_code=409)
 
+    return handler
+
+
+def test_a_4xx_is_not_the_key_s_outcome_and_the_request_runs_again(
+        hivenet_url: str, hivenet_app_url: str) -> None:
+    calls = Calls()
+
     async def scenario(engine: AsyncEngine) -> None:
-        async with client(make_app(engine, handler)) as http:
+        async with client(make_app(engine, refusing(calls))) as http:
             first = await http.post("/orders", headers=KEY)
             second = await http.post("/orders", headers=KEY)
         assert first.status_code == second.status_code == 409
         assert second.content == first.content == b'{"error":"out of stock"}'
+        assert first.headers["idempotent-replayed"] == "false"
+        assert second.headers["idempotent-replayed"] == "false"
+
+    run(hivenet_app_url, scenario)
+    assert calls.count == 2
+    assert state_of(hivenet_url, "http", "8e03978e-40d5-43e8-bc93-6894a57f9324") == [
+        (1, "failed"), (2, "failed")]  # never left processing
+
+
+def test_stored_statuses_every_status_records_and_replays_a_4xx(hivenet_app_url: str) -> None:
+    calls = Calls()
+
+    async def scenario(engine: AsyncEngine) -> None:
+        app = make_app(engine, refusing(calls), stored_statuses=EVERY_STATUS)
+        async with client(app) as http:
+            first = await http.post("/orders", headers=KEY)
+            second = await http.post("/orders", headers=KEY)
+        assert first.status_code == second.status_code == 409
+        assert second.content == first.content
         assert second.headers["idempotent-replayed"] == "true"
 
     run(hivenet_app_url, scenario)
     assert calls.count == 1
+    with pytest.raises(ValueError, match="'201' is not an HTTP status"):
+        IdempotencyMiddleware(make_app, engine=None, stored_statuses=["201"])  # type: ignore
 
 
 def test_same_key_with_another_request_is_422(hivenet_app_url: str) -> None:
@@ -320,7 +348,7 @@ def test_16_concurrent_requests_free_running_run_the_handler_once(hivenet_app_ur
             answers = await asyncio.gather(*(http.post("/orders", content=b"x", headers=KEY)
                                              for _ in range(16)))
         ran = [answer for answer in answers
-               if answer.status_code == 201 and "idempotent-replayed" not in answer.headers]
+               if answer.status_code == 201 and answer.headers["idempotent-replayed"] == "false"]
         assert len(ran) == 1
         for answer in answers:
             if answer.status_code == 201:
@@ -398,8 +426,8 @@ def test_scope_keeps_two_clients_keys_apart(hivenet_url: str, hivenet_app_url: s
             assert (await post("bob", "k")).status_code == 201
             assert (await post("alice", "k")).headers["idempotent-replayed"] == "true"
             # the scope is encoded: "a:b" + "c" and "a" + "b:c" stay apart
-            assert "idempotent-replayed" not in (await post("a:b", "c")).headers
-            assert "idempotent-replayed" not in (await post("a", "b:c")).headers
+            assert (await post("a:b", "c")).headers["idempotent-replayed"] == "false"
+            assert (await post("a", "b:c")).headers["idempotent-replayed"] == "false"
             # the scope counts toward the longest key
             assert (await post("alice", "k" * 250)).status_code == 400
 
@@ -428,7 +456,7 @@ def orders(url: str) -> list[str]:
 
 def writing(calls: Calls, outcomes: list[str]) -> Handler:
     """Writes an order on the middleware's connection, then answers as outcomes[n] says:
-    'ok' 201, '5xx' 503, 'raise' an exception, 'wait' 201 after the gate opens."""
+    'ok' 201, '5xx' 503, '4xx' 400, 'raise' an exception, 'wait' 201 after the gate opens."""
 
     async def handler(request: Request) -> Response:
         calls.count += 1
@@ -442,6 +470,8 @@ def writing(calls: Calls, outcomes: list[str]) -> Handler:
             raise RuntimeError("after the write")
         if outcome == "5xx":
             return PlainTextResponse("failed", status_code=503)
+        if outcome == "4xx":
+            return PlainTextResponse(f"sku {sku} refused", status_code=400)
         return PlainTextResponse(f"order {sku}", status_code=201)
 
     return handler
@@ -488,6 +518,81 @@ def test_shape_b_writes_are_invisible_until_the_response_is_recorded(
             assert orders(hivenet_url) == ["A"]
 
     run(hivenet_app_url, scenario)
+
+
+def test_in_one_transaction_a_4xx_binds_no_key_and_the_corrected_request_runs(
+        hivenet_url: str, hivenet_app_url: str) -> None:
+    """commit_processing_first=False: the attempt is begun in the transaction of
+    idempotency_connection, so a 4xx rolls it back with the handler's writes; a 5xx or a
+    raise records the failed attempt without them."""
+    create_orders(hivenet_url)
+    calls = Calls()
+    key = "8e03978e-40d5-43e8-bc93-6894a57f9324"
+
+    async def scenario(engine: AsyncEngine) -> None:
+        app = make_app(engine, writing(calls, ["4xx", "raise", "5xx", "ok"]),
+                       commit_processing_first=False)
+        async with client(app) as http:
+            refused = await http.post("/orders", content=b"bad", headers=KEY)
+            assert refused.status_code == 400
+            assert refused.headers["idempotent-replayed"] == "false"
+            assert state_of(hivenet_url, "http", key) == [] and orders(hivenet_url) == []
+            assert (await http.post("/orders", content=b"A", headers=KEY)).status_code == 500
+            assert (await http.post("/orders", content=b"A", headers=KEY)).status_code == 503
+            made = await http.post("/orders", content=b"A", headers=KEY)
+            again = await http.post("/orders", content=b"A", headers=KEY)
+            assert made.status_code == 201 and again.headers["idempotent-replayed"] == "true"
+
+    run(hivenet_app_url, scenario)
+    assert calls.count == 4 and orders(hivenet_url) == ["A"]
+    assert state_of(hivenet_url, "http", key) == [(1, "failed"), (2, "failed"), (3, "success")]
+
+
+def test_in_one_transaction_the_attempt_in_flight_is_not_committed(
+        hivenet_url: str, hivenet_app_url: str) -> None:
+    """Duplicates meet the uncommitted attempt: 409 at once, or with wait the first one's
+    response once its transaction commits; a cancelled handler leaves nothing processing."""
+    create_orders(hivenet_url)
+    calls = Calls()
+    calls.release.clear()
+    key = "8e03978e-40d5-43e8-bc93-6894a57f9324"
+
+    async def scenario(engine: AsyncEngine) -> None:
+        handler = writing(calls, ["wait"] * 3)
+        async with client(make_app(engine, handler, commit_processing_first=False)) as http, \
+                client(make_app(engine, handler, commit_processing_first=False,
+                                wait=30)) as waiting:
+            first = asyncio.create_task(http.post("/orders", content=b"A", headers=KEY))
+            await asyncio.wait_for(calls.entered.wait(), 60)
+            assert state_of(hivenet_url, "http", key) == []  # not committed
+            busy = await http.post("/orders", content=b"A", headers=KEY)
+            assert busy.status_code == 409 and busy.json()["idempotency"] == "in-flight"
+            waiter = asyncio.create_task(waiting.post("/orders", content=b"A", headers=KEY))
+            with psycopg.connect(hivenet_url, autocommit=True) as owner:
+                deadline = time.monotonic() + 30
+                while scalar(owner, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                    "current_database() AND wait_event_type = 'Lock'") < 1:
+                    assert time.monotonic() < deadline, "the waiter never waited"
+                    await asyncio.sleep(0.01)
+            calls.release.set()
+            assert (await first).status_code == 201
+            replayed = await waiter
+            assert replayed.status_code == 201
+            assert replayed.headers["idempotent-replayed"] == "true"
+            calls.release.clear()
+            other = {"Idempotency-Key": '"cancelled-1"'}
+            cancelled = asyncio.create_task(http.post("/orders", content=b"B", headers=other))
+            while calls.count < 2:
+                await asyncio.sleep(0.01)
+            cancelled.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await cancelled
+            calls.release.set()
+
+    run(hivenet_app_url, scenario)
+    assert calls.count == 2 and orders(hivenet_url) == ["A"]
+    assert state_of(hivenet_url, "http", key) == [(1, "success")]
+    assert state_of(hivenet_url, "http", "cancelled-1") == []  # rolled back, not processing
 
 
 def test_shape_b_attempt_resolved_meanwhile_commits_nothing(
@@ -668,7 +773,8 @@ def test_server_dying_after_begin_leaves_a_stuck_request_an_operator_resolves(
             assert answer.headers["location"] == "/orders/77"
             assert answer.headers["idempotent-replayed"] == "true"
         else:
-            assert answer.status_code == 201 and "idempotent-replayed" not in answer.headers
+            assert answer.status_code == 201
+            assert answer.headers["idempotent-replayed"] == "false"
 
     run(hivenet_app_url, after)
     assert calls.count == (0 if operator_says == "succeeded" else 1)

@@ -308,3 +308,29 @@ def test_requests_against_the_handwritten_way(hivenet_url: str,
         "requests_vs_handwritten", "keys/s", 8)
     assert result["baseline_median"] > 0 and result["candidate_median"] > 0
     assert "client" in out.err and "cpu us/key" in out.err
+
+
+def test_the_django_peers_case_runs_quick(hivenet_url: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The three libraries served by gunicorn on one database, every answer checked; what 8
+    simultaneous requests with one key made is recorded (hivenet-db: one row every time)."""
+    from hivenet_db.bench.django_peers import measure
+
+    if (missing := measure.missing()) is not None:
+        pytest.skip(missing)
+    code = bench.main(["--url", hivenet_url, "--quick", "--json", "--scenario", "django_peers"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    results = json.loads(out.out)
+    assert [r["scenario"] for r in results] == [
+        "django_peers_new_keys_vs_drf-idempotency",
+        "django_peers_new_keys_vs_django-idempotency-key",
+        "django_peers_replays_vs_drf-idempotency",
+        "django_peers_replays_vs_django-idempotency-key"]
+    for result in results:
+        assert result["unit"] == "requests/s" and result["clients"] == 8
+        assert result["baseline_median"] > 0 and result["candidate_median"] > 0
+        ours = result["details"]["one_key_8_at_once"]["hivenet-db"]
+        assert ours["rows_per_trial"] == [1] * ours["trials"]
+        assert set(ours["statuses"]) <= {"201", "409"}
+    assert "one key, 8 at once, django-idempotency-key" in out.err

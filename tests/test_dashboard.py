@@ -1,7 +1,9 @@
 """The Grafana dashboard (docs/operations/grafana-dashboard.json) and the Prometheus rules
 (docs/operations/decision-rules.yaml, and the alert rules of docs/operations.md) query only
-metrics that `hivenet-db metrics` really emits: every metric name in their expressions is a
-sample of the exposition read from a real database (or a recording rule the rules define)."""
+metrics that are really emitted: every metric name in their expressions is a sample of the
+exposition `hivenet-db metrics` reads from a real database, of the exposition of an
+application's process after a middleware's check (the histogram of the check), or a recording
+rule the rules define."""
 
 from __future__ import annotations
 
@@ -90,8 +92,30 @@ def emitted(db: psycopg.Connection, hivenet_url: str) -> set[str]:
     db.execute("SELECT hivenet.maintain()")
     result = subprocess.run([str(COMMAND), "metrics", "--url", hivenet_url],
                             capture_output=True, text=True, timeout=120, check=True)
-    return {line.split("{")[0].split(" ")[0] for line in result.stdout.splitlines()
+    return samples(result.stdout) | application_samples()
+
+
+def samples(exposition: str) -> set[str]:
+    return {line.split("{")[0].split(" ")[0] for line in exposition.splitlines()
             if line and not line.startswith("#")}
+
+
+def application_samples() -> set[str]:
+    """The sample names hivenet puts in an application's own registry once a middleware
+    checked a key (hivenet_db.metrics.timed_check, what both middlewares call)."""
+    from prometheus_client import REGISTRY, generate_latest
+
+    from hivenet_db.metrics import CHECK_SECONDS, timed_check
+
+    with timed_check("orders"):
+        pass
+    return {name for name in samples(generate_latest(REGISTRY).decode())
+            if name.startswith(CHECK_SECONDS)}
+
+
+def test_the_application_s_histogram_is_emitted() -> None:
+    assert {"hivenet_request_check_seconds_bucket", "hivenet_request_check_seconds_count",
+            "hivenet_request_check_seconds_sum"} <= application_samples()
 
 
 def test_every_dashboard_panel_queries_emitted_metrics(emitted: set[str]) -> None:
@@ -101,7 +125,7 @@ def test_every_dashboard_panel_queries_emitted_metrics(emitted: set[str]) -> Non
     for panel in dashboard["panels"]:
         assert panel["targets"], f"panel {panel['title']!r} has no query"
     read = set().union(*(metric_names(expr) for expr in exprs))
-    assert "hivenet_request_decisions_total" in read
+    assert {"hivenet_request_decisions_total", "hivenet_request_check_seconds_bucket"} <= read
     assert read - emitted == set(), "the dashboard reads metrics the exporter does not emit"
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import urllib.parse
@@ -63,6 +64,7 @@ from hivenet_db import (  # noqa: E402
     DuplicateClaim,
     RequestRepository,
     SerialRepository,
+    StaleAttempt,
     StepRepository,
     parse_serial,
 )
@@ -71,7 +73,9 @@ from hivenet_db.django import (  # noqa: E402
     NextSerial,
     NextSystemSerial,
     connection,
+    idempotent,
 )
+from hivenet_db.http_idempotency import EVERY_STATUS  # noqa: E402
 from hivenet_db.tools import migrate  # noqa: E402
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres  # noqa: E402
 from tests.django_site import views  # noqa: E402
@@ -127,7 +131,7 @@ def orders(owner: psycopg.Connection) -> int:
 def states(owner: psycopg.Connection) -> list[str]:
     return [row[0] for row in owner.execute(
         "SELECT state::text FROM hivenet.request_attempt WHERE namespace = 'http' "
-        "ORDER BY attempt")]
+        "ORDER BY key, attempt")]
 
 
 # --- the repositories on Django's connection ------------------------------------------------
@@ -242,7 +246,7 @@ def test_finished_request_is_replayed_byte_for_byte(app_db: str,
     assert again.content == first.content
     assert again["Location"] == first["Location"]
     assert again["Content-Type"] == first["Content-Type"] == "application/json"
-    assert again["Idempotent-Replayed"] == "true" and "Idempotent-Replayed" not in first
+    assert again["Idempotent-Replayed"] == "true" and first["Idempotent-Replayed"] == "false"
     assert "X-Trace" not in again  # not a replayed header
     assert views.RUNS["count"] == 1 and orders(owner) == 1
     assert states(owner) == ["success"]
@@ -347,19 +351,67 @@ def test_on_decision_is_a_dotted_path_in_settings(app_db: str) -> None:
                               ("http", "order-1", "mismatch", None)]
 
 
-def test_operator_resolving_the_attempt_meanwhile_rolls_the_effect_back(
+def test_under_atomic_requests_an_attempt_in_flight_is_not_committed(
         app_db: str, hivenet_admin_url: str, owner: psycopg.Connection) -> None:
+    """The attempt is begun in the request's transaction: while the view runs there is nothing
+    for another session to see, resolve or find stuck; it commits with the view's writes."""
     views.GATE.clear()
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(_post_in_thread, "/orders")
         assert views.ENTERED.wait(10)
+        assert states(owner) == []
+        with psycopg.connect(hivenet_admin_url, autocommit=True) as admin, \
+                pytest.raises(StaleAttempt, match="has no attempt 1"):
+            RequestRepository(admin).resolve("http", "order-1", 1, True, "done by hand")
+        views.GATE.set()
+        status, _ = pending.result(timeout=30)
+    assert status == 201 and orders(owner) == 1 and states(owner) == ["success"]
+
+
+def test_operator_resolving_the_attempt_meanwhile_is_409_without_atomic_requests(
+        app_db: str, hivenet_admin_url: str, owner: psycopg.Connection) -> None:
+    """Without ATOMIC_REQUESTS `processing` is committed before the view: an operator may
+    resolve it meanwhile, and the view's late response is not recorded (409 resolved)."""
+    connections["default"].settings_dict["ATOMIC_REQUESTS"] = False
+    views.GATE.clear()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(_post_in_thread, "/orders")
+            assert views.ENTERED.wait(10)
+            with psycopg.connect(hivenet_admin_url, autocommit=True) as admin:
+                RequestRepository(admin).resolve("http", "order-1", 1, True, "done by hand",
+                                                 {"order": "by hand"})
+            views.GATE.set()
+            status, body = pending.result(timeout=30)
+    finally:
+        connections["default"].settings_dict["ATOMIC_REQUESTS"] = True
+    assert status == 409 and json.loads(body)["idempotency"] == "resolved"
+    assert orders(owner) == 1  # the view's insert committed on its own
+    assert states(owner) == ["success"]  # the operator's record stands
+
+
+def test_commit_processing_first_leaves_a_crash_to_an_operator(
+        app_db: str, hivenet_admin_url: str, owner: psycopg.Connection) -> None:
+    """A view whose effects leave the database (commit_processing_first): `processing` is
+    committed before it runs, so an operator sees it in flight and may resolve it; the view's
+    writes and the record are still one transaction, refused when the operator came first."""
+    views.GATE.clear()
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_post_in_thread, "/provider")
+        assert views.ENTERED.wait(10)
+        assert states(owner) == ["processing"]
         with psycopg.connect(hivenet_admin_url, autocommit=True) as admin:
-            RequestRepository(admin).resolve("http", "order-1", 1, True, "done by hand",
+            RequestRepository(admin).resolve("http", "order-1", 1, True, "paid by hand",
                                              {"order": "by hand"})
         views.GATE.set()
         status, body = pending.result(timeout=30)
     assert status == 409 and json.loads(body)["idempotency"] == "resolved"
     assert orders(owner) == 0  # the view's insert went: the record it belonged to was refused
+    with override_settings(HIVENET={"IDEMPOTENCY": {"commit_processing_first": True}}):
+        refused = Client().post("/refused", b"{}", content_type=JSON,
+                                headers={"Idempotency-Key": '"order-2"'})
+    assert refused.status_code == 400 and orders(owner) == 0
+    assert states(owner) == ["success", "failed"]  # committed `processing` ends failed
 
 
 def test_the_connection_dying_between_effect_and_record_leaves_neither(
@@ -376,7 +428,7 @@ def test_the_connection_dying_between_effect_and_record_leaves_neither(
         views.GATE.set()
         status, _ = pending.result(timeout=30)
     assert status == 500
-    assert orders(owner) == 0 and states(owner) == ["failed"]
+    assert orders(owner) == 0 and states(owner) == []  # the attempt went with the effect
     retry, _ = _post_in_thread("/orders")
     assert retry == 201 and orders(owner) == 1
 
@@ -605,8 +657,8 @@ def test_the_fingerprint_option_and_the_key_rules(app_db: str, owner: psycopg.Co
 
 def test_with_wait_concurrent_duplicates_get_the_first_response(
         app_db: str, owner: psycopg.Connection) -> None:
-    """``wait``: the duplicates of a request in flight wait for its outcome (each thread with
-    its own Django connection, holding no transaction meanwhile) and replay it."""
+    """``wait``: the duplicates of a request in flight wait in the database for its
+    transaction (each thread with its own Django connection) and replay its response."""
     def send() -> tuple[int, dict[str, str], bytes]:
         with urllib.request.urlopen(_order(url), timeout=30) as response:
             return response.status, _lower(response.headers), response.read()
@@ -617,9 +669,9 @@ def test_with_wait_concurrent_duplicates_get_the_first_response(
             pending = [pool.submit(send) for _ in range(4)]
             assert views.ENTERED.wait(10)
             deadline = time.monotonic() + 10
-            while scalar(owner, "SELECT count(*) FROM hivenet.request_attempt "
-                                "WHERE state = 'processing' AND awaited") == 0:
-                assert time.monotonic() < deadline, "no duplicate registered to wait"
+            while scalar(owner, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                "current_database() AND wait_event_type = 'Lock'") < 3:
+                assert time.monotonic() < deadline, "the duplicates never waited"
                 threading.Event().wait(0.01)
             views.GATE.set()
             answers = [future.result(timeout=30) for future in pending]
@@ -628,8 +680,174 @@ def test_with_wait_concurrent_duplicates_get_the_first_response(
     assert [status for status, _, _ in answers] == [201] * 4
     assert len({body for _, _, body in answers}) == 1
     assert sorted(headers.get("idempotent-replayed", "") for _, headers, _ in answers) == [
-        "", "true", "true", "true"]
+        "false", "true", "true", "true"]
     assert views.RUNS["count"] == 1 and orders(owner) == 1
+
+
+def test_the_body_is_kept_as_sent_where_the_namespace_keeps_clients_bytes(
+        app_db: str, owner: psycopg.Connection) -> None:
+    """The middleware passes the body; the database keeps it beside the fingerprint of the
+    parsed document, which a repeat written otherwise matches."""
+    owner.execute("SELECT hivenet.set_namespace_policy('http', keep_raw_request => true)")
+    sent = b'{"sku": "tea",  "qty": 1}'
+    with override_settings(HIVENET={"IDEMPOTENCY": {"fingerprint": "json"}}):
+        client = Client()
+        first = client.post("/orders", sent, content_type=JSON, headers=KEY)
+        again = client.post("/orders", b'{"qty":1.0,"sku":"tea"}', content_type=JSON,
+                            headers=KEY)
+    assert first.status_code == 201 and again["Idempotent-Replayed"] == "true"
+    assert owner.execute("SELECT raw_request FROM hivenet.raw_requests "
+                         "WHERE namespace = 'http'").fetchall() == [(sent,)]
+
+
+# --- what is recorded: a 4xx binds no key; stored_statuses ---------------------------------
+
+def test_a_serializer_400_binds_no_key_and_the_corrected_request_runs(
+        app_db: str, owner: psycopg.Connection) -> None:
+    client = Client()
+    invalid = client.post("/api/validated", b"{}", content_type=JSON, headers=KEY)
+    assert invalid.status_code == 400 and "sku" in invalid.json()
+    assert invalid["Idempotent-Replayed"] == "false"
+    assert states(owner) == []  # nothing recorded, nothing left processing
+    corrected = client.post("/api/validated", b'{"sku": "tea"}', content_type=JSON,
+                            headers=KEY)
+    assert corrected.status_code == 201 and corrected["Idempotent-Replayed"] == "false"
+    again = client.post("/api/validated", b'{"sku": "tea"}', content_type=JSON, headers=KEY)
+    assert again["Idempotent-Replayed"] == "true" and again.content == corrected.content
+    assert views.RUNS["count"] == 1 and orders(owner) == 1 and states(owner) == ["success"]
+
+
+def test_a_4xx_rolls_back_what_the_view_wrote(app_db: str, owner: psycopg.Connection) -> None:
+    client = Client()
+    assert client.post("/refused", b"{}", content_type=JSON, headers=KEY).status_code == 400
+    assert client.post("/refused", b"{}", content_type=JSON, headers=KEY).status_code == 400
+    assert views.RUNS["count"] == 2  # it ran again: nothing bound the key
+    assert orders(owner) == 0 and states(owner) == []
+
+
+def test_stored_statuses_with_every_status_records_a_4xx_as_the_outcome(
+        app_db: str, owner: psycopg.Connection) -> None:
+    with override_settings(HIVENET={"IDEMPOTENCY": {"stored_statuses": EVERY_STATUS}}):
+        client = Client()
+        first = client.post("/api/validated", b"{}", content_type=JSON, headers=KEY)
+        again = client.post("/api/validated", b"{}", content_type=JSON, headers=KEY)
+        corrected = client.post("/api/validated", b'{"sku": "tea"}', content_type=JSON,
+                                headers=KEY)
+    assert first.status_code == again.status_code == 400
+    assert again["Idempotent-Replayed"] == "true" and again.content == first.content
+    assert corrected.status_code == 422  # the key is bound to the first request
+    assert states(owner) == ["success"] and orders(owner) == 0
+
+
+def test_stored_statuses_without_5xx_records_no_failure(app_db: str,
+                                                        owner: psycopg.Connection) -> None:
+    with override_settings(HIVENET={"IDEMPOTENCY": {"stored_statuses": range(200, 300)}}):
+        client = Client()
+        assert client.post("/unavailable", b"{}", content_type=JSON,
+                           headers=KEY).status_code == 503
+    assert orders(owner) == 0 and states(owner) == []
+    with override_settings(HIVENET={"IDEMPOTENCY": {"stored_statuses": [200, 600]}}), \
+            pytest.raises(ImproperlyConfigured, match="600 is not an HTTP status"):
+        Client().post("/orders", b"{}", content_type=JSON, headers=KEY)
+
+
+def test_without_atomic_requests_a_4xx_ends_the_attempt_as_failed(
+        app_db: str, owner: psycopg.Connection) -> None:
+    """`processing` was committed before the view: it cannot vanish, it ends failed, so the
+    same request runs again (its writes had committed on their own)."""
+    connections["default"].settings_dict["ATOMIC_REQUESTS"] = False
+    try:
+        client = Client()
+        assert client.post("/refused", b"{}", content_type=JSON, headers=KEY).status_code == 400
+        assert client.post("/refused", b"{}", content_type=JSON, headers=KEY).status_code == 400
+    finally:
+        connections["default"].settings_dict["ATOMIC_REQUESTS"] = True
+    assert views.RUNS["count"] == 2 and orders(owner) == 2
+    assert states(owner) == ["failed", "failed"]
+
+
+# --- per view: @idempotent, @idempotency_exempt -------------------------------------------
+
+def test_an_exempt_view_runs_without_a_key(app_db: str, owner: psycopg.Connection) -> None:
+    client = Client()
+    assert client.post("/exempt", b"{}", content_type=JSON).status_code == 201
+    twice = client.post("/exempt", b"{}", content_type=JSON, headers=KEY)
+    assert twice.status_code == 201 and "Idempotent-Replayed" not in twice
+    assert orders(owner) == 2
+    assert scalar(owner, "SELECT count(*) FROM hivenet.request_attempt") == 0
+
+
+def test_a_decorated_view_has_its_own_options(app_db: str, owner: psycopg.Connection) -> None:
+    client = Client()
+    assert client.post("/payments", b'{"sku": "tea"}', content_type=JSON).status_code == 201
+    first = client.post("/payments", b'{"sku": "tea", "n": 1}', content_type=JSON,
+                        headers=KEY)
+    again = client.post("/payments", b'{"n": 1.0, "sku": "tea"}', content_type=JSON,
+                        headers=KEY)  # the same JSON: fingerprint "json"
+    assert again["Idempotent-Replayed"] == "true" and again.content == first.content
+    assert views.RUNS["count"] == 2
+    assert owner.execute("SELECT namespace, key FROM hivenet.request_attempt").fetchall() == [
+        ("payments", "order-1")]
+
+
+def test_with_every_view_false_only_decorated_views_are_covered(
+        app_db: str, owner: psycopg.Connection) -> None:
+    with override_settings(HIVENET={"IDEMPOTENCY": {"every_view": False}}):
+        client = Client()
+        assert client.post("/orders", b"{}", content_type=JSON).status_code == 201
+        assert client.post("/payments", b"{}", content_type=JSON, headers=KEY)[
+            "Idempotent-Replayed"] == "false"
+        assert client.post("/api/viewset/", b"{}", content_type=JSON).status_code == 400
+    assert views.RUNS["count"] == 2
+
+
+def test_viewset_actions_are_covered_or_exempt_by_their_decorators(
+        app_db: str, owner: psycopg.Connection) -> None:
+    client = Client()
+    missing = client.post("/api/viewset/", b"{}", content_type=JSON)
+    assert missing.status_code == 400 and missing.json()["idempotency"] == "missing"
+    first = client.post("/api/viewset/", b"{}", content_type=JSON, headers=KEY)
+    again = client.post("/api/viewset/", b"{}", content_type=JSON, headers=KEY)
+    assert first.status_code == 201 and again["Idempotent-Replayed"] == "true"
+    assert client.post("/api/viewset/note/", b"{}", content_type=JSON).status_code == 201
+    assert views.RUNS["count"] == 2
+    assert owner.execute("SELECT namespace FROM hivenet.request_attempt").fetchall() == [
+        ("viewset",)]
+
+
+def test_the_guide_quotes_the_test_site() -> None:
+    """The decorators' example of docs/guides/django.md is an excerpt of the views the tests
+    above run (tests/django_site/views.py)."""
+    guide = (Path(__file__).parent.parent / "docs" / "guides" / "django.md").read_text()
+    block = guide[guide.index("    @idempotency_exempt\n"):guide.index("\nThey mark the view")]
+    excerpt = textwrap.dedent(block)
+    assert "@idempotent(namespace=\"payments\"" in excerpt
+    assert excerpt in (Path(views.__file__)).read_text(), excerpt
+
+
+def test_a_fingerprint_not_understood_fails_at_decoration() -> None:
+    with pytest.raises(ValueError, match="fingerprint 'sha1'"):
+        idempotent(fingerprint="sha1")
+
+
+# --- the latency of the check -------------------------------------------------------------
+
+def test_each_check_is_observed_in_the_histogram(app_db: str) -> None:
+    from prometheus_client import REGISTRY
+
+    def count(namespace: str) -> float:
+        return REGISTRY.get_sample_value("hivenet_request_check_seconds_count",
+                                         {"namespace": namespace}) or 0.0
+
+    before = count("http"), count("payments")
+    client = Client()
+    client.post("/orders", b"{}", content_type=JSON, headers=KEY)  # started
+    client.post("/orders", b"{}", content_type=JSON, headers=KEY)  # replayed
+    client.post("/orders", b'{"sku": "gin"}', content_type=JSON, headers=KEY)  # 422
+    client.post("/payments", b"{}", content_type=JSON, headers=KEY)
+    assert (count("http"), count("payments")) == (before[0] + 3, before[1] + 1)
+    assert REGISTRY.get_sample_value("hivenet_request_check_seconds_bucket",
+                                     {"namespace": "http", "le": "+Inf"}) == before[0] + 3
 
 
 # An app whose label sorts before "hivenet", with a column defaulting to a serial and no

@@ -33,11 +33,11 @@ PROJECT = Path(__file__).resolve().parent.parent / "examples" / "django_project"
 DATABASE = "django_example_shop"
 
 
-def manage(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def manage(url: str, *args: str, status: int = 0) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([sys.executable, "manage.py", *args], cwd=PROJECT, text=True,
                           capture_output=True, timeout=120,
                           env={**os.environ, "SHOP_DATABASE_URL": url})
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == status, done.stderr
     return done
 
 
@@ -115,7 +115,7 @@ def test_the_example_shop_takes_each_order_once(shop: str, hivenet_server: Embed
     statuses = [status for status, _, _ in answers]
     assert statuses.count(201) >= 1 and set(statuses) <= {201, 409}, statuses
     created = [json.loads(body) for status, headers, body in answers
-               if status == 201 and "idempotent-replayed" not in headers]
+               if status == 201 and headers["idempotent-replayed"] == "false"]
     assert len(created) == 1, answers  # one run of the view; other 201s are replays
     assert parse_serial(created[0]["order"]).format == "unified"
     # The channel of HIVENET["PREPARE"], prepared by migrate: its first serial of each kind.
@@ -134,6 +134,27 @@ def test_the_example_shop_takes_each_order_once(shop: str, hivenet_server: Embed
 
     assert manage(shop, "hivenet_maintain").stdout.startswith("maintain: done at ")
     assert "# TYPE hivenet_" in manage(shop, "hivenet_metrics").stdout
+
+
+def test_the_commands_fail_with_the_cli_s_one_line(shop: str, hivenet_server: EmbeddedPostgres,
+                                                   hivenet_logins: dict[str, str]) -> None:
+    """manage.py hivenet_maintain / hivenet_metrics print what `hivenet-db` would: one line
+    naming the cause and what to do, exit status 2, not a traceback."""
+    manage(shop, "migrate", "hivenet", "--verbosity", "0")
+    app = as_login(shop, hivenet_logins["hivenet_app"], hivenet_server.password)
+    refused = manage(app, "hivenet_maintain", status=2)
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.stderr.startswith("CommandError: permission denied for function maintain: "
+                                     f"role {hivenet_logins['hivenet_app']} lacks a privilege "
+                                     "that `hivenet-db maintain` needs in "
+                                     f"{DATABASE}"), refused.stderr
+    gone = urllib.parse.urlsplit(shop)._replace(netloc=f"nobody@127.0.0.1:{free_port()}")
+    unreachable = manage(gone.geturl(), "hivenet_metrics", status=2)
+    assert unreachable.stderr.count("\n") == 1, unreachable.stderr
+    assert unreachable.stderr.startswith("CommandError: cannot reach PostgreSQL at 127.0.0.1:")
+    assert "--traceback" not in unreachable.stderr
+    assert "Traceback" in manage(gone.geturl(), "hivenet_metrics", "--traceback",
+                                 status=1).stderr
 
 
 def test_the_guide_quotes_the_example_project() -> None:

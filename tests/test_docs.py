@@ -171,6 +171,10 @@ ELSEWHERE = {
     "docs/guides/django.md: python manage.py hivenet_maintain        # hivenet.maintain(), as "
     "`hivenet-db maintain`": "tests/test_django.py::test_management_commands_maintain_and_"
                              "metrics",
+    "docs/guides/django.md: @idempotency_exempt":
+        "tests/test_django.py::test_a_decorated_view_has_its_own_options (an excerpt of "
+        "tests/django_site/views.py: test_the_guide_quotes_the_test_site; the exempt view: "
+        "test_an_exempt_view_runs_without_a_key)",
     "docs/operations.md: \"\"\"Run `hivenet-db failover-fence` on each node pg_auto_failover "
     "makes primary (its monitor":
         "tests/test_ha.py::test_synchronous_failover_loses_nothing_and_the_listener_fences_first"
@@ -182,6 +186,9 @@ NOT_RUNNABLE = {
     "docs/benchmarks.md: hivenet-db bench --quick                       # a smoke run, under a "
     "minute (too short to quote)": "benchmark runs of minutes (the runner itself: "
                                    "tests/test_bench.py)",
+    "docs/benchmarks.md: hivenet-db bench --rounds 3 --scenario django_peers --json":
+        "a benchmark run of minutes (the case, quick: tests/test_bench.py::test_the_django_"
+        "peers_case_runs_quick)",
     "docs/design/architecture.md: application code (inside its own transaction)":
         "a diagram of a call",
     "docs/guides/steps.md: stateDiagram-v2": "a state diagram (mermaid)",
@@ -295,6 +302,10 @@ SQL = {
               "fingerprint => '[\"$.amount\", \"$.currency\"]')"),
     "docs/guides/idempotency.md: -- hivenet_admin: payment callbacks fail for good, and expire "
     "after 10 minutes": Sql(login="admin"),
+    "docs/guides/idempotency.md: -- hivenet_admin: successes for a day, failures for an hour":
+        Sql(login="admin"),
+    "docs/guides/django.md: -- hivenet_admin: the http namespace keeps failures an hour, "
+    "successes a day, and what was sent": Sql(login="admin"),
     # n-1002 begun half an hour before the pages' clock, never finished.
     "docs/guides/idempotency.md: SELECT * FROM hivenet.begin_request('pay-callback', 'n-1001', "
     "'{\"status\": \"PAID\"}');": Sql(

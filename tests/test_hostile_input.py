@@ -139,6 +139,7 @@ STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "interval": st.sampled_from(INTERVALS),
     "timestamp without time zone": st.sampled_from(TIMESTAMPS),
     "timestamp with time zone": st.sampled_from(TIMESTAMPTZS),
+    "bytea": st.none() | st.binary(max_size=64),  # a client's raw request: any bytes
 }
 # Arrays (a batch's keys, requests, attempts...): NULL, short lists of the element's values
 # (a few keys drawn from three, so that some repeat), and one key past the batch limit.

@@ -118,7 +118,7 @@ def test_the_application_role_reads_succeeded_steps_only_through_the_replay_view
                 "DELETE FROM hivenet._step_replay",
                 "SELECT response FROM hivenet.request_attempt",
                 f"SELECT * FROM hivenet._begin_attempt('hivenet.steps', NULL, '{running}', "
-                "NULL, 'replay', NULL, NULL)"):
+                "NULL, 'replay', NULL, NULL, NULL)"):
         with pytest.raises(psycopg.errors.InsufficientPrivilege), app.transaction():
             app.execute(sql)
 
@@ -146,7 +146,7 @@ def test_the_application_role_starts_no_key_without_counting_its_decision(
         ("counted", "SELECT hivenet._start_key(false, 'counted', 'k2', NULL, 'replay', NULL, "
                     "NULL, false, NULL)", (), 1),
         ("counted", "SELECT * FROM hivenet._begin_key(false, 'counted', 'k3', NULL, 'replay', "
-                    "NULL, NULL, false, NULL)", (), 1),
+                    "NULL, NULL, false, NULL, NULL)", (), 1),
         ("counted", "SELECT * FROM hivenet.begin_requests('counted', ARRAY['k4', 'k5'], "
                     "ARRAY[NULL, NULL]::jsonb[])", (), 2),
         ("hivenet.steps", "SELECT * FROM hivenet.begin_step(%s)", (serial,), 1),
@@ -161,7 +161,8 @@ def test_the_application_role_starts_no_key_without_counting_its_decision(
                       "NULL)",
                       "INSERT INTO hivenet.request_attempt (namespace, key, attempt, state, "
                       "fingerprint) VALUES ('counted', 'k6', 1, 'processing', '')",
-                      "SELECT hivenet._start_attempt('counted', 'k6', 1, '', NULL, NULL, false)"]:
+                      "SELECT hivenet._start_attempt('counted', 'k6', 1, '', NULL, NULL, false, "
+                      "NULL)"]:
         with pytest.raises(psycopg.errors.InsufficientPrivilege), app.transaction():
             app.execute(statement)
     assert as_owner("SELECT count(*) FROM hivenet.request_attempt WHERE key = 'k6'", ()) == 0
@@ -224,7 +225,7 @@ OWNER_ONLY = set("""
     _step_start_valid
     _canonical_instances _canonical_json _chain_append _chain_link _canonical_number
     _check_begin_options _check_fields
-    _check_fingerprint _check_interval _check_name
+    _check_fingerprint _check_interval _check_name _check_policy
     _check_owned _check_owned_serial _check_registry _claim_checked
     _claim_interface_serial_checked _claim_interface_serial_nowait _claim_nowait _clock_behind
     _clock_sequence _cold_lock_space _cold_sequence_name _committed_sequence
@@ -268,6 +269,7 @@ VIEWS: dict[str, dict[str, str]] = {
     "_new_attempt": {ADMIN: "SELECT"},  # the one writer of attempts: the owner's (requests.sql)
     "_decision_counters": {APP: "SELECT", ADMIN: "SELECT"},  # the replay counts (decisions.sql)
     "step_attempt": {ADMIN: "SELECT"},
+    "raw_requests": {ADMIN: "SELECT"},  # clients' bytes, a payload: not for reporting
 }
 TABLE_RIGHTS = "SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER"
 
@@ -342,7 +344,7 @@ FORGING = [
     "SELECT hivenet.next_serials('id_service', '{\"recon_type\": \"01\", "
     "\"merchant\": \"123456789012\", \"shard\": \"01\"}', 3)",
     "SELECT hivenet._begin_key(true, 'hivenet.steps', %(other)s, '{}', 'replay', NULL, NULL, "
-    "false, NULL)",
+    "false, NULL, NULL)",
     "SELECT hivenet._fast_unified('C0001', 'A01', '01')",
 ]
 

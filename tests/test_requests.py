@@ -278,6 +278,50 @@ def test_16_parallel_duplicates_start_once(connect: Connect) -> None:
     assert outcomes == {"started": 1, "replayed": 15}
 
 
+# --- the client's exact bytes beside the canonical fingerprint ---------------------------------
+
+def test_raw_request_keeps_the_first_bytes_while_replays_match_the_canonical_form(
+        db: psycopg.Connection, any_conn: SyncDB) -> None:
+    """In a namespace that keeps them, the attempt keeps the exact bytes the client sent; a
+    repeat written otherwise (key order, whitespace, 1.0 for 1) matches by the 'json'
+    fingerprint and replays, and the kept bytes stay the first request's."""
+    db.execute("SELECT hivenet.set_namespace_policy('signed', fingerprint => 'json', "
+               "keep_raw_request => true)")
+    first = b'{"amount": 10, "currency": "EUR"}'
+    again = b'{ "currency":"EUR","amount":10.0 }'
+    app = RequestRepository(any_conn)
+    k = key()
+    start = app.begin("signed", k, {"amount": 10, "currency": "EUR"}, raw_request=first)
+    app.finish("signed", k, start.attempt, True, {"paid": True})
+    any_conn.commit()
+    assert app.begin("signed", k, {"currency": "EUR", "amount": 10.0},
+                     raw_request=again) == RequestStart("replayed", 1, {"paid": True})
+    any_conn.commit()
+    assert RequestRepository(db).raw_request("signed", k) == first
+    assert db.execute("SELECT raw_request, fingerprint = (SELECT fingerprint FROM "
+                      "hivenet.request_attempt WHERE namespace = 'signed' AND key = %s) "
+                      "FROM hivenet.raw_requests WHERE namespace = 'signed' AND key = %s",
+                      (k, k)).fetchall() == [(first, True)]
+
+
+def test_raw_request_is_kept_only_where_the_namespace_asks(db: psycopg.Connection) -> None:
+    k = key()
+    begin(db, "plain", k, raw_request=b"{}")  # the default: not kept, the fast path
+    assert RequestRepository(db).raw_request("plain", k) is None
+    db.execute("SELECT hivenet.set_namespace_policy('kept', keep_raw_request => true)")
+    begin(db, "kept", k, raw_request=b"\x00 any bytes")
+    begin(db, "kept", key())  # none given: nothing to keep
+    assert RequestRepository(db).raw_request("kept", k) == b"\x00 any bytes"
+    assert db.execute("SELECT count(*) FROM hivenet.raw_requests WHERE namespace = 'kept'"
+                      ).fetchone() == (1,)
+    db.execute("SELECT hivenet.set_namespace_policy('kept', keep_raw_request => false)")
+    assert db.execute("SELECT count(*) FROM hivenet.request_namespace WHERE namespace = 'kept'"
+                      ).fetchone() == (0,)  # false is the default: no policy row
+    with sqlstate("HN001"):
+        db.execute("SELECT hivenet.set_namespace_policy('hivenet.steps', "
+                   "keep_raw_request => true)")
+
+
 # --- retention ------------------------------------------------------------------------------
 
 def test_retention_per_namespace(db: psycopg.Connection,
@@ -319,6 +363,95 @@ def test_retention_keeps_a_key_whose_last_attempt_is_recent(
     assert begin(db, "orders", k) == ("replayed", 2, {"ok": 1})
 
 
+def test_failure_retention_purges_failures_before_successes_of_the_same_age(
+        db: psycopg.Connection, fake_clock: Callable[..., None]) -> None:
+    """A key whose latest attempt failed or expired goes after failure_retention; a success
+    begun at the same time stays for retention. Under on_failure 'final' the failure is
+    replayed until then, and the key starts afresh after it."""
+    db.execute("SELECT hivenet.set_namespace_policy('fr', retention => '1 day', "
+               "on_failure => 'final', expire_after => '10 minutes', "
+               "failure_retention => '1 hour')")
+    fake_clock(db, "2026-11-21 10:00:00+00")
+    ok, bad, lost, retried = key(), key(), key(), key()
+    finish(db, "fr", ok, begin(db, "fr", ok)[1], True, {"ok": 1})
+    finish(db, "fr", bad, begin(db, "fr", bad)[1], False, {"error": "declined"})
+    begin(db, "fr", lost)  # left processing: expired by maintain() at 10:30
+    fake_clock(db, "2026-11-21 10:30:00+00")
+    db.execute("SELECT hivenet.maintain()")
+    assert [a["state"] for a in attempts(db, "fr", lost)] == ["expired"]
+    fake_clock(db, "2026-11-21 10:59:59+00")
+    db.execute("SELECT hivenet.maintain()")
+    assert begin(db, "fr", bad) == ("replayed_failure", 1, {"error": "declined"})
+    fake_clock(db, "2026-11-21 11:00:01+00")
+    db.execute("SELECT hivenet.maintain()")
+    assert attempts(db, "fr", bad) == []  # an hour after it failed
+    assert [a["state"] for a in attempts(db, "fr", lost)] == ["expired"]  # expired at 10:30
+    assert len(attempts(db, "fr", ok)) == 1
+    assert begin(db, "fr", bad) == ("started", 1, None)  # the key is new again
+    fake_clock(db, "2026-11-21 11:30:01+00")
+    db.execute("SELECT hivenet.maintain()")
+    assert attempts(db, "fr", lost) == []
+    assert begin(db, "fr", ok) == ("replayed", 1, {"ok": 1})
+    fake_clock(db, "2026-11-22 10:00:01+00")
+    db.execute("SELECT hivenet.maintain()")
+    assert attempts(db, "fr", ok) == []  # a success keeps the day of retention
+    # In a namespace that retries, a success after a failure keeps the key for retention.
+    db.execute("SELECT hivenet.set_namespace_policy('frr', retention => '1 day', "
+               "failure_retention => '1 hour')")
+    finish(db, "frr", retried, begin(db, "frr", retried)[1], False)
+    finish(db, "frr", retried, begin(db, "frr", retried)[1], True, {"ok": 2})
+    fake_clock(db, "2026-11-22 12:00:00+00")
+    db.execute("SELECT hivenet.maintain()")
+    assert [a["state"] for a in attempts(db, "frr", retried)] == ["failed", "success"]
+
+
+def test_failure_retention_follows_a_shorter_request_retention(
+        db: psycopg.Connection, fake_clock: Callable[..., None]) -> None:
+    """Set under the default retention, then request_retention shrinks below it: failures go
+    with the retention, never later than successes."""
+    db.execute("SELECT hivenet.set_namespace_policy('frs', failure_retention => '20 hours')")
+    db.execute("UPDATE hivenet.setting SET value = '2 hours' WHERE name = 'request_retention'")
+    fake_clock(db, "2026-11-21 10:00:00+00")
+    bad = key()
+    finish(db, "frs", bad, begin(db, "frs", bad)[1], False)
+    fake_clock(db, "2026-11-21 12:00:01+00")
+    db.execute("SELECT hivenet.maintain()")
+    assert attempts(db, "frs", bad) == []
+
+
+@pytest.mark.parametrize(("call", "named"), [
+    ("set_namespace_policy('fv', failure_retention => '0')",
+     "failure_retention of namespace 'fv' 00:00:00 is not between"),
+    ("set_namespace_policy('fv', failure_retention => '-1 hour')",
+     "failure_retention of namespace 'fv' -01:00:00 is not between"),
+    ("set_namespace_policy('fv', failure_retention => '2 days')",
+     "failure_retention 2 days of namespace 'fv' is longer than its retention 24:00:00"),
+    ("set_namespace_policy('fv', retention => '1 hour', failure_retention => '2 hours')",
+     "failure_retention 02:00:00 of namespace 'fv' is longer than its retention 01:00:00"),
+    ("set_namespace_policy('hivenet.steps', failure_retention => '1 hour')",
+     "failure_retention is no policy of the steps' namespace"),
+])
+def test_bad_failure_retention_is_invalid_input(db: psycopg.Connection, call: str,
+                                                named: str) -> None:
+    with pytest.raises(psycopg.Error) as caught:
+        db.execute(f"SELECT hivenet.{call}")
+    assert caught.value.sqlstate == "HN001", caught.value
+    assert named in str(caught.value), caught.value
+
+
+def test_a_retention_shorter_than_the_failure_retention_is_refused(
+        db: psycopg.Connection) -> None:
+    db.execute("SELECT hivenet.set_namespace_policy('fs', retention => '2 hours', "
+               "failure_retention => '2 hours')")
+    with pytest.raises(psycopg.Error) as caught:
+        db.execute("SELECT hivenet.set_request_retention('fs', '1 hour')")
+    assert caught.value.sqlstate == "HN001"
+    assert "failure_retention 02:00:00 of namespace 'fs' is longer than its retention " \
+           "01:00:00" in str(caught.value)
+    assert db.execute("SELECT retention, failure_retention FROM hivenet.request_namespace "
+                      "WHERE namespace = 'fs'").fetchone() == (timedelta(hours=2),) * 2
+
+
 @pytest.mark.parametrize(("namespace", "retention"), [
     ("orders", timedelta(0)), ("orders", timedelta(hours=-1)), ("", timedelta(hours=1)),
     ("hivenet.steps", timedelta(hours=1)),
@@ -329,10 +462,15 @@ def test_bad_retention_is_invalid_input(db: psycopg.Connection, namespace: str,
         db.execute("SELECT hivenet.set_request_retention(%s, %s)", (namespace, retention))
 
 
+@pytest.mark.parametrize("failure_cutoff", [
+    # failures kept shorter: the range runs on to their cutoff (here 200 rows further)
+    "NULL", "now() - interval '19700 seconds'",
+])
 def test_retention_deletes_through_the_index_not_by_scanning_live_rows(
-        db: psycopg.Connection, request: pytest.FixtureRequest) -> None:
+        db: psycopg.Connection, request: pytest.FixtureRequest, failure_cutoff: str) -> None:
     """The purge's candidates come from the index (namespace, started_at): an index range of
-    the one namespace below its cutoff, not a scan of the namespace's (or table's) live rows."""
+    the one namespace below its cutoff, not a scan of the namespace's (or table's) live rows;
+    with a failure_retention, up to its later cutoff, the successes in between kept."""
     if db.info.server_version >= 180000:  # strict: passing there fails until this goes
         request.applymarker(pytest.mark.xfail(strict=True, reason=(
             "PostgreSQL 18 plans the purge's NOT EXISTS on later attempts as a hash anti join "
@@ -347,11 +485,17 @@ def test_retention_deletes_through_the_index_not_by_scanning_live_rows(
     db.execute("SET auto_explain.log_min_duration = 0")
     plans: list[str] = []
     db.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
-    db.execute("SELECT hivenet._purge_requests('x', now() - interval '19900 seconds')")
+    db.execute("SELECT hivenet._purge_requests('x', now() - interval '19900 seconds', NULL, "
+               f"{failure_cutoff})")
     purge = "\n".join(p for p in plans if "request_attempt" in p)
-    assert "Index Scan using request_attempt_started_at" in purge, purge
+    # The failures' longer range may be read as a bitmap of the same index range.
+    scans = ("Index Scan using request_attempt_started_at",) if failure_cutoff == "NULL" else (
+        "Index Scan using request_attempt_started_at",
+        "Bitmap Index Scan on request_attempt_started_at")
+    assert any(scan in purge for scan in scans), purge
     assert "Index Cond: (((namespace || ''::text) = 'x'::text) AND (started_at <" in purge, purge
-    assert "Seq Scan" not in purge and "Bitmap Heap Scan" not in purge, purge
+    assert "Seq Scan" not in purge, purge
+    assert failure_cutoff != "NULL" or "Bitmap Heap Scan" not in purge, purge
     kept = db.execute("SELECT count(*) FROM hivenet.request_attempt WHERE namespace = 'x'"
                       ).fetchone()[0]
     assert 19890 < kept < 20000  # the ~100 older than the cutoff went

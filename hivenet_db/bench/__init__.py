@@ -115,6 +115,9 @@ class Result:
     baseline_cpu_us: list[float] = field(default_factory=list)
     candidate_cpu_us: list[float] = field(default_factory=list)
     unit: str = "tps"  # what baseline_tps / candidate_tps count (cases: serials/s, per s)
+    # What a case measured beside the two rates (django_peers: the versions, the medians of
+    # every library, what 8 simultaneous requests with one key made); recorded in the JSON.
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def baseline_median(self) -> float:
@@ -317,12 +320,13 @@ class Case:
 
     name: str
     description: str
-    run: Callable[[Any], Result]  # takes a cases.CaseRun
+    run: Callable[[Any], Result | list[Result]]  # takes a cases.CaseRun
     needs: Callable[[], str | None] = lambda: None  # why it cannot run here, or None
 
 
 def builtin_cases() -> dict[str, Case]:
     from hivenet_db.bench import cases, handwritten_keys, python_layer
+    from hivenet_db.bench.django_peers import measure as django_peers
 
     def python(run: Any) -> Result:
         return python_layer.measure(run.url, run.rounds, run.seconds or 5, run.say)
@@ -330,6 +334,10 @@ def builtin_cases() -> dict[str, Case]:
     def keys(run: Any) -> Result:
         return handwritten_keys.measure(run.url, run.rounds, run.seconds or 5, run.say,
                                         run.meter)
+
+    def django_peers_case(run: Any) -> list[Result]:
+        return django_peers.measure(run.url, run.rounds, 1 if run.quick else run.seconds or 10,
+                                    run.say, run.quick)
 
     def redis_missing() -> str | None:
         return None if cases.redis_server() and shutil.which("redis-benchmark") else (
@@ -345,6 +353,8 @@ def builtin_cases() -> dict[str, Case]:
         Case("requests_batch_100", cases.REQUESTS_BATCH, cases.requests_batch),
         Case("time_id_vs_uuidv7", cases.TIME_ID_VS_UUIDV7, cases.time_id_vs_uuidv7,
              cases.uuidv7_missing),
+        Case(django_peers.NAME, django_peers.DESCRIPTION, django_peers_case,
+             django_peers.missing),
     ]}
 
 
@@ -512,18 +522,19 @@ def _run_all(args: argparse.Namespace, chosen: list[Scenario], chosen_cases: lis
         return run_scenario(url, scenario, args.rounds, args.clients, args.seconds, say, meter,
                             small=args.quick)
 
-    def case(url: str, c: Case, meter: CpuMeter | None = None) -> Result:
+    def case(url: str, c: Case, meter: CpuMeter | None = None) -> list[Result]:
         say(f"[{len(chosen) + chosen_cases.index(c) + 1}/{total}, "
             f"{time.monotonic() - started:.0f} s] {c.name}: {c.description}")
-        return c.run(CaseRun(url=url, rounds=args.rounds, seconds=args.seconds,
-                             clients=args.clients, quick=args.quick, say=say, meter=meter))
+        ran = c.run(CaseRun(url=url, rounds=args.rounds, seconds=args.seconds,
+                            clients=args.clients, quick=args.quick, say=say, meter=meter))
+        return ran if isinstance(ran, list) else [ran]
 
     if args.url:
         url = libpq_url(args.url)
         _refuse_a_pooler(url)
         migrate.upgrade(url)
         return ([r for s in chosen if (r := one(url, s)) is not None]
-                + [case(url, c) for c in chosen_cases])
+                + [r for c in chosen_cases for r in case(url, c)])
 
     root = Path(tempfile.mkdtemp(prefix="hivenet-bench-"))
     os.chmod(root, 0o755)  # the server's unprivileged user must reach its directory
@@ -544,7 +555,7 @@ def _run_all(args: argparse.Namespace, chosen: list[Scenario], chosen_cases: lis
             if (r := one(database(scenario.name), scenario, meter)) is not None:
                 results.append(r)
         for c in chosen_cases:
-            results.append(case(database(c.name), c, meter))
+            results += case(database(c.name), c, meter)
         return results
     finally:
         server.remove()

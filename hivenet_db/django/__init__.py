@@ -5,7 +5,8 @@ system checks ``hivenet.W001``-``W003`` and the commands ``hivenet_maintain`` an
 ``hivenet_metrics``. The repositories run on Django's connection (``connection()``), inside
 ``transaction.atomic()``; ``NextUnifiedSerial`` and its siblings allocate a serial in the
 INSERT as a field's ``db_default``; ``IdempotencyMiddleware`` guards ``POST`` and ``PATCH``
-with ``Idempotency-Key``. See docs/guides/django.md.
+with ``Idempotency-Key``, and ``idempotent`` / ``idempotency_exempt`` cover or leave out a view.
+See docs/guides/django.md.
 
 The names are imported on first use (PEP 562): Django imports this package while it loads
 the apps, before models may be imported.
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hivenet_db.django.db import connection, database_url
+    from hivenet_db.django.decorators import idempotency_exempt, idempotent
     from hivenet_db.django.fields import (
         NextInterfaceSerial,
         NextSerial,
@@ -34,6 +36,8 @@ _HOMES = {
     "NextSystemSerial": "hivenet_db.django.fields",
     "NextInterfaceSerial": "hivenet_db.django.fields",
     "IdempotencyMiddleware": "hivenet_db.django.middleware",
+    "idempotent": "hivenet_db.django.decorators",
+    "idempotency_exempt": "hivenet_db.django.decorators",
 }
 
 
@@ -45,4 +49,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["IdempotencyMiddleware", "NextInterfaceSerial", "NextSerial", "NextSystemSerial",
-           "NextUnifiedSerial", "connection", "database_url"]
+           "NextUnifiedSerial", "connection", "database_url", "idempotency_exempt", "idempotent"]

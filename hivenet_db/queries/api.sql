@@ -61,7 +61,11 @@ SELECT hivenet.set_claim_expiry(%(namespace)s, %(expiry)s)
 -- name: begin_request
 SELECT outcome, attempt, response
 FROM hivenet.begin_request(%(namespace)s, %(key)s, %(request)s::jsonb, %(on_success)s,
-                           %(lease)s, %(nowait)s, %(wait)s::interval)
+                           %(lease)s, %(nowait)s, %(wait)s::interval, %(raw_request)s::bytea)
+
+-- name: raw_request
+SELECT raw_request FROM hivenet.raw_requests
+WHERE namespace = %(namespace)s AND key = %(key)s AND attempt = %(attempt)s
 
 -- name: finish_request
 SELECT FROM hivenet.finish_request(%(namespace)s, %(key)s, %(attempt)s, %(succeeded)s,

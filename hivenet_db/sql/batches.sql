@@ -83,7 +83,7 @@ LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
     FROM hivenet._begin_key(p_step, p_namespace, p_key, p_request, 'replay', p_unified_serial,
-                            p_lease, false, NULL) b;
+                            p_lease, false, NULL, NULL) b;
 EXCEPTION WHEN SQLSTATE 'HN030' OR SQLSTATE 'HN032' OR SQLSTATE 'HN001' OR SQLSTATE 'HN002'
                OR SQLSTATE 'HN021' THEN
     outcome := CASE SQLSTATE WHEN 'HN030' THEN 'in_progress' WHEN 'HN032' THEN 'mismatch'

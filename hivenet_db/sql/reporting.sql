@@ -246,6 +246,19 @@ COMMENT ON VIEW hivenet.request_attempts IS
     'every attempt of keyed requests and steps with who began it (role, application, client '
     'address), without payloads (audit)';
 
+-- hivenet.raw_requests: the exact bytes clients sent, one row per attempt that kept them (in
+-- a namespace with keep_raw_request: begin_request's raw_request), beside who began it and
+-- the fingerprint the key matches on. A payload: administrators only (privileges.sql), not
+-- hivenet_reporting. A scan of the attempts: filter by namespace and key.
+CREATE VIEW hivenet.raw_requests AS
+SELECT a.namespace, a.key, a.attempt, a.started_at, a.called_by, a.client_addr,
+       a.fingerprint, a.raw_request
+FROM hivenet.request_attempt a
+WHERE a.raw_request IS NOT NULL;
+COMMENT ON VIEW hivenet.raw_requests IS
+    'the exact bytes clients sent, per attempt, where the namespace keeps them '
+    '(keep_raw_request; administrators only)';
+
 -- hivenet.request_decisions: per namespace (steps: 'hivenet.steps'; decisions no namespace
 -- could count: 'hivenet.other') and decision, how many begins decided so since install,
 -- committed or not (decisions.sql says what each decision is and what a rollback does): what

@@ -66,6 +66,9 @@ CREATE TABLE hivenet.request_attempt (
     -- true: a client waits for this processing attempt's outcome (watch_request), so that
     -- finish_request notifies; on the row, so finishing reads it at no cost.
     awaited          boolean,
+    -- In a namespace that keeps them (keep_raw_request): the exact bytes the client sent,
+    -- beside the fingerprint of their canonical form (begin_request's raw_request).
+    raw_request      bytea,
     PRIMARY KEY (namespace, key, attempt)
 )
 -- fillfactor: room on the page so finishing is a HOT update. Autovacuum after 2,000 dead rows
@@ -189,28 +192,33 @@ END $$;
 -- (decisions.sql); no role may write an attempt past them (privileges.sql).
 CREATE VIEW hivenet._new_attempt AS
 SELECT NULL::text AS namespace, NULL::text AS key, NULL::integer AS attempt,
-       NULL::bytea AS fingerprint, NULL::text AS unified_serial, NULL::interval AS lease
+       NULL::bytea AS fingerprint, NULL::text AS unified_serial, NULL::interval AS lease,
+       NULL::bytea AS raw_request
 WHERE false;
 CREATE RULE write AS ON INSERT TO hivenet._new_attempt DO INSTEAD
 INSERT INTO hivenet.request_attempt AS a
-    (namespace, key, attempt, state, fingerprint, unified_serial, lease)
+    (namespace, key, attempt, state, fingerprint, unified_serial, lease, raw_request)
 VALUES (NEW.namespace, NEW.key, NEW.attempt, 'processing', NEW.fingerprint,
-        NEW.unified_serial, NEW.lease)
+        NEW.unified_serial, NEW.lease, NEW.raw_request)
 ON CONFLICT DO NOTHING
-RETURNING a.namespace, a.key, a.attempt, a.fingerprint, a.unified_serial, a.lease;
+RETURNING a.namespace, a.key, a.attempt, a.fingerprint, a.unified_serial, a.lease,
+          a.raw_request;
 
 -- Start attempt p_attempt of key p_key in namespace p_namespace (_new_attempt), and when it
 -- was written: its link in the namespace's audit chain when p_chained (audit.sql), and the
--- decision 'started' counted. Returns whether it was written (false: the attempt exists).
+-- decision 'started' counted, with the client's bytes p_raw_request where the namespace keeps
+-- them (NULL otherwise). Returns whether it was written (false: the attempt exists).
 -- Its callers decide that this attempt may start (_start_key, _begin_attempt). No SET clause:
 -- it runs only inside SECURITY DEFINER callers, whose SET search_path is in force.
 CREATE FUNCTION hivenet._start_attempt(p_namespace text, p_key text, p_attempt integer,
-    p_fingerprint bytea, p_unified_serial text, p_lease interval, p_chained boolean)
+    p_fingerprint bytea, p_unified_serial text, p_lease interval, p_chained boolean,
+    p_raw_request bytea)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     INSERT INTO hivenet._new_attempt
-    VALUES (p_namespace, p_key, p_attempt, p_fingerprint, p_unified_serial, p_lease);
+    VALUES (p_namespace, p_key, p_attempt, p_fingerprint, p_unified_serial, p_lease,
+            p_raw_request);
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -229,8 +237,8 @@ END $$;
 -- (docs/design/sql-internals.md).
 CREATE FUNCTION hivenet._begin_attempt(
     p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb,
-    p_on_success text, p_unified_serial text, p_lease interval, OUT outcome text,
-    OUT attempt integer, OUT response jsonb)
+    p_on_success text, p_unified_serial text, p_lease interval, p_raw_request bytea,
+    OUT outcome text, OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     v_fingerprint bytea;
@@ -252,8 +260,10 @@ BEGIN
     -- waiting for an uncommitted one) means there is a committed attempt to look at.
     LOOP
         IF hivenet._start_attempt(p_namespace, p_key, v_attempt, v_fingerprint,
-                                  p_unified_serial, p_lease, coalesce(p_policy.audit_chain,
-                                                                      false)) THEN
+                                  p_unified_serial, p_lease,
+                                  coalesce(p_policy.audit_chain, false),
+                                  CASE WHEN p_policy.keep_raw_request THEN p_raw_request END)
+        THEN
             outcome := 'started';
             attempt := v_attempt;
             RETURN;
@@ -347,8 +357,8 @@ END;
 -- and the subtransaction of the EXCEPTION block stays off the default path.
 CREATE FUNCTION hivenet._begin_attempt_within(
     p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb,
-    p_on_success text, p_unified_serial text, p_lease interval, p_wait interval,
-    OUT outcome text, OUT attempt integer, OUT response jsonb)
+    p_on_success text, p_unified_serial text, p_lease interval, p_raw_request bytea,
+    p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '1ms' AS $$
 DECLARE
     -- In whole milliseconds, at least 1 (0 turns the timeout off), at most what it takes.
@@ -361,7 +371,8 @@ BEGIN
         BEGIN
             SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
             FROM hivenet._begin_attempt(p_namespace, p_policy, p_key, p_request,
-                                        p_on_success, p_unified_serial, p_lease) b;
+                                        p_on_success, p_unified_serial, p_lease,
+                                        p_raw_request) b;
             RETURN;
         EXCEPTION WHEN lock_not_available THEN
             GET STACKED DIAGNOSTICS v_context = PG_EXCEPTION_CONTEXT;
@@ -417,7 +428,7 @@ BEGIN
         RETURN false;
     END IF;
     RETURN hivenet._start_attempt(p_namespace, p_key, 1, hivenet._fingerprint(p_request),
-                                  p_unified_serial, p_lease, false);
+                                  p_unified_serial, p_lease, false, NULL);
 END $$;
 
 -- The full path of a begin, after _start_key wrote nothing: the arguments checked as the kind
@@ -425,11 +436,12 @@ END $$;
 -- rules), each with its exact error and the decision 'rejected' counted, then the state
 -- machine (_begin_attempt, bounded by nowait or wait). Input _start_key vouches for, with
 -- plain options, met a key that has an attempt: it goes to the state machine at once. Not
--- set-returning (OUT parameters): no tuplestore of its own.
+-- set-returning (OUT parameters): no tuplestore of its own. p_raw_request: the client's
+-- bytes, kept where the namespace's policy asks (keep_raw_request, which starts apart).
 CREATE FUNCTION hivenet._begin_key(p_step boolean, p_namespace text, p_key text,
     p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval,
-    p_nowait boolean, p_wait interval, OUT outcome text, OUT attempt integer,
-    OUT response jsonb)
+    p_nowait boolean, p_wait interval, p_raw_request bytea, OUT outcome text,
+    OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_policy hivenet.request_namespace;
@@ -460,16 +472,18 @@ BEGIN
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt_within(p_namespace, v_policy, p_key, p_request,
                                            p_on_success, p_unified_serial, p_lease,
+                                           p_raw_request,
                                            CASE WHEN NOT p_nowait THEN p_wait END) b;
     ELSE
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt(p_namespace, v_policy, p_key, p_request, p_on_success,
-                                    p_unified_serial, p_lease) b;
+                                    p_unified_serial, p_lease, p_raw_request) b;
     END IF;
 END $$;
 
 -- hivenet.begin_request(namespace, key, request default null, on_success default 'replay',
---                       lease default null, nowait default false, wait default null)
+--                       lease default null, nowait default false, wait default null,
+--                       raw_request default null)
 --   → table(outcome text, attempt int, response jsonb), exactly one row.
 --   Receives one keyed request (a client's Idempotency-Key, a message id, a pay id ...) in the
 --   caller's transaction:
@@ -489,6 +503,10 @@ END $$;
 --   'json' or JSON paths: fingerprints.sql) is kept, and a different request under the same
 --   key raises HN032 RequestMismatch in every state. No request counts as JSON null.
 --   lease: how long `processing` is trusted (default: setting step_lease).
+--   raw_request: the exact bytes the client sent (request being what was read from them), kept
+--   with the attempt it starts where the namespace keeps them (set_namespace_policy(...,
+--   keep_raw_request => true)), ignored elsewhere; a replay keeps nothing: it matched the
+--   first request's canonical form, whose bytes are the first attempt's.
 --   HN001: namespace or key NULL, empty, longer than 255 characters or with a control
 --   character, a namespace starting 'hivenet.' (the library's own), on_success not
 --   'replay'/'reject', lease not positive or longer than 10 years, nowait NULL, a key
@@ -512,7 +530,8 @@ END $$;
 --   run only when the first branch wrote nothing (a UNION ALL under LIMIT 1, as begin_step's).
 CREATE FUNCTION hivenet.begin_request(
     namespace text, key text, request jsonb DEFAULT NULL, on_success text DEFAULT 'replay',
-    lease interval DEFAULT NULL, nowait boolean DEFAULT false, wait interval DEFAULT NULL)
+    lease interval DEFAULT NULL, nowait boolean DEFAULT false, wait interval DEFAULT NULL,
+    raw_request bytea DEFAULT NULL)
 RETURNS TABLE (outcome text, attempt integer, response jsonb)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
@@ -522,7 +541,7 @@ BEGIN ATOMIC
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
      FROM hivenet._begin_key(false, namespace, key, request, on_success, NULL, lease, nowait,
-                             wait) b)
+                             wait, raw_request) b)
     LIMIT 1;
 END;
 
@@ -661,23 +680,31 @@ BEGIN
 END $$;
 
 -- Remove every attempt of the keys of namespace p_namespace whose attempts all ended before
--- p_cutoff; for the steps' namespace, only of the keys (system serials) dated before
--- p_dated_before (_maintain_steps: what begin_step refuses). A processing key is never
--- removed. Candidates come from the index (namespace || '', started_at): an attempt that ended before the cutoff also started before it. The keys are
--- collected first and deleted by primary key, so no plan can turn the delete into a scan (a
--- join would be hashed against every row of the namespace).
+-- p_cutoff, and of the keys whose latest attempt failed or expired (no attempt succeeded: a
+-- success is a key's last attempt) once all ended before p_failure_cutoff (NULL: p_cutoff;
+-- later than it when the namespace's failure_retention is shorter than its retention); for
+-- the steps' namespace, only of the keys (system serials) dated before p_dated_before
+-- (_maintain_steps: what begin_step refuses). A processing key is never removed. Candidates
+-- come from the index (namespace || '', started_at): an attempt that ended before a cutoff
+-- also started before it; between the two cutoffs only failed or expired rows are looked at
+-- further. The keys are collected first and deleted by primary key, so no plan can turn the
+-- delete into a scan (a join would be hashed against every row of the namespace).
 CREATE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamptz,
-                                        p_dated_before timestamp DEFAULT NULL) RETURNS void
+                                        p_dated_before timestamp DEFAULT NULL,
+                                        p_failure_cutoff timestamptz DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    v_latest timestamptz := greatest(p_cutoff, p_failure_cutoff);
     v_keys text[];
 BEGIN
     SELECT array_agg(DISTINCT o.key) INTO v_keys FROM hivenet.request_attempt o
-    WHERE o.namespace || '' = p_namespace AND o.started_at < p_cutoff  -- the index's expression
+    WHERE o.namespace || '' = p_namespace AND o.started_at < v_latest  -- the index's expression
+      AND (o.started_at < p_cutoff OR o.state IN ('failed', 'expired'))
       AND (p_dated_before IS NULL OR hivenet._serial_time('system', o.key) < p_dated_before)
       AND NOT EXISTS (SELECT 1 FROM hivenet.request_attempt y
                       WHERE y.namespace = p_namespace AND y.key = o.key
-                        AND (y.finished_at IS NULL OR y.finished_at >= p_cutoff));
+                        AND (y.finished_at IS NULL OR y.finished_at >= v_latest
+                             OR (y.state = 'success' AND y.finished_at >= p_cutoff)));
     IF v_keys IS NULL THEN
         RETURN;
     END IF;
@@ -691,14 +718,16 @@ BEGIN
 END $$;
 
 -- Retention of requests (run by hivenet.maintain()): each namespace but the steps' (see
--- _maintain_steps) by its own retention. The namespaces are found by skipping through the
--- index, one probe each, never by reading the rows.
+-- _maintain_steps) by its own retention, and its failures by its failure_retention. The
+-- namespaces are found by skipping through the index, one probe each, never by reading the
+-- rows.
 CREATE FUNCTION hivenet._maintain_requests() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := hivenet.now();
     v_default interval := hivenet._setting_value('request_retention')::interval;
     v_namespace text;
+    v_policy hivenet.request_namespace;
     v_retention interval;
 BEGIN
     FOR v_namespace IN
@@ -711,11 +740,13 @@ BEGIN
         SELECT n.namespace FROM n
         WHERE n.namespace IS NOT NULL AND n.namespace <> 'hivenet.steps'
     LOOP
-        SELECT r.retention INTO v_retention FROM hivenet.request_namespace r
+        SELECT r.* INTO v_policy FROM hivenet.request_namespace r
         WHERE r.namespace = v_namespace;
-        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp.
-        PERFORM hivenet._purge_requests(v_namespace, v_now - least(
-            coalesce(v_retention, v_default), hivenet._longest_interval()));
+        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp. A
+        -- failure is never kept longer than a success, also after request_retention shrank.
+        v_retention := least(coalesce(v_policy.retention, v_default), hivenet._longest_interval());
+        PERFORM hivenet._purge_requests(v_namespace, v_now - v_retention, NULL,
+                                        v_now - least(v_policy.failure_retention, v_retention));
     END LOOP;
 END $$;
 

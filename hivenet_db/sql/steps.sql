@@ -253,7 +253,7 @@ BEGIN ATOMIC
      UNION ALL
      SELECT b.outcome, b.attempt, b.response
      FROM hivenet._begin_key(true, 'hivenet.steps', system_serial, request, on_success,
-                             unified_serial, lease, nowait, wait) b)
+                             unified_serial, lease, nowait, wait, NULL) b)
     LIMIT 1;
 END;
 

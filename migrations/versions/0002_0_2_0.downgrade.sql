@@ -17,11 +17,11 @@ DECLARE
             'hivenet._advance(regclass,hivenet.format,bigint,text)',
             'hivenet._allocate(text,jsonb,text[],integer,boolean)',
             'hivenet._batch_limit()',
-            'hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval)',
-            'hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,interval)',
+            'hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval,bytea)',
+            'hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,bytea,interval)',
             'hivenet._begin_batch(boolean,text,text[],jsonb[],text,interval)',
             'hivenet._begin_batch_key(boolean,text,text,jsonb,text,interval)',
-            'hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval)',
+            'hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval,bytea)',
             'hivenet._canonical_json(jsonb)',
             'hivenet._canonical_number(numeric)',
             'hivenet._chain_append(text,text,integer,text)',
@@ -31,6 +31,7 @@ DECLARE
             'hivenet._check_fields(hivenet.format,text[],boolean)',
             'hivenet._check_fingerprint(text)',
             'hivenet._check_owned(hivenet.format,text[])',
+            'hivenet._check_policy(hivenet.request_namespace)',
             'hivenet._check_step(text,text,text)',
             'hivenet._check_timeline()',
             'hivenet._clock_behind(text,timestamp without time zone,timestamp without time zone)',
@@ -73,6 +74,7 @@ DECLARE
             'hivenet._printed_time(jsonb,text)',
             'hivenet._promote_scope(hivenet.format,text,jsonb,boolean)',
             'hivenet._purge_chained(text,text[])',
+            'hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone,timestamp with time zone)',
             'hivenet._raise_key_refused(text,text,integer,text)',
             'hivenet._refuse_unprepared(hivenet.format,text[])',
             'hivenet._request_start_valid(text,text,text,interval)',
@@ -85,7 +87,7 @@ DECLARE
             'hivenet._serials_issued()',
             'hivenet._set_policy(text,jsonb)',
             'hivenet._shown_time(timestamp with time zone)',
-            'hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean)',
+            'hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean,bytea)',
             'hivenet._start_chain(text)',
             'hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval)',
             'hivenet._start_valid(boolean,text,text,text,interval)',
@@ -101,7 +103,7 @@ DECLARE
             'hivenet._utf16_units(text)',
             'hivenet._waited_for_row(text,text)',
             'hivenet._wake_waiters(text,text)',
-            'hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval)',
+            'hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval,bytea)',
             'hivenet.begin_requests(text,text[],jsonb[],interval)',
             'hivenet.begin_step(text,jsonb,text,text,interval,boolean,interval)',
             'hivenet.begin_steps(text[],jsonb[],text,interval)',
@@ -131,7 +133,7 @@ DECLARE
             'hivenet.resolve_step(text,integer,boolean,text,jsonb)',
             'hivenet.set_claim_expiry(text,interval)',
             'hivenet.set_clock_policy(text,text,interval)',
-            'hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean)',
+            'hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean,interval,boolean)',
             'hivenet.set_request_retention(text,interval)',
             'hivenet.verify_audit_chain(text)',
             'hivenet.watch_request(text,text)']::text[]) AS f);
@@ -202,6 +204,7 @@ DROP VIEW hivenet.step_attempt;
 DROP VIEW hivenet.request_states;
 DROP VIEW hivenet.request_decisions;
 DROP VIEW hivenet.request_attempts;
+DROP VIEW hivenet.raw_requests;
 DROP VIEW hivenet.interface_calls_per_day;
 DROP VIEW hivenet.interface_calls;
 DROP VIEW hivenet.clock_lead;
@@ -212,7 +215,7 @@ DROP TRIGGER format_counters ON hivenet.format;
 DROP FUNCTION hivenet.watch_request(text,text);
 DROP FUNCTION hivenet.verify_audit_chain(text);
 DROP FUNCTION hivenet.set_request_retention(text,interval);
-DROP FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean);
+DROP FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean,interval,boolean);
 DROP FUNCTION hivenet.set_clock_policy(text,text,interval);
 DROP FUNCTION hivenet.set_claim_expiry(text,interval);
 DROP FUNCTION hivenet.resolve_step(text,integer,boolean,text,jsonb);
@@ -243,7 +246,7 @@ DROP FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean,interval)
 DROP VIEW hivenet._step_replay;
 DROP VIEW hivenet._decision_counters;
 DROP FUNCTION hivenet.begin_requests(text,text[],jsonb[],interval);
-DROP FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval);
+DROP FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval,bytea);
 DROP FUNCTION hivenet._wake_waiters(text,text);
 DROP FUNCTION hivenet._waited_for_row(text,text);
 DROP FUNCTION hivenet._utf16_units(text);
@@ -258,7 +261,7 @@ DROP FUNCTION hivenet._starts_apart(hivenet.request_namespace);
 DROP FUNCTION hivenet._start_valid(boolean,text,text,text,interval);
 DROP FUNCTION hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval);
 DROP FUNCTION hivenet._start_chain(text);
-DROP FUNCTION hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean);
+DROP FUNCTION hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean,bytea);
 DROP FUNCTION hivenet._shown_time(timestamp with time zone);
 DROP FUNCTION hivenet._set_policy(text,jsonb);
 DROP FUNCTION hivenet._serials_issued();
@@ -272,6 +275,7 @@ DROP FUNCTION hivenet._sample_allocation_rates();
 DROP FUNCTION hivenet._request_start_valid(text,text,text,interval);
 DROP FUNCTION hivenet._refuse_unprepared(hivenet.format,text[]);
 DROP FUNCTION hivenet._raise_key_refused(text,text,integer,text);
+DROP FUNCTION hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone,timestamp with time zone);
 DROP FUNCTION hivenet._purge_chained(text,text[]);
 DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb,boolean);
 DROP FUNCTION hivenet._printed_time(jsonb,text);
@@ -315,6 +319,7 @@ DROP FUNCTION hivenet._compile_format(text,jsonb,boolean,text);
 DROP FUNCTION hivenet._clock_behind(text,timestamp without time zone,timestamp without time zone);
 DROP FUNCTION hivenet._check_timeline();
 DROP FUNCTION hivenet._check_step(text,text,text);
+DROP FUNCTION hivenet._check_policy(hivenet.request_namespace);
 DROP FUNCTION hivenet._check_owned(hivenet.format,text[]);
 DROP FUNCTION hivenet._check_fingerprint(text);
 DROP FUNCTION hivenet._check_fields(hivenet.format,text[],boolean);
@@ -324,11 +329,11 @@ DROP FUNCTION hivenet._chain_link(bytea,hivenet.request_attempt,text);
 DROP FUNCTION hivenet._chain_append(text,text,integer,text);
 DROP FUNCTION hivenet._canonical_number(numeric);
 DROP FUNCTION hivenet._canonical_json(jsonb);
-DROP FUNCTION hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval);
+DROP FUNCTION hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval,bytea);
 DROP FUNCTION hivenet._begin_batch_key(boolean,text,text,jsonb,text,interval);
 DROP FUNCTION hivenet._begin_batch(boolean,text,text[],jsonb[],text,interval);
-DROP FUNCTION hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,interval);
-DROP FUNCTION hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval);
+DROP FUNCTION hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,bytea,interval);
+DROP FUNCTION hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval,bytea);
 DROP FUNCTION hivenet._batch_limit();
 DROP FUNCTION hivenet._allocate(text,jsonb,text[],integer,boolean);
 DROP FUNCTION hivenet._advance(regclass,hivenet.format,bigint,text);
@@ -404,7 +409,8 @@ END $$;
 DROP TABLE hivenet.decision_counter;
 DROP SEQUENCE hivenet.decision_counter_number;
 
--- The audit chain, who began each attempt, waiters' marks; the clock's default.
+-- The audit chain, who began each attempt, waiters' marks, clients' bytes; the clock's
+-- default.
 DROP TABLE hivenet.request_chain;
 ALTER TABLE hivenet.request_attempt
     ALTER COLUMN started_at DROP DEFAULT,
@@ -415,7 +421,8 @@ ALTER TABLE hivenet.request_attempt
     DROP COLUMN chain_hash,
     DROP COLUMN finish_position,
     DROP COLUMN finish_hash,
-    DROP COLUMN awaited;
+    DROP COLUMN awaited,
+    DROP COLUMN raw_request;
 
 -- The policy of a namespace: only a retention stays.
 DELETE FROM hivenet.request_namespace WHERE retention IS NULL;
@@ -426,6 +433,8 @@ ALTER TABLE hivenet.request_namespace
     DROP COLUMN audit_chain,
     DROP COLUMN on_failure,
     DROP COLUMN expire_after,
+    DROP COLUMN failure_retention,
+    DROP COLUMN keep_raw_request,
     ALTER COLUMN retention SET NOT NULL;
 COMMENT ON TABLE hivenet.request_namespace IS
     'retention of the finished requests of a namespace, when not the setting request_retention';
@@ -1719,6 +1728,36 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._maintain_failover() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._maintain_requests()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_default interval := hivenet._setting_value('request_retention')::interval;
+    v_namespace text;
+    v_retention interval;
+BEGIN
+    FOR v_namespace IN
+        WITH RECURSIVE n AS (
+            SELECT min(a.namespace) AS namespace FROM hivenet.request_attempt a
+            UNION ALL
+            SELECT (SELECT min(a.namespace) FROM hivenet.request_attempt a
+                    WHERE a.namespace > n.namespace)
+            FROM n WHERE n.namespace IS NOT NULL)
+        SELECT n.namespace FROM n
+        WHERE n.namespace IS NOT NULL AND n.namespace <> 'hivenet.steps'
+    LOOP
+        SELECT r.retention INTO v_retention FROM hivenet.request_namespace r
+        WHERE r.namespace = v_namespace;
+        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp.
+        PERFORM hivenet._purge_requests(v_namespace, v_now - least(
+            coalesce(v_retention, v_default), hivenet._longest_interval()));
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_requests() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._maintain_scopes()
  RETURNS void

@@ -68,7 +68,8 @@ END $$;
 DROP TABLE hivenet.decision_counter;
 DROP SEQUENCE hivenet.decision_counter_number;
 
--- The audit chain, who began each attempt, waiters' marks; the clock's default.
+-- The audit chain, who began each attempt, waiters' marks, clients' bytes; the clock's
+-- default.
 DROP TABLE hivenet.request_chain;
 ALTER TABLE hivenet.request_attempt
     ALTER COLUMN started_at DROP DEFAULT,
@@ -79,7 +80,8 @@ ALTER TABLE hivenet.request_attempt
     DROP COLUMN chain_hash,
     DROP COLUMN finish_position,
     DROP COLUMN finish_hash,
-    DROP COLUMN awaited;
+    DROP COLUMN awaited,
+    DROP COLUMN raw_request;
 
 -- The policy of a namespace: only a retention stays.
 DELETE FROM hivenet.request_namespace WHERE retention IS NULL;
@@ -90,6 +92,8 @@ ALTER TABLE hivenet.request_namespace
     DROP COLUMN audit_chain,
     DROP COLUMN on_failure,
     DROP COLUMN expire_after,
+    DROP COLUMN failure_retention,
+    DROP COLUMN keep_raw_request,
     ALTER COLUMN retention SET NOT NULL;
 COMMENT ON TABLE hivenet.request_namespace IS
     'retention of the finished requests of a namespace, when not the setting request_retention';

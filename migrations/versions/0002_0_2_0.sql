@@ -36,6 +36,7 @@ DECLARE
             'hivenet._not_owned(hivenet.format,text,text,boolean)',
             'hivenet._plain_options(text,boolean)',
             'hivenet._promote_scope(hivenet.format,text,jsonb)',
+            'hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone)',
             'hivenet._request_start_valid(text,text,interval)',
             'hivenet._scope_fields(hivenet.format,text[])',
             'hivenet._scope_of(hivenet.format,text[])',
@@ -169,6 +170,7 @@ DROP FUNCTION hivenet._scopes_by_node();
 DROP FUNCTION hivenet._scope_of(hivenet.format,text[]);
 DROP FUNCTION hivenet._scope_fields(hivenet.format,text[]);
 DROP FUNCTION hivenet._request_start_valid(text,text,interval);
+DROP FUNCTION hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone);
 DROP FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb);
 DROP FUNCTION hivenet._plain_options(text,boolean);
 DROP FUNCTION hivenet._not_owned(hivenet.format,text,text,boolean);
@@ -197,7 +199,7 @@ DROP FUNCTION hivenet._advance(regclass,hivenet.format,bigint,text);
 -- is written from the schema files: hivenet_db/tools/revision.py).
 
 -- The policy of a namespace (set_namespace_policy): fingerprints, key rules, the audit chain,
--- the failure policy and expiry.
+-- the failure policy, expiry and how long failures are kept.
 ALTER TABLE hivenet.request_namespace
     ALTER COLUMN retention DROP NOT NULL,
     ADD COLUMN fingerprint text,
@@ -205,13 +207,15 @@ ALTER TABLE hivenet.request_namespace
     ADD COLUMN key_pattern text,
     ADD COLUMN audit_chain boolean,
     ADD COLUMN on_failure text,
-    ADD COLUMN expire_after interval;
+    ADD COLUMN expire_after interval,
+    ADD COLUMN failure_retention interval,
+    ADD COLUMN keep_raw_request boolean;
 COMMENT ON TABLE hivenet.request_namespace IS
     'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
     'key rules, failure policy; NULL is the default';
 
--- Who began each attempt, its links in the namespace's audit chain, and whether a client
--- waits for its outcome (watch_request).
+-- Who began each attempt, its links in the namespace's audit chain, whether a client waits
+-- for its outcome (watch_request), and the client's bytes where they are kept.
 ALTER TABLE hivenet.request_attempt
     ADD COLUMN called_by text,
     ADD COLUMN application_name text,
@@ -220,7 +224,8 @@ ALTER TABLE hivenet.request_attempt
     ADD COLUMN chain_hash bytea,
     ADD COLUMN finish_position bigint,
     ADD COLUMN finish_hash bytea,
-    ADD COLUMN awaited boolean;
+    ADD COLUMN awaited boolean,
+    ADD COLUMN raw_request bytea;
 
 CREATE TABLE hivenet.request_chain (
     namespace       text   PRIMARY KEY,
@@ -429,7 +434,7 @@ BEGIN ATOMIC
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._batch_limit() FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._begin_attempt(p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt(p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_raw_request bytea, OUT outcome text, OUT attempt integer, OUT response jsonb)
  RETURNS record
  LANGUAGE plpgsql
 AS $function$
@@ -453,8 +458,10 @@ BEGIN
     -- waiting for an uncommitted one) means there is a committed attempt to look at.
     LOOP
         IF hivenet._start_attempt(p_namespace, p_key, v_attempt, v_fingerprint,
-                                  p_unified_serial, p_lease, coalesce(p_policy.audit_chain,
-                                                                      false)) THEN
+                                  p_unified_serial, p_lease,
+                                  coalesce(p_policy.audit_chain, false),
+                                  CASE WHEN p_policy.keep_raw_request THEN p_raw_request END)
+        THEN
             outcome := 'started';
             attempt := v_attempt;
             RETURN;
@@ -517,9 +524,9 @@ BEGIN
         -- Next round: start that attempt (waiting again if someone is starting it too).
     END LOOP;
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt(text,hivenet.request_namespace,text,jsonb,text,text,interval,bytea) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._begin_attempt_within(p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+CREATE OR REPLACE FUNCTION hivenet._begin_attempt_within(p_namespace text, p_policy hivenet.request_namespace, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_raw_request bytea, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
  RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -536,7 +543,8 @@ BEGIN
         BEGIN
             SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
             FROM hivenet._begin_attempt(p_namespace, p_policy, p_key, p_request,
-                                        p_on_success, p_unified_serial, p_lease) b;
+                                        p_on_success, p_unified_serial, p_lease,
+                                        p_raw_request) b;
             RETURN;
         EXCEPTION WHEN lock_not_available THEN
             GET STACKED DIAGNOSTICS v_context = PG_EXCEPTION_CONTEXT;
@@ -551,7 +559,7 @@ BEGIN
                          CASE WHEN p_wait IS NULL THEN 'right now (nowait)'
                               ELSE format('that did not end within wait %s', p_wait) END);
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_attempt_within(text,hivenet.request_namespace,text,jsonb,text,text,interval,bytea,interval) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._begin_batch(p_step boolean, p_namespace text, p_keys text[], p_requests jsonb[], p_unified_serial text, p_lease interval)
  RETURNS TABLE(key text, outcome text, attempt integer, response jsonb)
@@ -622,7 +630,7 @@ AS $function$
 BEGIN
     SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
     FROM hivenet._begin_key(p_step, p_namespace, p_key, p_request, 'replay', p_unified_serial,
-                            p_lease, false, NULL) b;
+                            p_lease, false, NULL, NULL) b;
 EXCEPTION WHEN SQLSTATE 'HN030' OR SQLSTATE 'HN032' OR SQLSTATE 'HN001' OR SQLSTATE 'HN002'
                OR SQLSTATE 'HN021' THEN
     outcome := CASE SQLSTATE WHEN 'HN030' THEN 'in_progress' WHEN 'HN032' THEN 'mismatch'
@@ -631,7 +639,7 @@ EXCEPTION WHEN SQLSTATE 'HN030' OR SQLSTATE 'HN032' OR SQLSTATE 'HN001' OR SQLST
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._begin_batch_key(boolean,text,text,jsonb,text,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._begin_key(p_step boolean, p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_nowait boolean, p_wait interval, OUT outcome text, OUT attempt integer, OUT response jsonb)
+CREATE OR REPLACE FUNCTION hivenet._begin_key(p_step boolean, p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_nowait boolean, p_wait interval, p_raw_request bytea, OUT outcome text, OUT attempt integer, OUT response jsonb)
  RETURNS record
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -666,14 +674,15 @@ BEGIN
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt_within(p_namespace, v_policy, p_key, p_request,
                                            p_on_success, p_unified_serial, p_lease,
+                                           p_raw_request,
                                            CASE WHEN NOT p_nowait THEN p_wait END) b;
     ELSE
         SELECT b.outcome, b.attempt, b.response INTO outcome, attempt, response
         FROM hivenet._begin_attempt(p_namespace, v_policy, p_key, p_request, p_on_success,
-                                    p_unified_serial, p_lease) b;
+                                    p_unified_serial, p_lease, p_raw_request) b;
     END IF;
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval,bytea) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._canonical_json(p_value jsonb)
  RETURNS text
@@ -1034,6 +1043,26 @@ BEGIN
     END IF;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._check_owned_serial(text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._check_policy(p_policy hivenet.request_namespace)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_retention interval := coalesce(p_policy.retention,
+                                     hivenet._setting_value('request_retention')::interval);
+BEGIN
+    IF p_policy.failure_retention > v_retention THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('failure_retention %s of namespace %s is longer than its retention '
+                             '%s: a failure is kept no longer than a success',
+                             p_policy.failure_retention, hivenet._shown(p_policy.namespace),
+                             v_retention);
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._check_policy(hivenet.request_namespace) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._check_step(p_namespace text, p_system_serial text, p_unified_serial text)
  RETURNS void
@@ -2506,6 +2535,39 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._maintain_request_expiry() FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._maintain_requests()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_now timestamptz := hivenet.now();
+    v_default interval := hivenet._setting_value('request_retention')::interval;
+    v_namespace text;
+    v_policy hivenet.request_namespace;
+    v_retention interval;
+BEGIN
+    FOR v_namespace IN
+        WITH RECURSIVE n AS (
+            SELECT min(a.namespace) AS namespace FROM hivenet.request_attempt a
+            UNION ALL
+            SELECT (SELECT min(a.namespace) FROM hivenet.request_attempt a
+                    WHERE a.namespace > n.namespace)
+            FROM n WHERE n.namespace IS NOT NULL)
+        SELECT n.namespace FROM n
+        WHERE n.namespace IS NOT NULL AND n.namespace <> 'hivenet.steps'
+    LOOP
+        SELECT r.* INTO v_policy FROM hivenet.request_namespace r
+        WHERE r.namespace = v_namespace;
+        -- Bounded as set_request_retention bounds it: a cutoff is always a timestamp. A
+        -- failure is never kept longer than a success, also after request_retention shrank.
+        v_retention := least(coalesce(v_policy.retention, v_default), hivenet._longest_interval());
+        PERFORM hivenet._purge_requests(v_namespace, v_now - v_retention, NULL,
+                                        v_now - least(v_policy.failure_retention, v_retention));
+    END LOOP;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._maintain_requests() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._maintain_scopes()
  RETURNS void
  LANGUAGE plpgsql
@@ -2738,7 +2800,8 @@ DECLARE
     v_conflict text;
 BEGIN
     -- The steps' keys are system serials, kept for the setting step_retention (steps.sql).
-    IF v_steps AND p_field IN ('retention', 'key_min_length', 'key_pattern') THEN
+    IF v_steps AND p_field IN ('retention', 'key_min_length', 'key_pattern',
+                               'failure_retention', 'keep_raw_request') THEN
         RAISE EXCEPTION USING ERRCODE = 'HN001',
             MESSAGE = format('%s is no policy of the steps'' namespace ''hivenet.steps'' (its '
                              'keys are system serials, kept for the setting step_retention)',
@@ -2789,6 +2852,12 @@ BEGIN
         END;
         RETURN CASE WHEN v_text = '' THEN 'null' ELSE p_value END;
     WHEN 'audit_chain' THEN
+        RETURN CASE WHEN v_text::boolean THEN p_value ELSE 'null' END;
+    WHEN 'failure_retention' THEN
+        PERFORM hivenet._check_interval(format('failure_retention of namespace %s',
+                                               hivenet._shown(p_namespace)), v_text::interval);
+        RETURN p_value;
+    WHEN 'keep_raw_request' THEN
         RETURN CASE WHEN v_text::boolean THEN p_value ELSE 'null' END;
     ELSE
         RAISE EXCEPTION USING ERRCODE = 'HN001',
@@ -2921,20 +2990,23 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._purge_chained(text,text[]) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamp with time zone, p_dated_before timestamp without time zone DEFAULT NULL::timestamp without time zone)
+CREATE OR REPLACE FUNCTION hivenet._purge_requests(p_namespace text, p_cutoff timestamp with time zone, p_dated_before timestamp without time zone DEFAULT NULL::timestamp without time zone, p_failure_cutoff timestamp with time zone DEFAULT NULL::timestamp with time zone)
  RETURNS void
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
+    v_latest timestamptz := greatest(p_cutoff, p_failure_cutoff);
     v_keys text[];
 BEGIN
     SELECT array_agg(DISTINCT o.key) INTO v_keys FROM hivenet.request_attempt o
-    WHERE o.namespace || '' = p_namespace AND o.started_at < p_cutoff  -- the index's expression
+    WHERE o.namespace || '' = p_namespace AND o.started_at < v_latest  -- the index's expression
+      AND (o.started_at < p_cutoff OR o.state IN ('failed', 'expired'))
       AND (p_dated_before IS NULL OR hivenet._serial_time('system', o.key) < p_dated_before)
       AND NOT EXISTS (SELECT 1 FROM hivenet.request_attempt y
                       WHERE y.namespace = p_namespace AND y.key = o.key
-                        AND (y.finished_at IS NULL OR y.finished_at >= p_cutoff));
+                        AND (y.finished_at IS NULL OR y.finished_at >= v_latest
+                             OR (y.state = 'success' AND y.finished_at >= p_cutoff)));
     IF v_keys IS NULL THEN
         RETURN;
     END IF;
@@ -2946,7 +3018,7 @@ BEGIN
     DELETE FROM hivenet.request_attempt d
     WHERE d.namespace = p_namespace AND d.key = ANY (v_keys);
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._purge_requests(text,timestamp with time zone,timestamp without time zone,timestamp with time zone) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._raise_key_refused(p_namespace text, p_key text, p_min_length integer, p_pattern text)
  RETURNS void
@@ -3498,6 +3570,7 @@ BEGIN
     ON CONFLICT (namespace) DO UPDATE SET namespace = EXCLUDED.namespace
     RETURNING n.* INTO v_policy;
     v_policy := jsonb_populate_record(v_policy, v_stored);
+    PERFORM hivenet._check_policy(v_policy);
     DELETE FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
     IF jsonb_strip_nulls(to_jsonb(v_policy)) <> jsonb_build_object('namespace', p_namespace) THEN
         INSERT INTO hivenet.request_namespace SELECT v_policy.*;
@@ -3628,13 +3701,14 @@ AS $function$
 $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._shown_time(timestamp with time zone) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet._start_attempt(p_namespace text, p_key text, p_attempt integer, p_fingerprint bytea, p_unified_serial text, p_lease interval, p_chained boolean)
+CREATE OR REPLACE FUNCTION hivenet._start_attempt(p_namespace text, p_key text, p_attempt integer, p_fingerprint bytea, p_unified_serial text, p_lease interval, p_chained boolean, p_raw_request bytea)
  RETURNS boolean
  LANGUAGE plpgsql
 AS $function$
 BEGIN
     INSERT INTO hivenet._new_attempt
-    VALUES (p_namespace, p_key, p_attempt, p_fingerprint, p_unified_serial, p_lease);
+    VALUES (p_namespace, p_key, p_attempt, p_fingerprint, p_unified_serial, p_lease,
+            p_raw_request);
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -3644,7 +3718,7 @@ BEGIN
     PERFORM hivenet._count_decision(p_namespace, 'started');
     RETURN true;
 END $function$;
-REVOKE EXECUTE ON FUNCTION hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet._start_attempt(text,text,integer,bytea,text,interval,boolean,bytea) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet._start_chain(p_namespace text)
  RETURNS void
@@ -3677,7 +3751,7 @@ BEGIN
         RETURN false;
     END IF;
     RETURN hivenet._start_attempt(p_namespace, p_key, 1, hivenet._fingerprint(p_request),
-                                  p_unified_serial, p_lease, false);
+                                  p_unified_serial, p_lease, false, NULL);
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval) FROM PUBLIC;
 
@@ -3698,7 +3772,7 @@ CREATE OR REPLACE FUNCTION hivenet._starts_apart(p_policy hivenet.request_namesp
  LANGUAGE sql
  IMMUTABLE
 BEGIN ATOMIC
- SELECT (((p_policy).fingerprint IS NOT NULL) OR ((p_policy).audit_chain IS NOT NULL));
+ SELECT (((p_policy).fingerprint IS NOT NULL) OR ((p_policy).audit_chain IS NOT NULL) OR ((p_policy).keep_raw_request IS NOT NULL));
 END;
 REVOKE EXECUTE ON FUNCTION hivenet._starts_apart(hivenet.request_namespace) FROM PUBLIC;
 
@@ -3925,7 +3999,7 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._wake_waiters(text,text) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.begin_request(namespace text, key text, request jsonb DEFAULT NULL::jsonb, on_success text DEFAULT 'replay'::text, lease interval DEFAULT NULL::interval, nowait boolean DEFAULT false, wait interval DEFAULT NULL::interval)
+CREATE OR REPLACE FUNCTION hivenet.begin_request(namespace text, key text, request jsonb DEFAULT NULL::jsonb, on_success text DEFAULT 'replay'::text, lease interval DEFAULT NULL::interval, nowait boolean DEFAULT false, wait interval DEFAULT NULL::interval, raw_request bytea DEFAULT NULL::bytea)
  RETURNS TABLE(outcome text, attempt integer, response jsonb)
  LANGUAGE sql
  STABLE
@@ -3938,10 +4012,10 @@ BEGIN ATOMIC
   SELECT b.outcome,
      b.attempt,
      b.response
-    FROM hivenet._begin_key(false, begin_request.namespace, begin_request.key, begin_request.request, begin_request.on_success, NULL::text, begin_request.lease, begin_request.nowait, begin_request.wait) b(outcome, attempt, response)
+    FROM hivenet._begin_key(false, begin_request.namespace, begin_request.key, begin_request.request, begin_request.on_success, NULL::text, begin_request.lease, begin_request.nowait, begin_request.wait, begin_request.raw_request) b(outcome, attempt, response)
  LIMIT 1;
 END;
-REVOKE EXECUTE ON FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.begin_request(text,text,jsonb,text,interval,boolean,interval,bytea) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.begin_requests(namespace text, keys text[], requests jsonb[], lease interval DEFAULT NULL::interval)
  RETURNS TABLE(key text, outcome text, attempt integer, response jsonb)
@@ -3994,7 +4068,7 @@ BEGIN ATOMIC
   SELECT b.outcome,
      b.attempt,
      b.response
-    FROM hivenet._begin_key(true, 'hivenet.steps'::text, begin_step.system_serial, begin_step.request, begin_step.on_success, begin_step.unified_serial, begin_step.lease, begin_step.nowait, begin_step.wait) b(outcome, attempt, response)
+    FROM hivenet._begin_key(true, 'hivenet.steps'::text, begin_step.system_serial, begin_step.request, begin_step.on_success, begin_step.unified_serial, begin_step.lease, begin_step.nowait, begin_step.wait, NULL::bytea) b(outcome, attempt, response)
  LIMIT 1;
 END;
 REVOKE EXECUTE ON FUNCTION hivenet.begin_step(text,jsonb,text,text,interval,boolean,interval) FROM PUBLIC;
@@ -4653,15 +4727,15 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet.set_clock_policy(text,text,interval) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(namespace text, retention interval DEFAULT NULL::interval, fingerprint text DEFAULT NULL::text, on_failure text DEFAULT NULL::text, expire_after interval DEFAULT NULL::interval, key_min_length integer DEFAULT NULL::integer, key_pattern text DEFAULT NULL::text, audit_chain boolean DEFAULT NULL::boolean)
+CREATE OR REPLACE FUNCTION hivenet.set_namespace_policy(namespace text, retention interval DEFAULT NULL::interval, fingerprint text DEFAULT NULL::text, on_failure text DEFAULT NULL::text, expire_after interval DEFAULT NULL::interval, key_min_length integer DEFAULT NULL::integer, key_pattern text DEFAULT NULL::text, audit_chain boolean DEFAULT NULL::boolean, failure_retention interval DEFAULT NULL::interval, keep_raw_request boolean DEFAULT NULL::boolean)
  RETURNS void
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 BEGIN ATOMIC
- SELECT hivenet._set_policy(namespace, jsonb_build_object('retention', retention, 'fingerprint', fingerprint, 'on_failure', on_failure, 'expire_after', expire_after, 'key_min_length', key_min_length, 'key_pattern', key_pattern, 'audit_chain', audit_chain)) AS _set_policy;
+ SELECT hivenet._set_policy(namespace, jsonb_build_object('retention', retention, 'fingerprint', fingerprint, 'on_failure', on_failure, 'expire_after', expire_after, 'key_min_length', key_min_length, 'key_pattern', key_pattern, 'audit_chain', audit_chain, 'failure_retention', failure_retention, 'keep_raw_request', keep_raw_request)) AS _set_policy;
 END;
-REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION hivenet.set_namespace_policy(text,interval,text,text,interval,integer,text,boolean,interval,boolean) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION hivenet.set_request_retention(namespace text, retention interval)
  RETURNS void
@@ -4792,17 +4866,19 @@ CREATE VIEW hivenet._new_attempt AS
     NULL::integer AS attempt,
     NULL::bytea AS fingerprint,
     NULL::text AS unified_serial,
-    NULL::interval AS lease
+    NULL::interval AS lease,
+    NULL::bytea AS raw_request
   WHERE false;
 CREATE RULE write AS
-    ON INSERT TO hivenet._new_attempt DO INSTEAD  INSERT INTO hivenet.request_attempt AS a (namespace, key, attempt, state, fingerprint, unified_serial, lease)
-  VALUES (new.namespace, new.key, new.attempt, 'processing'::hivenet.step_state, new.fingerprint, new.unified_serial, new.lease) ON CONFLICT DO NOTHING
+    ON INSERT TO hivenet._new_attempt DO INSTEAD  INSERT INTO hivenet.request_attempt AS a (namespace, key, attempt, state, fingerprint, unified_serial, lease, raw_request)
+  VALUES (new.namespace, new.key, new.attempt, 'processing'::hivenet.step_state, new.fingerprint, new.unified_serial, new.lease, new.raw_request) ON CONFLICT DO NOTHING
   RETURNING a.namespace,
     a.key,
     a.attempt,
     a.fingerprint,
     a.unified_serial,
-    a.lease;
+    a.lease,
+    a.raw_request;
 
 CREATE VIEW hivenet.business_time_zone AS
  SELECT s.value AS time_zone,
@@ -4871,6 +4947,19 @@ CREATE VIEW hivenet.interface_calls_per_day AS
    FROM hivenet.interface_calls
   GROUP BY interface_calls.serial_day, interface_calls.source_system, interface_calls.target_system;
 COMMENT ON VIEW hivenet.interface_calls_per_day IS 'recorded interface calls per serial day, source system and target system (reporting)';
+
+CREATE VIEW hivenet.raw_requests AS
+ SELECT a.namespace,
+    a.key,
+    a.attempt,
+    a.started_at,
+    a.called_by,
+    a.client_addr,
+    a.fingerprint,
+    a.raw_request
+   FROM hivenet.request_attempt a
+  WHERE (a.raw_request IS NOT NULL);
+COMMENT ON VIEW hivenet.raw_requests IS 'the exact bytes clients sent, per attempt, where the namespace keeps them (keep_raw_request; administrators only)';
 
 CREATE VIEW hivenet.request_attempts AS
  SELECT a.namespace,

@@ -2,7 +2,7 @@
 -- is written from the schema files: hivenet_db/tools/revision.py).
 
 -- The policy of a namespace (set_namespace_policy): fingerprints, key rules, the audit chain,
--- the failure policy and expiry.
+-- the failure policy, expiry and how long failures are kept.
 ALTER TABLE hivenet.request_namespace
     ALTER COLUMN retention DROP NOT NULL,
     ADD COLUMN fingerprint text,
@@ -10,13 +10,15 @@ ALTER TABLE hivenet.request_namespace
     ADD COLUMN key_pattern text,
     ADD COLUMN audit_chain boolean,
     ADD COLUMN on_failure text,
-    ADD COLUMN expire_after interval;
+    ADD COLUMN expire_after interval,
+    ADD COLUMN failure_retention interval,
+    ADD COLUMN keep_raw_request boolean;
 COMMENT ON TABLE hivenet.request_namespace IS
     'the policy of a namespace of keyed requests (set_namespace_policy): retention, fingerprint, '
     'key rules, failure policy; NULL is the default';
 
--- Who began each attempt, its links in the namespace's audit chain, and whether a client
--- waits for its outcome (watch_request).
+-- Who began each attempt, its links in the namespace's audit chain, whether a client waits
+-- for its outcome (watch_request), and the client's bytes where they are kept.
 ALTER TABLE hivenet.request_attempt
     ADD COLUMN called_by text,
     ADD COLUMN application_name text,
@@ -25,7 +27,8 @@ ALTER TABLE hivenet.request_attempt
     ADD COLUMN chain_hash bytea,
     ADD COLUMN finish_position bigint,
     ADD COLUMN finish_hash bytea,
-    ADD COLUMN awaited boolean;
+    ADD COLUMN awaited boolean,
+    ADD COLUMN raw_request bytea;
 
 CREATE TABLE hivenet.request_chain (
     namespace       text   PRIMARY KEY,

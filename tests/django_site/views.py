@@ -9,6 +9,7 @@ import threading
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from hivenet_db.django import idempotency_exempt, idempotent
 from tests.django_site.models import Order
 
 RUNS = {"count": 0}
@@ -50,3 +51,28 @@ def unavailable_on_its_own(request: HttpRequest) -> HttpResponse:
 def crash(request: HttpRequest) -> HttpResponse:
     _order(request)
     raise RuntimeError("the view failed after its insert")
+
+
+def refused(request: HttpRequest) -> HttpResponse:
+    """Writes, then refuses the request (400): nothing of it is kept."""
+    _order(request)
+    return JsonResponse({"sku": ["not sold here"]}, status=400)
+
+
+@idempotency_exempt
+def exempt(request: HttpRequest) -> HttpResponse:
+    order = _order(request)
+    return JsonResponse({"order": order.pk}, status=201)
+
+
+@idempotent(namespace="payments", required=False, fingerprint="json")
+def payments(request: HttpRequest) -> HttpResponse:
+    order = _order(request)
+    return JsonResponse({"order": order.pk}, status=201)
+
+
+@idempotent(commit_processing_first=True)
+def provider(request: HttpRequest) -> HttpResponse:
+    """As if it called a payment provider: `processing` is committed before it runs."""
+    order = _order(request)
+    return JsonResponse({"order": order.pk}, status=201)

@@ -1,5 +1,6 @@
 """``manage.py hivenet_maintain``: ``hivenet.maintain()``, as ``hivenet-db maintain`` runs it
-(partitions, purges, scope promotion), on Django's database, in one transaction."""
+(partitions, purges, scope promotion), on Django's database, in one transaction; a failure is
+its one line."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 
 from hivenet_db._execute import rows
 from hivenet_db.django.db import connection
+from hivenet_db.django.management.failures import one_line
 from hivenet_db.statements import API
 from hivenet_db.tools.business_time import business_now
 
@@ -25,7 +27,8 @@ class Command(BaseCommand):
                             help="the Django database to maintain (default: %(default)s)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with transaction.atomic(using=options["database"]):
+        with one_line("maintain", options["database"]), \
+                transaction.atomic(using=options["database"]):
             rows(connection(options["database"]), API["maintain"], {})
             at = business_now(connection(options["database"]))
         self.stdout.write(f"maintain: done at {at}")

@@ -1,5 +1,5 @@
 """``manage.py hivenet_metrics``: the metrics of ``hivenet-db metrics`` (Prometheus text, or
-JSON), read on Django's database."""
+JSON), read on Django's database; a failure is its one line."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 
 from hivenet_db import metrics
 from hivenet_db.django.db import connection
+from hivenet_db.django.management.failures import one_line
 
 
 class Command(BaseCommand):
@@ -24,7 +25,8 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="JSON instead of Prometheus text")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with transaction.atomic(using=options["database"]):
+        with one_line("metrics", options["database"]), \
+                transaction.atomic(using=options["database"]):
             read = metrics.read(connection(options["database"]))
         if options["json"]:
             self.stdout.write(json.dumps([metric.as_dict() for metric in read]))
