@@ -467,14 +467,10 @@ def test_bad_retention_is_invalid_input(db: psycopg.Connection, namespace: str,
     "NULL", "now() - interval '19700 seconds'",
 ])
 def test_retention_deletes_through_the_index_not_by_scanning_live_rows(
-        db: psycopg.Connection, request: pytest.FixtureRequest, failure_cutoff: str) -> None:
+        db: psycopg.Connection, failure_cutoff: str) -> None:
     """The purge's candidates come from the index (namespace, started_at): an index range of
     the one namespace below its cutoff, not a scan of the namespace's (or table's) live rows;
     with a failure_retention, up to its later cutoff, the successes in between kept."""
-    if db.info.server_version >= 180000:  # strict: passing there fails until this goes
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "PostgreSQL 18 plans the purge's NOT EXISTS on later attempts as a hash anti join "
-            "over a sequential scan of the namespace's rows: the SQL is still to be changed")))
     db.execute("""INSERT INTO hivenet.request_attempt
                       (namespace, key, attempt, state, fingerprint, started_at, finished_at)
                   SELECT 'x', 'k' || n, 1, 'success', '\\x00', now() - n * interval '1 second',
