@@ -14,9 +14,10 @@ client, rounds alternating) of
 On a database where ``hivenet-db bench``'s format bench_time_id is defined (its setup:
 hivenet_db/bench/scenarios/_shared/bench_time_id.sql), whose server runs nothing else:
 
-    python experiments/prototypes/time_id_batch_floor.py postgresql://owner@127.0.0.1:PORT/db [rounds]
+    python experiments/prototypes/time_id_batch_floor.py URL [rounds]
 
-Prints each variant's median tps and its ratio to ``bare`` (docs/benchmarks.md, "Time ids").
+Prints each variant's median tps and its ratio to ``bare`` (docs/benchmarks.md, "Current
+results: the 0.2.0 paths").
 """
 
 from __future__ import annotations
