@@ -29,6 +29,9 @@ from hivenet_db.tools.revision import written_alike
 from tests.helpers import share_fallback
 
 MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
+# 0.1.0's revision: what 0.2.0's revision (0002) upgrades, keeping an application's column
+# defaults, stopping at its views, preparing the one-scope formats.
+FROM_0_1_0 = "0001"
 VERSIONS = MIGRATIONS / "versions"
 
 
@@ -258,8 +261,12 @@ _USE = (
 
 
 def _use(url: str) -> str:
-    """Puts data of every kind in; returns the newest unified serial issued."""
+    """Puts data of every kind in; returns the newest unified serial issued. A release that
+    refuses unprepared scopes (0.2.0 on) is set as an upgrade from 0.1.0 leaves it: the
+    standard's formats drawing unprepared scopes from their shared fallback."""
     with psycopg.connect(url, autocommit=True) as conn:
+        if conn.execute("SELECT FROM hivenet.setting WHERE name = 'shared_fallback'").rowcount:
+            share_fallback(conn, "interface", "system", "unified", promote=True)
         serial = conn.execute(
             "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')").fetchone()[0]
         step = conn.execute("SELECT hivenet.next_system_serial('C0001', 'A01', '01')"
@@ -325,9 +332,7 @@ def test_an_upgrade_prepares_the_one_scope_formats_after_what_they_drew(
         new_db: Callable[[], str]) -> None:
     """per_second, drawn from its cold counter by the release, gets its one scope prepared by
     the upgrade, counting on after every value the release issued (guarantee 2)."""
-    released = _releases()[-1][1]
-    if migrate.head() == released:
-        pytest.skip("no unreleased revision")
+    released = FROM_0_1_0
     url = new_db()
     replay(url, released)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -347,7 +352,7 @@ def test_an_upgrade_prepares_the_one_scope_formats_after_what_they_drew(
 def test_an_applications_serial_default_survives_the_upgrade(new_db: Callable[[], str]) -> None:
     """A table of the application's whose column default calls a function the upgrade makes
     again (new parameter names need a DROP) keeps its default, now calling the new function."""
-    released = _releases()[-1][1]
+    released = FROM_0_1_0
     db = new_db()
     replay(db, released)
     with psycopg.connect(db, autocommit=True) as conn:
@@ -371,7 +376,7 @@ def test_an_applications_view_on_a_function_made_again_stops_the_upgrade_naming_
         new_db: Callable[[], str]) -> None:
     """Anything else of the application's that calls such a function would be dropped with it:
     the upgrade stops before changing anything, and says what to do."""
-    released = _releases()[-1][1]
+    released = FROM_0_1_0
     db = new_db()
     replay(db, released)
     with psycopg.connect(db, autocommit=True) as conn:
@@ -384,13 +389,12 @@ def test_an_applications_view_on_a_function_made_again_stops_the_upgrade_naming_
     assert migrate.current(db) == released
 
 
-def test_the_unreleased_revision_downgrades_to_the_last_release(
+def test_the_newest_revision_downgrades_to_the_one_before(
         new_db: Callable[[], str]) -> None:
-    """Upgraded with its data, given what only the new release has (a namespace's policy),
-    then downgraded: the catalog of the last release again, and the data still works."""
-    released = _releases()[-1][1]
-    if migrate.head() == released:
-        pytest.skip("no unreleased revision")
+    """Upgraded with its data, given what only the newest revision has (a namespace's
+    policy), then downgraded: the catalog of the revision before again, and the data still
+    works."""
+    released = migrate.revisions()[-2]
     downgraded, at_release = new_db(), new_db()
     replay(downgraded, released)
     last_serial = _use(downgraded)
