@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 from hivenet_db import RequestRepository, StepRepository
 from hivenet_db.tools import migrate
 from tests.helpers import explain_to_notices, failure, functions_run, policy, race, scalar
-from tests.test_migrations import _assert_same_catalog, _releases, new_db, replay
+from tests.test_migrations import FROM_0_1_0, _assert_same_catalog, new_db, replay
 
 Connect = Callable[..., psycopg.Connection]
 SetClock = Callable[[psycopg.Connection, str], None]
@@ -588,13 +588,10 @@ def test_middleware_answers_a_final_raised_error_or_expiry_with_a_problem(
 # --- the revision ------------------------------------------------------------------------------
 
 def test_upgrade_then_downgrade_with_expired_attempts(new_db: Callable[[], str]) -> None:
-    """Upgraded from the last release (a request left processing there), the value 'expired'
-    works at once (the revision commits before anything uses it); downgraded, each expired
-    attempt is a failed one with a note, retried as 0.1.0 does, and the catalog is the
-    release's again."""
-    released = _releases()[-1][1]
-    if migrate.head() == released:
-        pytest.skip("no unreleased revision")
+    """Upgraded from 0.1.0 (a request left processing there), the value 'expired' works at
+    once (0.2.0's revision commits before anything uses it); downgraded, each expired attempt
+    is a failed one with a note, retried as 0.1.0 does, and the catalog is 0.1.0's again."""
+    released = FROM_0_1_0
     url, at_release = new_db(), new_db()
     replay(url, released)
     with psycopg.connect(url, autocommit=True) as conn:
