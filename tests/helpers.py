@@ -185,16 +185,22 @@ def race(conns: Sequence[psycopg.Connection],
     return results
 
 
-def wait_until_blocked(db: psycopg.Connection, pid: int, timeout: float = 10.0) -> None:
-    """Return once backend pid waits for a lock (pg_stat_activity), never by sleeping blind."""
+def eventually(done: Callable[[], bool], timeout: float) -> bool:
+    """Whether ``done()`` comes true within ``timeout`` seconds, asked every 5 ms: what a test
+    waits for in another session, never by sleeping blind."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        row = db.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
-                         (pid,)).fetchone()
-        if row is not None and row[0] == "Lock":
-            return
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.005)
-    raise AssertionError(f"backend {pid} never waited for a lock")
+    return True
+
+
+def wait_until_blocked(db: psycopg.Connection, pid: int, timeout: float = 10.0) -> None:
+    """Return once backend pid waits for a lock (pg_stat_activity)."""
+    assert eventually(lambda: db.execute("SELECT wait_event_type FROM pg_stat_activity "
+                                         "WHERE pid = %s", (pid,)).fetchone() == ("Lock",),
+                      timeout), f"backend {pid} never waited for a lock"
 
 
 def behind_a_table_lock(holder: psycopg.Connection, claimer: psycopg.Connection, table: str,

@@ -35,7 +35,7 @@ from hivenet_db import (
 from hivenet_db._execute import SyncDB, driver_of
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
 from hivenet_db.waiting import CHANNEL, FinishListener
-from tests.helpers import async_connection, scalar, wait_until_blocked
+from tests.helpers import async_connection, eventually, scalar, wait_until_blocked
 from tests.servers import pgbouncer
 from tests.test_steps import Background
 
@@ -119,22 +119,15 @@ def awaited(db: psycopg.Connection, key: str, namespace: str = NAMESPACE) -> boo
 def until_registered(db: psycopg.Connection, key: str, namespace: str = NAMESPACE,
                      timeout: float = 10.0) -> None:
     """Return once a waiter registered for the key (its registration committed)."""
-    deadline = time.monotonic() + timeout
-    while not awaited(db, key, namespace):
-        assert time.monotonic() < deadline, "nobody registered to wait"
-        time.sleep(0.005)
+    assert eventually(lambda: awaited(db, key, namespace), timeout), "nobody registered to wait"
 
 
 def idle_outside_transaction(db: psycopg.Connection, pid: int, within: float = 5.0) -> bool:
     """Whether backend pid is idle outside any transaction within ``within`` seconds (after
     registering, a waiter commits and then waits; one that kept its transaction open would
     stay "idle in transaction" for its whole wait)."""
-    deadline = time.monotonic() + within
-    while scalar(db, "SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)) != "idle":
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.005)
-    return True
+    return eventually(lambda: scalar(db, "SELECT state FROM pg_stat_activity WHERE pid = %s",
+                                     (pid,)) == "idle", within)
 
 
 # --- SQL: the in-transaction shape ---------------------------------------------------------
