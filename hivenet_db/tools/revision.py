@@ -404,9 +404,8 @@ def scripts(server_url: str) -> dict[Path, str]:
         command.upgrade(migrate._config(old_url), released)
         with psycopg.connect(new_url, autocommit=True) as conn:
             conn.execute(full_schema_sql())
+            major = conn.info.server_version // 10000  # the views are printed as it prints
         old, new = read_catalog(old_url), read_catalog(new_url)
-        with psycopg.connect(new_url) as conn:
-            major = conn.info.server_version // 10000
     name = revision.stem.split("_", 1)[1].replace("_", ".")
     return {
         revision.with_suffix(".sql"): render(
