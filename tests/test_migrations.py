@@ -32,6 +32,7 @@ MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
 # 0.1.0's revision: what 0.2.0's revision (0002) upgrades, keeping an application's column
 # defaults, stopping at its views, preparing the one-scope formats.
 FROM_0_1_0 = "0001"
+AT_0_2_0 = "0002"
 VERSIONS = MIGRATIONS / "versions"
 
 
@@ -260,13 +261,18 @@ _USE = (
 )
 
 
+def _set_as_upgraded(conn: psycopg.Connection) -> None:
+    """A release that refuses unprepared scopes (0.2.0 on) set as an upgrade from 0.1.0 leaves
+    it: the standard's formats drawing unprepared scopes from their shared fallback."""
+    if conn.execute("SELECT FROM hivenet.setting WHERE name = 'shared_fallback'").rowcount:
+        share_fallback(conn, "interface", "system", "unified", promote=True)
+
+
 def _use(url: str) -> str:
-    """Puts data of every kind in; returns the newest unified serial issued. A release that
-    refuses unprepared scopes (0.2.0 on) is set as an upgrade from 0.1.0 leaves it: the
-    standard's formats drawing unprepared scopes from their shared fallback."""
+    """Puts data of every kind in (the release _set_as_upgraded); returns the newest unified
+    serial issued."""
     with psycopg.connect(url, autocommit=True) as conn:
-        if conn.execute("SELECT FROM hivenet.setting WHERE name = 'shared_fallback'").rowcount:
-            share_fallback(conn, "interface", "system", "unified", promote=True)
+        _set_as_upgraded(conn)
         serial = conn.execute(
             "SELECT hivenet.next_unified_serial('C0001', 'A01', '01')").fetchone()[0]
         step = conn.execute("SELECT hivenet.next_system_serial('C0001', 'A01', '01')"
@@ -389,24 +395,43 @@ def test_an_applications_view_on_a_function_made_again_stops_the_upgrade_naming_
     assert migrate.current(db) == released
 
 
-def test_the_newest_revision_downgrades_to_the_one_before(
-        new_db: Callable[[], str]) -> None:
-    """Upgraded with its data, given what only the newest revision has (a namespace's
-    policy), then downgraded: the catalog of the revision before again, and the data still
-    works."""
-    released = migrate.revisions()[-2]
+def _policies(conn: psycopg.Connection) -> None:
+    """A namespace's policy of 0.1.0's fields and one of 0.2.0's (a key rule)."""
+    conn.execute("SELECT hivenet.set_namespace_policy('http', '2 days', 'json')")
+    conn.execute("SELECT hivenet.set_namespace_policy('strict', key_min_length => 32)")
+
+
+def _downgrade(revision: str, released: str, new_db: Callable[[], str],
+               newest_data: Callable[[psycopg.Connection], None]) -> str:
+    """A database at ``released`` with data, upgraded to ``revision``, given ``newest_data``,
+    then downgraded: the catalog of ``released`` again, and the data still works."""
     downgraded, at_release = new_db(), new_db()
     replay(downgraded, released)
     last_serial = _use(downgraded)
-    replay(downgraded, "head")
+    replay(downgraded, revision)
     with psycopg.connect(downgraded, autocommit=True) as conn:
-        conn.execute("SELECT hivenet.set_namespace_policy('http', '2 days', 'json')")
-        conn.execute("SELECT hivenet.set_namespace_policy('strict', key_min_length => 32)")
+        newest_data(conn)
     command.downgrade(migrate._config(downgraded), released)
     assert migrate.current(downgraded) == released
     replay(at_release, released)
+    with psycopg.connect(at_release, autocommit=True) as conn:
+        _set_as_upgraded(conn)  # as _use set the downgraded database: the settings are rows
     _assert_same_catalog(downgraded, at_release, f"downgraded to {released}")
     _still_works(downgraded, last_serial)
+    return downgraded
+
+
+def test_the_newest_revision_downgrades_to_the_one_before(
+        new_db: Callable[[], str]) -> None:
+    """The unreleased revision goes back down to the last release, with namespaces' policies
+    set."""
+    _downgrade("head", migrate.revisions()[-2], new_db, _policies)
+
+
+def test_0_2_0_downgrades_to_0_1_0(new_db: Callable[[], str]) -> None:
+    """0.2.0's revision goes back down to 0.1.0 with what only 0.2.0 has (a key rule of a
+    namespace's policy): the rule's row goes, the retention that 0.1.0 had stays."""
+    downgraded = _downgrade(AT_0_2_0, FROM_0_1_0, new_db, _policies)
     with psycopg.connect(downgraded, autocommit=True) as conn:
         assert conn.execute("SELECT namespace, retention FROM hivenet.request_namespace"
                             ).fetchall() == [("http", dt.timedelta(days=2))]

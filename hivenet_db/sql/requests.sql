@@ -416,15 +416,24 @@ CREATE FUNCTION hivenet._start_key(p_step boolean, p_namespace text, p_key text,
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    v_policy hivenet.request_namespace;
+    v_vouched boolean;
+    v_apart boolean;
 BEGIN
+    -- The kind told apart by IF, _start_valid given it as a constant (folded to that kind's
+    -- test): PL/pgSQL builds a simple expression's whole tree in every transaction, and
+    -- _start_valid(p_step, ..) built the step's generated checks for every request too.
+    IF p_step THEN
+        v_vouched := hivenet._start_valid(true, p_namespace, p_key, p_unified_serial, p_lease);
+    ELSE
+        v_vouched := hivenet._start_valid(false, p_namespace, p_key, p_unified_serial, p_lease);
+    END IF;
     IF NOT (hivenet._plain_options(p_on_success, p_nowait, p_wait)
-            AND coalesce(hivenet._start_valid(p_step, p_namespace, p_key, p_unified_serial,
-                                              p_lease), false)) THEN
+            AND coalesce(v_vouched, false)) THEN
         RETURN false;
     END IF;
-    SELECT * INTO v_policy FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
-    IF hivenet._starts_apart(v_policy) OR NOT hivenet._key_allowed(v_policy, p_key) THEN
+    SELECT hivenet._starts_apart(n) OR NOT hivenet._key_allowed(n, p_key) INTO v_apart
+    FROM hivenet.request_namespace n WHERE n.namespace = p_namespace;
+    IF v_apart THEN  -- NULL without a row: every default, no rule
         RETURN false;
     END IF;
     RETURN hivenet._start_attempt(p_namespace, p_key, 1, hivenet._fingerprint(p_request),
@@ -444,11 +453,16 @@ CREATE FUNCTION hivenet._begin_key(p_step boolean, p_namespace text, p_key text,
     OUT attempt integer, OUT response jsonb)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    v_vouched boolean;
     v_policy hivenet.request_namespace;
 BEGIN
+    IF p_step THEN  -- the kind told apart as in _start_key
+        v_vouched := hivenet._start_valid(true, p_namespace, p_key, p_unified_serial, p_lease);
+    ELSE
+        v_vouched := hivenet._start_valid(false, p_namespace, p_key, p_unified_serial, p_lease);
+    END IF;
     IF NOT (hivenet._plain_options(p_on_success, p_nowait, p_wait)
-            AND coalesce(hivenet._start_valid(p_step, p_namespace, p_key, p_unified_serial,
-                                              p_lease), false)) THEN
+            AND coalesce(v_vouched, false)) THEN
         BEGIN
             IF p_step THEN
                 PERFORM hivenet._check_begin_options(p_on_success, p_lease, p_nowait, p_wait);

@@ -113,8 +113,9 @@ END;
 
 -- What _start_key vouches for, by the kind of key: a step's (p_step, in namespace
 -- 'hivenet.steps': _step_start_valid, steps.sql) or a request's (_request_start_valid).
--- NULL (not vouched for) for a step elsewhere. Inlined into PL/pgSQL expressions, which run
--- it on a plan made once: only the branch of the kind runs.
+-- NULL (not vouched for) for a step elsewhere. Inlined: _start_key and _begin_key pass the
+-- kind as a constant, which folds the CASE to its branch (a PL/pgSQL expression's tree is
+-- built in each transaction, every branch of it); a batch's statement passes its parameter.
 CREATE FUNCTION hivenet._start_valid(p_step boolean, p_namespace text, p_key text,
     p_unified_serial text, p_lease interval)
 RETURNS boolean
