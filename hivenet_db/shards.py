@@ -88,9 +88,12 @@ def expand_instances(declared: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def _engine_for(url: str) -> Engine:
-    """A pooled engine for a shard (a libpq URL names the psycopg 3 driver)."""
-    return create_engine(sqlalchemy_url(url))
+def _engine_for(url: str, prepared: bool = True) -> Engine:
+    """A pooled engine for a shard (a libpq URL names the psycopg 3 driver). psycopg prepares
+    a statement run often unless ``prepared`` is false: behind PgBouncer in transaction
+    pooling a prepared statement is on a server session the next transaction may not get."""
+    return create_engine(sqlalchemy_url(url),
+                         connect_args={} if prepared else {"prepare_threshold": None})
 
 
 class ShardMap:
@@ -120,15 +123,17 @@ class ShardMap:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], engines: Mapping[str, Engine] | None = None,
-             *, check: bool = True) -> ShardMap:
+             *, check: bool = True, prepared: bool = True) -> ShardMap:
         """The map saved in ``path``: ``{"shards": {name: url}, "tenants": {tenant:
         {"instance": "05", "shard": name}}}``. Without ``engines``, one is made per URL of
-        the file (keep passwords out of it: libpq's ~/.pgpass or PGPASSWORD). Checked
-        against the shards (:meth:`check`) unless ``check`` is false."""
+        the file (keep passwords out of it: libpq's ~/.pgpass or PGPASSWORD), whose
+        statements are never prepared when ``prepared`` is false (shards behind PgBouncer in
+        transaction pooling). Checked against the shards (:meth:`check`) unless ``check`` is
+        false."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         urls = shard_urls_in(path)
         if engines is None:
-            engines = {name: _engine_for(url) for name, url in urls.items()}
+            engines = {name: _engine_for(url, prepared) for name, url in urls.items()}
         placements = {
             tenant: Placement(tenant, str(p["instance"]), str(p["shard"]))
             for tenant, p in data.get("tenants", {}).items()}
@@ -357,12 +362,15 @@ def named_urls(urls: Mapping[str, str] | Sequence[str]) -> dict[str, str]:
         {f"shard{i}": url for i, url in enumerate(urls)}
 
 
-def iter_shards(urls: Mapping[str, str] | list[str]) -> Iterator[tuple[str, Engine]]:
-    """(name, engine) per URL (``named_urls``); libpq URLs use psycopg."""
+def iter_shards(urls: Mapping[str, str] | list[str], prepared: bool = True
+                ) -> Iterator[tuple[str, Engine]]:
+    """(name, engine) per URL (``named_urls``); libpq URLs use psycopg; ``prepared`` as in
+    :meth:`ShardMap.load`."""
     for name, url in named_urls(urls).items():
-        yield name, _engine_for(url)
+        yield name, _engine_for(url, prepared)
 
 
-def from_urls(urls: Mapping[str, str] | list[str]) -> ShardMap:
-    """A shard map without tenants over these URLs (for reports and maintain across shards)."""
-    return ShardMap(dict(iter_shards(urls)), urls=named_urls(urls))
+def from_urls(urls: Mapping[str, str] | list[str], *, prepared: bool = True) -> ShardMap:
+    """A shard map without tenants over these URLs (for reports and maintain across shards);
+    ``prepared`` as in :meth:`ShardMap.load`."""
+    return ShardMap(dict(iter_shards(urls, prepared)), urls=named_urls(urls))

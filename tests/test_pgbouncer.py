@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session
 
 from hivenet_db import (
@@ -24,6 +25,7 @@ from hivenet_db import (
     parse_serial,
 )
 from hivenet_db._execute import SyncDB
+from hivenet_db.shards import ShardMap
 from hivenet_db.tools import scopes
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
 from hivenet_db.urls import sqlalchemy_url
@@ -134,14 +136,29 @@ def test_sixteen_clients_share_four_sessions_without_errors_or_duplicates(
     assert any(len(seen) > 1 for seen in backends)
 
 
+def _unprepared_engine(url: str, tmp_path: Path) -> Engine:
+    """The engine the operations guide asks for behind the pooler, made by hand."""
+    return create_engine(sqlalchemy_url(url), connect_args={"prepare_threshold": None},
+                         pool_size=THREADS, max_overflow=0)
+
+
+def _shard_map_engine(url: str, tmp_path: Path) -> Engine:
+    """The engine ShardMap.load(.., prepared=False) makes for a shard behind the pooler."""
+    path = tmp_path / "shards.json"
+    path.write_text(json.dumps({"shards": {"s0": url},
+                                "tenants": {"t": {"instance": "01", "shard": "s0"}}}))
+    return ShardMap.load(path, prepared=False).engine_of("t")
+
+
+@pytest.mark.parametrize("made_by", [_unprepared_engine, _shard_map_engine],
+                         ids=["by_hand", "shard_map"])
 def test_the_repositorys_hot_path_in_sessions_behind_transaction_pooling(
-        hivenet_url: str, bouncer_port: int) -> None:
+        hivenet_url: str, bouncer_port: int, tmp_path: Path,
+        made_by: Callable[[str, Path], Engine]) -> None:
     """The calls go to the driver as they are (hivenet_db._execute.rows): with
     prepare_threshold=None they are never prepared, so Sessions handed a different server
     session at every transaction, each calling more often than psycopg's threshold, work."""
-    engine = create_engine(sqlalchemy_url(_via(hivenet_url, bouncer_port)),
-                           connect_args={"prepare_threshold": None},
-                           pool_size=THREADS, max_overflow=0)
+    engine = made_by(_via(hivenet_url, bouncer_port), tmp_path)
     serials: list[str] = []
     errors: list[BaseException] = []
 
