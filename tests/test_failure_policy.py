@@ -387,7 +387,7 @@ def test_a_new_step_keeps_the_fast_path_under_a_failure_policy(db: psycopg.Conne
     begin_step(db, new_step(db))
     serial = new_step(db)
     assert functions_run(db, lambda: begin_step(db, serial)) == {
-        "_start_key": 1, "_start_attempt": 1, "_count_decision": 1}
+        "_start_key": 1, "_count_decision": 1}
 
 
 def test_the_steps_failures_can_be_final(db: psycopg.Connection, hivenet_app_url: str) -> None:

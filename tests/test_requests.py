@@ -613,18 +613,18 @@ def test_repository_begin_finish_resolve_and_errors(any_conn: SyncDB,
 
 
 def test_a_new_key_starts_by_the_fast_path_of_every_key(db: psycopg.Connection) -> None:
-    """As a new step's: begin_request starts a new key by one INSERT (_start_key, then the one
-    writer _start_attempt); nowait, or a key that has an attempt (here a failed one), goes on
+    """As a new step's: begin_request starts a new key by one INSERT (_start_key, into the one
+    writer _new_attempt); nowait, or a key that has an attempt (here a failed one), goes on
     to the full path _begin_key, with no check again for input the fast path vouched for."""
     requests, request_key = RequestRepository(db), key()
     requests.begin("orders", key())  # the namespace's first start makes its counters
     assert functions_run(db, lambda: requests.begin("orders", request_key, {"n": 1})) == {
-        "_start_key": 1, "_start_attempt": 1, "_count_decision": 1}
+        "_start_key": 1, "_count_decision": 1}
     requests.finish("orders", request_key, 1, False)
     retry: list[RequestStart] = []
     assert functions_run(db, lambda: retry.append(
         requests.begin("orders", request_key, {"n": 1}))) == {
-        "_start_key": 1, "_start_attempt": 3, "_begin_key": 1, "_begin_attempt": 1,
+        "_start_key": 1, "_start_attempt": 2, "_begin_key": 1, "_begin_attempt": 1,
         "_count_decision": 1}
     assert retry == [RequestStart("started", 2)]
     assert functions_run(db, lambda: requests.begin("orders", key(), nowait=True)) == {

@@ -197,8 +197,8 @@ def succeeded(db: psycopg.Connection, unified: str | None = None) -> str:
 def test_a_replay_is_inlined_and_runs_no_plpgsql(db: psycopg.Connection) -> None:
     """The guard of the replay's speed (not timed): begin_step is inlined into the caller's
     prepared statement, the replay is the first branch (a primary-key read of _step_replay) and
-    runs no PL/pgSQL function; a new step runs the fast path _start_key and the one writer
-    _start_attempt (no full path, no _begin_attempt), its finish finish_request alone. Fails
+    runs no PL/pgSQL function; a new step runs the fast path _start_key alone (no full path,
+    no _begin_attempt, no _start_attempt), its finish finish_request alone. Fails
     when begin_step is PL/pgSQL,
     SECURITY DEFINER or has SET, when its body stops being inlinable, or when a layer comes
     back."""
@@ -224,8 +224,7 @@ def test_a_replay_is_inlined_and_runs_no_plpgsql(db: psycopg.Connection) -> None
     assert db.execute(execute).fetchone() == ("replayed", 1, {"paid": 1})
     fresh = new_serial(db)
     assert _plpgsql_calls(db, f"SELECT * FROM hivenet.begin_step('{fresh}', NULL)",
-                          times=1) == {"_start_key": 1, "_start_attempt": 1,
-                                       "_count_decision": 1}
+                          times=1) == {"_start_key": 1, "_count_decision": 1}
     # One PL/pgSQL layer: finish_step is inlined into its call of finish_request.
     assert _plpgsql_calls(db, f"SELECT hivenet.finish_step('{fresh}', 1, true)",
                           times=1) == {"finish_request": 1}
@@ -845,17 +844,17 @@ def test_repository_begin_finish_and_errors(any_conn: SyncDB, db: psycopg.Connec
 
 def test_a_new_step_starts_by_the_fast_path_of_every_key(db: psycopg.Connection) -> None:
     """begin_step's second branch: a new step with plain options is one INSERT by the fast
-    path of every key (_start_key, its checks inlined, then the one writer _start_attempt);
+    path of every key (_start_key, its checks inlined, its INSERT into _new_attempt);
     nowait, or a step that has an attempt (here a failed one), goes on to the full path
     _begin_key. A retry whose input the fast path vouched for goes straight to the state
     machine: no serial is parsed again, and the fast path is tried once."""
     steps, serial = StepRepository(db), new_serial(db)
     assert functions_run(db, lambda: steps.begin(serial, REQUEST)) == {
-        "_start_key": 1, "_start_attempt": 1, "_count_decision": 1}
+        "_start_key": 1, "_count_decision": 1}
     steps.finish(serial, 1, False)
     retry: list[StepStart] = []
     assert functions_run(db, lambda: retry.append(steps.begin(serial, REQUEST))) == {
-        "_start_key": 1, "_start_attempt": 3, "_begin_key": 1, "_begin_attempt": 1,
+        "_start_key": 1, "_start_attempt": 2, "_begin_key": 1, "_begin_attempt": 1,
         "_count_decision": 1}
     assert retry == [StepStart("started", 2)]
     fresh = new_serial(db)

@@ -186,9 +186,9 @@ END $$;
 -- or a batch's set) as a new `processing` attempt, and nothing for an attempt that exists
 -- (ON CONFLICT DO NOTHING, after waiting for an uncommitted one); RETURNING names the
 -- attempts written. Who began it and when come from the table's column defaults. A view's
--- rule, not a function: one INSERT serves one row (_start_attempt) and a batch's INSERT ..
--- SELECT alike, where a function would be called once per key (batches.sql). The owner's
--- only: the functions that decide a start write through it, and count each start
+-- rule, not a function: one INSERT serves one row (_start_key, _start_attempt) and a batch's
+-- INSERT .. SELECT alike, where a function would be called once per key (batches.sql). The
+-- owner's only: the functions that decide a start write through it, and count each start
 -- (decisions.sql); no role may write an attempt past them (privileges.sql).
 CREATE VIEW hivenet._new_attempt AS
 SELECT NULL::text AS namespace, NULL::text AS key, NULL::integer AS attempt,
@@ -208,7 +208,7 @@ RETURNING a.namespace, a.key, a.attempt, a.fingerprint, a.unified_serial, a.leas
 -- was written: its link in the namespace's audit chain when p_chained (audit.sql), and the
 -- decision 'started' counted, with the client's bytes p_raw_request where the namespace keeps
 -- them (NULL otherwise). Returns whether it was written (false: the attempt exists).
--- Its callers decide that this attempt may start (_start_key, _begin_attempt). No SET clause:
+-- Its caller decides that this attempt may start (_begin_attempt). No SET clause:
 -- it runs only inside SECURITY DEFINER callers, whose SET search_path is in force.
 CREATE FUNCTION hivenet._start_attempt(p_namespace text, p_key text, p_attempt integer,
     p_fingerprint bytea, p_unified_serial text, p_lease interval, p_chained boolean,
@@ -408,8 +408,11 @@ END;
 -- input it vouches for (_start_valid), in a namespace whose keys do not start apart
 -- (_starts_apart) and by its key rules (_key_allowed, policies.sql); false for everything
 -- else, which _begin_key then decides and names. One probe of request_namespace, then one
--- INSERT (_start_attempt). SECURITY DEFINER: no role writes an attempt but through the
--- functions that count it (privileges.sql).
+-- INSERT into _new_attempt and the start counted: _start_attempt's work for a key without an
+-- audit chain (a chained namespace starts apart), written out here because the call cost a
+-- tenth of what the one attempt core added to a begin (docs/design/sql-internals.md).
+-- SECURITY DEFINER: no role writes an attempt but through the functions that count it
+-- (privileges.sql).
 CREATE FUNCTION hivenet._start_key(p_step boolean, p_namespace text, p_key text,
     p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval,
     p_nowait boolean, p_wait interval)
@@ -436,8 +439,14 @@ BEGIN
     IF v_apart THEN  -- NULL without a row: every default, no rule
         RETURN false;
     END IF;
-    RETURN hivenet._start_attempt(p_namespace, p_key, 1, hivenet._fingerprint(p_request),
-                                  p_unified_serial, p_lease, false, NULL);
+    INSERT INTO hivenet._new_attempt
+    VALUES (p_namespace, p_key, 1, hivenet._fingerprint(p_request), p_unified_serial, p_lease,
+            NULL);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM hivenet._count_decision(p_namespace, 'started');
+    RETURN true;
 END $$;
 
 -- The full path of a begin, after _start_key wrote nothing: the arguments checked as the kind

@@ -83,8 +83,14 @@ BEGIN
     IF v_apart THEN  -- NULL without a row: every default, no rule
         RETURN false;
     END IF;
-    RETURN hivenet._start_attempt(p_namespace, p_key, 1, hivenet._fingerprint(p_request),
-                                  p_unified_serial, p_lease, false, NULL);
+    INSERT INTO hivenet._new_attempt
+    VALUES (p_namespace, p_key, 1, hivenet._fingerprint(p_request), p_unified_serial, p_lease,
+            NULL);
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM hivenet._count_decision(p_namespace, 'started');
+    RETURN true;
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval) FROM PUBLIC;
 
