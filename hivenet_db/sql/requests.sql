@@ -409,8 +409,8 @@ END;
 -- (_starts_apart) and by its key rules (_key_allowed, policies.sql); false for everything
 -- else, which _begin_key then decides and names. One probe of request_namespace, then one
 -- INSERT into _new_attempt and the start counted: _start_attempt's work for a key without an
--- audit chain (a chained namespace starts apart), written out here because the call cost a
--- tenth of what the one attempt core added to a begin (docs/design/sql-internals.md).
+-- audit chain (a chained namespace starts apart), written out here: the call cost some 2% of
+-- a begin + finish (docs/design/sql-internals.md).
 -- SECURITY DEFINER: no role writes an attempt but through the functions that count it
 -- (privileges.sql).
 CREATE FUNCTION hivenet._start_key(p_step boolean, p_namespace text, p_key text,
