@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import chdir, contextmanager, nullcontext, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from hivenet_db import cli
@@ -50,9 +50,11 @@ def _environment(env: dict[str, str] | None) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def in_process(*args: str, env: dict[str, str] | None = None) -> Result:
+def in_process(*args: str, env: dict[str, str] | None = None,
+               cwd: Path | None = None) -> Result:
     out, err = io.StringIO(), io.StringIO()
-    with _environment(env), redirect_stdout(out), redirect_stderr(err):
+    with _environment(env), chdir(cwd) if cwd else nullcontext(), redirect_stdout(out), \
+            redirect_stderr(err):
         try:
             status = cli.main(list(args))
         except SystemExit as exit_:  # argparse: a usage mistake, --help
