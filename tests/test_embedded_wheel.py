@@ -46,7 +46,6 @@ def _can_hide_debian_postgresql() -> str | None:
     return None if tried.returncode == 0 else f"unshare --mount: {tried.stderr.strip()}"
 
 
-@pytest.mark.slow  # a server initialised from the wheel, migrated, the whole demo: 30 s
 def test_the_demo_runs_with_the_wheel_when_the_machine_has_no_postgresql(
         open_dir: Path) -> None:
     """``hivenet-db demo`` in a mount namespace where /usr/lib/postgresql is an empty
