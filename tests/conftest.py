@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -32,10 +33,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files of long tests (marked slow) first: pytest-xdist hands out files in this
-    order, and one left for the end would run on one worker while the others wait."""
+    """The files of long tests (marked slow) first, then the others by their number of
+    tests: pytest-xdist hands out files in this order (``--no-loadscope-reorder``, or it
+    would sort them by number of tests alone, putting the slow files, of a few long tests
+    each, last), and a long one left for the end would run on one worker while the others
+    wait."""
     long_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in long_files)  # stable: order kept within
+    tests_in = Counter(item.path for item in items)
+    # stable: a file's tests stay together and in order
+    items.sort(key=lambda item: (item.path not in long_files, -tests_in[item.path]))
 
 
 @pytest.fixture(scope="session")

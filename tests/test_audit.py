@@ -5,22 +5,19 @@ and a namespace's optional hash chain finds a changed or deleted attempt (verify
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from tests.command import in_process
 from tests.helpers import failure, race, role_in, scalar
 
 Connect = Callable[..., psycopg.Connection]
-COMMAND = Path(sys.executable).with_name("hivenet-db")
 VIEW_COLUMNS = ["namespace", "key", "attempt", "state", "started_at", "finished_at",
                 "called_by", "application_name", "client_addr", "resolved_by", "note"]
 
@@ -334,9 +331,7 @@ def test_concurrent_begins_and_finishes_keep_the_chain_intact(
 # --- the command -----------------------------------------------------------------------------
 
 def hivenet_db(url: str, *args: str, rc: int) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "HIVENET_DATABASE_URL"}
-    result = subprocess.run([str(COMMAND), *args, "--url", url], capture_output=True,
-                            text=True, env=env, timeout=180, check=False)
+    result = in_process(*args, "--url", url)
     assert result.returncode == rc, result.stderr
     return result
 

@@ -1,4 +1,6 @@
-"""The ``hivenet-db`` command, run as a subprocess against the test's real database."""
+"""The ``hivenet-db`` command against the test's real database: in the test's process, as
+``tests/command.py`` runs it, and as the installed console script where only a real process
+shows what is tested (the entry point, a terminal, a pipe, commands at once)."""
 
 from __future__ import annotations
 
@@ -24,9 +26,9 @@ from hivenet_db import cli
 from hivenet_db.cli.serials import NEXT_CHUNK
 from hivenet_db.tools import embedded_postgres, migrate
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
+from tests.command import COMMAND, as_process, in_process
 from tests.helpers import scalar, share_fallback
 
-COMMAND = Path(sys.executable).with_name("hivenet-db")
 SCOPE = ["--system", "C0001", "--module", "A01", "--instance", "01"]
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -36,18 +38,12 @@ def json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines()]
 
 
-def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k != "HIVENET_DATABASE_URL"}
-    return subprocess.run([str(COMMAND), *args], capture_output=True, text=True,
-                          env={**base, **(env or {})}, timeout=180, check=False)
-
-
 @pytest.fixture
 def run(hivenet_url: str) -> Run:
     """Run the command on the test's database (``--url``); asserts the exit status."""
 
     def _go(*args: str, rc: int = 0) -> subprocess.CompletedProcess[str]:
-        result = _run(*args, "--url", hivenet_url)
+        result = in_process(*args, "--url", hivenet_url)
         assert result.returncode == rc, result.stderr
         return result
 
@@ -70,7 +66,7 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         text = " ".join(capsys.readouterr().out.split())  # argparse wraps the epilog
         assert f"usage: hivenet-db {name}" in text
         assert f"Example: `hivenet-db {name}" in text, name
-    result = _run("--help")
+    result = as_process("--help")
     assert result.returncode == 0 and "hivenet-db demo" in result.stdout
 
 
@@ -97,7 +93,7 @@ def test_every_option_is_spelled_with_hyphens() -> None:
 def test_version() -> None:
     import importlib.metadata
 
-    result = _run("--version")
+    result = as_process("--version")
     assert result.returncode == 0
     assert result.stdout == f"hivenet-db {importlib.metadata.version('hivenet-db')}\n"
 
@@ -321,7 +317,7 @@ def test_parse_suggests_the_format_a_serial_parses_as(run: Run, serial: str,
 
 
 def test_sql_builds_the_schema_without_alembic(hivenet_server: EmbeddedPostgres) -> None:
-    script = _run("sql").stdout
+    script = in_process("sql").stdout
     assert script.startswith("-- hivenet_db/sql/settings.sql")
     dbname = "hivenet_plain_sql"
     url = hivenet_server.ensure_database(dbname)
@@ -410,7 +406,7 @@ def test_report_as_the_reporting_role_shows_every_time_in_the_business_zone(
     parts = urllib.parse.urlsplit(hivenet_url)
     reporting = parts._replace(netloc=f"hivenet_test_reporting@{parts.hostname}:{parts.port}"
                                ).geturl()
-    result = _run("--json", "report", "--url", reporting)
+    result = in_process("--json", "report", "--url", reporting)
     assert result.returncode == 0, result.stderr
     sections = json.loads(result.stdout)
     (zone,) = sections["business time zone"]
@@ -418,7 +414,7 @@ def test_report_as_the_reporting_role_shows_every_time_in_the_business_zone(
     (stuck,) = sections["stuck steps"]
     assert stuck["started_at"].endswith("+08:00") and \
         stuck["lease_expired_at"].endswith("+08:00"), stuck
-    assert "Asia/Shanghai" in _run("report", "--url", reporting).stdout
+    assert "Asia/Shanghai" in in_process("report", "--url", reporting).stdout
 
 
 def test_report_shows_keyed_requests(run: Run, db: psycopg.Connection) -> None:
@@ -467,33 +463,34 @@ def embedded_dir() -> Iterator[Path]:
 
 def test_embedded_default_initialises_once_and_is_managed(embedded_dir: Path) -> None:
     env = {"HIVENET_EMBEDDED_DIR": str(embedded_dir)}
-    prepared = _run("prepare", "C0001", "A01", "01", env=env)
+    prepared = in_process("prepare", "C0001", "A01", "01", env=env)
     assert prepared.returncode == 0, prepared.stderr
     assert "initialising a local PostgreSQL" in prepared.stderr
     assert "migrating schema hivenet" in prepared.stderr
-    first = _run("next", "unified", *SCOPE, env=env)
+    first = in_process("next", "unified", *SCOPE, env=env)
     assert first.returncode == 0 and first.stdout.strip().endswith("0000000001"), first.stderr
-    second = _run("next", "unified", *SCOPE, env=env)
+    second = in_process("next", "unified", *SCOPE, env=env)
     assert second.returncode == 0 and second.stderr == ""  # reused: no progress, no migration
     assert int(second.stdout[-11:]) == int(first.stdout[-11:]) + 1
 
-    status = json.loads(_run("embedded", "status", "--json", env=env).stdout)
+    status = json.loads(in_process("embedded", "status", "--json", env=env).stdout)
     assert status["running"] is True and status["url"].endswith("/hivenet")
     # --port moves it (a restart), keeping its data; as root, it says where that lives.
     port = free_port()
-    moved = _run("embedded", "start", "--port", str(port), "--json", env=env)
+    moved = in_process("embedded", "start", "--port", str(port), "--json", env=env)
     assert moved.returncode == 0 and json.loads(moved.stdout)["port"] == port
     if os.geteuid() == 0:
         user = os.environ.get("HIVENET_EMBEDDED_USER", "postgres")
         assert f"as root: data in {embedded_dir}/data, server run by user {user}" in moved.stderr
-    after = _run("next", "unified", *SCOPE, env=env)
+    after = in_process("next", "unified", *SCOPE, env=env)
     assert int(after.stdout[-11:]) == int(second.stdout[-11:]) + 1
     second = after
-    assert _run("embedded", "stop", env=env).returncode == 0
-    assert json.loads(_run("embedded", "status", "--json", env=env).stdout)["running"] is False
+    assert in_process("embedded", "stop", env=env).returncode == 0
+    status = json.loads(in_process("embedded", "status", "--json", env=env).stdout)
+    assert status["running"] is False
 
     # Started again on demand, with its data.
-    third = _run("next", "unified", *SCOPE, env=env)
+    third = in_process("next", "unified", *SCOPE, env=env)
     assert third.returncode == 0 and "starting the local PostgreSQL" in third.stderr
     assert int(third.stdout[-11:]) > int(second.stdout[-11:])
 
@@ -512,14 +509,14 @@ def test_embedded_start_on_a_port_starts_the_server_once(embedded_dir: Path) -> 
     first = free_port()
     second = next(p for p in iter(free_port, None) if p != first)
     for startups, port in enumerate((first, second), start=1):
-        started = _run("embedded", "start", "--port", str(port), "--json", env=env)
+        started = in_process("embedded", "start", "--port", str(port), "--json", env=env)
         assert started.returncode == 0, started.stderr
         assert json.loads(started.stdout)["port"] == port
         log = (embedded_dir / "server.log").read_text()
         assert log.count("database system is ready to accept connections") == startups, log
         with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/hivenet") as conn:
             assert conn.execute("SELECT current_setting('port')").fetchone() == (str(port),)
-        assert _run("embedded", "stop", env=env).returncode == 0
+        assert in_process("embedded", "stop", env=env).returncode == 0
 
 
 def check_demo_events(events: list[dict[str, object]]) -> None:
@@ -558,7 +555,7 @@ def test_demo(run: Run, db: psycopg.Connection) -> None:
 def test_the_demo_runs_on_a_server_of_its_own_and_stops_it(embedded_dir: Path) -> None:
     """Without a URL: a new directory it names (not the embedded server's), its first serials
     ...0001, and nothing left running or on disk; the embedded server is not touched."""
-    result = _run("demo", "--json", env={"HIVENET_EMBEDDED_DIR": str(embedded_dir)})
+    result = in_process("demo", "--json", env={"HIVENET_EMBEDDED_DIR": str(embedded_dir)})
     assert result.returncode == 0, result.stderr
     check_demo_events(json.loads(result.stdout))
     (root,) = re.findall(r"the demo's own local PostgreSQL, in (\S+)", result.stderr)
@@ -568,21 +565,21 @@ def test_the_demo_runs_on_a_server_of_its_own_and_stops_it(embedded_dir: Path) -
 
 def test_the_demo_on_a_port_kept_running(embedded_dir: Path) -> None:
     port = free_port()
-    result = _run("demo", "--port", str(port), "--keep")
+    result = in_process("demo", "--port", str(port), "--keep")
     assert result.returncode == 0, result.stderr
     (root,) = re.findall(r"the demo's own local PostgreSQL, in (\S+)", result.stderr)
     try:
         assert f"kept running on 127.0.0.1:{port} with its data in {root}" in result.stderr
         with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/hivenet") as conn:
             assert scalar(conn, "SELECT count(*) FROM hivenet.interface_calls") == 10
-        stopped = _run("embedded", "stop", env={"HIVENET_EMBEDDED_DIR": root})
+        stopped = in_process("embedded", "stop", env={"HIVENET_EMBEDDED_DIR": root})
         assert stopped.returncode == 0, stopped.stderr
     finally:
         EmbeddedPostgres(root=Path(root)).remove()
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     with taken:
-        result = _run("demo", "--port", str(taken.getsockname()[1]))
+        result = in_process("demo", "--port", str(taken.getsockname()[1]))
     assert result.returncode == 2 and "is taken" in result.stderr
 
 

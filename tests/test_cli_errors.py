@@ -1,6 +1,7 @@
-"""Operator errors of the ``hivenet-db`` command, and ``migrate --check``: the real command
-as a subprocess against the real test server. A failure is one line on stderr naming the
-problem and what to do, exit status 2 (1 only for hivenet's HN errors), never a password."""
+"""Operator errors of the ``hivenet-db`` command, and ``migrate --check``: the command (in the
+test's process, ``tests/command.py``) against the real test server. A failure is one line on
+stderr naming the problem and what to do, exit status 2 (1 only for hivenet's HN errors),
+never a password."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import pytest
 
 from hivenet_db.tools import migrate
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
-from tests.test_cli import SCOPE, _run
+from tests.command import in_process
+from tests.test_cli import SCOPE
 
 SERIAL = "C0001A0101201507100123456789"
 URL_FORM = "postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
@@ -88,19 +90,19 @@ def weak(superuser: psycopg.Connection) -> Iterator[str]:
 @pytest.mark.parametrize("url", ["nonsense://x", "postgresql://[bad",
                                  "postgresql://u@127.0.0.1:notaport/db", "host=x dbname=y"])
 def test_malformed_url(url: str) -> None:
-    line = failure(_run("report", "--url", url))
+    line = failure(in_process("report", "--url", url))
     assert "URL" in line and line.endswith(f"expected {URL_FORM}")
 
 
 def test_unreachable_server() -> None:
     port = _closed_port()
-    line = failure(_run("next", "unified", *SCOPE, "--url", f"postgresql://u@127.0.0.1:{port}/x"))
+    line = failure(in_process("next", "unified", *SCOPE, "--url", f"postgresql://u@127.0.0.1:{port}/x"))
     assert line == f"cannot reach PostgreSQL at 127.0.0.1:{port} (Connection refused): check " \
                    "the host and port in the URL and that the server is running"
 
 
 def test_nonexistent_database(hivenet_server: EmbeddedPostgres) -> None:
-    line = failure(_run("report", "--url", hivenet_server.url("hivenet_no_such_db")))
+    line = failure(in_process("report", "--url", hivenet_server.url("hivenet_no_such_db")))
     assert line == f"database hivenet_no_such_db does not exist at 127.0.0.1:" \
                    f"{hivenet_server.port}: create it (createdb hivenet_no_such_db) or correct " \
                    "the database name in the URL"
@@ -109,7 +111,7 @@ def test_nonexistent_database(hivenet_server: EmbeddedPostgres) -> None:
 def test_unknown_role_is_an_authentication_failure(hivenet_url: str,
                                                    hivenet_server: EmbeddedPostgres) -> None:
     url = _url(hivenet_server, _dbname(hivenet_url), "nobody")
-    line = failure(_run("maintain", "--url", url))
+    line = failure(in_process("maintain", "--url", url))
     assert line == f"authentication failed: role nobody does not exist at 127.0.0.1:" \
                    f"{hivenet_server.port}: correct the user in the URL, or create the role"
 
@@ -149,14 +151,14 @@ def test_wrong_password_is_an_authentication_failure(
     while not _password_checked(wrong):
         assert time.monotonic() < deadline, "pg_hba.conf was not reloaded"
         time.sleep(0.05)
-    result = _run("migrate", "--check", "--url", wrong)
+    result = in_process("migrate", "--check", "--url", wrong)
     line = failure(result)
     assert line == f"authentication failed for role {password_role} at 127.0.0.1:" \
                    f"{hivenet_server.port}: correct the password in the URL (or PGPASSWORD, " \
                    "~/.pgpass)"
     assert "wrong-pw" not in result.stderr
     # The right password gets in: the refusal above was the password's.
-    right = _run("migrate", "--check", "--url",
+    right = in_process("migrate", "--check", "--url",
                  _url(hivenet_server, _dbname(empty_url), password_role, "right-pw"))
     assert right.returncode == 5 and "not installed" in right.stdout
 
@@ -168,7 +170,7 @@ def test_wrong_password_is_an_authentication_failure(
 def test_permission_denied(command: list[str], weak: str, hivenet_url: str,
                            hivenet_server: EmbeddedPostgres) -> None:
     dbname = _dbname(hivenet_url)
-    line = failure(_run(*command, "--url", _url(hivenet_server, dbname, weak)))
+    line = failure(in_process(*command, "--url", _url(hivenet_server, dbname, weak)))
     assert line == f"permission denied for schema hivenet: role {weak} lacks a privilege that " \
                    f"`hivenet-db {command[0]}` needs in {dbname}: connect as the schema's " \
                    "owner or a role granted it (docs/operations.md, Privileges)"
@@ -177,7 +179,7 @@ def test_permission_denied(command: list[str], weak: str, hivenet_url: str,
 def test_migrate_without_rights_asks_for_bootstrap(weak: str, empty_url: str,
                                                    hivenet_server: EmbeddedPostgres) -> None:
     dbname = _dbname(empty_url)
-    line = failure(_run("migrate", "--url", _url(hivenet_server, dbname, weak)))
+    line = failure(in_process("migrate", "--url", _url(hivenet_server, dbname, weak)))
     # CREATE SCHEMA needs the CREATE right on the database, which bootstrap grants.
     assert line == f"permission denied for database {dbname}: role {weak} may not create or " \
                    f"change schema hivenet in {dbname}; a superuser must run `hivenet-db " \
@@ -192,9 +194,9 @@ def test_the_owner_of_the_database_installs_without_superuser(
     dbname = "hivenet_cli_owned"
     superuser.execute(f"CREATE DATABASE {dbname} OWNER {weak}")
     try:
-        result = _run("migrate", "--url", _url(hivenet_server, dbname, weak))
+        result = in_process("migrate", "--url", _url(hivenet_server, dbname, weak))
         assert result.returncode == 0, result.stderr
-        check = _run("migrate", "--check", "--url", hivenet_server.url(dbname))
+        check = in_process("migrate", "--check", "--url", hivenet_server.url(dbname))
         assert check.returncode == 0, check.stdout
     finally:
         hivenet_server.drop_database(dbname)
@@ -206,7 +208,7 @@ def test_the_owner_of_the_database_installs_without_superuser(
 @pytest.mark.parametrize("command", [["report"], ["next", "unified", *SCOPE], ["maintain"],
                                      ["parse", SERIAL], ["demo"]])
 def test_schema_not_installed(command: list[str], empty_url: str) -> None:
-    line = failure(_run(*command, "--url", empty_url))
+    line = failure(in_process(*command, "--url", empty_url))
     assert line == f"schema hivenet is not installed in {_dbname(empty_url)}: run " \
                    "`hivenet-db migrate`"
 
@@ -223,7 +225,7 @@ def newer_url(hivenet_url: str, db: psycopg.Connection) -> str:
                                      ["downgrade", "-1"]])
 def test_schema_newer_than_the_package(command: list[str], newer_url: str,
                                        db: psycopg.Connection) -> None:
-    line = failure(_run(*command, "--url", newer_url))
+    line = failure(in_process(*command, "--url", newer_url))
     assert line == NEWER.format(db=_dbname(newer_url), version=_version(), head=migrate.head())
     assert db.execute("SELECT version_num FROM hivenet_alembic_version").fetchall() == \
         [("9999",)]
@@ -234,7 +236,7 @@ def test_version_table_with_two_revisions(command: list[str], hivenet_url: str,
                                           db: psycopg.Connection) -> None:
     older = "0000"  # a row left behind: its revision need not exist
     db.execute("INSERT INTO hivenet_alembic_version VALUES (%s)", (older,))
-    line = failure(_run(*command, "--url", hivenet_url))
+    line = failure(in_process(*command, "--url", hivenet_url))
     assert line == f"hivenet_alembic_version in database {_dbname(hivenet_url)} holds 2 " \
                    f"revisions ({older}, {migrate.head()}) instead of one: delete the rows of " \
                    "the revisions the schema is not at, then run `hivenet-db migrate --check`"
@@ -242,7 +244,7 @@ def test_version_table_with_two_revisions(command: list[str], hivenet_url: str,
 
 @pytest.mark.parametrize("command", ["migrate --revision", "downgrade"])
 def test_revision_that_does_not_exist(command: str, hivenet_url: str) -> None:
-    line = failure(_run(*command.split(), "7777", "--url", hivenet_url))
+    line = failure(in_process(*command.split(), "7777", "--url", hivenet_url))
     revisions = ", ".join(migrate.revisions())
     assert line == f"{command.split()[0]} to '7777': Can't locate revision identified by " \
                    f"'7777'; this package's revisions are {revisions} (head {migrate.head()})"
@@ -259,35 +261,35 @@ def test_password_is_never_printed(debug: list[str]) -> None:
             f"postgresql://u@127.0.0.1:{port}/db?password=s3cret"]
     for url in urls:
         for command in (["report"], ["migrate"], ["migrate", "--check"], ["demo"]):
-            result = _run(*command, *debug, "--url", url)
+            result = in_process(*command, *debug, "--url", url)
             assert result.returncode == 2, result.stderr
             assert "s3cret" not in result.stdout + result.stderr, (url, command)
     # Also from the environment, where a deployment keeps it.
-    result = _run("report", *debug, env={"HIVENET_DATABASE_URL": urls[1]})
+    result = in_process("report", *debug, env={"HIVENET_DATABASE_URL": urls[1]})
     assert result.returncode == 2 and "s3cret" not in result.stderr
     assert "u:***@[bad" in result.stderr  # the URL is shown, its password is not
 
 
 def test_traceback_only_with_debug() -> None:
     url = f"postgresql://u@127.0.0.1:{_closed_port()}/db"
-    plain = failure(_run("maintain", "--url", url))
-    debug = _run("maintain", "--debug", "--url", url)
+    plain = failure(in_process("maintain", "--url", url))
+    debug = in_process("maintain", "--debug", "--url", url)
     assert debug.returncode == 2
     assert debug.stderr.startswith("Traceback") and "psycopg.OperationalError" in debug.stderr
     assert debug.stderr.splitlines()[-1] == f"hivenet-db: {plain}"
 
 
 def test_usage_mistake_is_one_line() -> None:
-    line = failure(_run("next", "unified", "--count", "x"))
+    line = failure(in_process("next", "unified", "--count", "x"))
     assert line == "argument --count/-n: 'x': expected a whole number, at least 1 (see " \
                    "`hivenet-db next --help`)"
     # A combination argparse cannot check points to the command's help too.
-    line = failure(_run("migrate", "--check", "--time-zone", "UTC"))
+    line = failure(in_process("migrate", "--check", "--time-zone", "UTC"))
     assert line == "--check changes nothing: drop --time-zone (see `hivenet-db migrate --help`)"
 
 
 def test_hivenet_error_keeps_exit_status_1(hivenet_url: str) -> None:
-    line = failure(_run("parse", "C0001", "--url", hivenet_url), rc=1)
+    line = failure(in_process("parse", "C0001", "--url", hivenet_url), rc=1)
     assert line.startswith("HN001 InvalidInput: ")
 
 
@@ -295,8 +297,8 @@ def test_hivenet_error_keeps_exit_status_1(hivenet_url: str) -> None:
 
 
 def _check(url: str) -> tuple[int, dict[str, Any], str]:
-    as_json = _run("migrate", "--check", "--json", "--url", url)
-    text = _run("migrate", "--check", "--url", url)
+    as_json = in_process("migrate", "--check", "--json", "--url", url)
+    text = in_process("migrate", "--check", "--url", url)
     assert as_json.stderr == text.stderr == "" and as_json.returncode == text.returncode
     return text.returncode, json.loads(as_json.stdout), text.stdout.strip()
 
@@ -314,7 +316,7 @@ def test_check_behind_then_migrate(hivenet_url: str) -> None:
     assert _check(hivenet_url) == (
         3, {"database": db, "current": oldest, "head": head, "state": "behind"},
         f"database {db} is at revision {oldest}, behind head {head}: run `hivenet-db migrate`")
-    assert _run("migrate", "--url", hivenet_url).returncode == 0
+    assert in_process("migrate", "--url", hivenet_url).returncode == 0
     assert _check(hivenet_url)[0] == 0
 
 
@@ -339,11 +341,11 @@ def test_check_untracked(hivenet_url: str, db: psycopg.Connection) -> None:
     code, status, text = _check(hivenet_url)
     assert (code, status["state"], status["current"]) == (6, "untracked", None)
     assert "records no revision" in text
-    line = failure(_run("migrate", "--url", hivenet_url))
+    line = failure(in_process("migrate", "--url", hivenet_url))
     assert line == text  # migrate refuses to install it a second time
-    assert _run("next", "unified", *SCOPE, "--url", hivenet_url).returncode == 0
+    assert in_process("next", "unified", *SCOPE, "--url", hivenet_url).returncode == 0
 
 
 def test_check_rejects_revision(hivenet_url: str) -> None:
-    line = failure(_run("migrate", "--check", "--revision", "0001", "--url", hivenet_url))
+    line = failure(in_process("migrate", "--check", "--revision", "0001", "--url", hivenet_url))
     assert "--check compares the database with the package's head" in line

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +16,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.command import in_process
+
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "docs" / "operations" / "grafana-dashboard.json"
 RULES = ROOT / "docs" / "operations" / "decision-rules.yaml"
 OPERATIONS = ROOT / "docs" / "operations.md"
-COMMAND = Path(sys.executable).parent / "hivenet-db"
 
 # PromQL words that are not metric names (functions are told by their parenthesis).
 KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
@@ -90,8 +89,8 @@ def emitted(db: psycopg.Connection, hivenet_url: str) -> set[str]:
     assert serial is not None
     db.execute("SELECT * FROM hivenet.begin_step(%s)", serial)
     db.execute("SELECT hivenet.maintain()")
-    result = subprocess.run([str(COMMAND), "metrics", "--url", hivenet_url],
-                            capture_output=True, text=True, timeout=120, check=True)
+    result = in_process("metrics", "--url", hivenet_url)
+    assert result.returncode == 0, result.stderr
     return samples(result.stdout) | application_samples()
 
 

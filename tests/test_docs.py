@@ -1,7 +1,8 @@
 """Every code block of README.md and docs/*.md is run by the suite, so the docs cannot drift
 from the code: here (SQL against a real database as the login the text names, Python with
-the few names each block assumes, `hivenet-db` commands through the installed command), or
-by the test named in ELSEWHERE, or it is listed in NOT_RUNNABLE with the reason.
+the few names each block assumes, `hivenet-db` commands as typed, run in the test's process
+by `tests/command.py`), or by the test named in ELSEWHERE, or it is listed in NOT_RUNNABLE
+with the reason.
 ``test_every_block_is_run_or_listed`` fails on a block that is none of these. Every relative
 link of the pages resolves (``test_every_relative_link_resolves``).
 
@@ -35,10 +36,10 @@ from hivenet_db.shards import ShardMap
 from hivenet_db.tools import migrate
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres, find_bin_dir
 from hivenet_db.urls import sqlalchemy_url
+from tests.command import in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-BIN = Path(sys.executable).parent
 #: The day the pages' serials are dated (2026-11-21), a little after their interface call.
 CLOCK = "2026-11-21 09:40:00+00"
 
@@ -465,12 +466,12 @@ def _shell_lines(block: str) -> list[list[str]]:
 def _run(args: list[str], url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """A command of a page on the test database: its ``--url`` (``psql``: its connection)
     is ``url``."""
-    if args[0] == "psql":
-        command = [str(find_bin_dir() / "psql"), "--no-psqlrc", "-v", "ON_ERROR_STOP=1",
-                   url, *(a for a in args[1:] if not a.startswith("postgresql://"))]
-    else:
-        command = [str(BIN / args[0]), *(url if before == "--url" else arg
-                                         for before, arg in pairwise(args))]
+    if args[0] == "hivenet-db":
+        return in_process(*(url if before == "--url" else arg
+                            for before, arg in pairwise(args)),
+                          env={"HIVENET_DATABASE_URL": url}, cwd=cwd)
+    command = [str(find_bin_dir() / "psql"), "--no-psqlrc", "-v", "ON_ERROR_STOP=1",
+               url, *(a for a in args[1:] if not a.startswith("postgresql://"))]
     env = {**os.environ, "HIVENET_DATABASE_URL": url}
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
                           check=False, timeout=300)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -16,8 +15,8 @@ from sqlalchemy import Engine
 from hivenet_db import metrics
 from hivenet_db._execute import SyncDB
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
+from tests.command import in_process
 from tests.helpers import SYNC_KINDS, share_fallback, sync_connection
-from tests.test_cli import COMMAND
 
 parser = pytest.importorskip("prometheus_client.parser")
 
@@ -170,8 +169,7 @@ def _names(families: Iterable[dict[str, object]]) -> set[object]:
 def test_command_prints_the_exposition(activity: None, hivenet_url: str,
                                        db: psycopg.Connection) -> None:
     def run(*args: str) -> str:
-        result = subprocess.run([str(COMMAND), "metrics", "--url", hivenet_url, *args],
-                                capture_output=True, text=True, timeout=120, check=False)
+        result = in_process("metrics", "--url", hivenet_url, *args)
         assert result.returncode == 0 and result.stderr == "", result.stderr
         return result.stdout
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -16,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 
+from tests.command import in_process
 from tests.helpers import (
     Connect,
     SetClock,
@@ -27,7 +26,6 @@ from tests.helpers import (
     wait_until_blocked,
 )
 
-COMMAND = Path(sys.executable).with_name("hivenet-db")
 DOC = Path(__file__).resolve().parent.parent / "docs" / "guides" / "formats.md"
 NEXT = ("SELECT hivenet.next_serial('unified', jsonb_build_object("
         "'system', 'C0001', 'module', 'A01', 'instance', %s::text))")
@@ -65,9 +63,7 @@ def test_an_unprepared_scope_is_refused_naming_it_and_how_to_prepare_it(
     # Nothing was made or recorded by the refusals; the command the message names works.
     assert scalar(db, "SELECT count(*) FROM hivenet.scope WHERE scope LIKE 'C0009%'") == 0
     assert scalar(db, "SELECT count(*) FROM hivenet.fallback_draw") == 0
-    done = subprocess.run([str(COMMAND), "prepare", "unified", "C0009", "A01", "01", "--url",
-                           hivenet_url], capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = in_process("prepare", "unified", "C0009", "A01", "01", "--url", hivenet_url)
     assert done.returncode == 0, done.stderr
     assert scalar(db, "SELECT hivenet.next_unified_serial('C0009', 'A01', '01')").endswith(
         "0000000001")

@@ -15,8 +15,9 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from hivenet_db.tools.embedded_postgres import SUPERUSER, EmbeddedPostgres
+from tests.command import in_process
 from tests.servers import NOTHING_LEFT, left_on_the_session, pgbouncer
-from tests.test_cli import SCOPE, _run
+from tests.test_cli import SCOPE
 from tests.test_cli_errors import SERIAL
 
 RUNS = 3
@@ -57,7 +58,7 @@ def three_runs(url: str | None, *args: str, rc: int = 0, shards: tuple[str, ...]
     before = [left_on_the_session(session)["pid"] for session in sessions]
     results = []
     for n in range(RUNS):
-        result = _run(*args, *(["--url", url] if url else []))
+        result = in_process(*args, *(["--url", url] if url else []))
         assert result.returncode == rc, f"run {n + 1} of {args}: {result.stderr}"
         results.append(result)
     after = [left_on_the_session(session) for session in sessions]
@@ -104,7 +105,7 @@ def test_each_command_three_times_through_one_pooled_session(
         assert shown in result.stdout, (name, result.stdout)
 
 
-def test_next_issues_new_serials_on_every_run(hivenet_url: str, via: Via) -> None:
+def test_next_issues_new_serials_on_everyin_process(hivenet_url: str, via: Via) -> None:
     runs = three_runs(via(hivenet_url), "next", "unified", *SCOPE, "-n", "12")
     serials = [line for result in runs for line in result.stdout.split()]
     assert len(serials) == len(set(serials)) == RUNS * 12

@@ -5,10 +5,8 @@ own (tests/shard_clusters.py) with real parallel connections."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from hivenet_db import InterfaceDedup, SerialRepository, StepRepository
 from hivenet_db.errors import UnknownScope
 from hivenet_db.shards import Placement, ShardMap, ShardMapError, from_urls
+from tests.command import in_process
 from tests.helpers import failure, in_parallel, scalar, share_fallback
 from tests.shard_clusters import ShardClusters, shard_clusters
 
@@ -418,9 +417,7 @@ def test_an_administrator_changes_ownership_and_an_application_reads_it(
 
 
 def hivenet_db(*args: str, rc: int = 0) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "HIVENET_DATABASE_URL"}
-    result = subprocess.run([str(Path(sys.executable).with_name("hivenet-db")), *args],
-                            capture_output=True, text=True, env=env, timeout=180, check=False)
+    result = in_process(*args)
     assert result.returncode == rc, result.stderr
     return result
 

@@ -9,11 +9,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -34,6 +31,7 @@ from hivenet_db import sqlalchemy as hsa
 from hivenet_db._execute import SyncDB
 from hivenet_db.metrics import read
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
+from tests.command import in_process
 from tests.helpers import (
     Connect,
     Issued,
@@ -266,11 +264,9 @@ def test_a_bigint_column_defaults_to_a_time_id(hivenet_engine: sa.Engine) -> Non
 
 def test_the_command_issues_and_parses_time_ids(hivenet_url: str, db: psycopg.Connection,
                                                 fake_clock: SetClock) -> None:
-    command = Path(sys.executable).with_name("hivenet-db")
-
     def run(*args: str) -> str:
-        done = subprocess.run([str(command), *args, "--url", hivenet_url], capture_output=True,
-                              text=True, check=True, timeout=120)
+        done = in_process(*args, "--url", hivenet_url)
+        assert done.returncode == 0, done.stderr
         return done.stdout
 
     ids = [int(line) for line in run("next", "time_id", "-n", "3").split()]
