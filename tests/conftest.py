@@ -32,6 +32,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                            if reporter is not None else print(line))
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker more than the cores this process may run on. The suite waits as
+    much as it computes in places (failover and HA timeouts, a lock another session holds, a
+    fake clock's second), and a core left idle while both workers of a 2-core machine wait
+    is what a third one takes (README: the suite's time)."""
+    return len(os.sched_getaffinity(0)) + 1
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The files of long tests (marked slow) first, then the others by their number of
     tests: pytest-xdist hands out files in this order (``--no-loadscope-reorder``, or it
