@@ -623,16 +623,14 @@ def test_alembic_branch_in_an_application_tree(hivenet_url: str, tmp_path: Path,
 
 def test_two_commands_at_once_share_one_new_embedded_server(embedded_dir: Path) -> None:
     """First use is serialised by a file lock: one initdb, both commands succeed."""
-    env = {**{k: v for k, v in os.environ.items() if k != "HIVENET_DATABASE_URL"},
-           "HIVENET_EMBEDDED_DIR": str(embedded_dir)}
     barrier = threading.Barrier(2)
     results: list[subprocess.CompletedProcess[str]] = []
 
     def one() -> None:
         barrier.wait()
         # per_second: its one scope is prepared with the format, on a new database too.
-        results.append(subprocess.run([str(COMMAND), "next", "per_second"], env=env,
-                                      capture_output=True, text=True, timeout=180, check=False))
+        results.append(as_process("next", "per_second",
+                                  env={"HIVENET_EMBEDDED_DIR": str(embedded_dir)}))
 
     threads = [threading.Thread(target=one) for _ in range(2)]
     for t in threads:
