@@ -141,8 +141,8 @@ def primary_and_standby(*, synchronous: bool, dbname: str = "failover") -> Itera
 
 def exposed(url: str, serials: set[str], prepared: tuple[str, ...]) -> int:
     """How many of the committed unified and interface ``serials`` (system C0001, module A01;
-    instances in ``prepared`` on scopes of their own, the others on the shared fallback
-    counters) stand above where the counters of the promoted standby at ``url`` are: an
+    instances in ``prepared`` on scopes of their own, every serial of one the standby has no
+    counter of; the others on the shared fallback counters) stand above where the counters of the promoted standby at ``url`` are: an
     unfenced standby would issue each of them again. Read, not drawn: a draw would fence
     them."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -156,5 +156,5 @@ def exposed(url: str, serials: set[str], prepared: tuple[str, ...]) -> int:
         kind = "unified" if len(serial) == 28 else "interface"
         instance = serial[8:10]
         counter = f"seq_{kind}_C0001A01{instance}" if instance in prepared else f"cold_{kind}"
-        count += int(serial[-10:]) > value[counter] % stride[kind]
+        count += int(serial[-10:]) > value.get(counter, 0) % stride[kind]  # none: lost
     return count

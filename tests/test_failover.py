@@ -30,6 +30,7 @@ from tests.replication import Pair, exposed, primary_and_standby
 
 PREPARED = ("01", "02", "03", "04")  # scopes with their own sequence before the load
 COLD = "09"  # a scope that draws from the format's shared fallback throughout
+LOST = "07"  # a scope prepared, and drawn from, only in the WAL an asynchronous standby lacks
 
 
 def fields(instance: str) -> dict[str, str]:
@@ -278,6 +279,32 @@ def test_a_scope_prepared_on_a_new_timeline_starts_after_the_fence(
     assert seq_of(first) > seq_of(drawn) + gap_1000
 
 
+def test_a_counter_first_made_in_the_period_of_a_fence_starts_after_its_gap(
+        db: psycopg.Connection, gap_1000: int,
+        fake_clock: Callable[[psycopg.Connection, str], None]) -> None:
+    """The old primary may have made a counter and issued from it in the WAL the promoted
+    standby lacks, where the fence cannot move it: a scope prepared, or a format (its one
+    scope) defined again in the fence's period (the day) starts after the gap, showing nothing
+    issued until it issues; the next day, from 1."""
+
+    def first_of_new_format(name: str) -> int:
+        db.execute("SELECT hivenet.define_format(%s, '[{\"literal\": \"BK\"}, "
+                   "{\"time\": \"YYYYMMDD\"}, {\"seq\": 6, \"reset\": \"day\"}]')", (name,))
+        return int(scalar(db, "SELECT hivenet.next_serial(%s, '{}')", (name,))[-6:])
+
+    new_timeline(db)
+    scalar(db, UNIFIED)  # fences
+    db.execute("SELECT hivenet.prepare_scope('unified', %s)", (Jsonb(fields("05")),))
+    assert scalar(db, "SELECT hivenet._has_issued('seq_unified_C0001A0105')") is False
+    assert seq_of(scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '05')")
+                  ) == gap_1000 + 1
+    assert first_of_new_format("batch_slip") == gap_1000 + 1
+    fake_clock(db, scalar(db, "SELECT (now() + interval '1 day')::text"))
+    db.execute("SELECT hivenet.prepare_scope('unified', %s)", (Jsonb(fields("06")),))
+    assert seq_of(scalar(db, "SELECT hivenet.next_unified_serial('C0001', 'A01', '06')")) == 1
+    assert first_of_new_format("batch_note") == 1
+
+
 def test_maintain_samples_allocation_rates_and_warns_when_the_gap_is_too_small(
         db: psycopg.Connection, hivenet_admin_url: str) -> None:
     """The peak rate of each format (between two runs of maintain(), today or yesterday)
@@ -418,10 +445,27 @@ def prepare(pair: Pair) -> None:
                          (Jsonb({**fields(instance), "target": "T0001"}),))
 
 
+def issue_from_a_new_scope(load: Load) -> None:
+    """Prepare scope LOST on the primary and commit serials of it (with the standby cut off,
+    the promoted one never has them nor the scope's counter)."""
+    with psycopg.connect(load.url) as conn:
+        conn.execute("SELECT hivenet.prepare_scope('unified', %s)", (Jsonb(fields(LOST)),))
+        conn.commit()
+        serials = [r[0] for r in conn.execute("SELECT hivenet.next_serials('unified', %s, 5)",
+                                              (Jsonb(fields(LOST)),)).fetchall()]
+        conn.commit()
+    with load.lock:
+        load.serials.update(serials)
+
+
 def issued_after(url: str, per_scope: int) -> set[str]:
-    """``per_scope`` new serials of every scope the load used, on the (new) primary."""
+    """``per_scope`` new serials of every scope the load used, on the (new) primary; scope
+    LOST prepared there first."""
     out: set[str] = set()
     with psycopg.connect(url) as conn:
+        conn.execute("SELECT hivenet.prepare_scope('unified', %s)", (Jsonb(fields(LOST)),))
+        out.update(r[0] for r in conn.execute("SELECT hivenet.next_serials('unified', %s, %s)",
+                                              (Jsonb(fields(LOST)), per_scope)).fetchall())
         for instance in (*PREPARED, COLD):
             out.update(r[0] for r in conn.execute(
                 "SELECT hivenet.next_serials('unified', %s, %s)",
@@ -453,11 +497,12 @@ def reclaim(url: str, claims: Iterator[str] | list[str]) -> int:
     return accepted
 
 
-def failover(pair: Pair, *, cut_off: bool) -> tuple[Load, int]:
+def failover(pair: Pair, *, cut_off: bool, new_scope: bool = False) -> tuple[Load, int]:
     """Load on the primary; with ``cut_off`` the standby stopped for the last second (as by
-    a network partition: from then on the primary's WAL never reaches it); the primary
-    killed with SIGKILL, the standby promoted. Returns the load and how many serials were
-    committed before the cut-off."""
+    a network partition: from then on the primary's WAL never reaches it), and with
+    ``new_scope`` scope LOST prepared and drawn from then (an asynchronous standby only:
+    a synchronous one would hold the commits); the primary killed with SIGKILL, the standby
+    promoted. Returns the load and how many serials were committed before the cut-off."""
     prepare(pair)
     pair.wait_caught_up()
     load = Load(pair.primary_url)
@@ -468,6 +513,8 @@ def failover(pair: Pair, *, cut_off: bool) -> tuple[Load, int]:
         pair.standby.stop("fast")
         with load.lock:
             shipped = len(load.serials)
+        if new_scope:
+            issue_from_a_new_scope(load)
         time.sleep(1.0)
     pair.primary.kill()
     load.join()
@@ -500,9 +547,9 @@ def async_failover(pair: Pair, fence: Callable[[str], None]) -> tuple[Load, int,
     """``failover`` with the standby cut off, then ``fence``. Returns the load, how many
     committed serials the unfenced standby would have issued again, and how many committed
     claims it lacks."""
-    load, shipped = failover(pair, cut_off=True)
+    load, shipped = failover(pair, cut_off=True, new_scope=True)
     assert len(load.serials) - shipped > 100, "too little committed after the cut-off"
-    unfenced = exposed(pair.standby_url, load.serials, PREPARED)
+    unfenced = exposed(pair.standby_url, load.serials, (*PREPARED, LOST))
     missing = len(load.claims) - claims_present(pair.standby_url, load.claims)
     fence(pair.standby_url)
     return load, unfenced, missing

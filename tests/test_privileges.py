@@ -234,7 +234,7 @@ OWNER_ONLY = set("""
     _fallback_drawn _fallback_lock_space _fallback_gate_space _refuse_unprepared _shown_time
     _create_decision_counters _grant_decision_counters
     _create_interface_partition _drop_interface_partition
-    _check_timeline _counted_apart _failover_gap _fenced _fence_counter
+    _check_timeline _counted_apart _failover_gap _fenced _fence_counter _fenced_value _fence_floor
     _sample_allocation_rates
     _fast_path_expression _fence _field_problem _field_values _format_error _grant_counter
     _grant_roles _instance_in _interface_partition_name _interval_conflict _issue

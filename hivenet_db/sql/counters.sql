@@ -139,12 +139,23 @@ END $$;
 
 -- Creates counter p_name (the scope's live name, seq_X, or its parked one, off_X:
 -- ownership.sql) of scope p_scope of format p_format, empty, and its clock (a format with a
--- clock_unit; named after the live name), and records the scope.
+-- clock_unit; named after the live name), and records the scope. Returns the last value the
+-- counter starts after when it is made in the period of a failover fence (_fence_floor:
+-- set as its next value, so it shows nothing issued), NULL otherwise.
 CREATE FUNCTION hivenet._create_scope_counter(p_format hivenet.format, p_scope text,
-    p_fields jsonb, p_name text) RETURNS void
+    p_fields jsonb, p_name text) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_floor bigint;
 BEGIN
     EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', p_name);
+    -- Nested: the fence (failover.sql) is not there yet while the schema is installed.
+    IF to_regclass('hivenet.fenced_gaps') IS NOT NULL THEN
+        v_floor := hivenet._fence_floor(p_format);
+        IF v_floor IS NOT NULL THEN
+            PERFORM setval(('hivenet.' || quote_ident(p_name))::regclass, v_floor + 1, false);
+        END IF;
+    END IF;
     PERFORM hivenet._grant_counter(p_name);  -- for the fast path, run as the caller
     IF p_format.clock_unit IS NOT NULL THEN
         PERFORM hivenet._create_clock(hivenet._scope_sequence_name(p_format.name, p_scope), 0);
@@ -152,6 +163,7 @@ BEGIN
     INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
     VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), p_name)
     ON CONFLICT DO NOTHING;
+    RETURN v_floor;
 END $$;
 
 -- Gives scope p_scope of format p_format its own sequence and records the scope. p_drawn:
@@ -163,7 +175,8 @@ END $$;
 -- current period or a later one otherwise (the fallback's latest), so that a clock stepping
 -- back later can never bring it into a period whose serials the fallback printed. A start
 -- set for a scope that did not draw (or may not have) is its next value (is_called false):
--- its sequence shows nothing issued until it issues (_has_issued).
+-- its sequence shows nothing issued until it issues (_has_issued). Never below the start a
+-- failover fence gives it (_create_scope_counter).
 -- Checks the timeline first (failover.sql): on a new one, the fallback's values it starts
 -- from are fenced ones. Commits with the caller, who must be the owner's maintain() or
 -- prepare_scope(): holds the format's cold lock exclusive until then, so allocations from
@@ -176,6 +189,7 @@ DECLARE
     v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
     v_fallback regclass;
     v_issued bigint;  -- the fallback's last value, NULL before its first
+    v_floor bigint;   -- the fence's start (_fence_floor), NULL for none
 BEGIN
     PERFORM hivenet._check_timeline();
     PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
@@ -183,17 +197,18 @@ BEGIN
     IF hivenet._committed_sequence(v_name) IS NOT NULL THEN
         RETURN;
     END IF;
-    PERFORM hivenet._create_scope_counter(p_format, p_scope, p_fields, v_name);
+    v_floor := hivenet._create_scope_counter(p_format, p_scope, p_fields, v_name);
     v_fallback := ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
     v_issued := pg_sequence_last_value(v_fallback);
     IF v_issued > 0 AND p_drawn THEN
-        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, v_issued, true);
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass,
+                       greatest(v_issued, v_floor), true);
     ELSIF v_issued > 0 THEN
-        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, 1 + CASE
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, 1 + greatest(CASE
             WHEN p_drawn IS NULL THEN v_issued
             ELSE greatest(v_issued / p_format.stride, hivenet._period_index(
                      hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
-                     p_format.reset)) * p_format.stride END, false);
+                     p_format.reset)) * p_format.stride END, v_floor), false);
     END IF;
     IF p_format.clock_unit IS NOT NULL AND p_drawn IS NOT FALSE THEN
         PERFORM hivenet._create_clock(v_name,

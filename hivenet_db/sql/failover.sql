@@ -7,8 +7,10 @@
 -- forward by a gap, no earlier than the clock's period. Guarantee: no serial is issued twice
 -- as long as the old primary issued at most `gap` serials per format in the WAL the new one
 -- lacks (rule: gap >= peak serials per second of one format x the longest stretch of commits
--- a failover loses) and its clock was not ahead of the new primary's. A promotion or a
--- point-in-time recovery shows as a new timeline.
+-- a failover loses) and its clock was not ahead of the new primary's. A counter made after a
+-- fence, in its period, starts after the gaps (_fence_floor): the old primary may have made
+-- that counter, and issued from it, in the lost WAL. A promotion or a point-in-time recovery
+-- shows as a new timeline.
 --
 -- The fence takes itself: the first allocation of each server session checks the timeline
 -- (_check_timeline), and the first on a timeline not fenced yet fences it before it draws,
@@ -47,6 +49,12 @@ $$;
 CREATE SEQUENCE hivenet.fenced_timeline AS integer MINVALUE 0;
 SELECT setval('hivenet.fenced_timeline', hivenet._timeline());
 INSERT INTO hivenet.failover_fence (timeline, applied_by) VALUES (hivenet._timeline(), 'install');
+
+-- The instant of the last fence (microseconds since 1970; none before the first) and the sum
+-- of the gaps of every fence: sequences too, for the same reason. A counter made in the
+-- period of the last fence starts after them (_fence_floor).
+CREATE SEQUENCE hivenet.fenced_at AS bigint MINVALUE 0 START 0;
+CREATE SEQUENCE hivenet.fenced_gaps AS bigint MINVALUE 0 START 0;
 
 -- Whether this server's timeline is the last one fenced (or the install's).
 CREATE FUNCTION hivenet._fenced() RETURNS boolean
@@ -94,30 +102,37 @@ BEGIN
     END IF;
 END $$;
 
--- Part of _fence: moves counter p_seq of format p_format to greatest(its last value, the
--- start of period p_period) + p_gap, or parks it at its period's capacity when the format
--- does not borrow and the period cannot hold the gap. Under the period reset's lock
--- (_advance, periods.sql), held for the setval only.
+-- Where the fence moves a counter of format p_format that stands at p_from: to
+-- greatest(p_from, the start of period p_period) + p_gap, or, parked, to its period's
+-- capacity when the format does not borrow and the period cannot hold the gap.
+CREATE FUNCTION hivenet._fenced_value(p_from bigint, p_format hivenet.format,
+    p_period bigint, p_gap bigint, OUT to_value bigint, OUT parked boolean)
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_base bigint := greatest(p_from, p_period * p_format.stride);
+    v_last bigint := (v_base / p_format.stride) * p_format.stride + p_format.capacity;
+BEGIN
+    to_value := v_base + p_gap;
+    parked := NOT p_format.borrow_next_period AND to_value > v_last;
+    IF parked THEN
+        to_value := greatest(v_last, p_from);
+    END IF;
+END $$;
+
+-- Part of _fence: moves counter p_seq of format p_format as _fenced_value says. Under the
+-- period reset's lock (_advance, periods.sql), held for the setval only.
 CREATE FUNCTION hivenet._fence_counter(p_seq regclass, p_format hivenet.format,
     p_period bigint, p_gap bigint, OUT from_value bigint, OUT to_value bigint,
     OUT parked boolean)
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    v_base bigint;
-    v_last bigint;
 BEGIN
     PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
     BEGIN
         -- Its value, also one set as the next (is_called false: a prepared scope's start,
         -- counters.sql), which pg_sequence_last_value does not show.
         EXECUTE format('SELECT last_value FROM %s', p_seq) INTO from_value;
-        v_base := greatest(from_value, p_period * p_format.stride);
-        to_value := v_base + p_gap;
-        v_last := (v_base / p_format.stride) * p_format.stride + p_format.capacity;
-        parked := NOT p_format.borrow_next_period AND to_value > v_last;
-        IF parked THEN
-            to_value := greatest(v_last, from_value);
-        END IF;
+        SELECT f.to_value, f.parked INTO to_value, parked
+        FROM hivenet._fenced_value(from_value, p_format, p_period, p_gap) f;
         PERFORM setval(p_seq, to_value, true);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
@@ -182,6 +197,10 @@ BEGIN
                 END;
                 PERFORM pg_advisory_unlock(hivenet._cold_lock_space(), hashtext(v_format.name));
             END LOOP;
+            PERFORM setval('hivenet.fenced_gaps',
+                           coalesce(pg_sequence_last_value('hivenet.fenced_gaps'), 0) + p_gap);
+            PERFORM setval('hivenet.fenced_at',
+                           (extract(epoch FROM hivenet.now()) * 1000000)::bigint);
             PERFORM setval('hivenet.fenced_timeline', v_timeline);
             INSERT INTO hivenet.failover_fence AS f (timeline, gap, counters, applied_by)
             VALUES (v_timeline, p_gap, v_count, p_by)
@@ -198,6 +217,24 @@ BEGIN
     END;
     PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), 1);
 END $$;
+
+-- The last value a counter of format p_format made now starts after, or NULL. Made in the
+-- period of the last fence (or before it: a clock behind), it may be one the old primary
+-- made and issued from in the WAL the fence could not see; so it starts where a fence would
+-- have moved it, after the gaps of every fence so far (at least those of that period), and
+-- parked where they do not fit (_fenced_value). Off the allocation path: counters.sql.
+CREATE FUNCTION hivenet._fence_floor(p_format hivenet.format) RETURNS bigint
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT v.to_value
+    FROM (SELECT pg_sequence_last_value('hivenet.fenced_gaps') AS gaps,
+                 hivenet._period_index(to_timestamp(
+                     pg_sequence_last_value('hivenet.fenced_at') / 1e6) AT TIME ZONE z.zone,
+                     p_format.reset) AS fenced,
+                 hivenet._period_index(hivenet.now() AT TIME ZONE z.zone, p_format.reset) AS now
+          FROM (SELECT hivenet._setting_value('time_zone') AS zone) z) p,
+         hivenet._fenced_value(0, p_format, p.fenced, p.gaps) v
+    WHERE p.gaps > 0 AND p.fenced >= p.now
+$$;
 
 -- The automatic fence: on a primary whose timeline is not the last one fenced, fences it
 -- (setting failover_gap; one session fences, the others wait for it in _fence and then find

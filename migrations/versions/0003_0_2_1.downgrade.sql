@@ -5,6 +5,88 @@
 -- Bodies are checked when they run, as pg_dump's scripts do.
 SET LOCAL check_function_bodies = off;
 
+-- Objects outside schema hivenet that call a function this revision drops and makes again:
+-- an application's column defaults (a serial column's DEFAULT hivenet.next_unified_serial(...))
+-- are kept, dropped, and set again after the functions are made (restore_dependents.sql); the
+-- migrating role must own their tables. Anything else (a view, a function with an SQL body, a
+-- constraint, an index, a trigger) would be dropped with them: the upgrade stops, naming it.
+DO $$
+DECLARE
+    v_functions regprocedure[] := ARRAY(
+        SELECT to_regprocedure(f) FROM unnest(ARRAY[
+            'hivenet._create_scope_counter(hivenet.format,text,jsonb,text)',
+            'hivenet._fence_floor(hivenet.format)',
+            'hivenet._fenced_value(bigint,hivenet.format,bigint,bigint)']::text[]) AS f);
+    v_blocking text;
+    v_kept jsonb;
+    v_default record;
+BEGIN
+    SELECT string_agg(DISTINCT coalesce(  -- a view, rather than its rule
+               (SELECT pg_describe_object('pg_class'::regclass, r.ev_class, 0)
+                FROM pg_rewrite r WHERE d.classid = 'pg_rewrite'::regclass AND r.oid = d.objid),
+               pg_describe_object(d.classid, d.objid, d.objsubid)), '; ')
+    INTO v_blocking
+    FROM pg_depend d
+    WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (v_functions)
+      AND d.deptype = 'n' AND d.classid <> 'pg_attrdef'::regclass
+      AND (CASE d.classid
+               WHEN 'pg_proc'::regclass THEN
+                   (SELECT p.pronamespace FROM pg_proc p WHERE p.oid = d.objid)
+               WHEN 'pg_rewrite'::regclass THEN
+                   (SELECT c.relnamespace FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+                    WHERE r.oid = d.objid)
+               WHEN 'pg_trigger'::regclass THEN
+                   (SELECT c.relnamespace FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                    WHERE t.oid = d.objid)
+               WHEN 'pg_constraint'::regclass THEN
+                   (SELECT k.connamespace FROM pg_constraint k WHERE k.oid = d.objid)
+               WHEN 'pg_class'::regclass THEN
+                   (SELECT c.relnamespace FROM pg_class c WHERE c.oid = d.objid)
+           END) IS DISTINCT FROM 'hivenet'::regnamespace;
+    IF v_blocking IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'dependent_objects_still_exist',
+            MESSAGE = format('this upgrade makes functions of schema hivenet again, and %s '
+                             'calls one of them: drop it before the upgrade and make it again '
+                             'after', v_blocking);
+    END IF;
+    FOR v_default IN
+        SELECT a.adrelid::regclass AS relation, c.relowner, t.attname,
+               pg_get_expr(a.adbin, a.adrelid) AS expression
+        FROM pg_depend d
+        JOIN pg_attrdef a ON d.classid = 'pg_attrdef'::regclass AND a.oid = d.objid
+        JOIN pg_attribute t ON t.attrelid = a.adrelid AND t.attnum = a.adnum
+        JOIN pg_class c ON c.oid = a.adrelid
+        WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid = ANY (v_functions)
+          AND c.relnamespace <> 'hivenet'::regnamespace
+        ORDER BY 1, 3
+    LOOP
+        IF NOT pg_has_role(v_default.relowner, 'USAGE') THEN
+            RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+                MESSAGE = format('the default of column %s of table %s calls a function of '
+                                 'schema hivenet that this upgrade makes again: run the upgrade '
+                                 'as a member of the table''s owner, %s, or drop the default '
+                                 'before it and set it again after', v_default.attname,
+                                 v_default.relation, v_default.relowner::regrole);
+        END IF;
+        v_kept := coalesce(v_kept, '[]') || jsonb_build_object('relation', v_default.relation,
+            'column', v_default.attname, 'expression', v_default.expression);
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', v_default.relation,
+                       v_default.attname);
+    END LOOP;
+    PERFORM set_config('hivenet.revision_kept_defaults', coalesce(v_kept, '[]')::text, true);
+END $$;
+
+-- Code that goes, or changes what CREATE OR REPLACE cannot.
+DROP FUNCTION hivenet._fenced_value(bigint,hivenet.format,bigint,bigint);
+DROP FUNCTION hivenet._fence_floor(hivenet.format);
+DROP FUNCTION hivenet._create_scope_counter(hivenet.format,text,jsonb,text);
+
+-- Tables, types and sequences (the .tables.sql beside this file).
+-- Back from release 0.2.1 to 0.2.0: tables, types and sequences, written by hand (the code
+-- around them is written from the schema files: hivenet_db/tools/revision.py).
+
+DROP SEQUENCE hivenet.fenced_at, hivenet.fenced_gaps;
+
 -- Code, in dependency order.
 CREATE OR REPLACE FUNCTION hivenet._begin_key(p_step boolean, p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_nowait boolean, p_wait interval, p_raw_request bytea, OUT outcome text, OUT attempt integer, OUT response jsonb)
  RETURNS record
@@ -51,6 +133,156 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._begin_key(boolean,text,text,jsonb,text,text,interval,boolean,interval,bytea) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._create_scope_counter(p_format hivenet.format, p_scope text, p_fields jsonb, p_name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+    EXECUTE format('CREATE SEQUENCE hivenet.%I AS bigint MINVALUE 0 START 0', p_name);
+    PERFORM hivenet._grant_counter(p_name);  -- for the fast path, run as the caller
+    IF p_format.clock_unit IS NOT NULL THEN
+        PERFORM hivenet._create_clock(hivenet._scope_sequence_name(p_format.name, p_scope), 0);
+    END IF;
+    INSERT INTO hivenet.scope (format, scope, fields, definition, sequence_name)
+    VALUES (p_format.name, p_scope, p_fields, md5(p_format.segments::text), p_name)
+    ON CONFLICT DO NOTHING;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._create_scope_counter(hivenet.format,text,jsonb,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fence(p_gap bigint, p_force boolean, p_by text)
+ RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_timeline integer := hivenet._timeline();
+    v_format hivenet.format;
+    v_period bigint;
+    v_seq regclass;
+    v_count integer := 0;
+BEGIN
+    IF p_gap IS NULL OR p_gap < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'HN001',
+            MESSAGE = format('failover fence: gap %s must be at least 1',
+                             coalesce(p_gap::text, 'NULL'));
+    END IF;
+    -- The fences' lock: key 1 of the period resets' space, whose other keys are sequence
+    -- OIDs (never below 16384) and maintain()'s 0.
+    PERFORM pg_advisory_lock(hivenet._reset_lock_space(), 1);
+    BEGIN
+        IF p_force OR NOT hivenet._fenced() THEN
+            FOR v_format IN SELECT * FROM hivenet.format ORDER BY name LOOP
+                PERFORM pg_advisory_lock(hivenet._cold_lock_space(), hashtext(v_format.name));
+                BEGIN
+                    v_period := hivenet._period_index(hivenet.now() AT TIME ZONE
+                        hivenet._setting_value('time_zone'), v_format.reset);
+                    FOR counter IN
+                        SELECT hivenet._cold_sequence_name(v_format.name)
+                        UNION ALL
+                        (SELECT s.sequence_name FROM hivenet.scope s
+                         WHERE s.format = v_format.name ORDER BY s.sequence_name)
+                    LOOP
+                        v_seq := to_regclass('hivenet.' || quote_ident(counter));
+                        CONTINUE WHEN v_seq IS NULL;
+                        SELECT f.from_value, f.to_value, f.parked
+                        INTO from_value, to_value, parked
+                        FROM hivenet._fence_counter(v_seq, v_format, v_period, p_gap) f;
+                        v_count := v_count + 1;
+                        timeline := v_timeline;
+                        format := v_format.name;
+                        RETURN NEXT;
+                    END LOOP;
+                EXCEPTION WHEN OTHERS OR query_canceled THEN
+                    PERFORM pg_advisory_unlock(hivenet._cold_lock_space(),
+                                               hashtext(v_format.name));
+                    RAISE;
+                END;
+                PERFORM pg_advisory_unlock(hivenet._cold_lock_space(), hashtext(v_format.name));
+            END LOOP;
+            PERFORM setval('hivenet.fenced_timeline', v_timeline);
+            INSERT INTO hivenet.failover_fence AS f (timeline, gap, counters, applied_by)
+            VALUES (v_timeline, p_gap, v_count, p_by)
+            ON CONFLICT ON CONSTRAINT failover_fence_pkey DO UPDATE
+                SET fenced_at = clock_timestamp(), gap = coalesce(f.gap, 0) + EXCLUDED.gap,
+                    counters = EXCLUDED.counters, applied_by = EXCLUDED.applied_by;
+            RAISE LOG USING MESSAGE = format(
+                'hivenet: fenced timeline %s (%s): %s counters moved forward by %s',
+                v_timeline, p_by, v_count, p_gap);
+        END IF;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), 1);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), 1);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fence(bigint,boolean,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fence_counter(p_seq regclass, p_format hivenet.format, p_period bigint, p_gap bigint, OUT from_value bigint, OUT to_value bigint, OUT parked boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_base bigint;
+    v_last bigint;
+BEGIN
+    PERFORM pg_advisory_lock(hivenet._reset_lock_space(), p_seq::oid::integer);
+    BEGIN
+        -- Its value, also one set as the next (is_called false: a prepared scope's start,
+        -- counters.sql), which pg_sequence_last_value does not show.
+        EXECUTE format('SELECT last_value FROM %s', p_seq) INTO from_value;
+        v_base := greatest(from_value, p_period * p_format.stride);
+        to_value := v_base + p_gap;
+        v_last := (v_base / p_format.stride) * p_format.stride + p_format.capacity;
+        parked := NOT p_format.borrow_next_period AND to_value > v_last;
+        IF parked THEN
+            to_value := greatest(v_last, from_value);
+        END IF;
+        PERFORM setval(p_seq, to_value, true);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+        RAISE;
+    END;
+    PERFORM pg_advisory_unlock(hivenet._reset_lock_space(), p_seq::oid::integer);
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fence_counter(regclass,hivenet.format,bigint,bigint) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._promote_scope(p_format hivenet.format, p_scope text, p_fields jsonb, p_drawn boolean)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_name text := hivenet._scope_sequence_name(p_format.name, p_scope);
+    v_fallback regclass;
+    v_issued bigint;  -- the fallback's last value, NULL before its first
+BEGIN
+    PERFORM hivenet._check_timeline();
+    PERFORM pg_advisory_xact_lock(hivenet._cold_lock_space(), hashtext(p_format.name));
+    -- Another promotion of the scope may have committed while we waited for the lock.
+    IF hivenet._committed_sequence(v_name) IS NOT NULL THEN
+        RETURN;
+    END IF;
+    PERFORM hivenet._create_scope_counter(p_format, p_scope, p_fields, v_name);
+    v_fallback := ('hivenet.' || quote_ident(hivenet._cold_sequence_name(p_format.name)))::regclass;
+    v_issued := pg_sequence_last_value(v_fallback);
+    IF v_issued > 0 AND p_drawn THEN
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, v_issued, true);
+    ELSIF v_issued > 0 THEN
+        PERFORM setval(('hivenet.' || quote_ident(v_name))::regclass, 1 + CASE
+            WHEN p_drawn IS NULL THEN v_issued
+            ELSE greatest(v_issued / p_format.stride, hivenet._period_index(
+                     hivenet.now() AT TIME ZONE hivenet._setting_value('time_zone'),
+                     p_format.reset)) * p_format.stride END, false);
+    END IF;
+    IF p_format.clock_unit IS NOT NULL AND p_drawn IS NOT FALSE THEN
+        PERFORM hivenet._create_clock(v_name,
+            pg_sequence_last_value(hivenet._clock_sequence(v_fallback)));
+    END IF;
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb,boolean) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._start_key(p_step boolean, p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_nowait boolean, p_wait interval)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -73,6 +305,22 @@ BEGIN
                                   p_unified_serial, p_lease, false, NULL);
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval) FROM PUBLIC;
+
+-- The column defaults keep_dependents.sql kept, set again: their expressions, read again,
+-- call the functions just made.
+DO $$
+DECLARE
+    v_default record;
+BEGIN
+    FOR v_default IN
+        SELECT * FROM jsonb_to_recordset(
+            current_setting('hivenet.revision_kept_defaults')::jsonb)
+            AS k (relation text, "column" text, expression text)
+    LOOP
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT %s', v_default.relation,
+                       v_default."column", v_default.expression);
+    END LOOP;
+END $$;
 
 -- Grants as a fresh install makes them (privileges.sql), and the generated
 -- functions from this database's settings and formats (compile.sql).
