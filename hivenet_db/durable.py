@@ -47,6 +47,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from hivenet_db._execute import AsyncDB, SyncDB, conninfo_of, driver_of, driver_of_async
 from hivenet_db.errors import DurablePoolExhausted
+from hivenet_db.poolers import UNPREPARED
 
 if TYPE_CHECKING:  # psycopg_pool: the optional extra "pool"
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -174,7 +175,7 @@ class _Pool:
         # Never prepared: behind PgBouncer in transaction pooling the next transaction may run
         # in another server session.
         return psycopg.Connection.connect(
-            self.conninfo, autocommit=True, prepare_threshold=None,
+            self.conninfo, autocommit=True, **UNPREPARED,
             connect_timeout=max(1, math.ceil(self.config.timeout)))
 
     def _begin(self, conn: psycopg.Connection[Any]) -> None:
@@ -352,7 +353,7 @@ async def _connected_async(pool: _Pool) -> AsyncIterator[psycopg.AsyncConnection
     try:
         try:
             own = await asyncio.wait_for(psycopg.AsyncConnection.connect(
-                pool.conninfo, autocommit=True, prepare_threshold=None), pool.config.timeout)
+                pool.conninfo, autocommit=True, **UNPREPARED), pool.config.timeout)
         except TimeoutError:
             raise pool.exhausted("a connection") from None
         async with own:

@@ -1,4 +1,5 @@
-"""Whether a connection reaches PostgreSQL through a connection pooler.
+"""Connection poolers: whether a connection reaches PostgreSQL through one, and the arguments
+of a connection that never prepares a statement, for one in transaction pooling.
 
 A pooler such as PgBouncer answers a client's connection itself: the process id it reports
 at start-up (psycopg's ``info.backend_pid``, the key a cancel request names) is its own, not
@@ -14,6 +15,12 @@ from typing import Any
 
 import psycopg
 
+#: The psycopg connection arguments of a connection that never prepares a statement: behind a
+#: pooler in transaction pooling (PgBouncer before 1.21 tracks none), the server session a
+#: statement was prepared on serves another client next, and the next transaction may get
+#: another (``prepared statement "_pg3_0" already exists``, or does not exist).
+UNPREPARED: dict[str, Any] = {"prepare_threshold": None}
+
 
 def through_pooler(conn: psycopg.Connection[Any]) -> bool:
     """Whether ``conn`` goes through a pooler (one statement, in its transaction if any)."""
@@ -21,4 +28,4 @@ def through_pooler(conn: psycopg.Connection[Any]) -> bool:
     return row is None or row[0] != conn.info.backend_pid
 
 
-__all__ = ["through_pooler"]
+__all__ = ["UNPREPARED", "through_pooler"]

@@ -35,6 +35,7 @@ from sqlalchemy import Connection, Engine, create_engine, text
 from ._execute import rows
 from .dedup import InterfaceDedup
 from .parsing import parse_builtin
+from .poolers import UNPREPARED
 from .statements import API
 from .urls import sqlalchemy_url
 
@@ -93,7 +94,7 @@ def _engine_for(url: str, prepared: bool = True) -> Engine:
     a statement run often unless ``prepared`` is false: behind PgBouncer in transaction
     pooling a prepared statement is on a server session the next transaction may not get."""
     return create_engine(sqlalchemy_url(url),
-                         connect_args={} if prepared else {"prepare_threshold": None})
+                         connect_args={} if prepared else UNPREPARED)
 
 
 class ShardMap:

@@ -142,9 +142,9 @@ def primary_and_standby(*, synchronous: bool, dbname: str = "failover") -> Itera
 def exposed(url: str, serials: set[str], prepared: tuple[str, ...]) -> int:
     """How many of the committed unified and interface ``serials`` (system C0001, module A01;
     instances in ``prepared`` on scopes of their own, every serial of one the standby has no
-    counter of; the others on the shared fallback counters) stand above where the counters of the promoted standby at ``url`` are: an
-    unfenced standby would issue each of them again. Read, not drawn: a draw would fence
-    them."""
+    counter of; the others on the shared fallback counters) stand above where the counters
+    of the promoted standby at ``url`` are: an unfenced standby would issue each of them
+    again. Read, not drawn: a draw would fence them."""
     with psycopg.connect(url, autocommit=True) as conn:
         stride: dict[str, int] = dict(
             conn.execute("SELECT name, stride FROM hivenet.format").fetchall())

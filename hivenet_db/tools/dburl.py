@@ -18,12 +18,10 @@ from typing import Any
 import psycopg
 from sqlalchemy import Engine, create_engine, pool
 
+from hivenet_db.poolers import UNPREPARED
 from hivenet_db.urls import libpq_url, sqlalchemy_url
 
 ENV_VAR = "HIVENET_DATABASE_URL"
-
-#: What a tool's psycopg connections are opened with (module docstring).
-UNPREPARED: dict[str, Any] = {"prepare_threshold": None}
 
 
 def from_env(url: str | None = None) -> str | None:
