@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -24,6 +22,7 @@ from hivenet_db import SerialRepository
 from hivenet_db.tools import migrate
 from hivenet_db.tools.dburl import engine_for
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
+from tests.command import as_process
 from tests.helpers import scalar, share_fallback
 
 PLAIN = "SELECT hivenet.next_unified_serial('C0001', 'A01', %s)"
@@ -82,10 +81,10 @@ def _durable_by_repository(url: str) -> list[str]:
 
 
 def _durable_by_command(url: str) -> list[str]:
-    command = Path(sys.executable).with_name("hivenet-db")
-    return subprocess.run([str(command), "next", "unified", "--system", "C0001", "--module",
-                           "A01", "--instance", "01", "--count", "3", "--url", url],
-                          capture_output=True, text=True, check=True, timeout=120).stdout.split()
+    result = as_process("next", "unified", "--system", "C0001", "--module", "A01",
+                        "--instance", "01", "--count", "3", "--url", url)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
 
 
 @pytest.mark.parametrize("draw", [_durable_by_repository, _durable_by_command])
