@@ -369,22 +369,24 @@ BEGIN
         ELSE format('to_char(%s, format(%L, p_a, p_b, p_c))', v_local, p_format.head_pattern)
         END;
     -- Nested CASE: the casts of the bounds are safe only once the values matched. The period
-    -- is _period_index(local, 'day') as days since the day before its first, and the clamp
-    -- maps 0 and capacity + 1 both to 0, then NULL.
+    -- is _period_index(local, 'day') as days since the day before its first. The seq is the
+    -- value less the period's base: printed, 0 and below (greatest) as zeros, and above the
+    -- capacity (10^width - 1) as to_char's #s; both are NULL (three nodes, where a clamp of
+    -- the number took four).
     RETURN format(
         $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
     WHEN %s%s%s
-    THEN %s || to_char(nullif(least(greatest(
+    THEN %s || nullif(nullif(to_char(greatest(
              nextval(%s)
              - (%s::date - %L::date) * %s::bigint,
-             0), %s) %% %s, 0), %L)
+             0), %L), %L), %L)
     END END$f$,
         p_format.field_pattern, v_checked, v_fake_clock,
         coalesce(array_to_string(v_bounds, ' AND '), 'true'),
         v_printed, v_counter, v_local,
         date '2000-01-01' - hivenet._period_index(timestamp '2000-01-01', 'day')::integer,
-        p_format.stride, p_format.capacity + 1, p_format.capacity + 1,
-        'FM' || repeat('0', p_format.seq_width));
+        p_format.stride, 'FM' || repeat('0', p_format.seq_width),
+        repeat('0', p_format.seq_width), repeat('#', p_format.seq_width));
 END $$;
 
 -- 3. The parts of the fast paths of numeric format p_format (see _fast_time_id and
@@ -539,8 +541,9 @@ BEGIN
                 coalesce((v_settings ->> 'enforce_registry')::boolean, false),
                 coalesce((v_settings ->> 'allow_fake_clock')::boolean, false));
             CONTINUE WHEN v_parts.guard IS NULL;
-            -- The seq: a value of the statement's period within capacity, else NULL (the
-            -- clamp of _fast_path_expression; next_time_ids has the same for its rows).
+            -- The seq: a value of the statement's period within capacity, else NULL (a clamp
+            -- that maps 0 and capacity + 1 both to 0, then NULL: the seq is not printed as
+            -- text here; next_time_ids has the same for its rows).
             v_time_ids := ARRAY[
                 v_time_ids[1] || format(' WHEN %L THEN CASE WHEN %s THEN %s | nullif(least('
                                         'greatest(nextval(%s) - %s, 0), %s) %% %s, 0) END',

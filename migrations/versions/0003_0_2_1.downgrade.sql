@@ -150,6 +150,107 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._create_scope_counter(hivenet.format,text,jsonb,text) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._fast_path_expression(p_format hivenet.format, p_zone text, p_enforce_registry boolean, p_allow_fake_clock boolean)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_local text := format('(statement_timestamp() AT TIME ZONE %L)', p_zone);
+    v_bounds text[] := ARRAY[]::text[];
+    v_printed text;
+    v_field text;
+    v_counter text;
+    v_fake_clock text := '';
+    -- Until the session's first allocation has checked the timeline (failover.sql).
+    v_checked text := $f$current_setting('hivenet.timeline_checked', true) = 'true' AND $f$;
+BEGIN
+    IF p_format IS NULL OR p_enforce_registry OR p_format.reset IS DISTINCT FROM 'day'
+       OR p_format.key_fields IS NOT NULL OR p_format.tail_pattern <> ''
+       OR cardinality(p_format.field_names) <> 3
+       -- Outside the quoted field values, the pattern prints the date only.
+       OR regexp_replace(p_format.head_pattern, '"[^"]*"', '', 'g') !~ '^(YYYY|YY|MM|DD)*$'
+       OR p_format.capacity <> 10::bigint ^ p_format.seq_width - 1 THEN
+        RETURN 'NULL::text';
+    END IF;
+    FOR i IN 1 .. 3 LOOP
+        v_field := (ARRAY['p_a', 'p_b', 'p_c'])[i];
+        IF p_format.field_min[i] IS NOT NULL THEN
+            v_bounds := v_bounds || format('%s::numeric >= %s', v_field, p_format.field_min[i]);
+        END IF;
+        IF p_format.field_max[i] IS NOT NULL THEN
+            v_bounds := v_bounds || format('%s::numeric <= %s', v_field, p_format.field_max[i]);
+        END IF;
+    END LOOP;
+    -- The counter: the scope's own sequence by its qualified name, NULL for a scope without
+    -- one (unprepared, or parked: ownership.sql), which nextval (strict) passes on to the full
+    -- path. The values are alnum here (the pattern matched), so the quoted name is theirs.
+    -- The session's catalog cache may not see a sequence created since its transaction
+    -- began: NULL then too, and the full path finds it (_issue_unprepared).
+    v_counter := format('to_regclass(%L || p_a || p_b || p_c || %L)',
+                        'hivenet."' || hivenet._scope_sequence_name(p_format.name, ''), '"');
+    IF p_allow_fake_clock THEN
+        v_fake_clock := $f$coalesce(current_setting('hivenet.fake_now', true), '') = '' AND $f$;
+    END IF;
+    -- The values then the date (the built-in layouts): no format() at run time.
+    v_printed := CASE WHEN starts_with(p_format.head_pattern, '"%1$s""%2$s""%3$s"')
+        THEN format('p_a || p_b || p_c || to_char(%s, %L)', v_local,
+                    substr(p_format.head_pattern, 19))
+        ELSE format('to_char(%s, format(%L, p_a, p_b, p_c))', v_local, p_format.head_pattern)
+        END;
+    -- Nested CASE: the casts of the bounds are safe only once the values matched. The period
+    -- is _period_index(local, 'day') as days since the day before its first, and the clamp
+    -- maps 0 and capacity + 1 both to 0, then NULL.
+    RETURN format(
+        $f$CASE WHEN (p_a || ' ' || p_b || ' ' || p_c) ~ %L THEN CASE
+    WHEN %s%s%s
+    THEN %s || to_char(nullif(least(greatest(
+             nextval(%s)
+             - (%s::date - %L::date) * %s::bigint,
+             0), %s) %% %s, 0), %L)
+    END END$f$,
+        p_format.field_pattern, v_checked, v_fake_clock,
+        coalesce(array_to_string(v_bounds, ' AND '), 'true'),
+        v_printed, v_counter, v_local,
+        date '2000-01-01' - hivenet._period_index(timestamp '2000-01-01', 'day')::integer,
+        p_format.stride, p_format.capacity + 1, p_format.capacity + 1,
+        'FM' || repeat('0', p_format.seq_width));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_path_expression(hivenet.format,text,boolean,boolean) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_system(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND ((p_c)::numeric >= (1)::numeric)) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_system_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '1000000000000'::bigint) % '1000000000000'::bigint), 0), 'FM000000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_system(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet._fast_unified(p_a text, p_b text, p_c text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT
+         CASE
+             WHEN (((((p_a || ' '::text) || p_b) || ' '::text) || p_c) ~ '^[0-9A-Za-z]{5} [0-9A-Za-z]{3} [0-9]{2}$'::text) THEN
+             CASE
+                 WHEN ((current_setting('hivenet.timeline_checked'::text, true) = 'true'::text) AND ((p_c)::numeric >= (1)::numeric)) THEN ((((p_a || p_b) || p_c) || to_char((statement_timestamp() AT TIME ZONE 'UTC'::text), 'YYYYMMDD'::text)) || to_char(NULLIF((LEAST(GREATEST((nextval(to_regclass((((('hivenet."seq_unified_'::text || p_a) || p_b) || p_c) || '"'::text))) - ((((statement_timestamp() AT TIME ZONE 'UTC'::text))::date - '1999-12-31'::date) * '100000000000000'::bigint)), (0)::bigint), '10000000000'::bigint) % '10000000000'::bigint), 0), 'FM0000000000'::text))
+                 ELSE NULL::text
+             END
+             ELSE NULL::text
+         END AS "case";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet._fast_unified(text,text,text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._fence(p_gap bigint, p_force boolean, p_by text)
  RETURNS TABLE(timeline integer, format text, counter text, from_value bigint, to_value bigint, parked boolean)
  LANGUAGE plpgsql
@@ -283,6 +384,135 @@ BEGIN
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._promote_scope(hivenet.format,text,jsonb,boolean) FROM PUBLIC;
 
+CREATE OR REPLACE FUNCTION hivenet._recompile()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+    v_settings jsonb := (SELECT coalesce(jsonb_object_agg(s.name, s.value), '{}')
+                         FROM hivenet.setting s);
+    v_format hivenet.format;
+    v_layout record;
+    v_unified hivenet.format;  -- for step 3
+    v_system hivenet.format;
+    v_system_layout record;    -- for step 4, when format 'system' exists
+    v_formats text := '';
+    v_valid text := '';
+    v_shaped text := '';
+    v_time text := '';
+    v_field text := '';
+    v_scope text := '';
+    v_time_ids text[] := ARRAY['', '', '', '', ''];  -- _fast_time_id; _time_id_batch's four
+    v_parts record;
+BEGIN
+    FOR v_format IN SELECT * FROM hivenet.format f ORDER BY f.name LOOP
+        v_formats := v_formats || format(' WHEN %L THEN %L::hivenet.format', v_format.name,
+                                         v_format::text);
+        IF v_format.time_shift IS NOT NULL THEN
+            -- A numeric format: a fast path, and no text layout (parse_time_id reads its ids).
+            SELECT * INTO v_parts FROM hivenet._time_id_parts(v_format,
+                coalesce(v_settings ->> 'time_zone', 'UTC'),
+                coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+                coalesce((v_settings ->> 'allow_fake_clock')::boolean, false));
+            CONTINUE WHEN v_parts.guard IS NULL;
+            -- The seq: a value of the statement's period within capacity, else NULL (the
+            -- clamp of _fast_path_expression; next_time_ids has the same for its rows).
+            v_time_ids := ARRAY[
+                v_time_ids[1] || format(' WHEN %L THEN CASE WHEN %s THEN %s | nullif(least('
+                                        'greatest(nextval(%s) - %s, 0), %s) %% %s, 0) END',
+                                        v_format.name, v_parts.guard, v_parts.high,
+                                        v_parts.counter, v_parts.base, v_parts.capacity + 1,
+                                        v_parts.capacity + 1),
+                v_time_ids[2] || format(' WHEN %L THEN CASE WHEN %s THEN %s END', v_format.name,
+                                        v_parts.guard, v_parts.high),
+                v_time_ids[3] || format(' WHEN %L THEN CASE WHEN %s THEN %s END', v_format.name,
+                                        v_parts.guard, v_parts.counter),
+                v_time_ids[4] || format(' WHEN %L THEN %s', v_format.name, v_parts.base),
+                v_time_ids[5] || format(' WHEN %L THEN %s', v_format.name,
+                                        v_parts.capacity + 1)];
+            CONTINUE;
+        END IF;
+        SELECT * INTO v_layout FROM hivenet._layout_sql(v_format);
+        v_valid := v_valid || format(' WHEN %L THEN %s', v_format.name, v_layout.valid);
+        v_shaped := v_shaped || format(' WHEN %L THEN %s', v_format.name, v_layout.shape);
+        -- NULL unless valid: the function is public (views), and casts of a serial that only
+        -- looks right (month 99) would fail.
+        v_time := v_time || format(' WHEN %L THEN %s', v_format.name,
+            CASE WHEN v_layout.time_of IS NULL THEN 'NULL::timestamp'
+                 ELSE format('CASE WHEN %s THEN %s END', v_layout.valid, v_layout.time_of)
+                 END);
+        v_field := v_field || format(' WHEN %L THEN CASE p_field%s ELSE NULL::text END',
+            v_format.name, (SELECT coalesce(string_agg(format(' WHEN %L THEN %s', f.key,
+                                                              f.value), '' ORDER BY f.key),
+                                            ' WHEN NULL THEN NULL')
+                            FROM jsonb_each_text(v_layout.fields) f));
+        v_scope := v_scope || format(' WHEN %L THEN %s', v_format.name,
+                                     coalesce(v_layout.scope, 'NULL::text'));
+        IF v_format.name = 'unified' THEN
+            v_unified := v_format;
+        ELSIF v_format.name = 'system' THEN
+            v_system := v_format;
+            v_system_layout := v_layout;
+        END IF;
+    END LOOP;
+    -- 1. The rows, as constants.
+    PERFORM hivenet._replace_function('_setting_constant(p_name text)', 'text', 'STABLE',
+        format('CASE p_name %s ELSE NULL::text END', coalesce(
+            (SELECT string_agg(format('WHEN %L THEN %L', s.key, s.value), ' ' ORDER BY s.key)
+             FROM jsonb_each_text(v_settings) s), 'WHEN NULL THEN NULL')));
+    PERFORM hivenet._replace_function('_format_constant(p_name text)', 'hivenet.format',
+        'STABLE', format('CASE p_name %s ELSE NULL::hivenet.format END',
+                         coalesce(nullif(v_formats, ''), 'WHEN NULL THEN NULL')));
+    -- 2. The layouts.
+    PERFORM hivenet._replace_function('_serial_valid(p_format text, p_serial text)', 'boolean',
+        'STABLE', format('CASE p_format%s ELSE NULL::boolean END', v_valid));
+    PERFORM hivenet._replace_function('_serial_shaped(p_format text, p_serial text)',
+        'boolean', 'STABLE', format('CASE p_format%s ELSE NULL::boolean END', v_shaped));
+    PERFORM hivenet._replace_function('_serial_time(p_format text, p_serial text)',
+        'timestamp', 'STABLE', format(
+            'CASE p_format%s ELSE coalesce(hivenet.parse_serial(p_serial, p_format) '
+            '->> ''datetime'', hivenet.parse_serial(p_serial, p_format) ->> ''date'')'
+            '::timestamp END', v_time));
+    PERFORM hivenet._replace_function(
+        '_serial_field(p_format text, p_serial text, p_field text)', 'text', 'STABLE',
+        format('CASE p_format%s ELSE hivenet.parse_serial(p_serial, p_format) ->> p_field END',
+               v_field));
+    PERFORM hivenet._replace_function('_serial_scope(p_format text, p_serial text)', 'text',
+        'STABLE', format('CASE p_format%s ELSE NULL::text END', v_scope));
+    -- 3. The allocation fast paths.
+    PERFORM hivenet._replace_function('_fast_unified(p_a text, p_b text, p_c text)', 'text',
+        'VOLATILE', hivenet._fast_path_expression(v_unified,
+            coalesce(v_settings ->> 'time_zone', 'UTC'),
+            coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+            coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    PERFORM hivenet._replace_function('_fast_system(p_a text, p_b text, p_c text)', 'text',
+        'VOLATILE', hivenet._fast_path_expression(v_system,
+            coalesce(v_settings ->> 'time_zone', 'UTC'),
+            coalesce((v_settings ->> 'enforce_registry')::boolean, false),
+            coalesce((v_settings ->> 'allow_fake_clock')::boolean, false)));
+    -- A CASE needs a branch: none for a database without numeric formats (mid-upgrade).
+    v_time_ids := ARRAY(SELECT coalesce(nullif(b, ''), ' WHEN NULL THEN NULL')
+                        FROM unnest(v_time_ids) WITH ORDINALITY AS t (b, i) ORDER BY i);
+    PERFORM hivenet._replace_function('_fast_time_id(p_format text, p_fields jsonb)', 'bigint',
+        'VOLATILE', format('CASE p_format%s ELSE NULL::bigint END', v_time_ids[1]));
+    PERFORM hivenet._replace_function('_time_id_batch(p_format text, p_fields jsonb, '
+        'OUT high bigint, OUT counter regclass, OUT base bigint, OUT modulus bigint)',
+        'record', 'STABLE', format('CASE p_format%s ELSE NULL::bigint END, CASE p_format%s '
+        'ELSE NULL::regclass END, CASE p_format%s ELSE NULL::bigint END, CASE p_format%s '
+        'ELSE NULL::bigint END', v_time_ids[2], v_time_ids[3], v_time_ids[4],
+        v_time_ids[5]));
+    -- 4. The window of steps.
+    IF v_system.name IS NULL THEN
+        SELECT NULL::text AS valid, NULL::text AS time_of, NULL::integer AS date_at
+        INTO v_system_layout;
+    END IF;
+    PERFORM hivenet._replace_function('_step_in_window(p_serial text)', 'boolean', 'VOLATILE',
+        hivenet._step_window_expression(v_system_layout.valid, v_system_layout.time_of,
+                                        v_system_layout.date_at, v_settings));
+END $function$;
+REVOKE EXECUTE ON FUNCTION hivenet._recompile() FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION hivenet._start_key(p_step boolean, p_namespace text, p_key text, p_request jsonb, p_on_success text, p_unified_serial text, p_lease interval, p_nowait boolean, p_wait interval)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -305,6 +535,22 @@ BEGIN
                                   p_unified_serial, p_lease, false, NULL);
 END $function$;
 REVOKE EXECUTE ON FUNCTION hivenet._start_key(boolean,text,text,jsonb,text,text,interval,boolean,interval) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_system_serial(system text, module text, instance text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT COALESCE(hivenet._fast_system(system, module, instance), hivenet.next_serial('system'::text, jsonb_build_object('system', system, 'module', module, 'instance', instance))) AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.next_system_serial(text,text,text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION hivenet.next_unified_serial(system text, module text, instance text)
+ RETURNS text
+ LANGUAGE sql
+BEGIN ATOMIC
+ SELECT COALESCE(hivenet._fast_unified(system, module, instance), hivenet.next_serial('unified'::text, jsonb_build_object('system', system, 'module', module, 'instance', instance))) AS "coalesce";
+END;
+REVOKE EXECUTE ON FUNCTION hivenet.next_unified_serial(text,text,text) FROM PUBLIC;
 
 -- The column defaults keep_dependents.sql kept, set again: their expressions, read again,
 -- call the functions just made.
