@@ -24,11 +24,12 @@
 -- more sequences than that, and the metric no more series; begins in any further namespace
 -- count under 'hivenet.other'. Made in that caller's transaction: a second transaction
 -- starting a key of the same new namespace at the same time makes six of its own (each
--- counter's name is unique, so neither waits for the other) and the view sums them. Made in a transaction that rolls back, the counters
--- vanish with what they counted (that transaction's decisions only: no other saw them).
--- Decisions of a namespace without counters that raise (a bad namespace, a bad key in a
--- namespace that never started one, a duplicate of its first key before that commits) cannot
--- make them, as the raise would undo it: they are counted under namespace 'hivenet.other'.
+-- counter's name is unique, so neither waits for the other) and the view sums them. Made in a
+-- transaction that rolls back, the counters vanish with what they counted (that transaction's
+-- decisions only: no other saw them). Decisions of a namespace without counters that raise (a bad
+-- namespace, a bad key in a namespace that never started one, a duplicate of its first key before
+-- that commits) cannot make them, as the raise would undo it: they are counted under namespace
+-- 'hivenet.other'.
 
 -- Which sequences count which decision of which namespace: six rows (one per decision) per
 -- namespace and maker, usually one maker. counter: nextval by OID, no name resolved.

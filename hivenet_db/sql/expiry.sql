@@ -3,9 +3,9 @@
 --
 -- An attempt of a namespace with an expire_after that is still `processing` longer than that
 -- after it started becomes `expired`, a failure by policy, when a begin of its key
--- (_begin_attempt, requests.sql) or maintain() finds it; the namespace's on_failure then applies as to any
--- failure ('retry': the next begin starts a new attempt; 'final': it is replayed as a failure,
--- with response NULL). Expiring finishes the attempt as an operator's resolution does: its
+-- (_begin_attempt, requests.sql) or maintain() finds it; the namespace's on_failure then applies as
+-- to any failure ('retry': the next begin starts a new attempt; 'final': it is replayed as a
+-- failure, with response NULL). Expiring finishes the attempt as an operator's resolution does: its
 -- finished_at, resolved_by 'hivenet.expire_after' and a note saying why, so its late
 -- finish_request gets HN033 (fencing). A finish that comes before anyone found the attempt
 -- expired is accepted: no caller was told otherwise yet. Steps expire by the policy of their

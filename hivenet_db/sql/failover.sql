@@ -18,8 +18,8 @@
 -- it draws or takes a lock, unless the session is marked checked (setting
 -- hivenet.timeline_checked): _allocate (and so the draws of unprepared scopes from a shared
 -- fallback, fallback.sql), the generated fast paths (compile.sql), prepare_scope and the
--- promotion of a scope (counters.sql). `hivenet-db failover-fence` fences before traffic; maintain()
--- fences a timeline no allocation has fenced yet.
+-- promotion of a scope (counters.sql). `hivenet-db failover-fence` fences before traffic;
+-- maintain() fences a timeline no allocation has fenced yet.
 
 -- The timeline of each fence, and the one the schema was installed on (gap NULL). History:
 -- a fence run by an allocation is recorded in the caller's transaction and vanishes with its
@@ -59,7 +59,8 @@ CREATE SEQUENCE hivenet.fenced_gaps AS bigint MINVALUE 0 START 0;
 -- Whether this server's timeline is the last one fenced (or the install's).
 CREATE FUNCTION hivenet._fenced() RETURNS boolean
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT pg_sequence_last_value('hivenet.fenced_timeline') IS NOT DISTINCT FROM hivenet._timeline()
+    SELECT pg_sequence_last_value('hivenet.fenced_timeline')
+           IS NOT DISTINCT FROM hivenet._timeline()
 $$;
 
 INSERT INTO hivenet.setting (name, value, kind, description) VALUES

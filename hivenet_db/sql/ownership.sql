@@ -166,9 +166,9 @@ BEGIN
 END $$;
 
 -- HN002 when serial p_serial of format p_format (system: a step; interface: a claim), valid,
--- was received by a database that does not own the instance printed in it (docs/guides/scale-out.md:
--- a retry on the wrong shard). Callers test owned_instances <> 'all' first (no call at all on
--- one primary); nothing is checked when check_received_instances is off.
+-- was received by a database that does not own the instance printed in it
+-- (docs/guides/scale-out.md: a retry on the wrong shard). Callers test owned_instances <> 'all'
+-- first (no call at all on one primary); nothing is checked when check_received_instances is off.
 CREATE FUNCTION hivenet._check_owned_serial(p_format text, p_serial text) RETURNS void
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

@@ -27,9 +27,9 @@ END $$;
 --   {"format": ..., <one key per field>, "date" or "datetime": ..., "seq": n}. With no format,
 --   the standard's kinds (unified, system, interface) are told apart by their lengths.
 --   HN001 when the serial is no valid serial of that format (length, characters, an
---   impossible date, seq 0) or the format is unknown or numeric (parse_time_id). IMMUTABLE in effect; never blocks.
---   hivenet_db.parse_serial does the same in Python for the built-in formats (same results,
---   same messages; tests/test_parsing.py compares them).
+--   impossible date, seq 0) or the format is unknown or numeric (parse_time_id). IMMUTABLE in
+--   effect; never blocks. hivenet_db.parse_serial does the same in Python for the built-in formats
+--   (same results, same messages; tests/test_parsing.py compares them).
 CREATE FUNCTION hivenet.parse_serial(serial text, format text DEFAULT NULL) RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column

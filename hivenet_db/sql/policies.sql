@@ -34,10 +34,10 @@ COMMENT ON TABLE hivenet.request_namespace IS
 
 -- Whether a new key of a namespace with policy p_policy starts apart from the fast path
 -- (requests.sql, _start_key; a batch's new keys, batches.sql): its fingerprint is not the
--- default one, each begin is a link of its audit chain, or it keeps the client's bytes. The one definition; the fields a
--- new key's start does not depend on (retention, the failure policy, expiry: they matter once
--- a key has an attempt) leave it on the fast path. Inlined: on a row of request_namespace,
--- its columns are read, nothing is called.
+-- default one, each begin is a link of its audit chain, or it keeps the client's bytes. The one
+-- definition; the fields a new key's start does not depend on (retention, the failure policy,
+-- expiry: they matter once a key has an attempt) leave it on the fast path. Inlined: on a row of
+-- request_namespace, its columns are read, nothing is called.
 CREATE FUNCTION hivenet._starts_apart(p_policy hivenet.request_namespace) RETURNS boolean
 LANGUAGE sql IMMUTABLE
 BEGIN ATOMIC
@@ -155,9 +155,9 @@ END $$;
 
 -- Set the fields of the policy of namespace p_namespace given in p_given (field → value; a
 -- JSON null or a missing field leaves that field as it is): each checked (_policy_checked),
--- and together (_check_policy), then the namespace's row written again whole, or deleted when every field is its default.
--- Fields are read and written by name (jsonb_populate_record), so nothing here names one.
--- Blocks a concurrent change of the same namespace until commit.
+-- and together (_check_policy), then the namespace's row written again whole, or deleted when every
+-- field is its default. Fields are read and written by name (jsonb_populate_record), so nothing
+-- here names one. Blocks a concurrent change of the same namespace until commit.
 CREATE FUNCTION hivenet._set_policy(p_namespace text, p_given jsonb) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

@@ -124,7 +124,8 @@ BEGIN
         EXECUTE format('GRANT SELECT ON hivenet.interface_calls, '
                        'hivenet.interface_calls_per_day, hivenet.step_states, '
                        'hivenet.stuck_steps, hivenet.scope_usage, hivenet.request_states, '
-                       'hivenet.stuck_requests, hivenet.request_attempts, hivenet.request_decisions, '
+                       'hivenet.stuck_requests, hivenet.request_attempts, '
+                       'hivenet.request_decisions, '
                        'hivenet.clock_lead, hivenet.business_time_zone TO %I', v_role);
         EXECUTE format('GRANT EXECUTE ON FUNCTION '
                        'hivenet.call_chain, '

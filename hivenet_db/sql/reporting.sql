@@ -75,7 +75,8 @@ LEFT JOIN (SELECT DISTINCT ON (a.key) a.key, a.state
        ON l.state = s.state
 GROUP BY s.state
 ORDER BY s.state;
-COMMENT ON VIEW hivenet.step_states IS 'number of steps per state (the state of their latest attempt)';
+COMMENT ON VIEW hivenet.step_states IS
+    'number of steps per state (the state of their latest attempt)';
 
 -- Counter scopes (counters.sql).
 

@@ -76,7 +76,8 @@ CREATE TABLE hivenet.request_attempt (
 -- the table, which grows every day): dead rows stay flat.
 WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000);
 COMMENT ON TABLE hivenet.request_attempt IS
-    'every attempt of every idempotency key (namespace, key); the latest attempt is the key''s state';
+    'every attempt of every idempotency key (namespace, key); '
+    'the latest attempt is the key''s state';
 -- Retention reaches the old attempts of one namespace only (finishing leaves both columns
 -- alone, so it stays a HOT update). On the expression namespace || '', not the column: the
 -- hot path's lookups (namespace = ... AND key = ...) then can only use the primary key

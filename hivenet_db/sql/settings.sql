@@ -3,7 +3,8 @@
 -- the clock or the business time zone into a runtime error later.
 
 CREATE SCHEMA IF NOT EXISTS hivenet;
-COMMENT ON SCHEMA hivenet IS 'hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency';
+COMMENT ON SCHEMA hivenet IS
+    'hivenet-db: serial numbers (HiveNet Sequence Standards) and idempotency';
 
 -- The characters that no namespace or key may hold (claims.sql) and that every message shows
 -- escaped (_shown), as a bracket expression: the control characters (Unicode category Cc)

@@ -31,7 +31,8 @@ SELECT a.key AS system_serial, a.attempt, a.state, a.fingerprint, a.unified_seri
 FROM hivenet.request_attempt a
 WHERE a.namespace = 'hivenet.steps';
 COMMENT ON VIEW hivenet.step_attempt IS
-    'every attempt of every processing step (system serial); the latest attempt is the step''s state';
+    'every attempt of every processing step (system serial); '
+    'the latest attempt is the step''s state';
 
 -- The start of the earliest day a step's system serial may be dated at p_now: the earliest
 -- local time a caller reads (UTC-12) minus step_retention. begin_step refuses a serial dated
@@ -200,9 +201,9 @@ END $$;
 --   Blocks while another transaction has started the same attempt and not yet committed or
 --   rolled back (then looks again: replay, reject, or proceed if it failed or rolled back);
 --   with nowait it raises HN030 at once instead, with wait once it waited that long (wait 0
---   is nowait): the key's wait only, as begin_request's. A step begun and committed by another transaction holds no lock: begin_step
---   raises HN030 at once, wait or not; a client waits for its outcome with
---   watch_request('hivenet.steps', system_serial) and LISTEN, then begins again (see
+--   is nowait): the key's wait only, as begin_request's. A step begun and committed by another
+--   transaction holds no lock: begin_step raises HN030 at once, wait or not; a client waits for its
+--   outcome with watch_request('hivenet.steps', system_serial) and LISTEN, then begins again (see
 --   watch_request). In REPEATABLE READ or SERIALIZABLE a concurrent start raises
 --   serialization_failure (40001): retry the transaction.
 --   One statement, three branches: begin_step is a set-returning LANGUAGE sql function that

@@ -4,8 +4,8 @@
 -- counters.sql; time_id's one scope is prepared with the format, at install), issued by
 -- _issue (allocate.sql) as the digits of the bigint, and never smaller than one issued before
 -- in the scope (guarantee 3; a clock behind follows the format's clock policy,
--- clock_policy.sql). The common case is the generated fast path _fast_time_id (compile.sql), inlined into
--- next_time_id; anything else goes to _next_time_id.
+-- clock_policy.sql). The common case is the generated fast path _fast_time_id (compile.sql),
+-- inlined into next_time_id; anything else goes to _next_time_id.
 
 -- A numeric format's fields p_values (in its field order: digits, checked) in their bits:
 -- each value as a number, shifted left by its segment's shift; 0 without fields.
