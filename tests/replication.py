@@ -20,6 +20,7 @@ import psycopg
 
 from hivenet_db.tools import migrate
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres, _free_port
+from tests.helpers import eventually
 
 STANDBY_NAME = "standby1"
 
@@ -60,26 +61,18 @@ class Pair:
         with psycopg.connect(self.primary.url(), autocommit=True) as conn:
             target = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
         assert target is not None
-        deadline = time.monotonic() + timeout
         with psycopg.connect(self.standby.url(), autocommit=True) as conn:
-            while True:
-                done = conn.execute("SELECT pg_last_wal_replay_lsn() >= %s",
-                                    (target[0],)).fetchone()
-                if done and done[0]:
-                    return
-                if time.monotonic() > deadline:
-                    raise RuntimeError("standby did not catch up")
-                time.sleep(0.1)
+            if not eventually(lambda: conn.execute("SELECT pg_last_wal_replay_lsn() >= %s",
+                                                   (target[0],)).fetchone() == (True,), timeout):
+                raise RuntimeError("standby did not catch up")
 
     def promote(self) -> None:
         """Promote the standby (pg_ctl promote waits until it accepts writes)."""
         self.standby._run("pg_ctl", "promote", "-w", "-t", "120", "-D", self.standby.data_dir)
-        deadline = time.monotonic() + 60
         with psycopg.connect(self.standby.url(), autocommit=True) as conn:
-            while conn.execute("SELECT pg_is_in_recovery()").fetchone() != (False,):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("standby still in recovery after promote")
-                time.sleep(0.1)
+            if not eventually(lambda: conn.execute("SELECT pg_is_in_recovery()").fetchone()
+                              == (False,), 60):
+                raise RuntimeError("standby still in recovery after promote")
 
 
 def _set(server: EmbeddedPostgres, settings: dict[str, str]) -> None:

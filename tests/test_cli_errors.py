@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 from hivenet_db.tools import migrate
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres
 from tests.command import in_process
+from tests.helpers import eventually
 from tests.test_cli import SCOPE
 
 SERIAL = "C0001A0101201507100123456789"
@@ -147,10 +147,7 @@ def _password_checked(url: str) -> bool:
 def test_wrong_password_is_an_authentication_failure(
         password_role: str, empty_url: str, hivenet_server: EmbeddedPostgres) -> None:
     wrong = _url(hivenet_server, _dbname(empty_url), password_role, "wrong-pw")
-    deadline = time.monotonic() + 10
-    while not _password_checked(wrong):
-        assert time.monotonic() < deadline, "pg_hba.conf was not reloaded"
-        time.sleep(0.05)
+    assert eventually(lambda: _password_checked(wrong), 10), "pg_hba.conf was not reloaded"
     result = in_process("migrate", "--check", "--url", wrong)
     line = failure(result)
     assert line == f"authentication failed for role {password_role} at 127.0.0.1:" \

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -80,7 +79,7 @@ from hivenet_db.tools import migrate  # noqa: E402
 from hivenet_db.tools.embedded_postgres import EmbeddedPostgres  # noqa: E402
 from tests.django_site import views  # noqa: E402
 from tests.django_site.models import Order  # noqa: E402
-from tests.helpers import scalar  # noqa: E402
+from tests.helpers import eventually, scalar  # noqa: E402
 
 KEY = {"Idempotency-Key": '"order-1"'}
 JSON = "application/json"
@@ -668,11 +667,10 @@ def test_with_wait_concurrent_duplicates_get_the_first_response(
         try:
             pending = [pool.submit(send) for _ in range(4)]
             assert views.ENTERED.wait(10)
-            deadline = time.monotonic() + 10
-            while scalar(owner, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                                "current_database() AND wait_event_type = 'Lock'") < 3:
-                assert time.monotonic() < deadline, "the duplicates never waited"
-                threading.Event().wait(0.01)
+            assert eventually(lambda: scalar(
+                owner, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                       "current_database() AND wait_event_type = 'Lock'") >= 3, 10), \
+                "the duplicates never waited"
             views.GATE.set()
             answers = [future.result(timeout=30) for future in pending]
         finally:

@@ -18,6 +18,7 @@ from tests.command import in_process
 from tests.helpers import (
     Connect,
     SetClock,
+    eventually,
     failure,
     in_parallel,
     scalar,
@@ -224,10 +225,9 @@ def test_prepare_waits_for_a_draw_in_flight_then_knows_whose_it_was(connect: Con
 
     thread = threading.Thread(target=prepare)
     thread.start()
-    deadline = time.monotonic() + 10
-    while scalar(observer, "SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
-                 (admin.info.backend_pid,)) != "PgSleep":
-        assert time.monotonic() < deadline, "prepare never waited"
+    assert eventually(lambda: scalar(observer, "SELECT wait_event FROM pg_stat_activity "
+                                               "WHERE pid = %s", (admin.info.backend_pid,))
+                      == "PgSleep", 10), "prepare never waited"
     holder.commit()
     thread.join(30)
     assert done == [None]

@@ -25,6 +25,7 @@ from hivenet_db import (
     configure_durable_pool,
 )
 from hivenet_db.durable import durable_transaction
+from tests.helpers import eventually
 from tests.test_durable_pool import _via, bouncer_port
 
 __all__ = ["bouncer_port"]  # the fixture, PgBouncer in front of the suite's server
@@ -149,10 +150,8 @@ def test_a_full_queue_fails_at_once(hivenet_app_url: str) -> None:
         held = durable.getconn()
         waiter = threading.Thread(target=lambda: durable.putconn(durable.getconn(timeout=30)))
         waiter.start()
-        deadline = time.monotonic() + 10
-        while durable.get_stats().get("requests_waiting", 0) < 1:
-            assert time.monotonic() < deadline, "the waiter never queued"
-            time.sleep(0.01)
+        assert eventually(lambda: durable.get_stats().get("requests_waiting", 0) >= 1, 10), \
+            "the waiter never queued"
         with app.connection() as conn:
             started = time.monotonic()
             with pytest.raises(DurablePoolExhausted, match="already 1 requests waiting"):
